@@ -1,0 +1,208 @@
+//! Timer cell arrays: `m` cells of `b` bits each (4 ≤ b ≤ 32).
+//!
+//! A cell holds 0 (empty) or the compact time it was last set (see
+//! [`crate::filter::timing`]). Narrow cells are what make a timer filter
+//! smaller than an exact table, so they are first-class: 4-bit cells are
+//! packed two per byte, 8/16/32-bit cells use plain vectors, and every other
+//! width is bit-packed with `bitvec`.
+
+use bitvec::prelude::*;
+
+/// Cell access used by the generic hot path.
+pub(crate) trait TimerCells {
+    fn get(&self, i: usize) -> u32;
+    fn set(&mut self, i: usize, v: u32);
+}
+
+/// Two 4-bit cells per byte, low nibble first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct NibbleCells(Vec<u8>);
+
+impl TimerCells for NibbleCells {
+    #[inline]
+    fn get(&self, i: usize) -> u32 {
+        u32::from((self.0[i >> 1] >> ((i & 1) << 2)) & 0x0F)
+    }
+    #[inline]
+    fn set(&mut self, i: usize, v: u32) {
+        let shift = (i & 1) << 2;
+        let byte = &mut self.0[i >> 1];
+        *byte = (*byte & !(0x0F << shift)) | ((v as u8 & 0x0F) << shift);
+    }
+}
+
+/// Cells of any width, packed back to back in 64-bit words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct PackedCells {
+    bits: BitVec<u64, Lsb0>,
+    width: usize,
+}
+
+impl TimerCells for PackedCells {
+    #[inline]
+    fn get(&self, i: usize) -> u32 {
+        self.bits[i * self.width..(i + 1) * self.width].load_le::<u32>()
+    }
+    #[inline]
+    fn set(&mut self, i: usize, v: u32) {
+        self.bits[i * self.width..(i + 1) * self.width].store_le::<u32>(v);
+    }
+}
+
+macro_rules! plain_cells {
+    ($t:ty) => {
+        impl TimerCells for Vec<$t> {
+            #[inline]
+            fn get(&self, i: usize) -> u32 {
+                u32::from(self[i])
+            }
+            #[inline]
+            fn set(&mut self, i: usize, v: u32) {
+                self[i] = v as $t;
+            }
+        }
+    };
+}
+plain_cells!(u8);
+plain_cells!(u16);
+plain_cells!(u32);
+
+/// The cell array of one generation, in the layout its width calls for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CellArray {
+    Nibble(NibbleCells),
+    Byte(Vec<u8>),
+    Half(Vec<u16>),
+    Word(Vec<u32>),
+    Packed(PackedCells),
+}
+
+/// Runs `$body` with `$c` bound to the concrete cell array, so generic code
+/// is monomorphised per layout and the match happens once per call.
+macro_rules! with_cells {
+    ($cells:expr, $c:ident => $body:expr) => {
+        match $cells {
+            $crate::filter::cells::CellArray::Nibble($c) => $body,
+            $crate::filter::cells::CellArray::Byte($c) => $body,
+            $crate::filter::cells::CellArray::Half($c) => $body,
+            $crate::filter::cells::CellArray::Word($c) => $body,
+            $crate::filter::cells::CellArray::Packed($c) => $body,
+        }
+    };
+}
+pub(crate) use with_cells;
+
+impl CellArray {
+    /// `m` empty cells of `width` bits.
+    pub(crate) fn new(width: u8, m: usize) -> Self {
+        match width {
+            4 => CellArray::Nibble(NibbleCells(vec![0; m.div_ceil(2)])),
+            8 => CellArray::Byte(vec![0; m]),
+            16 => CellArray::Half(vec![0; m]),
+            32 => CellArray::Word(vec![0; m]),
+            w => CellArray::Packed(PackedCells {
+                bits: bitvec![u64, Lsb0; 0; m * usize::from(w)],
+                width: usize::from(w),
+            }),
+        }
+    }
+
+    /// Bytes of cell storage.
+    pub(crate) fn memory_bytes(&self) -> usize {
+        match self {
+            CellArray::Nibble(c) => c.0.len(),
+            CellArray::Byte(c) => c.len(),
+            CellArray::Half(c) => c.len() * 2,
+            CellArray::Word(c) => c.len() * 4,
+            CellArray::Packed(c) => c.bits.as_raw_slice().len() * 8,
+        }
+    }
+
+    /// Empties every cell.
+    pub(crate) fn clear(&mut self) {
+        match self {
+            CellArray::Nibble(c) => c.0.fill(0),
+            CellArray::Byte(c) => c.fill(0),
+            CellArray::Half(c) => c.fill(0),
+            CellArray::Word(c) => c.fill(0),
+            CellArray::Packed(c) => c.bits.fill(false),
+        }
+    }
+
+    /// The storage as little-endian bytes (the snapshot encoding).
+    pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
+        match self {
+            CellArray::Nibble(c) => c.0.clone(),
+            CellArray::Byte(c) => c.clone(),
+            CellArray::Half(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            CellArray::Word(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            CellArray::Packed(c) => {
+                c.bits.as_raw_slice().iter().flat_map(|v| v.to_le_bytes()).collect()
+            }
+        }
+    }
+
+    /// Rebuilds an array from [`CellArray::to_le_bytes`]; `None` if `bytes`
+    /// has the wrong length for `m` cells of `width` bits.
+    pub(crate) fn from_le_bytes(width: u8, m: usize, bytes: &[u8]) -> Option<Self> {
+        let mut cells = CellArray::new(width, m);
+        if bytes.len() != cells.memory_bytes() {
+            return None;
+        }
+        match &mut cells {
+            CellArray::Nibble(c) => c.0.copy_from_slice(bytes),
+            CellArray::Byte(c) => c.copy_from_slice(bytes),
+            CellArray::Half(c) => {
+                for (v, b) in c.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *v = u16::from_le_bytes([b[0], b[1]]);
+                }
+            }
+            CellArray::Word(c) => {
+                for (v, b) in c.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *v = u32::from_le_bytes(b.try_into().expect("chunk of 4"));
+                }
+            }
+            CellArray::Packed(c) => {
+                for (v, b) in c.bits.as_raw_mut_slice().iter_mut().zip(bytes.chunks_exact(8)) {
+                    *v = u64::from_le_bytes(b.try_into().expect("chunk of 8"));
+                }
+            }
+        }
+        Some(cells)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_width_stores_its_full_range() {
+        for width in 4u8..=32 {
+            let m = 37;
+            let mut cells = CellArray::new(width, m);
+            let max = if width == 32 { u32::MAX } else { (1u32 << width) - 1 };
+            with_cells!(&mut cells, c => {
+                for i in 0..m {
+                    c.set(i, (i as u32).wrapping_mul(2_654_435_761) & max);
+                }
+                c.set(5, max);
+                for i in 0..m {
+                    let want = if i == 5 { max } else { (i as u32).wrapping_mul(2_654_435_761) & max };
+                    assert_eq!(c.get(i), want, "width {width} cell {i}");
+                }
+            });
+            let bytes = cells.to_le_bytes();
+            assert_eq!(CellArray::from_le_bytes(width, m, &bytes).as_ref(), Some(&cells));
+            assert!(CellArray::from_le_bytes(width, m + 64, &bytes).is_none());
+        }
+    }
+
+    #[test]
+    fn narrow_cells_are_packed() {
+        assert_eq!(CellArray::new(4, 1000).memory_bytes(), 500);
+        assert_eq!(CellArray::new(6, 1024).memory_bytes(), 768);
+        assert_eq!(CellArray::new(8, 1000).memory_bytes(), 1000);
+        assert_eq!(CellArray::new(16, 1000).memory_bytes(), 2000);
+    }
+}

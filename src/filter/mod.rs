@@ -1,0 +1,25 @@
+//! The filter engine: pure data structures, no I/O, no async.
+//!
+//! - [`hash`]: one XXH3-128 per key; slice and probe positions from its halves.
+//! - [`cells`]: timer cell arrays, 4 to 32 bits per cell.
+//! - [`generation`]: one sliding timer Bloom filter with an exact live count.
+//! - [`sliding`]: a slice's list of generations, growth and verdicts.
+//! - [`sliced`]: S independent slices chosen by `H_S(key)`.
+//! - [`params`] and [`sizing`]: settings, validation and the papers' formulas.
+//! - [`snapshot`]: the versioned, checksummed binary state of one slice.
+
+pub(crate) mod cells;
+pub mod generation;
+pub mod hash;
+pub mod params;
+pub mod sizing;
+pub mod sliced;
+pub mod sliding;
+pub mod snapshot;
+
+pub use generation::Generation;
+pub use hash::KeyHash;
+pub use params::{FilterParams, FilterSpec, Growth, ParamError};
+pub use sliced::SlicedFilter;
+pub use sliding::{Event, FilterCounters, Lookup, SlidingFilter, Verdict};
+pub use snapshot::SnapshotError;

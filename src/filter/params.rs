@@ -1,0 +1,315 @@
+//! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
+//! validated per-slice parameters the filter runs with ([`FilterParams`]).
+
+use std::fmt;
+
+use super::hash::DEFAULT_SEED;
+use super::sizing;
+
+/// When a slice starts a new generation (one-is-enough §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Growth {
+    /// When the newest generation's live density passes `p^(1/k)`.
+    Density,
+    /// When the newest generation has taken `-(m/k)·ln(1-p^(1/k))` keys.
+    Cardinality,
+    /// Never: one fixed generation whose FPR rises with load.
+    None,
+}
+
+impl Growth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Growth::Density => "density",
+            Growth::Cardinality => "cardinality",
+            Growth::None => "none",
+        }
+    }
+}
+
+impl std::str::FromStr for Growth {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "density" => Ok(Growth::Density),
+            "cardinality" => Ok(Growth::Cardinality),
+            "none" => Ok(Growth::None),
+            other => Err(format!("unknown growth `{other}`: expected density, cardinality or none")),
+        }
+    }
+}
+
+/// A setting that cannot be used, with the value given and the rule it breaks.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("invalid {setting} = {value}: {rule}")]
+pub struct ParamError {
+    /// The setting's name as the user wrote it (e.g. `fpr`, `timer_bits`).
+    pub setting: &'static str,
+    pub value: String,
+    pub rule: String,
+}
+
+impl ParamError {
+    fn new(setting: &'static str, value: impl fmt::Display, rule: impl Into<String>) -> Self {
+        ParamError { setting, value: value.to_string(), rule: rule.into() }
+    }
+}
+
+/// What the user asks of the filter, for all slices together.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterSpec {
+    /// Sliding window length in milliseconds.
+    pub window_ms: u64,
+    /// Target false-positive rate p.
+    pub fpr: f64,
+    /// Distinct keys per window, all slices together.
+    pub expected_keys: u64,
+    /// Equal-timers threshold k'; 0 or 1 turns the heuristic off.
+    pub equal_timers: u32,
+    pub growth: Growth,
+    /// Number of slices S the keys are spread over.
+    pub slices: u32,
+    /// Bits per timer cell, 4..=32.
+    pub timer_bits: u8,
+    /// Timer resolution in milliseconds; `None` picks the finest the width allows.
+    pub tick_ms: Option<u64>,
+    /// Upper bound on live generations per slice.
+    pub max_generations: u32,
+    /// Cell-count multiplier of each new generation level (1 = the paper's
+    /// equal-size generations).
+    pub growth_factor: u32,
+    /// FPR multiplier of each new generation level (1.0 = the paper's equal
+    /// thresholds); below 1 keeps the sum over generations bounded.
+    pub tightening: f64,
+    /// Overrides the number of hashes k derived from `fpr`.
+    pub hashes: Option<u32>,
+    /// Overrides the total cells m derived from `fpr` and `expected_keys`.
+    pub total_cells: Option<u64>,
+    pub seed: u64,
+}
+
+impl Default for FilterSpec {
+    fn default() -> Self {
+        FilterSpec {
+            window_ms: 600_000,
+            fpr: 0.01,
+            expected_keys: 1_000_000,
+            equal_timers: 0,
+            growth: Growth::Density,
+            slices: 1,
+            timer_bits: 8,
+            tick_ms: None,
+            max_generations: 12,
+            growth_factor: 2,
+            tightening: 0.5,
+            hashes: None,
+            total_cells: None,
+            seed: DEFAULT_SEED,
+        }
+    }
+}
+
+/// Largest number of hashes a filter may use.
+pub const MAX_HASHES: u32 = 32;
+/// Largest window, in ticks: bounds the per-generation timer histogram.
+pub const MAX_WINDOW_TICKS: u64 = 1 << 18;
+/// The finest resolution chosen automatically, in ticks per window.
+const AUTO_WINDOW_TICKS: u64 = 1024;
+/// Smallest number of cells in one generation of one slice.
+pub const MIN_CELLS: u64 = 64;
+/// Largest generation level (cells grow by `growth_factor` per level).
+pub const MAX_LEVEL: u8 = 4;
+
+/// Resolved parameters of one slice's filter. Everything the filter's state
+/// layout depends on is here and is written into every snapshot.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FilterParams {
+    pub seed: u64,
+    /// Cells of a level-0 generation.
+    pub cells: u64,
+    /// k.
+    pub hashes: u32,
+    pub timer_bits: u8,
+    pub tick_ms: u64,
+    pub window_ms: u64,
+    /// W: the window in ticks, `⌈window_ms / tick_ms⌉`. A cell set at tick t
+    /// is alive through tick t + W, so the window is kept for at least
+    /// `window_ms` and at most one tick longer — never shorter (no false
+    /// negatives from rounding).
+    pub window_ticks: u32,
+    /// R: cells store `tick mod R + 1`; 0 means empty.
+    pub period: u32,
+    /// L: every cell is swept at least once every L ticks (L = R - W - 3, so
+    /// an expired cell is cleared before its stored time can wrap).
+    pub sweep_ticks: u32,
+    pub equal_timers: u32,
+    pub growth: Growth,
+    pub fpr: f64,
+    pub growth_factor: u32,
+    pub tightening: f64,
+    pub max_generations: u32,
+}
+
+impl FilterSpec {
+    /// Validates the spec and resolves the per-slice parameters.
+    pub fn resolve(&self) -> Result<FilterParams, ParamError> {
+        if self.window_ms == 0 {
+            return Err(ParamError::new("window", "0ms", "must be at least 1ms"));
+        }
+        if !(self.fpr > 0.0 && self.fpr < 1.0) {
+            return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
+        }
+        if self.expected_keys == 0 {
+            return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
+        }
+        if self.slices == 0 || self.slices > 65_536 {
+            return Err(ParamError::new("slices", self.slices, "must be between 1 and 65536"));
+        }
+        if !(4..=32).contains(&self.timer_bits) {
+            return Err(ParamError::new("timer_bits", self.timer_bits, "must be between 4 and 32"));
+        }
+        if self.max_generations == 0 || self.max_generations > 64 {
+            return Err(ParamError::new("max_generations", self.max_generations, "must be between 1 and 64"));
+        }
+        if self.growth_factor == 0 || self.growth_factor > 4 {
+            return Err(ParamError::new("growth_factor", self.growth_factor, "must be between 1 and 4"));
+        }
+        if !(self.tightening > 0.0 && self.tightening <= 1.0) {
+            return Err(ParamError::new("tightening", self.tightening, "must be greater than 0 and at most 1"));
+        }
+
+        let (derived_cells, derived_k) = sizing::optimal_cells_and_hashes(self.expected_keys, self.fpr);
+        let total_cells = self.total_cells.unwrap_or(derived_cells);
+        let hashes = self.hashes.unwrap_or(derived_k);
+        if hashes == 0 || hashes > MAX_HASHES {
+            return Err(ParamError::new("hashes", hashes, format!("must be between 1 and {MAX_HASHES}")));
+        }
+        if self.equal_timers > hashes {
+            return Err(ParamError::new(
+                "equal_timers",
+                self.equal_timers,
+                format!("must be at most the number of hashes k = {hashes} (0 turns it off)"),
+            ));
+        }
+        // Round each slice up to whole 64-bit words of cells.
+        let cells = total_cells.div_ceil(u64::from(self.slices)).max(MIN_CELLS).next_multiple_of(64);
+        let max_bytes: u64 = 1 << 40;
+        if cells * u64::from(self.timer_bits) / 8 > max_bytes {
+            return Err(ParamError::new("expected", self.expected_keys, "needs more than 1 TiB of cells per slice"));
+        }
+
+        let max_value: u64 = (1u64 << self.timer_bits) - 1;
+        let max_window_ticks = (max_value - 4).min(MAX_WINDOW_TICKS);
+        let tick_ms = match self.tick_ms {
+            Some(0) => return Err(ParamError::new("tick", "0ms", "must be at least 1ms")),
+            Some(t) => t,
+            None => {
+                let target = ((max_value - 3) / 2).min(AUTO_WINDOW_TICKS);
+                self.window_ms.div_ceil(target).max(1)
+            }
+        };
+        let window_ticks = self.window_ms.div_ceil(tick_ms);
+        if window_ticks > max_window_ticks {
+            return Err(ParamError::new(
+                "tick",
+                format!("{tick_ms}ms"),
+                format!(
+                    "the window is {window_ticks} ticks of {tick_ms}ms but {}-bit timers hold at most {max_window_ticks}; \
+                     use a tick of at least {}ms or wider timers",
+                    self.timer_bits,
+                    self.window_ms.div_ceil(max_window_ticks)
+                ),
+            ));
+        }
+        let period = max_value.min(4 * window_ticks + 3);
+        let sweep_ticks = period - window_ticks - 3;
+        Ok(FilterParams {
+            seed: self.seed,
+            cells,
+            hashes,
+            timer_bits: self.timer_bits,
+            tick_ms,
+            window_ms: self.window_ms,
+            window_ticks: window_ticks as u32,
+            period: period as u32,
+            sweep_ticks: sweep_ticks as u32,
+            equal_timers: self.equal_timers,
+            growth: self.growth,
+            fpr: self.fpr,
+            growth_factor: self.growth_factor,
+            tightening: self.tightening,
+            max_generations: self.max_generations,
+        })
+    }
+}
+
+impl FilterParams {
+    /// Cells of a generation at `level`.
+    pub fn level_cells(&self, level: u8) -> u64 {
+        self.cells * u64::from(self.growth_factor).pow(u32::from(level))
+    }
+
+    /// Target FPR of a generation at `level`.
+    pub fn level_fpr(&self, level: u8) -> f64 {
+        self.fpr * self.tightening.powi(i32::from(level))
+    }
+
+    /// The equal-timers threshold in effect (values below 2 disable it).
+    pub fn equal_timers_min(&self) -> u32 {
+        if self.equal_timers >= 2 { self.equal_timers } else { 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> FilterSpec {
+        FilterSpec { window_ms: 60_000, expected_keys: 27_000, ..FilterSpec::default() }
+    }
+
+    #[test]
+    fn auto_tick_uses_the_width() {
+        let p = spec().resolve().unwrap();
+        assert_eq!((p.tick_ms, p.window_ticks, p.period, p.sweep_ticks), (477, 126, 255, 126));
+        let p4 = FilterSpec { timer_bits: 4, ..spec() }.resolve().unwrap();
+        assert_eq!((p4.window_ticks, p4.period, p4.sweep_ticks), (6, 15, 6));
+        let p16 = FilterSpec { timer_bits: 16, ..spec() }.resolve().unwrap();
+        assert_eq!((p16.tick_ms, p16.window_ticks, p16.period), (59, 1017, 4071));
+        assert!(p16.window_ticks as u64 * p16.tick_ms >= 60_000);
+    }
+
+    #[test]
+    fn invariants_of_the_timer_period() {
+        for bits in 4..=32u8 {
+            for window_ms in [1, 7, 1000, 60_000, 86_400_000] {
+                let p = FilterSpec { timer_bits: bits, window_ms, ..spec() }.resolve().unwrap();
+                assert!(u64::from(p.window_ticks) * p.tick_ms >= window_ms);
+                assert!(p.sweep_ticks >= 1);
+                assert_eq!(p.period, p.window_ticks + p.sweep_ticks + 3);
+                assert!(u64::from(p.period) < (1u64 << bits));
+            }
+        }
+    }
+
+    #[test]
+    fn errors_name_setting_value_and_rule() {
+        let e = FilterSpec { fpr: 1.5, ..spec() }.resolve().unwrap_err();
+        assert_eq!(e.to_string(), "invalid fpr = 1.5: must be greater than 0 and less than 1");
+        let e = FilterSpec { timer_bits: 4, tick_ms: Some(1000), ..spec() }.resolve().unwrap_err();
+        assert_eq!(e.setting, "tick");
+        assert!(e.rule.contains("at least 5455ms"), "{e}");
+        let e = FilterSpec { equal_timers: 9, ..spec() }.resolve().unwrap_err();
+        assert_eq!(e.setting, "equal_timers");
+        assert_eq!(FilterSpec { slices: 0, ..spec() }.resolve().unwrap_err().setting, "slices");
+        assert_eq!(FilterSpec { timer_bits: 3, ..spec() }.resolve().unwrap_err().setting, "timer_bits");
+    }
+
+    #[test]
+    fn slices_split_the_cells() {
+        let one = spec().resolve().unwrap();
+        let eight = FilterSpec { slices: 8, ..spec() }.resolve().unwrap();
+        assert!(eight.cells * 8 >= one.cells - 64 && eight.cells * 8 <= one.cells + 8 * 64);
+        assert_eq!(one.hashes, 7);
+    }
+}

@@ -1,0 +1,339 @@
+//! One slice's filter: a list of sliding generations under one clock
+//! (one-is-enough §4 and §5).
+//!
+//! Every event is tested against all generations (first-test-then-set) and,
+//! when distinct, inserted into the newest. The newest generation is *full*
+//! once it has used its share of the FPR budget (density `z/m > p_ℓ^(1/k)` or
+//! cardinality); then a new one starts. A generation with no live cell is
+//! dropped. Generation levels let a slice follow its load in both
+//! directions: level ℓ has `m·g^ℓ` cells and target `p·r^ℓ`, so under a
+//! sustained overload the sum of the generations' rates stays below
+//! `p/(1-r)` while capacity grows geometrically; when the load falls back, a
+//! lone oversized generation hands over to a fresh level-0 one and expires.
+//! With `g = 1, r = 1` this is exactly the paper's scheme of equal generations.
+//!
+//! At the cap (`max_generations`) no generation is added: the newest keeps
+//! taking keys past its threshold, its FPR rises above the target, memory
+//! stays bounded, and every such insert is counted as `saturated_inserts`.
+
+use super::generation::{Generation, Now};
+use super::hash::KeyHash;
+use super::params::{FilterParams, Growth, MAX_LEVEL};
+use super::sizing;
+
+/// The verdict on one event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// First occurrence in the window: deliver it (its timers were set).
+    Distinct,
+    /// Seen in the window: drop it. `equal_timers` is the largest number of
+    /// the key's k cells holding the same time.
+    Duplicate { equal_timers: u8 },
+}
+
+impl Verdict {
+    pub fn is_distinct(self) -> bool {
+        matches!(self, Verdict::Distinct)
+    }
+}
+
+/// An event as the filter sees it: its key hash and its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub hash: KeyHash,
+    pub time_ms: u64,
+}
+
+/// What a lookup (a test without insertion) finds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    /// The verdict the key would get now.
+    pub duplicate: bool,
+    /// Alive cells of the key in the generation that matched, or the most in any.
+    pub alive_cells: u32,
+    /// Equal-timer count in that generation (0 unless all k cells are alive).
+    pub equal_timers: u32,
+}
+
+/// Counters of one slice's filter. They are part of its state (and snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FilterCounters {
+    pub events: u64,
+    pub distinct: u64,
+    pub duplicates: u64,
+    /// Events whose time was behind the slice clock (handled at the clock).
+    pub late_events: u64,
+    pub generations_created: u64,
+    pub generations_dropped: u64,
+    /// Inserts into a full newest generation because the cap was reached.
+    pub saturated_inserts: u64,
+    /// Most generations alive at once.
+    pub generations_max: u32,
+    /// `equal_timer_counts[x]`: duplicates whose largest equal-timer group was x.
+    pub equal_timer_counts: Vec<u64>,
+}
+
+/// The filter of one slice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SlidingFilter {
+    pub(crate) params: FilterParams,
+    /// The slice clock: the largest event time seen, in ms.
+    pub(crate) clock_ms: Option<u64>,
+    /// Oldest first; never empty.
+    pub(crate) generations: Vec<Generation>,
+    pub(crate) counters: FilterCounters,
+}
+
+impl SlidingFilter {
+    pub fn new(params: FilterParams) -> Self {
+        let counters = FilterCounters {
+            generations_created: 1,
+            generations_max: 1,
+            equal_timer_counts: vec![0; params.hashes as usize + 1],
+            ..FilterCounters::default()
+        };
+        SlidingFilter { generations: vec![Generation::new(0, &params)], params, clock_ms: None, counters }
+    }
+
+    pub fn params(&self) -> &FilterParams {
+        &self.params
+    }
+
+    pub fn counters(&self) -> &FilterCounters {
+        &self.counters
+    }
+
+    pub fn generations(&self) -> &[Generation] {
+        &self.generations
+    }
+
+    /// The slice clock in ms (`None` before the first event).
+    pub fn clock_ms(&self) -> Option<u64> {
+        self.clock_ms
+    }
+
+    /// Bytes held by cells and timer histograms.
+    pub fn memory_bytes(&self) -> usize {
+        self.generations.iter().map(Generation::memory_bytes).sum()
+    }
+
+    /// The FPR the current densities predict, combined over generations.
+    pub fn estimated_fpr(&self) -> f64 {
+        sizing::combined_fpr(self.generations.iter().map(|g| g.estimated_fpr(self.params.hashes)))
+    }
+
+    /// Test-then-insert for a batch, verdicts appended to `out` in order.
+    pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
+        out.reserve(events.len());
+        for e in events {
+            out.push(self.observe(&e.hash, e.time_ms));
+        }
+    }
+
+    /// Test-then-insert for one event at `time_ms`.
+    pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
+        self.advance(time_ms);
+        let now = self.now();
+        let k = self.params.hashes;
+        self.counters.events += 1;
+        if let Some(equal) = self.matching_generation(hash, &now).map(|(_, probed)| probed.equal) {
+            self.counters.duplicates += 1;
+            self.counters.equal_timer_counts[equal as usize] += 1;
+            return Verdict::Duplicate { equal_timers: equal as u8 };
+        }
+        self.counters.distinct += 1;
+        let at_cap = self.generations.len() >= self.params.max_generations as usize;
+        let growth = self.params.growth;
+        let newest = self.generations.last_mut().expect("never empty");
+        if at_cap && growth != Growth::None && newest.is_full(growth) {
+            self.counters.saturated_inserts += 1;
+        }
+        newest.insert(hash, k, &now);
+        if !at_cap && newest.is_full(growth) {
+            let level = (newest.level + 1).min(MAX_LEVEL);
+            self.push_generation(level);
+        }
+        Verdict::Distinct
+    }
+
+    /// Tests a key at the current clock without inserting it.
+    pub fn lookup(&self, hash: &KeyHash) -> Lookup {
+        let now = self.now();
+        if let Some((_, p)) = self.matching_generation(hash, &now) {
+            return Lookup { duplicate: true, alive_cells: p.alive, equal_timers: p.equal };
+        }
+        let best = self.generations.iter().map(|g| g.probe(hash, self.params.hashes, &now)).max_by_key(|p| p.alive);
+        let best = best.expect("never empty");
+        Lookup { duplicate: false, alive_cells: best.alive, equal_timers: best.equal }
+    }
+
+    /// Moves the slice clock to `time_ms` if that is later (the clock never
+    /// goes back: a late event is judged at the clock).
+    pub fn advance(&mut self, time_ms: u64) {
+        let Some(clock) = self.clock_ms else {
+            self.clock_ms = Some(time_ms);
+            return;
+        };
+        if time_ms <= clock {
+            if time_ms < clock {
+                self.counters.late_events += 1;
+            }
+            return;
+        }
+        self.clock_ms = Some(time_ms);
+        let (from, to) = (clock / self.params.tick_ms, time_ms / self.params.tick_ms);
+        if to - from > u64::from(self.params.window_ticks) {
+            // Every cell is older than the window: skip the tick-by-tick work.
+            for g in &mut self.generations {
+                g.clear();
+            }
+        } else {
+            for tick in from + 1..=to {
+                let now = Now::at(tick, &self.params);
+                for g in &mut self.generations {
+                    g.step(&now, self.params.sweep_ticks);
+                }
+            }
+        }
+        if to > from {
+            self.retire();
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now::at(self.clock_ms.unwrap_or(0) / self.params.tick_ms, &self.params)
+    }
+
+    /// The newest generation that calls the key a duplicate, with its probe.
+    fn matching_generation(&self, hash: &KeyHash, now: &Now) -> Option<(usize, super::generation::Probed)> {
+        let (k, equal_min) = (self.params.hashes, self.params.equal_timers_min());
+        self.generations
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, g)| (i, g.probe(hash, k, now)))
+            .find(|(_, p)| p.alive == k && p.equal >= equal_min)
+    }
+
+    fn push_generation(&mut self, level: u8) {
+        self.generations.push(Generation::new(level, &self.params));
+        self.counters.generations_created += 1;
+        self.counters.generations_max = self.counters.generations_max.max(self.generations.len() as u32);
+    }
+
+    /// Drops generations with no live cell and lets an oversized lone
+    /// generation hand over to a fresh level-0 one once the load fits there.
+    fn retire(&mut self) {
+        let before = self.generations.len();
+        let newest = before - 1;
+        let mut i = 0;
+        self.generations.retain(|g| {
+            i += 1;
+            i - 1 == newest || g.live_cells() > 0
+        });
+        self.counters.generations_dropped += (before - self.generations.len()) as u64;
+
+        if let [only] = self.generations.as_slice()
+            && only.level > 0
+        {
+            let k = self.params.hashes;
+            let base_capacity = sizing::cardinality_threshold(self.params.cells, k, self.params.fpr);
+            if only.live_cells() == 0 {
+                self.generations.clear();
+                self.counters.generations_dropped += 1;
+                self.push_generation(0);
+            } else if only.estimated_keys(k) < base_capacity / 2.0 && self.params.max_generations > 1 {
+                self.push_generation(0);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::hash::DEFAULT_SEED;
+    use crate::filter::params::FilterSpec;
+
+    fn filter(spec: FilterSpec) -> SlidingFilter {
+        SlidingFilter::new(spec.resolve().unwrap())
+    }
+
+    fn key(i: u64) -> KeyHash {
+        KeyHash::of(DEFAULT_SEED, &i.to_le_bytes())
+    }
+
+    #[test]
+    fn duplicates_inside_the_window_only() {
+        let mut f = filter(FilterSpec { window_ms: 1000, expected_keys: 100, tick_ms: Some(10), ..FilterSpec::default() });
+        assert_eq!(f.observe(&key(1), 5_000), Verdict::Distinct);
+        assert!(!f.observe(&key(1), 5_999).is_distinct());
+        // One tick of slack at most: alive through 5000/10 + 100 ticks.
+        assert!(!f.observe(&key(1), 6_009).is_distinct());
+        assert_eq!(f.observe(&key(1), 6_010), Verdict::Distinct);
+        // The window runs from the delivered occurrence: duplicates do not renew it.
+        assert!(!f.observe(&key(1), 7_000).is_distinct());
+        assert!(!f.observe(&key(1), 7_019).is_distinct());
+        assert_eq!(f.observe(&key(1), 7_020), Verdict::Distinct);
+        let c = f.counters();
+        assert_eq!((c.events, c.distinct, c.duplicates), (7, 3, 4));
+        assert_eq!(c.equal_timer_counts[f.params().hashes as usize], 4);
+    }
+
+    #[test]
+    fn late_events_use_the_clock() {
+        let mut f = filter(FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() });
+        f.observe(&key(1), 10_000);
+        assert_eq!(f.observe(&key(2), 1_000), Verdict::Distinct);
+        assert!(!f.observe(&key(2), 10_900).is_distinct(), "key 2 was set at the clock, 10 000");
+        assert_eq!(f.counters().late_events, 1);
+        assert_eq!(f.clock_ms(), Some(10_900));
+    }
+
+    #[test]
+    fn density_growth_adds_and_drops_generations() {
+        let spec = FilterSpec { window_ms: 1000, expected_keys: 1000, tick_ms: Some(10), ..FilterSpec::default() };
+        let mut f = filter(spec);
+        for i in 0..5_000 {
+            f.observe(&key(i), 100_000 + i / 10);
+        }
+        assert!(f.generations().len() > 1, "5× the expected keys in the window must grow the filter");
+        let c = f.counters().clone();
+        assert!(c.generations_created as usize >= f.generations().len());
+        // Quiet period longer than the window: everything expires.
+        f.observe(&key(u64::MAX), 200_000);
+        assert_eq!(f.generations().len(), 1);
+        assert_eq!(f.generations()[0].level(), 0);
+        assert!(f.counters().generations_dropped >= c.generations_created - 1);
+    }
+
+    #[test]
+    fn the_cap_bounds_generations_and_counts_saturation() {
+        let spec = FilterSpec {
+            window_ms: 1_000_000,
+            expected_keys: 100,
+            max_generations: 2,
+            tick_ms: Some(10_000),
+            ..FilterSpec::default()
+        };
+        let mut f = filter(spec);
+        for i in 0..10_000 {
+            f.observe(&key(i), 1_000 + i);
+        }
+        assert_eq!(f.generations().len(), 2);
+        assert!(f.counters().saturated_inserts > 0);
+        assert_eq!(f.counters().generations_max, 2);
+    }
+
+    #[test]
+    fn lookup_does_not_insert() {
+        let mut f = filter(FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() });
+        f.observe(&key(1), 10);
+        let before = f.clone();
+        let hit = f.lookup(&key(1));
+        assert!(hit.duplicate);
+        assert_eq!(hit.alive_cells, f.params().hashes);
+        assert!(!f.lookup(&key(2)).duplicate);
+        assert_eq!(f, before);
+    }
+}

@@ -1,0 +1,293 @@
+//! The binary snapshot of one slice's filter: versioned, checksummed, and
+//! refused with a precise error when it does not fit the configured filter.
+//!
+//! Layout (version 1, little-endian):
+//!
+//! ```text
+//! magic "DEDUPDSS" | version u16
+//! parameters: seed u64, cells u64, hashes u32, timer_bits u8, tick_ms u64, window_ms u64
+//! clock: present u8, clock_ms u64
+//! counters: events, distinct, duplicates, late_events, generations_created,
+//!           generations_dropped, saturated_inserts (u64 each), generations_max u32,
+//!           equal-timer counts (u32 n, n × u64)
+//! generations: u32 n, then per generation:
+//!           level u8, m u64, inserted u64, sweep_cursor u64, sweep_debt u64,
+//!           cell bytes (u64 len, bytes)
+//! checksum: XXH3-64 of everything above, u64
+//! ```
+//!
+//! The parameters are the ones the cell contents depend on; a snapshot taken
+//! with any other value of them cannot be read correctly and is refused. The
+//! policy settings (fpr, growth, equal timers, generation cap) may change
+//! between runs: the restored generations keep their size and new ones
+//! follow the new settings. Histograms and live counts are not stored; they
+//! are rebuilt from the cells, so a snapshot cannot carry inconsistent ones.
+
+use twox_hash::XxHash3_64;
+
+use super::cells::CellArray;
+use super::generation::{Generation, Now};
+use super::params::{FilterParams, MAX_LEVEL};
+use super::sliding::{FilterCounters, SlidingFilter};
+
+/// The first bytes of every slice snapshot.
+pub const MAGIC: [u8; 8] = *b"DEDUPDSS";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+/// Why a snapshot cannot be restored.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("not a dedupd slice snapshot: expected magic {expected:?}, got {got:?}")]
+    BadMagic { expected: Vec<u8>, got: Vec<u8> },
+    #[error(
+        "snapshot format version {got} is not supported (expected {expected}): restore it with the dedupd \
+         release that wrote it, or start this slice cold"
+    )]
+    UnsupportedVersion { expected: u16, got: u16 },
+    #[error("snapshot is truncated: expected at least {expected} bytes, got {got}")]
+    Truncated { expected: usize, got: usize },
+    #[error("snapshot is corrupt: checksum expected {expected:#018x}, got {got:#018x}")]
+    ChecksumMismatch { expected: u64, got: u64 },
+    #[error(
+        "snapshot was taken with {parameter} = {snapshot} but this filter has {parameter} = {configured}: \
+         restore with the settings it was taken with, or start this slice cold"
+    )]
+    ParameterMismatch { parameter: &'static str, snapshot: String, configured: String },
+    #[error("snapshot is malformed: {0}")]
+    Malformed(String),
+}
+
+/// Encodes a slice's complete state.
+pub fn encode(filter: &SlidingFilter) -> Vec<u8> {
+    let p = &filter.params;
+    let mut w = Vec::with_capacity(filter.memory_bytes() + 256);
+    w.extend_from_slice(&MAGIC);
+    w.extend_from_slice(&VERSION.to_le_bytes());
+    put_u64(&mut w, p.seed);
+    put_u64(&mut w, p.cells);
+    put_u32(&mut w, p.hashes);
+    w.push(p.timer_bits);
+    put_u64(&mut w, p.tick_ms);
+    put_u64(&mut w, p.window_ms);
+
+    w.push(u8::from(filter.clock_ms.is_some()));
+    put_u64(&mut w, filter.clock_ms.unwrap_or(0));
+
+    let c = &filter.counters;
+    for v in [
+        c.events,
+        c.distinct,
+        c.duplicates,
+        c.late_events,
+        c.generations_created,
+        c.generations_dropped,
+        c.saturated_inserts,
+    ] {
+        put_u64(&mut w, v);
+    }
+    put_u32(&mut w, c.generations_max);
+    put_u32(&mut w, c.equal_timer_counts.len() as u32);
+    for &v in &c.equal_timer_counts {
+        put_u64(&mut w, v);
+    }
+
+    put_u32(&mut w, filter.generations.len() as u32);
+    for g in &filter.generations {
+        w.push(g.level);
+        for v in [g.m, g.inserted, g.sweep_cursor, g.sweep_debt] {
+            put_u64(&mut w, v);
+        }
+        let cells = g.cells.to_le_bytes();
+        put_u64(&mut w, cells.len() as u64);
+        w.extend_from_slice(&cells);
+    }
+    let checksum = XxHash3_64::oneshot(&w);
+    put_u64(&mut w, checksum);
+    w
+}
+
+/// Restores a slice from `bytes`, checking it against the configured `params`.
+pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, SnapshotError> {
+    const HEADER: usize = 8 + 2;
+    if bytes.len() < HEADER + 8 {
+        return Err(SnapshotError::Truncated { expected: HEADER + 8, got: bytes.len() });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic { expected: MAGIC.to_vec(), got: bytes[..8].to_vec() });
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != VERSION {
+        return Err(SnapshotError::UnsupportedVersion { expected: VERSION, got: version });
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - 8);
+    let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
+    let computed = XxHash3_64::oneshot(body);
+    if stored != computed {
+        return Err(SnapshotError::ChecksumMismatch { expected: stored, got: computed });
+    }
+
+    let mut r = Reader { bytes: body, at: HEADER };
+    check(r.u64()?, params.seed, "seed")?;
+    check(r.u64()?, params.cells, "cells")?;
+    check(r.u32()?, params.hashes, "hashes")?;
+    check(r.u8()?, params.timer_bits, "timer_bits")?;
+    check(r.u64()?, params.tick_ms, "tick_ms")?;
+    check(r.u64()?, params.window_ms, "window_ms")?;
+
+    let has_clock = r.u8()? != 0;
+    let clock = r.u64()?;
+    let clock_ms = has_clock.then_some(clock);
+    let now = clock_ms.map(|c| Now::at(c / params.tick_ms, params));
+
+    let mut counters = FilterCounters {
+        events: r.u64()?,
+        distinct: r.u64()?,
+        duplicates: r.u64()?,
+        late_events: r.u64()?,
+        generations_created: r.u64()?,
+        generations_dropped: r.u64()?,
+        saturated_inserts: r.u64()?,
+        generations_max: r.u32()?,
+        equal_timer_counts: Vec::new(),
+    };
+    let n = r.u32()? as usize;
+    if n != params.hashes as usize + 1 {
+        return Err(SnapshotError::Malformed(format!("{n} equal-timer counts for k = {}", params.hashes)));
+    }
+    counters.equal_timer_counts = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+
+    let count = r.u32()? as usize;
+    if count == 0 || count > 64 {
+        return Err(SnapshotError::Malformed(format!("{count} generations (expected 1 to 64)")));
+    }
+    let mut generations = Vec::with_capacity(count);
+    for _ in 0..count {
+        let level = r.u8()?;
+        let (m, inserted, sweep_cursor, sweep_debt) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        if level > MAX_LEVEL || m < 2 || sweep_cursor >= m || sweep_debt >= u64::from(params.sweep_ticks) {
+            return Err(SnapshotError::Malformed(format!(
+                "generation level {level}, {m} cells, sweep at {sweep_cursor} owing {sweep_debt}"
+            )));
+        }
+        let len = r.u64()? as usize;
+        let raw = r.take(len)?;
+        let cells = CellArray::from_le_bytes(params.timer_bits, m as usize, raw).ok_or_else(|| {
+            SnapshotError::Malformed(format!("{len} bytes of cells for {m} cells of {} bits", params.timer_bits))
+        })?;
+        generations.push(Generation::restore(level, m, cells, inserted, sweep_cursor, sweep_debt, now, params));
+    }
+    if r.at != body.len() {
+        return Err(SnapshotError::Malformed(format!("{} unread bytes", body.len() - r.at)));
+    }
+    Ok(SlidingFilter { params: params.clone(), clock_ms, generations, counters })
+}
+
+fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
+    if snapshot == configured {
+        Ok(())
+    } else {
+        Err(SnapshotError::ParameterMismatch { parameter, snapshot: snapshot.to_string(), configured: configured.to_string() })
+    }
+}
+
+fn put_u64(w: &mut Vec<u8>, v: u64) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_u32(w: &mut Vec<u8>, v: u32) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        let Some(end) = end else {
+            return Err(SnapshotError::Malformed(format!("field at byte {} runs past the end", self.at)));
+        };
+        let out = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, SnapshotError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::hash::{DEFAULT_SEED, KeyHash};
+    use crate::filter::params::FilterSpec;
+
+    fn spec() -> FilterSpec {
+        FilterSpec { window_ms: 10_000, expected_keys: 500, ..FilterSpec::default() }
+    }
+
+    fn busy_filter() -> SlidingFilter {
+        let mut f = SlidingFilter::new(spec().resolve().unwrap());
+        for i in 0..3_000u64 {
+            f.observe(&KeyHash::of(DEFAULT_SEED, &(i % 1_700).to_le_bytes()), 1_000 + i * 5);
+        }
+        f
+    }
+
+    #[test]
+    fn round_trip_is_identical() {
+        let f = busy_filter();
+        assert!(f.generations().len() > 1);
+        let bytes = encode(&f);
+        assert_eq!(decode(&bytes, f.params()).unwrap(), f);
+        let empty = SlidingFilter::new(spec().resolve().unwrap());
+        assert_eq!(decode(&encode(&empty), empty.params()).unwrap(), empty);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read() {
+        let f = busy_filter();
+        let bytes = encode(&f);
+        let params = f.params();
+
+        let mut flipped = bytes.clone();
+        flipped[40] ^= 1;
+        assert!(matches!(decode(&flipped, params), Err(SnapshotError::ChecksumMismatch { .. })));
+
+        let mut magic = bytes.clone();
+        magic[0] = b'X';
+        assert!(matches!(decode(&magic, params), Err(SnapshotError::BadMagic { .. })));
+
+        let mut version = bytes.clone();
+        version[8] = 9;
+        let e = decode(&version, params).unwrap_err();
+        assert_eq!(e, SnapshotError::UnsupportedVersion { expected: 1, got: 9 });
+
+        assert!(matches!(decode(&bytes[..5], params), Err(SnapshotError::Truncated { .. })));
+        assert!(matches!(decode(&bytes[..bytes.len() - 1], params), Err(SnapshotError::ChecksumMismatch { .. })));
+
+        let other = FilterSpec { hashes: Some(5), ..spec() }.resolve().unwrap();
+        let e = decode(&bytes, &other).unwrap_err();
+        assert_eq!(
+            e,
+            SnapshotError::ParameterMismatch { parameter: "hashes", snapshot: "7".into(), configured: "5".into() }
+        );
+        assert!(e.to_string().contains("hashes = 7 but this filter has hashes = 5"));
+        let other = FilterSpec { timer_bits: 16, ..spec() }.resolve().unwrap();
+        assert!(matches!(decode(&bytes, &other), Err(SnapshotError::ParameterMismatch { parameter: "timer_bits", .. })));
+        let other = FilterSpec { seed: 7, ..spec() }.resolve().unwrap();
+        assert!(matches!(decode(&bytes, &other), Err(SnapshotError::ParameterMismatch { parameter: "seed", .. })));
+    }
+}

@@ -1,0 +1,50 @@
+//! Human-friendly units in settings and flags.
+
+/// Parses a duration such as `500ms`, `60s`, `10m`, `2h` or `1d` into
+/// milliseconds. A bare number is taken as milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let value: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration: expected a whole number and a unit, e.g. 500ms, 60s, 10m, 2h, 1d"))?;
+    let scale = match unit.trim() {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("`{text}` has an unknown unit `{other}`: use ms, s, m, h or d")),
+    };
+    value.checked_mul(scale).ok_or_else(|| format!("`{text}` is too long a duration"))
+}
+
+/// Formats milliseconds in the largest unit that divides them exactly.
+pub fn format_duration_ms(ms: u64) -> String {
+    for (scale, unit) in [(86_400_000, "d"), (3_600_000, "h"), (60_000, "m"), (1_000, "s")] {
+        if ms != 0 && ms % scale == 0 {
+            return format!("{}{unit}", ms / scale);
+        }
+    }
+    format!("{ms}ms")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("10m"), Ok(600_000));
+        assert_eq!(parse_duration_ms("60s"), Ok(60_000));
+        assert_eq!(parse_duration_ms("250ms"), Ok(250));
+        assert_eq!(parse_duration_ms("42"), Ok(42));
+        assert_eq!(parse_duration_ms("1d"), Ok(86_400_000));
+        assert!(parse_duration_ms("ten minutes").unwrap_err().contains("not a duration"));
+        assert!(parse_duration_ms("5y").unwrap_err().contains("unknown unit `y`"));
+        assert!(parse_duration_ms("99999999999999999999s").is_err());
+        assert_eq!(format_duration_ms(600_000), "10m");
+        assert_eq!(format_duration_ms(1_500), "1500ms");
+    }
+}
