@@ -1,1 +1,11 @@
+//! Measuring the filter: synthetic workloads, the exact oracle, and the
+//! accuracy experiments run by `dedupd bench accuracy`.
+//!
+//! - [`workload`]: deterministic uniform, Zipf and recurring streams.
+//! - [`oracle`]: exact sliding-window dedup and the confusion counts.
+//! - [`accuracy`]: the experiments (slicing, equal timers, growth under
+//!   bursts, undersized filters, timer widths) written as CSV and markdown.
 
+pub mod accuracy;
+pub mod oracle;
+pub mod workload;

@@ -1,0 +1,277 @@
+//! Records and what dedupd reads from them: the dedup key and the event time.
+//!
+//! Extraction never panics and never drops a record silently: anything it
+//! cannot read comes back as an [`InvalidRecord`] with a stable reason code
+//! (used in dead-letter headers and metric labels) and a human detail.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+/// One record as the engine sees it, whatever it came from (a line of
+/// stdin, a Kafka message).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordView<'a> {
+    /// The Kafka record key, if any.
+    pub key: Option<&'a [u8]>,
+    /// The payload (the line, without its line ending, in pipe mode).
+    pub payload: &'a [u8],
+    /// Kafka headers.
+    pub headers: &'a [(&'a str, &'a [u8])],
+    /// The record's own timestamp in epoch ms, if any.
+    pub timestamp_ms: Option<i64>,
+}
+
+/// Where the dedup key comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeySpec {
+    /// The whole payload (`line` in pipe mode, `payload` in the daemon).
+    Payload,
+    /// The Kafka record key.
+    RecordKey,
+    /// A field of a JSON payload, by JSON pointer (RFC 6901), e.g. `/click_id`.
+    Json(String),
+    /// A record header by name.
+    Header(String),
+}
+
+/// Where the event time comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TimeSpec {
+    /// The Kafka record timestamp.
+    RecordTimestamp,
+    /// The moment the record was read (pipe mode only: not deterministic).
+    Arrival,
+    /// A JSON field holding epoch milliseconds.
+    Json(String),
+}
+
+fn json_pointer(spec: &str, rest: &str) -> Result<String, String> {
+    if rest.is_empty() || rest.starts_with('/') {
+        Ok(rest.to_string())
+    } else {
+        Err(format!("`{spec}`: a JSON pointer starts with `/`, e.g. json:/id or json:/user/id"))
+    }
+}
+
+impl FromStr for KeySpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "line" | "payload" => Ok(KeySpec::Payload),
+            "record-key" => Ok(KeySpec::RecordKey),
+            _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(KeySpec::Json),
+            _ if s.starts_with("header:") && s.len() > 7 => Ok(KeySpec::Header(s[7..].to_string())),
+            _ => Err(format!("unknown key source `{s}`: expected line, payload, record-key, json:/pointer or header:NAME")),
+        }
+    }
+}
+
+impl FromStr for TimeSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "record-timestamp" => Ok(TimeSpec::RecordTimestamp),
+            "arrival" => Ok(TimeSpec::Arrival),
+            _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(TimeSpec::Json),
+            _ => Err(format!("unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer")),
+        }
+    }
+}
+
+/// Why a record could not be read. The codes are stable: they appear in
+/// dead-letter headers, stats and metric labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InvalidReason {
+    BadJson,
+    MissingKey,
+    EmptyKey,
+    MissingTime,
+    BadTime,
+    TooLarge,
+}
+
+impl InvalidReason {
+    pub const ALL: [InvalidReason; 6] = [
+        InvalidReason::BadJson,
+        InvalidReason::MissingKey,
+        InvalidReason::EmptyKey,
+        InvalidReason::MissingTime,
+        InvalidReason::BadTime,
+        InvalidReason::TooLarge,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidReason::BadJson => "bad_json",
+            InvalidReason::MissingKey => "missing_key",
+            InvalidReason::EmptyKey => "empty_key",
+            InvalidReason::MissingTime => "missing_time",
+            InvalidReason::BadTime => "bad_time",
+            InvalidReason::TooLarge => "too_large",
+        }
+    }
+}
+
+/// A record the engine could not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidRecord {
+    pub reason: InvalidReason,
+    pub detail: String,
+}
+
+impl fmt::Display for InvalidRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason.as_str(), self.detail)
+    }
+}
+
+fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
+    InvalidRecord { reason, detail: detail.into() }
+}
+
+/// The key and time of a readable record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Extracted<'a> {
+    pub key: Cow<'a, [u8]>,
+    pub time_ms: u64,
+}
+
+/// Reads keys and times as configured.
+#[derive(Clone, Debug)]
+pub struct Extractor {
+    pub key: KeySpec,
+    pub time: TimeSpec,
+    /// Payloads longer than this are refused as `too_large`.
+    pub max_record_bytes: usize,
+}
+
+impl Extractor {
+    /// Extracts the key and time of `record`; `arrival_ms` is used by
+    /// [`TimeSpec::Arrival`].
+    pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
+        if record.payload.len() > self.max_record_bytes {
+            return Err(invalid(
+                InvalidReason::TooLarge,
+                format!("{} bytes, the limit is {}", record.payload.len(), self.max_record_bytes),
+            ));
+        }
+        let needs_json = matches!(self.key, KeySpec::Json(_)) || matches!(self.time, TimeSpec::Json(_));
+        let json = if needs_json {
+            let v: Value = serde_json::from_slice(record.payload)
+                .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))?;
+            Some(v)
+        } else {
+            None
+        };
+
+        let key: Cow<'a, [u8]> = match &self.key {
+            KeySpec::Payload => Cow::Borrowed(record.payload),
+            KeySpec::RecordKey => {
+                Cow::Borrowed(record.key.ok_or_else(|| invalid(InvalidReason::MissingKey, "the record has no key"))?)
+            }
+            KeySpec::Header(name) => Cow::Borrowed(
+                record
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| *v)
+                    .ok_or_else(|| invalid(InvalidReason::MissingKey, format!("no header `{name}`")))?,
+            ),
+            KeySpec::Json(pointer) => {
+                let v = json.as_ref().and_then(|j| j.pointer(pointer));
+                match v {
+                    None | Some(Value::Null) => {
+                        return Err(invalid(InvalidReason::MissingKey, format!("no value at JSON pointer `{pointer}`")));
+                    }
+                    Some(Value::String(s)) => Cow::Owned(s.as_bytes().to_vec()),
+                    // Numbers, booleans, arrays and objects: their compact JSON text.
+                    Some(other) => Cow::Owned(other.to_string().into_bytes()),
+                }
+            }
+        };
+        if key.is_empty() {
+            return Err(invalid(InvalidReason::EmptyKey, "the key is empty"));
+        }
+
+        let time_ms = match &self.time {
+            TimeSpec::Arrival => arrival_ms,
+            TimeSpec::RecordTimestamp => match record.timestamp_ms {
+                Some(t) if t >= 0 => t as u64,
+                Some(t) => return Err(invalid(InvalidReason::BadTime, format!("negative record timestamp {t}"))),
+                None => return Err(invalid(InvalidReason::MissingTime, "the record has no timestamp")),
+            },
+            TimeSpec::Json(pointer) => match json.as_ref().and_then(|j| j.pointer(pointer)) {
+                None | Some(Value::Null) => {
+                    return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
+                }
+                Some(v) => epoch_ms(v).ok_or_else(|| {
+                    invalid(InvalidReason::BadTime, format!("`{v}` at `{pointer}` is not epoch milliseconds"))
+                })?,
+            },
+        };
+        Ok(Extracted { key, time_ms })
+    }
+}
+
+/// Epoch milliseconds from a JSON number (fractions are truncated) or a
+/// string of digits.
+fn epoch_ms(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_extractor() -> Extractor {
+        Extractor { key: "json:/id".parse().unwrap(), time: "json:/ts".parse().unwrap(), max_record_bytes: 100 }
+    }
+
+    fn extract(payload: &str) -> Result<(Vec<u8>, u64), InvalidReason> {
+        let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
+        json_extractor().extract(&rec, 0).map(|e| (e.key.into_owned(), e.time_ms)).map_err(|e| e.reason)
+    }
+
+    #[test]
+    fn json_keys_and_times() {
+        assert_eq!(extract(r#"{"id":"a b","ts":12}"#), Ok((b"a b".to_vec(), 12)));
+        assert_eq!(extract(r#"{"id":42,"ts":12.9}"#), Ok((b"42".to_vec(), 12)));
+        assert_eq!(extract(r#"{"id":{"x":1},"ts":"77"}"#), Ok((br#"{"x":1}"#.to_vec(), 77)));
+        assert_eq!(extract(r#"{"id":"\u00e9","ts":1}"#), Ok(("é".as_bytes().to_vec(), 1)));
+    }
+
+    #[test]
+    fn unreadable_records_say_why() {
+        assert_eq!(extract("not json"), Err(InvalidReason::BadJson));
+        assert_eq!(extract(""), Err(InvalidReason::BadJson));
+        assert_eq!(extract(r#"{"ts":1}"#), Err(InvalidReason::MissingKey));
+        assert_eq!(extract(r#"{"id":null,"ts":1}"#), Err(InvalidReason::MissingKey));
+        assert_eq!(extract(r#"{"id":"","ts":1}"#), Err(InvalidReason::EmptyKey));
+        assert_eq!(extract(r#"{"id":"a"}"#), Err(InvalidReason::MissingTime));
+        assert_eq!(extract(r#"{"id":"a","ts":-5}"#), Err(InvalidReason::BadTime));
+        assert_eq!(extract(r#"{"id":"a","ts":"soon"}"#), Err(InvalidReason::BadTime));
+        assert_eq!(extract(&format!(r#"{{"id":"{}","ts":1}}"#, "x".repeat(200))), Err(InvalidReason::TooLarge));
+    }
+
+    #[test]
+    fn other_sources() {
+        let headers = [("click", &b"c-1"[..])];
+        let rec = RecordView { key: Some(b"k"), payload: b"p", headers: &headers, timestamp_ms: Some(5) };
+        let ex = |key: &str, time: &str| {
+            Extractor { key: key.parse().unwrap(), time: time.parse().unwrap(), max_record_bytes: 10 }.extract(&rec, 99)
+        };
+        assert_eq!(ex("record-key", "record-timestamp").unwrap(), Extracted { key: Cow::Borrowed(b"k"), time_ms: 5 });
+        assert_eq!(ex("line", "arrival").unwrap().time_ms, 99);
+        assert_eq!(ex("header:click", "arrival").unwrap().key.as_ref(), b"c-1");
+        assert_eq!(ex("header:other", "arrival").unwrap_err().reason, InvalidReason::MissingKey);
+        assert!("json:id".parse::<KeySpec>().unwrap_err().contains("starts with `/`"));
+        assert!("lines".parse::<KeySpec>().is_err());
+    }
+}
