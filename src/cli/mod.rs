@@ -1,1 +1,42 @@
+//! The `dedupd` command line. `main.rs` only calls [`main`].
+//!
+//! - `dedupd filter`: the engine over newline-delimited records on stdin.
+//! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 
+pub mod filter;
+
+use clap::{Parser, Subcommand};
+
+/// Removes duplicate events from streams with sliding-window timer Bloom filters.
+#[derive(Debug, Parser)]
+#[command(name = "dedupd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Deduplicate newline-delimited records from stdin; distinct records go
+    /// to stdout, unchanged and in input order.
+    Filter(filter::FilterArgs),
+    /// Measurements.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Accuracy against an exact oracle on synthetic streams; writes CSV and
+    /// a markdown report.
+    Accuracy(crate::bench::accuracy::AccuracyArgs),
+}
+
+/// Parses the command line and runs it; the error is printed by `main`.
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Filter(args) => filter::run(args),
+        Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
+    }
+}
