@@ -6,9 +6,9 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
-    let value: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration: expected a whole number and a unit, e.g. 500ms, 60s, 10m, 2h, 1d"))?;
+    let value: u64 = digits.parse().map_err(|_| {
+        format!("`{text}` is not a duration: expected a whole number and a unit, e.g. 500ms, 60s, 10m, 2h, 1d")
+    })?;
     let scale = match unit.trim() {
         "" | "ms" => 1,
         "s" => 1_000,

@@ -150,6 +150,32 @@ impl Iterator for Stream {
     }
 }
 
+/// A headline-like text key for id `id`: 4 to 9 words from a fixed
+/// vocabulary, deterministic per id (the same id always gives the same text,
+/// different ids almost always differ).
+pub fn headline(id: u64) -> String {
+    const WORDS: [&str; 64] = [
+        "market", "storm", "election", "league", "river", "council", "record", "study", "city", "late", "court",
+        "energy", "price", "school", "union", "film", "season", "police", "bank", "health", "report", "winter",
+        "trade", "border", "festival", "crash", "vote", "talks", "fire", "budget", "station", "rally", "launch",
+        "deal", "strike", "museum", "coach", "farm", "plan", "warns", "rises", "falls", "opens", "closes", "wins",
+        "loses", "new", "old", "first", "final", "north", "south", "east", "west", "local", "global", "after",
+        "before", "over", "under", "amid", "despite", "cup", "data",
+    ];
+    let mut rng = Rng::new(id.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ 0x5EED);
+    let n = 4 + rng.below(6);
+    let mut s = String::with_capacity(64);
+    for i in 0..n {
+        if i > 0 {
+            s.push(' ');
+        }
+        s.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+    }
+    // Disambiguate the rare collisions of short word sequences.
+    s.push_str(&format!(" #{}", id % 997));
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,268 @@
-//! `dedupd filter` (work in progress).
+//! `dedupd filter`: the engine over newline-delimited records on stdin.
+//!
+//! Distinct records go to stdout byte for byte, in input order. Duplicates
+//! can go to a file; records that cannot be read are never dropped silently:
+//! they are counted by reason and written to `--invalid FILE` (raw) or
+//! reported on stderr with their line number. Stats go to `--stats-json`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::engine::{Deduplicator, Extractor, InvalidReason, KeySpec, Outcome, RecordView, TimeSpec};
+use crate::filter::{FilterSpec, Growth, ParamError, SlicedFilter};
+use crate::units::parse_duration_ms;
+
+/// Records per batch: large enough to amortise per-batch work, small enough
+/// to keep output flowing.
+const BATCH: usize = 4096;
+
 #[derive(Debug, clap::Args)]
-pub struct FilterArgs {}
-pub fn run(_args: FilterArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet")
+pub struct FilterArgs {
+    /// Where the dedup key comes from: `line` (the whole line) or
+    /// `json:/pointer` (a field of a JSON line).
+    #[arg(long, default_value = "line")]
+    pub key: KeySpec,
+    /// Where the event time comes from: `arrival` (the clock when read) or
+    /// `json:/pointer` (epoch milliseconds in the record).
+    #[arg(long, default_value = "arrival")]
+    pub time: TimeSpec,
+    /// Sliding window: a key is a duplicate while its delivered copy is
+    /// younger than this (e.g. 500ms, 60s, 10m, 2h).
+    #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
+    pub window: u64,
+    /// Target false-positive rate (distinct records wrongly dropped).
+    #[arg(long, default_value_t = 0.01)]
+    pub fpr: f64,
+    /// Distinct keys expected per window, all slices together (sizes the filter;
+    /// growth covers underestimates).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub expected: u64,
+    /// Equal-timers threshold k': a duplicate also needs k' of its cells to hold
+    /// the same time. 0 turns it off.
+    #[arg(long, default_value_t = 0)]
+    pub equal_timers: u32,
+    /// When a slice adds a generation: density, cardinality or none.
+    #[arg(long, default_value = "density")]
+    pub growth: Growth,
+    /// Number of slices S (keys are spread by hash).
+    #[arg(long, default_value_t = 1)]
+    pub slices: u32,
+    /// Bits per timer cell (4 to 32): narrower cells use less memory and a
+    /// coarser tick.
+    #[arg(long, default_value_t = 8)]
+    pub timer_bits: u8,
+    /// Timer resolution (e.g. 100ms); default: the finest the timer width allows.
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub tick: Option<u64>,
+    /// Most generations a slice may hold; at the cap the newest keeps
+    /// filling and its false-positive rate rises above the target.
+    #[arg(long, default_value_t = 12)]
+    pub max_generations: u32,
+    /// Records longer than this many bytes are invalid (`too_large`).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_record_bytes: usize,
+    /// Write duplicate records to this file.
+    #[arg(long)]
+    pub duplicates: Option<PathBuf>,
+    /// Write unreadable records (raw) to this file instead of reporting each on stderr.
+    #[arg(long)]
+    pub invalid: Option<PathBuf>,
+    /// Write run statistics as JSON to this file.
+    #[arg(long)]
+    pub stats_json: Option<PathBuf>,
+}
+
+impl FilterArgs {
+    /// The filter settings, validated; errors name the flag, value and rule.
+    pub fn filter_spec(&self) -> FilterSpec {
+        FilterSpec {
+            window_ms: self.window,
+            fpr: self.fpr,
+            expected_keys: self.expected,
+            equal_timers: self.equal_timers,
+            growth: self.growth,
+            slices: self.slices,
+            timer_bits: self.timer_bits,
+            tick_ms: self.tick,
+            max_generations: self.max_generations,
+            ..FilterSpec::default()
+        }
+    }
+}
+
+/// Names a [`ParamError`] by its flag.
+fn flag_error(e: ParamError) -> anyhow::Error {
+    anyhow::anyhow!("invalid --{} {}: {}", e.setting.replace('_', "-"), e.value, e.rule)
+}
+
+/// The stats JSON.
+#[derive(Debug, Serialize)]
+pub struct FilterStats {
+    pub records: u64,
+    pub distinct: u64,
+    pub duplicates: u64,
+    pub invalid: u64,
+    pub invalid_by_reason: BTreeMap<&'static str, u64>,
+    pub late_records: u64,
+    pub memory_bytes: u64,
+    pub generations_max: u32,
+    pub generations_live: u64,
+    pub generations_created: u64,
+    pub generations_dropped: u64,
+    pub saturated_inserts: u64,
+    pub estimated_fpr: f64,
+    /// Duplicates by their largest group of equal timers (index = group size).
+    pub equal_timer_counts: Vec<u64>,
+    pub slices: u32,
+    pub cells_per_slice: u64,
+    pub hashes: u32,
+    pub timer_bits: u8,
+    pub tick_ms: u64,
+    pub window_ms: u64,
+    pub elapsed_seconds: f64,
+    pub records_per_second: f64,
+}
+
+pub fn run(args: FilterArgs) -> anyhow::Result<()> {
+    let spec = args.filter_spec();
+    let filter = SlicedFilter::new(&spec).map_err(flag_error)?;
+    if args.max_record_bytes == 0 {
+        anyhow::bail!("invalid --max-record-bytes 0: must be at least 1");
+    }
+    let extractor =
+        Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
+    let mut dedup = Deduplicator::new(filter, extractor);
+
+    let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
+        let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
+        Ok(BufWriter::with_capacity(1 << 16, f))
+    };
+    let mut duplicates = args.duplicates.as_ref().map(|p| create(p, "duplicates")).transpose()?;
+    let mut invalid_out = args.invalid.as_ref().map(|p| create(p, "invalid")).transpose()?;
+    let stdout = io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let stdin = io::stdin();
+    let mut input = BufReader::with_capacity(1 << 20, stdin.lock());
+    let mut stderr = io::stderr().lock();
+
+    let started = Instant::now();
+    let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut ends: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut outcomes = Vec::with_capacity(BATCH);
+    let mut invalid_by_reason: BTreeMap<&'static str, u64> =
+        InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
+    let (mut records, mut line_no) = (0u64, 0u64);
+
+    let result: io::Result<()> = (|| {
+        loop {
+            // Read up to BATCH lines into one buffer.
+            buf.clear();
+            ends.clear();
+            while ends.len() < BATCH {
+                let n = input.read_until(b'\n', &mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                ends.push(buf.len());
+            }
+            if ends.is_empty() {
+                return Ok(());
+            }
+            let arrival = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+            let mut views = Vec::with_capacity(ends.len());
+            let mut start = 0;
+            for &end in &ends {
+                views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
+                start = end;
+            }
+            dedup.process_batch(&views, arrival, &mut outcomes);
+
+            let mut start = 0;
+            for (&end, outcome) in ends.iter().zip(&outcomes) {
+                let line = &buf[start..end];
+                start = end;
+                line_no += 1;
+                records += 1;
+                match outcome {
+                    Outcome::Distinct => out.write_all(line)?,
+                    Outcome::Duplicate { .. } => {
+                        if let Some(d) = duplicates.as_mut() {
+                            d.write_all(line)?;
+                        }
+                    }
+                    Outcome::Invalid(why) => {
+                        *invalid_by_reason.entry(why.reason.as_str()).or_default() += 1;
+                        match invalid_out.as_mut() {
+                            Some(f) => f.write_all(line)?,
+                            None => writeln!(stderr, "dedupd: invalid record at line {line_no}: {why}")?,
+                        }
+                    }
+                }
+            }
+        }
+    })();
+    match result {
+        // A closed stdout (e.g. `| head`) ends the run quietly, like other filters.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other.context("reading stdin or writing the output")?,
+    }
+    for w in [duplicates.as_mut(), invalid_out.as_mut()].into_iter().flatten() {
+        w.flush().context("writing the duplicates or invalid file")?;
+    }
+    match out.flush() {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other.context("writing stdout")?,
+    }
+
+    let elapsed = started.elapsed().as_secs_f64();
+    let invalid: u64 = invalid_by_reason.values().sum();
+    if invalid > 0 && args.invalid.is_some() {
+        let reasons: Vec<String> =
+            invalid_by_reason.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{r} {n}")).collect();
+        eprintln!("dedupd: {invalid} invalid records written to the invalid file ({})", reasons.join(", "));
+    }
+    if let Some(path) = &args.stats_json {
+        let f = dedup.filter();
+        let s = f.stats();
+        let p = f.params();
+        let stats = FilterStats {
+            records,
+            distinct: s.distinct,
+            duplicates: s.duplicates,
+            invalid,
+            invalid_by_reason,
+            late_records: s.late_events,
+            memory_bytes: s.memory_bytes,
+            generations_max: s.generations_max,
+            generations_live: s.generations_live,
+            generations_created: s.generations_created,
+            generations_dropped: s.generations_dropped,
+            saturated_inserts: s.saturated_inserts,
+            estimated_fpr: s.estimated_fpr,
+            equal_timer_counts: s.equal_timer_counts,
+            slices: args.slices,
+            cells_per_slice: p.cells,
+            hashes: p.hashes,
+            timer_bits: p.timer_bits,
+            tick_ms: p.tick_ms,
+            window_ms: p.window_ms,
+            elapsed_seconds: elapsed,
+            records_per_second: if elapsed > 0.0 { records as f64 / elapsed } else { 0.0 },
+        };
+        let json = serde_json::to_vec_pretty(&stats).expect("stats serialise");
+        std::fs::write(path, json).with_context(|| format!("cannot write the stats file {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The record without its `\n` or `\r\n`.
+fn strip_line_ending(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
 }

@@ -69,10 +69,12 @@ mod tests {
     #[test]
     fn outcomes_in_input_order() {
         let spec = FilterSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..FilterSpec::default() };
-        let extractor = Extractor { key: "json:/k".parse().unwrap(), time: "json:/t".parse().unwrap(), max_record_bytes: 1 << 20 };
+        let extractor =
+            Extractor { key: "json:/k".parse().unwrap(), time: "json:/t".parse().unwrap(), max_record_bytes: 1 << 20 };
         let mut d = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), extractor);
         let lines = [r#"{"k":"a","t":1}"#, "oops", r#"{"k":"b","t":2}"#, r#"{"k":"a","t":3}"#, r#"{"k":"a","t":2000}"#];
-        let recs: Vec<RecordView> = lines.iter().map(|l| RecordView { payload: l.as_bytes(), ..Default::default() }).collect();
+        let recs: Vec<RecordView> =
+            lines.iter().map(|l| RecordView { payload: l.as_bytes(), ..Default::default() }).collect();
         let mut out = Vec::new();
         d.process_batch(&recs, 0, &mut out);
         assert_eq!(out[0], Outcome::Distinct);

@@ -64,7 +64,9 @@ impl FromStr for KeySpec {
             "record-key" => Ok(KeySpec::RecordKey),
             _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(KeySpec::Json),
             _ if s.starts_with("header:") && s.len() > 7 => Ok(KeySpec::Header(s[7..].to_string())),
-            _ => Err(format!("unknown key source `{s}`: expected line, payload, record-key, json:/pointer or header:NAME")),
+            _ => Err(format!(
+                "unknown key source `{s}`: expected line, payload, record-key, json:/pointer or header:NAME"
+            )),
         }
     }
 }
@@ -184,7 +186,10 @@ impl Extractor {
                 let v = json.as_ref().and_then(|j| j.pointer(pointer));
                 match v {
                     None | Some(Value::Null) => {
-                        return Err(invalid(InvalidReason::MissingKey, format!("no value at JSON pointer `{pointer}`")));
+                        return Err(invalid(
+                            InvalidReason::MissingKey,
+                            format!("no value at JSON pointer `{pointer}`"),
+                        ));
                     }
                     Some(Value::String(s)) => Cow::Owned(s.as_bytes().to_vec()),
                     // Numbers, booleans, arrays and objects: their compact JSON text.
@@ -220,7 +225,9 @@ impl Extractor {
 /// string of digits.
 fn epoch_ms(v: &Value) -> Option<u64> {
     match v {
-        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64)),
+        Value::Number(n) => {
+            n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
+        }
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }

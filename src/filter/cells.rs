@@ -136,9 +136,7 @@ impl CellArray {
             CellArray::Byte(c) => c.clone(),
             CellArray::Half(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
             CellArray::Word(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            CellArray::Packed(c) => {
-                c.bits.as_raw_slice().iter().flat_map(|v| v.to_le_bytes()).collect()
-            }
+            CellArray::Packed(c) => c.bits.as_raw_slice().iter().flat_map(|v| v.to_le_bytes()).collect(),
         }
     }
 

@@ -283,9 +283,15 @@ mod tests {
     use crate::filter::params::FilterSpec;
 
     fn params(bits: u8) -> FilterParams {
-        FilterSpec { window_ms: 10_000, expected_keys: 1000, timer_bits: bits, tick_ms: Some(1000), ..FilterSpec::default() }
-            .resolve()
-            .unwrap()
+        FilterSpec {
+            window_ms: 10_000,
+            expected_keys: 1000,
+            timer_bits: bits,
+            tick_ms: Some(1000),
+            ..FilterSpec::default()
+        }
+        .resolve()
+        .unwrap()
     }
 
     #[test]
@@ -311,7 +317,11 @@ mod tests {
             for t in start + 1..=start + w {
                 let now = Now::at(t, &p);
                 g.step(&now, p.sweep_ticks);
-                assert_eq!(g.probe(&key, p.hashes, &now), Probed { alive: p.hashes, equal: p.hashes }, "bits {bits} tick {t}");
+                assert_eq!(
+                    g.probe(&key, p.hashes, &now),
+                    Probed { alive: p.hashes, equal: p.hashes },
+                    "bits {bits} tick {t}"
+                );
                 assert_eq!(g.live_cells(), live);
             }
             // Run long past the period: the key must die at W+1 and never come back.

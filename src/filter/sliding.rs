@@ -265,7 +265,8 @@ mod tests {
 
     #[test]
     fn duplicates_inside_the_window_only() {
-        let mut f = filter(FilterSpec { window_ms: 1000, expected_keys: 100, tick_ms: Some(10), ..FilterSpec::default() });
+        let mut f =
+            filter(FilterSpec { window_ms: 1000, expected_keys: 100, tick_ms: Some(10), ..FilterSpec::default() });
         assert_eq!(f.observe(&key(1), 5_000), Verdict::Distinct);
         assert!(!f.observe(&key(1), 5_999).is_distinct());
         // One tick of slack at most: alive through 5000/10 + 100 ticks.

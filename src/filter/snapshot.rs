@@ -187,7 +187,11 @@ fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'stati
     if snapshot == configured {
         Ok(())
     } else {
-        Err(SnapshotError::ParameterMismatch { parameter, snapshot: snapshot.to_string(), configured: configured.to_string() })
+        Err(SnapshotError::ParameterMismatch {
+            parameter,
+            snapshot: snapshot.to_string(),
+            configured: configured.to_string(),
+        })
     }
 }
 
@@ -286,7 +290,10 @@ mod tests {
         );
         assert!(e.to_string().contains("hashes = 7 but this filter has hashes = 5"));
         let other = FilterSpec { timer_bits: 16, ..spec() }.resolve().unwrap();
-        assert!(matches!(decode(&bytes, &other), Err(SnapshotError::ParameterMismatch { parameter: "timer_bits", .. })));
+        assert!(matches!(
+            decode(&bytes, &other),
+            Err(SnapshotError::ParameterMismatch { parameter: "timer_bits", .. })
+        ));
         let other = FilterSpec { seed: 7, ..spec() }.resolve().unwrap();
         assert!(matches!(decode(&bytes, &other), Err(SnapshotError::ParameterMismatch { parameter: "seed", .. })));
     }

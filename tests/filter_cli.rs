@@ -1,0 +1,205 @@
+//! `dedupd filter` end to end: the real binary on a headline stream, checked
+//! against the exact oracle.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use dedupd::bench::oracle::{Confusion, ExactWindow};
+use dedupd::bench::workload::{KeyDist, RateProfile, Stream, headline};
+
+struct Run {
+    stdout: Vec<u8>,
+    stderr: String,
+    status: std::process::ExitStatus,
+}
+
+fn run_filter(args: &[&str], input: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .arg("filter")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start dedupd");
+    let mut stdin = child.stdin.take().unwrap();
+    let input = input.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    let out = child.wait_with_output().expect("dedupd runs");
+    writer.join().unwrap().unwrap();
+    Run { stdout: out.stdout, stderr: String::from_utf8_lossy(&out.stderr).into_owned(), status: out.status }
+}
+
+/// ~1000 events/s for `seconds`, ~45% of them new headlines and the rest
+/// copies after 100 ms to 90 s: ~27k distinct keys per 60 s window and
+/// ~55% duplicates, like a busy news feed.
+fn headline_stream(seconds: u64) -> Vec<(u64, String, u64)> {
+    let dist = KeyDist::Recurring { p_new: 0.415, min_gap_ms: 100, max_gap_ms: 90_000 };
+    Stream::new(2026, dist, RateProfile::steady(1000, 1000), seconds)
+        .enumerate()
+        .map(|(seq, (id, t))| (seq as u64, headline(id), 1_700_000_000_000 + t))
+        .collect()
+}
+
+fn jsonl(events: &[(u64, String, u64)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (seq, title, ts) in events {
+        writeln!(out, "{}", serde_json::json!({"seq": seq, "id": title, "ts": ts, "src": "feed"})).unwrap();
+    }
+    out
+}
+
+struct Measured {
+    confusion: Confusion,
+    dup_share: f64,
+    mean_in_window: f64,
+    stats: serde_json::Value,
+    outputs: usize,
+}
+
+/// Runs the held-out-style command on the headline stream, with `--expected`
+/// and `--growth` as given, and measures it against the oracle.
+fn measure_headlines(events: &[(u64, String, u64)], expected: &str, growth: &str) -> Measured {
+    let input = jsonl(events);
+    let dir = std::env::temp_dir().join(format!("dedupd-filter-{}-{expected}-{growth}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats_path = dir.join("stats.json");
+    let run = run_filter(
+        &[
+            "--key",
+            "json:/id",
+            "--time",
+            "json:/ts",
+            "--window",
+            "60s",
+            "--fpr",
+            "0.01",
+            "--expected",
+            expected,
+            "--growth",
+            growth,
+            "--stats-json",
+            stats_path.to_str().unwrap(),
+        ],
+        &input,
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+
+    // Output = input lines, unchanged, in order: a subsequence.
+    let input_lines: Vec<&[u8]> = input.split_inclusive(|&b| b == b'\n').collect();
+    let output_lines: Vec<&[u8]> = run.stdout.split_inclusive(|&b| b == b'\n').collect();
+    let mut delivered = HashSet::new();
+    let mut next = 0;
+    for line in &output_lines {
+        while next < input_lines.len() && input_lines[next] != *line {
+            next += 1;
+        }
+        assert!(next < input_lines.len(), "output line not in input order: {}", String::from_utf8_lossy(line));
+        delivered.insert(next as u64);
+        next += 1;
+    }
+
+    let mut oracle = ExactWindow::new(60_000);
+    let mut confusion = Confusion::default();
+    let mut in_window = Vec::new();
+    for (seq, title, ts) in events {
+        let truth = oracle.observe(title, *ts);
+        confusion.record(!delivered.contains(seq), truth);
+        if *seq % 1000 == 0 && *ts > 1_700_000_060_000 {
+            in_window.push(oracle.keys_in_window());
+        }
+    }
+    let dup_share = (confusion.true_duplicates + confusion.false_distinct) as f64 / confusion.events() as f64;
+    let mean_in_window = in_window.iter().sum::<usize>() as f64 / in_window.len() as f64;
+    let stats = serde_json::from_slice(&std::fs::read(&stats_path).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    eprintln!(
+        "headlines, --expected {expected} --growth {growth}: {} events, {dup_share:.3} duplicates, \
+         {mean_in_window:.0} keys per window, FPR {:.5}, FNR {:.5}, {confusion:?}",
+        events.len(),
+        confusion.fpr(),
+        confusion.fnr()
+    );
+    Measured { confusion, dup_share, mean_in_window, stats, outputs: output_lines.len() }
+}
+
+#[test]
+fn headline_stream_meets_the_accuracy_targets() {
+    let events = headline_stream(300);
+    let m = measure_headlines(&events, "27000", "density");
+    assert!((0.5..0.6).contains(&m.dup_share), "the stream should have ~55% duplicates, has {}", m.dup_share);
+    assert!((24_000.0..30_000.0).contains(&m.mean_in_window), "~27k keys per window, has {}", m.mean_in_window);
+    assert!(m.confusion.fpr() <= 0.02, "FPR {} > 0.02 ({:?})", m.confusion.fpr(), m.confusion);
+    assert!(m.confusion.fnr() <= 0.01, "FNR {} > 0.01 ({:?})", m.confusion.fnr(), m.confusion);
+    for field in ["records", "distinct", "duplicates", "invalid", "memory_bytes", "generations_max", "estimated_fpr"] {
+        assert!(m.stats.get(field).is_some(), "stats JSON lacks {field}");
+    }
+    assert_eq!(m.stats["records"], events.len() as u64);
+    assert_eq!(m.stats["distinct"], m.outputs as u64);
+    assert_eq!(m.stats["invalid"], 0);
+}
+
+#[test]
+fn growth_covers_a_tenfold_underestimate() {
+    let events = headline_stream(240);
+    let grown = measure_headlines(&events, "2700", "density");
+    let fixed = measure_headlines(&events, "2700", "none");
+    assert!(grown.confusion.fpr() <= 0.03, "with growth: FPR {} > 0.03", grown.confusion.fpr());
+    assert!(grown.stats["generations_max"].as_u64().unwrap() > 1);
+    assert!(fixed.confusion.fpr() > 0.2, "a fixed filter 10x too small should degrade, FPR {}", fixed.confusion.fpr());
+    assert_eq!(fixed.stats["generations_max"], 1);
+}
+
+#[test]
+fn unreadable_records_are_reported_not_dropped() {
+    let input = b"{\"id\":\"a\",\"ts\":1}\nnot json\n{\"ts\":2}\n{\"id\":\"\",\"ts\":3}\n{\"id\":\"a\",\"ts\":4}\r\n{\"id\":\"b\",\"ts\":\"x\"}\n{\"id\":\"c\",\"ts\":5}";
+    let dir = std::env::temp_dir().join(format!("dedupd-invalid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (dups, stats) = (dir.join("dups"), dir.join("stats.json"));
+    let args = ["--key", "json:/id", "--time", "json:/ts", "--window", "1m", "--expected", "100"];
+    let extra = ["--duplicates", dups.to_str().unwrap(), "--stats-json", stats.to_str().unwrap()];
+    let run = run_filter(&[&args[..], &extra[..]].concat(), input);
+    assert!(run.status.success());
+    // The last line has no newline and stays that way.
+    assert_eq!(run.stdout, b"{\"id\":\"a\",\"ts\":1}\n{\"id\":\"c\",\"ts\":5}");
+    assert_eq!(std::fs::read(&dups).unwrap(), b"{\"id\":\"a\",\"ts\":4}\r\n");
+    for expected in ["line 2: bad_json", "line 3: missing_key", "line 4: empty_key", "line 6: bad_time"] {
+        assert!(run.stderr.contains(expected), "stderr lacks `{expected}`:\n{}", run.stderr);
+    }
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!((s["records"].as_u64(), s["distinct"].as_u64(), s["duplicates"].as_u64()), (Some(7), Some(2), Some(1)));
+    assert_eq!(s["invalid"], 4);
+    assert_eq!(s["invalid_by_reason"]["bad_json"], 1);
+
+    // With --invalid FILE the raw lines go there.
+    let invalid = dir.join("invalid");
+    let run = run_filter(&[&args[..], &["--invalid", invalid.to_str().unwrap()][..]].concat(), input);
+    assert!(run.status.success());
+    assert_eq!(
+        std::fs::read(&invalid).unwrap(),
+        b"not json\n{\"ts\":2}\n{\"id\":\"\",\"ts\":3}\n{\"id\":\"b\",\"ts\":\"x\"}\n"
+    );
+    assert!(run.stderr.contains("4 invalid records"), "{}", run.stderr);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn line_keys_and_invalid_settings() {
+    let run = run_filter(&["--window", "1h", "--expected", "10"], b"x\ny\nx\r\nz\ny\n");
+    assert!(run.status.success());
+    assert_eq!(run.stdout, b"x\ny\nz\n");
+
+    for (args, needle) in [
+        (&["--fpr", "0"][..], "invalid --fpr 0: must be greater than 0 and less than 1"),
+        (&["--equal-timers", "9", "--expected", "100"][..], "invalid --equal-timers 9"),
+        (&["--timer-bits", "40"][..], "invalid --timer-bits 40: must be between 4 and 32"),
+        (&["--window", "10 minutes"][..], "unknown unit `minutes`"),
+        (&["--key", "json:id"][..], "starts with `/`"),
+        (&["--growth", "fast"][..], "expected density, cardinality or none"),
+    ] {
+        let run = run_filter(args, b"");
+        assert!(!run.status.success(), "{args:?} should fail");
+        assert!(run.stderr.contains(needle), "{args:?}: stderr lacks `{needle}`:\n{}", run.stderr);
+    }
+}
