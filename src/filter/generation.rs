@@ -64,6 +64,16 @@ pub(crate) struct Probed {
     pub equal: u32,
 }
 
+/// The fields of a generation that a snapshot stores.
+pub(crate) struct StoredGeneration {
+    pub level: u8,
+    pub m: u64,
+    pub cells: CellArray,
+    pub inserted: u64,
+    pub sweep_cursor: u64,
+    pub sweep_debt: u64,
+}
+
 /// One generation of a slice's filter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generation {
@@ -91,21 +101,14 @@ impl Generation {
     pub(crate) fn new(level: u8, params: &FilterParams) -> Self {
         let m = params.level_cells(level);
         let cells = CellArray::new(params.timer_bits, m as usize);
-        Generation::restore(level, m, cells, 0, 0, 0, None, params)
+        let stored = StoredGeneration { level, m, cells, inserted: 0, sweep_cursor: 0, sweep_debt: 0 };
+        Generation::restore(stored, None, params)
     }
 
-    /// Rebuilds a generation from snapshot fields; the histogram and live
+    /// Rebuilds a generation from its stored fields; the histogram and live
     /// count are derived from the cells, so they cannot disagree with them.
-    pub(crate) fn restore(
-        level: u8,
-        m: u64,
-        cells: CellArray,
-        inserted: u64,
-        sweep_cursor: u64,
-        sweep_debt: u64,
-        now: Option<Now>,
-        params: &FilterParams,
-    ) -> Self {
+    pub(crate) fn restore(stored: StoredGeneration, now: Option<Now>, params: &FilterParams) -> Self {
+        let StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt } = stored;
         let p = params.level_fpr(level);
         let mut g = Generation {
             level,

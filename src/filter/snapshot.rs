@@ -26,7 +26,7 @@
 use twox_hash::XxHash3_64;
 
 use super::cells::CellArray;
-use super::generation::{Generation, Now};
+use super::generation::{Generation, Now, StoredGeneration};
 use super::params::{FilterParams, MAX_LEVEL};
 use super::sliding::{FilterCounters, SlidingFilter};
 
@@ -175,7 +175,8 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
         let cells = CellArray::from_le_bytes(params.timer_bits, m as usize, raw).ok_or_else(|| {
             SnapshotError::Malformed(format!("{len} bytes of cells for {m} cells of {} bits", params.timer_bits))
         })?;
-        generations.push(Generation::restore(level, m, cells, inserted, sweep_cursor, sweep_debt, now, params));
+        let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt };
+        generations.push(Generation::restore(stored, now, params));
     }
     if r.at != body.len() {
         return Err(SnapshotError::Malformed(format!("{} unread bytes", body.len() - r.at)));
