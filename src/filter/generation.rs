@@ -19,7 +19,7 @@ use super::params::{FilterParams, Growth};
 use super::sizing;
 
 /// The slice clock as the cells see it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Now {
     /// Absolute tick (`clock_ms / tick_ms`).
     pub tick: u64,

@@ -79,6 +79,11 @@ pub struct SlidingFilter {
     pub(crate) params: FilterParams,
     /// The slice clock: the largest event time seen, in ms.
     pub(crate) clock_ms: Option<u64>,
+    /// The clock in ticks, derived from `clock_ms` and cached: most events
+    /// fall in the current tick and need no division.
+    now: Now,
+    /// The first ms of the next tick.
+    next_tick_ms: u64,
     /// Oldest first; never empty.
     pub(crate) generations: Vec<Generation>,
     pub(crate) counters: FilterCounters,
@@ -92,7 +97,21 @@ impl SlidingFilter {
             equal_timer_counts: vec![0; params.hashes as usize + 1],
             ..FilterCounters::default()
         };
-        SlidingFilter { generations: vec![Generation::new(0, &params)], params, clock_ms: None, counters }
+        let first = Generation::new(0, &params);
+        SlidingFilter::from_parts(params, None, vec![first], counters)
+    }
+
+    /// Assembles a filter from its state (also used by snapshot restore).
+    pub(crate) fn from_parts(
+        params: FilterParams,
+        clock_ms: Option<u64>,
+        generations: Vec<Generation>,
+        counters: FilterCounters,
+    ) -> Self {
+        let tick = clock_ms.unwrap_or(0) / params.tick_ms;
+        let now = Now::at(tick, &params);
+        let next_tick_ms = (tick + 1).saturating_mul(params.tick_ms);
+        SlidingFilter { params, clock_ms, now, next_tick_ms, generations, counters }
     }
 
     pub fn params(&self) -> &FilterParams {
@@ -171,7 +190,12 @@ impl SlidingFilter {
     /// goes back: a late event is judged at the clock).
     pub fn advance(&mut self, time_ms: u64) {
         let Some(clock) = self.clock_ms else {
-            self.clock_ms = Some(time_ms);
+            *self = SlidingFilter::from_parts(
+                self.params.clone(),
+                Some(time_ms),
+                std::mem::take(&mut self.generations),
+                std::mem::take(&mut self.counters),
+            );
             return;
         };
         if time_ms <= clock {
@@ -181,7 +205,12 @@ impl SlidingFilter {
             return;
         }
         self.clock_ms = Some(time_ms);
-        let (from, to) = (clock / self.params.tick_ms, time_ms / self.params.tick_ms);
+        if time_ms < self.next_tick_ms {
+            return; // same tick
+        }
+        let (from, to) = (self.now.tick, time_ms / self.params.tick_ms);
+        self.now = Now::at(to, &self.params);
+        self.next_tick_ms = (to + 1).saturating_mul(self.params.tick_ms);
         if to - from > u64::from(self.params.window_ticks) {
             // Every cell is older than the window: skip the tick-by-tick work.
             for g in &mut self.generations {
@@ -195,13 +224,11 @@ impl SlidingFilter {
                 }
             }
         }
-        if to > from {
-            self.retire();
-        }
+        self.retire();
     }
 
     fn now(&self) -> Now {
-        Now::at(self.clock_ms.unwrap_or(0) / self.params.tick_ms, &self.params)
+        self.now
     }
 
     /// The newest generation that calls the key a duplicate, with its probe.

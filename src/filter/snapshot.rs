@@ -181,7 +181,7 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
     if r.at != body.len() {
         return Err(SnapshotError::Malformed(format!("{} unread bytes", body.len() - r.at)));
     }
-    Ok(SlidingFilter { params: params.clone(), clock_ms, generations, counters })
+    Ok(SlidingFilter::from_parts(params.clone(), clock_ms, generations, counters))
 }
 
 fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
