@@ -43,6 +43,10 @@ pub struct FilterArgs {
     /// growth covers underestimates).
     #[arg(long, default_value_t = 1_000_000)]
     pub expected: u64,
+    /// Extra capacity of the first generation, as a fraction of --expected, so
+    /// that normal fluctuations of the load do not start a second generation.
+    #[arg(long, default_value_t = 0.2)]
+    pub headroom: f64,
     /// Equal-timers threshold k': a duplicate also needs k' of its cells to hold
     /// the same time. 0 turns it off.
     #[arg(long, default_value_t = 0)]
@@ -85,6 +89,7 @@ impl FilterArgs {
             window_ms: self.window,
             fpr: self.fpr,
             expected_keys: self.expected,
+            headroom: self.headroom,
             equal_timers: self.equal_timers,
             growth: self.growth,
             slices: self.slices,

@@ -64,6 +64,10 @@ pub struct FilterSpec {
     pub fpr: f64,
     /// Distinct keys per window, all slices together.
     pub expected_keys: u64,
+    /// Extra capacity the first generation is sized for, as a fraction of
+    /// `expected_keys`: normal fluctuations of the load then stay inside one
+    /// generation instead of starting a second one. 0 sizes exactly.
+    pub headroom: f64,
     /// Equal-timers threshold k'; 0 or 1 turns the heuristic off.
     pub equal_timers: u32,
     pub growth: Growth,
@@ -94,6 +98,7 @@ impl Default for FilterSpec {
             window_ms: 600_000,
             fpr: 0.01,
             expected_keys: 1_000_000,
+            headroom: 0.2,
             equal_timers: 0,
             growth: Growth::Density,
             slices: 1,
@@ -162,6 +167,13 @@ impl FilterSpec {
         if self.expected_keys == 0 {
             return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
         }
+        if !(0.0..=10.0).contains(&self.headroom) {
+            return Err(ParamError::new(
+                "headroom",
+                self.headroom,
+                "must be between 0 and 10 (a fraction of expected)",
+            ));
+        }
         if self.slices == 0 || self.slices > 65_536 {
             return Err(ParamError::new("slices", self.slices, "must be between 1 and 65536"));
         }
@@ -178,7 +190,8 @@ impl FilterSpec {
             return Err(ParamError::new("tightening", self.tightening, "must be greater than 0 and at most 1"));
         }
 
-        let (derived_cells, derived_k) = sizing::optimal_cells_and_hashes(self.expected_keys, self.fpr);
+        let sized_for = (self.expected_keys as f64 * (1.0 + self.headroom)).ceil() as u64;
+        let (derived_cells, derived_k) = sizing::optimal_cells_and_hashes(sized_for, self.fpr);
         let total_cells = self.total_cells.unwrap_or(derived_cells);
         let hashes = self.hashes.unwrap_or(derived_k);
         if hashes == 0 || hashes > MAX_HASHES {
@@ -265,7 +278,17 @@ mod tests {
     use super::*;
 
     fn spec() -> FilterSpec {
-        FilterSpec { window_ms: 60_000, expected_keys: 27_000, ..FilterSpec::default() }
+        FilterSpec { window_ms: 60_000, expected_keys: 27_000, headroom: 0.0, ..FilterSpec::default() }
+    }
+
+    #[test]
+    fn headroom_adds_cells_not_hashes() {
+        let exact = spec().resolve().unwrap();
+        let roomy = FilterSpec { headroom: 0.2, ..spec() }.resolve().unwrap();
+        assert_eq!(roomy.hashes, exact.hashes);
+        let ratio = roomy.cells as f64 / exact.cells as f64;
+        assert!((1.19..1.21).contains(&ratio), "{ratio}");
+        assert_eq!(FilterSpec { headroom: -1.0, ..spec() }.resolve().unwrap_err().setting, "headroom");
     }
 
     #[test]

@@ -8,8 +8,11 @@
 //! dropped. Generation levels let a slice follow its load in both
 //! directions: level ℓ has `m·g^ℓ` cells and target `p·r^ℓ`, so under a
 //! sustained overload the sum of the generations' rates stays below
-//! `p/(1-r)` while capacity grows geometrically; when the load falls back, a
-//! lone oversized generation hands over to a fresh level-0 one and expires.
+//! `p/(1-r)` while capacity grows geometrically. A new generation takes the
+//! smallest level that holds the slice's live keys with headroom (so a
+//! steady load does not climb levels, even with cardinality growth whose
+//! counts never go down); when the load falls back, a lone oversized
+//! generation hands over to the smallest level that fits and expires.
 //! With `g = 1, r = 1` this is exactly the paper's scheme of equal generations.
 //!
 //! At the cap (`max_generations`) no generation is added: the newest keeps
@@ -169,7 +172,7 @@ impl SlidingFilter {
         }
         newest.insert(hash, k, &now);
         if !at_cap && newest.is_full(growth) {
-            let level = (newest.level + 1).min(MAX_LEVEL);
+            let level = self.level_for(self.live_keys() * HEADROOM);
             self.push_generation(level);
         }
         Verdict::Distinct
@@ -248,8 +251,23 @@ impl SlidingFilter {
         self.counters.generations_max = self.counters.generations_max.max(self.generations.len() as u32);
     }
 
-    /// Drops generations with no live cell and lets an oversized lone
-    /// generation hand over to a fresh level-0 one once the load fits there.
+    /// Keys the live cells of all generations stand for.
+    fn live_keys(&self) -> f64 {
+        self.generations.iter().map(|g| g.estimated_keys(self.params.hashes)).sum()
+    }
+
+    /// The smallest level whose generation holds `keys` at its target FPR
+    /// (the top level if none does).
+    fn level_for(&self, keys: f64) -> u8 {
+        let p = &self.params;
+        (0..MAX_LEVEL)
+            .find(|&l| sizing::cardinality_threshold(p.level_cells(l), p.hashes, p.level_fpr(l)) >= keys)
+            .unwrap_or(MAX_LEVEL)
+    }
+
+    /// Drops generations with no live cell, and lets a lone oversized
+    /// generation hand over to the smallest level that holds its load with a
+    /// margin (it then expires within a window).
     fn retire(&mut self) {
         let before = self.generations.len();
         let newest = before - 1;
@@ -263,18 +281,28 @@ impl SlidingFilter {
         if let [only] = self.generations.as_slice()
             && only.level > 0
         {
-            let k = self.params.hashes;
-            let base_capacity = sizing::cardinality_threshold(self.params.cells, k, self.params.fpr);
             if only.live_cells() == 0 {
                 self.generations.clear();
                 self.counters.generations_dropped += 1;
                 self.push_generation(0);
-            } else if only.estimated_keys(k) < base_capacity / 2.0 && self.params.max_generations > 1 {
-                self.push_generation(0);
+            } else if self.params.max_generations > 1 {
+                let fits = self.level_for(self.live_keys() * HANDOVER_MARGIN);
+                if self.params.level_cells(fits) < self.generations[0].cells() {
+                    self.push_generation(fits);
+                }
             }
         }
     }
 }
+
+/// A new generation (the newest is full) is sized for the live keys times
+/// this: room for a load that is still rising.
+const HEADROOM: f64 = 1.5;
+
+/// A lone oversized generation hands over to a smaller level that holds the
+/// live keys times this. Smaller than `HEADROOM`, and the gap between the two
+/// is the hysteresis that keeps a slice from handing over back and forth.
+const HANDOVER_MARGIN: f64 = 1.1;
 
 #[cfg(test)]
 mod tests {
