@@ -15,6 +15,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod filter;
 pub mod units;

@@ -1,0 +1,526 @@
+//! Daemon settings: defaults < `config/dedupd.toml` < environment
+//! (`DEDUPD__SECTION__KEY`), then validated at start-up. Every error names the
+//! setting, the value and the rule.
+//!
+//! The file documents every setting (`config/dedupd.toml`); the structs here
+//! are the single source of their names, defaults and rules.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::engine::{KeySpec, TimeSpec};
+use crate::filter::{FilterSpec, Growth};
+use crate::units::parse_duration_ms;
+
+/// A setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("invalid setting {setting} = {value}: {rule}")]
+    Invalid { setting: String, value: String, rule: String },
+    #[error("cannot read the settings: {0}")]
+    Load(String),
+}
+
+fn invalid(setting: &str, value: impl fmt::Display, rule: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { setting: setting.to_string(), value: value.to_string(), rule: rule.into() }
+}
+
+/// All settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub app: AppSettings,
+    pub kafka: KafkaSettings,
+    pub input: InputSettings,
+    pub filter: FilterSettings,
+    pub slicing: SlicingSettings,
+    pub output: OutputSettings,
+    pub checkpoint: CheckpointSettings,
+    pub admin: AdminSettings,
+    pub topics: TopicSettings,
+    pub shutdown: ShutdownSettings,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSettings {
+    /// Consumer group of the slice workers, and prefix of the internal topics.
+    pub id: String,
+}
+
+/// A scalar librdkafka setting as written in the file or the environment.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Scalar {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Text(String),
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scalar::Bool(b) => write!(f, "{b}"),
+            Scalar::Int(i) => write!(f, "{i}"),
+            Scalar::Float(x) => write!(f, "{x}"),
+            Scalar::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct KafkaSettings {
+    /// Bootstrap brokers, `host:port[,host:port…]`.
+    pub brokers: String,
+    /// Any other librdkafka setting (TLS, SASL, client tuning), passed through
+    /// to every client. In the environment write `_` for `.`:
+    /// `DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000` sets `session.timeout.ms`.
+    #[serde(flatten)]
+    pub client: BTreeMap<String, ClientValue>,
+}
+
+/// A pass-through value. The settings loader reads a quoted dotted key such
+/// as `"session.timeout.ms"` as nested tables, so nesting is folded back.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum ClientValue {
+    Scalar(Scalar),
+    Nested(BTreeMap<String, ClientValue>),
+}
+
+impl KafkaSettings {
+    /// The pass-through settings with librdkafka's dotted names.
+    pub fn client_settings(&self) -> Vec<(String, String)> {
+        fn walk(prefix: &str, map: &BTreeMap<String, ClientValue>, out: &mut Vec<(String, String)>) {
+            for (k, v) in map {
+                let name = if prefix.is_empty() { k.replace('_', ".") } else { format!("{prefix}.{}", k.replace('_', ".")) };
+                match v {
+                    ClientValue::Scalar(s) => out.push((name, s.to_string())),
+                    ClientValue::Nested(inner) => walk(&name, inner, out),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk("", &self.client, &mut out);
+        out
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSettings {
+    /// Topics to deduplicate.
+    pub topics: Vec<String>,
+    /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
+    pub key: String,
+    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
+    pub time: String,
+    /// Payloads larger than this go to the dead-letter topic (`too_large`).
+    pub max_record_bytes: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSettings {
+    /// `timer` (the sliding timer Bloom filter).
+    pub kind: String,
+    /// Sliding window, e.g. `10m`.
+    #[serde(deserialize_with = "duration_ms")]
+    pub window: u64,
+    /// Target false-positive rate.
+    pub fpr: f64,
+    /// Distinct keys per window, all slices together.
+    pub expected_keys: u64,
+    /// Extra capacity of a slice's first generation, as a fraction of expected_keys.
+    pub headroom: f64,
+    /// Equal-timers threshold k'; 0 turns it off.
+    pub equal_timers: u32,
+    /// `density`, `cardinality` or `none`.
+    pub growth: String,
+    /// Slices S: partitions of the slice topic, and of the output topic.
+    pub slices: u32,
+    /// Bits per timer cell, 4..=32.
+    pub timer_bits: u8,
+    /// Timer resolution; empty picks the finest the width allows.
+    #[serde(deserialize_with = "optional_duration_ms")]
+    pub tick: Option<u64>,
+    /// Most generations per slice.
+    pub max_generations: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlicingMode {
+    /// Input records are re-keyed into `<app.id>.slices` by the router.
+    Repartition,
+    /// One input topic already partitioned by the dedup key: slice = input partition.
+    InputPartitions,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlicingSettings {
+    /// `repartition` or `input-partitions`.
+    pub mode: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSettings {
+    /// Distinct records, partition = slice.
+    pub topic: String,
+    /// Duplicates, partition = slice; empty drops them (they are counted).
+    pub duplicates_topic: String,
+    /// Records that cannot be read, with the reason in headers.
+    pub dead_letter_topic: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorruptPolicy {
+    /// Log, count, and rebuild the slice from its retained log.
+    ColdStart,
+    /// Stop the daemon.
+    Fail,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSettings {
+    /// Compacted topic holding slice snapshots, partition = slice.
+    pub topic: String,
+    /// Snapshot each slice at least this often …
+    #[serde(deserialize_with = "duration_ms")]
+    pub interval: u64,
+    /// … or after this many records, whichever comes first (0: time only).
+    pub interval_records: u64,
+    /// Snapshot chunk size in bytes (under the broker's message size limit).
+    pub chunk_bytes: usize,
+    /// What a corrupt or incompatible snapshot does: `cold-start` or `fail`.
+    pub on_corrupt: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminSettings {
+    /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`, `/v1/slices`).
+    pub listen: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    /// Create the topics dedupd owns when they are missing.
+    pub auto_create: bool,
+    /// Replication factor of created topics.
+    pub replication_factor: i32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSettings {
+    /// Longest time a graceful shutdown may take before the daemon exits anyway.
+    #[serde(deserialize_with = "duration_ms")]
+    pub timeout: u64,
+}
+
+fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    parse_duration_ms(&text).map_err(serde::de::Error::custom)
+}
+
+fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }
+}
+
+/// The built-in defaults: the lowest layer.
+const DEFAULTS: &str = r#"
+[app]
+id = "dedupd"
+[kafka]
+brokers = "localhost:9092"
+[input]
+topics = ["clicks"]
+key = "record-key"
+time = "record-timestamp"
+max_record_bytes = 1048576
+[filter]
+kind = "timer"
+window = "10m"
+fpr = 0.01
+expected_keys = 1000000
+headroom = 0.2
+equal_timers = 0
+growth = "density"
+slices = 8
+timer_bits = 8
+tick = ""
+max_generations = 12
+[slicing]
+mode = "repartition"
+[output]
+topic = "clicks.distinct"
+duplicates_topic = ""
+dead_letter_topic = "clicks.dead-letter"
+[checkpoint]
+topic = "dedupd.checkpoints"
+interval = "30s"
+interval_records = 1000000
+chunk_bytes = 524288
+on_corrupt = "cold-start"
+[admin]
+listen = "127.0.0.1:9464"
+[topics]
+auto_create = true
+replication_factor = 1
+[shutdown]
+timeout = "30s"
+"#;
+
+/// Everything derived from valid settings, typed.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub settings: Settings,
+    pub key: KeySpec,
+    pub time: TimeSpec,
+    pub filter: FilterSpec,
+    pub slicing: SlicingMode,
+    pub on_corrupt: CorruptPolicy,
+    pub admin_listen: SocketAddr,
+}
+
+impl Resolved {
+    /// The topic the slice workers consume.
+    pub fn slice_topic(&self) -> String {
+        match self.slicing {
+            SlicingMode::Repartition => format!("{}.slices", self.settings.app.id),
+            SlicingMode::InputPartitions => self.settings.input.topics[0].clone(),
+        }
+    }
+}
+
+impl Settings {
+    /// Loads defaults < `file` (if given) < the environment, then validates.
+    pub fn load(file: Option<&Path>) -> Result<Resolved, ConfigError> {
+        Self::load_from(file, std::env::vars())
+    }
+
+    /// [`Settings::load`] with the environment given explicitly (for tests).
+    pub fn load_from(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Resolved, ConfigError> {
+        let mut builder = config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::Load(format!("the settings file {} does not exist", path.display())));
+            }
+            builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
+        }
+        let env: config::Map<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with("DEDUPD__")).collect();
+        builder = builder.add_source(
+            config::Environment::with_prefix("DEDUPD")
+                .prefix_separator("__")
+                .separator("__")
+                .list_separator(",")
+                .with_list_parse_key("input.topics")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw = builder.build().map_err(|e| ConfigError::Load(e.to_string()))?;
+        let settings: Settings = raw.try_deserialize().map_err(|e| ConfigError::Load(e.to_string()))?;
+        settings.validate()
+    }
+
+    /// Checks every rule and derives the typed settings.
+    pub fn validate(self) -> Result<Resolved, ConfigError> {
+        let s = &self;
+        let topic_name = |setting: &str, name: &str, optional: bool| -> Result<(), ConfigError> {
+            if name.is_empty() && optional {
+                return Ok(());
+            }
+            let legal = !name.is_empty()
+                && name.len() <= 249
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                && name != "."
+                && name != "..";
+            if legal { Ok(()) } else { Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]")) }
+        };
+        if s.app.id.is_empty() || !s.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            return Err(invalid("app.id", format!("{:?}", s.app.id), "1 or more of [a-zA-Z0-9._-] (it prefixes topic names)"));
+        }
+        if s.kafka.brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "\"\"", "at least one host:port"));
+        }
+        if s.input.topics.is_empty() {
+            return Err(invalid("input.topics", "[]", "at least one topic"));
+        }
+        for t in &s.input.topics {
+            topic_name("input.topics", t, false)?;
+        }
+        topic_name("output.topic", &s.output.topic, false)?;
+        topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
+        topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
+        topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
+        let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
+        let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
+        if time == TimeSpec::Arrival {
+            return Err(invalid("input.time", "arrival", "the daemon reads time from records (record-timestamp or json:/pointer) so that restarts replay identically"));
+        }
+        if s.input.max_record_bytes == 0 {
+            return Err(invalid("input.max_record_bytes", 0, "at least 1"));
+        }
+        if s.filter.kind != "timer" {
+            return Err(invalid("filter.kind", &s.filter.kind, "expected timer"));
+        }
+        let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
+        let slicing = match s.slicing.mode.as_str() {
+            "repartition" => SlicingMode::Repartition,
+            "input-partitions" => SlicingMode::InputPartitions,
+            other => return Err(invalid("slicing.mode", other, "expected repartition or input-partitions")),
+        };
+        if slicing == SlicingMode::InputPartitions && s.input.topics.len() != 1 {
+            return Err(invalid(
+                "input.topics",
+                format!("{:?}", s.input.topics),
+                "input-partitions slicing takes exactly one topic (its partitions are the slices)",
+            ));
+        }
+        let filter = FilterSpec {
+            window_ms: s.filter.window,
+            fpr: s.filter.fpr,
+            expected_keys: s.filter.expected_keys,
+            headroom: s.filter.headroom,
+            equal_timers: s.filter.equal_timers,
+            growth,
+            slices: s.filter.slices,
+            timer_bits: s.filter.timer_bits,
+            tick_ms: s.filter.tick,
+            max_generations: s.filter.max_generations,
+            ..FilterSpec::default()
+        };
+        filter.resolve().map_err(|e| {
+            let name = match e.setting {
+                "expected" => "expected_keys",
+                other => other,
+            };
+            invalid(&format!("filter.{name}"), e.value, e.rule)
+        })?;
+        if s.checkpoint.interval == 0 {
+            return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
+        }
+        if !(1024..=16 << 20).contains(&s.checkpoint.chunk_bytes) {
+            return Err(invalid("checkpoint.chunk_bytes", s.checkpoint.chunk_bytes, "between 1024 and 16777216"));
+        }
+        let on_corrupt = match s.checkpoint.on_corrupt.as_str() {
+            "cold-start" => CorruptPolicy::ColdStart,
+            "fail" => CorruptPolicy::Fail,
+            other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
+        };
+        let admin_listen: SocketAddr =
+            s.admin.listen.parse().map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        if s.topics.replication_factor < 1 {
+            return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
+        }
+        let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
+        for t in &s.input.topics {
+            if owned.contains(&t) || *t == s.output.duplicates_topic {
+                return Err(invalid("input.topics", t, "an input topic cannot also be an output, dead-letter or checkpoint topic"));
+            }
+        }
+        Ok(Resolved { key, time, filter, slicing, on_corrupt, admin_listen, settings: self })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        Settings::load_from(Some(Path::new("config/dedupd.toml")), env)
+    }
+
+    fn rejected(env: &[(&str, &str)]) -> String {
+        load(env).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_shipped_file_is_valid_and_matches_the_design() {
+        let r = load(&[]).unwrap();
+        let s = &r.settings;
+        assert_eq!(s.app.id, "dedupd");
+        assert_eq!(s.input.topics, vec!["clicks"]);
+        assert_eq!(r.key, KeySpec::Json("/click_id".into()));
+        assert_eq!(s.filter.window, 600_000);
+        assert_eq!(s.filter.slices, 8);
+        assert_eq!(r.slicing, SlicingMode::Repartition);
+        assert_eq!(r.slice_topic(), "dedupd.slices");
+        assert_eq!(s.checkpoint.interval, 30_000);
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let r = load(&[
+            ("DEDUPD__KAFKA__BROKERS", "127.0.0.1:19092"),
+            ("DEDUPD__INPUT__TOPICS", "a,b"),
+            ("DEDUPD__FILTER__SLICES", "3"),
+            ("DEDUPD__FILTER__WINDOW", "90s"),
+            ("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000"),
+            ("OTHER__FILTER__SLICES", "99"),
+        ])
+        .unwrap();
+        assert_eq!(r.settings.kafka.brokers, "127.0.0.1:19092");
+        assert_eq!(r.settings.input.topics, vec!["a", "b"]);
+        assert_eq!(r.settings.filter.slices, 3);
+        assert_eq!(r.settings.filter.window, 90_000);
+        assert!(r.settings.kafka.client_settings().contains(&("session.timeout.ms".into(), "6000".into())));
+    }
+
+    #[test]
+    fn errors_name_setting_value_and_rule() {
+        assert_eq!(
+            rejected(&[("DEDUPD__FILTER__FPR", "1.5")]),
+            "invalid setting filter.fpr = 1.5: must be greater than 0 and less than 1"
+        );
+        assert!(rejected(&[("DEDUPD__FILTER__EXPECTED_KEYS", "0")]).starts_with("invalid setting filter.expected_keys = 0"));
+        assert!(rejected(&[("DEDUPD__SLICING__MODE", "hash")]).contains("slicing.mode = hash: expected repartition"));
+        assert!(rejected(&[("DEDUPD__INPUT__KEY", "json:id")]).contains("input.key = json:id"));
+        assert!(rejected(&[("DEDUPD__INPUT__TIME", "arrival")]).contains("input.time = arrival"));
+        assert!(rejected(&[("DEDUPD__OUTPUT__TOPIC", "bad topic")]).contains("output.topic"));
+        assert!(rejected(&[("DEDUPD__ADMIN__LISTEN", "nowhere")]).contains("admin.listen = nowhere"));
+        assert!(rejected(&[("DEDUPD__FILTER__WINDOW", "soon")]).contains("soon"));
+        assert!(rejected(&[("DEDUPD__CHECKPOINT__ON_CORRUPT", "ignore")]).contains("checkpoint.on_corrupt"));
+        let two = rejected(&[("DEDUPD__SLICING__MODE", "input-partitions"), ("DEDUPD__INPUT__TOPICS", "a,b")]);
+        assert!(two.contains("exactly one topic"), "{two}");
+        assert!(rejected(&[("DEDUPD__INPUT__TOPICS", "clicks.distinct")]).contains("cannot also be"));
+    }
+
+    #[test]
+    fn kafka_settings_pass_through_with_dotted_names() {
+        let dir = std::env::temp_dir().join(format!("dedupd-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("k.toml");
+        std::fs::write(&file, "[kafka]\nbrokers = \"b:1\"\n\"session.timeout.ms\" = 6000\n\"security.protocol\" = \"SASL_SSL\"\n")
+            .unwrap();
+        let r = Settings::load_from(Some(&file), Vec::new()).unwrap();
+        let mut got = r.settings.kafka.client_settings();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![("security.protocol".to_string(), "SASL_SSL".to_string()), ("session.timeout.ms".into(), "6000".into())]
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn unknown_settings_are_refused() {
+        let e = rejected(&[("DEDUPD__FILTER__WINDOWS", "1m")]);
+        assert!(e.contains("windows"), "{e}");
+    }
+}
