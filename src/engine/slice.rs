@@ -1,0 +1,304 @@
+//! One slice's worker state: its filter, its position in the slice log and
+//! the re-send marks of the router — everything its verdicts depend on, so
+//! that a restored slice judges the rest of its log exactly as an
+//! uninterrupted one (design invariants 1 and 5). Pure: no Kafka, no clock.
+
+use std::collections::BTreeMap;
+
+use twox_hash::XxHash3_64;
+
+use super::record::{Extractor, InvalidRecord, RecordView};
+use crate::filter::snapshot as filter_snapshot;
+use crate::filter::{FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
+
+/// Where the router read a slice record: its input topic, partition and offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SourceRef<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl<'a> SourceRef<'a> {
+    /// Parses the router's `topic/partition/offset` stamp (topic names cannot
+    /// contain `/`).
+    pub fn parse(stamp: &'a [u8]) -> Option<Self> {
+        let text = std::str::from_utf8(stamp).ok()?;
+        let mut parts = text.rsplitn(3, '/');
+        let offset = parts.next()?.parse().ok()?;
+        let partition = parts.next()?.parse().ok()?;
+        let topic = parts.next()?;
+        (!topic.is_empty()).then_some(SourceRef { topic, partition, offset })
+    }
+
+    pub fn stamp(topic: &str, partition: i32, offset: i64) -> String {
+        format!("{topic}/{partition}/{offset}")
+    }
+}
+
+/// A record of the slice log.
+#[derive(Clone, Copy, Debug)]
+pub struct SliceRecord<'a> {
+    /// Offset in the slice log.
+    pub offset: u64,
+    pub record: RecordView<'a>,
+    /// The router's stamp (repartition mode only).
+    pub source: Option<SourceRef<'a>>,
+}
+
+/// What became of a slice record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SliceVerdict {
+    Distinct,
+    Duplicate {
+        equal_timers: u8,
+    },
+    /// A record the router sent again after a restart: caught exactly by its
+    /// input offset, not by the filter.
+    Resend,
+    Invalid(InvalidRecord),
+}
+
+/// Verdict counts of one slice (part of its state and snapshot).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SliceCounters {
+    pub distinct: u64,
+    pub duplicates: u64,
+    pub resends: u64,
+    pub invalid: u64,
+}
+
+/// The state of one slice.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceState {
+    pub slice: u32,
+    pub filter: SlidingFilter,
+    /// The next slice offset to process: the state reflects every record below it.
+    pub next_offset: u64,
+    /// Highest input offset seen per input (topic, partition).
+    pub resend_marks: BTreeMap<(String, i32), i64>,
+    pub counters: SliceCounters,
+}
+
+impl SliceState {
+    /// A fresh slice that starts at `offset`.
+    pub fn new(slice: u32, params: FilterParams, offset: u64) -> Self {
+        SliceState {
+            slice,
+            filter: SlidingFilter::new(params),
+            next_offset: offset,
+            resend_marks: BTreeMap::new(),
+            counters: SliceCounters::default(),
+        }
+    }
+
+    /// Judges the next record of the slice log.
+    pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor) -> SliceVerdict {
+        self.next_offset = rec.offset + 1;
+        if let Some(src) = rec.source {
+            match self.resend_marks.get_mut(&(src.topic.to_string(), src.partition)) {
+                Some(mark) if *mark >= src.offset => {
+                    self.counters.resends += 1;
+                    return SliceVerdict::Resend;
+                }
+                Some(mark) => *mark = src.offset,
+                None => {
+                    self.resend_marks.insert((src.topic.to_string(), src.partition), src.offset);
+                }
+            }
+        }
+        let extracted = match extractor.extract(&rec.record, 0) {
+            Ok(x) => x,
+            Err(e) => {
+                self.counters.invalid += 1;
+                return SliceVerdict::Invalid(e);
+            }
+        };
+        let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
+        match self.filter.observe(&hash, extracted.time_ms) {
+            Verdict::Distinct => {
+                self.counters.distinct += 1;
+                SliceVerdict::Distinct
+            }
+            Verdict::Duplicate { equal_timers } => {
+                self.counters.duplicates += 1;
+                SliceVerdict::Duplicate { equal_timers }
+            }
+        }
+    }
+}
+
+/// The first bytes of a slice snapshot.
+pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
+/// The slice snapshot format version.
+pub const VERSION: u16 = 1;
+
+/// Encodes a slice: header, position, marks, counters, then the filter's own
+/// snapshot, all under one XXH3-64 checksum.
+pub fn encode(state: &SliceState) -> Vec<u8> {
+    let filter = filter_snapshot::encode(&state.filter);
+    let mut w = Vec::with_capacity(filter.len() + 128);
+    w.extend_from_slice(&MAGIC);
+    w.extend_from_slice(&VERSION.to_le_bytes());
+    w.extend_from_slice(&state.slice.to_le_bytes());
+    w.extend_from_slice(&state.next_offset.to_le_bytes());
+    let c = &state.counters;
+    for v in [c.distinct, c.duplicates, c.resends, c.invalid] {
+        w.extend_from_slice(&v.to_le_bytes());
+    }
+    w.extend_from_slice(&(state.resend_marks.len() as u32).to_le_bytes());
+    for ((topic, partition), offset) in &state.resend_marks {
+        w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        w.extend_from_slice(topic.as_bytes());
+        w.extend_from_slice(&partition.to_le_bytes());
+        w.extend_from_slice(&offset.to_le_bytes());
+    }
+    w.extend_from_slice(&(filter.len() as u64).to_le_bytes());
+    w.extend_from_slice(&filter);
+    let checksum = XxHash3_64::oneshot(&w);
+    w.extend_from_slice(&checksum.to_le_bytes());
+    w
+}
+
+/// Restores slice `slice` from `bytes`, checked against the configured filter.
+pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceState, SnapshotError> {
+    let malformed = |what: &str| SnapshotError::Malformed(format!("slice snapshot: {what}"));
+    if bytes.len() < 8 + 2 + 8 {
+        return Err(SnapshotError::Truncated { expected: 18, got: bytes.len() });
+    }
+    if bytes[..8] != MAGIC {
+        return Err(SnapshotError::BadMagic { expected: MAGIC.to_vec(), got: bytes[..8].to_vec() });
+    }
+    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if version != VERSION {
+        return Err(SnapshotError::UnsupportedVersion { expected: VERSION, got: version });
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - 8);
+    let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
+    let computed = XxHash3_64::oneshot(body);
+    if stored != computed {
+        return Err(SnapshotError::ChecksumMismatch { expected: stored, got: computed });
+    }
+    let mut at = 10;
+    let mut take = |n: usize| -> Result<&[u8], SnapshotError> {
+        let end = at + n;
+        let out = body.get(at..end).ok_or_else(|| malformed("a field runs past the end"))?;
+        at = end;
+        Ok(out)
+    };
+    let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
+    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let got_slice = u32_at(take(4)?);
+    if got_slice != slice {
+        return Err(SnapshotError::ParameterMismatch {
+            parameter: "slice",
+            snapshot: got_slice.to_string(),
+            configured: slice.to_string(),
+        });
+    }
+    let next_offset = u64_at(take(8)?);
+    let counters = SliceCounters {
+        distinct: u64_at(take(8)?),
+        duplicates: u64_at(take(8)?),
+        resends: u64_at(take(8)?),
+        invalid: u64_at(take(8)?),
+    };
+    let marks = u32_at(take(4)?);
+    let mut resend_marks = BTreeMap::new();
+    for _ in 0..marks {
+        let len = u16::from_le_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
+        let topic = String::from_utf8(take(len)?.to_vec()).map_err(|_| malformed("a topic name is not UTF-8"))?;
+        let partition = i32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
+        let offset = i64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        resend_marks.insert((topic, partition), offset);
+    }
+    let len = u64_at(take(8)?) as usize;
+    let filter = filter_snapshot::decode(take(len)?, params)?;
+    if at != body.len() {
+        return Err(malformed("unread bytes after the filter"));
+    }
+    Ok(SliceState { slice, filter, next_offset, resend_marks, counters })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::FilterSpec;
+
+    fn extractor() -> Extractor {
+        Extractor {
+            key: "record-key".parse().unwrap(),
+            time: "record-timestamp".parse().unwrap(),
+            max_record_bytes: 100,
+        }
+    }
+
+    fn rec<'a>(offset: u64, key: &'a [u8], ts: i64, source: Option<SourceRef<'a>>) -> SliceRecord<'a> {
+        SliceRecord {
+            offset,
+            record: RecordView { key: Some(key), payload: b"p", timestamp_ms: Some(ts), ..Default::default() },
+            source,
+        }
+    }
+
+    fn params() -> FilterParams {
+        FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap()
+    }
+
+    #[test]
+    fn resends_are_caught_by_input_offset() {
+        let mut s = SliceState::new(3, params(), 0);
+        let ex = extractor();
+        let src = |o| Some(SourceRef { topic: "in", partition: 1, offset: o });
+        assert_eq!(s.process(&rec(0, b"a", 10, src(5)), &ex), SliceVerdict::Distinct);
+        assert_eq!(s.process(&rec(1, b"b", 11, src(6)), &ex), SliceVerdict::Distinct);
+        // The router restarted and re-sent input offset 6, then went on.
+        assert_eq!(s.process(&rec(2, b"b", 11, src(6)), &ex), SliceVerdict::Resend);
+        assert_eq!(s.process(&rec(3, b"c", 12, src(7)), &ex), SliceVerdict::Distinct);
+        assert!(matches!(s.process(&rec(4, b"a", 13, src(8)), &ex), SliceVerdict::Duplicate { .. }));
+        let other = Some(SourceRef { topic: "in", partition: 2, offset: 0 });
+        assert_eq!(s.process(&rec(5, b"d", 14, other), &ex), SliceVerdict::Distinct);
+        assert_eq!(s.next_offset, 6);
+        assert_eq!(s.counters, SliceCounters { distinct: 4, duplicates: 1, resends: 1, invalid: 0 });
+    }
+
+    #[test]
+    fn snapshot_round_trip_and_refusals() {
+        let mut s = SliceState::new(3, params(), 0);
+        let ex = extractor();
+        for i in 0..500u64 {
+            let key = (i % 37).to_le_bytes();
+            s.process(
+                &rec(
+                    i,
+                    &key,
+                    i as i64 * 3,
+                    Some(SourceRef { topic: "t", partition: (i % 3) as i32, offset: i as i64 }),
+                ),
+                &ex,
+            );
+        }
+        let bytes = encode(&s);
+        assert_eq!(decode(&bytes, 3, &params()).unwrap(), s);
+        assert!(matches!(
+            decode(&bytes, 4, &params()),
+            Err(SnapshotError::ParameterMismatch { parameter: "slice", .. })
+        ));
+        let mut bad = bytes.clone();
+        bad[20] ^= 0xFF;
+        assert!(matches!(decode(&bad, 3, &params()), Err(SnapshotError::ChecksumMismatch { .. })));
+        let other = FilterSpec { window_ms: 2000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap();
+        assert!(matches!(decode(&bytes, 3, &other), Err(SnapshotError::ParameterMismatch { .. })));
+    }
+
+    #[test]
+    fn source_stamps() {
+        let stamp = SourceRef::stamp("clicks.v2", 7, 12345);
+        assert_eq!(
+            SourceRef::parse(stamp.as_bytes()),
+            Some(SourceRef { topic: "clicks.v2", partition: 7, offset: 12345 })
+        );
+        assert_eq!(SourceRef::parse(b"nope"), None);
+        assert_eq!(SourceRef::parse(b"/1/2"), None);
+    }
+}
