@@ -98,7 +98,8 @@ impl KafkaSettings {
     pub fn client_settings(&self) -> Vec<(String, String)> {
         fn walk(prefix: &str, map: &BTreeMap<String, ClientValue>, out: &mut Vec<(String, String)>) {
             for (k, v) in map {
-                let name = if prefix.is_empty() { k.replace('_', ".") } else { format!("{prefix}.{}", k.replace('_', ".")) };
+                let name =
+                    if prefix.is_empty() { k.replace('_', ".") } else { format!("{prefix}.{}", k.replace('_', ".")) };
                 match v {
                     ClientValue::Scalar(s) => out.push((name, s.to_string())),
                     ClientValue::Nested(inner) => walk(&name, inner, out),
@@ -314,15 +315,15 @@ impl Settings {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Resolved, ConfigError> {
-        let mut builder = config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        let mut builder =
+            config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
         if let Some(path) = file {
             if !path.exists() {
                 return Err(ConfigError::Load(format!("the settings file {} does not exist", path.display())));
             }
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
-        let env: config::Map<String, String> =
-            env.into_iter().filter(|(k, _)| k.starts_with("DEDUPD__")).collect();
+        let env: config::Map<String, String> = env.into_iter().filter(|(k, _)| k.starts_with("DEDUPD__")).collect();
         builder = builder.add_source(
             config::Environment::with_prefix("DEDUPD")
                 .prefix_separator("__")
@@ -349,10 +350,18 @@ impl Settings {
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
                 && name != "."
                 && name != "..";
-            if legal { Ok(()) } else { Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]")) }
+            if legal {
+                Ok(())
+            } else {
+                Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]"))
+            }
         };
         if s.app.id.is_empty() || !s.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
-            return Err(invalid("app.id", format!("{:?}", s.app.id), "1 or more of [a-zA-Z0-9._-] (it prefixes topic names)"));
+            return Err(invalid(
+                "app.id",
+                format!("{:?}", s.app.id),
+                "1 or more of [a-zA-Z0-9._-] (it prefixes topic names)",
+            ));
         }
         if s.kafka.brokers.trim().is_empty() {
             return Err(invalid("kafka.brokers", "\"\"", "at least one host:port"));
@@ -370,7 +379,11 @@ impl Settings {
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
         if time == TimeSpec::Arrival {
-            return Err(invalid("input.time", "arrival", "the daemon reads time from records (record-timestamp or json:/pointer) so that restarts replay identically"));
+            return Err(invalid(
+                "input.time",
+                "arrival",
+                "the daemon reads time from records (record-timestamp or json:/pointer) so that restarts replay identically",
+            ));
         }
         if s.input.max_record_bytes == 0 {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
@@ -422,15 +435,22 @@ impl Settings {
             "fail" => CorruptPolicy::Fail,
             other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
         };
-        let admin_listen: SocketAddr =
-            s.admin.listen.parse().map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        let admin_listen: SocketAddr = s
+            .admin
+            .listen
+            .parse()
+            .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
         if s.topics.replication_factor < 1 {
             return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
         }
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
             if owned.contains(&t) || *t == s.output.duplicates_topic {
-                return Err(invalid("input.topics", t, "an input topic cannot also be an output, dead-letter or checkpoint topic"));
+                return Err(invalid(
+                    "input.topics",
+                    t,
+                    "an input topic cannot also be an output, dead-letter or checkpoint topic",
+                ));
             }
         }
         Ok(Resolved { key, time, filter, slicing, on_corrupt, admin_listen, settings: self })
@@ -488,7 +508,9 @@ mod tests {
             rejected(&[("DEDUPD__FILTER__FPR", "1.5")]),
             "invalid setting filter.fpr = 1.5: must be greater than 0 and less than 1"
         );
-        assert!(rejected(&[("DEDUPD__FILTER__EXPECTED_KEYS", "0")]).starts_with("invalid setting filter.expected_keys = 0"));
+        assert!(
+            rejected(&[("DEDUPD__FILTER__EXPECTED_KEYS", "0")]).starts_with("invalid setting filter.expected_keys = 0")
+        );
         assert!(rejected(&[("DEDUPD__SLICING__MODE", "hash")]).contains("slicing.mode = hash: expected repartition"));
         assert!(rejected(&[("DEDUPD__INPUT__KEY", "json:id")]).contains("input.key = json:id"));
         assert!(rejected(&[("DEDUPD__INPUT__TIME", "arrival")]).contains("input.time = arrival"));
@@ -506,14 +528,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dedupd-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("k.toml");
-        std::fs::write(&file, "[kafka]\nbrokers = \"b:1\"\n\"session.timeout.ms\" = 6000\n\"security.protocol\" = \"SASL_SSL\"\n")
-            .unwrap();
+        std::fs::write(
+            &file,
+            "[kafka]\nbrokers = \"b:1\"\n\"session.timeout.ms\" = 6000\n\"security.protocol\" = \"SASL_SSL\"\n",
+        )
+        .unwrap();
         let r = Settings::load_from(Some(&file), Vec::new()).unwrap();
         let mut got = r.settings.kafka.client_settings();
         got.sort();
         assert_eq!(
             got,
-            vec![("security.protocol".to_string(), "SASL_SSL".to_string()), ("session.timeout.ms".into(), "6000".into())]
+            vec![
+                ("security.protocol".to_string(), "SASL_SSL".to_string()),
+                ("session.timeout.ms".into(), "6000".into())
+            ]
         );
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -13,9 +13,12 @@
 //! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
 //! - [`units`]: parsing of durations such as `10m`.
 
+pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod filter;
+pub mod kafka;
+pub mod metrics;
 pub mod units;

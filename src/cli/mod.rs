@@ -1,9 +1,11 @@
 //! The `dedupd` command line. `main.rs` only calls [`main`].
 //!
+//! - `dedupd run`: the Kafka daemon.
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 
 pub mod filter;
+pub mod run;
 
 use clap::{Parser, Subcommand};
 
@@ -17,6 +19,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon: deduplicate Kafka topics with slices over a consumer group.
+    Run(run::RunArgs),
     /// Deduplicate newline-delimited records from stdin; distinct records go
     /// to stdout, unchanged and in input order.
     Filter(filter::FilterArgs),
@@ -37,6 +41,7 @@ pub fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Filter(args) => filter::run(args),
+        Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
     }
 }

@@ -1,0 +1,126 @@
+//! `dedupd run`: the daemon. Wires settings, topics, the admin endpoint, the
+//! router (repartition mode) and the slice workers, and owns the one
+//! shutdown sequence: on SIGTERM/SIGINT the router stops reading and commits
+//! what it delivered, then the slice workers drain, snapshot every slice and
+//! leave the group; the process exits 0 within `shutdown.timeout`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::admin::{self, Status};
+use crate::config::{Settings, SlicingMode};
+use crate::engine::Extractor;
+use crate::kafka::checkpoint::CheckpointStore;
+use crate::kafka::{clients, router, slices, topics};
+use crate::metrics::Metrics;
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The settings file (defaults < file < DEDUPD__SECTION__KEY environment).
+    #[arg(long, default_value = "config/dedupd.toml")]
+    pub config: PathBuf,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cfg = Settings::load(Some(&args.config))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(daemon(cfg))
+}
+
+async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
+    let params = cfg.filter.resolve().expect("validated at load");
+    let slice_count = topics::ensure(&cfg).await?;
+    let metrics = Arc::new(Metrics::new());
+    let status = Status::new();
+    let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
+        .await
+        .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
+    log::info!("admin endpoint on http://{}", cfg.admin_listen);
+    tokio::spawn(admin::serve(listener, status.clone(), metrics.clone()));
+
+    let extractor = Extractor {
+        key: cfg.key.clone(),
+        time: cfg.time.clone(),
+        max_record_bytes: cfg.settings.input.max_record_bytes,
+    };
+    let id = cfg.settings.app.id.clone();
+    let deps = Arc::new(slices::Deps {
+        params: params.clone(),
+        extractor: extractor.clone(),
+        slice_topic: cfg.slice_topic(),
+        producer: slices::output_producer(&cfg)?,
+        store: CheckpointStore::new(&cfg)?,
+        reader: clients::reader(&cfg, &format!("{id}-restore")).create().context("creating the restore reader")?,
+        metrics: metrics.clone(),
+        status: status.clone(),
+        cfg: cfg.clone(),
+    });
+    let worker_stop = Arc::new(AtomicBool::new(false));
+    let mut worker = tokio::task::spawn_blocking({
+        let (deps, stop) = (deps.clone(), worker_stop.clone());
+        move || slices::run(deps, stop)
+    });
+    let router_stop = Arc::new(AtomicBool::new(false));
+    let mut router_task = if cfg.slicing == SlicingMode::Repartition {
+        let rdeps = Arc::new(router::RouterDeps {
+            cfg: cfg.clone(),
+            extractor,
+            slices: slice_count,
+            seed: params.seed,
+            producer: slices::output_producer(&cfg)?,
+            metrics: metrics.clone(),
+        });
+        let stop = router_stop.clone();
+        Some(tokio::task::spawn_blocking(move || router::run(rdeps, stop)))
+    } else {
+        None
+    };
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let failure: Option<anyhow::Error> = tokio::select! {
+        _ = terminate.recv() => { log::info!("SIGTERM: shutting down"); None }
+        _ = tokio::signal::ctrl_c() => { log::info!("SIGINT: shutting down"); None }
+        r = &mut worker => Some(match r {
+            Ok(Ok(())) => anyhow::anyhow!("the slice workers stopped unexpectedly"),
+            Ok(Err(e)) => anyhow::Error::new(e).context("slice workers"),
+            Err(e) => anyhow::anyhow!("the slice workers panicked: {e}"),
+        }),
+        r = async { match router_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => Some(match r {
+            Ok(Ok(())) => anyhow::anyhow!("the router stopped unexpectedly"),
+            Ok(Err(e)) => anyhow::Error::new(e).context("router"),
+            Err(e) => anyhow::anyhow!("the router panicked: {e}"),
+        }),
+    };
+    if let Some(e) = failure {
+        status.healthy.store(false, Ordering::Relaxed);
+        router_stop.store(true, Ordering::Relaxed);
+        worker_stop.store(true, Ordering::Relaxed);
+        return Err(e);
+    }
+
+    // The one shutdown order: router first (it feeds the workers), then the workers.
+    let timeout = Duration::from_millis(cfg.settings.shutdown.timeout);
+    let graceful = async {
+        router_stop.store(true, Ordering::Relaxed);
+        if let Some(t) = router_task {
+            t.await.context("router task")?.context("router shutdown")?;
+        }
+        worker_stop.store(true, Ordering::Relaxed);
+        worker.await.context("slice worker task")?.context("slice worker shutdown")?;
+        anyhow::Ok(())
+    };
+    match tokio::time::timeout(timeout, graceful).await {
+        Ok(result) => {
+            result?;
+            log::info!("stopped cleanly");
+            Ok(())
+        }
+        Err(_) => anyhow::bail!("shutdown took longer than shutdown.timeout = {timeout:?}; exiting anyway"),
+    }
+}

@@ -1,0 +1,53 @@
+//! librdkafka settings: the user's pass-through `[kafka]` table first, then
+//! the settings dedupd's correctness depends on, which the user cannot turn off.
+
+use rdkafka::ClientConfig;
+
+use crate::config::Resolved;
+
+/// Base settings for any client of this daemon.
+pub fn base(cfg: &Resolved, client_id: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.settings.kafka.brokers);
+    c.set("client.id", client_id);
+    for (k, v) in cfg.settings.kafka.client_settings() {
+        c.set(k, v);
+    }
+    c
+}
+
+/// A group consumer that never auto-commits (positions come from snapshots
+/// and explicit commits) and rebalances cooperatively.
+pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
+    let mut c = base(cfg, client_id);
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    c
+}
+
+/// A consumer for reading partitions by assignment (checkpoints, the last
+/// output record); it never joins a group or commits.
+pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
+    let mut c = base(cfg, client_id);
+    c.set("group.id", format!("{}.reader", cfg.settings.app.id))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "false")
+        .set("auto.offset.reset", "earliest");
+    c
+}
+
+/// An idempotent producer: no duplicates from retries, order kept per partition.
+pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
+    let mut c = base(cfg, client_id);
+    c.set("enable.idempotence", "true").set("acks", "all");
+    // Copies of records the broker already accepted must not be refused by
+    // the client's own (1 MB) default: let the broker's limit decide.
+    if c.get("message.max.bytes").is_none() {
+        c.set("message.max.bytes", "104857600");
+    }
+    c
+}

@@ -1,0 +1,49 @@
+//! The Kafka side of the daemon. The engine decides; this layer moves
+//! records and state and keeps invariant 5 (exactly-once output without
+//! broker transactions).
+//!
+//! - [`clients`]: librdkafka settings shared by every client.
+//! - [`topics`]: creates the topics dedupd owns and checks the output topic.
+//! - [`headers`]: the header names dedupd writes and reads.
+//! - [`checkpoint`]: chunked slice snapshots and their manifests in the
+//!   compacted checkpoint topic.
+//! - [`restore`]: where a slice resumes: newest valid snapshot `X`, last
+//!   output `Y`, replay `X..=Y` silently.
+//! - [`slices`]: the slice workers: group consumer, rebalances, output.
+//! - [`router`]: repartition mode's input → `<app>.slices` stage.
+
+pub mod checkpoint;
+pub mod clients;
+pub mod headers;
+pub mod restore;
+pub mod router;
+pub mod slices;
+pub mod topics;
+
+/// Errors of the Kafka layer.
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaLayerError {
+    #[error("kafka: {context}: {source}")]
+    Client {
+        context: String,
+        #[source]
+        source: rdkafka::error::KafkaError,
+    },
+    #[error("{0}")]
+    Topology(String),
+    #[error("checkpoint of slice {slice}: {detail}")]
+    Checkpoint { slice: u32, detail: String },
+    #[error("timed out: {0}")]
+    Timeout(String),
+}
+
+/// Adds context to an rdkafka result.
+pub(crate) trait Context<T> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T, KafkaLayerError>;
+}
+
+impl<T> Context<T> for Result<T, rdkafka::error::KafkaError> {
+    fn context(self, what: impl FnOnce() -> String) -> Result<T, KafkaLayerError> {
+        self.map_err(|source| KafkaLayerError::Client { context: what(), source })
+    }
+}

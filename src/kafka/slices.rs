@@ -1,0 +1,474 @@
+//! The slice workers: one group consumer on the slice topic; each assigned
+//! partition is a slice whose state this process owns until it is revoked.
+//!
+//! Ordering of the exactly-once protocol (design invariant 5):
+//! - on assignment, a slice is restored (snapshot X, last output Y) before a
+//!   single record is fetched, and its partition is assigned at offset X;
+//! - records up to Y are replayed silently, later ones are emitted to
+//!   partition s of the output topics with the slice offset in a header;
+//! - a snapshot at offset X is written only after the producer has
+//!   acknowledged everything sent so far (so every output below X);
+//! - on revocation, the slice is flushed and snapshotted before release.
+//!
+//! A delivery failure is fatal: the process stops and its replacement
+//! resumes from the last snapshot and the last acknowledged output.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::{RDKafkaErrorCode, RDKafkaRespErr};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::checkpoint::{CheckpointStore, Manifest};
+use super::restore::{RestoredFrom, Restorer};
+use super::{Context, KafkaLayerError, clients, headers};
+use crate::admin::{SliceStatus, Status};
+use crate::config::{Resolved, SlicingMode};
+use crate::engine::slice as slice_codec;
+use crate::engine::{Extractor, RecordView, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef};
+use crate::filter::FilterParams;
+use crate::metrics::Metrics;
+
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Records delivery failures; the worker loop turns the first into a stop.
+pub struct DeliveryWatch {
+    failure: Mutex<Option<String>>,
+}
+
+impl DeliveryWatch {
+    /// The first delivery failure, if any.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().expect("failure lock").clone()
+    }
+}
+
+impl ClientContext for DeliveryWatch {}
+
+impl ProducerContext for DeliveryWatch {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, m)) = result {
+            let mut f = self.failure.lock().expect("failure lock");
+            if f.is_none() {
+                *f = Some(format!("delivery to {}/{} failed: {e}", m.topic(), m.partition()));
+            }
+        }
+    }
+}
+
+pub type OutputProducer = ThreadedProducer<DeliveryWatch>;
+
+/// A slice this process owns.
+struct Owned {
+    state: SliceState,
+    replay_until: Option<u64>,
+    manifest: Option<Manifest>,
+    since_checkpoint: u64,
+    last_checkpoint: Instant,
+    /// Counters already published to the metrics.
+    published: SliceCounters,
+}
+
+/// Everything the worker loop and its rebalance callbacks share.
+pub struct Deps {
+    pub cfg: Resolved,
+    pub params: FilterParams,
+    pub extractor: Extractor,
+    pub slice_topic: String,
+    pub producer: OutputProducer,
+    pub store: CheckpointStore,
+    pub reader: BaseConsumer,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<Status>,
+}
+
+struct Inner {
+    slices: BTreeMap<u32, Owned>,
+    fatal: Option<String>,
+}
+
+/// The consumer context: rebalances restore and release slices.
+pub struct WorkerContext {
+    deps: Arc<Deps>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl ClientContext for WorkerContext {}
+
+impl ConsumerContext for WorkerContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let mut inner = self.inner.lock().expect("worker lock");
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.deps.status.ready.store(false, Ordering::Relaxed);
+                for p in partitions {
+                    match restore(&self.deps, p as u32) {
+                        Ok(owned) => {
+                            let start = Offset::Offset(owned.state.next_offset as i64);
+                            if let Err(e) = tpl.set_partition_offset(&self.deps.slice_topic, p, start) {
+                                inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+                            }
+                            inner.slices.insert(p as u32, owned);
+                        }
+                        Err(e) => {
+                            inner.fatal.get_or_insert(format!("slice {p}: restore failed: {e}"));
+                        }
+                    }
+                }
+                let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                if let Err(e) = result {
+                    inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
+                }
+                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                self.deps.status.ready.store(inner.fatal.is_none(), Ordering::Relaxed);
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                let lost = consumer.assignment_lost();
+                for p in partitions {
+                    if let Some(mut owned) = inner.slices.remove(&(p as u32)) {
+                        // A lost assignment may already be someone else's: write nothing more.
+                        if !lost && let Err(e) = checkpoint(&self.deps, &mut owned) {
+                            log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
+                        }
+                        self.deps.status.slices.lock().expect("status lock").remove(&(p as u32));
+                    }
+                }
+                let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                if let Err(e) = result {
+                    log::warn!("releasing partitions: {e}");
+                }
+                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+            }
+            other => {
+                log::error!("rebalance error: {other:?}");
+                if !cooperative {
+                    let _ = consumer.unassign();
+                }
+            }
+        }
+    }
+}
+
+fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
+    let mut outputs = vec![deps.cfg.settings.output.topic.as_str()];
+    if !deps.cfg.settings.output.duplicates_topic.is_empty() {
+        outputs.push(deps.cfg.settings.output.duplicates_topic.as_str());
+    }
+    let restorer = Restorer {
+        store: &deps.store,
+        reader: &deps.reader,
+        params: &deps.params,
+        slice_topic: &deps.slice_topic,
+        output_topics: outputs,
+        on_corrupt: deps.cfg.on_corrupt,
+    };
+    let point = restorer.restore(slice)?;
+    let source = match point.from {
+        RestoredFrom::Snapshot { .. } => "snapshot",
+        RestoredFrom::Empty => "empty",
+        RestoredFrom::Corrupt(_) => "corrupt",
+    };
+    deps.metrics.restores.with_label_values(&[source]).inc();
+    Ok(Owned {
+        published: point.state.counters.clone(),
+        state: point.state,
+        replay_until: point.replay_until,
+        manifest: point.manifest,
+        since_checkpoint: 0,
+        last_checkpoint: Instant::now(),
+    })
+}
+
+/// Flushes every output so far, then writes the slice's snapshot.
+fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    deps.producer.flush(FLUSH_TIMEOUT).context(|| format!("flushing outputs before the snapshot of slice {slice}"))?;
+    if let Some(f) = deps.producer.context().failure() {
+        return Err(KafkaLayerError::Checkpoint { slice, detail: f });
+    }
+    let bytes = slice_codec::encode(&owned.state);
+    match deps.store.write(slice, owned.state.next_offset, &bytes, owned.manifest.as_ref()) {
+        Ok(m) => {
+            owned.manifest = Some(m);
+            owned.since_checkpoint = 0;
+            owned.last_checkpoint = Instant::now();
+            deps.metrics.checkpoints.with_label_values(&[&slice.to_string()]).inc();
+            Ok(())
+        }
+        Err(e) => {
+            deps.metrics.checkpoint_failures.with_label_values(&[&slice.to_string()]).inc();
+            Err(e)
+        }
+    }
+}
+
+/// Creates the output producer.
+pub fn output_producer(cfg: &Resolved) -> Result<OutputProducer, KafkaLayerError> {
+    clients::producer(cfg, &format!("{}-output", cfg.settings.app.id))
+        .create_with_context(DeliveryWatch { failure: Mutex::new(None) })
+        .context(|| "creating the output producer".into())
+}
+
+/// The slice worker loop. Returns when `stop` is set (after snapshotting
+/// every owned slice) or on a fatal error.
+pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None }));
+    let context = WorkerContext { deps: deps.clone(), inner: inner.clone() };
+    let id = &deps.cfg.settings.app.id;
+    let consumer: BaseConsumer<WorkerContext> = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"))
+        .create_with_context(context)
+        .context(|| "creating the slice consumer".into())?;
+    consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
+    log::info!("slice workers subscribed to {}", deps.slice_topic);
+
+    let settings = &deps.cfg.settings.checkpoint;
+    let interval = Duration::from_millis(settings.interval);
+    let mut last_housekeeping = Instant::now();
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        if let Some(f) = inner.lock().expect("worker lock").fatal.clone() {
+            break Err(KafkaLayerError::Topology(f));
+        }
+        if let Some(f) = deps.producer.context().failure() {
+            break Err(KafkaLayerError::Topology(f));
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(msg)) => {
+                let mut guard = inner.lock().expect("worker lock");
+                if let Err(e) = handle(&deps, &mut guard, &msg) {
+                    break Err(e);
+                }
+            }
+            Some(Err(e)) => log::warn!("consuming {}: {e}", deps.slice_topic),
+            None => {}
+        }
+        if last_housekeeping.elapsed() >= Duration::from_millis(200) {
+            last_housekeeping = Instant::now();
+            let mut guard = inner.lock().expect("worker lock");
+            for owned in guard.slices.values_mut() {
+                let due_by_records =
+                    settings.interval_records > 0 && owned.since_checkpoint >= settings.interval_records;
+                let due_by_time = owned.since_checkpoint > 0 && owned.last_checkpoint.elapsed() >= interval;
+                if (due_by_records || due_by_time)
+                    && let Err(e) = checkpoint(&deps, owned)
+                {
+                    log::warn!("slice {}: snapshot failed: {e}", owned.state.slice);
+                }
+            }
+            publish(&deps, &mut guard);
+        }
+    };
+
+    // Graceful stop: snapshot every slice, then leave the group.
+    let mut guard = inner.lock().expect("worker lock");
+    if result.is_ok() {
+        for owned in guard.slices.values_mut() {
+            if owned.since_checkpoint > 0
+                && let Err(e) = checkpoint(&deps, owned)
+            {
+                log::warn!("slice {}: snapshot on shutdown failed: {e}", owned.state.slice);
+            }
+        }
+    }
+    publish(&deps, &mut guard);
+    // Nothing left to snapshot on the revocation that closing triggers.
+    for owned in guard.slices.values_mut() {
+        owned.since_checkpoint = 0;
+    }
+    drop(guard);
+    drop(consumer);
+    result
+}
+
+/// Publishes counters and status of the owned slices.
+fn publish(deps: &Deps, inner: &mut Inner) {
+    let mut status = deps.status.slices.lock().expect("status lock");
+    for (slice, owned) in inner.slices.iter_mut() {
+        let c = &owned.state.counters;
+        let p = &owned.published;
+        let label = slice.to_string();
+        for (result, now, before) in [
+            ("distinct", c.distinct, p.distinct),
+            ("duplicate", c.duplicates, p.duplicates),
+            ("invalid", c.invalid, p.invalid),
+            ("resend", c.resends, p.resends),
+        ] {
+            if now > before {
+                deps.metrics.records.with_label_values(&[&label, result]).inc_by(now - before);
+            }
+        }
+        owned.published = c.clone();
+        let f = &owned.state.filter;
+        status.insert(
+            *slice,
+            SliceStatus {
+                slice: *slice,
+                next_offset: owned.state.next_offset,
+                replaying_until: owned.replay_until,
+                clock_ms: f.clock_ms(),
+                generations: f.generations().len(),
+                density: f.generations().last().map_or(0.0, |g| g.density()),
+                estimated_fpr: f.estimated_fpr(),
+                memory_bytes: f.memory_bytes(),
+                distinct: c.distinct,
+                duplicates: c.duplicates,
+                invalid: c.invalid,
+                resends: c.resends,
+                last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
+            },
+        );
+    }
+}
+
+/// Processes one slice record.
+fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let Some(owned) = inner.slices.get_mut(&slice) else {
+        return Ok(()); // fetched just before a revocation
+    };
+    let offset = msg.offset() as u64;
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let source = match deps.cfg.slicing {
+        SlicingMode::Repartition => {
+            header_list.iter().find(|(k, _)| *k == headers::SOURCE).and_then(|(_, v)| SourceRef::parse(v))
+        }
+        SlicingMode::InputPartitions => None,
+    };
+    let record = RecordView {
+        key: msg.key(),
+        payload: msg.payload().unwrap_or_default(),
+        headers: &header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    let verdict = owned.state.process(&SliceRecord { offset, record, source }, &deps.extractor);
+    owned.since_checkpoint += 1;
+    if owned.replay_until.is_some_and(|y| offset <= y) {
+        deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+        if owned.replay_until == Some(offset) {
+            owned.replay_until = None;
+        }
+        return Ok(());
+    }
+    let out = &deps.cfg.settings.output;
+    let offset_text = offset.to_string();
+    match verdict {
+        SliceVerdict::Distinct => {
+            send(deps, &out.topic, slice, msg, &[(headers::SLICE_OFFSET, offset_text.as_bytes())])
+        }
+        SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
+            let rule = format!("filter;equal_timers={equal_timers}");
+            send(
+                deps,
+                &out.duplicates_topic,
+                slice,
+                msg,
+                &[(headers::SLICE_OFFSET, offset_text.as_bytes()), (headers::RULE, rule.as_bytes())],
+            )
+        }
+        SliceVerdict::Resend if !out.duplicates_topic.is_empty() => send(
+            deps,
+            &out.duplicates_topic,
+            slice,
+            msg,
+            &[(headers::SLICE_OFFSET, offset_text.as_bytes()), (headers::RULE, b"resend")],
+        ),
+        SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
+        SliceVerdict::Invalid(why) => {
+            deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            let source = SourceRef::stamp(msg.topic(), msg.partition(), msg.offset());
+            send(
+                deps,
+                &out.dead_letter_topic,
+                slice,
+                msg,
+                &[
+                    (headers::SLICE_OFFSET, offset_text.as_bytes()),
+                    (headers::REASON, why.reason.as_str().as_bytes()),
+                    (headers::DETAIL, why.detail.as_bytes()),
+                    (headers::SOURCE, source.as_bytes()),
+                ],
+            )
+        }
+    }
+}
+
+/// Sends a copy of `msg` (key, payload, timestamp, headers) to `topic`
+/// partition `slice` with `extra` headers, waiting while the queue is full.
+pub fn send(
+    deps: &Deps,
+    topic: &str,
+    slice: u32,
+    msg: &BorrowedMessage<'_>,
+    extra: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    produce_copy(&deps.producer, topic, slice as i32, msg, extra)
+}
+
+/// Sends a copy of `msg` to `topic`/`partition` with `extra` headers.
+pub fn produce_copy<C: ProducerContext + 'static>(
+    producer: &ThreadedProducer<C>,
+    topic: &str,
+    partition: i32,
+    msg: &BorrowedMessage<'_>,
+    extra: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError>
+where
+    C::DeliveryOpaque: Default,
+{
+    let count = msg.headers().map_or(0, |h| h.count());
+    let mut hs = OwnedHeaders::new_with_capacity(count + extra.len());
+    if let Some(h) = msg.headers() {
+        for h in h.iter() {
+            // Our own headers from an earlier stage are replaced, not repeated.
+            if extra.iter().any(|(k, _)| *k == h.key) {
+                continue;
+            }
+            hs = hs.insert(Header { key: h.key, value: h.value });
+        }
+    }
+    for (k, v) in extra {
+        hs = hs.insert(Header { key: k, value: Some(*v) });
+    }
+    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
+        BaseRecord::with_opaque_to(topic, C::DeliveryOpaque::default()).partition(partition).headers(hs);
+    if let Some(k) = msg.key() {
+        record = record.key(k);
+    }
+    if let Some(p) = msg.payload() {
+        record = record.payload(p);
+    }
+    if let Some(ts) = msg.timestamp().to_millis() {
+        record = record.timestamp(ts);
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            // Back-pressure: the queue is bounded, so wait for deliveries.
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err((e, _)) => {
+                return Err(KafkaLayerError::Client {
+                    context: format!("producing to {topic}/{partition}"),
+                    source: e,
+                });
+            }
+        }
+    }
+}

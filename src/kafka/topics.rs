@@ -1,0 +1,127 @@
+//! The topics dedupd owns: created when missing, checked when present.
+//!
+//! Slice topic (repartition mode), checkpoint, dead-letter, output and
+//! duplicates topics all need at least one partition per slice, because
+//! slice `s` writes partition `s` of each (that is what makes "the last
+//! output record of partition s" meaningful on restore). An output topic
+//! with fewer partitions than slices is refused, never silently widened.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use super::{Context, KafkaLayerError, clients};
+use crate::config::{Resolved, SlicingMode};
+
+const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Partitions of `topic`, or `None` if it does not exist.
+pub fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<Option<usize>, KafkaLayerError> {
+    let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).context(|| format!("metadata of {topic}"))?;
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len()))
+}
+
+/// Creates the topics dedupd owns and checks the layout; returns the number
+/// of slices (the partitions of the slice topic).
+pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
+    let s = &cfg.settings;
+    let slices = s.filter.slices as usize;
+    let probe: BaseConsumer = clients::reader(cfg, &format!("{}-topics", s.app.id))
+        .create()
+        .context(|| "creating a metadata client".into())?;
+
+    if cfg.slicing == SlicingMode::InputPartitions {
+        let input = &s.input.topics[0];
+        match partition_count(&probe, input)? {
+            None => return Err(KafkaLayerError::Topology(format!("the input topic {input} does not exist"))),
+            Some(n) if n != slices => {
+                return Err(KafkaLayerError::Topology(format!(
+                    "invalid setting filter.slices = {slices}: with slicing.mode = input-partitions it must equal the \
+                     partitions of the input topic {input} ({n})"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+
+    // (topic, partitions, topic configs)
+    type Wanted = (String, usize, Vec<(&'static str, &'static str)>);
+    let mut wanted: Vec<Wanted> = vec![
+        (s.output.topic.clone(), slices, vec![]),
+        (s.output.dead_letter_topic.clone(), slices, vec![]),
+        (s.checkpoint.topic.clone(), slices, vec![("cleanup.policy", "compact")]),
+    ];
+    if !s.output.duplicates_topic.is_empty() {
+        wanted.push((s.output.duplicates_topic.clone(), slices, vec![]));
+    }
+    if cfg.slicing == SlicingMode::Repartition {
+        wanted.push((cfg.slice_topic(), slices, vec![]));
+    }
+
+    let mut missing = Vec::new();
+    for (topic, need, config) in &wanted {
+        match partition_count(&probe, topic)? {
+            Some(have) if have < *need => {
+                return Err(KafkaLayerError::Topology(format!(
+                    "topic {topic} has {have} partitions but {need} slices need at least {need}: slice s writes \
+                     partition s. Add partitions to it (kafka-topics --alter --partitions {need}) or lower filter.slices"
+                )));
+            }
+            Some(_) => {}
+            None => missing.push((topic.clone(), *need, config.clone())),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(slices as u32);
+    }
+    if !s.topics.auto_create {
+        let names: Vec<&str> = missing.iter().map(|m| m.0.as_str()).collect();
+        return Err(KafkaLayerError::Topology(format!(
+            "missing topics {names:?} and topics.auto_create = false: create them with at least {slices} partitions"
+        )));
+    }
+    let admin: AdminClient<DefaultClientContext> =
+        clients::base(cfg, &format!("{}-admin", s.app.id)).create().context(|| "creating an admin client".into())?;
+    let new: Vec<NewTopic> = missing
+        .iter()
+        .map(|(t, n, config)| {
+            let mut nt = NewTopic::new(t, *n as i32, TopicReplication::Fixed(s.topics.replication_factor));
+            for (k, v) in config {
+                nt = nt.set(k, v);
+            }
+            nt
+        })
+        .collect();
+    let results = admin
+        .create_topics(&new, &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)))
+        .await
+        .context(|| "creating topics".into())?;
+    for r in results {
+        match r {
+            Ok(name) => log::info!("created topic {name}"),
+            // Another member of the group created it first.
+            Err((name, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => log::info!("topic {name} exists"),
+            Err((name, code)) => {
+                return Err(KafkaLayerError::Topology(format!("cannot create topic {name}: {code}")));
+            }
+        }
+    }
+    // Wait until the metadata shows them, so the consumers do not race the creation.
+    for (topic, need, _) in &missing {
+        let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
+        while partition_count(&probe, topic)? < Some(*need) {
+            if std::time::Instant::now() > deadline {
+                return Err(KafkaLayerError::Timeout(format!("topic {topic} did not appear after creation")));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(slices as u32)
+}

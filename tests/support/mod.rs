@@ -1,0 +1,344 @@
+//! Test support for the daemon tests: the real broker (started by
+//! `scripts/broker.sh`), topics, producing and reading records with rdkafka,
+//! and `dedupd run` processes with their admin endpoints.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The broker address; starts the local test broker once per test binary.
+pub fn broker() -> String {
+    static START: Once = Once::new();
+    let port = std::env::var("DEDUPD_BROKER_PORT").unwrap_or_else(|_| "9092".into());
+    START.call_once(|| {
+        let out =
+            Command::new("bash").arg(root().join("scripts/broker.sh")).arg("start").output().expect("run broker.sh");
+        assert!(
+            out.status.success(),
+            "scripts/broker.sh start failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    format!("127.0.0.1:{port}")
+}
+
+/// A name no other test (or earlier run against the same broker) uses.
+pub fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    format!("{prefix}-{}-{}", std::process::id(), nanos % 1_000_000_000_000)
+}
+
+pub fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", broker()).create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let res = rt
+        .block_on(
+            admin.create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &AdminOptions::new()),
+        )
+        .expect("create topics");
+    for r in res {
+        r.expect("topic created");
+    }
+    // Wait until the metadata shows every partition.
+    let c = reader();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
+        if md.topics().iter().any(|t| t.name() == topic && t.partitions().len() == partitions as usize) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "topic {topic} did not appear");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A record to produce or one read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rec {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub timestamp: Option<i64>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Rec {
+    pub fn new(partition: i32, key: &str, value: &str, timestamp: i64) -> Self {
+        Rec {
+            partition,
+            offset: -1,
+            key: Some(key.as_bytes().to_vec()),
+            value: Some(value.as_bytes().to_vec()),
+            timestamp: Some(timestamp),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice())
+    }
+
+    pub fn value_str(&self) -> String {
+        String::from_utf8_lossy(self.value.as_deref().unwrap_or_default()).into_owned()
+    }
+}
+
+pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer")
+}
+
+/// Produces `records` in order (to their partitions) and waits for delivery.
+pub fn produce(topic: &str, records: &[Rec]) {
+    let p = producer();
+    for r in records {
+        let mut hs = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            hs = hs.insert(Header { key: k, value: Some(v) });
+        }
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(r.partition).headers(hs);
+        if let Some(k) = &r.key {
+            rec = rec.key(k);
+        }
+        if let Some(v) = &r.value {
+            rec = rec.payload(v);
+        }
+        if let Some(t) = r.timestamp {
+            rec = rec.timestamp(t);
+        }
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+}
+
+pub fn reader() -> BaseConsumer {
+    ClientConfig::new()
+        .set("bootstrap.servers", broker())
+        .set("group.id", unique("test-reader"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("reader")
+}
+
+/// Every record of `topic`, per partition in offset order: reads until no
+/// record has arrived for `quiet`.
+pub fn read_all(topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
+    let c = reader();
+    let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+    let partitions = md.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
+    let mut tpl = TopicPartitionList::new();
+    let mut out = BTreeMap::new();
+    for p in 0..partitions as i32 {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        out.insert(p, Vec::new());
+    }
+    c.assign(&tpl).expect("assign");
+    let mut last = Instant::now();
+    while last.elapsed() < quiet {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                last = Instant::now();
+                let headers = m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+                    .unwrap_or_default();
+                out.entry(m.partition()).or_insert_with(Vec::new).push(Rec {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    timestamp: m.timestamp().to_millis(),
+                    headers,
+                });
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET path` on the admin endpoint: (status code, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((code, body))
+}
+
+/// A `dedupd run` process.
+pub struct Daemon {
+    pub child: Child,
+    pub admin_port: u16,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    /// Starts `dedupd run` with the shipped settings file and `env` overrides.
+    pub fn start(name: &str, env: &[(String, String)]) -> Daemon {
+        let admin_port = free_port();
+        let dir = root().join("target/test-daemons");
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join(format!("{name}-{admin_port}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+            .args(["run", "--config", "config/dedupd.toml"])
+            .current_dir(root())
+            .env("DEDUPD__KAFKA__BROKERS", broker())
+            .env("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000")
+            .env("DEDUPD__KAFKA__HEARTBEAT_INTERVAL_MS", "500")
+            .env("DEDUPD__ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(Stdio::from(file.try_clone().unwrap()))
+            .stderr(Stdio::from(file))
+            .spawn()
+            .expect("start dedupd run");
+        Daemon { child, admin_port, log }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub fn wait_ready(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("dedupd exited early ({status}):\n{}", self.log_text());
+            }
+            if http_get(self.admin_port, "/readyz").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "dedupd not ready after {within:?}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The per-slice status, or None if the endpoint does not answer.
+    pub fn slices(&self) -> Option<serde_json::Value> {
+        let (code, body) = http_get(self.admin_port, "/v1/slices")?;
+        (code == 200).then(|| serde_json::from_str(&body).ok()).flatten()
+    }
+
+    /// SIGKILL: no chance to flush or snapshot.
+    pub fn kill(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        unsafe_sigterm(self.child.id());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "dedupd did not stop within {within:?}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.kill();
+        }
+    }
+}
+
+fn unsafe_sigterm(pid: u32) {
+    Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill -TERM");
+}
+
+/// Sum over daemons of a counter in `/v1/slices` (e.g. "distinct").
+pub fn slice_total(daemons: &[&Daemon], fields: &[&str]) -> u64 {
+    let mut total = 0;
+    for d in daemons {
+        if let Some(serde_json::Value::Array(slices)) = d.slices() {
+            for s in slices {
+                for f in fields {
+                    total += s[*f].as_u64().unwrap_or(0);
+                }
+            }
+        }
+    }
+    total
+}
+
+/// Waits until `done()` holds, polling.
+pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Settings for a test app: topics named after `app`.
+pub fn app_env(app: &str, input: &str, mode: &str, slices: u32) -> Vec<(String, String)> {
+    [
+        ("DEDUPD__APP__ID", app.to_string()),
+        ("DEDUPD__INPUT__TOPICS", input.to_string()),
+        ("DEDUPD__INPUT__KEY", "json:/id".to_string()),
+        ("DEDUPD__INPUT__TIME", "json:/ts".to_string()),
+        ("DEDUPD__SLICING__MODE", mode.to_string()),
+        ("DEDUPD__FILTER__SLICES", slices.to_string()),
+        ("DEDUPD__FILTER__WINDOW", "60s".to_string()),
+        ("DEDUPD__FILTER__EXPECTED_KEYS", "20000".to_string()),
+        ("DEDUPD__OUTPUT__TOPIC", format!("{app}.out")),
+        ("DEDUPD__OUTPUT__DEAD_LETTER_TOPIC", format!("{app}.dlq")),
+        ("DEDUPD__CHECKPOINT__TOPIC", format!("{app}.ckpt")),
+        ("DEDUPD__CHECKPOINT__INTERVAL", "1s".to_string()),
+        ("DEDUPD__CHECKPOINT__INTERVAL_RECORDS", "500".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
