@@ -333,3 +333,67 @@ fn repartition_external_client_resends_and_bad_input() {
     assert!(daemon.log_text().contains("stopped cleanly"));
     let _ = Instant::now();
 }
+
+#[test]
+fn incompatible_snapshots_follow_the_policy() {
+    let input = unique("clicks-policy");
+    create_topic(&input, 2);
+    let records: Vec<Rec> = (0..600u64)
+        .map(|i| {
+            let id = format!("p{}", i % 400);
+            click(i, &id, BASE_TS + i as i64 * 10, partition_of(&id, 2))
+        })
+        .collect();
+    produce(&input, &records);
+    let app = unique("policy");
+    let env = app_env(&app, &input, "input-partitions", 2);
+    let mut first = Daemon::start("policy-first", &env);
+    first.wait_ready(Duration::from_secs(60));
+    wait_processed(&[&first], 600, Duration::from_secs(60));
+    assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
+    let before: usize = read_all(&format!("{app}.out"), Duration::from_secs(2)).values().map(Vec::len).sum();
+    assert_eq!(before, 400);
+
+    // Other timer width: the snapshots no longer fit.
+    let mut changed = env.clone();
+    changed.push(("DEDUPD__FILTER__TIMER_BITS".into(), "16".into()));
+    let mut failing = changed.clone();
+    failing.push(("DEDUPD__CHECKPOINT__ON_CORRUPT".into(), "fail".into()));
+    let mut strict = Daemon::start("policy-fail", &failing);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = strict.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "on_corrupt = fail should stop the daemon:\n{}", strict.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(!status.success());
+    let log = strict.log_text();
+    assert!(
+        log.contains("cannot be used") && log.contains("timer_bits=8") && log.contains("on_corrupt = fail"),
+        "{log}"
+    );
+
+    // cold-start: rebuild from the log, silently up to the last output; nothing is emitted twice.
+    let mut lenient = Daemon::start("policy-cold", &changed);
+    lenient.wait_ready(Duration::from_secs(60));
+    let (_, metrics) = http_get(lenient.admin_port, "/metrics").unwrap();
+    assert!(metrics.contains("dedupd_restores_total{source=\"corrupt\"} 2"), "{metrics}");
+    let more: Vec<Rec> = (600..700u64)
+        .map(|i| {
+            // 50 new keys, then 50 copies of keys seen inside the window.
+            let id = if i < 650 { format!("q{i}") } else { format!("p{}", i % 400) };
+            click(i, &id, BASE_TS + i as i64 * 10, partition_of(&id, 2))
+        })
+        .collect();
+    produce(&input, &more);
+    wait_processed(&[&lenient], 700, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(1));
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(2));
+    let ids: Vec<String> = out.values().flatten().map(|r| String::from_utf8(r.key.clone().unwrap()).unwrap()).collect();
+    let unique_ids: HashSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), unique_ids.len(), "a key was emitted twice after the cold start");
+    assert_eq!(ids.len(), 450, "q600..q649 are new, everything else was seen inside the window");
+    assert!(lenient.terminate(Duration::from_secs(30)).success());
+}

@@ -267,6 +267,15 @@ impl FilterParams {
         self.fpr * self.tightening.powi(i32::from(level))
     }
 
+    /// The parameters a snapshot's cells depend on, as text: equal
+    /// fingerprints mean a snapshot can be restored.
+    pub fn fingerprint(&self) -> String {
+        format!(
+            "seed={:#x},cells={},hashes={},timer_bits={},tick_ms={},window_ms={}",
+            self.seed, self.cells, self.hashes, self.timer_bits, self.tick_ms, self.window_ms
+        )
+    }
+
     /// The equal-timers threshold in effect (values below 2 disable it).
     pub fn equal_timers_min(&self) -> u32 {
         if self.equal_timers >= 2 { self.equal_timers } else { 0 }

@@ -43,6 +43,8 @@ pub struct Manifest {
     pub checksum: u64,
     /// Milliseconds since the epoch when written (for checkpoint age).
     pub written_at_ms: u64,
+    /// The filter parameters the snapshot was taken with ([`crate::filter::FilterParams::fingerprint`]).
+    pub params: String,
 }
 
 /// Why a stored snapshot could not be read back.
@@ -86,6 +88,7 @@ impl CheckpointStore {
         slice: u32,
         offset: u64,
         bytes: &[u8],
+        params: &str,
         previous: Option<&Manifest>,
     ) -> Result<Manifest, KafkaLayerError> {
         let seq = previous.map_or(0, |m| m.seq + 1);
@@ -107,6 +110,7 @@ impl CheckpointStore {
             written_at_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+            params: params.to_string(),
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");

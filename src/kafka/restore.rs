@@ -77,6 +77,14 @@ pub struct Restorer<'a> {
 impl Restorer<'_> {
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
         let (state, manifest, from) = match self.store.read_latest(slice) {
+            Ok(Some((m, _))) if m.params != self.params.fingerprint() => {
+                let why = format!(
+                    "the snapshot was taken with {} but the filter is configured with {}",
+                    m.params,
+                    self.params.fingerprint()
+                );
+                (None, Some(m), RestoredFrom::Corrupt(why))
+            }
             Ok(Some((m, bytes))) => match slice_codec::decode(&bytes, slice, self.params) {
                 Ok(state) => {
                     let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };

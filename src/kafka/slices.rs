@@ -196,7 +196,8 @@ fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
         return Err(KafkaLayerError::Checkpoint { slice, detail: f });
     }
     let bytes = slice_codec::encode(&owned.state);
-    match deps.store.write(slice, owned.state.next_offset, &bytes, owned.manifest.as_ref()) {
+    match deps.store.write(slice, owned.state.next_offset, &bytes, &deps.params.fingerprint(), owned.manifest.as_ref())
+    {
         Ok(m) => {
             owned.manifest = Some(m);
             owned.since_checkpoint = 0;
