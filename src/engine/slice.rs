@@ -5,10 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use twox_hash::XxHash3_64;
-
 use super::record::{Extractor, InvalidRecord, RecordView};
-use crate::filter::snapshot as filter_snapshot;
+use crate::filter::snapshot::{self as filter_snapshot, put_u32, put_u64};
 use crate::filter::{FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
@@ -137,58 +135,29 @@ pub const VERSION: u16 = 1;
 /// snapshot, all under one XXH3-64 checksum.
 pub fn encode(state: &SliceState) -> Vec<u8> {
     let filter = filter_snapshot::encode(&state.filter);
-    let mut w = Vec::with_capacity(filter.len() + 128);
-    w.extend_from_slice(&MAGIC);
-    w.extend_from_slice(&VERSION.to_le_bytes());
-    w.extend_from_slice(&state.slice.to_le_bytes());
-    w.extend_from_slice(&state.next_offset.to_le_bytes());
+    let mut w = filter_snapshot::begin(MAGIC, VERSION, filter.len() + 128);
+    put_u32(&mut w, state.slice);
+    put_u64(&mut w, state.next_offset);
     let c = &state.counters;
     for v in [c.distinct, c.duplicates, c.resends, c.invalid] {
-        w.extend_from_slice(&v.to_le_bytes());
+        put_u64(&mut w, v);
     }
-    w.extend_from_slice(&(state.resend_marks.len() as u32).to_le_bytes());
+    put_u32(&mut w, state.resend_marks.len() as u32);
     for ((topic, partition), offset) in &state.resend_marks {
         w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
         w.extend_from_slice(topic.as_bytes());
-        w.extend_from_slice(&partition.to_le_bytes());
-        w.extend_from_slice(&offset.to_le_bytes());
+        put_u32(&mut w, *partition as u32);
+        put_u64(&mut w, *offset as u64);
     }
-    w.extend_from_slice(&(filter.len() as u64).to_le_bytes());
+    put_u64(&mut w, filter.len() as u64);
     w.extend_from_slice(&filter);
-    let checksum = XxHash3_64::oneshot(&w);
-    w.extend_from_slice(&checksum.to_le_bytes());
-    w
+    filter_snapshot::seal(w)
 }
 
 /// Restores slice `slice` from `bytes`, checked against the configured filter.
 pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceState, SnapshotError> {
-    let malformed = |what: &str| SnapshotError::Malformed(format!("slice snapshot: {what}"));
-    if bytes.len() < 8 + 2 + 8 {
-        return Err(SnapshotError::Truncated { expected: 18, got: bytes.len() });
-    }
-    if bytes[..8] != MAGIC {
-        return Err(SnapshotError::BadMagic { expected: MAGIC.to_vec(), got: bytes[..8].to_vec() });
-    }
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != VERSION {
-        return Err(SnapshotError::UnsupportedVersion { expected: VERSION, got: version });
-    }
-    let (body, trailer) = bytes.split_at(bytes.len() - 8);
-    let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
-    let computed = XxHash3_64::oneshot(body);
-    if stored != computed {
-        return Err(SnapshotError::ChecksumMismatch { expected: stored, got: computed });
-    }
-    let mut at = 10;
-    let mut take = |n: usize| -> Result<&[u8], SnapshotError> {
-        let end = at + n;
-        let out = body.get(at..end).ok_or_else(|| malformed("a field runs past the end"))?;
-        at = end;
-        Ok(out)
-    };
-    let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes"));
-    let u64_at = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-    let got_slice = u32_at(take(4)?);
+    let mut r = filter_snapshot::open(bytes, MAGIC, VERSION)?;
+    let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
             parameter: "slice",
@@ -196,27 +165,20 @@ pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceSt
             configured: slice.to_string(),
         });
     }
-    let next_offset = u64_at(take(8)?);
-    let counters = SliceCounters {
-        distinct: u64_at(take(8)?),
-        duplicates: u64_at(take(8)?),
-        resends: u64_at(take(8)?),
-        invalid: u64_at(take(8)?),
-    };
-    let marks = u32_at(take(4)?);
+    let next_offset = r.u64()?;
+    let counters = SliceCounters { distinct: r.u64()?, duplicates: r.u64()?, resends: r.u64()?, invalid: r.u64()? };
     let mut resend_marks = BTreeMap::new();
-    for _ in 0..marks {
-        let len = u16::from_le_bytes(take(2)?.try_into().expect("2 bytes")) as usize;
-        let topic = String::from_utf8(take(len)?.to_vec()).map_err(|_| malformed("a topic name is not UTF-8"))?;
-        let partition = i32::from_le_bytes(take(4)?.try_into().expect("4 bytes"));
-        let offset = i64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+    for _ in 0..r.u32()? {
+        let len = usize::from(r.u16()?);
+        let topic = String::from_utf8(r.take(len)?.to_vec())
+            .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+        let partition = r.u32()? as i32;
+        let offset = r.u64()? as i64;
         resend_marks.insert((topic, partition), offset);
     }
-    let len = u64_at(take(8)?) as usize;
-    let filter = filter_snapshot::decode(take(len)?, params)?;
-    if at != body.len() {
-        return Err(malformed("unread bytes after the filter"));
-    }
+    let len = r.u64()? as usize;
+    let filter = filter_snapshot::decode(r.take(len)?, params)?;
+    r.finish()?;
     Ok(SliceState { slice, filter, next_offset, resend_marks, counters })
 }
 

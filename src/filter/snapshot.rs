@@ -61,9 +61,7 @@ pub enum SnapshotError {
 /// Encodes a slice's complete state.
 pub fn encode(filter: &SlidingFilter) -> Vec<u8> {
     let p = &filter.params;
-    let mut w = Vec::with_capacity(filter.memory_bytes() + 256);
-    w.extend_from_slice(&MAGIC);
-    w.extend_from_slice(&VERSION.to_le_bytes());
+    let mut w = begin(MAGIC, VERSION, filter.memory_bytes() + 256);
     put_u64(&mut w, p.seed);
     put_u64(&mut w, p.cells);
     put_u32(&mut w, p.hashes);
@@ -102,23 +100,37 @@ pub fn encode(filter: &SlidingFilter) -> Vec<u8> {
         put_u64(&mut w, cells.len() as u64);
         w.extend_from_slice(&cells);
     }
+    seal(w)
+}
+
+/// Starts an envelope: magic and format version.
+pub fn begin(magic: [u8; 8], version: u16, capacity: usize) -> Vec<u8> {
+    let mut w = Vec::with_capacity(capacity + 18);
+    w.extend_from_slice(&magic);
+    w.extend_from_slice(&version.to_le_bytes());
+    w
+}
+
+/// Ends an envelope: the XXH3-64 checksum of everything before it.
+pub fn seal(mut w: Vec<u8>) -> Vec<u8> {
     let checksum = XxHash3_64::oneshot(&w);
     put_u64(&mut w, checksum);
     w
 }
 
-/// Restores a slice from `bytes`, checking it against the configured `params`.
-pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, SnapshotError> {
+/// Checks an envelope's magic, version and checksum (in that order, so the
+/// error says the most useful thing) and returns a reader over its fields.
+pub fn open(bytes: &[u8], magic: [u8; 8], version: u16) -> Result<Reader<'_>, SnapshotError> {
     const HEADER: usize = 8 + 2;
     if bytes.len() < HEADER + 8 {
         return Err(SnapshotError::Truncated { expected: HEADER + 8, got: bytes.len() });
     }
-    if bytes[..8] != MAGIC {
-        return Err(SnapshotError::BadMagic { expected: MAGIC.to_vec(), got: bytes[..8].to_vec() });
+    if bytes[..8] != magic {
+        return Err(SnapshotError::BadMagic { expected: magic.to_vec(), got: bytes[..8].to_vec() });
     }
-    let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if version != VERSION {
-        return Err(SnapshotError::UnsupportedVersion { expected: VERSION, got: version });
+    let got = u16::from_le_bytes([bytes[8], bytes[9]]);
+    if got != version {
+        return Err(SnapshotError::UnsupportedVersion { expected: version, got });
     }
     let (body, trailer) = bytes.split_at(bytes.len() - 8);
     let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
@@ -126,8 +138,12 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
     if stored != computed {
         return Err(SnapshotError::ChecksumMismatch { expected: stored, got: computed });
     }
+    Ok(Reader { bytes: body, at: HEADER })
+}
 
-    let mut r = Reader { bytes: body, at: HEADER };
+/// Restores a slice from `bytes`, checking it against the configured `params`.
+pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, SnapshotError> {
+    let mut r = open(bytes, MAGIC, VERSION)?;
     check(r.u64()?, params.seed, "seed")?;
     check(r.u64()?, params.cells, "cells")?;
     check(r.u32()?, params.hashes, "hashes")?;
@@ -178,9 +194,7 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
         let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt };
         generations.push(Generation::restore(stored, now, params));
     }
-    if r.at != body.len() {
-        return Err(SnapshotError::Malformed(format!("{} unread bytes", body.len() - r.at)));
-    }
+    r.finish()?;
     Ok(SlidingFilter::from_parts(params.clone(), clock_ms, generations, counters))
 }
 
@@ -196,21 +210,31 @@ fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'stati
     }
 }
 
-fn put_u64(w: &mut Vec<u8>, v: u64) {
+pub fn put_u64(w: &mut Vec<u8>, v: u64) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_u32(w: &mut Vec<u8>, v: u32) {
+pub fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-struct Reader<'a> {
+/// Reads the fields of an opened envelope, refusing to run past its end.
+pub struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+    /// Fails unless every byte was read.
+    pub fn finish(&self) -> Result<(), SnapshotError> {
+        if self.at == self.bytes.len() {
+            Ok(())
+        } else {
+            Err(SnapshotError::Malformed(format!("{} unread bytes", self.bytes.len() - self.at)))
+        }
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
         let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
         let Some(end) = end else {
             return Err(SnapshotError::Malformed(format!("field at byte {} runs past the end", self.at)));
@@ -220,15 +244,19 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn u8(&mut self) -> Result<u8, SnapshotError> {
+    pub fn u8(&mut self) -> Result<u8, SnapshotError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, SnapshotError> {
+    pub fn u16(&mut self) -> Result<u16, SnapshotError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
+    }
+
+    pub fn u32(&mut self) -> Result<u32, SnapshotError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
-    fn u64(&mut self) -> Result<u64, SnapshotError> {
+    pub fn u64(&mut self) -> Result<u64, SnapshotError> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 }
