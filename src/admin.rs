@@ -32,6 +32,9 @@ pub struct SliceStatus {
     pub last_checkpoint_offset: Option<u64>,
 }
 
+/// Answers `/v1/lookup` for a key.
+pub type LookupFn = Box<dyn Fn(&[u8]) -> serde_json::Value + Send + Sync>;
+
 /// Shared between the workers (writers) and the admin endpoint (reader).
 #[derive(Default)]
 pub struct Status {
@@ -40,6 +43,8 @@ pub struct Status {
     /// A fatal error stops the daemon; until then the endpoint reports it.
     pub healthy: AtomicBool,
     pub slices: Mutex<BTreeMap<u32, SliceStatus>>,
+    /// Set by the slice workers once they run.
+    pub lookup: Mutex<Option<LookupFn>>,
 }
 
 impl Status {
@@ -95,10 +100,72 @@ fn respond(method: &str, target: &str, status: &Status, metrics: &Metrics) -> (&
         "/healthz" => ("503 Service Unavailable", TEXT, "failing\n".into()),
         "/readyz" if status.ready.load(Ordering::Relaxed) => ("200 OK", TEXT, "ready\n".into()),
         "/readyz" => ("503 Service Unavailable", TEXT, "not ready: joining the group or restoring slices\n".into()),
+        "/v1/lookup" => {
+            let key = target.split_once('?').and_then(|(_, q)| query_param(q, "key"));
+            let Some(key) = key else {
+                return ("400 Bad Request", TEXT, "usage: /v1/lookup?key=URL-ENCODED-KEY\n".into());
+            };
+            match status.lookup.lock().expect("status lock").as_ref() {
+                Some(lookup) => {
+                    ("200 OK", "application/json", serde_json::to_string_pretty(&lookup(&key)).expect("json"))
+                }
+                None => ("503 Service Unavailable", TEXT, "the slice workers are not running yet\n".into()),
+            }
+        }
         "/v1/slices" => {
             let slices: Vec<SliceStatus> = status.slices.lock().expect("status lock").values().cloned().collect();
             ("200 OK", "application/json", serde_json::to_string_pretty(&slices).expect("status serialises"))
         }
-        _ => ("404 Not Found", TEXT, "try /metrics, /healthz, /readyz or /v1/slices\n".into()),
+        _ => ("404 Not Found", TEXT, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n".into()),
+    }
+}
+
+/// The percent-decoded value of `name` in a query string.
+fn query_param(query: &str, name: &str) -> Option<Vec<u8>> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], escaped) {
+            (_, Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', None) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, None) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_keys_are_percent_decoded() {
+        assert_eq!(query_param("key=click%2D42&x=1", "key"), Some(b"click-42".to_vec()));
+        assert_eq!(query_param("a=1&key=a+b%20c", "key"), Some(b"a b c".to_vec()));
+        assert_eq!(query_param("key=%ff%", "key"), Some(vec![0xff, b'%']));
+        assert_eq!(query_param("key=%4", "key"), Some(b"%4".to_vec()));
+        assert_eq!(query_param("other=1", "key"), None);
     }
 }

@@ -1,90 +1,214 @@
-//! Prometheus metrics. Names start with `dedupd_`; labels are bounded (slice,
-//! result, reason, topic) — never keys. Hot paths count in plain integers
-//! (slice counters live in the slice state); the workers publish the deltas
-//! here periodically.
+//! Prometheus metrics, one registry per process; `docs/metrics.md` lists
+//! them (a test keeps the two in step). Names start with `dedupd_`; labels
+//! are bounded (slice, result, reason, topic, source, kind) — never keys.
+//! Hot paths count in plain integers (the slice state's counters) and the
+//! workers publish deltas and gauges every few hundred milliseconds.
 
-use prometheus::{Encoder, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
 
 /// Every metric the daemon exports.
 pub struct Metrics {
     registry: Registry,
-    /// Verdicts by slice and result (`distinct`, `duplicate`, `invalid`, `resend`).
-    pub records: IntCounterVec,
-    /// Records replayed silently after a restore, by slice.
-    pub replayed: IntCounterVec,
-    /// Dead-lettered records by reason.
-    pub dead_letters: IntCounterVec,
-    /// Records the router read, by input topic.
-    pub router_records: IntCounterVec,
-    /// Snapshots written, by slice.
-    pub checkpoints: IntCounterVec,
-    /// Snapshot writes that failed, by slice.
-    pub checkpoint_failures: IntCounterVec,
-    /// Slice restores by where the state came from (`snapshot`, `empty`, `corrupt`).
-    pub restores: IntCounterVec,
-    /// Slices this process owns.
-    pub slices_owned: IntGauge,
-    /// Build information (value 1).
     pub build_info: IntGaugeVec,
+    pub input_records: IntCounterVec,
+    pub records: IntCounterVec,
+    pub equal_timers: Histogram,
+    pub dead_letters: IntCounterVec,
+    pub filter_density: GaugeVec,
+    pub filter_generations: IntGaugeVec,
+    pub filter_memory_bytes: IntGaugeVec,
+    pub filter_estimated_fpr: GaugeVec,
+    pub generations_created: IntCounterVec,
+    pub generations_dropped: IntCounterVec,
+    pub saturated_inserts: IntCounterVec,
+    pub checkpoints: IntCounterVec,
+    pub checkpoint_failures: IntCounterVec,
+    pub checkpoint_duration: Histogram,
+    pub checkpoint_bytes: IntGaugeVec,
+    pub checkpoint_age: GaugeVec,
+    pub restores: IntCounterVec,
+    pub restore_duration: Histogram,
+    pub replayed: IntCounterVec,
+    pub rebalances: IntCounterVec,
+    pub slices_owned: IntGauge,
+    pub consumer_lag: IntGaugeVec,
+    pub producer_queue: IntGauge,
+    pub end_to_end_latency: Histogram,
 }
 
-fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    registry.register(Box::new(c.clone())).expect("unique metric");
-    c
+struct Builder<'a>(&'a Registry);
+
+impl Builder<'_> {
+    fn register<M: prometheus::core::Collector + Clone + 'static>(&self, m: M) -> M {
+        self.0.register(Box::new(m.clone())).expect("unique metric");
+        m
+    }
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.register(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+    fn int_gauge(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.register(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+        self.register(GaugeVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+    fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        self.register(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("valid metric"))
+    }
+}
+
+/// Latency buckets from 1 ms to ~2 min.
+fn seconds_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.001, 2.0, 18).expect("valid buckets")
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    /// All metrics; `hashes` (k) sets the equal-timers histogram's buckets 1..=k.
+    pub fn new(hashes: u32) -> Self {
         let registry = Registry::new();
-        let slices_owned = IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric");
-        registry.register(Box::new(slices_owned.clone())).expect("unique metric");
-        let build_info = IntGaugeVec::new(Opts::new("dedupd_build_info", "Build information (value 1)."), &["version"])
-            .expect("valid metric");
-        registry.register(Box::new(build_info.clone())).expect("unique metric");
+        let b = Builder(&registry);
+        let build_info = b.int_gauge("dedupd_build_info", "1, labelled with the dedupd version.", &["version"]);
         build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        Metrics {
-            records: counter(
-                &registry,
-                "dedupd_records_total",
-                "Slice verdicts by slice and result.",
-                &["slice", "result"],
+        let m = Metrics {
+            input_records: b.counter("dedupd_input_records_total", "Input records read, by topic.", &["topic"]),
+            records: b.counter("dedupd_records_total", "Slice verdicts by slice and result.", &["slice", "result"]),
+            equal_timers: b.histogram(
+                "dedupd_duplicate_equal_timers",
+                "Largest number of a duplicate's k cells holding the same time.",
+                (1..=hashes.max(1)).map(f64::from).collect(),
             ),
-            replayed: counter(
-                &registry,
-                "dedupd_replayed_records_total",
-                "Records replayed silently after a restore.",
-                &["slice"],
-            ),
-            dead_letters: counter(
-                &registry,
+            dead_letters: b.counter(
                 "dedupd_dead_letters_total",
                 "Records sent to the dead-letter topic, by reason.",
                 &["reason"],
             ),
-            router_records: counter(
-                &registry,
-                "dedupd_router_records_total",
-                "Input records the router read, by topic.",
-                &["topic"],
+            filter_density: b.gauge(
+                "dedupd_filter_density",
+                "Live-cell density of the slice's newest generation.",
+                &["slice"],
             ),
-            checkpoints: counter(&registry, "dedupd_checkpoints_total", "Slice snapshots written.", &["slice"]),
-            checkpoint_failures: counter(
-                &registry,
+            filter_generations: b.int_gauge(
+                "dedupd_filter_generations",
+                "Generations alive in the slice's filter.",
+                &["slice"],
+            ),
+            filter_memory_bytes: b.int_gauge("dedupd_filter_memory_bytes", "Bytes of the slice's filter.", &["slice"]),
+            filter_estimated_fpr: b.gauge(
+                "dedupd_filter_estimated_fpr",
+                "False-positive rate the live densities predict, combined over generations.",
+                &["slice"],
+            ),
+            generations_created: b.counter(
+                "dedupd_filter_generations_created_total",
+                "Generations started.",
+                &["slice"],
+            ),
+            generations_dropped: b.counter(
+                "dedupd_filter_generations_dropped_total",
+                "Generations dropped when expired.",
+                &["slice"],
+            ),
+            saturated_inserts: b.counter(
+                "dedupd_filter_saturated_inserts_total",
+                "Inserts into a full newest generation at the generation cap.",
+                &["slice"],
+            ),
+            checkpoints: b.counter("dedupd_checkpoints_total", "Slice snapshots written.", &["slice"]),
+            checkpoint_failures: b.counter(
                 "dedupd_checkpoint_failures_total",
                 "Slice snapshot writes that failed.",
                 &["slice"],
             ),
-            restores: counter(
-                &registry,
-                "dedupd_restores_total",
-                "Slice restores by source of the state.",
-                &["source"],
+            checkpoint_duration: b.histogram(
+                "dedupd_checkpoint_duration_seconds",
+                "Time to flush outputs, encode and write one snapshot.",
+                seconds_buckets(),
             ),
-            slices_owned,
+            checkpoint_bytes: b.int_gauge("dedupd_checkpoint_bytes", "Size of the slice's last snapshot.", &["slice"]),
+            checkpoint_age: b.gauge(
+                "dedupd_checkpoint_age_seconds",
+                "Seconds since the slice's last snapshot.",
+                &["slice"],
+            ),
+            restores: b.counter("dedupd_restores_total", "Slice restores by source of the state.", &["source"]),
+            restore_duration: b.histogram(
+                "dedupd_restore_duration_seconds",
+                "Time to restore one slice.",
+                seconds_buckets(),
+            ),
+            replayed: b.counter(
+                "dedupd_replayed_records_total",
+                "Records replayed silently after a restore.",
+                &["slice"],
+            ),
+            rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
+            slices_owned: b
+                .register(IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric")),
+            consumer_lag: b.int_gauge("dedupd_consumer_lag", "Records of the slice log not yet processed.", &["slice"]),
+            producer_queue: b.register(
+                IntGauge::new("dedupd_producer_queue_messages", "Messages in the output producer's queue.")
+                    .expect("valid metric"),
+            ),
+            end_to_end_latency: b.histogram(
+                "dedupd_end_to_end_latency_seconds",
+                "Record timestamp to output acknowledged by the broker.",
+                seconds_buckets(),
+            ),
             build_info,
             registry,
+        };
+        m.slices_owned.set(0);
+        m.producer_queue.set(0);
+        // Every bounded label value exists from the start, so dashboards and
+        // alerts see zeros instead of missing series.
+        for reason in crate::engine::InvalidReason::ALL {
+            m.dead_letters.with_label_values(&[reason.as_str()]);
         }
+        for source in ["snapshot", "empty", "corrupt"] {
+            m.restores.with_label_values(&[source]);
+        }
+        for kind in ["assign", "revoke"] {
+            m.rebalances.with_label_values(&[kind]);
+        }
+        m
+    }
+
+    /// Creates a slice's series when the slice is assigned.
+    pub fn init_slice(&self, slice: u32) {
+        let label = slice.to_string();
+        for result in ["distinct", "duplicate", "invalid", "resend"] {
+            self.records.with_label_values(&[&label, result]);
+        }
+        for counter in [
+            &self.replayed,
+            &self.checkpoints,
+            &self.checkpoint_failures,
+            &self.generations_created,
+            &self.generations_dropped,
+            &self.saturated_inserts,
+        ] {
+            counter.with_label_values(&[&label]);
+        }
+    }
+
+    /// Forgets a slice's per-slice gauges (after it is released).
+    pub fn forget_slice(&self, slice: u32) {
+        let label = slice.to_string();
+        let _ = self.filter_density.remove_label_values(&[&label]);
+        let _ = self.filter_generations.remove_label_values(&[&label]);
+        let _ = self.filter_memory_bytes.remove_label_values(&[&label]);
+        let _ = self.filter_estimated_fpr.remove_label_values(&[&label]);
+        let _ = self.checkpoint_bytes.remove_label_values(&[&label]);
+        let _ = self.checkpoint_age.remove_label_values(&[&label]);
+        let _ = self.consumer_lag.remove_label_values(&[&label]);
+    }
+
+    /// The counter of input records of `topic` (cache it on hot paths).
+    pub fn input_counter(&self, topic: &str) -> IntCounter {
+        self.input_records.with_label_values(&[topic])
     }
 
     /// The Prometheus text exposition of every metric.
@@ -95,8 +219,7 @@ impl Metrics {
     }
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Seconds as a Prometheus histogram observation.
+pub fn observe_duration(h: &Histogram, d: std::time::Duration) {
+    h.observe(d.as_secs_f64());
 }

@@ -12,18 +12,6 @@ use std::time::{Duration, Instant};
 use dedupd::bench::workload::Rng;
 use support::*;
 
-const BASE_TS: i64 = 1_700_000_000_000;
-
-/// The partition a key goes to when the input is partitioned by the dedup key.
-fn partition_of(id: &str, partitions: u32) -> i32 {
-    let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    (h % u64::from(partitions)) as i32
-}
-
-fn click(seq: u64, id: &str, ts: i64, partition: i32) -> Rec {
-    Rec::new(partition, id, &format!("{{\"id\":\"{id}\",\"ts\":{ts},\"seq\":{seq}}}"), ts)
-}
-
 /// Produces a keyed click stream until `stop`, in batches, and counts it.
 /// Keys come from a pool of 3000, timestamps advance 25 ms per record, so
 /// the stream outlives the 60 s window and keys come back both inside and

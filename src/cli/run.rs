@@ -36,7 +36,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let params = cfg.filter.resolve().expect("validated at load");
     let slice_count = topics::ensure(&cfg).await?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::new(params.hashes));
+    for topic in &cfg.settings.input.topics {
+        metrics.input_counter(topic);
+    }
     let status = Status::new();
     let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
         .await
@@ -54,11 +57,17 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         params: params.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
-        producer: slices::output_producer(&cfg)?,
+        producer: slices::output_producer(
+            &cfg,
+            "output",
+            Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
+        )?,
         store: CheckpointStore::new(&cfg)?,
         reader: clients::reader(&cfg, &format!("{id}-restore")).create().context("creating the restore reader")?,
         metrics: metrics.clone(),
         status: status.clone(),
+        input_counter: (cfg.slicing == SlicingMode::InputPartitions)
+            .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));
@@ -73,7 +82,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             extractor,
             slices: slice_count,
             seed: params.seed,
-            producer: slices::output_producer(&cfg)?,
+            producer: slices::output_producer(&cfg, "router", None)?,
             metrics: metrics.clone(),
         });
         let stop = router_stop.clone();

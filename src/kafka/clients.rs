@@ -25,6 +25,10 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky");
+    // Statistics feed the consumer-lag gauge.
+    if c.get("statistics.interval.ms").is_none() {
+        c.set("statistics.interval.ms", "2000");
+    }
     c
 }
 

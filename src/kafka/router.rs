@@ -107,7 +107,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
-                deps.metrics.router_records.with_label_values(&[msg.topic()]).inc();
+                deps.metrics.input_records.with_label_values(&[msg.topic()]).inc();
                 let header_list: Vec<(&str, &[u8])> = msg
                     .headers()
                     .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())

@@ -37,9 +37,12 @@ use crate::metrics::Metrics;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Records delivery failures; the worker loop turns the first into a stop.
+/// Records delivery failures (the worker loop turns the first into a stop)
+/// and the end-to-end latency of acknowledged outputs.
 pub struct DeliveryWatch {
     failure: Mutex<Option<String>>,
+    /// The output topic and the histogram of record timestamp → acknowledged.
+    latency: Option<(String, prometheus::Histogram)>,
 }
 
 impl DeliveryWatch {
@@ -54,6 +57,14 @@ impl ClientContext for DeliveryWatch {}
 impl ProducerContext for DeliveryWatch {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let (Ok(m), Some((topic, histogram))) = (result, &self.latency)
+            && m.topic() == topic
+            && let Some(ts) = m.timestamp().to_millis()
+        {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+            histogram.observe((now - ts).max(0) as f64 / 1000.0);
+        }
         if let Err((e, m)) = result {
             let mut f = self.failure.lock().expect("failure lock");
             if f.is_none() {
@@ -74,6 +85,8 @@ struct Owned {
     last_checkpoint: Instant,
     /// Counters already published to the metrics.
     published: SliceCounters,
+    /// Filter counters already published: generations created, dropped, saturated inserts.
+    published_filter: [u64; 3],
 }
 
 /// Everything the worker loop and its rebalance callbacks share.
@@ -87,6 +100,8 @@ pub struct Deps {
     pub reader: BaseConsumer,
     pub metrics: Arc<Metrics>,
     pub status: Arc<Status>,
+    /// Counts input records when the slice log is the input (input-partitions mode).
+    pub input_counter: Option<prometheus::IntCounter>,
 }
 
 struct Inner {
@@ -98,9 +113,22 @@ struct Inner {
 pub struct WorkerContext {
     deps: Arc<Deps>,
     inner: Arc<Mutex<Inner>>,
+    /// End of each slice partition as librdkafka's statistics last saw it.
+    high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
 }
 
-impl ClientContext for WorkerContext {}
+impl ClientContext for WorkerContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        if let Some(topic) = statistics.topics.get(&self.deps.slice_topic) {
+            let mut highs = self.high_offsets.lock().expect("offsets lock");
+            for (p, part) in &topic.partitions {
+                if *p >= 0 && part.hi_offset >= 0 {
+                    highs.insert(*p as u32, part.hi_offset);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for WorkerContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -109,6 +137,7 @@ impl ConsumerContext for WorkerContext {
         let mut inner = self.inner.lock().expect("worker lock");
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
                 for p in partitions {
                     match restore(&self.deps, p as u32) {
@@ -118,6 +147,7 @@ impl ConsumerContext for WorkerContext {
                                 inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
                             }
                             inner.slices.insert(p as u32, owned);
+                            self.deps.metrics.init_slice(p as u32);
                         }
                         Err(e) => {
                             inner.fatal.get_or_insert(format!("slice {p}: restore failed: {e}"));
@@ -132,6 +162,7 @@ impl ConsumerContext for WorkerContext {
                 self.deps.status.ready.store(inner.fatal.is_none(), Ordering::Relaxed);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 let lost = consumer.assignment_lost();
                 for p in partitions {
                     if let Some(mut owned) = inner.slices.remove(&(p as u32)) {
@@ -140,6 +171,7 @@ impl ConsumerContext for WorkerContext {
                             log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
                         }
                         self.deps.status.slices.lock().expect("status lock").remove(&(p as u32));
+                        self.deps.metrics.forget_slice(p as u32);
                     }
                 }
                 let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
@@ -159,6 +191,7 @@ impl ConsumerContext for WorkerContext {
 }
 
 fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
+    let started = Instant::now();
     let mut outputs = vec![deps.cfg.settings.output.topic.as_str()];
     if !deps.cfg.settings.output.duplicates_topic.is_empty() {
         outputs.push(deps.cfg.settings.output.duplicates_topic.as_str());
@@ -178,7 +211,10 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         RestoredFrom::Corrupt(_) => "corrupt",
     };
     deps.metrics.restores.with_label_values(&[source]).inc();
+    deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+    let c = point.state.filter.counters();
     Ok(Owned {
+        published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
         state: point.state,
         replay_until: point.replay_until,
@@ -188,9 +224,48 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
     })
 }
 
+/// The `/v1/lookup` answer for a key: the verdict it would get now, without
+/// inserting it. In repartition mode the key's slice is `H_S(key)`; with
+/// input-partitions the producer's partitioner chose it, so every owned
+/// slice is asked.
+fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+        let home = match deps.cfg.slicing {
+            SlicingMode::Repartition => Some(hash.slice(deps.cfg.settings.filter.slices)),
+            SlicingMode::InputPartitions => None,
+        };
+        let inner = inner.lock().expect("worker lock");
+        let results: Vec<serde_json::Value> = inner
+            .slices
+            .iter()
+            .filter(|(s, _)| home.is_none_or(|h| h == **s))
+            .map(|(s, owned)| {
+                let l = owned.state.filter.lookup(&hash);
+                serde_json::json!({
+                    "slice": s,
+                    "duplicate": l.duplicate,
+                    "alive_cells": l.alive_cells,
+                    "hashes": deps.params.hashes,
+                    "equal_timers": l.equal_timers,
+                    "clock_ms": owned.state.filter.clock_ms(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "slice": home,
+            "owned": !results.is_empty(),
+            "results": results,
+        })
+    })
+}
+
 /// Flushes every output so far, then writes the slice's snapshot.
 fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
+    let started = Instant::now();
     deps.producer.flush(FLUSH_TIMEOUT).context(|| format!("flushing outputs before the snapshot of slice {slice}"))?;
     if let Some(f) = deps.producer.context().failure() {
         return Err(KafkaLayerError::Checkpoint { slice, detail: f });
@@ -202,7 +277,10 @@ fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
             owned.manifest = Some(m);
             owned.since_checkpoint = 0;
             owned.last_checkpoint = Instant::now();
-            deps.metrics.checkpoints.with_label_values(&[&slice.to_string()]).inc();
+            let label = slice.to_string();
+            deps.metrics.checkpoints.with_label_values(&[&label]).inc();
+            deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes.len() as i64);
+            deps.metrics.checkpoint_duration.observe(started.elapsed().as_secs_f64());
             Ok(())
         }
         Err(e) => {
@@ -212,18 +290,25 @@ fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
     }
 }
 
-/// Creates the output producer.
-pub fn output_producer(cfg: &Resolved) -> Result<OutputProducer, KafkaLayerError> {
-    clients::producer(cfg, &format!("{}-output", cfg.settings.app.id))
-        .create_with_context(DeliveryWatch { failure: Mutex::new(None) })
-        .context(|| "creating the output producer".into())
+/// Creates a producer; with `latency`, acknowledged records of that topic
+/// are timed from their timestamps.
+pub fn output_producer(
+    cfg: &Resolved,
+    name: &str,
+    latency: Option<(String, prometheus::Histogram)>,
+) -> Result<OutputProducer, KafkaLayerError> {
+    clients::producer(cfg, &format!("{}-{name}", cfg.settings.app.id))
+        .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency })
+        .context(|| format!("creating the {name} producer"))
 }
 
 /// The slice worker loop. Returns when `stop` is set (after snapshotting
 /// every owned slice) or on a fatal error.
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None }));
-    let context = WorkerContext { deps: deps.clone(), inner: inner.clone() };
+    let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
+    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
+    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
     let id = &deps.cfg.settings.app.id;
     let consumer: BaseConsumer<WorkerContext> = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"))
         .create_with_context(context)
@@ -267,7 +352,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
                     log::warn!("slice {}: snapshot failed: {e}", owned.state.slice);
                 }
             }
-            publish(&deps, &mut guard);
+            publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
         }
     };
 
@@ -282,7 +367,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
             }
         }
     }
-    publish(&deps, &mut guard);
+    publish(&deps, &mut guard, &BTreeMap::new());
     // Nothing left to snapshot on the revocation that closing triggers.
     for owned in guard.slices.values_mut() {
         owned.since_checkpoint = 0;
@@ -292,8 +377,10 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     result
 }
 
-/// Publishes counters and status of the owned slices.
-fn publish(deps: &Deps, inner: &mut Inner) {
+/// Publishes counters, gauges and status of the owned slices.
+fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
+    let m = &deps.metrics;
+    m.producer_queue.set(i64::from(deps.producer.in_flight_count()));
     let mut status = deps.status.slices.lock().expect("status lock");
     for (slice, owned) in inner.slices.iter_mut() {
         let c = &owned.state.counters;
@@ -311,6 +398,23 @@ fn publish(deps: &Deps, inner: &mut Inner) {
         }
         owned.published = c.clone();
         let f = &owned.state.filter;
+        let fc = f.counters();
+        let now = [fc.generations_created, fc.generations_dropped, fc.saturated_inserts];
+        for (i, counter) in
+            [&m.generations_created, &m.generations_dropped, &m.saturated_inserts].into_iter().enumerate()
+        {
+            if now[i] > owned.published_filter[i] {
+                counter.with_label_values(&[&label]).inc_by(now[i] - owned.published_filter[i]);
+            }
+        }
+        owned.published_filter = now;
+        m.filter_density.with_label_values(&[&label]).set(f.generations().last().map_or(0.0, |g| g.density()));
+        m.filter_generations.with_label_values(&[&label]).set(f.generations().len() as i64);
+        m.filter_memory_bytes.with_label_values(&[&label]).set(f.memory_bytes() as i64);
+        m.filter_estimated_fpr.with_label_values(&[&label]).set(f.estimated_fpr());
+        m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
+        let lag = high_offsets.get(slice).map_or(0, |&h| (h - owned.state.next_offset as i64).max(0));
+        m.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(
             *slice,
             SliceStatus {
@@ -358,6 +462,12 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     };
     let verdict = owned.state.process(&SliceRecord { offset, record, source }, &deps.extractor);
     owned.since_checkpoint += 1;
+    if let Some(input) = &deps.input_counter {
+        input.inc();
+    }
+    if let SliceVerdict::Duplicate { equal_timers } = verdict {
+        deps.metrics.equal_timers.observe(f64::from(equal_timers));
+    }
     if owned.replay_until.is_some_and(|y| offset <= y) {
         deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
         if owned.replay_until == Some(offset) {

@@ -342,3 +342,17 @@ pub fn app_env(app: &str, input: &str, mode: &str, slices: u32) -> Vec<(String, 
     .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
+
+/// Event time of the first test record.
+pub const BASE_TS: i64 = 1_700_000_000_000;
+
+/// The partition a key goes to when the input is partitioned by the dedup key.
+pub fn partition_of(id: &str, partitions: u32) -> i32 {
+    let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (h % u64::from(partitions)) as i32
+}
+
+/// A JSON click `{"id", "ts", "seq"}` keyed by its id.
+pub fn click(seq: u64, id: &str, ts: i64, partition: i32) -> Rec {
+    Rec::new(partition, id, &format!("{{\"id\":\"{id}\",\"ts\":{ts},\"seq\":{seq}}}"), ts)
+}
