@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -197,14 +198,12 @@ pub enum ReadFrom {
     Last,
 }
 
-/// How long a partition must stay quiet after its reported end before the
-/// read counts as complete. Some Kafka-compatible brokers (Tansu) report the
-/// high watermark as the last *batch's* base offset + 1, so the records of
-/// that batch come after the reported end.
-const QUIET: Duration = Duration::from_millis(250);
-
 /// Reads partition `partition` of `topic` to its current end, calling
 /// `each(offset, key, value)` in offset order.
+///
+/// The end is where the fetch reports end-of-partition, not the listed high
+/// watermark: some Kafka-compatible brokers (Tansu) list it as the last
+/// *batch's* base offset + 1, so that batch's records lie beyond it.
 pub fn read_partition(
     reader: &BaseConsumer,
     topic: &str,
@@ -227,11 +226,7 @@ pub fn read_partition(
     reader.assign(&tpl).context(|| format!("reading {topic}/{partition}"))?;
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut next = start;
-    let mut last_seen = Instant::now();
     let result = loop {
-        if next >= high && last_seen.elapsed() >= QUIET {
-            break Ok(());
-        }
         if Instant::now() > deadline {
             break Err(KafkaLayerError::Timeout(format!(
                 "reading {topic}/{partition} up to offset {high}, stuck at {next}"
@@ -240,9 +235,12 @@ pub fn read_partition(
         match reader.poll(Duration::from_millis(50)) {
             Some(Ok(m)) => {
                 next = m.offset() + 1;
-                last_seen = Instant::now();
                 each(m.offset(), m.key().unwrap_or_default(), m.payload(), &m);
             }
+            // The listed end is a lower bound of the real one, so an
+            // end-of-partition event before reaching it is stale.
+            Some(Err(KafkaError::PartitionEOF(p))) if p == partition && next >= high => break Ok(()),
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => {
                 break Err(KafkaLayerError::Client { context: format!("reading {topic}/{partition}"), source: e });
             }

@@ -25,6 +25,11 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky");
+    // The broker answers a fetch as soon as data arrives or after this long:
+    // librdkafka's 500 ms default would add up to half a second per stage.
+    if c.get("fetch.wait.max.ms").is_none() {
+        c.set("fetch.wait.max.ms", "20");
+    }
     // Statistics feed the consumer-lag gauge.
     if c.get("statistics.interval.ms").is_none() {
         c.set("statistics.interval.ms", "2000");
@@ -39,7 +44,7 @@ pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
     c.set("group.id", format!("{}.reader", cfg.settings.app.id))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "false")
+        .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
     c
 }

@@ -531,11 +531,11 @@ pub fn send(
 }
 
 /// Sends a copy of `msg` to `topic`/`partition` with `extra` headers.
-pub fn produce_copy<C: ProducerContext + 'static>(
+pub fn produce_copy<C: ProducerContext + 'static, M: Message>(
     producer: &ThreadedProducer<C>,
     topic: &str,
     partition: i32,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError>
 where
