@@ -169,7 +169,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 lane.last_arrival = Instant::now();
                 lane.at_end = false;
                 if lane.records.len() >= MAX_BUFFERED && !lane.paused {
-                    lane.paused = set_paused(&consumer, &msg.topic().to_string(), msg.partition(), true);
+                    lane.paused = set_paused(&consumer, msg.topic(), msg.partition(), true);
                 }
             }
             // The event names only the partition: with several input topics it
