@@ -166,8 +166,13 @@ impl ConsumerContext for WorkerContext {
                 let lost = consumer.assignment_lost();
                 for p in partitions {
                     if let Some(mut owned) = inner.slices.remove(&(p as u32)) {
-                        // A lost assignment may already be someone else's: write nothing more.
-                        if !lost && let Err(e) = checkpoint(&self.deps, &mut owned) {
+                        // A lost assignment may already be someone else's: write nothing
+                        // more. A slice snapshotted since its last record needs no new one.
+                        let clean = owned.since_checkpoint == 0 && owned.manifest.is_some();
+                        if !lost
+                            && !clean
+                            && let Err(e) = checkpoint(&self.deps, &mut owned)
+                        {
                             log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
                         }
                         self.deps.status.slices.lock().expect("status lock").remove(&(p as u32));
