@@ -323,16 +323,21 @@ impl Settings {
             }
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
-        let env: config::Map<String, String> = env.into_iter().filter(|(k, _)| k.starts_with("DEDUPD__")).collect();
-        builder = builder.add_source(
+        // librdkafka settings (secrets among them) stay text: "007" must not become 7.
+        let (kafka_env, env): (config::Map<String, String>, config::Map<String, String>) = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("DEDUPD__"))
+            .partition(|(k, _)| k.starts_with("DEDUPD__KAFKA__"));
+        let environment = |vars: config::Map<String, String>, parse: bool| {
             config::Environment::with_prefix("DEDUPD")
                 .prefix_separator("__")
                 .separator("__")
                 .list_separator(",")
                 .with_list_parse_key("input.topics")
-                .try_parsing(true)
-                .source(Some(env)),
-        );
+                .try_parsing(parse)
+                .source(Some(vars))
+        };
+        builder = builder.add_source(environment(env, true)).add_source(environment(kafka_env, false));
         let raw = builder.build().map_err(|e| ConfigError::Load(e.to_string()))?;
         let settings: Settings = raw.try_deserialize().map_err(|e| ConfigError::Load(e.to_string()))?;
         settings.validate()
@@ -492,6 +497,7 @@ mod tests {
             ("DEDUPD__FILTER__SLICES", "3"),
             ("DEDUPD__FILTER__WINDOW", "90s"),
             ("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000"),
+            ("DEDUPD__KAFKA__SASL_PASSWORD", "007"),
             ("OTHER__FILTER__SLICES", "99"),
         ])
         .unwrap();
@@ -499,7 +505,9 @@ mod tests {
         assert_eq!(r.settings.input.topics, vec!["a", "b"]);
         assert_eq!(r.settings.filter.slices, 3);
         assert_eq!(r.settings.filter.window, 90_000);
-        assert!(r.settings.kafka.client_settings().contains(&("session.timeout.ms".into(), "6000".into())));
+        let kafka = r.settings.kafka.client_settings();
+        assert!(kafka.contains(&("session.timeout.ms".into(), "6000".into())));
+        assert!(kafka.contains(&("sasl.password".into(), "007".into())), "secrets stay text: {kafka:?}");
     }
 
     #[test]

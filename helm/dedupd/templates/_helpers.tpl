@@ -1,0 +1,193 @@
+{{/*
+Names and labels.
+*/}}
+{{- define "dedupd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "dedupd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "dedupd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "dedupd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "dedupd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "dedupd.labels" -}}
+helm.sh/chart: {{ include "dedupd.chart" . }}
+{{ include "dedupd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: dedupd
+{{- end }}
+
+{{- define "dedupd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "dedupd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "dedupd.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
+
+{{/*
+Environment variable carrying a librdkafka setting: DEDUPD__KAFKA__ + the name with dots
+as underscores, upper case (dedupd lower-cases it and turns '_' back into '.').
+*/}}
+{{- define "dedupd.kafkaEnvName" -}}
+{{- printf "DEDUPD__KAFKA__%s" (. | replace "." "_" | replace "-" "_" | upper) }}
+{{- end }}
+
+{{/*
+dedupd.toml rendering. Values are rendered as TOML scalars and arrays only: strings as
+JSON-escaped basic strings, numbers without a fraction as integers (YAML numbers reach
+templates as float64), booleans as is. Anything else fails the render with the setting's path.
+*/}}
+{{- define "dedupd.tomlKey" -}}
+{{- if regexMatch "^[A-Za-z0-9_-]+$" . }}{{ . }}{{ else }}{{ toJson . }}{{ end }}
+{{- end }}
+
+{{- define "dedupd.tomlValue" -}}
+{{- $v := .value -}}
+{{- if kindIs "string" $v -}}
+{{- toJson $v -}}
+{{- else if kindIs "bool" $v -}}
+{{- ternary "true" "false" $v -}}
+{{- else if or (kindIs "float64" $v) (kindIs "float32" $v) -}}
+{{- if eq (floor $v) (float64 $v) }}{{ printf "%.0f" (float64 $v) }}{{ else }}{{ $v }}{{ end -}}
+{{- else if or (kindIs "int" $v) (kindIs "int64" $v) (kindIs "int32" $v) (kindIs "uint64" $v) -}}
+{{- $v -}}
+{{- else if kindIs "slice" $v -}}
+[{{ range $i, $e := $v }}{{ if $i }}, {{ end }}{{ include "dedupd.tomlValue" (dict "value" $e "path" (printf "%s[%d]" $.path $i)) }}{{ end }}]
+{{- else if kindIs "invalid" $v -}}
+{{- fail (printf "%s is null: remove it to use dedupd's default, or give a value" .path) -}}
+{{- else -}}
+{{- fail (printf "%s: a %s is not a dedupd setting value (expected a string, number, boolean or list)" .path (kindOf $v)) -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Flattens nested maps into dotted librdkafka names: {security: {protocol: SSL}} and
+{"security.protocol": SSL} both give "security.protocol". Writes into .out.
+*/}}
+{{- define "dedupd.flatten" -}}
+{{- $out := .out -}}
+{{- $prefix := .prefix -}}
+{{- range $k, $v := .map -}}
+{{- $name := ternary $k (printf "%s.%s" $prefix $k) (eq $prefix "") -}}
+{{- if kindIs "map" $v -}}
+{{- include "dedupd.flatten" (dict "map" $v "prefix" $name "out" $out) -}}
+{{- else -}}
+{{- $_ := set $out $name $v -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+The [kafka] table: kafka.brokers, config.kafka (flattened) and the TLS file locations.
+*/}}
+{{- define "dedupd.kafkaTable" -}}
+{{- $extra := dict -}}
+{{- include "dedupd.flatten" (dict "map" (.Values.config.kafka | default dict) "prefix" "" "out" $extra) -}}
+{{- if hasKey $extra "brokers" -}}
+{{- fail "config.kafka.brokers: set kafka.brokers instead" -}}
+{{- end -}}
+{{- range $setting, $key := .Values.kafka.secretKeys -}}
+{{- if and $.Values.kafka.existingSecret (hasKey $extra $setting) -}}
+{{- fail (printf "config.kafka.%s is also read from the Secret %s (kafka.secretKeys): set it in one place" $setting $.Values.kafka.existingSecret) -}}
+{{- end -}}
+{{- end -}}
+{{- $tls := .Values.kafka.tls -}}
+{{- if $tls.enabled -}}
+{{- if not $tls.secretName -}}
+{{- fail "kafka.tls.enabled needs kafka.tls.secretName (a Secret with the PEM files)" -}}
+{{- end -}}
+{{- $proto := get $extra "security.protocol" | default "" | toString | upper -}}
+{{- if not (has $proto (list "SSL" "SASL_SSL")) -}}
+{{- fail (printf "kafka.tls.enabled needs config.kafka.\"security.protocol\" = SSL or SASL_SSL (it is %q)" $proto) -}}
+{{- end -}}
+{{- $files := dict "ssl.ca.location" $tls.caKey "ssl.certificate.location" $tls.certKey "ssl.key.location" $tls.keyKey -}}
+{{- range $setting, $key := $files -}}
+{{- if $key -}}
+{{- if hasKey $extra $setting -}}
+{{- fail (printf "config.kafka.%s is set by kafka.tls: remove it from config.kafka" $setting) -}}
+{{- end -}}
+{{- $_ := set $extra $setting (printf "%s/%s" (trimSuffix "/" $tls.mountPath) $key) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $tls.certKey (not $tls.keyKey) -}}
+{{- fail "kafka.tls.certKey needs kafka.tls.keyKey (the client certificate's private key)" -}}
+{{- end -}}
+{{- end -}}
+[kafka]
+brokers = {{ include "dedupd.tomlValue" (dict "value" (required "kafka.brokers is required (host:port[,host:port...])" .Values.kafka.brokers) "path" "kafka.brokers") }}
+{{- range $k, $v := $extra }}
+{{ include "dedupd.tomlKey" $k }} = {{ include "dedupd.tomlValue" (dict "value" $v "path" (printf "config.kafka.%s" $k)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The whole dedupd.toml, sections in the order of config/dedupd.toml.
+*/}}
+{{- define "dedupd.toml" -}}
+{{- $order := list "app" "kafka" "input" "filter" "slicing" "output" "checkpoint" "admin" "topics" "shutdown" -}}
+{{- range $section, $_ := .Values.config -}}
+{{- if not (has $section $order) -}}
+{{- fail (printf "config.%s: dedupd has no section [%s] (sections: %s)" $section $section (join ", " $order)) -}}
+{{- end -}}
+{{- end -}}
+{{- if hasKey .Values.config "admin" -}}
+{{- fail "config.admin: the chart sets admin.listen from adminPort (0.0.0.0:<adminPort>)" -}}
+{{- end -}}
+{{- if hasKey .Values.config "shutdown" -}}
+{{- fail "config.shutdown: set shutdownTimeoutSeconds instead (it also sizes terminationGracePeriodSeconds)" -}}
+{{- end -}}
+{{- $timeout := int .Values.shutdownTimeoutSeconds -}}
+{{- if lt $timeout 1 -}}
+{{- fail "shutdownTimeoutSeconds must be at least 1" -}}
+{{- end -}}
+# dedupd settings rendered by the dedupd Helm chart from its values (config.*, kafka.*,
+# adminPort, shutdownTimeoutSeconds). Every setting is documented in config/dedupd.toml.
+# Environment variables DEDUPD__SECTION__KEY override this file (secrets arrive that way).
+{{- range $section := $order }}
+{{- if eq $section "kafka" }}
+
+{{ include "dedupd.kafkaTable" $ }}
+{{- else if eq $section "admin" }}
+
+[admin]
+listen = {{ printf "0.0.0.0:%d" (int $.Values.adminPort) | toJson }}
+{{- else if eq $section "shutdown" }}
+
+[shutdown]
+timeout = {{ printf "%ds" $timeout | toJson }}
+{{- else if hasKey $.Values.config $section }}
+{{- $table := get $.Values.config $section | default dict }}
+{{- if not (kindIs "map" $table) }}
+{{- fail (printf "config.%s must be a map of settings" $section) }}
+{{- end }}
+
+[{{ $section }}]
+{{- range $k, $v := $table }}
+{{ include "dedupd.tomlKey" $k }} = {{ include "dedupd.tomlValue" (dict "value" $v "path" (printf "config.%s.%s" $section $k)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{ end }}
