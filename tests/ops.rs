@@ -1,0 +1,108 @@
+//! Operations: the metrics match their documentation, `/v1/lookup` answers,
+//! and every Grafana panel's query returns data from a real Prometheus
+//! scraping a running dedupd; the alert rules pass promtool.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+/// `name → type` from the "# TYPE" lines of a Prometheus exposition.
+fn exposed(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' ').map(|(n, t)| (n.to_string(), t.to_string())))
+        .collect()
+}
+
+/// `name → type` from the table in docs/metrics.md.
+fn documented() -> BTreeMap<String, String> {
+    let doc = std::fs::read_to_string(root().join("docs/metrics.md")).unwrap();
+    doc.lines()
+        .filter(|l| l.starts_with("| `dedupd_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_string(), cells[2].to_string())
+        })
+        .collect()
+}
+
+fn run_script(args: &[&str]) -> String {
+    let out = Command::new("bash")
+        .arg(root().join("scripts/prometheus_check.sh"))
+        .args(args)
+        .output()
+        .expect("run prometheus_check.sh");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "prometheus_check.sh {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
+    let input = unique("clicks-ops");
+    create_topic(&input, 2);
+    let app = unique("ops");
+    let mut env = app_env(&app, &input, "input-partitions", 2);
+    env.push(("DEDUPD__OUTPUT__DUPLICATES_TOPIC".into(), format!("{app}.dups")));
+    let mut daemon = Daemon::start("ops", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+
+    // A stream that keeps arriving while Prometheus scrapes: 25 s at ~100 records/s,
+    // half of them copies, with a bad record now and then.
+    let producer = {
+        let input = input.clone();
+        std::thread::spawn(move || {
+            let mut seq = 0u64;
+            for round in 0..25u64 {
+                let now =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+                let mut batch: Vec<Rec> = (0..100u64)
+                    .map(|i| {
+                        let id = format!("ops-{}", (round * 50 + i / 2) % 3000);
+                        seq += 1;
+                        click(seq, &id, now + i as i64, partition_of(&id, 2))
+                    })
+                    .collect();
+                if round % 10 == 0 {
+                    batch.push(Rec::new(0, "bad", "{not json", now));
+                }
+                produce(&input, &batch);
+                std::thread::sleep(Duration::from_millis(1000));
+            }
+        })
+    };
+    wait_for("records processed", Duration::from_secs(60), || slice_total(&[&daemon], &["distinct"]) >= 100);
+
+    // Every documented metric is exposed, with its type, and nothing undocumented is.
+    let (code, text) = http_get(daemon.admin_port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    let (got, want) = (exposed(&text), documented());
+    assert!(want.len() >= 20, "docs/metrics.md lists only {} metrics", want.len());
+    assert_eq!(got, want, "/metrics and docs/metrics.md disagree");
+
+    // Lookup: a key seen in the window is a duplicate, an unseen one is not; nothing is inserted.
+    let (code, seen) = http_get(daemon.admin_port, "/v1/lookup?key=ops-0").unwrap();
+    assert_eq!(code, 200, "{seen}");
+    let seen: serde_json::Value = serde_json::from_str(&seen).unwrap();
+    assert!(seen["results"].as_array().unwrap().iter().any(|r| r["duplicate"] == true), "{seen}");
+    for _ in 0..2 {
+        let (_, unseen) = http_get(daemon.admin_port, "/v1/lookup?key=never%20seen").unwrap();
+        let unseen: serde_json::Value = serde_json::from_str(&unseen).unwrap();
+        assert!(unseen["results"].as_array().unwrap().iter().all(|r| r["duplicate"] == false), "{unseen}");
+        assert_eq!(unseen["key"], "never seen");
+    }
+    assert_eq!(http_get(daemon.admin_port, "/v1/lookup").unwrap().0, 400);
+
+    // Alert rules: syntax and unit tests with promtool.
+    run_script(&["rules"]);
+    // Every dashboard panel's query returns series from a real Prometheus scraping this daemon.
+    let report = run_script(&["live", &format!("127.0.0.1:{}", daemon.admin_port)]);
+    eprintln!("{report}");
+
+    producer.join().unwrap();
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+}
