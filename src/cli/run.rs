@@ -16,7 +16,7 @@ use crate::admin::{self, Status};
 use crate::config::{Settings, SlicingMode};
 use crate::engine::Extractor;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::{clients, router, slices, topics};
+use crate::kafka::{clients, producer, router, slices, topics};
 use crate::metrics::Metrics;
 
 #[derive(Debug, clap::Args)]
@@ -57,7 +57,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         params: params.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
-        producer: slices::output_producer(
+        producer: producer::output_producer(
             &cfg,
             "output",
             Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
@@ -82,7 +82,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             extractor,
             slices: slice_count,
             seed: params.seed,
-            producer: slices::output_producer(&cfg, "router", None)?,
+            producer: producer::output_producer(&cfg, "router", None)?,
             metrics: metrics.clone(),
         });
         let stop = router_stop.clone();

@@ -5,6 +5,7 @@
 //! - [`clients`]: librdkafka settings shared by every client.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
+//! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
 //!   compacted checkpoint topic.
 //! - [`restore`]: where a slice resumes: newest valid snapshot `X`, last
@@ -15,6 +16,7 @@
 pub mod checkpoint;
 pub mod clients;
 pub mod headers;
+pub mod producer;
 pub mod restore;
 pub mod router;
 pub mod slices;

@@ -27,7 +27,7 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::slices::{OutputProducer, produce_copy};
+use super::producer::{OutputProducer, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, SourceRef};
