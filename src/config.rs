@@ -128,7 +128,7 @@ pub struct InputSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
-    /// `timer` (the sliding timer Bloom filter).
+    /// `timer` (the sliding timer Bloom filter) or `passthrough` (no dedup).
     pub kind: String,
     /// Sliding window, e.g. `10m`.
     #[serde(deserialize_with = "duration_ms")]
@@ -292,6 +292,8 @@ pub struct Resolved {
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     pub admin_listen: SocketAddr,
+    /// `filter.kind = "passthrough"`: no deduplication (to measure its cost).
+    pub passthrough: bool,
 }
 
 impl Resolved {
@@ -393,9 +395,11 @@ impl Settings {
         if s.input.max_record_bytes == 0 {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
         }
-        if s.filter.kind != "timer" {
-            return Err(invalid("filter.kind", &s.filter.kind, "expected timer"));
-        }
+        let passthrough = match s.filter.kind.as_str() {
+            "timer" => false,
+            "passthrough" => true,
+            other => return Err(invalid("filter.kind", other, "expected timer or passthrough")),
+        };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
@@ -458,7 +462,7 @@ impl Settings {
                 ));
             }
         }
-        Ok(Resolved { key, time, filter, slicing, on_corrupt, admin_listen, settings: self })
+        Ok(Resolved { key, time, filter, slicing, on_corrupt, admin_listen, passthrough, settings: self })
     }
 }
 

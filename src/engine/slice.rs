@@ -76,6 +76,10 @@ pub struct SliceState {
     /// Highest input offset seen per input (topic, partition).
     pub resend_marks: BTreeMap<(String, i32), i64>,
     pub counters: SliceCounters,
+    /// Pass-through: every readable record is distinct and the filter is not
+    /// touched (a setting, not state: not in the snapshot). For measuring
+    /// what deduplication costs.
+    pub passthrough: bool,
 }
 
 impl SliceState {
@@ -87,6 +91,7 @@ impl SliceState {
             next_offset: offset,
             resend_marks: BTreeMap::new(),
             counters: SliceCounters::default(),
+            passthrough: false,
         }
     }
 
@@ -112,6 +117,10 @@ impl SliceState {
                 return SliceVerdict::Invalid(e);
             }
         };
+        if self.passthrough {
+            self.counters.distinct += 1;
+            return SliceVerdict::Distinct;
+        }
         let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
         match self.filter.observe(&hash, extracted.time_ms) {
             Verdict::Distinct => {
@@ -179,7 +188,7 @@ pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceSt
     let len = r.u64()? as usize;
     let filter = filter_snapshot::decode(r.take(len)?, params)?;
     r.finish()?;
-    Ok(SliceState { slice, filter, next_offset, resend_marks, counters })
+    Ok(SliceState { slice, filter, next_offset, resend_marks, counters, passthrough: false })
 }
 
 #[cfg(test)]
@@ -251,6 +260,17 @@ mod tests {
         assert!(matches!(decode(&bad, 3, &params()), Err(SnapshotError::ChecksumMismatch { .. })));
         let other = FilterSpec { window_ms: 2000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap();
         assert!(matches!(decode(&bytes, 3, &other), Err(SnapshotError::ParameterMismatch { .. })));
+    }
+
+    #[test]
+    fn passthrough_judges_nothing() {
+        let mut s = SliceState::new(0, params(), 0);
+        s.passthrough = true;
+        let ex = extractor();
+        assert_eq!(s.process(&rec(0, b"a", 10, None), &ex), SliceVerdict::Distinct);
+        assert_eq!(s.process(&rec(1, b"a", 11, None), &ex), SliceVerdict::Distinct);
+        assert_eq!(s.filter.counters().events, 0);
+        assert_eq!(s.counters.distinct, 2);
     }
 
     #[test]

@@ -170,7 +170,8 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
     };
-    let point = restorer.restore(slice)?;
+    let mut point = restorer.restore(slice)?;
+    point.state.passthrough = deps.cfg.passthrough;
     let source = match point.from {
         RestoredFrom::Snapshot { .. } => "snapshot",
         RestoredFrom::Empty => "empty",
