@@ -55,10 +55,21 @@ fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| !v.is_empty() && v != "0")
 }
 
-fn sizes() -> Vec<(&'static str, u64)> {
-    let mut s = vec![("256KiB", 256u64 << 10), ("8MiB", 8 << 20)];
+/// The sizes to run: `DEDUPD_BENCH_SIZES=16,256,65536` (KiB) overrides the
+/// standard ones (e.g. to plot cost against size).
+fn sizes() -> Vec<(String, u64)> {
+    if let Ok(list) = std::env::var("DEDUPD_BENCH_SIZES") {
+        return list
+            .split(',')
+            .map(|kib| {
+                let kib: u64 = kib.trim().parse().expect("DEDUPD_BENCH_SIZES: sizes in KiB, comma-separated");
+                (if kib % 1024 == 0 { format!("{}MiB", kib / 1024) } else { format!("{kib}KiB") }, kib << 10)
+            })
+            .collect();
+    }
+    let mut s = vec![("256KiB".to_string(), 256u64 << 10), ("8MiB".to_string(), 8 << 20)];
     if env_flag("DEDUPD_BENCH_DRAM") {
-        s.push(("1GiB", 1 << 30));
+        s.push(("1GiB".to_string(), 1 << 30));
     }
     s
 }
@@ -308,14 +319,14 @@ fn test_then_insert(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("tti/{size}"));
         group.throughput(Throughput::Elements(BATCH as u64));
         for bits in [4u8, 8, 16] {
-            bench_dedupd(&mut group, size, bytes, bits, false);
+            bench_dedupd(&mut group, &size, bytes, bits, false);
         }
         for bits in [8u8, 16] {
-            bench_dedupd(&mut group, size, bytes, bits, true);
+            bench_dedupd(&mut group, &size, bytes, bits, true);
         }
         bench_fastbloom(&mut group, bytes);
         bench_bloomfilter(&mut group, bytes);
-        bench_hashbrown(&mut group, size, bytes);
+        bench_hashbrown(&mut group, &size, bytes);
         if bytes < 1 << 30 {
             bench_moka(&mut group, bytes);
         }

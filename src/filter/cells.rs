@@ -8,10 +8,102 @@
 
 use bitvec::prelude::*;
 
+use super::generation::Now;
+
 /// Cell access used by the generic hot path.
 pub(crate) trait TimerCells {
     fn get(&self, i: usize) -> u32;
     fn set(&mut self, i: usize, v: u32);
+
+    /// [`TimerCells::get`] without the bounds check, for the probe loops.
+    ///
+    /// # Safety
+    /// `i` must be less than the number of cells the array was created with
+    /// (a [`crate::filter::hash::Probe`] over that many cells yields only such
+    /// positions).
+    #[inline(always)]
+    unsafe fn get_unchecked(&self, i: usize) -> u32 {
+        self.get(i)
+    }
+
+    /// [`TimerCells::set`] without the bounds check.
+    ///
+    /// # Safety
+    /// As for [`TimerCells::get_unchecked`].
+    #[inline(always)]
+    unsafe fn set_unchecked(&mut self, i: usize, v: u32) {
+        self.set(i, v)
+    }
+
+    /// Bit `j` set iff cell `start + j` has expired at `now`, for `j < n`
+    /// (`n <= 64`, `start + n <= m`).
+    #[inline]
+    fn dead_mask(&self, start: usize, n: usize, now: &Now) -> u64 {
+        debug_assert!(n <= 64);
+        let mut mask = 0u64;
+        for j in 0..n {
+            mask |= u64::from(now.is_dead(self.get(start + j))) << j;
+        }
+        mask
+    }
+}
+
+/// A plain cell type whose expiry test runs in its own width (16 or 64
+/// lanes per vector instead of 4 for `u32` arithmetic).
+trait Lane: Copy + Eq + Ord {
+    const ZERO: Self;
+    fn from_u32(v: u32) -> Self;
+    fn wrapping_sub(self, other: Self) -> Self;
+    fn wrapping_add(self, other: Self) -> Self;
+}
+
+macro_rules! lane {
+    ($t:ty) => {
+        impl Lane for $t {
+            const ZERO: Self = 0;
+            #[inline(always)]
+            fn from_u32(v: u32) -> Self {
+                v as $t
+            }
+            #[inline(always)]
+            fn wrapping_sub(self, other: Self) -> Self {
+                <$t>::wrapping_sub(self, other)
+            }
+            #[inline(always)]
+            fn wrapping_add(self, other: Self) -> Self {
+                <$t>::wrapping_add(self, other)
+            }
+        }
+    };
+}
+lane!(u8);
+lane!(u16);
+lane!(u32);
+
+/// [`TimerCells::dead_mask`] over a run of plain cells, in a form the
+/// compiler vectorises. [`Now::is_dead`] in the cells' own width: every
+/// value involved (now, the period, the window) is below `2^width`, and the
+/// age `now - v (+ period)` is in `[0, period)`, so wrapping arithmetic in
+/// the width is exact.
+#[inline(always)]
+fn dead_mask_of<T: Lane>(run: &[T], now: &Now) -> u64 {
+    let (value, period, window) = (T::from_u32(now.value), T::from_u32(now.period), T::from_u32(now.window));
+    let dead = |v: T| {
+        let wrap = if v > value { period } else { T::ZERO };
+        (v != T::ZERO) & (value.wrapping_sub(v).wrapping_add(wrap) > window)
+    };
+    let mut mask = 0u64;
+    if let Ok(run) = <&[T; 64]>::try_from(run) {
+        let flags: [bool; 64] = std::array::from_fn(|j| dead(run[j]));
+        for (j, &f) in flags.iter().enumerate() {
+            mask |= u64::from(f) << j;
+        }
+    } else {
+        for (j, &v) in run.iter().enumerate() {
+            mask |= u64::from(dead(v)) << j;
+        }
+    }
+    mask
 }
 
 /// Two 4-bit cells per byte, low nibble first.
@@ -59,6 +151,22 @@ macro_rules! plain_cells {
             #[inline]
             fn set(&mut self, i: usize, v: u32) {
                 self[i] = v as $t;
+            }
+            #[inline(always)]
+            unsafe fn get_unchecked(&self, i: usize) -> u32 {
+                debug_assert!(i < self.len());
+                // SAFETY: the caller guarantees i < len.
+                u32::from(unsafe { *self.as_slice().get_unchecked(i) })
+            }
+            #[inline(always)]
+            unsafe fn set_unchecked(&mut self, i: usize, v: u32) {
+                debug_assert!(i < self.len());
+                // SAFETY: the caller guarantees i < len.
+                unsafe { *self.as_mut_slice().get_unchecked_mut(i) = v as $t };
+            }
+            #[inline]
+            fn dead_mask(&self, start: usize, n: usize, now: &Now) -> u64 {
+                dead_mask_of(&self[start..start + n], now)
             }
         }
     };

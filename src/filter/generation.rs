@@ -27,13 +27,23 @@ pub(crate) struct Now {
     pub value: u32,
     pub window: u32,
     pub period: u32,
+    /// The alive values as up to two intervals `[lo, lo + len]` of `1..=R`
+    /// (derived from the fields above; see [`Now::is_alive`]).
+    alive: [(u32, u32); 2],
 }
 
 impl Now {
     pub(crate) fn at(tick: u64, params: &FilterParams) -> Self {
-        let mut now = Now { tick, value: 0, window: params.window_ticks, period: params.period };
-        now.value = now.value_at(tick);
-        now
+        let (window, period) = (params.window_ticks, params.period);
+        let value = (tick % u64::from(period)) as u32 + 1;
+        // A cell is alive iff its age `(value - v) mod R` is at most W: the
+        // values `value - W ..= value`, wrapping below 1 to the top of 1..=R.
+        let alive = if value > window {
+            [(value - window, window), EMPTY_INTERVAL]
+        } else {
+            [(1, value - 1), (value + period - window, window - value)]
+        };
+        Now { tick, value, window, period, alive }
     }
 
     /// What a cell set at `tick` stores.
@@ -42,17 +52,26 @@ impl Now {
         (tick % u64::from(self.period)) as u32 + 1
     }
 
-    /// Ticks since a cell stored `value` (non-zero).
-    #[inline]
-    fn age(&self, value: u32) -> u32 {
-        if self.value >= value { self.value - value } else { self.value + self.period - value }
+    /// Whether a cell holding `value` is alive: set, and at most W ticks old.
+    /// Two unsigned range checks and no branch (at the design density this
+    /// is a coin toss per cell); 0 (empty) is in neither interval.
+    #[inline(always)]
+    pub(crate) fn is_alive(&self, value: u32) -> bool {
+        let [(lo1, len1), (lo2, len2)] = self.alive;
+        (value.wrapping_sub(lo1) <= len1) | (value.wrapping_sub(lo2) <= len2)
     }
 
-    #[inline]
-    fn is_alive(&self, value: u32) -> bool {
-        value != 0 && self.age(value) <= self.window
+    /// Whether a cell holding `value` has expired (is set and older than the
+    /// window): what the sweep clears.
+    #[inline(always)]
+    pub(crate) fn is_dead(&self, value: u32) -> bool {
+        (value != 0) & !self.is_alive(value)
     }
 }
+
+/// An interval no value is in: `v - u32::MAX = v + 1 > 0` for every cell
+/// value `v < u32::MAX` (values are at most R < 2^32 - 1).
+const EMPTY_INTERVAL: (u32, u32) = (u32::MAX, 0);
 
 /// What a generation says about one key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,27 +205,64 @@ impl Generation {
         with_cells!(&self.cells, c => probe_cells(c, hash.probe(self.m), k, now))
     }
 
+    /// Whether all k cells of the key are alive: the test of test-then-insert,
+    /// lean (no counts, no early exit, no branch on a cell).
+    #[inline]
+    pub(crate) fn contains(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
+        with_cells!(&self.cells, c => {
+            let mut all = true;
+            for i in hash.probe(self.m).take(k as usize) {
+                // SAFETY: a probe over m cells yields positions below m, and
+                // the array holds m cells (`Generation` invariant).
+                all &= now.is_alive(unsafe { c.get_unchecked(i) });
+            }
+            all
+        })
+    }
+
+    /// The largest number of the key's k cells holding one time (for a key
+    /// whose k cells are all alive).
+    #[cold]
+    pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
+        let mut values = [0u32; super::params::MAX_HASHES as usize];
+        with_cells!(&self.cells, c => {
+            for (v, i) in values.iter_mut().zip(hash.probe(self.m).take(k as usize)) {
+                *v = c.get(i);
+            }
+        });
+        most_equal(&mut values[..k as usize])
+    }
+
     /// Sets the key's k cells to now.
     #[inline]
     pub(crate) fn insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
-        let (hist, live) = (&mut self.hist, &mut self.live);
+        // Branch-free per cell: whether a cell is empty, alive or expired is
+        // a coin toss at the design density. A cell already holding now (set
+        // this tick, or a position repeated in this key's probe sequence) is
+        // left as it is and counted nowhere. Cells newly set to now and alive
+        // cells overwritten are counted in locals and applied once: now's
+        // bucket would otherwise take a load-add-store per cell, and the live
+        // count a store per cell.
+        let hist = &mut self.hist;
+        let now_bucket = now.value as usize - 1;
+        let (mut set, mut overwritten) = (0u32, 0u64);
         with_cells!(&mut self.cells, c => {
             for i in hash.probe(self.m).take(k as usize) {
-                let old = c.get(i);
-                if old == now.value {
-                    continue; // already set this tick (or a repeated position)
-                }
-                if old != 0 {
-                    hist[old as usize - 1] -= 1;
-                    if now.is_alive(old) {
-                        *live -= 1;
-                    }
-                }
-                c.set(i, now.value);
-                hist[now.value as usize - 1] += 1;
-                *live += 1;
+                // SAFETY: a probe over m cells yields positions below m, and
+                // the array holds m cells (`Generation` invariant).
+                let old = unsafe { c.get_unchecked(i) };
+                unsafe { c.set_unchecked(i, now.value) };
+                let changed = old != now.value;
+                // The old value leaves its bucket (an empty cell is in none:
+                // it subtracts 0 from now's bucket, which is settled below).
+                let leaves = changed & (old != 0);
+                hist[if leaves { old as usize - 1 } else { now_bucket }] -= u32::from(leaves);
+                overwritten += u64::from(changed & now.is_alive(old));
+                set += u32::from(changed);
             }
         });
+        hist[now_bucket] += set;
+        self.live = self.live + u64::from(set) - overwritten;
         self.inserted += 1;
     }
 
@@ -224,17 +280,28 @@ impl Generation {
     }
 
     /// Clears expired cells among the next `count` cells of the sweep.
+    ///
+    /// Works in runs of up to 64 cells: a branch-free pass finds the run's
+    /// expired cells as a bit mask, then only those are visited. (Whether a
+    /// cell has expired is a coin toss at the design density, so a branch per
+    /// cell would mispredict about every other cell.)
     fn sweep(&mut self, count: u64, now: &Now) {
         let (hist, m) = (&mut self.hist, self.m as usize);
         let mut cursor = self.sweep_cursor as usize;
+        let mut left = count as usize;
         with_cells!(&mut self.cells, c => {
-            for _ in 0..count {
-                let v = c.get(cursor);
-                if v != 0 && !now.is_alive(v) {
-                    c.set(cursor, 0);
+            while left > 0 {
+                let n = left.min(64).min(m - cursor);
+                let mut dead = c.dead_mask(cursor, n, now);
+                while dead != 0 {
+                    let i = cursor + dead.trailing_zeros() as usize;
+                    dead &= dead - 1;
+                    let v = c.get(i);
+                    c.set(i, 0);
                     hist[v as usize - 1] -= 1;
                 }
-                cursor += 1;
+                left -= n;
+                cursor += n;
                 if cursor == m {
                     cursor = 0;
                 }
@@ -257,15 +324,21 @@ impl Generation {
 fn probe_cells<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32, now: &Now) -> Probed {
     let mut values = [0u32; super::params::MAX_HASHES as usize];
     let k = k as usize;
+    // All k cells are read without a branch on their values (the reads are
+    // independent, so they overlap; an early exit at the first dead cell
+    // would mispredict about once per key). `alive` counts the cells before
+    // the first dead one: one dead cell proves the key is new here.
+    let mut alive_mask = 0u64;
     for (n, i) in positions.take(k).enumerate() {
         let v = cells.get(i);
-        if !now.is_alive(v) {
-            // First-test-then-set: one dead cell proves the key is new here.
-            return Probed { alive: n as u32, equal: 0 };
-        }
         values[n] = v;
+        alive_mask |= u64::from(now.is_alive(v)) << n;
     }
-    Probed { alive: k as u32, equal: most_equal(&mut values[..k]) }
+    let alive = (!alive_mask).trailing_zeros().min(k as u32);
+    if alive < k as u32 {
+        return Probed { alive, equal: 0 };
+    }
+    Probed { alive, equal: most_equal(&mut values[..k]) }
 }
 
 /// The size of the largest group of equal values.
@@ -295,6 +368,24 @@ mod tests {
         }
         .resolve()
         .unwrap()
+    }
+
+    #[test]
+    fn alive_intervals_match_the_age_rule() {
+        for (bits, window_ms) in [(4u8, 60_000), (5, 1_000), (8, 60_000), (8, 7), (12, 60_000), (32, 100_000)] {
+            let p = FilterSpec { timer_bits: bits, window_ms, ..FilterSpec::default() }.resolve().unwrap();
+            let (w, r) = (p.window_ticks, p.period);
+            for tick in 0..u64::from(r) * 2 + 3 {
+                let now = Now::at(tick, &p);
+                let probe = (0..=r.min(600)).chain(r.saturating_sub(600)..=r);
+                for v in probe {
+                    let age = if now.value >= v { now.value - v } else { now.value + r - v };
+                    let alive = v != 0 && age <= w;
+                    assert_eq!(now.is_alive(v), alive, "bits {bits} tick {tick} value {v}");
+                    assert_eq!(now.is_dead(v), v != 0 && !alive, "bits {bits} tick {tick} value {v}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -67,8 +67,11 @@ impl Iterator for Probe {
     fn next(&mut self) -> Option<usize> {
         let here = self.pos;
         // Both terms are < m, so one conditional subtraction is the modulo.
-        let next = here + self.step;
-        self.pos = if next >= self.m { next - self.m } else { next };
+        // Written with the sign of `next - m` as a mask (m < 2^63): the
+        // compiler must not turn it into a branch, which would mispredict
+        // about every other cell.
+        let over = (here + self.step).wrapping_sub(self.m);
+        self.pos = over.wrapping_add(self.m & ((over as i64 >> 63) as u64));
         Some(here as usize)
     }
 }

@@ -158,7 +158,7 @@ impl SlidingFilter {
         let now = self.now();
         let k = self.params.hashes;
         self.counters.events += 1;
-        if let Some(equal) = self.matching_generation(hash, &now).map(|(_, probed)| probed.equal) {
+        if let Some(equal) = self.duplicate_in(hash, &now) {
             self.counters.duplicates += 1;
             self.counters.equal_timer_counts[equal as usize] += 1;
             return Verdict::Duplicate { equal_timers: equal as u8 };
@@ -191,14 +191,10 @@ impl SlidingFilter {
 
     /// Moves the slice clock to `time_ms` if that is later (the clock never
     /// goes back: a late event is judged at the clock).
+    #[inline]
     pub fn advance(&mut self, time_ms: u64) {
         let Some(clock) = self.clock_ms else {
-            *self = SlidingFilter::from_parts(
-                self.params.clone(),
-                Some(time_ms),
-                std::mem::take(&mut self.generations),
-                std::mem::take(&mut self.counters),
-            );
+            self.start_clock(time_ms);
             return;
         };
         if time_ms <= clock {
@@ -211,6 +207,24 @@ impl SlidingFilter {
         if time_ms < self.next_tick_ms {
             return; // same tick
         }
+        self.next_tick(time_ms);
+    }
+
+    /// The first event sets the clock.
+    #[cold]
+    fn start_clock(&mut self, time_ms: u64) {
+        *self = SlidingFilter::from_parts(
+            self.params.clone(),
+            Some(time_ms),
+            std::mem::take(&mut self.generations),
+            std::mem::take(&mut self.counters),
+        );
+    }
+
+    /// The clock enters a later tick: the generations step through every
+    /// tick in between (or are cleared when the gap exceeds the window).
+    #[inline(never)]
+    fn next_tick(&mut self, time_ms: u64) {
         let (from, to) = (self.now.tick, time_ms / self.params.tick_ms);
         self.now = Now::at(to, &self.params);
         self.next_tick_ms = (to + 1).saturating_mul(self.params.tick_ms);
@@ -232,6 +246,22 @@ impl SlidingFilter {
 
     fn now(&self) -> Now {
         self.now
+    }
+
+    /// The equal-timer count of the key in the newest generation that calls
+    /// it a duplicate, if any: [`Self::matching_generation`] for the hot path.
+    #[inline]
+    fn duplicate_in(&self, hash: &KeyHash, now: &Now) -> Option<u32> {
+        let (k, equal_min) = (self.params.hashes, self.params.equal_timers_min());
+        for g in self.generations.iter().rev() {
+            if g.contains(hash, k, now) {
+                let equal = g.equal_timers(hash, k);
+                if equal >= equal_min {
+                    return Some(equal);
+                }
+            }
+        }
+        None
     }
 
     /// The newest generation that calls the key a duplicate, with its probe.
