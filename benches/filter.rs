@@ -17,16 +17,18 @@
 //! Per size, the benches are:
 //! - `dedupd-{4,8,16}bit`: `SlidingFilter::observe(KeyHash::of(key))`, one event at a time;
 //! - `dedupd-{8,16}bit-batch`: hash a batch of 4096 keys, then `observe_batch`;
-//! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher), same bytes of bits, k = 7,
-//!   `insert` (which returns whether the key was there: test-then-insert), no timers;
+//! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
+//!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
+//!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
 //! - `bloomfilter`: the `bloomfilter` crate, same bytes, k = 7, `check_and_set`;
 //! - `hashbrown-exact`: an exact `hashbrown::HashMap<u64 fingerprint, u32 time>` holding the
 //!   same number of in-window keys as the 8-bit filter, evicting with a `retain` every
 //!   quarter window (what an engineer would hand-roll);
 //! - `moka-ttl`: a `moka::sync::Cache<u64, ()>` bounded to the same number of keys, with a TTL
 //!   (an LRU/TTL-cache dedup); not at 1 GiB (it would need >20 GiB);
-//! - `limit-random-read`: independent random 8-byte reads from a buffer of the same size —
-//!   the memory system's random-access limit; an element is one read.
+//! - `limit-random-read`: independent random 8-byte reads from a buffer of the same size,
+//!   with transparent huge pages like dedupd's cells — the memory system's random-access
+//!   limit; an element is one read. `limit-random-read-4k`: the same on 4 KiB pages.
 //!
 //! `cargo bench --bench filter` (about 6 minutes for the two small sizes);
 //! `DEDUPD_BENCH_QUICK=1 cargo bench --bench filter` (short samples, under ~3 minutes);
@@ -187,15 +189,24 @@ fn bench_dedupd(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64, ti
     }
 }
 
-fn bench_fastbloom(group: &mut BenchmarkGroup<WallTime>, bytes: u64) {
+/// `fastbloom` as a user gets it (`thp` false), or on a bit vector with
+/// transparent huge pages like dedupd's cells.
+fn bench_fastbloom(group: &mut BenchmarkGroup<WallTime>, bytes: u64, thp: bool) {
     let setup = || {
-        let mut bloom = fastbloom::BloomFilter::with_num_bits(bytes as usize * 8).hashes(K);
+        let mut bloom = if thp {
+            let bits = vec![0u64; bytes as usize / 8];
+            dedupd::filter::advise_huge_pages(&bits);
+            fastbloom::BloomFilter::from_vec(bits).hashes(K)
+        } else {
+            fastbloom::BloomFilter::with_num_bits(bytes as usize * 8).hashes(K)
+        };
         for k in fresh_keys(&mut Rng::new(1), window_keys(bytes, 8) as usize) {
             bloom.insert(&k);
         }
         bloom
     };
-    bench(group, "fastbloom", setup, |bloom, keys| keys.iter().map(|k| usize::from(!bloom.insert(k))).sum());
+    let name = if thp { "fastbloom-thp" } else { "fastbloom" };
+    bench(group, name, setup, |bloom, keys| keys.iter().map(|k| usize::from(!bloom.insert(k))).sum());
 }
 
 fn bench_bloomfilter(group: &mut BenchmarkGroup<WallTime>, bytes: u64) {
@@ -300,11 +311,24 @@ fn bench_moka(group: &mut BenchmarkGroup<WallTime>, bytes: u64) {
 /// Independent random 8-byte reads from `bytes`: the most random accesses
 /// per second one core gets from that level of the memory hierarchy. One
 /// element is one read.
-fn bench_limit(group: &mut BenchmarkGroup<WallTime>, bytes: u64) {
+/// With `thp`, the buffer has transparent huge pages like dedupd's cells
+/// (`limit-random-read`, the reference for the fractions); without, 4 KiB
+/// pages like the other structures (`limit-random-read-4k`).
+fn bench_limit(group: &mut BenchmarkGroup<WallTime>, bytes: u64, thp: bool) {
     let words = bytes / 8;
-    let setup = || (0..words).collect::<Vec<u64>>();
+    let setup = || {
+        let mut buf = vec![0u64; words as usize];
+        if thp {
+            dedupd::filter::advise_huge_pages(&buf);
+        }
+        for (i, w) in buf.iter_mut().enumerate() {
+            *w = i as u64;
+        }
+        buf
+    };
     let mut rng = Rng::new(3);
-    bench(group, "limit-random-read", setup, |buf, _keys| {
+    let name = if thp { "limit-random-read" } else { "limit-random-read-4k" };
+    bench(group, name, setup, |buf, _keys| {
         let mut sum = 0u64;
         for _ in 0..BATCH {
             let i = dedupd::filter::hash::fastrange(rng.next_u64(), words) as usize;
@@ -324,13 +348,15 @@ fn test_then_insert(c: &mut Criterion) {
         for bits in [8u8, 16] {
             bench_dedupd(&mut group, &size, bytes, bits, true);
         }
-        bench_fastbloom(&mut group, bytes);
+        bench_fastbloom(&mut group, bytes, false);
+        bench_fastbloom(&mut group, bytes, true);
         bench_bloomfilter(&mut group, bytes);
         bench_hashbrown(&mut group, &size, bytes);
         if bytes < 1 << 30 {
             bench_moka(&mut group, bytes);
         }
-        bench_limit(&mut group, bytes);
+        bench_limit(&mut group, bytes, true);
+        bench_limit(&mut group, bytes, false);
         group.finish();
     }
 }

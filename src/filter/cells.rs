@@ -15,6 +15,10 @@ pub(crate) trait TimerCells {
     fn get(&self, i: usize) -> u32;
     fn set(&mut self, i: usize, v: u32);
 
+    /// The address of the byte holding cell `i` (`i` < the number of cells),
+    /// for prefetching; never dereferenced.
+    fn cell_addr(&self, i: usize) -> *const u8;
+
     /// [`TimerCells::get`] without the bounds check, for the probe loops.
     ///
     /// # Safety
@@ -112,6 +116,10 @@ pub(crate) struct NibbleCells(Vec<u8>);
 
 impl TimerCells for NibbleCells {
     #[inline]
+    fn cell_addr(&self, i: usize) -> *const u8 {
+        self.0.as_ptr().wrapping_add(i >> 1)
+    }
+    #[inline]
     fn get(&self, i: usize) -> u32 {
         u32::from((self.0[i >> 1] >> ((i & 1) << 2)) & 0x0F)
     }
@@ -132,6 +140,10 @@ pub(crate) struct PackedCells {
 
 impl TimerCells for PackedCells {
     #[inline]
+    fn cell_addr(&self, i: usize) -> *const u8 {
+        self.bits.as_raw_slice().as_ptr().cast::<u8>().wrapping_add(i * self.width / 8)
+    }
+    #[inline]
     fn get(&self, i: usize) -> u32 {
         self.bits[i * self.width..(i + 1) * self.width].load_le::<u32>()
     }
@@ -144,6 +156,10 @@ impl TimerCells for PackedCells {
 macro_rules! plain_cells {
     ($t:ty) => {
         impl TimerCells for Vec<$t> {
+            #[inline]
+            fn cell_addr(&self, i: usize) -> *const u8 {
+                self.as_ptr().wrapping_add(i).cast()
+            }
             #[inline]
             fn get(&self, i: usize) -> u32 {
                 u32::from(self[i])
@@ -201,8 +217,21 @@ macro_rules! with_cells {
 pub(crate) use with_cells;
 
 impl CellArray {
-    /// `m` empty cells of `width` bits.
+    /// `m` empty cells of `width` bits. Arrays of 2 MiB or more ask for
+    /// transparent huge pages (see [`advise_huge_pages`]).
     pub(crate) fn new(width: u8, m: usize) -> Self {
+        let cells = Self::allocate(width, m);
+        match &cells {
+            CellArray::Nibble(c) => advise_huge_pages(&c.0),
+            CellArray::Byte(c) => advise_huge_pages(c),
+            CellArray::Half(c) => advise_huge_pages(c),
+            CellArray::Word(c) => advise_huge_pages(c),
+            CellArray::Packed(c) => advise_huge_pages(c.bits.as_raw_slice()),
+        }
+        cells
+    }
+
+    fn allocate(width: u8, m: usize) -> Self {
         match width {
             4 => CellArray::Nibble(NibbleCells(vec![0; m.div_ceil(2)])),
             8 => CellArray::Byte(vec![0; m]),
@@ -276,6 +305,46 @@ impl CellArray {
         }
         Some(cells)
     }
+}
+
+/// Asks the kernel to back `memory` with transparent huge pages (2 MiB on
+/// x86-64) where it spans whole ones, if it is at least 2 MiB. The probes of a
+/// large filter land on random pages: with 4 KiB pages nearly every probe
+/// also misses the TLB and walks the page table (twice over in a VM), which
+/// costs as much as the cache miss itself. A hint only: on kernels with
+/// transparent huge pages off, or other systems, nothing changes; the
+/// contents never do. Best called before the memory is first written (a
+/// fresh zeroed allocation of this size is untouched, mapped on demand).
+pub fn advise_huge_pages<T>(memory: &[T]) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = memory.as_ptr() as usize;
+        let end = start + std::mem::size_of_val(memory);
+        let (first, last) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
+        if last > first {
+            // SAFETY: madvise with MADV_HUGEPAGE only changes how the kernel
+            // backs these pages of our own mapping, not their contents or
+            // access rights; an error (e.g. THP unsupported) is harmless.
+            unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE) };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = memory;
+}
+
+/// Asks the CPU to bring the cache line holding `addr` into the caches
+/// (a hint: it never faults, whatever the address).
+#[inline(always)]
+pub(crate) fn prefetch(addr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: PREFETCHT0 is part of SSE, which every x86-64 CPU has; a
+    // prefetch does not access memory architecturally and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
 }
 
 #[cfg(test)]

@@ -205,6 +205,16 @@ impl Generation {
         with_cells!(&self.cells, c => probe_cells(c, hash.probe(self.m), k, now))
     }
 
+    /// Prefetches the cache lines of the key's k cells.
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: &KeyHash, k: u32) {
+        with_cells!(&self.cells, c => {
+            for i in hash.probe(self.m).take(k as usize) {
+                super::cells::prefetch(c.cell_addr(i));
+            }
+        })
+    }
+
     /// Whether all k cells of the key are alive: the test of test-then-insert,
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]

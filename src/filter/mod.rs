@@ -9,6 +9,7 @@
 //! - [`snapshot`]: the versioned, checksummed binary state of one slice.
 
 pub(crate) mod cells;
+pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
 pub mod params;

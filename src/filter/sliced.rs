@@ -4,7 +4,7 @@
 use super::hash::KeyHash;
 use super::params::{FilterParams, FilterSpec, ParamError};
 use super::sizing;
-use super::sliding::{Event, SlidingFilter, Verdict};
+use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
 
 /// S slice filters behind one hash-based router (no Kafka: the pipe mode
 /// and the accuracy harness run all slices in one thread).
@@ -60,10 +60,21 @@ impl SlicedFilter {
         self.slices[s].observe(hash, time_ms)
     }
 
-    /// Test-then-insert for a batch; verdicts appended to `out` in input order.
+    /// Test-then-insert for a batch; verdicts appended to `out` in input
+    /// order, exactly those of [`Self::observe`] on each event in turn. Like
+    /// [`SlidingFilter::observe_batch`], the cells of the event
+    /// [`PREFETCH_DISTANCE`] places later (in its own slice) are prefetched
+    /// while one is judged.
     pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
         out.reserve(events.len());
-        for e in events {
+        let slices = self.slices.len() as u32;
+        for e in events.iter().take(PREFETCH_DISTANCE) {
+            self.slices[e.hash.slice(slices) as usize].prefetch(&e.hash);
+        }
+        for (i, e) in events.iter().enumerate() {
+            if let Some(ahead) = events.get(i + PREFETCH_DISTANCE) {
+                self.slices[ahead.hash.slice(slices) as usize].prefetch(&ahead.hash);
+            }
             out.push(self.observe(&e.hash, e.time_ms));
         }
     }
