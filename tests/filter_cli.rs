@@ -181,6 +181,19 @@ fn unreadable_records_are_reported_not_dropped() {
         b"not json\n{\"ts\":2}\n{\"id\":\"\",\"ts\":3}\n{\"id\":\"b\",\"ts\":\"x\"}\n"
     );
     assert!(run.stderr.contains("4 invalid records"), "{}", run.stderr);
+
+    // Pass-through reads them the same way and writes every readable record.
+    let extra = ["--kind", "passthrough", "--stats-json", stats.to_str().unwrap()];
+    let run = run_filter(&[&args[..], &extra[..]].concat(), input);
+    assert!(run.status.success());
+    assert_eq!(run.stdout, b"{\"id\":\"a\",\"ts\":1}\n{\"id\":\"a\",\"ts\":4}\r\n{\"id\":\"c\",\"ts\":5}");
+    for expected in ["line 2: bad_json", "line 3: missing_key", "line 4: empty_key", "line 6: bad_time"] {
+        assert!(run.stderr.contains(expected), "stderr lacks `{expected}`:\n{}", run.stderr);
+    }
+    let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+    assert_eq!(s["kind"], "passthrough");
+    assert_eq!((s["records"].as_u64(), s["distinct"].as_u64(), s["duplicates"].as_u64()), (Some(7), Some(3), Some(0)));
+    assert_eq!(s["invalid"], 4);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -197,6 +210,7 @@ fn line_keys_and_invalid_settings() {
         (&["--window", "10 minutes"][..], "unknown unit `minutes`"),
         (&["--key", "json:id"][..], "starts with `/`"),
         (&["--growth", "fast"][..], "expected density, cardinality or none"),
+        (&["--kind", "exact"][..], "possible values: timer, passthrough"),
     ] {
         let run = run_filter(args, b"");
         assert!(!run.status.success(), "{args:?} should fail");

@@ -22,8 +22,32 @@ use crate::units::parse_duration_ms;
 /// to keep output flowing.
 const BATCH: usize = 4096;
 
+/// What `dedupd filter` does with the records it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FilterKind {
+    /// Deduplicate with the sliding timer Bloom filter.
+    Timer,
+    /// Read records exactly as `timer` does (keys and times extracted,
+    /// unreadable records reported) but filter nothing: every readable record
+    /// is written. The difference in speed is what dedup costs.
+    Passthrough,
+}
+
+impl FilterKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FilterKind::Timer => "timer",
+            FilterKind::Passthrough => "passthrough",
+        }
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct FilterArgs {
+    /// `timer` (deduplicate) or `passthrough` (read and write every readable
+    /// record, no filter: to measure what dedup costs).
+    #[arg(long, value_enum, default_value_t = FilterKind::Timer)]
+    pub kind: FilterKind,
     /// Where the dedup key comes from: `line` (the whole line) or
     /// `json:/pointer` (a field of a JSON line).
     #[arg(long, default_value = "line")]
@@ -109,6 +133,7 @@ fn flag_error(e: ParamError) -> anyhow::Error {
 /// The stats JSON.
 #[derive(Debug, Serialize)]
 pub struct FilterStats {
+    pub kind: &'static str,
     pub records: u64,
     pub distinct: u64,
     pub duplicates: u64,
@@ -142,7 +167,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     }
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
-    let mut dedup = Deduplicator::new(filter, extractor);
+    let mut dedup = Deduplicator::new(filter, extractor).with_passthrough(args.kind == FilterKind::Passthrough);
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -162,7 +187,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let mut outcomes = Vec::with_capacity(BATCH);
     let mut invalid_by_reason: BTreeMap<&'static str, u64> =
         InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
-    let (mut records, mut line_no) = (0u64, 0u64);
+    let (mut records, mut line_no, mut distinct, mut duplicate) = (0u64, 0u64, 0u64, 0u64);
 
     let result: io::Result<()> = (|| {
         loop {
@@ -195,8 +220,12 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
                 line_no += 1;
                 records += 1;
                 match outcome {
-                    Outcome::Distinct => out.write_all(line)?,
+                    Outcome::Distinct => {
+                        distinct += 1;
+                        out.write_all(line)?
+                    }
                     Outcome::Duplicate { .. } => {
+                        duplicate += 1;
                         if let Some(d) = duplicates.as_mut() {
                             d.write_all(line)?;
                         }
@@ -237,9 +266,10 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         let s = f.stats();
         let p = f.params();
         let stats = FilterStats {
+            kind: args.kind.as_str(),
             records,
-            distinct: s.distinct,
-            duplicates: s.duplicates,
+            distinct,
+            duplicates: duplicate,
             invalid,
             invalid_by_reason,
             late_records: s.late_events,

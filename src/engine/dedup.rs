@@ -22,6 +22,7 @@ pub struct Deduplicator {
     filter: SlicedFilter,
     extractor: Extractor,
     seed: u64,
+    passthrough: bool,
     events: Vec<Event>,
     verdicts: Vec<Verdict>,
 }
@@ -29,7 +30,15 @@ pub struct Deduplicator {
 impl Deduplicator {
     pub fn new(filter: SlicedFilter, extractor: Extractor) -> Self {
         let seed = filter.params().seed;
-        Deduplicator { filter, extractor, seed, events: Vec::new(), verdicts: Vec::new() }
+        Deduplicator { filter, extractor, seed, passthrough: false, events: Vec::new(), verdicts: Vec::new() }
+    }
+
+    /// With `on`, records are read (key and time extracted, unreadable ones
+    /// reported) exactly as otherwise, but not hashed or filtered: every
+    /// readable record is distinct. What dedup costs is the difference.
+    pub fn with_passthrough(mut self, on: bool) -> Self {
+        self.passthrough = on;
+        self
     }
 
     pub fn filter(&self) -> &SlicedFilter {
@@ -40,6 +49,13 @@ impl Deduplicator {
     pub fn process_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Outcome>) {
         out.clear();
         self.events.clear();
+        if self.passthrough {
+            out.extend(records.iter().map(|rec| match self.extractor.extract(rec, arrival_ms) {
+                Ok(_) => Outcome::Distinct,
+                Err(e) => Outcome::Invalid(e),
+            }));
+            return;
+        }
         for rec in records {
             match self.extractor.extract(rec, arrival_ms) {
                 Ok(x) => {
@@ -82,5 +98,12 @@ mod tests {
         assert_eq!(out[2], Outcome::Distinct);
         assert!(matches!(out[3], Outcome::Duplicate { .. }));
         assert_eq!(out[4], Outcome::Distinct);
+
+        let mut p = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), d.extractor.clone()).with_passthrough(true);
+        p.process_batch(&recs, 0, &mut out);
+        assert_eq!(out[0], Outcome::Distinct);
+        assert!(matches!(out[1], Outcome::Invalid(_)));
+        assert_eq!(&out[2..], &[Outcome::Distinct, Outcome::Distinct, Outcome::Distinct]);
+        assert_eq!(p.filter().stats().events, 0);
     }
 }
