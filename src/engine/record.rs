@@ -183,7 +183,7 @@ impl Extractor {
                     .ok_or_else(|| invalid(InvalidReason::MissingKey, format!("no header `{name}`")))?,
             ),
             KeySpec::Json(pointer) => {
-                let v = json.as_ref().and_then(|j| j.pointer(pointer));
+                let v = json.as_ref().and_then(|j| lookup(j, pointer));
                 match v {
                     None | Some(Value::Null) => {
                         return Err(invalid(
@@ -208,7 +208,7 @@ impl Extractor {
                 Some(t) => return Err(invalid(InvalidReason::BadTime, format!("negative record timestamp {t}"))),
                 None => return Err(invalid(InvalidReason::MissingTime, "the record has no timestamp")),
             },
-            TimeSpec::Json(pointer) => match json.as_ref().and_then(|j| j.pointer(pointer)) {
+            TimeSpec::Json(pointer) => match json.as_ref().and_then(|j| lookup(j, pointer)) {
                 None | Some(Value::Null) => {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
@@ -219,6 +219,36 @@ impl Extractor {
         };
         Ok(Extracted { key, time_ms })
     }
+}
+
+/// [`Value::pointer`] without its two `String`s per token per call: a token
+/// is unescaped (`~1` → `/`, `~0` → `~`) into a new string only if it has a
+/// `~`. Same result for every pointer and value.
+fn lookup<'v>(value: &'v Value, pointer: &str) -> Option<&'v Value> {
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    if !pointer.starts_with('/') {
+        return None;
+    }
+    pointer.split('/').skip(1).try_fold(value, |target, token| {
+        let token: Cow<'_, str> =
+            if token.contains('~') { Cow::Owned(token.replace("~1", "/").replace("~0", "~")) } else { token.into() };
+        match target {
+            Value::Object(map) => map.get(token.as_ref()),
+            Value::Array(list) => array_index(&token).and_then(|i| list.get(i)),
+            _ => None,
+        }
+    })
+}
+
+/// An array index token as [`Value::pointer`] reads it: decimal digits, no
+/// sign, no leading zero.
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
+        return None;
+    }
+    token.parse().ok()
 }
 
 /// Epoch milliseconds from a JSON number (fractions are truncated) or a
@@ -252,6 +282,43 @@ mod tests {
         assert_eq!(extract(r#"{"id":42,"ts":12.9}"#), Ok((b"42".to_vec(), 12)));
         assert_eq!(extract(r#"{"id":{"x":1},"ts":"77"}"#), Ok((br#"{"x":1}"#.to_vec(), 77)));
         assert_eq!(extract(r#"{"id":"\u00e9","ts":1}"#), Ok(("é".as_bytes().to_vec(), 1)));
+    }
+
+    #[test]
+    fn lookup_is_value_pointer() {
+        let v: Value = serde_json::from_str(
+            r#"{"id":"x","a":{"b":[10,{"c":"d"},[1,2]],"~":1,"/":2,"m~n":3,"":4},"0":5,"01":6,"+1":7,"":{"":8}}"#,
+        )
+        .unwrap();
+        for p in [
+            "",
+            "/",
+            "//",
+            "/id",
+            "/a",
+            "/a/b",
+            "/a/b/0",
+            "/a/b/1/c",
+            "/a/b/2/1",
+            "/a/b/01",
+            "/a/b/+1",
+            "/a/b/3",
+            "/a/b/-",
+            "/a/~0",
+            "/a/~1",
+            "/a/m~0n",
+            "/a/",
+            "/0",
+            "/01",
+            "/+1",
+            "/id/0",
+            "id",
+            "/missing",
+            "/a/b/1/c/x",
+            "/a/~2",
+        ] {
+            assert_eq!(lookup(&v, p), v.pointer(p), "pointer `{p}`");
+        }
     }
 
     #[test]
