@@ -61,12 +61,14 @@ fn specs() -> Vec<(&'static str, FilterSpec)> {
         ("12bit", FilterSpec { timer_bits: 12, ..base.clone() }),
         ("16bit-tick7", FilterSpec { timer_bits: 16, tick_ms: Some(7), ..base.clone() }),
         ("32bit", FilterSpec { timer_bits: 32, ..base.clone() }),
+        // Large enough (3 MB of cells) for observe_batch to prefetch.
+        ("8bit-3MB", FilterSpec { total_cells: Some(3_000_000), growth: Growth::None, ..base.clone() }),
     ]
 }
 
 /// Digests recorded with the engine of commit 5c4b2bf (before the hot-path
 /// work), one-at-a-time and batched.
-const GOLDEN: [(&str, u64, u64); 9] = [
+const GOLDEN: [(&str, u64, u64); 10] = [
     ("4bit", 0x2d3e2da0e939d80e, 0x37cca78b74b74dfa),
     ("6bit", 0x3cbc1d71017c51e1, 0xc446ef2a4190ba58),
     ("8bit", 0x64c76de271ef485f, 0xf8773b4764fa2f4b),
@@ -76,6 +78,7 @@ const GOLDEN: [(&str, u64, u64); 9] = [
     ("12bit", 0x866917e03bd37524, 0x14502dc131f0e99d),
     ("16bit-tick7", 0x053bce9cdcf2077d, 0x7411f3ea5101e805),
     ("32bit", 0x866917e03bd37524, 0x4276eb436f5f493d),
+    ("8bit-3MB", 0xab9fd683fec04a57, 0xa4398d60b27a2a9e),
 ];
 
 #[test]

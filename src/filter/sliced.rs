@@ -64,9 +64,13 @@ impl SlicedFilter {
     /// order, exactly those of [`Self::observe`] on each event in turn. Like
     /// [`SlidingFilter::observe_batch`], the cells of the event
     /// [`PREFETCH_DISTANCE`] places later (in its own slice) are prefetched
-    /// while one is judged.
+    /// while one is judged, unless every slice is small enough to stay cached.
     pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
         out.reserve(events.len());
+        if !self.slices.iter().any(SlidingFilter::worth_prefetching) {
+            out.extend(events.iter().map(|e| self.observe(&e.hash, e.time_ms)));
+            return;
+        }
         let slices = self.slices.len() as u32;
         for e in events.iter().take(PREFETCH_DISTANCE) {
             self.slices[e.hash.slice(slices) as usize].prefetch(&e.hash);

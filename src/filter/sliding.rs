@@ -150,8 +150,13 @@ impl SlidingFilter {
     /// [`PREFETCH_DISTANCE`] places later are prefetched, so the cache
     /// misses of a batch overlap instead of following one another (only
     /// prefetched, never reordered: an event sees every insert before it).
+    /// Filters below [`PREFETCH_MIN_BYTES`] are not prefetched.
     pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
         out.reserve(events.len());
+        if !self.worth_prefetching() {
+            out.extend(events.iter().map(|e| self.observe(&e.hash, e.time_ms)));
+            return;
+        }
         for e in events.iter().take(PREFETCH_DISTANCE) {
             self.prefetch(&e.hash);
         }
@@ -161,6 +166,13 @@ impl SlidingFilter {
             }
             out.push(self.observe(&e.hash, e.time_ms));
         }
+    }
+
+    /// Whether the cells are large enough to miss the core's own caches
+    /// (below that, prefetching only costs instructions).
+    #[inline]
+    pub fn worth_prefetching(&self) -> bool {
+        self.generations.iter().map(|g| g.cells.memory_bytes()).sum::<usize>() >= PREFETCH_MIN_BYTES
     }
 
     /// Prefetches the key's cells in every generation (a hint only).
@@ -348,6 +360,10 @@ impl SlidingFilter {
 /// enough for a DRAM miss (~100 ns) to complete while the events in between
 /// are judged, near enough that the lines are still cached when used.
 pub const PREFETCH_DISTANCE: usize = 8;
+
+/// Cells below this many bytes (per slice) are assumed to stay in the core's
+/// L2 cache, and batches are not prefetched.
+pub const PREFETCH_MIN_BYTES: usize = 1 << 20;
 
 /// A new generation (the newest is full) is sized for the live keys times
 /// this: room for a load that is still rising.
