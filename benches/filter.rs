@@ -16,7 +16,10 @@
 //!
 //! Per size, the benches are:
 //! - `dedupd-{4,8,16}bit`: `SlidingFilter::observe(KeyHash::of(key))`, one event at a time;
-//! - `dedupd-{8,16}bit-batch`: hash a batch of 4096 keys, then `observe_batch`;
+//! - `dedupd-{8,16}bit-batch`: hash a batch of 4096 keys, then `observe_batch` (which
+//!   prefetches the cells of the event 8 ahead from filters of 1 MiB or more);
+//! - `dedupd-8bit-blocked`, `dedupd-{4,8,16}bit-blocked-batch`: the same with the blocked
+//!   layout (all k cells of a key in one 64-byte line);
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
 //!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
 //!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
@@ -42,7 +45,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use dedupd::bench::workload::Rng;
-use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict};
+use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 use twox_hash::XxHash3_64;
 
 /// Events per timed iteration.
@@ -93,7 +96,7 @@ fn window_keys(bytes: u64, timer_bits: u8) -> u64 {
 }
 
 /// A dedupd slice filter of `bytes` of cells, warmed up through one window.
-fn dedupd_filter(bytes: u64, timer_bits: u8) -> (SlidingFilter, u64) {
+fn dedupd_filter(bytes: u64, timer_bits: u8, layout: Layout) -> (SlidingFilter, u64) {
     let cells = bytes * 8 / u64::from(timer_bits);
     let keys = window_keys(bytes, timer_bits);
     let spec = FilterSpec {
@@ -103,6 +106,7 @@ fn dedupd_filter(bytes: u64, timer_bits: u8) -> (SlidingFilter, u64) {
         hashes: Some(K),
         timer_bits,
         growth: Growth::None,
+        layout,
         ..FilterSpec::default()
     };
     let mut f = SlidingFilter::new(spec.resolve().expect("valid spec"));
@@ -152,10 +156,19 @@ struct DedupdState {
     out: Vec<Verdict>,
 }
 
-fn bench_dedupd(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64, timer_bits: u8, batched: bool) {
-    let name = if batched { format!("dedupd-{timer_bits}bit-batch") } else { format!("dedupd-{timer_bits}bit") };
+fn bench_dedupd(
+    group: &mut BenchmarkGroup<WallTime>,
+    size: &str,
+    bytes: u64,
+    timer_bits: u8,
+    layout: Layout,
+    batched: bool,
+) {
+    let blocked = if layout == Layout::Blocked { "-blocked" } else { "" };
+    let batch = if batched { "-batch" } else { "" };
+    let name = format!("dedupd-{timer_bits}bit{blocked}{batch}");
     let setup = || {
-        let (f, clock) = dedupd_filter(bytes, timer_bits);
+        let (f, clock) = dedupd_filter(bytes, timer_bits, layout);
         let before = (f.counters().events, f.counters().duplicates);
         DedupdState { f, clock, before, events: Vec::with_capacity(BATCH), out: Vec::with_capacity(BATCH) }
     };
@@ -343,10 +356,14 @@ fn test_then_insert(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("tti/{size}"));
         group.throughput(Throughput::Elements(BATCH as u64));
         for bits in [4u8, 8, 16] {
-            bench_dedupd(&mut group, &size, bytes, bits, false);
+            bench_dedupd(&mut group, &size, bytes, bits, Layout::Standard, false);
         }
         for bits in [8u8, 16] {
-            bench_dedupd(&mut group, &size, bytes, bits, true);
+            bench_dedupd(&mut group, &size, bytes, bits, Layout::Standard, true);
+        }
+        bench_dedupd(&mut group, &size, bytes, 8, Layout::Blocked, false);
+        for bits in [4u8, 8, 16] {
+            bench_dedupd(&mut group, &size, bytes, bits, Layout::Blocked, true);
         }
         bench_fastbloom(&mut group, bytes, false);
         bench_fastbloom(&mut group, bytes, true);

@@ -4,11 +4,11 @@
 //! generation is created; the streams here keep the load steady, and the
 //! test checks that no generation was created while it counted.)
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
 use dedupd::bench::workload::Rng;
-use dedupd::filter::{Event, FilterSpec, KeyHash, SlicedFilter, SlidingFilter, Verdict};
+use dedupd::filter::{Event, FilterSpec, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
 
 /// Counts the allocations of the current thread (the test harness's other
 /// threads allocate too).
@@ -20,19 +20,19 @@ thread_local! {
 
 // SAFETY: every call is forwarded to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+    unsafe fn alloc(&self, layout: AllocLayout) -> *mut u8 {
         ALLOCATIONS.with(|n| n.set(n.get() + 1));
         unsafe { System.alloc(layout) }
     }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+    unsafe fn alloc_zeroed(&self, layout: AllocLayout) -> *mut u8 {
         ALLOCATIONS.with(|n| n.set(n.get() + 1));
         unsafe { System.alloc_zeroed(layout) }
     }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+    unsafe fn realloc(&self, ptr: *mut u8, layout: AllocLayout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.with(|n| n.set(n.get() + 1));
         unsafe { System.realloc(ptr, layout, new_size) }
     }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: AllocLayout) {
         unsafe { System.dealloc(ptr, layout) }
     }
 }
@@ -74,8 +74,9 @@ fn the_counter_counts() {
 
 #[test]
 fn observe_allocates_nothing_per_event() {
-    for bits in [4u8, 8, 12, 16, 32] {
-        let mut f = SlidingFilter::new(spec(bits).resolve().unwrap());
+    let layouts = [4u8, 8, 12, 16, 32].map(|b| (b, Layout::Standard)).into_iter();
+    for (bits, layout) in layouts.chain([4u8, 8, 16, 32].map(|b| (b, Layout::Blocked))) {
+        let mut f = SlidingFilter::new(FilterSpec { layout, ..spec(bits) }.resolve().unwrap());
         // Warm up through a few windows.
         for e in events(1, 50_000, 0) {
             f.observe(&e.hash, e.time_ms);
@@ -88,9 +89,10 @@ fn observe_allocates_nothing_per_event() {
             distinct += usize::from(f.observe(&e.hash, e.time_ms).is_distinct());
         }
         let allocated = allocations() - before;
-        assert_eq!(f.counters().generations_created, created, "{bits}-bit: the load must stay steady");
-        assert!(distinct > EVENTS / 10 && distinct < EVENTS, "{bits}-bit: {distinct} distinct");
-        assert_eq!(allocated, 0, "{bits}-bit: {allocated} allocations over {EVENTS} events");
+        let name = format!("{bits}-bit {layout:?}");
+        assert_eq!(f.counters().generations_created, created, "{name}: the load must stay steady");
+        assert!(distinct > EVENTS / 10 && distinct < EVENTS, "{name}: {distinct} distinct");
+        assert_eq!(allocated, 0, "{name}: {allocated} allocations over {EVENTS} events");
     }
 }
 

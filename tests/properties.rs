@@ -5,26 +5,37 @@ use std::collections::HashMap;
 
 use dedupd::engine::{Deduplicator, Extractor, RecordView};
 use dedupd::filter::snapshot;
-use dedupd::filter::{FilterSpec, Growth, KeyHash, SlicedFilter, SlidingFilter, Verdict};
+use dedupd::filter::{FilterSpec, Growth, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
 use proptest::prelude::*;
 
 fn growth() -> impl Strategy<Value = Growth> {
     prop_oneof![Just(Growth::Density), Just(Growth::Cardinality), Just(Growth::None)]
 }
 
-/// Small filters (so they fill, grow and expire) in every timer width.
+fn layout() -> impl Strategy<Value = Layout> {
+    prop_oneof![Just(Layout::Standard), Just(Layout::Blocked)]
+}
+
+/// Small filters (so they fill, grow and expire) in every timer width and
+/// both layouts.
 fn spec() -> impl Strategy<Value = FilterSpec> {
-    (4u8..=32, 1u64..5_000, 5u64..400, growth(), 1u32..4, prop::option::of(1u64..50), 1u32..6).prop_map(
-        |(timer_bits, window_ms, expected_keys, growth, slices, tick_ms, max_generations)| FilterSpec {
-            window_ms,
-            expected_keys,
-            growth,
-            slices,
-            timer_bits,
-            // Coarse ticks need wide windows in narrow timers: let resolve() pick when unsure.
-            tick_ms: tick_ms.filter(|t| window_ms.div_ceil(*t) < (1u64 << timer_bits) - 4),
-            max_generations,
-            ..FilterSpec::default()
+    (4u8..=32, 1u64..5_000, 5u64..400, growth(), 1u32..4, prop::option::of(1u64..50), 1u32..6, layout()).prop_map(
+        |(timer_bits, window_ms, expected_keys, growth, slices, tick_ms, max_generations, layout)| {
+            // The blocked layout takes the widths that tile a cache line.
+            let timer_bits =
+                if layout == Layout::Blocked { [4, 8, 16, 32][usize::from(timer_bits % 4)] } else { timer_bits };
+            FilterSpec {
+                window_ms,
+                expected_keys,
+                growth,
+                slices,
+                timer_bits,
+                // Coarse ticks need wide windows in narrow timers: let resolve() pick when unsure.
+                tick_ms: tick_ms.filter(|t| window_ms.div_ceil(*t) < (1u64 << timer_bits) - 4),
+                max_generations,
+                layout,
+                ..FilterSpec::default()
+            }
         },
     )
 }
@@ -174,8 +185,10 @@ fn arbitrary_settings_resolve_or_fail_cleanly() {
                     equal_timers,
                     ..FilterSpec::default()
                 };
-                if let Err(e) = spec.resolve() {
-                    assert!(!e.rule.is_empty() && !e.setting.is_empty());
+                for layout in [Layout::Standard, Layout::Blocked] {
+                    if let Err(e) = (FilterSpec { layout, ..spec.clone() }).resolve() {
+                        assert!(!e.rule.is_empty() && !e.setting.is_empty());
+                    }
                 }
                 Ok(())
             },

@@ -110,9 +110,92 @@ fn dead_mask_of<T: Lane>(run: &[T], now: &Now) -> u64 {
     mask
 }
 
+/// One cache line of cells.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// The element types plain cell arrays hold: every bit pattern is a value,
+/// and their size divides 64.
+pub(crate) trait Plain: Copy + Default + 'static {}
+impl Plain for u8 {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+
+/// `len` cells of type `T` stored in whole, 64-byte aligned cache lines (a
+/// `Vec` is only aligned to its element): a block of the blocked layout is
+/// exactly one line. Derefs to `[T]`.
+pub(crate) struct Lines<T: Plain> {
+    lines: Box<[Line]>,
+    len: usize,
+    _cells: std::marker::PhantomData<T>,
+}
+
+impl<T: Plain> Lines<T> {
+    /// `len` zero cells. The memory comes zeroed from the allocator (for a
+    /// large array: fresh pages, untouched until written).
+    pub(crate) fn zeroed(len: usize) -> Self {
+        let count = (len * std::mem::size_of::<T>()).div_ceil(64);
+        if count == 0 {
+            return Lines { lines: Box::new([]), len, _cells: std::marker::PhantomData };
+        }
+        let layout = std::alloc::Layout::array::<Line>(count).expect("cell array size");
+        // SAFETY: the layout has a non-zero size; a null result is handled;
+        // zeroed memory is `count` valid Lines (plain bytes), allocated with
+        // exactly the layout a Box<[Line]> of `count` frees with.
+        let lines = unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout).cast::<Line>();
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, count))
+        };
+        Lines { lines, len, _cells: std::marker::PhantomData }
+    }
+}
+
+impl<T: Plain> std::ops::Deref for Lines<T> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        // SAFETY: the lines hold at least len · size_of::<T>() initialised
+        // bytes, aligned to 64 ≥ align_of::<T>(), and every bit pattern is a
+        // T (`Plain`); the borrow of self keeps them alive and unaliased.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
+    }
+}
+
+impl<T: Plain> std::ops::DerefMut for Lines<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as for deref, with the exclusive borrow of self.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
+    }
+}
+
+impl<T: Plain> Clone for Lines<T> {
+    fn clone(&self) -> Self {
+        Lines { lines: self.lines.clone(), len: self.len, _cells: std::marker::PhantomData }
+    }
+}
+
+impl<T: Plain + PartialEq> PartialEq for Lines<T> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<T: Plain + Eq> Eq for Lines<T> {}
+
+impl<T: Plain + std::fmt::Debug> std::fmt::Debug for Lines<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Lines({} cells)", self.len)
+    }
+}
+
 /// Two 4-bit cells per byte, low nibble first.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct NibbleCells(Vec<u8>);
+pub(crate) struct NibbleCells(Lines<u8>);
 
 impl TimerCells for NibbleCells {
     #[inline]
@@ -155,7 +238,7 @@ impl TimerCells for PackedCells {
 
 macro_rules! plain_cells {
     ($t:ty) => {
-        impl TimerCells for Vec<$t> {
+        impl TimerCells for Lines<$t> {
             #[inline]
             fn cell_addr(&self, i: usize) -> *const u8 {
                 self.as_ptr().wrapping_add(i).cast()
@@ -172,13 +255,13 @@ macro_rules! plain_cells {
             unsafe fn get_unchecked(&self, i: usize) -> u32 {
                 debug_assert!(i < self.len());
                 // SAFETY: the caller guarantees i < len.
-                u32::from(unsafe { *self.as_slice().get_unchecked(i) })
+                u32::from(unsafe { *(**self).get_unchecked(i) })
             }
             #[inline(always)]
             unsafe fn set_unchecked(&mut self, i: usize, v: u32) {
                 debug_assert!(i < self.len());
                 // SAFETY: the caller guarantees i < len.
-                unsafe { *self.as_mut_slice().get_unchecked_mut(i) = v as $t };
+                unsafe { *(**self).get_unchecked_mut(i) = v as $t };
             }
             #[inline]
             fn dead_mask(&self, start: usize, n: usize, now: &Now) -> u64 {
@@ -195,9 +278,9 @@ plain_cells!(u32);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum CellArray {
     Nibble(NibbleCells),
-    Byte(Vec<u8>),
-    Half(Vec<u16>),
-    Word(Vec<u32>),
+    Byte(Lines<u8>),
+    Half(Lines<u16>),
+    Word(Lines<u32>),
     Packed(PackedCells),
 }
 
@@ -233,10 +316,10 @@ impl CellArray {
 
     fn allocate(width: u8, m: usize) -> Self {
         match width {
-            4 => CellArray::Nibble(NibbleCells(vec![0; m.div_ceil(2)])),
-            8 => CellArray::Byte(vec![0; m]),
-            16 => CellArray::Half(vec![0; m]),
-            32 => CellArray::Word(vec![0; m]),
+            4 => CellArray::Nibble(NibbleCells(Lines::zeroed(m.div_ceil(2)))),
+            8 => CellArray::Byte(Lines::zeroed(m)),
+            16 => CellArray::Half(Lines::zeroed(m)),
+            32 => CellArray::Word(Lines::zeroed(m)),
             w => CellArray::Packed(PackedCells {
                 bits: bitvec![u64, Lsb0; 0; m * usize::from(w)],
                 width: usize::from(w),
@@ -269,8 +352,8 @@ impl CellArray {
     /// The storage as little-endian bytes (the snapshot encoding).
     pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
         match self {
-            CellArray::Nibble(c) => c.0.clone(),
-            CellArray::Byte(c) => c.clone(),
+            CellArray::Nibble(c) => c.0.to_vec(),
+            CellArray::Byte(c) => c.to_vec(),
             CellArray::Half(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
             CellArray::Word(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
             CellArray::Packed(c) => c.bits.as_raw_slice().iter().flat_map(|v| v.to_le_bytes()).collect(),
@@ -371,6 +454,18 @@ mod tests {
             assert_eq!(CellArray::from_le_bytes(width, m, &bytes).as_ref(), Some(&cells));
             assert!(CellArray::from_le_bytes(width, m + 64, &bytes).is_none());
         }
+    }
+
+    #[test]
+    fn plain_cells_start_on_a_cache_line() {
+        for width in [4u8, 8, 16, 32] {
+            for m in [64, 1000, 1 << 20] {
+                let cells = CellArray::new(width, m);
+                with_cells!(&cells, c => assert_eq!(c.cell_addr(0) as usize % 64, 0, "width {width}, {m} cells"));
+            }
+        }
+        let empty = Lines::<u16>::zeroed(0);
+        assert!(empty.is_empty());
     }
 
     #[test]

@@ -14,8 +14,8 @@
 //!   lives long enough to wrap around R and look young again.
 
 use super::cells::{CellArray, TimerCells, with_cells};
-use super::hash::KeyHash;
-use super::params::{FilterParams, Growth};
+use super::hash::{KeyHash, Probe};
+use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
 
 /// The slice clock as the cells see it.
@@ -98,6 +98,8 @@ pub(crate) struct StoredGeneration {
 pub struct Generation {
     pub(crate) level: u8,
     pub(crate) m: u64,
+    /// Cells per block in the blocked layout; 0 in the standard layout.
+    block: u64,
     pub(crate) cells: CellArray,
     /// `hist[v - 1]` = number of non-empty cells storing `v`.
     hist: Vec<u32>,
@@ -129,9 +131,14 @@ impl Generation {
     pub(crate) fn restore(stored: StoredGeneration, now: Option<Now>, params: &FilterParams) -> Self {
         let StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt } = stored;
         let p = params.level_fpr(level);
+        let block = match params.layout {
+            Layout::Standard => 0,
+            Layout::Blocked => Layout::block_cells(params.timer_bits),
+        };
         let mut g = Generation {
             level,
             m,
+            block,
             cells,
             hist: vec![0; params.period as usize],
             live: 0,
@@ -202,14 +209,22 @@ impl Generation {
     /// Tests a key without changing anything.
     #[inline]
     pub(crate) fn probe(&self, hash: &KeyHash, k: u32, now: &Now) -> Probed {
-        with_cells!(&self.cells, c => probe_cells(c, hash.probe(self.m), k, now))
+        with_cells!(&self.cells, c => probe_cells(c, self.positions(hash), k, now))
     }
 
-    /// Prefetches the cache lines of the key's k cells.
+    /// The positions of the key's cells (all of them: take k).
+    #[inline(always)]
+    fn positions(&self, hash: &KeyHash) -> Probe {
+        if self.block == 0 { hash.probe(self.m) } else { hash.probe_blocked(self.m, self.block) }
+    }
+
+    /// Prefetches the cache lines of the key's k cells (its one line in the
+    /// blocked layout: blocks are line-aligned).
     #[inline]
     pub(crate) fn prefetch(&self, hash: &KeyHash, k: u32) {
+        let k = if self.block == 0 { k as usize } else { 1 };
         with_cells!(&self.cells, c => {
-            for i in hash.probe(self.m).take(k as usize) {
+            for i in self.positions(hash).take(k) {
                 super::cells::prefetch(c.cell_addr(i));
             }
         })
@@ -221,7 +236,7 @@ impl Generation {
     pub(crate) fn contains(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
         with_cells!(&self.cells, c => {
             let mut all = true;
-            for i in hash.probe(self.m).take(k as usize) {
+            for i in self.positions(hash).take(k as usize) {
                 // SAFETY: a probe over m cells yields positions below m, and
                 // the array holds m cells (`Generation` invariant).
                 all &= now.is_alive(unsafe { c.get_unchecked(i) });
@@ -236,7 +251,7 @@ impl Generation {
     pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
         let mut values = [0u32; super::params::MAX_HASHES as usize];
         with_cells!(&self.cells, c => {
-            for (v, i) in values.iter_mut().zip(hash.probe(self.m).take(k as usize)) {
+            for (v, i) in values.iter_mut().zip(self.positions(hash).take(k as usize)) {
                 *v = c.get(i);
             }
         });
@@ -253,11 +268,12 @@ impl Generation {
         // cells overwritten are counted in locals and applied once: now's
         // bucket would otherwise take a load-add-store per cell, and the live
         // count a store per cell.
+        let positions = self.positions(hash);
         let hist = &mut self.hist;
         let now_bucket = now.value as usize - 1;
         let (mut set, mut overwritten) = (0u32, 0u64);
         with_cells!(&mut self.cells, c => {
-            for i in hash.probe(self.m).take(k as usize) {
+            for i in positions.take(k as usize) {
                 // SAFETY: a probe over m cells yields positions below m, and
                 // the array holds m cells (`Generation` invariant).
                 let old = unsafe { c.get_unchecked(i) };

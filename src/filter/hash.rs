@@ -42,7 +42,21 @@ impl KeyHash {
     #[inline]
     pub fn probe(&self, m: u64) -> Probe {
         debug_assert!(m >= 2);
-        Probe { pos: fastrange(self.h1, m), step: 1 + fastrange(self.h2, m - 1), m }
+        Probe { base: 0, pos: fastrange(self.h1, m), step: 1 + fastrange(self.h2, m - 1), m }
+    }
+
+    /// The probe sequence of the blocked layout over `m` cells in blocks of
+    /// `block` cells (a power of two, 2 to 256, dividing `m`): the block from
+    /// the low half (multiply-shift), then `a, a+b, a+2b, … (mod block)`
+    /// inside it, with `a` and an odd `b` from the top 16 bits of the high
+    /// half (the slice uses its low 32). An odd step over a power of two
+    /// visits `block` distinct cells before it repeats.
+    #[inline]
+    pub fn probe_blocked(&self, m: u64, block: u64) -> Probe {
+        debug_assert!(block.is_power_of_two() && (2..=256).contains(&block) && m % block == 0);
+        let mask = block - 1;
+        let base = fastrange(self.h1, m / block) * block;
+        Probe { base, pos: (self.h2 >> 48) & mask, step: ((self.h2 >> 56) | 1) & mask, m: block }
     }
 }
 
@@ -52,9 +66,12 @@ pub fn fastrange(x: u64, n: u64) -> u64 {
     ((u128::from(x) * u128::from(n)) >> 64) as u64
 }
 
-/// The cell positions `a, a+b, a+2b, … (mod m)` of one key in one generation.
+/// The cell positions `base + (a, a+b, a+2b, … mod m)` of one key in one
+/// generation (`base` = 0 and `m` = the cells in the standard layout; the
+/// block's first cell and its size in the blocked layout).
 #[derive(Clone, Copy, Debug)]
 pub struct Probe {
+    base: u64,
     pos: u64,
     step: u64,
     m: u64,
@@ -72,7 +89,7 @@ impl Iterator for Probe {
         // about every other cell.
         let over = (here + self.step).wrapping_sub(self.m);
         self.pos = over.wrapping_add(self.m & ((over as i64 >> 63) as u64));
-        Some(here as usize)
+        Some((self.base + here) as usize)
     }
 }
 
@@ -89,6 +106,27 @@ mod tests {
         let got: Vec<usize> = h.probe(m).take(9).collect();
         let want: Vec<usize> = (0..9u64).map(|i| ((a + i * b) % m) as usize).collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn blocked_probe_stays_in_one_block_at_distinct_cells() {
+        let m = 64 * 1000;
+        for block in [16u64, 32, 64, 128] {
+            let mut blocks = vec![0u32; (m / block) as usize];
+            for key in 0..20_000u32 {
+                let h = KeyHash::of(DEFAULT_SEED, &key.to_le_bytes());
+                let cells: Vec<usize> = h.probe_blocked(m, block).take(16).collect();
+                let first = cells[0] as u64 / block;
+                assert!(cells.iter().all(|&c| c as u64 / block == first), "{cells:?}");
+                let mut distinct = cells.clone();
+                distinct.sort_unstable();
+                distinct.dedup();
+                assert_eq!(distinct.len(), 16, "block {block}: {cells:?}");
+                blocks[first as usize] += 1;
+            }
+            // Blocks are used evenly: 20 keys each on average.
+            assert!(blocks.iter().all(|&n| n < 60), "block {block}: {:?}", blocks.iter().max());
+        }
     }
 
     #[test]

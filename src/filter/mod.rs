@@ -20,7 +20,7 @@ pub mod snapshot;
 
 pub use generation::Generation;
 pub use hash::KeyHash;
-pub use params::{FilterParams, FilterSpec, Growth, ParamError};
+pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};
 pub use sliced::SlicedFilter;
 pub use sliding::{Event, FilterCounters, Lookup, SlidingFilter, Verdict};
 pub use snapshot::SnapshotError;

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! magic "DEDUPDSS" | version u16
-//! parameters: seed u64, cells u64, hashes u32, timer_bits u8, tick_ms u64, window_ms u64
+//! parameters: seed u64, cells u64, hashes u32, timer_bits u8 (+ 0x80 in the
+//!             blocked layout), tick_ms u64, window_ms u64
 //! clock: present u8, clock_ms u64
 //! counters: events, distinct, duplicates, late_events, generations_created,
 //!           generations_dropped, saturated_inserts (u64 each), generations_max u32,
@@ -15,6 +16,10 @@
 //!           cell bytes (u64 len, bytes)
 //! checksum: XXH3-64 of everything above, u64
 //! ```
+//!
+//! The layout flag in the top bit of the timer width keeps the bytes of a
+//! standard-layout snapshot exactly what they were before layouts existed
+//! (and a build without layouts refuses a blocked snapshot, on its width).
 //!
 //! The parameters are the ones the cell contents depend on; a snapshot taken
 //! with any other value of them cannot be read correctly and is refused. The
@@ -27,7 +32,7 @@ use twox_hash::XxHash3_64;
 
 use super::cells::CellArray;
 use super::generation::{Generation, Now, StoredGeneration};
-use super::params::{FilterParams, MAX_LEVEL};
+use super::params::{FilterParams, Layout, MAX_LEVEL};
 use super::sliding::{FilterCounters, SlidingFilter};
 
 /// The first bytes of every slice snapshot.
@@ -65,7 +70,7 @@ pub fn encode(filter: &SlidingFilter) -> Vec<u8> {
     put_u64(&mut w, p.seed);
     put_u64(&mut w, p.cells);
     put_u32(&mut w, p.hashes);
-    w.push(p.timer_bits);
+    w.push(p.timer_bits | layout_flag(p.layout));
     put_u64(&mut w, p.tick_ms);
     put_u64(&mut w, p.window_ms);
 
@@ -147,7 +152,10 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
     check(r.u64()?, params.seed, "seed")?;
     check(r.u64()?, params.cells, "cells")?;
     check(r.u32()?, params.hashes, "hashes")?;
-    check(r.u8()?, params.timer_bits, "timer_bits")?;
+    let width = r.u8()?;
+    let layout = if width & BLOCKED_FLAG != 0 { Layout::Blocked } else { Layout::Standard };
+    check(layout.as_str(), params.layout.as_str(), "layout")?;
+    check(width & !BLOCKED_FLAG, params.timer_bits, "timer_bits")?;
     check(r.u64()?, params.tick_ms, "tick_ms")?;
     check(r.u64()?, params.window_ms, "window_ms")?;
 
@@ -196,6 +204,17 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
     }
     r.finish()?;
     Ok(SlidingFilter::from_parts(params.clone(), clock_ms, generations, counters))
+}
+
+/// Set in the timer-width byte of a blocked-layout snapshot (widths are at
+/// most 32).
+const BLOCKED_FLAG: u8 = 0x80;
+
+fn layout_flag(layout: Layout) -> u8 {
+    match layout {
+        Layout::Standard => 0,
+        Layout::Blocked => BLOCKED_FLAG,
+    }
 }
 
 fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
@@ -325,5 +344,49 @@ mod tests {
         ));
         let other = FilterSpec { seed: 7, ..spec() }.resolve().unwrap();
         assert!(matches!(decode(&bytes, &other), Err(SnapshotError::ParameterMismatch { parameter: "seed", .. })));
+    }
+
+    fn blocked_spec() -> FilterSpec {
+        FilterSpec { layout: crate::filter::Layout::Blocked, ..spec() }
+    }
+
+    #[test]
+    fn blocked_layout_round_trips_and_is_refused_by_the_other_layout() {
+        for bits in [4u8, 8, 16, 32] {
+            let blocked = FilterSpec { timer_bits: bits, ..blocked_spec() };
+            let mut f = SlidingFilter::new(blocked.resolve().unwrap());
+            for i in 0..3_000u64 {
+                f.observe(&KeyHash::of(DEFAULT_SEED, &(i % 1_700).to_le_bytes()), 1_000 + i * 5);
+            }
+            assert!(f.counters().duplicates > 0);
+            let bytes = encode(&f);
+            let restored = decode(&bytes, f.params()).unwrap();
+            assert_eq!(restored, f);
+            // The standard filter of the same settings refuses it, saying why.
+            let standard = FilterSpec { timer_bits: bits, ..spec() }.resolve().unwrap();
+            let e = decode(&bytes, &standard).unwrap_err();
+            assert_eq!(
+                e,
+                SnapshotError::ParameterMismatch {
+                    parameter: "layout",
+                    snapshot: "blocked".into(),
+                    configured: "standard".into()
+                }
+            );
+            assert!(e.to_string().contains("layout = blocked but this filter has layout = standard"), "{e}");
+        }
+        // And the other way round.
+        let f = busy_filter();
+        let e = decode(&encode(&f), &blocked_spec().resolve().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("layout = standard but this filter has layout = blocked"), "{e}");
+    }
+
+    #[test]
+    fn standard_snapshots_keep_the_plain_timer_width() {
+        let f = busy_filter();
+        // magic 8, version 2, seed 8, cells 8, hashes 4: the width is byte 30.
+        assert_eq!(encode(&f)[30], f.params().timer_bits);
+        let b = SlidingFilter::new(blocked_spec().resolve().unwrap());
+        assert_eq!(encode(&b)[30], b.params().timer_bits | 0x80);
     }
 }
