@@ -110,11 +110,6 @@ fn dead_mask_of<T: Lane>(run: &[T], now: &Now) -> u64 {
     mask
 }
 
-/// One cache line of cells.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
 /// The element types plain cell arrays hold: every bit pattern is a value,
 /// and their size divides 64.
 pub(crate) trait Plain: Copy + Default + 'static {}
@@ -122,35 +117,27 @@ impl Plain for u8 {}
 impl Plain for u16 {}
 impl Plain for u32 {}
 
-/// `len` cells of type `T` stored in whole, 64-byte aligned cache lines (a
-/// `Vec` is only aligned to its element): a block of the blocked layout is
-/// exactly one line. Derefs to `[T]`.
+/// `len` cells of type `T` starting on a 64-byte boundary (a `Vec` is only
+/// aligned to its element): a block of the blocked layout is exactly one
+/// cache line. Derefs to `[T]`.
+///
+/// The bytes are a zeroed `Vec<u8>` with 63 bytes of slack and the cells
+/// start at its first 64-byte boundary. (An allocation with 64-byte
+/// alignment would be zeroed by writing it, which touches every page before
+/// [`advise_huge_pages`] can apply; a large `calloc` returns fresh pages.)
 pub(crate) struct Lines<T: Plain> {
-    lines: Box<[Line]>,
+    bytes: Vec<u8>,
+    offset: usize,
     len: usize,
     _cells: std::marker::PhantomData<T>,
 }
 
 impl<T: Plain> Lines<T> {
-    /// `len` zero cells. The memory comes zeroed from the allocator (for a
-    /// large array: fresh pages, untouched until written).
+    /// `len` zero cells.
     pub(crate) fn zeroed(len: usize) -> Self {
-        let count = (len * std::mem::size_of::<T>()).div_ceil(64);
-        if count == 0 {
-            return Lines { lines: Box::new([]), len, _cells: std::marker::PhantomData };
-        }
-        let layout = std::alloc::Layout::array::<Line>(count).expect("cell array size");
-        // SAFETY: the layout has a non-zero size; a null result is handled;
-        // zeroed memory is `count` valid Lines (plain bytes), allocated with
-        // exactly the layout a Box<[Line]> of `count` frees with.
-        let lines = unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout).cast::<Line>();
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, count))
-        };
-        Lines { lines, len, _cells: std::marker::PhantomData }
+        let bytes = vec![0u8; len * std::mem::size_of::<T>() + 63];
+        let offset = bytes.as_ptr().align_offset(64);
+        Lines { bytes, offset, len, _cells: std::marker::PhantomData }
     }
 }
 
@@ -158,10 +145,12 @@ impl<T: Plain> std::ops::Deref for Lines<T> {
     type Target = [T];
     #[inline(always)]
     fn deref(&self) -> &[T] {
-        // SAFETY: the lines hold at least len · size_of::<T>() initialised
-        // bytes, aligned to 64 ≥ align_of::<T>(), and every bit pattern is a
-        // T (`Plain`); the borrow of self keeps them alive and unaliased.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), self.len) }
+        debug_assert!(self.offset + self.len * std::mem::size_of::<T>() <= self.bytes.len());
+        // SAFETY: the bytes from `offset` hold len · size_of::<T>()
+        // initialised bytes, at a 64-byte boundary ≥ align_of::<T>(), and
+        // every bit pattern is a T (`Plain`); the borrow of self keeps them
+        // alive and unaliased.
+        unsafe { std::slice::from_raw_parts(self.bytes.as_ptr().add(self.offset).cast::<T>(), self.len) }
     }
 }
 
@@ -169,13 +158,16 @@ impl<T: Plain> std::ops::DerefMut for Lines<T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut [T] {
         // SAFETY: as for deref, with the exclusive borrow of self.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<T>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.bytes.as_mut_ptr().add(self.offset).cast::<T>(), self.len) }
     }
 }
 
 impl<T: Plain> Clone for Lines<T> {
     fn clone(&self) -> Self {
-        Lines { lines: self.lines.clone(), len: self.len, _cells: std::marker::PhantomData }
+        // A new allocation has its own offset to the next line.
+        let mut copy = Lines::zeroed(self.len);
+        copy.copy_from_slice(self);
+        copy
     }
 }
 
@@ -466,6 +458,11 @@ mod tests {
         }
         let empty = Lines::<u16>::zeroed(0);
         assert!(empty.is_empty());
+        let mut a = Lines::<u32>::zeroed(100);
+        a[99] = 7;
+        let b = a.clone();
+        assert_eq!(b[99], 7);
+        assert_eq!(b.as_ptr() as usize % 64, 0);
     }
 
     #[test]
