@@ -33,6 +33,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     runtime.block_on(daemon(cfg))
 }
 
+/// The topics the slice workers write, partition = slice.
+fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
+    let out = &cfg.settings.output;
+    let mut topics = vec![out.topic.clone()];
+    if !out.duplicates_topic.is_empty() {
+        topics.push(out.duplicates_topic.clone());
+    }
+    topics.push(out.dead_letter_topic.clone());
+    topics
+}
+
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let params = cfg.filter.resolve().expect("validated at load");
     let slice_count = topics::ensure(&cfg).await?;
@@ -61,6 +72,8 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             &cfg,
             "output",
             Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
+            output_topics(&cfg),
+            slice_count as usize,
         )?,
         store: CheckpointStore::new(&cfg)?,
         reader: clients::reader(&cfg, &format!("{id}-restore")).create().context("creating the restore reader")?,
@@ -82,7 +95,13 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             extractor,
             slices: slice_count,
             seed: params.seed,
-            producer: producer::output_producer(&cfg, "router", None)?,
+            producer: producer::output_producer(
+                &cfg,
+                "router",
+                None,
+                vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
+                slice_count as usize,
+            )?,
             metrics: metrics.clone(),
         });
         let stop = router_stop.clone();

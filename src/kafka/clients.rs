@@ -30,6 +30,12 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
     if c.get("fetch.wait.max.ms").is_none() {
         c.set("fetch.wait.max.ms", "20");
     }
+    // A partition whose prefetched records reach `queued.min.messages` is
+    // fetched again after this long: librdkafka's 1 s default stalls a
+    // consumer that bounds its prefetch (the router does) for a second at a time.
+    if c.get("fetch.queue.backoff.ms").is_none() {
+        c.set("fetch.queue.backoff.ms", "10");
+    }
     // Statistics feed the consumer-lag gauge.
     if c.get("statistics.interval.ms").is_none() {
         c.set("statistics.interval.ms", "2000");

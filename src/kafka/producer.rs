@@ -1,15 +1,25 @@
 //! The producers' shared parts: delivery watching (the first failure stops
-//! the daemon; acknowledged outputs are timed end to end) and copying a
-//! consumed record to another topic with extra headers, waiting while the
-//! bounded queue is full (back-pressure).
+//! the daemon; acknowledged outputs are timed end to end; records sent and
+//! acknowledged are counted per partition) and copying a consumed record to
+//! another topic with extra headers, waiting while the bounded queue is full
+//! (back-pressure).
+//!
+//! The counts replace flushing. An idempotent producer delivers, and reports,
+//! the records of one partition in the order they were sent, so once a
+//! partition's acknowledged count reaches the count sent at some moment,
+//! every record sent to it before that moment is acknowledged. The router
+//! commits input offsets and the slice workers write snapshots on that
+//! condition, without stopping the pipeline for a flush of everything in
+//! flight.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::{Context, KafkaLayerError, clients};
@@ -21,12 +31,83 @@ pub struct DeliveryWatch {
     failure: Mutex<Option<String>>,
     /// The output topic and the histogram of record timestamp → acknowledged.
     latency: Option<(String, prometheus::Histogram)>,
+    counts: DeliveryCounts,
 }
 
 impl DeliveryWatch {
     /// The first delivery failure, if any.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().expect("failure lock").clone()
+    }
+
+    /// Records sent and acknowledged per partition.
+    pub fn counts(&self) -> &DeliveryCounts {
+        &self.counts
+    }
+}
+
+/// Records sent and acknowledged, per partition of each counted topic.
+pub struct DeliveryCounts {
+    topics: Vec<String>,
+    /// `[topic][partition]`
+    sent: Vec<Vec<AtomicU64>>,
+    acked: Vec<Vec<AtomicU64>>,
+}
+
+/// What had been sent to some partitions at one moment: `(topic, partition, count)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SentMark(Vec<(usize, usize, u64)>);
+
+impl DeliveryCounts {
+    /// Counts partitions `0..partitions` of each of `topics` (others are not counted).
+    pub fn new(topics: Vec<String>, partitions: usize) -> Self {
+        let zeros = || (0..partitions).map(|_| AtomicU64::new(0)).collect::<Vec<_>>();
+        DeliveryCounts {
+            sent: topics.iter().map(|_| zeros()).collect(),
+            acked: topics.iter().map(|_| zeros()).collect(),
+            topics,
+        }
+    }
+
+    fn slot(&self, topic: &str, partition: i32) -> Option<(usize, usize)> {
+        let t = self.topics.iter().position(|x| x == topic)?;
+        let p = usize::try_from(partition).ok().filter(|&p| p < self.sent[t].len())?;
+        Some((t, p))
+    }
+
+    /// Counts a record queued for `topic`/`partition` (by the one thread that sends there).
+    fn sent(&self, topic: &str, partition: i32) {
+        if let Some((t, p)) = self.slot(topic, partition) {
+            self.sent[t][p].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn acked(&self, topic: &str, partition: i32) {
+        if let Some((t, p)) = self.slot(topic, partition) {
+            self.acked[t][p].fetch_add(1, Ordering::Release);
+        }
+    }
+
+    /// What has been sent so far to `partition` of every counted topic, or to
+    /// every counted partition.
+    pub fn mark(&self, partition: Option<usize>) -> SentMark {
+        let mut mark = Vec::new();
+        for (t, parts) in self.sent.iter().enumerate() {
+            for (p, sent) in parts.iter().enumerate() {
+                if partition.is_none_or(|only| only == p) {
+                    let n = sent.load(Ordering::Relaxed);
+                    if n > 0 {
+                        mark.push((t, p, n));
+                    }
+                }
+            }
+        }
+        SentMark(mark)
+    }
+
+    /// Whether every record counted in `mark` has been acknowledged.
+    pub fn reached(&self, mark: &SentMark) -> bool {
+        mark.0.iter().all(|&(t, p, n)| self.acked[t][p].load(Ordering::Acquire) >= n)
     }
 }
 
@@ -43,10 +124,15 @@ impl ProducerContext for DeliveryWatch {
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
             histogram.observe((now - ts).max(0) as f64 / 1000.0);
         }
-        if let Err((e, m)) = result {
-            let mut f = self.failure.lock().expect("failure lock");
-            if f.is_none() {
-                *f = Some(format!("delivery to {}/{} failed: {e}", m.topic(), m.partition()));
+        match result {
+            // Counted after the failure check below could see an earlier
+            // failure of the same partition: reports come in send order.
+            Ok(m) => self.counts.acked(m.topic(), m.partition()),
+            Err((e, m)) => {
+                let mut f = self.failure.lock().expect("failure lock");
+                if f.is_none() {
+                    *f = Some(format!("delivery to {}/{} failed: {e}", m.topic(), m.partition()));
+                }
             }
         }
     }
@@ -55,28 +141,50 @@ impl ProducerContext for DeliveryWatch {
 pub type OutputProducer = ThreadedProducer<DeliveryWatch>;
 
 /// Creates a producer; with `latency`, acknowledged records of that topic
-/// are timed from their timestamps.
+/// are timed from their timestamps. Records sent to partitions
+/// `0..partitions` of `counted` topics are counted ([`DeliveryCounts`]).
 pub fn output_producer(
     cfg: &Resolved,
     name: &str,
     latency: Option<(String, prometheus::Histogram)>,
+    counted: Vec<String>,
+    partitions: usize,
 ) -> Result<OutputProducer, KafkaLayerError> {
+    let counts = DeliveryCounts::new(counted, partitions);
     clients::producer(cfg, &format!("{}-{name}", cfg.settings.app.id))
-        .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency })
+        .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts })
         .context(|| format!("creating the {name} producer"))
 }
 
+/// Waits until every record counted in `mark` is acknowledged; fails on a
+/// delivery failure or after `timeout`.
+pub fn wait_acked(producer: &OutputProducer, mark: &SentMark, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        // Acknowledged first, failure second: a failure reported before the
+        // counted acknowledgements is then seen.
+        let reached = producer.context().counts.reached(mark);
+        if let Some(f) = producer.context().failure() {
+            return Err(f);
+        }
+        if reached {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("records not acknowledged within {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Sends a copy of `msg` to `topic`/`partition` with `extra` headers.
-pub fn produce_copy<C: ProducerContext + 'static, M: Message>(
-    producer: &ThreadedProducer<C>,
+pub fn produce_copy<M: Message>(
+    producer: &OutputProducer,
     topic: &str,
     partition: i32,
     msg: &M,
     extra: &[(&str, &[u8])],
-) -> Result<(), KafkaLayerError>
-where
-    C::DeliveryOpaque: Default,
-{
+) -> Result<(), KafkaLayerError> {
     let count = msg.headers().map_or(0, |h| h.count());
     let mut hs = OwnedHeaders::new_with_capacity(count + extra.len());
     if let Some(h) = msg.headers() {
@@ -91,8 +199,8 @@ where
     for (k, v) in extra {
         hs = hs.insert(Header { key: k, value: Some(*v) });
     }
-    let mut record: BaseRecord<'_, [u8], [u8], C::DeliveryOpaque> =
-        BaseRecord::with_opaque_to(topic, C::DeliveryOpaque::default()).partition(partition).headers(hs);
+    let mut record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs);
     if let Some(k) = msg.key() {
         record = record.key(k);
     }
@@ -104,7 +212,10 @@ where
     }
     loop {
         match producer.send(record) {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                producer.context().counts.sent(topic, partition);
+                return Ok(());
+            }
             // Back-pressure: the queue is bounded, so wait for deliveries.
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;

@@ -15,6 +15,16 @@
 //! records rather than losing them; the slice workers catch the re-sent
 //! copies exactly by their stamps. Records whose key or time cannot be read
 //! go to the dead-letter topic here, since they cannot be given a slice.
+//!
+//! Committing does not stop routing: every `COMMIT_EVERY` the offsets routed
+//! so far become a candidate together with a mark of what the producer had
+//! been given ([`super::producer::SentMark`]); a candidate is committed
+//! (asynchronously) once its mark is acknowledged. Only a rebalance and the
+//! final stop flush the producer and commit synchronously.
+//!
+//! Buffered records are the consumer's own messages, held until routed (no
+//! copy); a partition is paused (which drops librdkafka's prefetched records
+//! of it) only when it runs far ahead of the others.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,12 +32,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::producer::{OutputProducer, produce_copy};
+use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, SourceRef};
@@ -38,8 +48,13 @@ const COMMIT_EVERY: Duration = Duration::from_millis(500);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an empty partition that has not reached its end may hold back the others.
 const MAX_WAIT: Duration = Duration::from_secs(2);
-/// Records buffered per partition before it is paused.
-const MAX_BUFFERED: usize = 2000;
+/// Records buffered per partition before it is paused. Larger than what
+/// librdkafka prefetches per partition (`queued.min.messages`, set below),
+/// so partitions that advance together are never paused: pausing drops the
+/// prefetched records and costs a fetch round trip to get them again.
+const MAX_BUFFERED: usize = 50_000;
+/// The router consumer's prefetch per partition, unless set in `[kafka]`.
+const PREFETCH: &str = "20000";
 
 /// What the router needs.
 pub struct RouterDeps {
@@ -47,6 +62,7 @@ pub struct RouterDeps {
     pub extractor: Extractor,
     pub slices: u32,
     pub seed: u64,
+    /// Counts the slice topic and the dead-letter topic, partitions `0..slices`.
     pub producer: OutputProducer,
     pub metrics: Arc<Metrics>,
 }
@@ -56,10 +72,20 @@ type PartitionId = (String, i32);
 /// Next offsets to commit, per input partition.
 type Pending = BTreeMap<PartitionId, i64>;
 
+/// Offsets to commit once everything the producer had been given when they
+/// were taken is acknowledged.
+struct Candidate {
+    offsets: Pending,
+    mark: SentMark,
+}
+
 /// Shared between the router loop and its rebalance callbacks.
 #[derive(Default)]
 struct Shared {
+    /// Routed since the last candidate was taken.
     pending: Pending,
+    /// Oldest first.
+    candidates: VecDeque<Candidate>,
     /// Partitions revoked since the loop last looked: their buffers go.
     revoked: Vec<PartitionId>,
     /// Partitions assigned since the loop last looked.
@@ -79,7 +105,7 @@ impl ConsumerContext for RouterContext {
             // Hand over cleanly: everything routed so far is delivered and committed.
             let revoked: Vec<PartitionId> =
                 tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-            if let Err(e) = commit(&self.deps, consumer, &self.shared, Some(&revoked)) {
+            if let Err(e) = commit_all(&self.deps, consumer, &self.shared, Some(&revoked)) {
                 log::warn!("router: committing before a rebalance: {e}");
             }
             self.shared.lock().expect("router lock").revoked.extend(revoked);
@@ -93,10 +119,17 @@ impl ConsumerContext for RouterContext {
             self.shared.lock().expect("router lock").assigned.extend(assigned);
         }
     }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            log::warn!("router: committing input offsets: {e}");
+        }
+    }
 }
 
-/// Flushes the producer, then commits the pending offsets (of `only`, if given).
-fn commit<C: ConsumerContext>(
+/// Flushes the producer, then commits synchronously every routed offset (of
+/// `only`, if given; the other partitions' offsets stay pending).
+fn commit_all<C: ConsumerContext>(
     deps: &RouterDeps,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
@@ -106,25 +139,74 @@ fn commit<C: ConsumerContext>(
     if let Some(f) = deps.producer.context().failure() {
         return Err(KafkaLayerError::Topology(format!("router: {f}")));
     }
+    let chosen =
+        |(topic, partition): &PartitionId| only.is_none_or(|o| o.iter().any(|(t, p)| t == topic && p == partition));
     let mut shared = shared.lock().expect("router lock");
-    let mut tpl = TopicPartitionList::new();
-    shared.pending.retain(|(topic, partition), next| {
-        let chosen = only.is_none_or(|o| o.iter().any(|(t, p)| t == topic && p == partition));
-        if chosen {
-            let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
-        }
-        !chosen
-    });
-    drop(shared);
-    if tpl.count() > 0 {
-        consumer.commit(&tpl, CommitMode::Sync).context(|| "router: committing input offsets".into())?;
+    let mut latest = Pending::new();
+    // Oldest first, so the newest offset of each partition wins.
+    let Shared { pending, candidates, .. } = &mut *shared;
+    for offsets in candidates.iter_mut().map(|c| &mut c.offsets).chain(std::iter::once(pending)) {
+        offsets.retain(|id, next| {
+            if chosen(id) {
+                latest.insert(id.clone(), *next);
+            }
+            !chosen(id)
+        });
     }
-    Ok(())
+    drop(shared);
+    commit_offsets(consumer, &latest, CommitMode::Sync)
+}
+
+/// Moves the pending offsets into a new candidate, then commits (without
+/// waiting) the newest offsets of every candidate whose records are all acknowledged.
+fn commit_acknowledged<C: ConsumerContext>(
+    deps: &RouterDeps,
+    consumer: &BaseConsumer<C>,
+    shared: &Mutex<Shared>,
+    new_candidate: bool,
+) -> Result<(), KafkaLayerError> {
+    let counts = deps.producer.context().counts();
+    let mut latest = Pending::new();
+    {
+        let mut s = shared.lock().expect("router lock");
+        if new_candidate && !s.pending.is_empty() {
+            let offsets = std::mem::take(&mut s.pending);
+            s.candidates.push_back(Candidate { offsets, mark: counts.mark(None) });
+        }
+        while s.candidates.front().is_some_and(|c| counts.reached(&c.mark)) {
+            let c = s.candidates.pop_front().expect("a candidate");
+            latest.extend(c.offsets);
+        }
+    }
+    if latest.is_empty() {
+        return Ok(());
+    }
+    // Checked after the acknowledgements: a failed record before them shows here.
+    if let Some(f) = deps.producer.context().failure() {
+        return Err(KafkaLayerError::Topology(format!("router: {f}")));
+    }
+    commit_offsets(consumer, &latest, CommitMode::Async)
+}
+
+fn commit_offsets<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    offsets: &Pending,
+    mode: CommitMode,
+) -> Result<(), KafkaLayerError> {
+    if offsets.is_empty() {
+        return Ok(());
+    }
+    let mut tpl = TopicPartitionList::new();
+    for ((topic, partition), next) in offsets {
+        tpl.add_partition_offset(topic, *partition, Offset::Offset(*next))
+            .context(|| "router: building the offsets to commit".into())?;
+    }
+    consumer.commit(&tpl, mode).context(|| "router: committing input offsets".into())
 }
 
 /// One input partition's buffered records, in offset order.
-struct Lane {
-    records: VecDeque<OwnedMessage>,
+struct Lane<'c> {
+    records: VecDeque<BorrowedMessage<'c>>,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
@@ -132,14 +214,14 @@ struct Lane {
     paused: bool,
 }
 
-impl Lane {
+impl Lane<'_> {
     fn new() -> Self {
         Lane { records: VecDeque::new(), last_arrival: Instant::now(), at_end: false, paused: false }
     }
 
     /// An empty lane may still deliver a record older than every buffered one.
-    fn holds_back(&self) -> bool {
-        self.records.is_empty() && !self.at_end && self.last_arrival.elapsed() < MAX_WAIT
+    fn holds_back(&self, now: Instant) -> bool {
+        self.records.is_empty() && !self.at_end && now.duration_since(self.last_arrival) < MAX_WAIT
     }
 }
 
@@ -147,30 +229,40 @@ impl Lane {
 pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     let id = &deps.cfg.settings.app.id;
-    let consumer: BaseConsumer<RouterContext> =
-        clients::group_consumer(&deps.cfg, &format!("{id}.router"), &format!("{id}-router"))
-            .set("enable.partition.eof", "true")
-            .create_with_context(RouterContext { deps: deps.clone(), shared: shared.clone() })
-            .context(|| "creating the router consumer".into())?;
+    let mut config = clients::group_consumer(&deps.cfg, &format!("{id}.router"), &format!("{id}-router"));
+    config.set("enable.partition.eof", "true");
+    if config.get("queued.min.messages").is_none() {
+        config.set("queued.min.messages", PREFETCH);
+    }
+    let consumer: BaseConsumer<RouterContext> = config
+        .create_with_context(RouterContext { deps: deps.clone(), shared: shared.clone() })
+        .context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
     log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
-    let mut lanes: BTreeMap<PartitionId, Lane> = BTreeMap::new();
-    let mut last_commit = Instant::now();
+    let mut lanes: BTreeMap<PartitionId, Lane<'_>> = BTreeMap::new();
+    let mut last_candidate = Instant::now();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        match consumer.poll(Duration::from_millis(10)) {
+        let polled = consumer.poll(Duration::from_millis(10));
+        let now = Instant::now();
+        match polled {
             Some(Ok(msg)) => {
                 deps.metrics.input_records.with_label_values(&[msg.topic()]).inc();
-                let lane = lanes.entry((msg.topic().to_string(), msg.partition())).or_insert_with(Lane::new);
-                lane.records.push_back(msg.detach());
-                lane.last_arrival = Instant::now();
+                let (topic, partition) = (msg.topic(), msg.partition());
+                // A handful of lanes: a scan finds one without allocating its key.
+                let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
+                    Some((_, lane)) => lane,
+                    None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
+                };
+                lane.last_arrival = now;
                 lane.at_end = false;
-                if lane.records.len() >= MAX_BUFFERED && !lane.paused {
-                    lane.paused = set_paused(&consumer, msg.topic(), msg.partition(), true);
+                if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
+                    lane.paused = set_paused(&consumer, topic, partition, true);
                 }
+                lane.records.push_back(msg);
             }
             // The event names only the partition: with several input topics it
             // marks that partition of each (at worst routing a little out of order).
@@ -191,18 +283,20 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 lanes.entry(new).or_insert_with(Lane::new);
             }
         }
-        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes) {
+        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now) {
             break Err(e);
         }
-        if last_commit.elapsed() >= COMMIT_EVERY {
-            last_commit = Instant::now();
-            if let Err(e) = commit(&deps, &consumer, &shared, None) {
-                break Err(e);
-            }
+        let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
+        if new_candidate {
+            last_candidate = now;
+        }
+        if let Err(e) = commit_acknowledged(&deps, &consumer, &shared, new_candidate) {
+            break Err(e);
         }
     };
+    drop(lanes);
     if result.is_ok() {
-        commit(&deps, &consumer, &shared, None)?;
+        commit_all(&deps, &consumer, &shared, None)?;
     }
     drop(consumer);
     result
@@ -227,33 +321,46 @@ fn route_ready<C: ConsumerContext>(
     deps: &RouterDeps,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
-    lanes: &mut BTreeMap<PartitionId, Lane>,
+    lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
+    now: Instant,
 ) -> Result<(), KafkaLayerError> {
-    loop {
-        if lanes.values().any(Lane::holds_back) {
-            return Ok(());
+    let mut routed: Vec<(usize, i64)> = Vec::new();
+    let result = loop {
+        if lanes.values().any(|l| l.holds_back(now)) {
+            break Ok(());
         }
         let next = lanes
-            .iter()
-            .filter_map(|(id, l)| {
-                l.records.front().map(|m| (m.timestamp().to_millis().unwrap_or(i64::MIN), id.clone()))
-            })
+            .values()
+            .enumerate()
+            .filter_map(|(i, l)| l.records.front().map(|m| (m.timestamp().to_millis().unwrap_or(i64::MIN), i)))
             .min();
-        let Some((_, id)) = next else {
-            return Ok(());
+        let Some((_, index)) = next else {
+            break Ok(());
         };
-        let lane = lanes.get_mut(&id).expect("lane exists");
+        let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
         let msg = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        route(deps, &msg)?;
-        shared.lock().expect("router lock").pending.insert(id, msg.offset() + 1);
+        if let Err(e) = route(deps, &msg) {
+            break Err(e);
+        }
+        match routed.last_mut() {
+            Some((i, next)) if *i == index => *next = msg.offset() + 1,
+            _ => routed.push((index, msg.offset() + 1)),
+        }
+    };
+    if !routed.is_empty() {
+        let ids: Vec<&PartitionId> = lanes.keys().collect();
+        let mut s = shared.lock().expect("router lock");
+        for (index, next) in routed {
+            s.pending.insert(ids[index].clone(), next);
+        }
     }
+    result
 }
-
 /// Sends one input record to its slice, or to the dead-letter topic.
-fn route(deps: &RouterDeps, msg: &OwnedMessage) -> Result<(), KafkaLayerError> {
+fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let view = RecordView {
