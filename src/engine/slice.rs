@@ -99,12 +99,15 @@ impl SliceState {
     pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor) -> SliceVerdict {
         self.next_offset = rec.offset + 1;
         if let Some(src) = rec.source {
-            match self.resend_marks.get_mut(&(src.topic.to_string(), src.partition)) {
-                Some(mark) if *mark >= src.offset => {
+            // A handful of input partitions: a scan finds the mark without
+            // allocating a key per record.
+            let mark = self.resend_marks.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic);
+            match mark {
+                Some((_, mark)) if *mark >= src.offset => {
                     self.counters.resends += 1;
                     return SliceVerdict::Resend;
                 }
-                Some(mark) => *mark = src.offset,
+                Some((_, mark)) => *mark = src.offset,
                 None => {
                     self.resend_marks.insert((src.topic.to_string(), src.partition), src.offset);
                 }

@@ -7,14 +7,24 @@
 //! - records up to Y are replayed silently, later ones are emitted to
 //!   partition s of the output topics with the slice offset in a header;
 //! - a snapshot at offset X is written only after the producer has
-//!   acknowledged everything sent so far (so every output below X);
-//! - on revocation, the slice is flushed and snapshotted before release.
+//!   acknowledged every output of the slice sent so far (so every output
+//!   below X);
+//! - on revocation, the slice is snapshotted before release, and the release
+//!   waits for the write.
+//!
+//! Snapshots do not stop the worker for their write: the worker thread only
+//! copies the slice state (a memory copy of the filter's cells) and marks
+//! what it has sent to the slice's output partitions; the checkpoint writer
+//! thread waits until that mark is acknowledged, encodes the copy and writes
+//! it. One snapshot is in the writer's hands at a time, which bounds the
+//! extra memory to one slice's state (and its encoding).
 //!
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +35,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::checkpoint::{CheckpointStore, Manifest};
-use super::producer::{OutputProducer, produce_copy};
+use super::producer::{OutputProducer, SentMark, produce_copy, wait_acked};
 use super::restore::{RestoredFrom, Restorer};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
@@ -36,6 +46,8 @@ use crate::filter::FilterParams;
 use crate::metrics::Metrics;
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// A snapshot that stops its slice's worker longer than this is logged as a warning.
+const STALL_WARNING: Duration = Duration::from_millis(100);
 
 /// A slice this process owns.
 struct Owned {
@@ -44,6 +56,8 @@ struct Owned {
     manifest: Option<Manifest>,
     since_checkpoint: u64,
     last_checkpoint: Instant,
+    /// A snapshot of this slice is in the checkpoint writer's hands.
+    writing: bool,
     /// Counters already published to the metrics.
     published: SliceCounters,
     /// Filter counters already published: generations created, dropped, saturated inserts.
@@ -68,6 +82,83 @@ pub struct Deps {
 struct Inner {
     slices: BTreeMap<u32, Owned>,
     fatal: Option<String>,
+    writer: Writer,
+}
+
+/// A copy of a slice's state for the checkpoint writer.
+struct Job {
+    state: SliceState,
+    /// What had been sent to the slice's output partitions when it was taken.
+    mark: SentMark,
+    previous: Option<Manifest>,
+    /// When the snapshot was taken.
+    taken: Instant,
+}
+
+/// What became of a [`Job`].
+struct Written {
+    slice: u32,
+    result: Result<(Manifest, usize), KafkaLayerError>,
+    /// From taken to written.
+    took: Duration,
+}
+
+/// The worker's side of the checkpoint writer thread.
+struct Writer {
+    jobs: Option<mpsc::Sender<Job>>,
+    written: mpsc::Receiver<Written>,
+    /// Jobs sent and not yet answered.
+    outstanding: usize,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    fn start(deps: Arc<Deps>) -> Writer {
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (done, written) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("dedupd-checkpoints".into())
+            .spawn(move || {
+                for job in job_rx {
+                    let slice = job.state.slice;
+                    let result = write_snapshot(&deps, job.state, &job.mark, job.previous.as_ref());
+                    let took = job.taken.elapsed();
+                    if done.send(Written { slice, result, took }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("starting the checkpoint writer thread");
+        Writer { jobs: Some(jobs), written, outstanding: 0, thread: Some(thread) }
+    }
+
+    /// Stops the thread after the jobs already sent.
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The checkpoint writer's work: waits until the slice's outputs up to the
+/// snapshot are acknowledged, then encodes and writes the snapshot.
+fn write_snapshot(
+    deps: &Deps,
+    state: SliceState,
+    mark: &SentMark,
+    previous: Option<&Manifest>,
+) -> Result<(Manifest, usize), KafkaLayerError> {
+    let slice = state.slice;
+    wait_acked(&deps.producer, mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("outputs before the snapshot: {detail}"),
+    })?;
+    let bytes = slice_codec::encode(&state);
+    let offset = state.next_offset;
+    drop(state);
+    let manifest = deps.store.write(slice, offset, &bytes, &deps.params.fingerprint(), previous)?;
+    Ok((manifest, bytes.len()))
 }
 
 /// The consumer context: rebalances restore and release slices.
@@ -126,18 +217,14 @@ impl ConsumerContext for WorkerContext {
                 self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 let lost = consumer.assignment_lost();
                 for p in partitions {
-                    if let Some(mut owned) = inner.slices.remove(&(p as u32)) {
-                        // A lost assignment may already be someone else's: write nothing
-                        // more. A slice snapshotted since its last record needs no new one.
-                        let clean = owned.since_checkpoint == 0 && owned.manifest.is_some();
-                        if !lost
-                            && !clean
-                            && let Err(e) = checkpoint(&self.deps, &mut owned)
-                        {
-                            log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
-                        }
-                        self.deps.status.slices.lock().expect("status lock").remove(&(p as u32));
-                        self.deps.metrics.forget_slice(p as u32);
+                    let slice = p as u32;
+                    // A lost assignment may already be someone else's: write nothing more.
+                    if !lost && let Err(e) = checkpoint_now(&self.deps, &mut inner, slice) {
+                        log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
+                    }
+                    if inner.slices.remove(&slice).is_some() {
+                        self.deps.status.slices.lock().expect("status lock").remove(&slice);
+                        self.deps.metrics.forget_slice(slice);
                     }
                 }
                 let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
@@ -188,6 +275,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         manifest: point.manifest,
         since_checkpoint: 0,
         last_checkpoint: Instant::now(),
+        writing: false,
     })
 }
 
@@ -229,38 +317,120 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
     })
 }
 
-/// Flushes every output so far, then writes the slice's snapshot.
-fn checkpoint(deps: &Deps, owned: &mut Owned) -> Result<(), KafkaLayerError> {
+/// Hands a copy of the slice's state to the checkpoint writer; returns how
+/// long that stopped the worker.
+fn submit(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<Duration, KafkaLayerError> {
+    let taken = Instant::now();
     let slice = owned.state.slice;
-    let started = Instant::now();
-    deps.producer.flush(FLUSH_TIMEOUT).context(|| format!("flushing outputs before the snapshot of slice {slice}"))?;
-    if let Some(f) = deps.producer.context().failure() {
-        return Err(KafkaLayerError::Checkpoint { slice, detail: f });
+    let job = Job {
+        mark: deps.producer.context().counts().mark(Some(slice as usize)),
+        state: owned.state.clone(),
+        previous: owned.manifest.clone(),
+        taken,
+    };
+    let jobs = writer
+        .jobs
+        .as_ref()
+        .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
+    jobs.send(job)
+        .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
+    writer.outstanding += 1;
+    owned.writing = true;
+    owned.since_checkpoint = 0;
+    let stall = taken.elapsed();
+    if stall > STALL_WARNING {
+        log::warn!("slice {slice}: copying its state for a snapshot stopped it for {stall:?}");
     }
-    let bytes = slice_codec::encode(&owned.state);
-    match deps.store.write(slice, owned.state.next_offset, &bytes, &deps.params.fingerprint(), owned.manifest.as_ref())
-    {
-        Ok(m) => {
-            owned.manifest = Some(m);
-            owned.since_checkpoint = 0;
-            owned.last_checkpoint = Instant::now();
-            let label = slice.to_string();
+    Ok(stall)
+}
+
+/// Takes in a written snapshot; returns its error, if any.
+fn apply(deps: &Deps, inner: &mut Inner, written: Written) -> Option<KafkaLayerError> {
+    inner.writer.outstanding -= 1;
+    let slice = written.slice;
+    let label = slice.to_string();
+    let owned = inner.slices.get_mut(&slice);
+    match written.result {
+        Ok((manifest, bytes)) => {
+            log::debug!(
+                "slice {slice}: snapshot at offset {} ({bytes} bytes) written {:?} after it was taken",
+                manifest.offset,
+                written.took
+            );
             deps.metrics.checkpoints.with_label_values(&[&label]).inc();
-            deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes.len() as i64);
-            deps.metrics.checkpoint_duration.observe(started.elapsed().as_secs_f64());
-            Ok(())
+            deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
+            deps.metrics.checkpoint_duration.observe(written.took.as_secs_f64());
+            if let Some(owned) = owned {
+                owned.writing = false;
+                owned.manifest = Some(manifest);
+                owned.last_checkpoint = Instant::now();
+            }
+            None
         }
         Err(e) => {
-            deps.metrics.checkpoint_failures.with_label_values(&[&slice.to_string()]).inc();
-            Err(e)
+            deps.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+            if let Some(owned) = owned {
+                owned.writing = false;
+                // Due again: the records it covered are not in any snapshot.
+                owned.since_checkpoint += 1;
+            }
+            Some(e)
         }
     }
+}
+
+/// Takes in every snapshot written so far, without waiting.
+fn apply_written(deps: &Deps, inner: &mut Inner) {
+    while let Ok(w) = inner.writer.written.try_recv() {
+        let slice = w.slice;
+        if let Some(e) = apply(deps, inner, w) {
+            log::warn!("slice {slice}: snapshot failed: {e}");
+        }
+    }
+}
+
+/// Waits until no snapshot of `slice` is being written; returns the error
+/// of the one it waited for, if it failed.
+fn wait_written(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
+    let mut failure = Ok(());
+    while inner.slices.get(&slice).is_some_and(|o| o.writing) {
+        let w = inner.writer.written.recv_timeout(FLUSH_TIMEOUT * 2).map_err(|_| KafkaLayerError::Checkpoint {
+            slice,
+            detail: "the checkpoint writer did not answer".into(),
+        })?;
+        let of = w.slice;
+        if let Some(e) = apply(deps, inner, w) {
+            if of == slice {
+                failure = Err(e);
+            } else {
+                log::warn!("slice {of}: snapshot failed: {e}");
+            }
+        }
+    }
+    failure
+}
+
+/// Snapshots `slice` and waits until the snapshot is written (on release and
+/// shutdown). A slice snapshotted since its last record needs no new one.
+fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
+    // A failed write in flight leaves the slice due: it is retried here.
+    let _ = wait_written(deps, inner, slice);
+    let Inner { slices, writer, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(());
+    };
+    if owned.since_checkpoint == 0 && owned.manifest.is_some() {
+        return Ok(());
+    }
+    submit(deps, writer, owned)?;
+    wait_written(deps, inner, slice)
 }
 
 /// The slice worker loop. Returns when `stop` is set (after snapshotting
 /// every owned slice) or on a fatal error.
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
-    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None }));
+    let writer = Writer::start(deps.clone());
+    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None, writer }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
@@ -297,15 +467,23 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if last_housekeeping.elapsed() >= Duration::from_millis(200) {
             last_housekeeping = Instant::now();
             let mut guard = inner.lock().expect("worker lock");
-            for owned in guard.slices.values_mut() {
-                let due_by_records =
-                    settings.interval_records > 0 && owned.since_checkpoint >= settings.interval_records;
-                let due_by_time = owned.since_checkpoint > 0 && owned.last_checkpoint.elapsed() >= interval;
-                if (due_by_records || due_by_time)
-                    && let Err(e) = checkpoint(&deps, owned)
-                {
-                    log::warn!("slice {}: snapshot failed: {e}", owned.state.slice);
-                }
+            apply_written(&deps, &mut guard);
+            let Inner { slices, writer, .. } = &mut *guard;
+            // The most overdue slice first; one snapshot in the writer's hands at a time.
+            let due = slices
+                .values()
+                .filter(|o| !o.writing && o.since_checkpoint > 0)
+                .filter(|o| {
+                    (settings.interval_records > 0 && o.since_checkpoint >= settings.interval_records)
+                        || o.last_checkpoint.elapsed() >= interval
+                })
+                .min_by_key(|o| o.last_checkpoint)
+                .map(|o| o.state.slice);
+            if writer.outstanding == 0
+                && let Some(owned) = due.and_then(|s| slices.get_mut(&s))
+                && let Err(e) = submit(&deps, writer, owned)
+            {
+                log::warn!("slice {}: snapshot failed: {e}", owned.state.slice);
             }
             publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
         }
@@ -313,13 +491,16 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
 
     // Graceful stop: snapshot every slice, then leave the group.
     let mut guard = inner.lock().expect("worker lock");
-    if result.is_ok() {
-        for owned in guard.slices.values_mut() {
-            if owned.since_checkpoint > 0
-                && let Err(e) = checkpoint(&deps, owned)
-            {
-                log::warn!("slice {}: snapshot on shutdown failed: {e}", owned.state.slice);
-            }
+    let owned: Vec<u32> = guard.slices.keys().copied().collect();
+    for slice in owned {
+        // After a failure only the writes in flight finish.
+        let done = if result.is_ok() {
+            checkpoint_now(&deps, &mut guard, slice)
+        } else {
+            wait_written(&deps, &mut guard, slice)
+        };
+        if let Err(e) = done {
+            log::warn!("slice {slice}: snapshot on shutdown failed: {e}");
         }
     }
     publish(&deps, &mut guard, &BTreeMap::new());
@@ -329,6 +510,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     }
     drop(guard);
     drop(consumer);
+    inner.lock().expect("worker lock").writer.stop();
     result
 }
 
@@ -431,11 +613,10 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
         return Ok(());
     }
     let out = &deps.cfg.settings.output;
-    let offset_text = offset.to_string();
+    let mut offset_buf = [0u8; 20];
+    let offset_text = decimal(offset, &mut offset_buf);
     match verdict {
-        SliceVerdict::Distinct => {
-            send(deps, &out.topic, slice, msg, &[(headers::SLICE_OFFSET, offset_text.as_bytes())])
-        }
+        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &[(headers::SLICE_OFFSET, offset_text)]),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = format!("filter;equal_timers={equal_timers}");
             send(
@@ -443,7 +624,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
                 &out.duplicates_topic,
                 slice,
                 msg,
-                &[(headers::SLICE_OFFSET, offset_text.as_bytes()), (headers::RULE, rule.as_bytes())],
+                &[(headers::SLICE_OFFSET, offset_text), (headers::RULE, rule.as_bytes())],
             )
         }
         SliceVerdict::Resend if !out.duplicates_topic.is_empty() => send(
@@ -451,7 +632,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
             &out.duplicates_topic,
             slice,
             msg,
-            &[(headers::SLICE_OFFSET, offset_text.as_bytes()), (headers::RULE, b"resend")],
+            &[(headers::SLICE_OFFSET, offset_text), (headers::RULE, b"resend")],
         ),
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
@@ -463,12 +644,25 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
                 slice,
                 msg,
                 &[
-                    (headers::SLICE_OFFSET, offset_text.as_bytes()),
+                    (headers::SLICE_OFFSET, offset_text),
                     (headers::REASON, why.reason.as_str().as_bytes()),
                     (headers::DETAIL, why.detail.as_bytes()),
                     (headers::SOURCE, source.as_bytes()),
                 ],
             )
+        }
+    }
+}
+
+/// `n` in decimal, written into `buf` (no allocation per record).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
         }
     }
 }
@@ -483,4 +677,15 @@ pub fn send(
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     produce_copy(&deps.producer, topic, slice as i32, msg, extra)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn decimal() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 12345, u64::MAX] {
+            assert_eq!(super::decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+    }
 }
