@@ -18,9 +18,25 @@
 //!   ticks after it emptied).
 
 use super::cells::{CellArray, TimerCells, with_cells};
-use super::hash::{KeyHash, Probe};
+use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
 use super::params::{FilterParams, Growth, Layout, MAX_HASHES};
 use super::sizing;
+
+/// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
+/// generation `$g` (all positions: take k): a [`Probe`] in the standard
+/// layout, a [`BlockProbe`] in the blocked one. Each body is compiled for
+/// both, so neither pays for the other.
+macro_rules! with_positions {
+    ($g:expr, $hash:expr, $p:ident => $body:expr) => {
+        if $g.block == 0 {
+            let $p: Probe = $hash.probe($g.m);
+            $body
+        } else {
+            let $p: BlockProbe = $hash.probe_blocked($g.m);
+            $body
+        }
+    };
+}
 
 /// Cells the sweep clears in one run (a run is one pass of a vectorised
 /// select; a tick's share is usually a few runs).
@@ -143,7 +159,7 @@ impl Generation {
         let p = params.level_fpr(level);
         let block = match params.layout {
             Layout::Standard => 0,
-            Layout::Blocked => Layout::block_cells(params.timer_bits),
+            Layout::Blocked => BLOCK_CELLS,
         };
         let mut g = Generation {
             level,
@@ -217,24 +233,20 @@ impl Generation {
     /// Tests a key without changing anything.
     #[inline]
     pub(crate) fn probe(&self, hash: &KeyHash, k: u32, now: &Now) -> Probed {
-        with_cells!(&self.cells, c => probe_cells(c, self.positions(hash), k, now))
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => probe_cells(c, positions, k, now))
+        })
     }
 
-    /// The positions of the key's cells (all of them: take k).
-    #[inline(always)]
-    fn positions(&self, hash: &KeyHash) -> Probe {
-        if self.block == 0 { hash.probe(self.m) } else { hash.probe_blocked(self.m, self.block) }
-    }
-
-    /// Prefetches the cache lines of the key's k cells (its one line in the
-    /// blocked layout: blocks are line-aligned).
+    /// Prefetches the cache lines of the key's k cells.
     #[inline]
     pub(crate) fn prefetch(&self, hash: &KeyHash, k: u32) {
-        let k = if self.block == 0 { k as usize } else { 1 };
-        with_cells!(&self.cells, c => {
-            for i in self.positions(hash).take(k) {
-                super::cells::prefetch(c.cell_addr(i));
-            }
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                for i in positions.take(k as usize) {
+                    super::cells::prefetch(c.cell_addr(i));
+                }
+            })
         })
     }
 
@@ -242,14 +254,16 @@ impl Generation {
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]
     pub(crate) fn contains(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
-        with_cells!(&self.cells, c => {
-            let mut all = true;
-            for i in self.positions(hash).take(k as usize) {
-                // SAFETY: a probe over m cells yields positions below m, and
-                // the array holds m cells (`Generation` invariant).
-                all &= now.is_alive(unsafe { c.get_unchecked(i) });
-            }
-            all
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                let mut all = true;
+                for i in positions.take(k as usize) {
+                    // SAFETY: a probe over m cells yields positions below m,
+                    // and the array holds m cells (`Generation` invariant).
+                    all &= now.is_alive(unsafe { c.get_unchecked(i) });
+                }
+                all
+            })
         })
     }
 
@@ -258,10 +272,12 @@ impl Generation {
     #[cold]
     pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
         let mut values = [0u32; super::params::MAX_HASHES as usize];
-        with_cells!(&self.cells, c => {
-            for (v, i) in values.iter_mut().zip(self.positions(hash).take(k as usize)) {
-                *v = c.get(i);
-            }
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
+                    *v = c.get(i);
+                }
+            })
         });
         most_equal(&mut values[..k as usize])
     }
@@ -281,12 +297,11 @@ impl Generation {
         // dead, or already now) subtracts 0 from a spare slot of its own past
         // the R buckets: one shared slot would chain those read-modify-writes
         // through memory, each waiting for the previous one's store.
-        let positions = self.positions(hash);
         let hist = &mut self.hist;
         let now_bucket = now.value as usize - 1;
         let spare = now.period as usize;
         let (mut set, mut overwritten) = (0u32, 0u64);
-        with_cells!(&mut self.cells, c => {
+        with_positions!(self, hash, positions => with_cells!(&mut self.cells, c => {
             for (n, i) in positions.take(k as usize).enumerate() {
                 // SAFETY: a probe over m cells yields positions below m, and
                 // the array holds m cells (`Generation` invariant).
@@ -298,7 +313,7 @@ impl Generation {
                 overwritten += u64::from(leaves);
                 set += u32::from(changed);
             }
-        });
+        }));
         hist[now_bucket] += set;
         self.live = self.live + u64::from(set) - overwritten;
         self.inserted += 1;
