@@ -39,16 +39,14 @@ pub(crate) trait TimerCells {
         self.set(i, v)
     }
 
-    /// Bit `j` set iff cell `start + j` has expired at `now`, for `j < n`
-    /// (`n <= 64`, `start + n <= m`).
+    /// Empties the cells `start..start + n` that have expired at `now`.
     #[inline]
-    fn dead_mask(&self, start: usize, n: usize, now: &Now) -> u64 {
-        debug_assert!(n <= 64);
-        let mut mask = 0u64;
-        for j in 0..n {
-            mask |= u64::from(now.is_dead(self.get(start + j))) << j;
+    fn clear_dead(&mut self, start: usize, n: usize, now: &Now) {
+        for i in start..start + n {
+            if now.is_dead(self.get(i)) {
+                self.set(i, 0);
+            }
         }
-        mask
     }
 }
 
@@ -90,24 +88,14 @@ lane!(u32);
 /// age `now - v (+ period)` is in `[0, period)`, so wrapping arithmetic in
 /// the width is exact.
 #[inline(always)]
-fn dead_mask_of<T: Lane>(run: &[T], now: &Now) -> u64 {
+fn clear_dead_lanes<T: Lane>(run: &mut [T], now: &Now) {
     let (value, period, window) = (T::from_u32(now.value), T::from_u32(now.period), T::from_u32(now.window));
-    let dead = |v: T| {
-        let wrap = if v > value { period } else { T::ZERO };
-        (v != T::ZERO) & (value.wrapping_sub(v).wrapping_add(wrap) > window)
-    };
-    let mut mask = 0u64;
-    if let Ok(run) = <&[T; 64]>::try_from(run) {
-        let flags: [bool; 64] = std::array::from_fn(|j| dead(run[j]));
-        for (j, &f) in flags.iter().enumerate() {
-            mask |= u64::from(f) << j;
-        }
-    } else {
-        for (j, &v) in run.iter().enumerate() {
-            mask |= u64::from(dead(v)) << j;
-        }
+    // Branch-free (a select per lane), so a run vectorises.
+    for v in run {
+        let wrap = if *v > value { period } else { T::ZERO };
+        let dead = (*v != T::ZERO) & (value.wrapping_sub(*v).wrapping_add(wrap) > window);
+        *v = if dead { T::ZERO } else { *v };
     }
-    mask
 }
 
 /// The element types plain cell arrays hold: every bit pattern is a value,
@@ -204,6 +192,51 @@ impl TimerCells for NibbleCells {
         let byte = &mut self.0[i >> 1];
         *byte = (*byte & !(0x0F << shift)) | ((v as u8 & 0x0F) << shift);
     }
+    /// Whole bytes at a time (the low and the high nibbles in byte lanes);
+    /// a cell sharing its byte with one outside the range, one at a time.
+    #[inline]
+    fn clear_dead(&mut self, start: usize, n: usize, now: &Now) {
+        let (end, mut i) = (start + n, start);
+        let one = |c: &mut Self, i: usize| {
+            if now.is_dead(c.get(i)) {
+                c.set(i, 0);
+            }
+        };
+        if i % 2 == 1 && i < end {
+            one(self, i);
+            i += 1;
+        }
+        let whole = i + (end - i) / 2 * 2;
+        let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
+        for bytes in self.0[i / 2..whole / 2].chunks_mut(32) {
+            let len = bytes.len();
+            for (j, b) in bytes.iter().enumerate() {
+                (lo[j], hi[j]) = (b & 0x0F, b >> 4);
+            }
+            clear_dead_lanes(&mut lo[..len], now);
+            clear_dead_lanes(&mut hi[..len], now);
+            for (j, b) in bytes.iter_mut().enumerate() {
+                *b = lo[j] | (hi[j] << 4);
+            }
+        }
+        if whole < end {
+            one(self, whole);
+        }
+    }
+    #[inline(always)]
+    unsafe fn get_unchecked(&self, i: usize) -> u32 {
+        debug_assert!(i >> 1 < self.0.len());
+        // SAFETY: the caller guarantees i < the number of cells, 2·len.
+        u32::from((unsafe { *self.0.as_ptr().add(i >> 1) } >> ((i & 1) << 2)) & 0x0F)
+    }
+    #[inline(always)]
+    unsafe fn set_unchecked(&mut self, i: usize, v: u32) {
+        debug_assert!(i >> 1 < self.0.len());
+        let shift = (i & 1) << 2;
+        // SAFETY: the caller guarantees i < the number of cells, 2·len.
+        let byte = unsafe { &mut *self.0.as_mut_ptr().add(i >> 1) };
+        *byte = (*byte & !(0x0F << shift)) | ((v as u8 & 0x0F) << shift);
+    }
 }
 
 /// Cells of any width, packed back to back in 64-bit words.
@@ -256,8 +289,8 @@ macro_rules! plain_cells {
                 unsafe { *(**self).get_unchecked_mut(i) = v as $t };
             }
             #[inline]
-            fn dead_mask(&self, start: usize, n: usize, now: &Now) -> u64 {
-                dead_mask_of(&self[start..start + n], now)
+            fn clear_dead(&mut self, start: usize, n: usize, now: &Now) {
+                clear_dead_lanes(&mut self[start..start + n], now)
             }
         }
     };

@@ -6,17 +6,41 @@
 //! (remaining = W − age) without decrementing every cell on every tick.
 //!
 //! Two pieces of bookkeeping keep this exact and cheap:
-//! - a histogram of stored values, so the number of live cells is known at
-//!   every moment: when tick t starts, exactly the cells stored at tick
-//!   t − W − 1 die, and their count is one histogram lookup;
+//! - a histogram of the values of alive cells, so the number of live cells
+//!   is known at every moment: when tick t starts, exactly the cells stored
+//!   at tick t − W − 1 die, their count is one histogram lookup, and their
+//!   bucket is emptied (dead cells are counted nowhere, so clearing or
+//!   overwriting one costs no bookkeeping);
 //! - an incremental sweep that clears expired cells, m/L cells per tick, so
 //!   every cell is visited at least once every L ticks and no expired value
-//!   lives long enough to wrap around R and look young again.
+//!   lives long enough to wrap around R and look young again (which is also
+//!   why a bucket is empty again when its value comes round: R − W − 1 > L
+//!   ticks after it emptied).
 
 use super::cells::{CellArray, TimerCells, with_cells};
-use super::hash::{KeyHash, Probe};
-use super::params::{FilterParams, Growth, Layout};
+use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
+use super::params::{FilterParams, Growth, Layout, MAX_HASHES};
 use super::sizing;
+
+/// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
+/// generation `$g` (all positions: take k): a [`Probe`] in the standard
+/// layout, a [`BlockProbe`] in the blocked one. Each body is compiled for
+/// both, so neither pays for the other.
+macro_rules! with_positions {
+    ($g:expr, $hash:expr, $p:ident => $body:expr) => {
+        if $g.block == 0 {
+            let $p: Probe = $hash.probe($g.m);
+            $body
+        } else {
+            let $p: BlockProbe = $hash.probe_blocked($g.m);
+            $body
+        }
+    };
+}
+
+/// Cells the sweep clears in one run (a run is one pass of a vectorised
+/// select; a tick's share is usually a few runs).
+const SWEEP_RUN: usize = 4096;
 
 /// The slice clock as the cells see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +125,9 @@ pub struct Generation {
     /// Cells per block in the blocked layout; 0 in the standard layout.
     block: u64,
     pub(crate) cells: CellArray,
-    /// `hist[v - 1]` = number of non-empty cells storing `v`.
+    /// `hist[v - 1]` = number of alive cells storing `v`, for `v` in `1..=R`
+    /// (the buckets of dead values are 0); then [`MAX_HASHES`] spare slots
+    /// that stay 0 (see [`Self::insert`]).
     hist: Vec<u32>,
     /// Cells alive now (the exact z of the density z/m).
     live: u64,
@@ -133,14 +159,14 @@ impl Generation {
         let p = params.level_fpr(level);
         let block = match params.layout {
             Layout::Standard => 0,
-            Layout::Blocked => Layout::block_cells(params.timer_bits),
+            Layout::Blocked => BLOCK_CELLS,
         };
         let mut g = Generation {
             level,
             m,
             block,
             cells,
-            hist: vec![0; params.period as usize],
+            hist: vec![0; (params.period + MAX_HASHES) as usize],
             live: 0,
             inserted,
             sweep_cursor,
@@ -152,11 +178,9 @@ impl Generation {
         with_cells!(&g.cells, c => {
             for i in 0..m as usize {
                 let v = c.get(i);
-                if v != 0 {
+                if now.is_some_and(|n| n.is_alive(v)) {
                     hist[v as usize - 1] += 1;
-                    if now.is_some_and(|n| n.is_alive(v)) {
-                        *live += 1;
-                    }
+                    *live += 1;
                 }
             }
         });
@@ -209,24 +233,20 @@ impl Generation {
     /// Tests a key without changing anything.
     #[inline]
     pub(crate) fn probe(&self, hash: &KeyHash, k: u32, now: &Now) -> Probed {
-        with_cells!(&self.cells, c => probe_cells(c, self.positions(hash), k, now))
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => probe_cells(c, positions, k, now))
+        })
     }
 
-    /// The positions of the key's cells (all of them: take k).
-    #[inline(always)]
-    fn positions(&self, hash: &KeyHash) -> Probe {
-        if self.block == 0 { hash.probe(self.m) } else { hash.probe_blocked(self.m, self.block) }
-    }
-
-    /// Prefetches the cache lines of the key's k cells (its one line in the
-    /// blocked layout: blocks are line-aligned).
+    /// Prefetches the cache lines of the key's k cells.
     #[inline]
     pub(crate) fn prefetch(&self, hash: &KeyHash, k: u32) {
-        let k = if self.block == 0 { k as usize } else { 1 };
-        with_cells!(&self.cells, c => {
-            for i in self.positions(hash).take(k) {
-                super::cells::prefetch(c.cell_addr(i));
-            }
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                for i in positions.take(k as usize) {
+                    super::cells::prefetch(c.cell_addr(i));
+                }
+            })
         })
     }
 
@@ -234,14 +254,16 @@ impl Generation {
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]
     pub(crate) fn contains(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
-        with_cells!(&self.cells, c => {
-            let mut all = true;
-            for i in self.positions(hash).take(k as usize) {
-                // SAFETY: a probe over m cells yields positions below m, and
-                // the array holds m cells (`Generation` invariant).
-                all &= now.is_alive(unsafe { c.get_unchecked(i) });
-            }
-            all
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                let mut all = true;
+                for i in positions.take(k as usize) {
+                    // SAFETY: a probe over m cells yields positions below m,
+                    // and the array holds m cells (`Generation` invariant).
+                    all &= now.is_alive(unsafe { c.get_unchecked(i) });
+                }
+                all
+            })
         })
     }
 
@@ -250,10 +272,12 @@ impl Generation {
     #[cold]
     pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
         let mut values = [0u32; super::params::MAX_HASHES as usize];
-        with_cells!(&self.cells, c => {
-            for (v, i) in values.iter_mut().zip(self.positions(hash).take(k as usize)) {
-                *v = c.get(i);
-            }
+        with_positions!(self, hash, positions => {
+            with_cells!(&self.cells, c => {
+                for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
+                    *v = c.get(i);
+                }
+            })
         });
         most_equal(&mut values[..k as usize])
     }
@@ -268,25 +292,28 @@ impl Generation {
         // cells overwritten are counted in locals and applied once: now's
         // bucket would otherwise take a load-add-store per cell, and the live
         // count a store per cell.
-        let positions = self.positions(hash);
+        //
+        // An alive cell overwritten leaves its bucket. Any other cell (empty,
+        // dead, or already now) subtracts 0 from a spare slot of its own past
+        // the R buckets: one shared slot would chain those read-modify-writes
+        // through memory, each waiting for the previous one's store.
         let hist = &mut self.hist;
         let now_bucket = now.value as usize - 1;
+        let spare = now.period as usize;
         let (mut set, mut overwritten) = (0u32, 0u64);
-        with_cells!(&mut self.cells, c => {
-            for i in positions.take(k as usize) {
+        with_positions!(self, hash, positions => with_cells!(&mut self.cells, c => {
+            for (n, i) in positions.take(k as usize).enumerate() {
                 // SAFETY: a probe over m cells yields positions below m, and
                 // the array holds m cells (`Generation` invariant).
                 let old = unsafe { c.get_unchecked(i) };
                 unsafe { c.set_unchecked(i, now.value) };
                 let changed = old != now.value;
-                // The old value leaves its bucket (an empty cell is in none:
-                // it subtracts 0 from now's bucket, which is settled below).
-                let leaves = changed & (old != 0);
-                hist[if leaves { old as usize - 1 } else { now_bucket }] -= u32::from(leaves);
-                overwritten += u64::from(changed & now.is_alive(old));
+                let leaves = changed & now.is_alive(old);
+                hist[if leaves { old as usize - 1 } else { spare + n }] -= u32::from(leaves);
+                overwritten += u64::from(leaves);
                 set += u32::from(changed);
             }
-        });
+        }));
         hist[now_bucket] += set;
         self.live = self.live + u64::from(set) - overwritten;
         self.inserted += 1;
@@ -297,7 +324,10 @@ impl Generation {
     pub(crate) fn step(&mut self, now: &Now, sweep_ticks: u32) {
         if now.tick > u64::from(now.window) {
             let died = now.value_at(now.tick - u64::from(now.window) - 1);
-            self.live -= u64::from(self.hist[died as usize - 1]);
+            // The bucket is empty from now on: its cells are dead, and it
+            // counts alive cells only (so the sweep clearing them, or an
+            // insert overwriting them, need not touch it).
+            self.live -= u64::from(std::mem::take(&mut self.hist[died as usize - 1]));
         }
         self.sweep_debt += self.m;
         let due = self.sweep_debt / u64::from(sweep_ticks);
@@ -305,27 +335,18 @@ impl Generation {
         self.sweep(due.min(self.m), now);
     }
 
-    /// Clears expired cells among the next `count` cells of the sweep.
-    ///
-    /// Works in runs of up to 64 cells: a branch-free pass finds the run's
-    /// expired cells as a bit mask, then only those are visited. (Whether a
-    /// cell has expired is a coin toss at the design density, so a branch per
-    /// cell would mispredict about every other cell.)
+    /// Clears expired cells among the next `count` cells of the sweep, in
+    /// runs of up to 4096 cells, each cleared with a branch-free select per
+    /// cell (whether a cell has expired is a coin toss at the design
+    /// density). The histogram needs no update: it counts alive cells only.
     fn sweep(&mut self, count: u64, now: &Now) {
-        let (hist, m) = (&mut self.hist, self.m as usize);
+        let m = self.m as usize;
         let mut cursor = self.sweep_cursor as usize;
         let mut left = count as usize;
         with_cells!(&mut self.cells, c => {
             while left > 0 {
-                let n = left.min(64).min(m - cursor);
-                let mut dead = c.dead_mask(cursor, n, now);
-                while dead != 0 {
-                    let i = cursor + dead.trailing_zeros() as usize;
-                    dead &= dead - 1;
-                    let v = c.get(i);
-                    c.set(i, 0);
-                    hist[v as usize - 1] -= 1;
-                }
+                let n = left.min(SWEEP_RUN).min(m - cursor);
+                c.clear_dead(cursor, n, now);
                 left -= n;
                 cursor += n;
                 if cursor == m {

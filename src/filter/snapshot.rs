@@ -153,9 +153,14 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
     check(r.u64()?, params.cells, "cells")?;
     check(r.u32()?, params.hashes, "hashes")?;
     let width = r.u8()?;
-    let layout = if width & BLOCKED_FLAG != 0 { Layout::Blocked } else { Layout::Standard };
-    check(layout.as_str(), params.layout.as_str(), "layout")?;
-    check(width & !BLOCKED_FLAG, params.timer_bits, "timer_bits")?;
+    let layout = match width & LAYOUT_FLAGS {
+        0 => Layout::Standard.as_str(),
+        BLOCKED_FLAG => Layout::Blocked.as_str(),
+        // Blocks of one 64-byte line (dedupd before blocks of 256 cells).
+        _ => "blocked in 64-byte lines (an earlier dedupd: start without this snapshot)",
+    };
+    check(layout, params.layout.as_str(), "layout")?;
+    check(width & !LAYOUT_FLAGS, params.timer_bits, "timer_bits")?;
     check(r.u64()?, params.tick_ms, "tick_ms")?;
     check(r.u64()?, params.window_ms, "window_ms")?;
 
@@ -207,8 +212,10 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
 }
 
 /// Set in the timer-width byte of a blocked-layout snapshot (widths are at
-/// most 32).
-const BLOCKED_FLAG: u8 = 0x80;
+/// most 32). 0x80 marked the blocked layout of one 64-byte line per block,
+/// whose snapshots are refused.
+const BLOCKED_FLAG: u8 = 0x40;
+const LAYOUT_FLAGS: u8 = 0xC0;
 
 fn layout_flag(layout: Layout) -> u8 {
     match layout {
@@ -363,7 +370,9 @@ mod tests {
             let restored = decode(&bytes, f.params()).unwrap();
             assert_eq!(restored, f);
             // The standard filter of the same settings refuses it, saying why.
-            let standard = FilterSpec { timer_bits: bits, ..spec() }.resolve().unwrap();
+            let cells = Some(f.params().cells);
+            let standard = FilterSpec { timer_bits: bits, total_cells: cells, ..spec() }.resolve().unwrap();
+            assert_eq!(standard.cells, f.params().cells);
             let e = decode(&bytes, &standard).unwrap_err();
             assert_eq!(
                 e,
@@ -376,8 +385,9 @@ mod tests {
             assert!(e.to_string().contains("layout = blocked but this filter has layout = standard"), "{e}");
         }
         // And the other way round.
-        let f = busy_filter();
-        let e = decode(&encode(&f), &blocked_spec().resolve().unwrap()).unwrap_err();
+        let blocked = FilterSpec { total_cells: Some(256 * 23), ..blocked_spec() }.resolve().unwrap();
+        let f = SlidingFilter::new(FilterSpec { total_cells: Some(256 * 23), ..spec() }.resolve().unwrap());
+        let e = decode(&encode(&f), &blocked).unwrap_err();
         assert!(e.to_string().contains("layout = standard but this filter has layout = blocked"), "{e}");
     }
 
@@ -387,6 +397,18 @@ mod tests {
         // magic 8, version 2, seed 8, cells 8, hashes 4: the width is byte 30.
         assert_eq!(encode(&f)[30], f.params().timer_bits);
         let b = SlidingFilter::new(blocked_spec().resolve().unwrap());
-        assert_eq!(encode(&b)[30], b.params().timer_bits | 0x80);
+        assert_eq!(encode(&b)[30], b.params().timer_bits | 0x40);
+    }
+
+    #[test]
+    fn snapshots_of_the_line_blocked_layout_are_refused() {
+        let b = SlidingFilter::new(blocked_spec().resolve().unwrap());
+        let mut bytes = encode(&b);
+        bytes[30] = b.params().timer_bits | 0x80;
+        let body = bytes.len() - 8;
+        let sum = XxHash3_64::oneshot(&bytes[..body]);
+        bytes[body..].copy_from_slice(&sum.to_le_bytes());
+        let e = decode(&bytes, b.params()).unwrap_err();
+        assert!(e.to_string().contains("64-byte lines (an earlier dedupd: start without this snapshot)"), "{e}");
     }
 }
