@@ -42,10 +42,16 @@ pub(crate) trait TimerCells {
     /// Empties the cells `start..start + n` that have expired at `now`.
     #[inline]
     fn clear_dead(&mut self, start: usize, n: usize, now: &Now) {
-        for i in start..start + n {
-            if now.is_dead(self.get(i)) {
-                self.set(i, 0);
-            }
+        clear_dead_each(self, start..start + n, now);
+    }
+}
+
+/// Empties the expired cells of `range` one cell at a time.
+#[inline]
+fn clear_dead_each<C: TimerCells + ?Sized>(cells: &mut C, range: std::ops::Range<usize>, now: &Now) {
+    for i in range {
+        if now.is_dead(cells.get(i)) {
+            cells.set(i, 0);
         }
     }
 }
@@ -82,7 +88,7 @@ lane!(u8);
 lane!(u16);
 lane!(u32);
 
-/// [`TimerCells::dead_mask`] over a run of plain cells, in a form the
+/// [`TimerCells::clear_dead`] over a run of plain cells, in a form the
 /// compiler vectorises. [`Now::is_dead`] in the cells' own width: every
 /// value involved (now, the period, the window) is below `2^width`, and the
 /// age `now - v (+ period)` is in `[0, period)`, so wrapping arithmetic in
@@ -197,13 +203,8 @@ impl TimerCells for NibbleCells {
     #[inline]
     fn clear_dead(&mut self, start: usize, n: usize, now: &Now) {
         let (end, mut i) = (start + n, start);
-        let one = |c: &mut Self, i: usize| {
-            if now.is_dead(c.get(i)) {
-                c.set(i, 0);
-            }
-        };
         if i % 2 == 1 && i < end {
-            one(self, i);
+            clear_dead_each(self, i..i + 1, now);
             i += 1;
         }
         let whole = i + (end - i) / 2 * 2;
@@ -219,9 +220,7 @@ impl TimerCells for NibbleCells {
                 *b = lo[j] | (hi[j] << 4);
             }
         }
-        if whole < end {
-            one(self, whole);
-        }
+        clear_dead_each(self, whole..end, now);
     }
     #[inline(always)]
     unsafe fn get_unchecked(&self, i: usize) -> u32 {
