@@ -1,29 +1,78 @@
-//! Broker limits for the daemon benchmark (`scripts/bench_daemon.sh`):
-//! `produce` writes N small JSON records (half of them copies of a recent
-//! record) into a topic and reports records/s; `consume` reads a topic to its
-//! end and reports records/s; `wait` polls a dedupd admin endpoint until N
-//! records are judged and reports records/s from the first verdict.
+//! Broker limits and measurements for the daemon benchmark
+//! (`scripts/bench_daemon.sh`):
+//! - `produce BROKER TOPIC N PARTITIONS [RATE]` writes N small JSON records
+//!   (half of them copies of a recent record) and reports records/s; with
+//!   RATE > 0 it paces them at RATE records/s with real-time timestamps,
+//!   otherwise as fast as it can with synthetic timestamps (10 000 records
+//!   per second of event time); paced, it also reports the acknowledgement
+//!   latencies (record timestamp → acknowledged);
+//! - `consume BROKER TOPIC PARTITIONS` reads a topic to its end, reports records/s;
+//! - `consume-live BROKER TOPIC PARTITIONS SECONDS` reads the records that
+//!   arrive during SECONDS and reports record timestamp → consumed latencies
+//!   (with a paced `produce`: the broker's own latency for one hop);
+//! - `wait ADMIN_PORT N LABEL [PID]` polls a dedupd admin endpoint until N
+//!   records are judged and reports records/s from the first verdict, and
+//!   the resident memory of PID at the first verdict, 25/50/75% of the way
+//!   and at the end;
+//! - `latency ADMIN_PORT SECONDS LABEL` reports the end-to-end latency
+//!   quantiles (dedupd_end_to_end_latency_seconds) of the outputs
+//!   acknowledged during the next SECONDS.
 //!
-//! `cargo run --release --example daemon_bench -- produce|consume|wait ...`
+//! `cargo run --release --example daemon_bench -- produce|consume|wait|latency ...`
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use dedupd::bench::workload::Rng;
+use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-fn produce(broker: &str, topic: &str, n: u64, partitions: i32) {
-    let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+/// Acknowledgement latencies (record timestamp → acknowledged), in ms.
+#[derive(Default)]
+struct AckTimes(std::sync::Mutex<Vec<f32>>);
+
+impl ClientContext for AckTimes {}
+
+impl ProducerContext for AckTimes {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Ok(m) = result
+            && let Some(ts) = m.timestamp().to_millis()
+        {
+            self.0.lock().unwrap().push((now_ms() - ts) as f32);
+        }
+    }
+}
+
+/// "p50_ms=… p99_ms=… max_ms=…" of some latencies.
+fn quantiles(mut ms: Vec<f32>) -> String {
+    if ms.is_empty() {
+        return "none".into();
+    }
+    ms.sort_by(f32::total_cmp);
+    let at = |q: f64| ms[((ms.len() - 1) as f64 * q) as usize];
+    format!("p50_ms={:.1} p99_ms={:.1} max_ms={:.1}", at(0.5), at(0.99), at(1.0))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64
+}
+
+fn produce(broker: &str, topic: &str, n: u64, partitions: i32, rate: f64) {
+    // Paced: librdkafka's default linger (5 ms), as a live client would send.
+    let linger = if rate > 0.0 { "5" } else { "20" };
+    let p: ThreadedProducer<AckTimes> = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("enable.idempotence", "true")
-        .set("linger.ms", "20")
+        .set("linger.ms", linger)
         .set("batch.num.messages", "10000")
-        .create()
+        .create_with_context(AckTimes::default())
         .expect("producer");
     let mut rng = Rng::new(5);
     let start = Instant::now();
@@ -42,7 +91,17 @@ fn produce(broker: &str, topic: &str, n: u64, partitions: i32) {
         } else {
             recent[rng.below(recent.len() as u64) as usize]
         };
-        let ts = base + (i / 10) as i64; // 10 000 records per second of event time
+        let ts = if rate > 0.0 {
+            // Wait until record i is due, then stamp it with the real time.
+            let due = start + Duration::from_secs_f64(i as f64 / rate);
+            let now = Instant::now();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+            now_ms()
+        } else {
+            base + (i / 10) as i64 // 10 000 records per second of event time
+        };
         let payload = format!("{{\"id\":\"{id:016x}\",\"ts\":{ts}}}");
         let mut rec = BaseRecord::<[u8], [u8]>::to(topic)
             .payload(payload.as_bytes())
@@ -60,7 +119,12 @@ fn produce(broker: &str, topic: &str, n: u64, partitions: i32) {
     }
     p.flush(Duration::from_secs(120)).expect("flush");
     let s = start.elapsed().as_secs_f64();
-    println!("produce_only records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
+    let label = if rate > 0.0 { "produce_paced" } else { "produce_only" };
+    println!("{label} records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
+    if rate > 0.0 {
+        let acks = std::mem::take(&mut *p.context().0.lock().unwrap());
+        println!("{label} ack_latency {}", quantiles(acks));
+    }
 }
 
 fn consume(broker: &str, topic: &str, partitions: i32) {
@@ -69,6 +133,9 @@ fn consume(broker: &str, topic: &str, partitions: i32) {
         .set("group.id", format!("bench-{}", std::process::id()))
         .set("enable.partition.eof", "true")
         .set("fetch.wait.max.ms", "20")
+        // As dedupd's consumers: librdkafka's 1 s default backoff once the
+        // prefetch queue is full would stall this reader for seconds.
+        .set("fetch.queue.backoff.ms", "10")
         .create()
         .expect("consumer");
     let mut tpl = TopicPartitionList::new();
@@ -89,12 +156,41 @@ fn consume(broker: &str, topic: &str, partitions: i32) {
     println!("consume_only records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
 }
 
-fn judged(port: u16) -> Option<u64> {
+fn get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(s, "GET /v1/slices HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
-    let v: serde_json::Value = serde_json::from_str(text.split_once("\r\n\r\n")?.1).ok()?;
+    Some(text.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// Reads new records of a topic for `seconds`: record timestamp → consumed.
+fn consume_live(broker: &str, topic: &str, partitions: i32, seconds: u64) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", format!("bench-live-{}", std::process::id()))
+        .set("fetch.wait.max.ms", "20")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::End).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut ms = Vec::new();
+    while Instant::now() < end {
+        if let Some(Ok(m)) = c.poll(Duration::from_millis(100))
+            && let Some(ts) = m.timestamp().to_millis()
+        {
+            ms.push((now_ms() - ts) as f32);
+        }
+    }
+    println!("consume_live records={} {}", ms.len(), quantiles(ms));
+}
+
+fn judged(port: u16) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(&get(port, "/v1/slices")?).ok()?;
     Some(
         v.as_array()?
             .iter()
@@ -108,13 +204,29 @@ fn judged(port: u16) -> Option<u64> {
     )
 }
 
-fn wait(port: u16, n: u64, label: &str) {
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
     let mut first: Option<Instant> = None;
     let deadline = Instant::now() + Duration::from_secs(1800);
+    // Resident memory when 0, 25, 50, 75 and 100% of the records are judged.
+    let mut rss: [Option<u64>; 5] = [None; 5];
+    let mut peak = 0;
     loop {
         let done = judged(port).unwrap_or(0);
         if done > 0 && first.is_none() {
             first = Some(Instant::now());
+        }
+        if let Some(kib) = pid.and_then(rss_kib) {
+            peak = peak.max(kib);
+            if done > 0 {
+                let step = ((done.min(n) * 4) / n) as usize;
+                rss[step].get_or_insert(kib);
+            }
         }
         if done >= n {
             break;
@@ -124,17 +236,87 @@ fn wait(port: u16, n: u64, label: &str) {
     }
     let s = first.expect("some progress").elapsed().as_secs_f64();
     println!("{label} records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
+    if pid.is_some() {
+        let mib = |k: Option<u64>| k.map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0));
+        println!(
+            "{label} rss_mib at_0%={} at_25%={} at_50%={} at_75%={} at_100%={} peak={}",
+            mib(rss[0]),
+            mib(rss[1]),
+            mib(rss[2]),
+            mib(rss[3]),
+            mib(rss[4]),
+            mib(Some(peak))
+        );
+    }
+}
+
+/// The cumulative buckets `(le, count)` of a histogram in Prometheus text.
+fn buckets(metrics: &str, name: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{le=\"");
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .filter_map(|rest| {
+            let (le, count) = rest.split_once("\"} ")?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            Some((le, count.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+fn latency(port: u16, seconds: u64, label: &str) {
+    const NAME: &str = "dedupd_end_to_end_latency_seconds";
+    let before = buckets(&get(port, "/metrics").expect("metrics"), NAME);
+    std::thread::sleep(Duration::from_secs(seconds));
+    let after = buckets(&get(port, "/metrics").expect("metrics"), NAME);
+    let diff: Vec<(f64, f64)> = after.iter().zip(&before).map(|(a, b)| (a.0, a.1 - b.1)).collect();
+    let total = diff.last().map_or(0.0, |d| d.1);
+    assert!(total > 0.0, "{label}: no output acknowledged in {seconds} s");
+    // Linear interpolation inside the bucket, as Prometheus' histogram_quantile.
+    let quantile = |q: f64| {
+        let rank = q * total;
+        let mut lower = (0.0, 0.0);
+        for &(le, count) in &diff {
+            if count >= rank {
+                if le.is_infinite() {
+                    return lower.0;
+                }
+                return lower.0 + (le - lower.0) * (rank - lower.1) / (count - lower.1).max(1.0);
+            }
+            lower = (le, count);
+        }
+        f64::NAN
+    };
+    // The smallest bucket bound holding at least 99% (a bound, not an estimate).
+    let p99_bound = diff.iter().find(|(_, c)| *c >= 0.99 * total).map_or(f64::NAN, |d| d.0);
+    let max_bound = diff.iter().find(|(_, c)| *c >= total).map_or(f64::NAN, |d| d.0);
+    println!(
+        "{label} outputs={total:.0} p50_ms={:.1} p99_ms={:.1} p99_at_most_ms={:.0} max_at_most_ms={:.0}",
+        quantile(0.5) * 1000.0,
+        quantile(0.99) * 1000.0,
+        p99_bound * 1000.0,
+        max_bound * 1000.0
+    );
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     match a.get(1).map(String::as_str) {
-        Some("produce") => produce(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("produce") => produce(
+            &a[2],
+            &a[3],
+            a[4].parse().unwrap(),
+            a[5].parse().unwrap(),
+            a.get(6).map_or(0.0, |r| r.parse().unwrap()),
+        ),
         Some("consume") => consume(&a[2], &a[3], a[4].parse().unwrap()),
-        Some("wait") => wait(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4]),
+        Some("consume-live") => consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("wait") => wait(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap())),
+        Some("latency") => latency(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4]),
         _ => {
             eprintln!(
-                "usage: daemon_bench produce BROKER TOPIC N PARTITIONS | consume BROKER TOPIC PARTITIONS | wait ADMIN_PORT N LABEL"
+                "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | consume BROKER TOPIC PARTITIONS \
+                 | consume-live BROKER TOPIC PARTITIONS SECONDS | wait ADMIN_PORT N LABEL [PID] | latency ADMIN_PORT SECONDS LABEL"
             );
             std::process::exit(2);
         }

@@ -1,40 +1,191 @@
 #!/usr/bin/env bash
-# Daemon end to end on the local broker (issue 5, first part): N small records with 50%
-# duplicates in a 3-partition topic, then `dedupd run` (8 slices, repartition mode) with the
-# timer filter and with filter.kind = passthrough on the same input, against the broker's raw
-# produce-only and consume-only rates; peak resident memory of each daemon run.
+# Daemon end to end on the local broker (issue 5): `dedupd run` in repartition mode on a
+# 3-partition input of small JSON records with 50% duplicates (docs/performance-daemon.md).
 #
-#   scripts/bench_daemon.sh [N]        (default 2000000)
+#   scripts/bench_daemon.sh [N] [PART...]       N records (default 10000000)
+#
+# Parts (default: all, in this order; each starts from a fresh memory broker, so Tansu's
+# memory does not grow across parts):
+#   throughput  broker produce-only and consume-only of the N records, then `dedupd run` with
+#               filter.kind = timer and = passthrough on them (ROUNDS times, alternating),
+#               records/s from the first to the last verdict and resident memory over the run
+#   latency     a producer paced at RATE records/s (default: half the timer run's rate, or
+#               LATENCY_RATE) with real-time timestamps: first the broker alone for 30 s (the
+#               producer's acknowledgement latency, and one hop produce → consume), then
+#               through dedupd for LATENCY_SECONDS (60): end-to-end latency quantiles over the
+#               last 40 s, from dedupd_end_to_end_latency_seconds
+#   checkpoint  filter.expected_keys = CKPT_KEYS (default 90 000 000: ~1 GiB of cells over 8
+#               slices), a paced input (CKPT_RATE, 20000/s) for CKPT_SECONDS (120) with
+#               checkpoint.interval = 30s: how long each snapshot stopped its slice (the
+#               worker's copy), how long the writes took, latency meanwhile; then SIGTERM
+#               (a final snapshot) and a restart that restores every slice: time to ready and
+#               dedupd_restore_duration_seconds
+#   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
+#               8 slices over two processes (one group)
+#
+# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n="${1:-2000000}"
+n="${1:-10000000}"
+shift || true
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(throughput latency checkpoint scaling)
 port="${DEDUPD_BROKER_PORT:-9092}"
 broker="127.0.0.1:$port"
 run="bench-$(date +%s)"
-scripts/broker.sh start >/dev/null
+bench=target/release/examples/daemon_bench
 cargo build --release --quiet --bin dedupd --example daemon_bench
-python3 scripts/kafka_client.py create-topic --broker "$broker" --topic "$run.in" --partitions 3 >/dev/null
-target/release/examples/daemon_bench produce "$broker" "$run.in" "$n" 3
-target/release/examples/daemon_bench consume "$broker" "$run.in" 3
 
-daemon() { # kind label admin_port
-  local kind=$1 label=$2 admin=$3 app="$run-$2"
-  DEDUPD__APP__ID="$app" DEDUPD__KAFKA__BROKERS="$broker" DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000 \
-  DEDUPD__INPUT__TOPICS="$run.in" DEDUPD__INPUT__KEY=json:/id DEDUPD__INPUT__TIME=json:/ts \
-  DEDUPD__FILTER__KIND="$kind" DEDUPD__FILTER__SLICES=8 DEDUPD__FILTER__WINDOW=60s \
-  DEDUPD__FILTER__EXPECTED_KEYS=400000 DEDUPD__OUTPUT__TOPIC="$app.out" \
-  DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
-  DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" RUST_LOG=warn \
-    target/release/dedupd run --config config/dedupd.toml >"target/$app.log" 2>&1 &
-  local pid=$! peak=0
-  ( while kill -0 $pid 2>/dev/null; do
-      rss=$(awk '/VmRSS/ {print $2}' /proc/$pid/status 2>/dev/null || echo 0)
-      echo "$rss"; sleep 0.5
-    done ) >"target/$app.rss" &
-  target/release/examples/daemon_bench wait "$admin" "$n" "$label"
-  kill -TERM $pid; wait $pid || true
-  peak=$(sort -n "target/$app.rss" | tail -1)
-  echo "$label peak_rss_kib=$peak"
+fresh_broker() {
+  scripts/broker.sh stop >/dev/null 2>&1 || true
+  scripts/broker.sh start >/dev/null
 }
-daemon timer dedupd_timer 19500
-daemon passthrough dedupd_passthrough 19501
+
+topic() { # name partitions
+  python3 scripts/kafka_client.py create-topic --broker "$broker" --topic "$1" --partitions "$2" >/dev/null
+}
+
+# start_daemon APP TOPIC KIND SLICES ADMIN_PORT [VAR=VALUE...]: starts `dedupd run` in the
+# background; its pid is in $daemon_pid.
+start_daemon() {
+  local app=$1 input=$2 kind=$3 slices=$4 admin=$5
+  shift 5
+  env DEDUPD__APP__ID="$app" DEDUPD__KAFKA__BROKERS="$broker" DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000 \
+    DEDUPD__INPUT__TOPICS="$input" DEDUPD__INPUT__KEY=json:/id DEDUPD__INPUT__TIME=json:/ts \
+    DEDUPD__FILTER__KIND="$kind" DEDUPD__FILTER__SLICES="$slices" DEDUPD__FILTER__WINDOW=60s \
+    DEDUPD__FILTER__EXPECTED_KEYS=400000 DEDUPD__OUTPUT__TOPIC="$app.out" \
+    DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
+    DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
+    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" "$@" \
+    target/release/dedupd run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
+  daemon_pid=$!
+}
+
+stop_daemon() { # pid
+  kill -TERM "$1" 2>/dev/null || true
+  wait "$1" || true
+}
+
+wait_ready() { # admin_port seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    curl -sf "127.0.0.1:$1/readyz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "not ready after $2 s" >&2
+  return 1
+}
+
+metric_sum() { # admin_port name: the sum of every series of a metric
+  curl -s "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.3f", s}'
+}
+
+timer_rate=""
+
+part_throughput() {
+  fresh_broker
+  topic "$run.in" 3
+  $bench produce "$broker" "$run.in" "$n" 3
+  $bench consume "$broker" "$run.in" 3
+  local round kind out
+  for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+    for kind in timer passthrough; do
+      start_daemon "$run-$kind-$round" "$run.in" "$kind" 8 19500
+      out=$($bench wait 19500 "$n" "dedupd_${kind}" "$daemon_pid")
+      echo "$out"
+      stop_daemon "$daemon_pid"
+      if [[ $kind == timer && -z $timer_rate ]]; then
+        timer_rate=$(echo "$out" | sed -n 's/.*records_per_second=\([0-9]*\).*/\1/p' | head -1)
+      fi
+    done
+  done
+}
+
+part_latency() {
+  fresh_broker
+  local rate="${LATENCY_RATE:-$((${timer_rate:-100000} / 2))}" secs="${LATENCY_SECONDS:-60}"
+  local app="$run-latency"
+  # The broker alone at the same rate: acknowledgements, and one hop produce → consume.
+  topic "$run.raw" 3
+  $bench produce "$broker" "$run.raw" $((rate * 30)) 3 "$rate" &
+  local raw=$!
+  sleep 5
+  $bench consume-live "$broker" "$run.raw" 3 20
+  wait "$raw"
+  topic "$app.in" 3
+  start_daemon "$app" "$app.in" timer 8 19502
+  wait_ready 19502 60
+  sleep 5 # the router's group too
+  $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
+  local producer=$!
+  sleep $((secs - 42))
+  $bench latency 19502 40 "latency_at_${rate}_per_s"
+  wait "$producer"
+  stop_daemon "$daemon_pid"
+}
+
+part_checkpoint() {
+  fresh_broker
+  local keys="${CKPT_KEYS:-90000000}" rate="${CKPT_RATE:-20000}" secs="${CKPT_SECONDS:-120}"
+  local app="$run-ckpt" env=()
+  env=(DEDUPD__FILTER__EXPECTED_KEYS="$keys" DEDUPD__CHECKPOINT__INTERVAL=30s DEDUPD__SHUTDOWN__TIMEOUT=300s)
+  topic "$app.in" 3
+  start_daemon "$app" "$app.in" timer 8 19503 "${env[@]}"
+  wait_ready 19503 120
+  sleep 5
+  echo "checkpoint filter_memory_bytes=$(metric_sum 19503 dedupd_filter_memory_bytes)"
+  $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
+  local producer=$!
+  sleep 10
+  $bench latency 19503 $((secs - 15)) "checkpoint_latency_at_${rate}_per_s"
+  wait "$producer"
+  sleep 2
+  echo "checkpoint rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
+  stop_daemon "$daemon_pid"
+  # Snapshot stalls and write times, from the worker's debug log.
+  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v }
+       match($0, /write_ms=[0-9.]+/) { v = substr($0, RSTART + 9, RLENGTH - 9) + 0; w++; ws += v; if (v > wm) wm = v }
+       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, w, wm, w ? ws / w : 0 }' \
+    "target/$app.log"
+  # Restore: the same app again.
+  local t0
+  t0=$(date +%s%N)
+  start_daemon "$app" "$app.in" timer 8 19503 "${env[@]}"
+  wait_ready 19503 600
+  echo "restore ready_after_ms=$((($(date +%s%N) - t0) / 1000000)) restore_seconds_sum=$(metric_sum 19503 dedupd_restore_duration_seconds_sum) restores=$(metric_sum 19503 dedupd_restores_total) rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
+  stop_daemon "$daemon_pid"
+}
+
+part_scaling() {
+  fresh_broker
+  local m="${SCALE_N:-2000000}" s
+  topic "$run.scale" 3
+  $bench produce "$broker" "$run.scale" "$m" 3
+  for s in 1 2 4 8; do
+    start_daemon "$run-s$s" "$run.scale" timer "$s" 19504
+    $bench wait 19504 "$m" "slices_$s"
+    stop_daemon "$daemon_pid"
+  done
+  # Two processes in one group: each owns about half the slices (and one router).
+  start_daemon "$run-x2" "$run.scale" timer 8 19505
+  local first=$daemon_pid
+  start_daemon "$run-x2" "$run.scale" timer 8 19506
+  local second=$daemon_pid
+  local t0="" a b
+  while :; do
+    a=$(curl -s 127.0.0.1:19505/v1/slices | python3 -c 'import json,sys; print(sum(s["distinct"]+s["duplicates"]+s["invalid"]+s["resends"] for s in json.load(sys.stdin)))' 2>/dev/null || echo 0)
+    b=$(curl -s 127.0.0.1:19506/v1/slices | python3 -c 'import json,sys; print(sum(s["distinct"]+s["duplicates"]+s["invalid"]+s["resends"] for s in json.load(sys.stdin)))' 2>/dev/null || echo 0)
+    [[ -z $t0 && $((a + b)) -gt 0 ]] && t0=$(date +%s%N)
+    [[ $((a + b)) -ge $m ]] && break
+    sleep 0.1
+  done
+  local ms=$((($(date +%s%N) - t0) / 1000000))
+  echo "two_processes_8_slices records=$m seconds=$((ms / 1000)).$((ms % 1000 / 100)) records_per_second=$((m * 1000 / ms))"
+  stop_daemon "$first"
+  stop_daemon "$second"
+}
+
+for part in "${parts[@]}"; do
+  echo "== $part"
+  "part_$part"
+done

@@ -19,6 +19,72 @@ use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::{clients, producer, router, slices, topics};
 use crate::metrics::Metrics;
 
+/// The `dedupd` binary's allocator: the system allocator, with blocks of
+/// [`HugePageAlloc::LARGE`] bytes or more (filter cells, the copy of a slice
+/// taken for a snapshot, snapshot encodings, restored filters) advised to be
+/// backed by transparent huge pages. Such blocks are fresh mappings, and a
+/// first write to one takes a page fault per 4 KiB page: copying a 128 MiB
+/// slice for a snapshot spent ~90 ms in faults, stopping its slice that long.
+/// With huge pages it takes one fault per 2 MiB.
+pub struct HugePageAlloc;
+
+impl HugePageAlloc {
+    pub const LARGE: usize = 32 << 20;
+
+    fn advise(ptr: *mut u8, size: usize) {
+        #[cfg(target_os = "linux")]
+        {
+            const HUGE: usize = 2 << 20;
+            let (start, end) = (ptr as usize, ptr as usize + size);
+            let (first, last) = (start.next_multiple_of(HUGE), end / HUGE * HUGE);
+            if !ptr.is_null() && last > first {
+                // SAFETY: MADV_HUGEPAGE only changes how the kernel backs these
+                // pages of a block we own, not their contents or access rights;
+                // an error (THP unsupported) is harmless.
+                unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE) };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (ptr, size);
+    }
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged; the
+// advice does not change what a block holds.
+unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is the system allocator's.
+        let ptr = unsafe { std::alloc::System.alloc(layout) };
+        if layout.size() >= Self::LARGE {
+            Self::advise(ptr, layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: as for alloc.
+        let ptr = unsafe { std::alloc::System.alloc_zeroed(layout) };
+        if layout.size() >= Self::LARGE {
+            Self::advise(ptr, layout.size());
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: as for alloc.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as for alloc.
+        let ptr = unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        if new_size >= Self::LARGE {
+            Self::advise(ptr, new_size);
+        }
+        ptr
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The settings file (defaults < file < DEDUPD__SECTION__KEY environment).

@@ -146,13 +146,25 @@ impl CheckpointStore {
     }
 
     /// The newest complete snapshot of `slice`: its manifest and bytes.
+    ///
+    /// One pass over the partition keeps the latest value of each key, but
+    /// when it reads a manifest it drops the chunks of every other snapshot:
+    /// a snapshot's chunks all come before its manifest, so those chunks can
+    /// never be the newest manifest's. Without compaction the partition holds
+    /// every snapshot ever written; memory stays at about two of them.
     pub fn read_latest(&self, slice: u32) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
         let reader = self.reader.lock().expect("reader lock");
+        let manifest_key = format!("{slice}/manifest");
         let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
         read_partition(&reader, &self.topic, slice as i32, ReadFrom::Start, |_, key, value, _| {
+            if key == manifest_key.as_bytes()
+                && let Some(seq) = value.and_then(|v| serde_json::from_slice::<Manifest>(v).ok()).map(|m| m.seq)
+            {
+                latest.retain(|k, _| chunk_seq(k).is_none_or(|s| s == seq));
+            }
             latest.insert(key.to_vec(), value.map(<[u8]>::to_vec));
         })?;
-        let Some(Some(body)) = latest.get(format!("{slice}/manifest").as_bytes()) else {
+        let Some(Some(body)) = latest.get(manifest_key.as_bytes()) else {
             return Ok(None);
         };
         let manifest: Manifest = serde_json::from_slice(body)
@@ -187,6 +199,17 @@ impl CheckpointStore {
         }
         Ok(Some((manifest, bytes)))
     }
+}
+
+/// The sequence number in a chunk key `<slice>/<seq>/<i>`.
+fn chunk_seq(key: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(key).ok()?;
+    let mut parts = text.split('/');
+    let (_, seq, _) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    seq.parse().ok()
 }
 
 /// Where [`read_partition`] starts.

@@ -52,6 +52,15 @@ pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
+    // Restores read to the end of a partition: the broker holds a fetch at
+    // the end for up to this long (librdkafka's default: 500 ms per read).
+    if c.get("fetch.wait.max.ms").is_none() {
+        c.set("fetch.wait.max.ms", "10");
+    }
+    // Snapshots come in chunks of `checkpoint.chunk_bytes`: fetch many per round trip.
+    if c.get("max.partition.fetch.bytes").is_none() {
+        c.set("max.partition.fetch.bytes", "16777216");
+    }
     c
 }
 

@@ -338,8 +338,12 @@ fn submit(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<Duratio
     owned.writing = true;
     owned.since_checkpoint = 0;
     let stall = taken.elapsed();
+    let offset = owned.state.next_offset;
+    let worker_stop_ms = stall.as_secs_f64() * 1000.0;
     if stall > STALL_WARNING {
-        log::warn!("slice {slice}: copying its state for a snapshot stopped it for {stall:?}");
+        log::warn!("slice {slice}: snapshot at offset {offset} taken, worker_stop_ms={worker_stop_ms:.1}");
+    } else {
+        log::debug!("slice {slice}: snapshot at offset {offset} taken, worker_stop_ms={worker_stop_ms:.1}");
     }
     Ok(stall)
 }
@@ -353,9 +357,9 @@ fn apply(deps: &Deps, inner: &mut Inner, written: Written) -> Option<KafkaLayerE
     match written.result {
         Ok((manifest, bytes)) => {
             log::debug!(
-                "slice {slice}: snapshot at offset {} ({bytes} bytes) written {:?} after it was taken",
+                "slice {slice}: snapshot at offset {} written, bytes={bytes} write_ms={:.0}",
                 manifest.offset,
-                written.took
+                written.took.as_secs_f64() * 1000.0
             );
             deps.metrics.checkpoints.with_label_values(&[&label]).inc();
             deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
