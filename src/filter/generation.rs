@@ -8,9 +8,11 @@
 //! Two pieces of bookkeeping keep this exact and cheap:
 //! - a histogram of the values of alive cells, so the number of live cells
 //!   is known at every moment: when tick t starts, exactly the cells stored
-//!   at tick t − W − 1 die, their count is one histogram lookup, and their
-//!   bucket is emptied (dead cells are counted nowhere, so clearing or
-//!   overwriting one costs no bookkeeping);
+//!   at tick t − W − 1 die, and their count is one histogram lookup. Only
+//!   alive values' buckets mean anything: an overwrite decrements the old
+//!   value's bucket whatever it was (no test, no select on the hot path), so
+//!   dead values' buckets fill with garbage that no one reads, and a bucket
+//!   is zeroed when its value becomes now again (no cell holds it then);
 //! - an incremental sweep that clears expired cells, m/L cells per tick, so
 //!   every cell is visited at least once every L ticks and no expired value
 //!   lives long enough to wrap around R and look young again (which is also
@@ -19,7 +21,7 @@
 
 use super::cells::{CellArray, TimerCells, with_cells};
 use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
-use super::params::{FilterParams, Growth, Layout, MAX_HASHES};
+use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
 
 /// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
@@ -118,16 +120,16 @@ pub(crate) struct StoredGeneration {
 }
 
 /// One generation of a slice's filter.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Generation {
     pub(crate) level: u8,
     pub(crate) m: u64,
     /// Cells per block in the blocked layout; 0 in the standard layout.
     block: u64,
     pub(crate) cells: CellArray,
-    /// `hist[v - 1]` = number of alive cells storing `v`, for `v` in `1..=R`
-    /// (the buckets of dead values are 0); then [`MAX_HASHES`] spare slots
-    /// that stay 0 (see [`Self::insert`]).
+    /// `hist[v]` = number of cells storing `v`, exact for the alive values
+    /// `v` in `1..=R` only: the buckets of dead values, and `hist[0]` (empty
+    /// cells), take decrements that no one reads (see [`Self::insert`]).
     hist: Vec<u32>,
     /// Cells alive now (the exact z of the density z/m).
     live: u64,
@@ -142,6 +144,40 @@ pub struct Generation {
     full_at_live: u64,
     /// … or from this many inserted keys (cardinality growth).
     full_at_keys: u64,
+}
+
+/// Equal when everything a snapshot stores and everything derived from it
+/// is: the histogram's meaningful buckets follow from the cells and the
+/// clock (and are covered by `live`), its dead buckets are garbage.
+impl PartialEq for Generation {
+    fn eq(&self, other: &Self) -> bool {
+        let Generation {
+            level,
+            m,
+            block,
+            cells,
+            hist: _,
+            live,
+            inserted,
+            sweep_cursor,
+            sweep_debt,
+            full_at_live,
+            full_at_keys,
+        } = self;
+        (level, m, block, cells, live, inserted, sweep_cursor, sweep_debt, full_at_live, full_at_keys)
+            == (
+                &other.level,
+                &other.m,
+                &other.block,
+                &other.cells,
+                &other.live,
+                &other.inserted,
+                &other.sweep_cursor,
+                &other.sweep_debt,
+                &other.full_at_live,
+                &other.full_at_keys,
+            )
+    }
 }
 
 impl Generation {
@@ -166,7 +202,7 @@ impl Generation {
             m,
             block,
             cells,
-            hist: vec![0; (params.period + MAX_HASHES) as usize],
+            hist: vec![0; params.period as usize + 1],
             live: 0,
             inserted,
             sweep_cursor,
@@ -179,7 +215,7 @@ impl Generation {
             for i in 0..m as usize {
                 let v = c.get(i);
                 if now.is_some_and(|n| n.is_alive(v)) {
-                    hist[v as usize - 1] += 1;
+                    hist[v as usize] += 1;
                     *live += 1;
                 }
             }
@@ -285,37 +321,34 @@ impl Generation {
     /// Sets the key's k cells to now.
     #[inline]
     pub(crate) fn insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
-        // Branch-free per cell: whether a cell is empty, alive or expired is
-        // a coin toss at the design density. A cell already holding now (set
-        // this tick, or a position repeated in this key's probe sequence) is
-        // left as it is and counted nowhere. Cells newly set to now and alive
-        // cells overwritten are counted in locals and applied once: now's
-        // bucket would otherwise take a load-add-store per cell, and the live
-        // count a store per cell.
+        // Branch-free per cell, with no select either: whether a cell is
+        // empty, alive or expired is a coin toss at the design density. Each
+        // cell leaves its old value's bucket and joins now's; the k joins are
+        // applied once. That is exact for every alive value, including now
+        // (a cell already holding now, or a position repeated in this key's
+        // probe sequence, leaves and joins now's bucket: no change). An empty
+        // or dead old value's bucket takes a decrement no one reads (it is
+        // zeroed before its value is stored again, see [`Self::step`]).
         //
-        // An alive cell overwritten leaves its bucket. Any other cell (empty,
-        // dead, or already now) subtracts 0 from a spare slot of its own past
-        // the R buckets: one shared slot would chain those read-modify-writes
-        // through memory, each waiting for the previous one's store.
+        // The live count grows by the cells that were not alive before.
         let hist = &mut self.hist;
-        let now_bucket = now.value as usize - 1;
-        let spare = now.period as usize;
-        let (mut set, mut overwritten) = (0u32, 0u64);
+        let mut alive_before = 0u32;
         with_positions!(self, hash, positions => with_cells!(&mut self.cells, c => {
-            for (n, i) in positions.take(k as usize).enumerate() {
+            for i in positions.take(k as usize) {
                 // SAFETY: a probe over m cells yields positions below m, and
-                // the array holds m cells (`Generation` invariant).
+                // the array holds m cells (`Generation` invariant); a cell
+                // holds at most R, and the histogram has R + 1 buckets.
                 let old = unsafe { c.get_unchecked(i) };
                 unsafe { c.set_unchecked(i, now.value) };
-                let changed = old != now.value;
-                let leaves = changed & now.is_alive(old);
-                hist[if leaves { old as usize - 1 } else { spare + n }] -= u32::from(leaves);
-                overwritten += u64::from(leaves);
-                set += u32::from(changed);
+                let bucket = unsafe { hist.get_unchecked_mut(old as usize) };
+                *bucket = bucket.wrapping_sub(1);
+                alive_before += u32::from(now.is_alive(old));
             }
         }));
-        hist[now_bucket] += set;
-        self.live = self.live + u64::from(set) - overwritten;
+        // Wrapping: the loop may have taken now's bucket below zero first.
+        let now_bucket = &mut hist[now.value as usize];
+        *now_bucket = now_bucket.wrapping_add(k);
+        self.live += u64::from(k - alive_before);
         self.inserted += 1;
     }
 
@@ -324,11 +357,13 @@ impl Generation {
     pub(crate) fn step(&mut self, now: &Now, sweep_ticks: u32) {
         if now.tick > u64::from(now.window) {
             let died = now.value_at(now.tick - u64::from(now.window) - 1);
-            // The bucket is empty from now on: its cells are dead, and it
-            // counts alive cells only (so the sweep clearing them, or an
-            // insert overwriting them, need not touch it).
-            self.live -= u64::from(std::mem::take(&mut self.hist[died as usize - 1]));
+            // Exact up to this moment: the cells still holding `died`.
+            self.live -= u64::from(self.hist[died as usize]);
         }
+        // No cell holds now's value (the sweep cleared it at least W + 1
+        // ticks ago), but its bucket may hold the garbage of decrements
+        // made while it was dead.
+        self.hist[now.value as usize] = 0;
         self.sweep_debt += self.m;
         let due = self.sweep_debt / u64::from(sweep_ticks);
         self.sweep_debt %= u64::from(sweep_ticks);
@@ -338,7 +373,8 @@ impl Generation {
     /// Clears expired cells among the next `count` cells of the sweep, in
     /// runs of up to 4096 cells, each cleared with a branch-free select per
     /// cell (whether a cell has expired is a coin toss at the design
-    /// density). The histogram needs no update: it counts alive cells only.
+    /// density). The histogram needs no update: clearing a dead cell changes
+    /// no alive value's bucket.
     fn sweep(&mut self, count: u64, now: &Now) {
         let m = self.m as usize;
         let mut cursor = self.sweep_cursor as usize;
@@ -435,6 +471,51 @@ mod tests {
         }
     }
 
+    /// The histogram's alive buckets and the live count equal a recount of
+    /// the cells after every tick, through densities from empty to
+    /// saturated, repeated positions (a small blocked filter repeats one in
+    /// ~8% of keys) and many periods of the timer values.
+    #[test]
+    fn histogram_alive_buckets_match_a_recount() {
+        for (bits, layout) in
+            [(4u8, Layout::Standard), (4, Layout::Blocked), (8, Layout::Blocked), (12, Layout::Standard)]
+        {
+            let p = FilterSpec {
+                window_ms: 10_000,
+                expected_keys: 300,
+                timer_bits: bits,
+                tick_ms: Some(if bits == 4 { 2000 } else { 500 }),
+                layout,
+                ..FilterSpec::default()
+            }
+            .resolve()
+            .unwrap();
+            let mut g = Generation::new(0, &p);
+            let mut key = 0u64;
+            for tick in 1_000..1_000 + 3 * u64::from(p.period) {
+                let now = Now::at(tick, &p);
+                g.step(&now, p.sweep_ticks);
+                // Load varies with time: from a trickle to far past the design load.
+                for _ in 0..(tick * 37 % 97) {
+                    key += 1;
+                    g.insert(&KeyHash::of(DEFAULT_SEED, &key.to_le_bytes()), p.hashes, &now);
+                }
+                let mut recount = vec![0u32; p.period as usize + 1];
+                with_cells!(&g.cells, c => {
+                    for i in 0..g.m as usize {
+                        recount[c.get(i) as usize] += 1;
+                    }
+                });
+                let alive = || (1..=p.period).filter(|&v| now.is_alive(v));
+                for v in alive() {
+                    assert_eq!(g.hist[v as usize], recount[v as usize], "bits {bits} {layout:?} tick {tick} value {v}");
+                }
+                let live: u32 = alive().map(|v| recount[v as usize]).sum();
+                assert_eq!(g.live_cells(), u64::from(live), "bits {bits} {layout:?} tick {tick}");
+            }
+        }
+    }
+
     #[test]
     fn most_equal_counts_the_largest_group() {
         assert_eq!(most_equal(&mut [3, 1, 3, 2, 3, 1]), 3);
@@ -472,7 +553,12 @@ mod tests {
                 assert_eq!(g.probe(&key, p.hashes, &now).alive, 0, "bits {bits} tick {t}");
                 assert_eq!(g.live_cells(), 0);
             }
-            assert!(g.hist.iter().all(|&h| h == 0), "the sweep cleared every cell");
+            let now = Now::at(start + 5 * u64::from(p.period), &p);
+            assert!(
+                (0..=p.period).filter(|&v| now.is_alive(v)).all(|v| g.hist[v as usize] == 0),
+                "no alive value counts a cell"
+            );
+            with_cells!(&g.cells, c => assert!((0..g.m as usize).all(|i| c.get(i) == 0), "the sweep cleared every cell"));
         }
     }
 }
