@@ -386,6 +386,11 @@ impl CellArray {
 
     /// Rebuilds an array from [`CellArray::to_le_bytes`]; `None` if `bytes`
     /// has the wrong length for `m` cells of `width` bits.
+    /// The largest value among the first `m` cells (0 when empty).
+    pub(crate) fn max_value(&self, m: usize) -> u32 {
+        with_cells!(self, c => (0..m).map(|i| c.get(i)).max().unwrap_or(0))
+    }
+
     pub(crate) fn from_le_bytes(width: u8, m: usize, bytes: &[u8]) -> Option<Self> {
         let mut cells = CellArray::new(width, m);
         if bytes.len() != cells.memory_bytes() {

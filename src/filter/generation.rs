@@ -95,6 +95,40 @@ impl Now {
     }
 }
 
+/// Which cell values are alive at the current tick: entry `v` is 1 for the
+/// W + 1 values of the last W + 1 ticks and 0 for every other value of
+/// `0..=R` (0 is empty). [`Now::is_alive`] as one load from a table of R + 1
+/// bytes that stays in L1, for the hot loops (instead of two range checks
+/// per cell); a tick changes two entries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AliveTable(Box<[u8]>);
+
+impl AliveTable {
+    pub(crate) fn at(now: &Now) -> Self {
+        AliveTable((0..=now.period).map(|v| u8::from(now.is_alive(v))).collect())
+    }
+
+    /// Moves the table from the tick before `now` to `now`: the value of
+    /// W + 1 ticks ago dies, now's value comes alive.
+    pub(crate) fn step(&mut self, now: &Now) {
+        let died = now.value_at(now.tick + u64::from(now.period) - u64::from(now.window) - 1);
+        self.0[died as usize] = 0;
+        self.0[now.value as usize] = 1;
+    }
+
+    /// 1 if a cell holding `value` is alive, else 0.
+    ///
+    /// # Safety
+    /// `value` must be at most R (what cells hold: a snapshot's cells are
+    /// checked on decode).
+    #[inline(always)]
+    pub(crate) unsafe fn get_unchecked(&self, value: u32) -> u32 {
+        debug_assert!((value as usize) < self.0.len());
+        // SAFETY: the caller's contract; the table has R + 1 entries.
+        u32::from(unsafe { *self.0.get_unchecked(value as usize) })
+    }
+}
+
 /// An interval no value is in: `v - u32::MAX = v + 1 > 0` for every cell
 /// value `v < u32::MAX` (values are at most R < 2^32 - 1).
 const EMPTY_INTERVAL: (u32, u32) = (u32::MAX, 0);
@@ -289,16 +323,17 @@ impl Generation {
     /// Whether all k cells of the key are alive: the test of test-then-insert,
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]
-    pub(crate) fn contains(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
+    pub(crate) fn contains(&self, hash: &KeyHash, k: u32, alive: &AliveTable) -> bool {
         with_positions!(self, hash, positions => {
             with_cells!(&self.cells, c => {
-                let mut all = true;
+                let mut all = 1;
                 for i in positions.take(k as usize) {
                     // SAFETY: a probe over m cells yields positions below m,
-                    // and the array holds m cells (`Generation` invariant).
-                    all &= now.is_alive(unsafe { c.get_unchecked(i) });
+                    // and the array holds m cells (`Generation` invariant);
+                    // a cell holds at most R.
+                    all &= unsafe { alive.get_unchecked(c.get_unchecked(i)) };
                 }
-                all
+                all != 0
             })
         })
     }
@@ -320,7 +355,7 @@ impl Generation {
 
     /// Sets the key's k cells to now.
     #[inline]
-    pub(crate) fn insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
+    pub(crate) fn insert(&mut self, hash: &KeyHash, k: u32, now: &Now, alive: &AliveTable) {
         // Branch-free per cell, with no select either: whether a cell is
         // empty, alive or expired is a coin toss at the design density. Each
         // cell leaves its old value's bucket and joins now's; the k joins are
@@ -342,7 +377,7 @@ impl Generation {
                 unsafe { c.set_unchecked(i, now.value) };
                 let bucket = unsafe { hist.get_unchecked_mut(old as usize) };
                 *bucket = bucket.wrapping_sub(1);
-                alive_before += u32::from(now.is_alive(old));
+                alive_before += unsafe { alive.get_unchecked(old) };
             }
         }));
         // Wrapping: the loop may have taken now's bucket below zero first.
@@ -458,6 +493,7 @@ mod tests {
         for (bits, window_ms) in [(4u8, 60_000), (5, 1_000), (8, 60_000), (8, 7), (12, 60_000), (32, 100_000)] {
             let p = FilterSpec { timer_bits: bits, window_ms, ..FilterSpec::default() }.resolve().unwrap();
             let (w, r) = (p.window_ticks, p.period);
+            let mut table = AliveTable::at(&Now::at(0, &p));
             for tick in 0..u64::from(r) * 2 + 3 {
                 let now = Now::at(tick, &p);
                 let probe = (0..=r.min(600)).chain(r.saturating_sub(600)..=r);
@@ -467,6 +503,13 @@ mod tests {
                     assert_eq!(now.is_alive(v), alive, "bits {bits} tick {tick} value {v}");
                     assert_eq!(now.is_dead(v), v != 0 && !alive, "bits {bits} tick {tick} value {v}");
                 }
+                // The table follows the same rule, stepped tick by tick.
+                if tick == 0 {
+                    table = AliveTable::at(&now);
+                } else {
+                    table.step(&now);
+                }
+                assert_eq!(table, AliveTable::at(&now), "bits {bits} tick {tick}");
             }
         }
     }
@@ -495,10 +538,11 @@ mod tests {
             for tick in 1_000..1_000 + 3 * u64::from(p.period) {
                 let now = Now::at(tick, &p);
                 g.step(&now, p.sweep_ticks);
+                let table = AliveTable::at(&now);
                 // Load varies with time: from a trickle to far past the design load.
                 for _ in 0..(tick * 37 % 97) {
                     key += 1;
-                    g.insert(&KeyHash::of(DEFAULT_SEED, &key.to_le_bytes()), p.hashes, &now);
+                    g.insert(&KeyHash::of(DEFAULT_SEED, &key.to_le_bytes()), p.hashes, &now, &table);
                 }
                 let mut recount = vec![0u32; p.period as usize + 1];
                 with_cells!(&g.cells, c => {
@@ -533,7 +577,7 @@ mod tests {
             let start = 1_000_000;
             let now = Now::at(start, &p);
             assert_eq!(g.probe(&key, p.hashes, &now).alive, 0);
-            g.insert(&key, p.hashes, &now);
+            g.insert(&key, p.hashes, &now, &AliveTable::at(&now));
             let live = g.live_cells();
             assert!(live >= 1 && live <= u64::from(p.hashes));
             for t in start + 1..=start + w {

@@ -19,7 +19,7 @@
 //! taking keys past its threshold, its FPR rises above the target, memory
 //! stays bounded, and every such insert is counted as `saturated_inserts`.
 
-use super::generation::{Generation, Now};
+use super::generation::{AliveTable, Generation, Now};
 use super::hash::KeyHash;
 use super::params::{FilterParams, Growth, MAX_LEVEL};
 use super::sizing;
@@ -85,6 +85,8 @@ pub struct SlidingFilter {
     /// The clock in ticks, derived from `clock_ms` and cached: most events
     /// fall in the current tick and need no division.
     now: Now,
+    /// Which cell values are alive at `now` (derived from it).
+    alive: AliveTable,
     /// The first ms of the next tick.
     next_tick_ms: u64,
     /// Oldest first; never empty.
@@ -114,7 +116,8 @@ impl SlidingFilter {
         let tick = clock_ms.unwrap_or(0) / params.tick_ms;
         let now = Now::at(tick, &params);
         let next_tick_ms = (tick + 1).saturating_mul(params.tick_ms);
-        SlidingFilter { params, clock_ms, now, next_tick_ms, generations, counters }
+        let alive = AliveTable::at(&now);
+        SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters }
     }
 
     pub fn params(&self) -> &FilterParams {
@@ -189,7 +192,7 @@ impl SlidingFilter {
         let now = self.now();
         let k = self.params.hashes;
         self.counters.events += 1;
-        if let Some(equal) = self.duplicate_in(hash, &now) {
+        if let Some(equal) = self.duplicate_in(hash) {
             self.counters.duplicates += 1;
             self.counters.equal_timer_counts[equal as usize] += 1;
             return Verdict::Duplicate { equal_timers: equal as u8 };
@@ -201,7 +204,7 @@ impl SlidingFilter {
         if at_cap && growth != Growth::None && newest.is_full(growth) {
             self.counters.saturated_inserts += 1;
         }
-        newest.insert(hash, k, &now);
+        newest.insert(hash, k, &now, &self.alive);
         if !at_cap && newest.is_full(growth) {
             let level = self.level_for(self.live_keys() * HEADROOM);
             self.push_generation(level);
@@ -264,9 +267,11 @@ impl SlidingFilter {
             for g in &mut self.generations {
                 g.clear();
             }
+            self.alive = AliveTable::at(&self.now);
         } else {
             for tick in from + 1..=to {
                 let now = Now::at(tick, &self.params);
+                self.alive.step(&now);
                 for g in &mut self.generations {
                     g.step(&now, self.params.sweep_ticks);
                 }
@@ -282,10 +287,10 @@ impl SlidingFilter {
     /// The equal-timer count of the key in the newest generation that calls
     /// it a duplicate, if any: [`Self::matching_generation`] for the hot path.
     #[inline]
-    fn duplicate_in(&self, hash: &KeyHash, now: &Now) -> Option<u32> {
+    fn duplicate_in(&self, hash: &KeyHash) -> Option<u32> {
         let (k, equal_min) = (self.params.hashes, self.params.equal_timers_min());
         for g in self.generations.iter().rev() {
-            if g.contains(hash, k, now) {
+            if g.contains(hash, k, &self.alive) {
                 let equal = g.equal_timers(hash, k);
                 if equal >= equal_min {
                     return Some(equal);

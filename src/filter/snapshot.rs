@@ -204,6 +204,14 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
         let cells = CellArray::from_le_bytes(params.timer_bits, m as usize, raw).ok_or_else(|| {
             SnapshotError::Malformed(format!("{len} bytes of cells for {m} cells of {} bits", params.timer_bits))
         })?;
+        // The hot loops index tables of R + 1 entries by cell value unchecked.
+        let max = cells.max_value(m as usize);
+        if max > params.period {
+            return Err(SnapshotError::Malformed(format!(
+                "a cell holds the time value {max}, above the timer period {}",
+                params.period
+            )));
+        }
         let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt };
         generations.push(Generation::restore(stored, now, params));
     }
@@ -313,6 +321,26 @@ mod tests {
         assert_eq!(decode(&bytes, f.params()).unwrap(), f);
         let empty = SlidingFilter::new(spec().resolve().unwrap());
         assert_eq!(decode(&encode(&empty), empty.params()).unwrap(), empty);
+    }
+
+    /// A well-formed, correctly checksummed snapshot whose cell holds a time
+    /// value above the timer period is refused (the hot loops would index
+    /// past their tables).
+    #[test]
+    fn refuses_a_cell_value_above_the_period() {
+        let spec = FilterSpec { timer_bits: 16, ..spec() };
+        let mut f = SlidingFilter::new(spec.resolve().unwrap());
+        f.observe(&KeyHash::of(DEFAULT_SEED, b"k"), 1_000);
+        let period = f.params().period;
+        assert!(period < u32::from(u16::MAX));
+        let good = encode(&f);
+        // The last cell of the last generation: the two bytes before the checksum.
+        let mut body = good[..good.len() - 8].to_vec();
+        let at = body.len() - 2;
+        body[at..].copy_from_slice(&(period as u16 + 1).to_le_bytes());
+        let e = decode(&seal(body), f.params()).unwrap_err();
+        assert!(e.to_string().contains(&format!("time value {}, above the timer period {period}", period + 1)), "{e}");
+        assert!(decode(&good, f.params()).is_ok());
     }
 
     #[test]
