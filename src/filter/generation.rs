@@ -116,6 +116,10 @@ impl AliveTable {
         self.0[now.value as usize] = 1;
     }
 
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.0.len()
+    }
+
     /// 1 if a cell holding `value` is alive, else 0.
     ///
     /// # Safety

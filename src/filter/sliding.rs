@@ -137,9 +137,9 @@ impl SlidingFilter {
         self.clock_ms
     }
 
-    /// Bytes held by cells and timer histograms.
+    /// Bytes held by cells, timer histograms and the alive table.
     pub fn memory_bytes(&self) -> usize {
-        self.generations.iter().map(Generation::memory_bytes).sum()
+        self.alive.memory_bytes() + self.generations.iter().map(Generation::memory_bytes).sum::<usize>()
     }
 
     /// The FPR the current densities predict, combined over generations.
