@@ -95,17 +95,17 @@ fn window_keys(bytes: u64, timer_bits: u8) -> u64 {
     ((bytes * 8 / u64::from(timer_bits)) as f64 / CELLS_PER_KEY) as u64
 }
 
-/// The window, in ms (= keys at one event per ms), that keeps `keys` keys
-/// alive on average in a filter of `timer_bits` timers. A cell lives W ticks
-/// plus the rest of the tick it was set in, W + ½ ticks of ~window/W ms on
-/// average, so a filter holds (W + ½)/W windows of keys: 8% more than the
-/// window's at 4 bits (W = 6), nothing to speak of at 8 bits (W = 126). Sized
-/// without this, narrow timers would be measured above their design density
-/// and their bits per in-window key understated.
+/// The window, in ms (= keys at one event per ms), that keeps at most `keys`
+/// keys alive in a filter of `timer_bits` timers. A cell lives W ticks plus
+/// the rest of the tick it was set in, up to W + 1 ticks of ~window/W ms, so
+/// a filter holds up to (W + 1)/W windows of keys (just before a tick ends):
+/// 17% more than the window's at 4 bits (W = 6), nothing to speak of at 8
+/// bits (W = 126). Sized without this, narrow timers would be measured above
+/// their design density and their bits per in-window key understated.
 fn design_window_ms(keys: u64, timer_bits: u8) -> u64 {
     let probe = FilterSpec { window_ms: keys, expected_keys: keys, timer_bits, ..FilterSpec::default() };
     let w = f64::from(probe.resolve().expect("valid spec").window_ticks);
-    (keys as f64 * w / (w + 0.5)) as u64
+    (keys as f64 * w / (w + 1.0)) as u64
 }
 
 /// A dedupd slice filter of `bytes` of cells, warmed up through one window,
