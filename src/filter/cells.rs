@@ -454,6 +454,38 @@ pub(crate) fn prefetch(addr: *const u8) {
     let _ = addr;
 }
 
+/// Copying into an existing array (a checkpoint's spare copy of a slice):
+/// same-sized storage is overwritten in place, so memory that is already
+/// mapped and faulted in is reused instead of a fresh allocation.
+impl<T: Plain> Lines<T> {
+    /// Makes `self` equal to `other`, reusing `self`'s storage if it has the same length.
+    pub(crate) fn copy_from(&mut self, other: &Self) {
+        if self.len == other.len {
+            self.copy_from_slice(other);
+        } else {
+            *self = other.clone();
+        }
+    }
+}
+
+impl CellArray {
+    /// Makes `self` equal to `other`, reusing `self`'s storage when it has the
+    /// same layout and size (no allocation, no page faults).
+    pub(crate) fn copy_from(&mut self, other: &Self) {
+        match (&mut *self, other) {
+            (CellArray::Nibble(a), CellArray::Nibble(b)) => a.0.copy_from(&b.0),
+            (CellArray::Byte(a), CellArray::Byte(b)) => a.copy_from(b),
+            (CellArray::Half(a), CellArray::Half(b)) => a.copy_from(b),
+            (CellArray::Word(a), CellArray::Word(b)) => a.copy_from(b),
+            (CellArray::Packed(a), CellArray::Packed(b)) => {
+                a.bits.clone_from(&b.bits);
+                a.width = b.width;
+            }
+            (a, b) => *a = b.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

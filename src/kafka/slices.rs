@@ -16,8 +16,14 @@
 //! copies the slice state (a memory copy of the filter's cells) and marks
 //! what it has sent to the slice's output partitions; the checkpoint writer
 //! thread waits until that mark is acknowledged, encodes the copy and writes
-//! it. One snapshot is in the writer's hands at a time, which bounds the
-//! extra memory to one slice's state (and its encoding).
+//! it. One snapshot is in the writer's hands at a time.
+//!
+//! The copy goes into a spare state kept per owned slice, made (and so
+//! mapped and faulted in) when the slice is restored, handed to the writer
+//! and given back after the write: a snapshot is then a plain memory copy
+//! into pages already in place, not a fresh allocation that page-faults
+//! while the slice waits. The cost is memory: every owned slice's filter is
+//! held twice (state × 2), plus the encoding of the one snapshot being written.
 //!
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
@@ -52,6 +58,8 @@ const STALL_WARNING: Duration = Duration::from_millis(100);
 /// A slice this process owns.
 struct Owned {
     state: SliceState,
+    /// The reused copy for snapshots; `None` while the writer has it.
+    spare: Option<SliceState>,
     replay_until: Option<u64>,
     manifest: Option<Manifest>,
     since_checkpoint: u64,
@@ -99,6 +107,8 @@ struct Job {
 struct Written {
     slice: u32,
     result: Result<(Manifest, usize), KafkaLayerError>,
+    /// The copy, back for the next snapshot of the slice.
+    spare: SliceState,
     /// From taken to written.
     took: Duration,
 }
@@ -121,9 +131,9 @@ impl Writer {
             .spawn(move || {
                 for job in job_rx {
                     let slice = job.state.slice;
-                    let result = write_snapshot(&deps, job.state, &job.mark, job.previous.as_ref());
+                    let result = write_snapshot(&deps, &job.state, &job.mark, job.previous.as_ref());
                     let took = job.taken.elapsed();
-                    if done.send(Written { slice, result, took }).is_err() {
+                    if done.send(Written { slice, result, spare: job.state, took }).is_err() {
                         break;
                     }
                 }
@@ -145,7 +155,7 @@ impl Writer {
 /// snapshot are acknowledged, then encodes and writes the snapshot.
 fn write_snapshot(
     deps: &Deps,
-    state: SliceState,
+    state: &SliceState,
     mark: &SentMark,
     previous: Option<&Manifest>,
 ) -> Result<(Manifest, usize), KafkaLayerError> {
@@ -154,9 +164,8 @@ fn write_snapshot(
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let bytes = slice_codec::encode(&state);
+    let bytes = slice_codec::encode(state);
     let offset = state.next_offset;
-    drop(state);
     let manifest = deps.store.write(slice, offset, &bytes, &deps.params.fingerprint(), previous)?;
     Ok((manifest, bytes.len()))
 }
@@ -266,8 +275,12 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
     };
     deps.metrics.restores.with_label_values(&[source]).inc();
     deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+    // The spare copy for snapshots, made now while the slice waits anyway:
+    // its memory is mapped and faulted in before the first snapshot.
+    let spare = Some(point.state.clone());
     let c = point.state.filter.counters();
     Ok(Owned {
+        spare,
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
         state: point.state,
@@ -322,9 +335,17 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
 fn submit(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<Duration, KafkaLayerError> {
     let taken = Instant::now();
     let slice = owned.state.slice;
+    let state = match owned.spare.take() {
+        Some(mut spare) => {
+            spare.copy_from(&owned.state);
+            spare
+        }
+        // Only if a write failed to hand its copy back.
+        None => owned.state.clone(),
+    };
     let job = Job {
         mark: deps.producer.context().counts().mark(Some(slice as usize)),
-        state: owned.state.clone(),
+        state,
         previous: owned.manifest.clone(),
         taken,
     };
@@ -353,7 +374,10 @@ fn apply(deps: &Deps, inner: &mut Inner, written: Written) -> Option<KafkaLayerE
     inner.writer.outstanding -= 1;
     let slice = written.slice;
     let label = slice.to_string();
-    let owned = inner.slices.get_mut(&slice);
+    let mut owned = inner.slices.get_mut(&slice);
+    if let Some(o) = owned.as_mut() {
+        o.spare = Some(written.spare);
+    }
     match written.result {
         Ok((manifest, bytes)) => {
             log::debug!(
