@@ -23,7 +23,7 @@
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
-# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1). Logs: target/bench-*.log.
+# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (below). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-10000000}"
@@ -33,8 +33,14 @@ parts=("$@")
 port="${DEDUPD_BROKER_PORT:-9092}"
 broker="127.0.0.1:$port"
 run="bench-$(date +%s)"
-bench=target/release/examples/daemon_bench
-cargo build --release --quiet --bin dedupd --example daemon_bench
+# DEDUPD_BIN_DIR: run binaries built earlier (dedupd and daemon_bench copied there), so that a
+# run waiting for the benchmark lock does not build whatever the tree holds by then.
+if [[ -n ${DEDUPD_BIN_DIR:-} ]]; then
+  dedupd_bin="$DEDUPD_BIN_DIR/dedupd" bench="$DEDUPD_BIN_DIR/daemon_bench"
+else
+  dedupd_bin=target/release/dedupd bench=target/release/examples/daemon_bench
+  cargo build --release --quiet --bin dedupd --example daemon_bench
+fi
 
 fresh_broker() {
   scripts/broker.sh stop >/dev/null 2>&1 || true
@@ -57,7 +63,7 @@ start_daemon() {
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
     RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" "$@" \
-    target/release/dedupd run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
+    "$dedupd_bin" run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }
 
@@ -143,9 +149,11 @@ part_checkpoint() {
   echo "checkpoint rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
   stop_daemon "$daemon_pid"
   # Snapshot stalls and write times, from the worker's debug log.
-  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v }
+  # Each line also has the copy's CPU time, page faults and preemptions (cpu_ms, faults, preempted).
+  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v; if (v > 100) over++
+         if (match($0, /cpu_ms=[0-9.]+/)) { c = substr($0, RSTART + 7, RLENGTH - 7) + 0; cs += c; if (c > cm) cm = c } }
        match($0, /write_ms=[0-9.]+/) { v = substr($0, RSTART + 9, RLENGTH - 9) + 0; w++; ws += v; if (v > wm) wm = v }
-       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, w, wm, w ? ws / w : 0 }' \
+       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f over_100ms=%d copy_cpu_ms_max=%.1f copy_cpu_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, over, cm, n ? cs / n : 0, w, wm, w ? ws / w : 0 }' \
     "target/$app.log"
   # Restore: the same app again.
   local t0

@@ -27,6 +27,7 @@ pub struct Metrics {
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
     pub checkpoint_duration: Histogram,
+    pub checkpoint_stall: Histogram,
     pub checkpoint_bytes: IntGaugeVec,
     pub checkpoint_age: GaugeVec,
     pub restores: IntCounterVec,
@@ -63,6 +64,11 @@ impl Builder<'_> {
 /// Latency buckets from 1 ms to ~2 min.
 fn seconds_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.001, 2.0, 18).expect("valid buckets")
+}
+
+/// Buckets from 0.5 ms to ~4 min, for stages and stalls measured in milliseconds.
+fn fine_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.0005, 2.0, 20).expect("valid buckets")
 }
 
 impl Metrics {
@@ -126,6 +132,11 @@ impl Metrics {
                 "dedupd_checkpoint_duration_seconds",
                 "Time to flush outputs, encode and write one snapshot.",
                 seconds_buckets(),
+            ),
+            checkpoint_stall: b.histogram(
+                "dedupd_checkpoint_stall_seconds",
+                "Time a snapshot stopped its slice's worker (the copy of the slice state).",
+                fine_buckets(),
             ),
             checkpoint_bytes: b.int_gauge("dedupd_checkpoint_bytes", "Size of the slice's last snapshot.", &["slice"]),
             checkpoint_age: b.gauge(
