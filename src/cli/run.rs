@@ -164,7 +164,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             producer: producer::output_producer(
                 &cfg,
                 "router",
-                None,
+                Some((cfg.slice_topic(), metrics.stage("router_acked"))),
                 vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
                 slice_count as usize,
             )?,

@@ -5,7 +5,9 @@
 //! Records are routed in timestamp order across the input partitions this
 //! router owns: the buffered head with the smallest timestamp goes first,
 //! and a partition with nothing buffered holds the others back unless it has
-//! reached its end (or for at most `MAX_WAIT`). A slice's clock is the
+//! reached its end (or for at most `MAX_WAIT`), or the record to go is at most
+//! `slicing.order_tolerance` newer than the last record read from it (live
+//! input: partitions that keep up with each other never wait on one another). A slice's clock is the
 //! largest timestamp it has seen, so without this a backlog read partition
 //! by partition would push the clock a whole window ahead of the records
 //! still to come from other partitions.
@@ -42,7 +44,8 @@ use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, SourceRef};
 use crate::filter::KeyHash;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, now_ms, observe_since};
+use prometheus::Histogram;
 
 const COMMIT_EVERY: Duration = Duration::from_millis(500);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -207,6 +210,8 @@ fn commit_offsets<C: ConsumerContext>(
 /// One input partition's buffered records, in offset order.
 struct Lane<'c> {
     records: VecDeque<BorrowedMessage<'c>>,
+    /// Timestamp of the last record read from the partition.
+    last_timestamp: Option<i64>,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
@@ -216,12 +221,23 @@ struct Lane<'c> {
 
 impl Lane<'_> {
     fn new() -> Self {
-        Lane { records: VecDeque::new(), last_arrival: Instant::now(), at_end: false, paused: false }
+        Lane {
+            records: VecDeque::new(),
+            last_timestamp: None,
+            last_arrival: Instant::now(),
+            at_end: false,
+            paused: false,
+        }
     }
 
-    /// An empty lane may still deliver a record older than every buffered one.
-    fn holds_back(&self, now: Instant) -> bool {
-        self.records.is_empty() && !self.at_end && now.duration_since(self.last_arrival) < MAX_WAIT
+    /// An empty lane may still deliver a record older than every buffered
+    /// one: it holds back a record at `next` ms more than `tolerance` ms
+    /// newer than its own last record.
+    fn holds_back(&self, now: Instant, next: i64, tolerance: i64) -> bool {
+        self.records.is_empty()
+            && !self.at_end
+            && now.duration_since(self.last_arrival) < MAX_WAIT
+            && self.last_timestamp.is_none_or(|last| next > last.saturating_add(tolerance))
     }
 }
 
@@ -242,6 +258,8 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
     let mut lanes: BTreeMap<PartitionId, Lane<'_>> = BTreeMap::new();
     let mut last_candidate = Instant::now();
+    let received = deps.metrics.stage("router_received");
+    let sent = deps.metrics.stage("router_sent");
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -251,6 +269,8 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         match polled {
             Some(Ok(msg)) => {
                 deps.metrics.input_records.with_label_values(&[msg.topic()]).inc();
+                let timestamp = msg.timestamp().to_millis();
+                observe_since(&received, timestamp, now_ms());
                 let (topic, partition) = (msg.topic(), msg.partition());
                 // A handful of lanes: a scan finds one without allocating its key.
                 let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
@@ -258,6 +278,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
                 };
                 lane.last_arrival = now;
+                lane.last_timestamp = timestamp.or(lane.last_timestamp);
                 lane.at_end = false;
                 if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
                     lane.paused = set_paused(&consumer, topic, partition, true);
@@ -283,7 +304,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 lanes.entry(new).or_insert_with(Lane::new);
             }
         }
-        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now) {
+        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
             break Err(e);
         }
         let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
@@ -323,20 +344,23 @@ fn route_ready<C: ConsumerContext>(
     shared: &Mutex<Shared>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
     now: Instant,
+    sent: &Histogram,
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
+    let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
+    let mut wall_ms = None;
     let result = loop {
-        if lanes.values().any(|l| l.holds_back(now)) {
-            break Ok(());
-        }
         let next = lanes
             .values()
             .enumerate()
             .filter_map(|(i, l)| l.records.front().map(|m| (m.timestamp().to_millis().unwrap_or(i64::MIN), i)))
             .min();
-        let Some((_, index)) = next else {
+        let Some((timestamp, index)) = next else {
             break Ok(());
         };
+        if lanes.values().any(|l| l.holds_back(now, timestamp, tolerance)) {
+            break Ok(());
+        }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
         let msg = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
@@ -345,6 +369,7 @@ fn route_ready<C: ConsumerContext>(
         if let Err(e) = route(deps, &msg) {
             break Err(e);
         }
+        observe_since(sent, msg.timestamp().to_millis(), *wall_ms.get_or_insert_with(now_ms));
         match routed.last_mut() {
             Some((i, next)) if *i == index => *next = msg.offset() + 1,
             _ => routed.push((index, msg.offset() + 1)),

@@ -49,7 +49,7 @@ use crate::config::{Resolved, SlicingMode};
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, RecordView, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef};
 use crate::filter::FilterParams;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, now_ms, observe_since};
 
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// A snapshot that stops its slice's worker longer than this is logged as a warning.
@@ -517,6 +517,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let settings = &deps.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
     let mut last_housekeeping = Instant::now();
+    let received = deps.metrics.stage("slice_received");
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -529,6 +530,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
+                observe_since(&received, msg.timestamp().to_millis(), now_ms());
                 let mut guard = inner.lock().expect("worker lock");
                 if let Err(e) = handle(&deps, &mut guard, &msg) {
                     break Err(e);
