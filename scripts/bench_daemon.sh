@@ -13,7 +13,8 @@
 #               LATENCY_RATE) with real-time timestamps: first the broker alone for 30 s (the
 #               producer's acknowledgement latency, and one hop produce → consume), then
 #               through dedupd for LATENCY_SECONDS (60): end-to-end latency quantiles over the
-#               last 40 s, from dedupd_end_to_end_latency_seconds
+#               last 40 s, from dedupd_end_to_end_latency_seconds, and of each stage
+#               (dedupd_stage_latency_seconds); LATENCY_RATES="10000 25000 …" repeats it per rate
 #   checkpoint  filter.expected_keys = CKPT_KEYS (default 90 000 000: ~1 GiB of cells over 8
 #               slices), a paced input (CKPT_RATE, 20000/s) for CKPT_SECONDS (120) with
 #               checkpoint.interval = 30s: how long each snapshot stopped its slice (the
@@ -108,26 +109,28 @@ part_throughput() {
 }
 
 part_latency() {
-  fresh_broker
-  local rate="${LATENCY_RATE:-$((${timer_rate:-100000} / 2))}" secs="${LATENCY_SECONDS:-60}"
-  local app="$run-latency"
-  # The broker alone at the same rate: acknowledgements, and one hop produce → consume.
-  topic "$run.raw" 3
-  $bench produce "$broker" "$run.raw" $((rate * 30)) 3 "$rate" &
-  local raw=$!
-  sleep 5
-  $bench consume-live "$broker" "$run.raw" 3 20
-  wait "$raw"
-  topic "$app.in" 3
-  start_daemon "$app" "$app.in" timer 8 19502
-  wait_ready 19502 60
-  sleep 5 # the router's group too
-  $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
-  local producer=$!
-  sleep $((secs - 42))
-  $bench latency 19502 40 "latency_at_${rate}_per_s"
-  wait "$producer"
-  stop_daemon "$daemon_pid"
+  local rates="${LATENCY_RATES:-${LATENCY_RATE:-$((${timer_rate:-100000} / 2))}}" secs="${LATENCY_SECONDS:-60}" rate
+  for rate in $rates; do
+    fresh_broker
+    local app="$run-latency-$rate"
+    # The broker alone at the same rate: acknowledgements, and one hop produce → consume.
+    topic "$run.raw$rate" 3
+    $bench produce "$broker" "$run.raw$rate" $((rate * 30)) 3 "$rate" &
+    local raw=$!
+    sleep 5
+    $bench consume-live "$broker" "$run.raw$rate" 3 20
+    wait "$raw"
+    topic "$app.in" 3
+    start_daemon "$app" "$app.in" timer 8 19502
+    wait_ready 19502 60
+    sleep 5 # the router's group too
+    $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
+    local producer=$!
+    sleep $((secs - 42))
+    $bench latency 19502 40 "latency_at_${rate}_per_s"
+    wait "$producer"
+    stop_daemon "$daemon_pid"
+  done
 }
 
 part_checkpoint() {
