@@ -45,8 +45,18 @@ fi
 
 fresh_broker() {
   scripts/broker.sh stop >/dev/null 2>&1 || true
-  scripts/broker.sh start >/dev/null
+  # Not with our open files: run under `flock LOCK scripts/bench_daemon.sh`, the broker (a
+  # daemon) would inherit the lock's descriptor and hold the lock after this script ends.
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      [[ $fd -gt 2 ]] && eval "exec $fd>&-"
+    done
+    exec scripts/broker.sh start >/dev/null
+  )
 }
+# The broker goes when the script does.
+trap 'scripts/broker.sh stop >/dev/null 2>&1 || true' EXIT
 
 topic() { # name partitions
   python3 scripts/kafka_client.py create-topic --broker "$broker" --topic "$1" --partitions "$2" >/dev/null
