@@ -24,7 +24,8 @@
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
-# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (below). Logs: target/bench-*.log.
+# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (below), DAEMON_ENV (more
+# VAR=VALUE for every daemon, e.g. MALLOC_ARENA_MAX=2). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-10000000}"
@@ -73,7 +74,7 @@ start_daemon() {
     DEDUPD__FILTER__EXPECTED_KEYS=400000 DEDUPD__OUTPUT__TOPIC="$app.out" \
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
-    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" "$@" \
+    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
     "$dedupd_bin" run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }
