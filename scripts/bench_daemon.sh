@@ -37,8 +37,11 @@ broker="127.0.0.1:$port"
 run="bench-$(date +%s)"
 # DEDUPD_BIN_DIR: run binaries built earlier (dedupd and daemon_bench copied there), so that a
 # run waiting for the benchmark lock does not build whatever the tree holds by then.
+# A dedupd.toml there is used instead of config/dedupd.toml.
+config=config/dedupd.toml
 if [[ -n ${DEDUPD_BIN_DIR:-} ]]; then
   dedupd_bin="$DEDUPD_BIN_DIR/dedupd" bench="$DEDUPD_BIN_DIR/daemon_bench"
+  [[ -f $DEDUPD_BIN_DIR/dedupd.toml ]] && config="$DEDUPD_BIN_DIR/dedupd.toml"
 else
   dedupd_bin=target/release/dedupd bench=target/release/examples/daemon_bench
   cargo build --release --quiet --bin dedupd --example daemon_bench
@@ -75,7 +78,7 @@ start_daemon() {
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
     RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
-    "$dedupd_bin" run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
+    "$dedupd_bin" run --config "$config" >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }
 
@@ -97,6 +100,10 @@ wait_ready() { # admin_port seconds
 metric_sum() { # admin_port name: the sum of every series of a metric
   curl -s "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.3f", s}'
 }
+
+# CPU time (user + system, clock ticks) of a process, and cores used between two readings.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cores() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b - a) / hz / s}'; }
 
 timer_rate=""
 
@@ -138,7 +145,15 @@ part_latency() {
     $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
     local producer=$!
     sleep $((secs - 42))
+    # Meanwhile one plain consumer of the input topic: the broker's one hop under the same load.
+    $bench consume-live "$broker" "$app.in" 3 40 | sed "s/^/latency_at_${rate}_per_s input_hop_under_load /" &
+    local live=$! broker_pid cpu0 cpu1 dcpu0 dcpu1
+    broker_pid=$(cat "target/broker/broker-$port.pid")
+    cpu0=$(cpu_ticks "$broker_pid") dcpu0=$(cpu_ticks "$daemon_pid")
     $bench latency 19502 40 "latency_at_${rate}_per_s"
+    cpu1=$(cpu_ticks "$broker_pid") dcpu1=$(cpu_ticks "$daemon_pid")
+    wait "$live"
+    echo "latency_at_${rate}_per_s cpu_cores broker=$(cores "$cpu0" "$cpu1" 40) dedupd=$(cores "$dcpu0" "$dcpu1" 40)"
     wait "$producer"
     stop_daemon "$daemon_pid"
   done
