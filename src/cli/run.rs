@@ -160,6 +160,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             cfg: cfg.clone(),
             extractor,
             slices: slice_count,
+            slice_topic: cfg.slice_topic(),
             seed: params.seed,
             producer: producer::output_producer(
                 &cfg,

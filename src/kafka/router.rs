@@ -42,12 +42,13 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
-use crate::engine::{Extractor, RecordView, SourceRef};
+use crate::engine::{Extractor, RecordView};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
 
 const COMMIT_EVERY: Duration = Duration::from_millis(500);
+const COMMIT_CHECK_EVERY: Duration = Duration::from_millis(10);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an empty partition that has not reached its end may hold back the others.
 const MAX_WAIT: Duration = Duration::from_secs(2);
@@ -64,6 +65,8 @@ pub struct RouterDeps {
     pub cfg: Resolved,
     pub extractor: Extractor,
     pub slices: u32,
+    /// `<app.id>.slices`.
+    pub slice_topic: String,
     pub seed: u64,
     /// Counts the slice topic and the dead-letter topic, partitions `0..slices`.
     pub producer: OutputProducer,
@@ -260,6 +263,9 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     let mut last_candidate = Instant::now();
     let received = deps.metrics.stage("router_received");
     let sent = deps.metrics.stage("router_sent");
+    // Per input topic, found by a scan (a handful of topics): no label lookup per record.
+    let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
+    let mut last_commit_check = Instant::now();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -268,7 +274,14 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         let now = Instant::now();
         match polled {
             Some(Ok(msg)) => {
-                deps.metrics.input_records.with_label_values(&[msg.topic()]).inc();
+                match input_counters.iter().find(|(t, _)| t == msg.topic()) {
+                    Some((_, c)) => c.inc(),
+                    None => {
+                        let c = deps.metrics.input_counter(msg.topic());
+                        c.inc();
+                        input_counters.push((msg.topic().to_string(), c));
+                    }
+                }
                 let timestamp = msg.timestamp().to_millis();
                 observe_since(&received, timestamp, now_ms());
                 let (topic, partition) = (msg.topic(), msg.partition());
@@ -307,12 +320,16 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
             break Err(e);
         }
-        let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
-        if new_candidate {
-            last_candidate = now;
-        }
-        if let Err(e) = commit_acknowledged(&deps, &consumer, &shared, new_candidate) {
-            break Err(e);
+        // Acknowledgements are looked at every few milliseconds, not per record.
+        if now.duration_since(last_commit_check) >= COMMIT_CHECK_EVERY {
+            last_commit_check = now;
+            let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
+            if new_candidate {
+                last_candidate = now;
+            }
+            if let Err(e) = commit_acknowledged(&deps, &consumer, &shared, new_candidate) {
+                break Err(e);
+            }
         }
     };
     drop(lanes);
@@ -394,17 +411,19 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let stamp = SourceRef::stamp(msg.topic(), msg.partition(), msg.offset());
+    // `SourceRef::stamp`, in a buffer on the stack (a topic name is at most 249 bytes).
+    let mut buf = [0u8; 320];
+    let stamp = {
+        use std::io::Write;
+        let mut w = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(w, "{}/{}/{}", msg.topic(), msg.partition(), msg.offset());
+        let n = w.position() as usize;
+        &buf[..n]
+    };
     match deps.extractor.extract(&view, 0) {
         Ok(x) => {
             let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);
-            produce_copy(
-                &deps.producer,
-                &deps.cfg.slice_topic(),
-                slice as i32,
-                msg,
-                &[(headers::SOURCE, stamp.as_bytes())],
-            )
+            produce_copy(&deps.producer, &deps.slice_topic, slice as i32, msg, &[(headers::SOURCE, stamp)])
         }
         Err(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
@@ -417,7 +436,7 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
                 &[
                     (headers::REASON, why.reason.as_str().as_bytes()),
                     (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, stamp.as_bytes()),
+                    (headers::SOURCE, stamp),
                 ],
             )
         }
