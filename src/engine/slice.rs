@@ -145,9 +145,14 @@ impl SliceState {
     /// is a memory copy into pages that are already mapped, not a fresh
     /// allocation that page-faults while the slice waits.
     pub fn copy_from(&mut self, other: &SliceState) {
+        self.copy_from_threads(other, 1);
+    }
+
+    /// [`Self::copy_from`] with large cell arrays copied by `threads` threads.
+    pub fn copy_from_threads(&mut self, other: &SliceState, threads: usize) {
         let SliceState { slice, filter, next_offset, resend_marks, counters, passthrough } = other;
         self.slice = *slice;
-        self.filter.copy_from(filter);
+        self.filter.copy_from_threads(filter, threads);
         self.next_offset = *next_offset;
         self.resend_marks.clone_from(resend_marks);
         self.counters.clone_from(counters);
@@ -323,7 +328,11 @@ mod tests {
             );
             generations_seen.insert(s.filter.generations().len());
             if i % 97 == 0 {
-                spare.copy_from(&s);
+                if i % 2 == 0 {
+                    spare.copy_from(&s)
+                } else {
+                    spare.copy_from_threads(&s, 3)
+                }
                 assert_eq!(spare, s, "copy at record {i}");
                 assert_eq!(encode(&spare), encode(&s));
             }
@@ -337,5 +346,24 @@ mod tests {
             assert_eq!(spare.process(&r, &ex), s.process(&r, &ex));
         }
         assert_eq!(spare, s);
+    }
+
+    #[test]
+    fn copy_from_threads_on_a_large_filter() {
+        // Cells well above the size at which the copy is split between threads.
+        let p = FilterSpec { window_ms: 60_000, expected_keys: 3_000_000, ..FilterSpec::default() }.resolve().unwrap();
+        let mut s = SliceState::new(0, p.clone(), 0);
+        assert!(s.filter.memory_bytes() > 16 << 20, "{}", s.filter.memory_bytes());
+        let ex = extractor();
+        for i in 0..20_000u64 {
+            let key = (i * 2_654_435_761 % 15_000).to_le_bytes();
+            s.process(&rec(i, &key, i as i64, None), &ex);
+        }
+        let mut spare = s.clone();
+        spare.process(&rec(20_000, b"x", 20_000, None), &ex);
+        for threads in [1, 2, 3, 8] {
+            spare.copy_from_threads(&s, threads);
+            assert_eq!(spare, s, "{threads} threads");
+        }
     }
 }

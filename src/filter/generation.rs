@@ -402,8 +402,8 @@ fn most_equal(values: &mut [u32]) -> u32 {
 /// Copying into an existing generation (a checkpoint's spare copy of a slice).
 impl Generation {
     /// Makes `self` equal to `other`, reusing `self`'s cell storage when it
-    /// has the same layout and size.
-    pub(crate) fn copy_from(&mut self, other: &Self) {
+    /// has the same layout and size; large cell arrays are copied by `threads` threads.
+    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
         let Generation {
             level,
             m,
@@ -420,7 +420,7 @@ impl Generation {
         self.level = *level;
         self.m = *m;
         self.block = *block;
-        self.cells.copy_from(cells);
+        self.cells.copy_from(cells, threads);
         self.hist.clone_from(hist);
         self.live = *live;
         self.inserted = *inserted;
