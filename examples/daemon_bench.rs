@@ -215,6 +215,8 @@ fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
     let deadline = Instant::now() + Duration::from_secs(1800);
     // Resident memory when 0, 25, 50, 75 and 100% of the records are judged.
     let mut rss: [Option<u64>; 5] = [None; 5];
+    // … and at every tenth.
+    let mut tenths: [Option<u64>; 11] = [None; 11];
     let mut peak = 0;
     loop {
         let done = judged(port).unwrap_or(0);
@@ -226,6 +228,7 @@ fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
             if done > 0 {
                 let step = ((done.min(n) * 4) / n) as usize;
                 rss[step].get_or_insert(kib);
+                tenths[((done.min(n) * 10) / n) as usize].get_or_insert(kib);
             }
         }
         if done >= n {
@@ -247,6 +250,8 @@ fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
             mib(rss[4]),
             mib(Some(peak))
         );
+        let all: Vec<String> = tenths.iter().map(|k| mib(*k)).collect();
+        println!("{label} rss_mib_at_each_10% {}", all.join(" "));
     }
 }
 
