@@ -105,6 +105,15 @@ metric_sum() { # admin_port name: the sum of every series of a metric
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 cores() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b - a) / hz / s}'; }
 
+# CPU seconds of a process's threads, by thread name (numbers in names folded: rdk:broker*).
+thread_cpu() {
+  local t hz
+  hz=$(getconf CLK_TCK)
+  for t in /proc/"$1"/task/*; do
+    echo "$(sed 's/[-0-9]*$//' "$t/comm") $(sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}')"
+  done | awk -v hz="$hz" '{s[$1] += $2; all += $2} END {for (n in s) printf " %s=%.1f", n, s[n] / hz; printf " total=%.1f\n", all / hz}'
+}
+
 timer_rate=""
 
 part_throughput() {
@@ -118,6 +127,7 @@ part_throughput() {
       start_daemon "$run-$kind-$round" "$run.in" "$kind" 8 19500
       out=$($bench wait 19500 "$n" "dedupd_${kind}" "$daemon_pid")
       echo "$out"
+      echo "dedupd_${kind} thread_cpu_seconds$(thread_cpu "$daemon_pid")"
       stop_daemon "$daemon_pid"
       if [[ $kind == timer && -z $timer_rate ]]; then
         timer_rate=$(echo "$out" | sed -n 's/.*records_per_second=\([0-9]*\).*/\1/p' | head -1)

@@ -246,6 +246,7 @@ impl Lane<'_> {
 
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
 pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    super::name_thread("dedupd-router");
     let shared = Arc::new(Mutex::new(Shared::default()));
     let id = &deps.cfg.settings.app.id;
     let mut config = clients::group_consumer(&deps.cfg, &format!("{id}.router"), &format!("{id}-router"));

@@ -518,6 +518,7 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 /// The slice worker loop. Returns when `stop` is set (after snapshotting
 /// every owned slice) or on a fatal error.
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
     let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None, writer }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
