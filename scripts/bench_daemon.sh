@@ -25,7 +25,8 @@
 #               8 slices over two processes (one group)
 #
 # Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (below), DAEMON_ENV (more
-# VAR=VALUE for every daemon, e.g. MALLOC_ARENA_MAX=2). Logs: target/bench-*.log.
+# VAR=VALUE for every daemon, e.g. MALLOC_ARENA_MAX=2), DAEMON_NICE (0; e.g. -10 as root: the
+# daemon's threads before the broker's when both want a core). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-10000000}"
@@ -78,7 +79,7 @@ start_daemon() {
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
     RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
-    "$dedupd_bin" run --config "$config" >>"target/$app.log" 2>&1 &
+    nice -n "${DAEMON_NICE:-0}" "$dedupd_bin" run --config "$config" >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }
 
