@@ -9,6 +9,7 @@
 #   throughput  broker produce-only and consume-only of the N records, then `dedupd run` with
 #               filter.kind = timer and = passthrough on them (ROUNDS times, alternating),
 #               records/s from the first to the last verdict and resident memory over the run
+#               (THROUGHPUT_KINDS="passthrough" runs one kind only)
 #   latency     a producer paced at RATE records/s (default: half the timer run's rate, or
 #               LATENCY_RATE) with real-time timestamps: first the broker alone for 30 s (the
 #               producer's acknowledgement latency, and one hop produce → consume), then
@@ -124,7 +125,7 @@ part_throughput() {
   $bench consume "$broker" "$run.in" 3
   local round kind out
   for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
-    for kind in timer passthrough; do
+    for kind in ${THROUGHPUT_KINDS:-timer passthrough}; do
       start_daemon "$run-$kind-$round" "$run.in" "$kind" 8 19500
       out=$($bench wait 19500 "$n" "dedupd_${kind}" "$daemon_pid")
       echo "$out"
