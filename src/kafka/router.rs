@@ -443,3 +443,26 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_lane_holds_back_only_records_beyond_the_tolerance() {
+        let now = Instant::now();
+        let mut lane = Lane::new();
+        // Nothing read yet: it may deliver anything, so it holds everything back.
+        assert!(lane.holds_back(now, 1_000, 1_000));
+        lane.last_timestamp = Some(10_000);
+        assert!(!lane.holds_back(now, 11_000, 1_000), "within the tolerance");
+        assert!(lane.holds_back(now, 11_001, 1_000), "beyond it");
+        assert!(lane.holds_back(now, 10_001, 0), "strict order");
+        assert!(!lane.holds_back(now, 10_000, 0));
+        // At its end, or silent for longer than MAX_WAIT, it holds nothing back.
+        lane.at_end = true;
+        assert!(!lane.holds_back(now, 99_999, 0));
+        lane.at_end = false;
+        assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
+    }
+}
