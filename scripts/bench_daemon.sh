@@ -9,11 +9,13 @@
 #   throughput  broker produce-only and consume-only of the N records, then `dedupd run` with
 #               filter.kind = timer and = passthrough on them (ROUNDS times, alternating),
 #               records/s from the first to the last verdict and resident memory over the run
+#               (THROUGHPUT_KINDS="passthrough" runs one kind only)
 #   latency     a producer paced at RATE records/s (default: half the timer run's rate, or
 #               LATENCY_RATE) with real-time timestamps: first the broker alone for 30 s (the
 #               producer's acknowledgement latency, and one hop produce → consume), then
 #               through dedupd for LATENCY_SECONDS (60): end-to-end latency quantiles over the
-#               last 40 s, from dedupd_end_to_end_latency_seconds
+#               last 40 s, from dedupd_end_to_end_latency_seconds, and of each stage
+#               (dedupd_stage_latency_seconds); LATENCY_RATES="10000 25000 …" repeats it per rate
 #   checkpoint  filter.expected_keys = CKPT_KEYS (default 90 000 000: ~1 GiB of cells over 8
 #               slices), a paced input (CKPT_RATE, 20000/s) for CKPT_SECONDS (120) with
 #               checkpoint.interval = 30s: how long each snapshot stopped its slice (the
@@ -23,7 +25,9 @@
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
-# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1). Logs: target/bench-*.log.
+# Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (below), DAEMON_ENV (more
+# VAR=VALUE for every daemon, e.g. MALLOC_ARENA_MAX=2), DAEMON_NICE (0; e.g. -10 as root: the
+# daemon's threads before the broker's when both want a core). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-10000000}"
@@ -33,13 +37,32 @@ parts=("$@")
 port="${DEDUPD_BROKER_PORT:-9092}"
 broker="127.0.0.1:$port"
 run="bench-$(date +%s)"
-bench=target/release/examples/daemon_bench
-cargo build --release --quiet --bin dedupd --example daemon_bench
+# DEDUPD_BIN_DIR: run binaries built earlier (dedupd and daemon_bench copied there), so that a
+# run waiting for the benchmark lock does not build whatever the tree holds by then.
+# A dedupd.toml there is used instead of config/dedupd.toml.
+config=config/dedupd.toml
+if [[ -n ${DEDUPD_BIN_DIR:-} ]]; then
+  dedupd_bin="$DEDUPD_BIN_DIR/dedupd" bench="$DEDUPD_BIN_DIR/daemon_bench"
+  [[ -f $DEDUPD_BIN_DIR/dedupd.toml ]] && config="$DEDUPD_BIN_DIR/dedupd.toml"
+else
+  dedupd_bin=target/release/dedupd bench=target/release/examples/daemon_bench
+  cargo build --release --quiet --bin dedupd --example daemon_bench
+fi
 
 fresh_broker() {
   scripts/broker.sh stop >/dev/null 2>&1 || true
-  scripts/broker.sh start >/dev/null
+  # Not with our open files: run under `flock LOCK scripts/bench_daemon.sh`, the broker (a
+  # daemon) would inherit the lock's descriptor and hold the lock after this script ends.
+  (
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      [[ $fd -gt 2 ]] && eval "exec $fd>&-"
+    done
+    exec scripts/broker.sh start >/dev/null
+  )
 }
+# The broker goes when the script does.
+trap 'scripts/broker.sh stop >/dev/null 2>&1 || true' EXIT
 
 topic() { # name partitions
   python3 scripts/kafka_client.py create-topic --broker "$broker" --topic "$1" --partitions "$2" >/dev/null
@@ -56,8 +79,8 @@ start_daemon() {
     DEDUPD__FILTER__EXPECTED_KEYS=400000 DEDUPD__OUTPUT__TOPIC="$app.out" \
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
-    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,librdkafka=error,rdkafka=error}" "$@" \
-    target/release/dedupd run --config config/dedupd.toml >>"target/$app.log" 2>&1 &
+    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,dedupd::cli::run=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
+    nice -n "${DAEMON_NICE:-0}" "$dedupd_bin" run --config "$config" >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }
 
@@ -80,6 +103,19 @@ metric_sum() { # admin_port name: the sum of every series of a metric
   curl -s "127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.3f", s}'
 }
 
+# CPU time (user + system, clock ticks) of a process, and cores used between two readings.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+cores() { awk -v a="$1" -v b="$2" -v s="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b - a) / hz / s}'; }
+
+# CPU seconds of a process's threads, by thread name (numbers in names folded: rdk:broker*).
+thread_cpu() {
+  local t hz
+  hz=$(getconf CLK_TCK)
+  for t in /proc/"$1"/task/*; do
+    echo "$(sed 's/[-0-9]*$//' "$t/comm") $(sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}')"
+  done | awk -v hz="$hz" '{s[$1] += $2; all += $2} END {for (n in s) printf " %s=%.1f", n, s[n] / hz; printf " total=%.1f\n", all / hz}'
+}
+
 timer_rate=""
 
 part_throughput() {
@@ -89,10 +125,11 @@ part_throughput() {
   $bench consume "$broker" "$run.in" 3
   local round kind out
   for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
-    for kind in timer passthrough; do
+    for kind in ${THROUGHPUT_KINDS:-timer passthrough}; do
       start_daemon "$run-$kind-$round" "$run.in" "$kind" 8 19500
       out=$($bench wait 19500 "$n" "dedupd_${kind}" "$daemon_pid")
       echo "$out"
+      echo "dedupd_${kind} thread_cpu_seconds$(thread_cpu "$daemon_pid")"
       stop_daemon "$daemon_pid"
       if [[ $kind == timer && -z $timer_rate ]]; then
         timer_rate=$(echo "$out" | sed -n 's/.*records_per_second=\([0-9]*\).*/\1/p' | head -1)
@@ -102,26 +139,43 @@ part_throughput() {
 }
 
 part_latency() {
-  fresh_broker
-  local rate="${LATENCY_RATE:-$((${timer_rate:-100000} / 2))}" secs="${LATENCY_SECONDS:-60}"
-  local app="$run-latency"
-  # The broker alone at the same rate: acknowledgements, and one hop produce → consume.
-  topic "$run.raw" 3
-  $bench produce "$broker" "$run.raw" $((rate * 30)) 3 "$rate" &
-  local raw=$!
-  sleep 5
-  $bench consume-live "$broker" "$run.raw" 3 20
-  wait "$raw"
-  topic "$app.in" 3
-  start_daemon "$app" "$app.in" timer 8 19502
-  wait_ready 19502 60
-  sleep 5 # the router's group too
-  $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
-  local producer=$!
-  sleep $((secs - 42))
-  $bench latency 19502 40 "latency_at_${rate}_per_s"
-  wait "$producer"
-  stop_daemon "$daemon_pid"
+  local rates="${LATENCY_RATES:-${LATENCY_RATE:-$((${timer_rate:-100000} / 2))}}" secs="${LATENCY_SECONDS:-60}" rate
+  for rate in $rates; do
+    fresh_broker
+    local app="$run-latency-$rate"
+    # The broker alone at the same rate: acknowledgements, and one hop produce → consume
+    # (LATENCY_RAW=0 skips it).
+    if [[ ${LATENCY_RAW:-1} != 0 ]]; then
+      topic "$run.raw$rate" 3
+      $bench produce "$broker" "$run.raw$rate" $((rate * 30)) 3 "$rate" &
+      local raw=$!
+      sleep 5
+      $bench consume-live "$broker" "$run.raw$rate" 3 20
+      wait "$raw"
+    fi
+    topic "$app.in" 3
+    start_daemon "$app" "$app.in" timer 8 19502
+    wait_ready 19502 60
+    sleep 5 # the router's group too
+    $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" &
+    local producer=$!
+    sleep $((secs - 42))
+    # Meanwhile one plain consumer of the input topic: the broker's one hop under the same
+    # load (LATENCY_PROBE=0 leaves it out; it adds a little load of its own).
+    local live="" broker_pid cpu0 cpu1 dcpu0 dcpu1
+    if [[ ${LATENCY_PROBE:-1} != 0 ]]; then
+      $bench consume-live "$broker" "$app.in" 3 40 | sed "s/^/latency_at_${rate}_per_s input_hop_under_load /" &
+      live=$!
+    fi
+    broker_pid=$(cat "target/broker/broker-$port.pid")
+    cpu0=$(cpu_ticks "$broker_pid") dcpu0=$(cpu_ticks "$daemon_pid")
+    $bench latency 19502 40 "latency_at_${rate}_per_s"
+    cpu1=$(cpu_ticks "$broker_pid") dcpu1=$(cpu_ticks "$daemon_pid")
+    [[ -z $live ]] || wait "$live"
+    echo "latency_at_${rate}_per_s cpu_cores broker=$(cores "$cpu0" "$cpu1" 40) dedupd=$(cores "$dcpu0" "$dcpu1" 40)"
+    wait "$producer"
+    stop_daemon "$daemon_pid"
+  done
 }
 
 part_checkpoint() {
@@ -143,9 +197,11 @@ part_checkpoint() {
   echo "checkpoint rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
   stop_daemon "$daemon_pid"
   # Snapshot stalls and write times, from the worker's debug log.
-  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v }
+  # Each line also has the copy's CPU time, page faults and preemptions (cpu_ms, faults, preempted).
+  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v; if (v > 100) over++
+         if (match($0, /cpu_ms=[0-9.]+/)) { c = substr($0, RSTART + 7, RLENGTH - 7) + 0; cs += c; if (c > cm) cm = c } }
        match($0, /write_ms=[0-9.]+/) { v = substr($0, RSTART + 9, RLENGTH - 9) + 0; w++; ws += v; if (v > wm) wm = v }
-       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, w, wm, w ? ws / w : 0 }' \
+       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f over_100ms=%d copy_cpu_ms_max=%.1f copy_cpu_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, over, cm, n ? cs / n : 0, w, wm, w ? ws / w : 0 }' \
     "target/$app.log"
   # Restore: the same app again.
   local t0

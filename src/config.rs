@@ -167,6 +167,9 @@ pub enum SlicingMode {
 pub struct SlicingSettings {
     /// `repartition` or `input-partitions`.
     pub mode: String,
+    /// The router's tolerance for timestamp disorder across input partitions
+    /// (a duration; `0ms` is strict order).
+    pub order_tolerance: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -263,6 +266,7 @@ tick = ""
 max_generations = 12
 [slicing]
 mode = "repartition"
+order_tolerance = "1s"
 [output]
 topic = "clicks.distinct"
 duplicates_topic = ""
@@ -294,6 +298,8 @@ pub struct Resolved {
     pub admin_listen: SocketAddr,
     /// `filter.kind = "passthrough"`: no deduplication (to measure its cost).
     pub passthrough: bool,
+    /// `slicing.order_tolerance` in ms.
+    pub order_tolerance_ms: u64,
 }
 
 impl Resolved {
@@ -406,6 +412,20 @@ impl Settings {
             "input-partitions" => SlicingMode::InputPartitions,
             other => return Err(invalid("slicing.mode", other, "expected repartition or input-partitions")),
         };
+        let order_tolerance_ms = parse_duration_ms(&s.slicing.order_tolerance).map_err(|e| {
+            invalid(
+                "slicing.order_tolerance",
+                &s.slicing.order_tolerance,
+                format!("a duration such as 1s or 0ms ({e})"),
+            )
+        })?;
+        if order_tolerance_ms >= s.filter.window {
+            return Err(invalid(
+                "slicing.order_tolerance",
+                &s.slicing.order_tolerance,
+                format!("shorter than filter.window ({} ms)", s.filter.window),
+            ));
+        }
         if slicing == SlicingMode::InputPartitions && s.input.topics.len() != 1 {
             return Err(invalid(
                 "input.topics",
@@ -462,7 +482,17 @@ impl Settings {
                 ));
             }
         }
-        Ok(Resolved { key, time, filter, slicing, on_corrupt, admin_listen, passthrough, settings: self })
+        Ok(Resolved {
+            key,
+            time,
+            filter,
+            slicing,
+            on_corrupt,
+            admin_listen,
+            passthrough,
+            order_tolerance_ms,
+            settings: self,
+        })
     }
 }
 
@@ -533,6 +563,15 @@ mod tests {
         let two = rejected(&[("DEDUPD__SLICING__MODE", "input-partitions"), ("DEDUPD__INPUT__TOPICS", "a,b")]);
         assert!(two.contains("exactly one topic"), "{two}");
         assert!(rejected(&[("DEDUPD__INPUT__TOPICS", "clicks.distinct")]).contains("cannot also be"));
+        assert!(
+            rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "later")])
+                .starts_with("invalid setting slicing.order_tolerance = later: a duration"),
+        );
+        assert_eq!(
+            rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "20m")]),
+            "invalid setting slicing.order_tolerance = 20m: shorter than filter.window (600000 ms)"
+        );
+        assert_eq!(load(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "0ms")]).unwrap().order_tolerance_ms, 0);
     }
 
     #[test]

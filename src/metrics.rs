@@ -5,8 +5,8 @@
 //! workers publish deltas and gauges every few hundred milliseconds.
 
 use prometheus::{
-    Encoder, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-    TextEncoder,
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the daemon exports.
@@ -27,6 +27,7 @@ pub struct Metrics {
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
     pub checkpoint_duration: Histogram,
+    pub checkpoint_stall: Histogram,
     pub checkpoint_bytes: IntGaugeVec,
     pub checkpoint_age: GaugeVec,
     pub restores: IntCounterVec,
@@ -37,7 +38,12 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     pub producer_queue: IntGauge,
     pub end_to_end_latency: Histogram,
+    /// Record timestamp → each stage of the pipeline (`STAGES`).
+    pub stage_latency: HistogramVec,
 }
+
+/// The stages of `dedupd_stage_latency_seconds`, in pipeline order.
+pub const STAGES: [&str; 4] = ["router_received", "router_sent", "router_acked", "slice_received"];
 
 struct Builder<'a>(&'a Registry);
 
@@ -63,6 +69,11 @@ impl Builder<'_> {
 /// Latency buckets from 1 ms to ~2 min.
 fn seconds_buckets() -> Vec<f64> {
     prometheus::exponential_buckets(0.001, 2.0, 18).expect("valid buckets")
+}
+
+/// Buckets from 0.5 ms to ~4 min, for stages and stalls measured in milliseconds.
+fn fine_buckets() -> Vec<f64> {
+    prometheus::exponential_buckets(0.0005, 2.0, 20).expect("valid buckets")
 }
 
 impl Metrics {
@@ -127,6 +138,11 @@ impl Metrics {
                 "Time to flush outputs, encode and write one snapshot.",
                 seconds_buckets(),
             ),
+            checkpoint_stall: b.histogram(
+                "dedupd_checkpoint_stall_seconds",
+                "Time a snapshot stopped its slice's worker (the copy of the slice state).",
+                fine_buckets(),
+            ),
             checkpoint_bytes: b.int_gauge("dedupd_checkpoint_bytes", "Size of the slice's last snapshot.", &["slice"]),
             checkpoint_age: b.gauge(
                 "dedupd_checkpoint_age_seconds",
@@ -157,6 +173,17 @@ impl Metrics {
                 "Record timestamp to output acknowledged by the broker.",
                 seconds_buckets(),
             ),
+            stage_latency: b.register(
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "dedupd_stage_latency_seconds",
+                        "Record timestamp to each stage: router_received, router_sent, router_acked, slice_received.",
+                    )
+                    .buckets(fine_buckets()),
+                    &["stage"],
+                )
+                .expect("valid metric"),
+            ),
             build_info,
             registry,
         };
@@ -172,6 +199,9 @@ impl Metrics {
         }
         for kind in ["assign", "revoke"] {
             m.rebalances.with_label_values(&[kind]);
+        }
+        for stage in STAGES {
+            m.stage_latency.with_label_values(&[stage]);
         }
         m
     }
@@ -216,6 +246,26 @@ impl Metrics {
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
         String::from_utf8(out).expect("text exposition is UTF-8")
+    }
+}
+
+/// The histogram of one stage of `dedupd_stage_latency_seconds` (cache it on hot paths).
+impl Metrics {
+    pub fn stage(&self, stage: &str) -> Histogram {
+        self.stage_latency.with_label_values(&[stage])
+    }
+}
+
+/// Milliseconds since the epoch by the wall clock (latency metrics only:
+/// verdicts never read the wall clock).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Observes `now - timestamp_ms` (clamped at 0) in seconds.
+pub fn observe_since(h: &Histogram, timestamp_ms: Option<i64>, now_ms: i64) {
+    if let Some(ts) = timestamp_ms {
+        h.observe((now_ms - ts).max(0) as f64 / 1000.0);
     }
 }
 

@@ -138,6 +138,28 @@ impl SliceState {
     }
 }
 
+impl SliceState {
+    /// Makes `self` an exact copy of `other` (`*self == *other` afterwards),
+    /// reusing `self`'s filter storage where the sizes match: a checkpoint
+    /// copies a slice into a spare state kept for it, so taking a snapshot
+    /// is a memory copy into pages that are already mapped, not a fresh
+    /// allocation that page-faults while the slice waits.
+    pub fn copy_from(&mut self, other: &SliceState) {
+        self.copy_from_threads(other, 1);
+    }
+
+    /// [`Self::copy_from`] with large cell arrays copied by `threads` threads.
+    pub fn copy_from_threads(&mut self, other: &SliceState, threads: usize) {
+        let SliceState { slice, filter, next_offset, resend_marks, counters, passthrough } = other;
+        self.slice = *slice;
+        self.filter.copy_from_threads(filter, threads);
+        self.next_offset = *next_offset;
+        self.resend_marks.clone_from(resend_marks);
+        self.counters.clone_from(counters);
+        self.passthrough = *passthrough;
+    }
+}
+
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version.
@@ -285,5 +307,63 @@ mod tests {
         );
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
+    }
+
+    #[test]
+    fn copy_from_is_exact_across_growth_and_drops() {
+        // A small filter that grows and drops generations, copied at many points
+        // into one reused spare: every copy equals the state and encodes the same.
+        let p = FilterSpec { window_ms: 50, expected_keys: 20, ..FilterSpec::default() }.resolve().unwrap();
+        let mut s = SliceState::new(1, p.clone(), 0);
+        let mut spare = SliceState::new(9, p.clone(), 77);
+        let ex = extractor();
+        let mut generations_seen = std::collections::BTreeSet::new();
+        for i in 0..4000u64 {
+            let key = (i * 7919 % 1000).to_le_bytes();
+            // Bursts of many keys, then quiet stretches, so generations come and go.
+            let ts = (i / 400) as i64 * 100 + (i % 400) as i64 / 20;
+            s.process(
+                &rec(i, &key, ts, Some(SourceRef { topic: "t", partition: (i % 2) as i32, offset: i as i64 })),
+                &ex,
+            );
+            generations_seen.insert(s.filter.generations().len());
+            if i % 97 == 0 {
+                if i % 2 == 0 {
+                    spare.copy_from(&s)
+                } else {
+                    spare.copy_from_threads(&s, 3)
+                }
+                assert_eq!(spare, s, "copy at record {i}");
+                assert_eq!(encode(&spare), encode(&s));
+            }
+        }
+        assert!(generations_seen.len() > 1, "the test should see growth: {generations_seen:?}");
+        // A copy goes on judging exactly as the original.
+        spare.copy_from(&s);
+        for i in 4000..4500u64 {
+            let key = (i * 31 % 700).to_le_bytes();
+            let r = rec(i, &key, 4000 + i as i64, None);
+            assert_eq!(spare.process(&r, &ex), s.process(&r, &ex));
+        }
+        assert_eq!(spare, s);
+    }
+
+    #[test]
+    fn copy_from_threads_on_a_large_filter() {
+        // Cells well above the size at which the copy is split between threads.
+        let p = FilterSpec { window_ms: 60_000, expected_keys: 3_000_000, ..FilterSpec::default() }.resolve().unwrap();
+        let mut s = SliceState::new(0, p.clone(), 0);
+        assert!(s.filter.memory_bytes() > 16 << 20, "{}", s.filter.memory_bytes());
+        let ex = extractor();
+        for i in 0..20_000u64 {
+            let key = (i * 2_654_435_761 % 15_000).to_le_bytes();
+            s.process(&rec(i, &key, i as i64, None), &ex);
+        }
+        let mut spare = s.clone();
+        spare.process(&rec(20_000, b"x", 20_000, None), &ex);
+        for threads in [1, 2, 3, 8] {
+            spare.copy_from_threads(&s, threads);
+            assert_eq!(spare, s, "{threads} threads");
+        }
     }
 }

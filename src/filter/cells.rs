@@ -459,6 +459,66 @@ pub(crate) fn prefetch(addr: *const u8) {
     let _ = addr;
 }
 
+/// Copying into an existing array (a checkpoint's spare copy of a slice):
+/// same-sized storage is overwritten in place, so memory that is already
+/// mapped and faulted in is reused instead of a fresh allocation.
+impl<T: Plain + Send + Sync> Lines<T> {
+    /// Makes `self` equal to `other`, reusing `self`'s storage if it has the
+    /// same length; large arrays are copied by `threads` threads.
+    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
+        if self.len == other.len {
+            copy_in_parallel(self, other, threads);
+        } else {
+            *self = other.clone();
+        }
+    }
+}
+
+/// Below this many bytes a copy is not split between threads.
+const PARALLEL_COPY_MIN_BYTES: usize = 4 << 20;
+
+/// `dst.copy_from_slice(src)`, in `threads` contiguous pieces on scoped
+/// threads when the copy is large (the calling thread copies one piece).
+/// The result is the same bytes whatever the number of threads.
+pub(crate) fn copy_in_parallel<T: Copy + Send + Sync>(dst: &mut [T], src: &[T], threads: usize) {
+    let bytes = std::mem::size_of_val(src);
+    if threads <= 1 || bytes < PARALLEL_COPY_MIN_BYTES {
+        dst.copy_from_slice(src);
+        return;
+    }
+    assert_eq!(dst.len(), src.len(), "copy between arrays of different lengths");
+    let piece = src.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut pieces = dst.chunks_mut(piece).zip(src.chunks(piece));
+        let first = pieces.next();
+        for (d, s) in pieces {
+            scope.spawn(move || d.copy_from_slice(s));
+        }
+        if let Some((d, s)) = first {
+            d.copy_from_slice(s);
+        }
+    });
+}
+
+impl CellArray {
+    /// Makes `self` equal to `other`, reusing `self`'s storage when it has the
+    /// same layout and size (no allocation, no page faults); large arrays are
+    /// copied by `threads` threads.
+    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
+        match (&mut *self, other) {
+            (CellArray::Nibble(a), CellArray::Nibble(b)) => a.0.copy_from(&b.0, threads),
+            (CellArray::Byte(a), CellArray::Byte(b)) => a.copy_from(b, threads),
+            (CellArray::Half(a), CellArray::Half(b)) => a.copy_from(b, threads),
+            (CellArray::Word(a), CellArray::Word(b)) => a.copy_from(b, threads),
+            (CellArray::Packed(a), CellArray::Packed(b)) if a.bits.len() == b.bits.len() => {
+                copy_in_parallel(a.bits.as_raw_mut_slice(), b.bits.as_raw_slice(), threads);
+                a.width = b.width;
+            }
+            (a, b) => *a = b.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

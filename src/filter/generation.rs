@@ -474,6 +474,38 @@ fn most_equal(values: &mut [u32]) -> u32 {
     best
 }
 
+/// Copying into an existing generation (a checkpoint's spare copy of a slice).
+impl Generation {
+    /// Makes `self` equal to `other`, reusing `self`'s cell storage when it
+    /// has the same layout and size; large cell arrays are copied by `threads` threads.
+    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
+        let Generation {
+            level,
+            m,
+            block,
+            cells,
+            hist,
+            live,
+            inserted,
+            sweep_cursor,
+            sweep_debt,
+            full_at_live,
+            full_at_keys,
+        } = other;
+        self.level = *level;
+        self.m = *m;
+        self.block = *block;
+        self.cells.copy_from(cells, threads);
+        self.hist.clone_from(hist);
+        self.live = *live;
+        self.inserted = *inserted;
+        self.sweep_cursor = *sweep_cursor;
+        self.sweep_debt = *sweep_debt;
+        self.full_at_live = *full_at_live;
+        self.full_at_keys = *full_at_keys;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -379,6 +379,45 @@ const HEADROOM: f64 = 1.5;
 /// is the hysteresis that keeps a slice from handing over back and forth.
 const HANDOVER_MARGIN: f64 = 1.1;
 
+/// Copying into an existing filter: what a checkpoint needs to take an
+/// exact copy of a slice without allocating (and page-faulting) a fresh
+/// gigabyte each time.
+impl SlidingFilter {
+    /// Makes `self` equal to `other` (`*self == *other` afterwards), reusing
+    /// the cell storage of `self`'s generations: each generation of `other`
+    /// is copied into one of `self`'s with storage of the same size if there
+    /// is one (so a dropped oldest generation does not defeat the reuse),
+    /// otherwise it is cloned. Generations of `self` left over are freed.
+    pub fn copy_from(&mut self, other: &Self) {
+        self.copy_from_threads(other, 1);
+    }
+
+    /// [`Self::copy_from`], with large cell arrays copied by `threads`
+    /// threads (scoped, started for the copy): the same result, in less
+    /// time when the cores are shared with other work.
+    pub fn copy_from_threads(&mut self, other: &Self, threads: usize) {
+        let SlidingFilter { params, clock_ms, now, next_tick_ms, generations, counters } = other;
+        self.params.clone_from(params);
+        self.clock_ms = *clock_ms;
+        self.now = *now;
+        self.next_tick_ms = *next_tick_ms;
+        self.counters.clone_from(counters);
+        let mut spare = std::mem::take(&mut self.generations);
+        self.generations.reserve(generations.len());
+        for g in generations {
+            let fits = spare.iter().position(|s| s.m == g.m && s.cells.memory_bytes() == g.cells.memory_bytes());
+            match fits {
+                Some(i) => {
+                    let mut s = spare.swap_remove(i);
+                    s.copy_from(g, threads);
+                    self.generations.push(s);
+                }
+                None => self.generations.push(g.clone()),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,6 +36,12 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
     if c.get("fetch.queue.backoff.ms").is_none() {
         c.set("fetch.queue.backoff.ms", "10");
     }
+    // Bounded memory: librdkafka's prefetch queue may otherwise hold 64 MiB
+    // (its default) before it stops fetching. 16 MiB is still hundreds of
+    // thousands of small records, several fetches ahead.
+    if c.get("queued.max.messages.kbytes").is_none() {
+        c.set("queued.max.messages.kbytes", "16384");
+    }
     // Statistics feed the consumer-lag gauge.
     if c.get("statistics.interval.ms").is_none() {
         c.set("statistics.interval.ms", "2000");
@@ -72,6 +78,18 @@ pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
     // the client's own (1 MB) default: let the broker's limit decide.
     if c.get("message.max.bytes").is_none() {
         c.set("message.max.bytes", "104857600");
+    }
+    // Bounded memory: librdkafka's default lets a producer queue 1 GiB of
+    // records (a snapshot's chunks, or large records). Sends wait (back-pressure)
+    // while the queue is full; 100 000 records (librdkafka's default count)
+    // or 64 MiB, whichever comes first — but always room for one record of
+    // `message.max.bytes`, or a send of one would wait forever.
+    if c.get("queue.buffering.max.kbytes").is_none() {
+        let largest = c.get("message.max.bytes").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        c.set("queue.buffering.max.kbytes", (largest / 1024 + 1024).max(65536).to_string());
+    }
+    if c.get("queue.buffering.max.messages").is_none() {
+        c.set("queue.buffering.max.messages", "100000");
     }
     c
 }

@@ -120,9 +120,7 @@ impl ProducerContext for DeliveryWatch {
             && m.topic() == topic
             && let Some(ts) = m.timestamp().to_millis()
         {
-            let now =
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-            histogram.observe((now - ts).max(0) as f64 / 1000.0);
+            crate::metrics::observe_since(histogram, Some(ts), crate::metrics::now_ms());
         }
         match result {
             // Counted after the failure check below could see an earlier

@@ -5,7 +5,9 @@
 //! Records are routed in timestamp order across the input partitions this
 //! router owns: the buffered head with the smallest timestamp goes first,
 //! and a partition with nothing buffered holds the others back unless it has
-//! reached its end (or for at most `MAX_WAIT`). A slice's clock is the
+//! reached its end (or for at most `MAX_WAIT`), or the record to go is at most
+//! `slicing.order_tolerance` newer than the last record read from it (live
+//! input: partitions that keep up with each other never wait on one another). A slice's clock is the
 //! largest timestamp it has seen, so without this a backlog read partition
 //! by partition would push the clock a whole window ahead of the records
 //! still to come from other partitions.
@@ -40,11 +42,13 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
-use crate::engine::{Extractor, RecordView, SourceRef};
+use crate::engine::{Extractor, RecordView};
 use crate::filter::KeyHash;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, now_ms, observe_since};
+use prometheus::Histogram;
 
 const COMMIT_EVERY: Duration = Duration::from_millis(500);
+const COMMIT_CHECK_EVERY: Duration = Duration::from_millis(10);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an empty partition that has not reached its end may hold back the others.
 const MAX_WAIT: Duration = Duration::from_secs(2);
@@ -61,6 +65,8 @@ pub struct RouterDeps {
     pub cfg: Resolved,
     pub extractor: Extractor,
     pub slices: u32,
+    /// `<app.id>.slices`.
+    pub slice_topic: String,
     pub seed: u64,
     /// Counts the slice topic and the dead-letter topic, partitions `0..slices`.
     pub producer: OutputProducer,
@@ -207,6 +213,8 @@ fn commit_offsets<C: ConsumerContext>(
 /// One input partition's buffered records, in offset order.
 struct Lane<'c> {
     records: VecDeque<BorrowedMessage<'c>>,
+    /// Timestamp of the last record read from the partition.
+    last_timestamp: Option<i64>,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
@@ -216,17 +224,29 @@ struct Lane<'c> {
 
 impl Lane<'_> {
     fn new() -> Self {
-        Lane { records: VecDeque::new(), last_arrival: Instant::now(), at_end: false, paused: false }
+        Lane {
+            records: VecDeque::new(),
+            last_timestamp: None,
+            last_arrival: Instant::now(),
+            at_end: false,
+            paused: false,
+        }
     }
 
-    /// An empty lane may still deliver a record older than every buffered one.
-    fn holds_back(&self, now: Instant) -> bool {
-        self.records.is_empty() && !self.at_end && now.duration_since(self.last_arrival) < MAX_WAIT
+    /// An empty lane may still deliver a record older than every buffered
+    /// one: it holds back a record at `next` ms more than `tolerance` ms
+    /// newer than its own last record.
+    fn holds_back(&self, now: Instant, next: i64, tolerance: i64) -> bool {
+        self.records.is_empty()
+            && !self.at_end
+            && now.duration_since(self.last_arrival) < MAX_WAIT
+            && self.last_timestamp.is_none_or(|last| next > last.saturating_add(tolerance))
     }
 }
 
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
 pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    super::name_thread("dedupd-router");
     let shared = Arc::new(Mutex::new(Shared::default()));
     let id = &deps.cfg.settings.app.id;
     let mut config = clients::group_consumer(&deps.cfg, &format!("{id}.router"), &format!("{id}-router"));
@@ -242,6 +262,11 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
     let mut lanes: BTreeMap<PartitionId, Lane<'_>> = BTreeMap::new();
     let mut last_candidate = Instant::now();
+    let received = deps.metrics.stage("router_received");
+    let sent = deps.metrics.stage("router_sent");
+    // Per input topic, found by a scan (a handful of topics): no label lookup per record.
+    let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
+    let mut last_commit_check = Instant::now();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -250,7 +275,16 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         let now = Instant::now();
         match polled {
             Some(Ok(msg)) => {
-                deps.metrics.input_records.with_label_values(&[msg.topic()]).inc();
+                match input_counters.iter().find(|(t, _)| t == msg.topic()) {
+                    Some((_, c)) => c.inc(),
+                    None => {
+                        let c = deps.metrics.input_counter(msg.topic());
+                        c.inc();
+                        input_counters.push((msg.topic().to_string(), c));
+                    }
+                }
+                let timestamp = msg.timestamp().to_millis();
+                observe_since(&received, timestamp, now_ms());
                 let (topic, partition) = (msg.topic(), msg.partition());
                 // A handful of lanes: a scan finds one without allocating its key.
                 let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
@@ -258,6 +292,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
                 };
                 lane.last_arrival = now;
+                lane.last_timestamp = timestamp.or(lane.last_timestamp);
                 lane.at_end = false;
                 if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
                     lane.paused = set_paused(&consumer, topic, partition, true);
@@ -283,15 +318,19 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 lanes.entry(new).or_insert_with(Lane::new);
             }
         }
-        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now) {
+        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
             break Err(e);
         }
-        let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
-        if new_candidate {
-            last_candidate = now;
-        }
-        if let Err(e) = commit_acknowledged(&deps, &consumer, &shared, new_candidate) {
-            break Err(e);
+        // Acknowledgements are looked at every few milliseconds, not per record.
+        if now.duration_since(last_commit_check) >= COMMIT_CHECK_EVERY {
+            last_commit_check = now;
+            let new_candidate = now.duration_since(last_candidate) >= COMMIT_EVERY;
+            if new_candidate {
+                last_candidate = now;
+            }
+            if let Err(e) = commit_acknowledged(&deps, &consumer, &shared, new_candidate) {
+                break Err(e);
+            }
         }
     };
     drop(lanes);
@@ -323,20 +362,23 @@ fn route_ready<C: ConsumerContext>(
     shared: &Mutex<Shared>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
     now: Instant,
+    sent: &Histogram,
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
+    let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
+    let mut wall_ms = None;
     let result = loop {
-        if lanes.values().any(|l| l.holds_back(now)) {
-            break Ok(());
-        }
         let next = lanes
             .values()
             .enumerate()
             .filter_map(|(i, l)| l.records.front().map(|m| (m.timestamp().to_millis().unwrap_or(i64::MIN), i)))
             .min();
-        let Some((_, index)) = next else {
+        let Some((timestamp, index)) = next else {
             break Ok(());
         };
+        if lanes.values().any(|l| l.holds_back(now, timestamp, tolerance)) {
+            break Ok(());
+        }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
         let msg = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
@@ -345,6 +387,7 @@ fn route_ready<C: ConsumerContext>(
         if let Err(e) = route(deps, &msg) {
             break Err(e);
         }
+        observe_since(sent, msg.timestamp().to_millis(), *wall_ms.get_or_insert_with(now_ms));
         match routed.last_mut() {
             Some((i, next)) if *i == index => *next = msg.offset() + 1,
             _ => routed.push((index, msg.offset() + 1)),
@@ -369,17 +412,19 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let stamp = SourceRef::stamp(msg.topic(), msg.partition(), msg.offset());
+    // `SourceRef::stamp`, in a buffer on the stack (a topic name is at most 249 bytes).
+    let mut buf = [0u8; 320];
+    let stamp = {
+        use std::io::Write;
+        let mut w = std::io::Cursor::new(&mut buf[..]);
+        let _ = write!(w, "{}/{}/{}", msg.topic(), msg.partition(), msg.offset());
+        let n = w.position() as usize;
+        &buf[..n]
+    };
     match deps.extractor.extract(&view, 0) {
         Ok(x) => {
             let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);
-            produce_copy(
-                &deps.producer,
-                &deps.cfg.slice_topic(),
-                slice as i32,
-                msg,
-                &[(headers::SOURCE, stamp.as_bytes())],
-            )
+            produce_copy(&deps.producer, &deps.slice_topic, slice as i32, msg, &[(headers::SOURCE, stamp)])
         }
         Err(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
@@ -392,9 +437,32 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
                 &[
                     (headers::REASON, why.reason.as_str().as_bytes()),
                     (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, stamp.as_bytes()),
+                    (headers::SOURCE, stamp),
                 ],
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_lane_holds_back_only_records_beyond_the_tolerance() {
+        let now = Instant::now();
+        let mut lane = Lane::new();
+        // Nothing read yet: it may deliver anything, so it holds everything back.
+        assert!(lane.holds_back(now, 1_000, 1_000));
+        lane.last_timestamp = Some(10_000);
+        assert!(!lane.holds_back(now, 11_000, 1_000), "within the tolerance");
+        assert!(lane.holds_back(now, 11_001, 1_000), "beyond it");
+        assert!(lane.holds_back(now, 10_001, 0), "strict order");
+        assert!(!lane.holds_back(now, 10_000, 0));
+        // At its end, or silent for longer than MAX_WAIT, it holds nothing back.
+        lane.at_end = true;
+        assert!(!lane.holds_back(now, 99_999, 0));
+        lane.at_end = false;
+        assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
     }
 }
