@@ -396,10 +396,11 @@ impl SlidingFilter {
     /// threads (scoped, started for the copy): the same result, in less
     /// time when the cores are shared with other work.
     pub fn copy_from_threads(&mut self, other: &Self, threads: usize) {
-        let SlidingFilter { params, clock_ms, now, next_tick_ms, generations, counters } = other;
+        let SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters } = other;
         self.params.clone_from(params);
         self.clock_ms = *clock_ms;
         self.now = *now;
+        self.alive.clone_from(alive);
         self.next_tick_ms = *next_tick_ms;
         self.counters.clone_from(counters);
         let mut spare = std::mem::take(&mut self.generations);
