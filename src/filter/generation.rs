@@ -105,7 +105,16 @@ pub(crate) struct AliveTable(Box<[u8]>);
 
 impl AliveTable {
     pub(crate) fn at(now: &Now) -> Self {
-        AliveTable((0..=now.period).map(|v| u8::from(now.is_alive(v))).collect())
+        let mut table = AliveTable(vec![0; now.period as usize + 1].into_boxed_slice());
+        table.reset(now);
+        table
+    }
+
+    /// Rebuilds the table for `now` in place (after a jump of the clock).
+    pub(crate) fn reset(&mut self, now: &Now) {
+        for (v, entry) in (0u32..).zip(self.0.iter_mut()) {
+            *entry = u8::from(now.is_alive(v));
+        }
     }
 
     /// Moves the table from the tick before `now` to `now`: the value of

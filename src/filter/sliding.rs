@@ -267,7 +267,7 @@ impl SlidingFilter {
             for g in &mut self.generations {
                 g.clear();
             }
-            self.alive = AliveTable::at(&self.now);
+            self.alive.reset(&self.now);
         } else {
             for tick in from + 1..=to {
                 let now = Now::at(tick, &self.params);
