@@ -29,9 +29,28 @@ impl<'a> SourceRef<'a> {
         (!topic.is_empty()).then_some(SourceRef { topic, partition, offset })
     }
 
-    pub fn stamp(topic: &str, partition: i32, offset: i64) -> String {
-        format!("{topic}/{partition}/{offset}")
+    /// Writes the stamp `topic/partition/offset` into `buf` (no allocation
+    /// per record; a topic name is at most 249 bytes, so the stamp always fits).
+    pub fn stamp<'b>(buf: &'b mut [u8; STAMP_BYTES], topic: &str, partition: i32, offset: i64) -> &'b [u8] {
+        format_into(buf, format_args!("{topic}/{partition}/{offset}"))
     }
+}
+
+/// Room for any stamp: a topic name of at most 249 bytes, two `/`, an `i32`
+/// and an `i64` in decimal.
+pub const STAMP_BYTES: usize = 320;
+
+/// Formats `args` into `buf` and returns the bytes written, without
+/// allocating: for the header values written per record.
+///
+/// # Panics
+/// If the text does not fit in `buf` (callers size it for their format).
+pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b [u8] {
+    use std::io::Write;
+    let mut w = std::io::Cursor::new(&mut buf[..]);
+    w.write_fmt(args).expect("the buffer is sized for the text");
+    let n = w.position() as usize;
+    &buf[..n]
 }
 
 /// A record of the slice log.
@@ -300,11 +319,15 @@ mod tests {
 
     #[test]
     fn source_stamps() {
-        let stamp = SourceRef::stamp("clicks.v2", 7, 12345);
-        assert_eq!(
-            SourceRef::parse(stamp.as_bytes()),
-            Some(SourceRef { topic: "clicks.v2", partition: 7, offset: 12345 })
-        );
+        let mut buf = [0u8; STAMP_BYTES];
+        let stamp = SourceRef::stamp(&mut buf, "clicks.v2", 7, 12345);
+        assert_eq!(SourceRef::parse(stamp), Some(SourceRef { topic: "clicks.v2", partition: 7, offset: 12345 }));
+        // The longest stamp fits.
+        let topic = "t".repeat(249);
+        let stamp = SourceRef::stamp(&mut buf, &topic, i32::MIN, i64::MIN).to_vec();
+        assert_eq!(stamp, format!("{topic}/{}/{}", i32::MIN, i64::MIN).as_bytes());
+        let mut digits = [0u8; 20];
+        assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
     }

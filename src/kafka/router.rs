@@ -42,7 +42,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
-use crate::engine::{Extractor, RecordView};
+use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
@@ -412,15 +412,8 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    // `SourceRef::stamp`, in a buffer on the stack (a topic name is at most 249 bytes).
-    let mut buf = [0u8; 320];
-    let stamp = {
-        use std::io::Write;
-        let mut w = std::io::Cursor::new(&mut buf[..]);
-        let _ = write!(w, "{}/{}/{}", msg.topic(), msg.partition(), msg.offset());
-        let n = w.position() as usize;
-        &buf[..n]
-    };
+    let mut buf = [0u8; STAMP_BYTES];
+    let stamp = SourceRef::stamp(&mut buf, msg.topic(), msg.partition(), msg.offset());
     match deps.extractor.extract(&view, 0) {
         Ok(x) => {
             let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);

@@ -47,7 +47,9 @@ use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::slice as slice_codec;
-use crate::engine::{Extractor, RecordView, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef};
+use crate::engine::{
+    Extractor, RecordView, STAMP_BYTES, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+};
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
 
@@ -706,7 +708,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     }
     let out = &deps.cfg.settings.output;
     let mut offset_buf = [0u8; 20];
-    let offset_text = decimal(offset, &mut offset_buf);
+    let offset_text = format_into(&mut offset_buf, format_args!("{offset}"));
     match verdict {
         SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &[(headers::SLICE_OFFSET, offset_text)]),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
@@ -729,7 +731,8 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
-            let source = SourceRef::stamp(msg.topic(), msg.partition(), msg.offset());
+            let mut stamp_buf = [0u8; STAMP_BYTES];
+            let source = SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset());
             send(
                 deps,
                 &out.dead_letter_topic,
@@ -739,22 +742,9 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
                     (headers::SLICE_OFFSET, offset_text),
                     (headers::REASON, why.reason.as_str().as_bytes()),
                     (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, source.as_bytes()),
+                    (headers::SOURCE, source),
                 ],
             )
-        }
-    }
-}
-
-/// `n` in decimal, written into `buf` (no allocation per record).
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
         }
     }
 }
@@ -769,15 +759,4 @@ pub fn send(
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     produce_copy(&deps.producer, topic, slice as i32, msg, extra)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn decimal() {
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 12345, u64::MAX] {
-            assert_eq!(super::decimal(n, &mut buf), n.to_string().as_bytes());
-        }
-    }
 }
