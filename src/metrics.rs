@@ -140,7 +140,7 @@ impl Metrics {
             ),
             checkpoint_stall: b.histogram(
                 "dedupd_checkpoint_stall_seconds",
-                "Time a snapshot stopped its slice's worker (the copy of the slice state).",
+                "Longest single pause of the slice worker for one snapshot (copied in chunks while the worker goes on).",
                 fine_buckets(),
             ),
             checkpoint_bytes: b.int_gauge("dedupd_checkpoint_bytes", "Size of the slice's last snapshot.", &["slice"]),

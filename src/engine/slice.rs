@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::snapshot::{self as filter_snapshot, put_u32, put_u64};
-use crate::filter::{FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
+use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,6 +116,27 @@ impl SliceState {
 
     /// Judges the next record of the slice log.
     pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor) -> SliceVerdict {
+        self.judge(rec, extractor, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// [`Self::process`] while `copy` (begun on this state) is in progress:
+    /// the same verdict and state, and the copy stays the state as it was
+    /// when the copy began.
+    pub fn process_copying(
+        &mut self,
+        rec: &SliceRecord<'_>,
+        extractor: &Extractor,
+        copy: &mut SliceCopy,
+    ) -> SliceVerdict {
+        self.judge(rec, extractor, |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter))
+    }
+
+    fn judge(
+        &mut self,
+        rec: &SliceRecord<'_>,
+        extractor: &Extractor,
+        observe: impl FnOnce(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) -> SliceVerdict {
         self.next_offset = rec.offset + 1;
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
@@ -144,7 +165,7 @@ impl SliceState {
             return SliceVerdict::Distinct;
         }
         let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
-        match self.filter.observe(&hash, extracted.time_ms) {
+        match observe(&mut self.filter, &hash, extracted.time_ms) {
             Verdict::Distinct => {
                 self.counters.distinct += 1;
                 SliceVerdict::Distinct
@@ -157,25 +178,63 @@ impl SliceState {
     }
 }
 
+/// A copy of a slice's state as it was at [`SliceState::begin_copy`],
+/// filled in while the slice goes on: everything but the filter's cells is
+/// copied when it begins, the cells in chunks, copy-on-write (see
+/// [`crate::filter::copy`]). A checkpoint takes one instead of stopping the
+/// slice for a full copy. While it is in progress, every record of the slice
+/// must go through [`SliceState::process_copying`] with it.
+#[derive(Debug)]
+pub struct SliceCopy {
+    slice: u32,
+    next_offset: u64,
+    resend_marks: BTreeMap<(String, i32), i64>,
+    counters: SliceCounters,
+    passthrough: bool,
+    filter: FilterCopy,
+}
+
 impl SliceState {
-    /// Makes `self` an exact copy of `other` (`*self == *other` afterwards),
-    /// reusing `self`'s filter storage where the sizes match: a checkpoint
-    /// copies a slice into a spare state kept for it, so taking a snapshot
-    /// is a memory copy into pages that are already mapped, not a fresh
-    /// allocation that page-faults while the slice waits.
-    pub fn copy_from(&mut self, other: &SliceState) {
-        self.copy_from_threads(other, 1);
+    /// Starts a copy of this state in `spare`'s memory (see [`SliceCopy`]).
+    pub fn begin_copy(&self, spare: SliceState) -> SliceCopy {
+        let SliceState { slice, filter, next_offset, resend_marks, counters, passthrough } = self;
+        let SliceState { resend_marks: mut marks, counters: mut copied_counters, filter: spare_filter, .. } = spare;
+        marks.clone_from(resend_marks);
+        copied_counters.clone_from(counters);
+        SliceCopy {
+            slice: *slice,
+            next_offset: *next_offset,
+            resend_marks: marks,
+            counters: copied_counters,
+            passthrough: *passthrough,
+            filter: filter.begin_copy(spare_filter),
+        }
+    }
+}
+
+impl SliceCopy {
+    /// The slice offset the copy was taken at (it reflects every record below).
+    pub fn offset(&self) -> u64 {
+        self.next_offset
     }
 
-    /// [`Self::copy_from`] with large cell arrays copied by `threads` threads.
-    pub fn copy_from_threads(&mut self, other: &SliceState, threads: usize) {
-        let SliceState { slice, filter, next_offset, resend_marks, counters, passthrough } = other;
-        self.slice = *slice;
-        self.filter.copy_from_threads(filter, threads);
-        self.next_offset = *next_offset;
-        self.resend_marks.clone_from(resend_marks);
-        self.counters.clone_from(counters);
-        self.passthrough = *passthrough;
+    /// Bytes of filter cells still to copy.
+    pub fn bytes_left(&self) -> usize {
+        self.filter.bytes_left()
+    }
+
+    /// Copies up to `budget_bytes` more (at least one chunk) from `source`,
+    /// the state the copy was begun on; returns whether it is complete.
+    pub fn advance(&mut self, source: &SliceState, budget_bytes: usize) -> bool {
+        self.filter.advance(&source.filter, budget_bytes)
+    }
+
+    /// Copies whatever is left from `source` (the state the copy was begun
+    /// on) and returns the copy: equal to that state as it was when the
+    /// copy began.
+    pub fn finish(self, source: &SliceState) -> SliceState {
+        let SliceCopy { slice, next_offset, resend_marks, counters, passthrough, filter } = self;
+        SliceState { slice, filter: filter.finish(&source.filter), next_offset, resend_marks, counters, passthrough }
     }
 }
 
@@ -306,6 +365,42 @@ mod tests {
         assert!(matches!(decode(&bytes, 3, &other), Err(SnapshotError::ParameterMismatch { .. })));
     }
 
+    /// A copy taken while the slice goes on is the slice as it was when the
+    /// copy began — filter, offset, re-send marks (a new input partition
+    /// appears during the copy) and counters — and the slice itself judges
+    /// exactly as one that was never copied.
+    #[test]
+    fn a_copy_is_the_state_when_it_began() {
+        let big = FilterSpec { window_ms: 60_000, expected_keys: 200_000, ..FilterSpec::default() }.resolve().unwrap();
+        let ex = extractor();
+        let feed = |s: &mut SliceState, range: std::ops::Range<u64>, copy: Option<&mut SliceCopy>| {
+            let mut copy = copy;
+            let mut verdicts = Vec::new();
+            for i in range {
+                let key = (i % 5_000).to_le_bytes();
+                let source = Some(SourceRef { topic: "t", partition: (i / 1_000) as i32, offset: i as i64 });
+                let r = rec(i, &key, i as i64 * 2, source);
+                verdicts.push(match copy.as_deref_mut() {
+                    Some(c) => s.process_copying(&r, &ex, c),
+                    None => s.process(&r, &ex),
+                });
+            }
+            verdicts
+        };
+        let mut s = SliceState::new(3, big.clone(), 0);
+        feed(&mut s, 0..20_000, None);
+        let (expected, mut uncopied) = (s.clone(), s.clone());
+        let mut copy = s.begin_copy(SliceState::new(3, big, 0));
+        assert_eq!(copy.offset(), 20_000);
+        assert!(copy.bytes_left() > 0);
+        let with_copy = feed(&mut s, 20_000..25_000, Some(&mut copy));
+        assert_eq!(with_copy, feed(&mut uncopied, 20_000..25_000, None));
+        assert_eq!(s, uncopied);
+        let done = copy.finish(&s);
+        assert_eq!(done, expected);
+        assert_eq!(encode(&done), encode(&expected));
+    }
+
     #[test]
     fn passthrough_judges_nothing() {
         let mut s = SliceState::new(0, params(), 0);
@@ -330,63 +425,5 @@ mod tests {
         assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
-    }
-
-    #[test]
-    fn copy_from_is_exact_across_growth_and_drops() {
-        // A small filter that grows and drops generations, copied at many points
-        // into one reused spare: every copy equals the state and encodes the same.
-        let p = FilterSpec { window_ms: 50, expected_keys: 20, ..FilterSpec::default() }.resolve().unwrap();
-        let mut s = SliceState::new(1, p.clone(), 0);
-        let mut spare = SliceState::new(9, p.clone(), 77);
-        let ex = extractor();
-        let mut generations_seen = std::collections::BTreeSet::new();
-        for i in 0..4000u64 {
-            let key = (i * 7919 % 1000).to_le_bytes();
-            // Bursts of many keys, then quiet stretches, so generations come and go.
-            let ts = (i / 400) as i64 * 100 + (i % 400) as i64 / 20;
-            s.process(
-                &rec(i, &key, ts, Some(SourceRef { topic: "t", partition: (i % 2) as i32, offset: i as i64 })),
-                &ex,
-            );
-            generations_seen.insert(s.filter.generations().len());
-            if i % 97 == 0 {
-                if i % 2 == 0 {
-                    spare.copy_from(&s)
-                } else {
-                    spare.copy_from_threads(&s, 3)
-                }
-                assert_eq!(spare, s, "copy at record {i}");
-                assert_eq!(encode(&spare), encode(&s));
-            }
-        }
-        assert!(generations_seen.len() > 1, "the test should see growth: {generations_seen:?}");
-        // A copy goes on judging exactly as the original.
-        spare.copy_from(&s);
-        for i in 4000..4500u64 {
-            let key = (i * 31 % 700).to_le_bytes();
-            let r = rec(i, &key, 4000 + i as i64, None);
-            assert_eq!(spare.process(&r, &ex), s.process(&r, &ex));
-        }
-        assert_eq!(spare, s);
-    }
-
-    #[test]
-    fn copy_from_threads_on_a_large_filter() {
-        // Cells well above the size at which the copy is split between threads.
-        let p = FilterSpec { window_ms: 60_000, expected_keys: 3_000_000, ..FilterSpec::default() }.resolve().unwrap();
-        let mut s = SliceState::new(0, p.clone(), 0);
-        assert!(s.filter.memory_bytes() > 16 << 20, "{}", s.filter.memory_bytes());
-        let ex = extractor();
-        for i in 0..20_000u64 {
-            let key = (i * 2_654_435_761 % 15_000).to_le_bytes();
-            s.process(&rec(i, &key, i as i64, None), &ex);
-        }
-        let mut spare = s.clone();
-        spare.process(&rec(20_000, b"x", 20_000, None), &ex);
-        for threads in [1, 2, 3, 8] {
-            spare.copy_from_threads(&s, threads);
-            assert_eq!(spare, s, "{threads} threads");
-        }
     }
 }

@@ -135,6 +135,18 @@ impl<T: Plain> Lines<T> {
     }
 }
 
+impl<T: Plain> Lines<T> {
+    /// The cells' bytes in memory.
+    fn storage(&self) -> &[u8] {
+        &self.bytes[self.offset..self.offset + self.len * std::mem::size_of::<T>()]
+    }
+
+    fn storage_mut(&mut self) -> &mut [u8] {
+        let end = self.offset + self.len * std::mem::size_of::<T>();
+        &mut self.bytes[self.offset..end]
+    }
+}
+
 impl<T: Plain> std::ops::Deref for Lines<T> {
     type Target = [T];
     #[inline(always)]
@@ -373,6 +385,68 @@ impl CellArray {
         }
     }
 
+    /// The storage in memory, as bytes (in the machine's byte order, unlike
+    /// [`Self::to_le_bytes`]): what a copy in pieces copies.
+    pub(crate) fn storage(&self) -> &[u8] {
+        match self {
+            CellArray::Nibble(c) => c.0.storage(),
+            CellArray::Byte(c) => c.storage(),
+            CellArray::Half(c) => c.storage(),
+            CellArray::Word(c) => c.storage(),
+            CellArray::Packed(c) => {
+                let words = c.bits.as_raw_slice();
+                // SAFETY: the words' bytes, initialised, borrowed with them;
+                // u8 has no alignment requirement.
+                unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+            }
+        }
+    }
+
+    /// [`Self::storage`], to write.
+    pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
+        match self {
+            CellArray::Nibble(c) => c.0.storage_mut(),
+            CellArray::Byte(c) => c.storage_mut(),
+            CellArray::Half(c) => c.storage_mut(),
+            CellArray::Word(c) => c.storage_mut(),
+            CellArray::Packed(c) => {
+                let words = c.bits.as_raw_mut_slice();
+                // SAFETY: as in `storage`, exclusively borrowed; every byte
+                // pattern is a valid u64.
+                unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
+            }
+        }
+    }
+
+    /// The first and last byte of [`Self::storage`] that hold cell `i`.
+    pub(crate) fn storage_span(&self, i: usize) -> (usize, usize) {
+        match self {
+            CellArray::Nibble(_) => (i / 2, i / 2),
+            CellArray::Byte(_) => (i, i),
+            CellArray::Half(_) => (2 * i, 2 * i + 1),
+            CellArray::Word(_) => (4 * i, 4 * i + 3),
+            // The whole words the cell's bits lie in (which bytes of a word
+            // hold which bits depends on the byte order).
+            CellArray::Packed(c) => {
+                let (first, last) = (i * c.width / 64, ((i + 1) * c.width - 1) / 64);
+                (first * 8, last * 8 + 7)
+            }
+        }
+    }
+
+    /// Whether `other` has the same layout and size, so that copying its
+    /// storage into `self`'s byte for byte makes the two equal.
+    pub(crate) fn same_shape(&self, other: &Self) -> bool {
+        let width = |c: &CellArray| match c {
+            CellArray::Nibble(_) => 4,
+            CellArray::Byte(_) => 8,
+            CellArray::Half(_) => 16,
+            CellArray::Word(_) => 32,
+            CellArray::Packed(p) => p.width,
+        };
+        width(self) == width(other) && self.storage().len() == other.storage().len()
+    }
+
     /// The storage as little-endian bytes (the snapshot encoding).
     pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
         match self {
@@ -384,13 +458,13 @@ impl CellArray {
         }
     }
 
-    /// Rebuilds an array from [`CellArray::to_le_bytes`]; `None` if `bytes`
-    /// has the wrong length for `m` cells of `width` bits.
     /// The largest value among the first `m` cells (0 when empty).
     pub(crate) fn max_value(&self, m: usize) -> u32 {
         with_cells!(self, c => (0..m).map(|i| c.get(i)).max().unwrap_or(0))
     }
 
+    /// Rebuilds an array from [`CellArray::to_le_bytes`]; `None` if `bytes`
+    /// has the wrong length for `m` cells of `width` bits.
     pub(crate) fn from_le_bytes(width: u8, m: usize, bytes: &[u8]) -> Option<Self> {
         let mut cells = CellArray::new(width, m);
         if bytes.len() != cells.memory_bytes() {
@@ -457,66 +531,6 @@ pub(crate) fn prefetch(addr: *const u8) {
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = addr;
-}
-
-/// Copying into an existing array (a checkpoint's spare copy of a slice):
-/// same-sized storage is overwritten in place, so memory that is already
-/// mapped and faulted in is reused instead of a fresh allocation.
-impl<T: Plain + Send + Sync> Lines<T> {
-    /// Makes `self` equal to `other`, reusing `self`'s storage if it has the
-    /// same length; large arrays are copied by `threads` threads.
-    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
-        if self.len == other.len {
-            copy_in_parallel(self, other, threads);
-        } else {
-            *self = other.clone();
-        }
-    }
-}
-
-/// Below this many bytes a copy is not split between threads.
-const PARALLEL_COPY_MIN_BYTES: usize = 4 << 20;
-
-/// `dst.copy_from_slice(src)`, in `threads` contiguous pieces on scoped
-/// threads when the copy is large (the calling thread copies one piece).
-/// The result is the same bytes whatever the number of threads.
-pub(crate) fn copy_in_parallel<T: Copy + Send + Sync>(dst: &mut [T], src: &[T], threads: usize) {
-    let bytes = std::mem::size_of_val(src);
-    if threads <= 1 || bytes < PARALLEL_COPY_MIN_BYTES {
-        dst.copy_from_slice(src);
-        return;
-    }
-    assert_eq!(dst.len(), src.len(), "copy between arrays of different lengths");
-    let piece = src.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut pieces = dst.chunks_mut(piece).zip(src.chunks(piece));
-        let first = pieces.next();
-        for (d, s) in pieces {
-            scope.spawn(move || d.copy_from_slice(s));
-        }
-        if let Some((d, s)) = first {
-            d.copy_from_slice(s);
-        }
-    });
-}
-
-impl CellArray {
-    /// Makes `self` equal to `other`, reusing `self`'s storage when it has the
-    /// same layout and size (no allocation, no page faults); large arrays are
-    /// copied by `threads` threads.
-    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
-        match (&mut *self, other) {
-            (CellArray::Nibble(a), CellArray::Nibble(b)) => a.0.copy_from(&b.0, threads),
-            (CellArray::Byte(a), CellArray::Byte(b)) => a.copy_from(b, threads),
-            (CellArray::Half(a), CellArray::Half(b)) => a.copy_from(b, threads),
-            (CellArray::Word(a), CellArray::Word(b)) => a.copy_from(b, threads),
-            (CellArray::Packed(a), CellArray::Packed(b)) if a.bits.len() == b.bits.len() => {
-                copy_in_parallel(a.bits.as_raw_mut_slice(), b.bits.as_raw_slice(), threads);
-                a.width = b.width;
-            }
-            (a, b) => *a = b.clone(),
-        }
-    }
 }
 
 #[cfg(test)]

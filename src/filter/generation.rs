@@ -20,6 +20,7 @@
 //!   ticks after it emptied).
 
 use super::cells::{CellArray, TimerCells, with_cells};
+use super::copy::CellWrites;
 use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
 use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
@@ -333,6 +334,11 @@ impl Generation {
         })
     }
 
+    /// Calls `each` with the positions of the key's k cells.
+    pub(crate) fn for_each_position(&self, hash: &KeyHash, k: u32, mut each: impl FnMut(usize)) {
+        with_positions!(self, hash, positions => positions.take(k as usize).for_each(&mut each))
+    }
+
     /// Whether all k cells of the key are alive: the test of test-then-insert,
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]
@@ -400,9 +406,16 @@ impl Generation {
         self.inserted += 1;
     }
 
-    /// Moves the generation's view of time one tick forward to `now`: the
-    /// cells stored W + 1 ticks ago die, and the sweep clears its share.
+    /// [`Self::step_telling`] with no one to tell.
+    #[cfg(test)]
     pub(crate) fn step(&mut self, now: &Now, sweep_ticks: u32) {
+        self.step_telling(now, sweep_ticks, &mut super::copy::Untold);
+    }
+
+    /// Moves the generation's view of time one tick forward to `now`: the
+    /// cells stored W + 1 ticks ago die, and the sweep clears its share,
+    /// telling `writes` which cells it is about to change first.
+    pub(crate) fn step_telling<W: CellWrites>(&mut self, now: &Now, sweep_ticks: u32, writes: &mut W) {
         if now.tick > u64::from(now.window) {
             let died = now.value_at(now.tick - u64::from(now.window) - 1);
             // Exact up to this moment: the cells still holding `died`.
@@ -415,7 +428,7 @@ impl Generation {
         self.sweep_debt += self.m;
         let due = self.sweep_debt / u64::from(sweep_ticks);
         self.sweep_debt %= u64::from(sweep_ticks);
-        self.sweep(due.min(self.m), now);
+        self.sweep(due.min(self.m), now, writes);
     }
 
     /// Clears expired cells among the next `count` cells of the sweep, in
@@ -423,21 +436,22 @@ impl Generation {
     /// cell (whether a cell has expired is a coin toss at the design
     /// density). The histogram needs no update: clearing a dead cell changes
     /// no alive value's bucket.
-    fn sweep(&mut self, count: u64, now: &Now) {
+    fn sweep<W: CellWrites>(&mut self, count: u64, now: &Now, writes: &mut W) {
         let m = self.m as usize;
         let mut cursor = self.sweep_cursor as usize;
         let mut left = count as usize;
-        with_cells!(&mut self.cells, c => {
-            while left > 0 {
-                let n = left.min(SWEEP_RUN).min(m - cursor);
-                c.clear_dead(cursor, n, now);
-                left -= n;
-                cursor += n;
-                if cursor == m {
-                    cursor = 0;
-                }
+        while left > 0 {
+            let n = left.min(SWEEP_RUN).min(m - cursor);
+            if W::ACTIVE {
+                writes.cells(self, cursor, n);
             }
-        });
+            with_cells!(&mut self.cells, c => c.clear_dead(cursor, n, now));
+            left -= n;
+            cursor += n;
+            if cursor == m {
+                cursor = 0;
+            }
+        }
         self.sweep_cursor = cursor as u64;
     }
 
@@ -485,14 +499,16 @@ fn most_equal(values: &mut [u32]) -> u32 {
 
 /// Copying into an existing generation (a checkpoint's spare copy of a slice).
 impl Generation {
-    /// Makes `self` equal to `other`, reusing `self`'s cell storage when it
-    /// has the same layout and size; large cell arrays are copied by `threads` threads.
-    pub(crate) fn copy_from(&mut self, other: &Self, threads: usize) {
+    /// Makes `self` equal to `other` but for the cells' contents, which a
+    /// copy in pieces fills in later (the cells must already have `other`'s
+    /// shape, see [`CellArray::same_shape`]). Every field is named, so that
+    /// a new one cannot be forgotten here.
+    pub(crate) fn copy_all_but_cells(&mut self, other: &Self) {
         let Generation {
             level,
             m,
             block,
-            cells,
+            cells: _,
             hist,
             live,
             inserted,
@@ -504,7 +520,6 @@ impl Generation {
         self.level = *level;
         self.m = *m;
         self.block = *block;
-        self.cells.copy_from(cells, threads);
         self.hist.clone_from(hist);
         self.live = *live;
         self.inserted = *inserted;

@@ -7,8 +7,10 @@
 //! - [`sliced`]: S independent slices chosen by `H_S(key)`.
 //! - [`params`] and [`sizing`]: settings, validation and the papers' formulas.
 //! - [`snapshot`]: the versioned, checksummed binary state of one slice.
+//! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
 
 pub(crate) mod cells;
+pub mod copy;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
@@ -18,6 +20,7 @@ pub mod sliced;
 pub mod sliding;
 pub mod snapshot;
 
+pub use copy::FilterCopy;
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

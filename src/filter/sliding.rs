@@ -19,6 +19,7 @@
 //! taking keys past its threshold, its FPR rises above the target, memory
 //! stays bounded, and every such insert is counted as `saturated_inserts`.
 
+use super::copy::{CellWrites, Untold};
 use super::generation::{AliveTable, Generation, Now};
 use super::hash::KeyHash;
 use super::params::{FilterParams, Growth, MAX_LEVEL};
@@ -188,7 +189,14 @@ impl SlidingFilter {
 
     /// Test-then-insert for one event at `time_ms`.
     pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
-        self.advance(time_ms);
+        self.observe_telling(hash, time_ms, &mut Untold)
+    }
+
+    /// [`Self::observe`], telling `writes` of every cell write before it
+    /// happens (a copy in progress, see [`super::copy`]).
+    #[inline]
+    pub(crate) fn observe_telling<W: CellWrites>(&mut self, hash: &KeyHash, time_ms: u64, writes: &mut W) -> Verdict {
+        self.advance_telling(time_ms, writes);
         let now = self.now();
         let k = self.params.hashes;
         self.counters.events += 1;
@@ -203,6 +211,9 @@ impl SlidingFilter {
         let newest = self.generations.last_mut().expect("never empty");
         if at_cap && growth != Growth::None && newest.is_full(growth) {
             self.counters.saturated_inserts += 1;
+        }
+        if W::ACTIVE {
+            newest.for_each_position(hash, k, |i| writes.cell(newest, i));
         }
         newest.insert(hash, k, &now, &self.alive);
         if !at_cap && newest.is_full(growth) {
@@ -227,6 +238,11 @@ impl SlidingFilter {
     /// goes back: a late event is judged at the clock).
     #[inline]
     pub fn advance(&mut self, time_ms: u64) {
+        self.advance_telling(time_ms, &mut Untold);
+    }
+
+    #[inline]
+    fn advance_telling<W: CellWrites>(&mut self, time_ms: u64, writes: &mut W) {
         let Some(clock) = self.clock_ms else {
             self.start_clock(time_ms);
             return;
@@ -241,7 +257,7 @@ impl SlidingFilter {
         if time_ms < self.next_tick_ms {
             return; // same tick
         }
-        self.next_tick(time_ms);
+        self.next_tick(time_ms, writes);
     }
 
     /// The first event sets the clock.
@@ -258,13 +274,14 @@ impl SlidingFilter {
     /// The clock enters a later tick: the generations step through every
     /// tick in between (or are cleared when the gap exceeds the window).
     #[inline(never)]
-    fn next_tick(&mut self, time_ms: u64) {
+    fn next_tick<W: CellWrites>(&mut self, time_ms: u64, writes: &mut W) {
         let (from, to) = (self.now.tick, time_ms / self.params.tick_ms);
         self.now = Now::at(to, &self.params);
         self.next_tick_ms = (to + 1).saturating_mul(self.params.tick_ms);
         if to - from > u64::from(self.params.window_ticks) {
             // Every cell is older than the window: skip the tick-by-tick work.
             for g in &mut self.generations {
+                writes.all(g);
                 g.clear();
             }
             self.alive.reset(&self.now);
@@ -273,11 +290,11 @@ impl SlidingFilter {
                 let now = Now::at(tick, &self.params);
                 self.alive.step(&now);
                 for g in &mut self.generations {
-                    g.step(&now, self.params.sweep_ticks);
+                    g.step_telling(&now, self.params.sweep_ticks, writes);
                 }
             }
         }
-        self.retire();
+        self.retire(writes);
     }
 
     fn now(&self) -> Now {
@@ -334,13 +351,17 @@ impl SlidingFilter {
     /// Drops generations with no live cell, and lets a lone oversized
     /// generation hand over to the smallest level that holds its load with a
     /// margin (it then expires within a window).
-    fn retire(&mut self) {
+    fn retire<W: CellWrites>(&mut self, writes: &mut W) {
         let before = self.generations.len();
         let newest = before - 1;
         let mut i = 0;
         self.generations.retain(|g| {
             i += 1;
-            i - 1 == newest || g.live_cells() > 0
+            let keep = i - 1 == newest || g.live_cells() > 0;
+            if !keep {
+                writes.dropping(g);
+            }
+            keep
         });
         self.counters.generations_dropped += (before - self.generations.len()) as u64;
 
@@ -348,6 +369,7 @@ impl SlidingFilter {
             && only.level > 0
         {
             if only.live_cells() == 0 {
+                writes.dropping(only);
                 self.generations.clear();
                 self.counters.generations_dropped += 1;
                 self.push_generation(0);
@@ -379,23 +401,16 @@ const HEADROOM: f64 = 1.5;
 /// is the hysteresis that keeps a slice from handing over back and forth.
 const HANDOVER_MARGIN: f64 = 1.1;
 
-/// Copying into an existing filter: what a checkpoint needs to take an
-/// exact copy of a slice without allocating (and page-faulting) a fresh
+/// Copying into an existing filter: a checkpoint's copy of a slice
+/// ([`super::copy`]) goes into a spare kept for it, so it writes into pages
+/// already mapped instead of allocating (and page-faulting) a fresh
 /// gigabyte each time.
 impl SlidingFilter {
-    /// Makes `self` equal to `other` (`*self == *other` afterwards), reusing
-    /// the cell storage of `self`'s generations: each generation of `other`
-    /// is copied into one of `self`'s with storage of the same size if there
-    /// is one (so a dropped oldest generation does not defeat the reuse),
-    /// otherwise it is cloned. Generations of `self` left over are freed.
-    pub fn copy_from(&mut self, other: &Self) {
-        self.copy_from_threads(other, 1);
-    }
-
-    /// [`Self::copy_from`], with large cell arrays copied by `threads`
-    /// threads (scoped, started for the copy): the same result, in less
-    /// time when the cores are shared with other work.
-    pub fn copy_from_threads(&mut self, other: &Self, threads: usize) {
+    /// Makes `self` equal to `other` but for the cells of generations whose
+    /// storage is reused: those get `fill(reused, theirs)`, which must make
+    /// them equal. Returns, per generation of `other`, whether its storage
+    /// was reused (otherwise the generation was cloned).
+    pub(crate) fn copy_with(&mut self, other: &Self, mut fill: impl FnMut(&mut Generation, &Generation)) -> Vec<bool> {
         let SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters } = other;
         self.params.clone_from(params);
         self.clock_ms = *clock_ms;
@@ -405,17 +420,20 @@ impl SlidingFilter {
         self.counters.clone_from(counters);
         let mut spare = std::mem::take(&mut self.generations);
         self.generations.reserve(generations.len());
+        let mut reused = Vec::with_capacity(generations.len());
         for g in generations {
-            let fits = spare.iter().position(|s| s.m == g.m && s.cells.memory_bytes() == g.cells.memory_bytes());
+            let fits = spare.iter().position(|s| s.m == g.m && s.cells.same_shape(&g.cells));
+            reused.push(fits.is_some());
             match fits {
                 Some(i) => {
                     let mut s = spare.swap_remove(i);
-                    s.copy_from(g, threads);
+                    fill(&mut s, g);
                     self.generations.push(s);
                 }
                 None => self.generations.push(g.clone()),
             }
         }
+        reused
     }
 }
 

@@ -12,18 +12,23 @@
 //! - on revocation, the slice is snapshotted before release, and the release
 //!   waits for the write.
 //!
-//! Snapshots do not stop the worker for their write: the worker thread only
-//! copies the slice state (a memory copy of the filter's cells) and marks
-//! what it has sent to the slice's output partitions; the checkpoint writer
-//! thread waits until that mark is acknowledged, encodes the copy and writes
-//! it. One snapshot is in the writer's hands at a time.
+//! Snapshots do not stop the worker: a snapshot is a copy of the slice state
+//! taken *while the slice goes on* (copy-on-write, [`SliceState::begin_copy`]):
+//! everything but the filter's cells is copied at once (kilobytes), then the
+//! cells in 64 KiB chunks — a few after each record, more when the worker is
+//! idle, and any chunk about to be written before it is written — so the
+//! copy is the state at one offset while the worker never stops for more
+//! than a chunk or two. Then the checkpoint writer thread waits until what
+//! had been sent to the slice's output partitions at that offset is
+//! acknowledged, encodes the copy and writes it. One snapshot is in
+//! progress at a time.
 //!
 //! The copy goes into a spare state kept per owned slice, made (and so
 //! mapped and faulted in) when the slice is restored, handed to the writer
-//! and given back after the write: a snapshot is then a plain memory copy
-//! into pages already in place, not a fresh allocation that page-faults
-//! while the slice waits. The cost is memory: every owned slice's filter is
-//! held twice (state × 2), plus the encoding of the one snapshot being written.
+//! and given back after the write: copying is into pages already in place,
+//! not a fresh allocation that page-faults. The cost is memory: every owned
+//! slice's filter is held twice (state × 2), plus the encoding of the one
+//! snapshot being written.
 //!
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
@@ -48,7 +53,8 @@ use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::slice as slice_codec;
 use crate::engine::{
-    Extractor, RecordView, STAMP_BYTES, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    Extractor, RecordView, STAMP_BYTES, SliceCopy, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef,
+    format_into,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -60,13 +66,15 @@ const STALL_WARNING: Duration = Duration::from_millis(100);
 /// A slice this process owns.
 struct Owned {
     state: SliceState,
-    /// The reused copy for snapshots; `None` while the writer has it.
+    /// The reused copy for snapshots; `None` while a snapshot has it.
     spare: Option<SliceState>,
+    /// A snapshot being copied while the slice goes on.
+    copying: Option<Copying>,
     replay_until: Option<u64>,
     manifest: Option<Manifest>,
     since_checkpoint: u64,
     last_checkpoint: Instant,
-    /// A snapshot of this slice is in the checkpoint writer's hands.
+    /// A snapshot of this slice is being copied or written.
     writing: bool,
     /// Counters already published to the metrics.
     published: SliceCounters,
@@ -94,6 +102,26 @@ struct Inner {
     fatal: Option<String>,
     writer: Writer,
 }
+
+/// A snapshot being copied (see the module documentation).
+struct Copying {
+    copy: SliceCopy,
+    /// What had been sent to the slice's output partitions when it was taken.
+    mark: SentMark,
+    previous: Option<Manifest>,
+    /// When the snapshot was taken.
+    taken: Instant,
+    /// The longest the copy has stopped the worker at once.
+    longest_pause: Duration,
+    /// Records judged while it was copied.
+    records: u64,
+}
+
+/// Bytes of cells copied after each record while a snapshot is copied:
+/// a pause of tens of µs per record; ~500 records copy 123 MiB.
+const COPY_STEP_BYTES: usize = 256 << 10;
+/// Bytes of cells copied per turn of the worker loop that found no record.
+const IDLE_COPY_BYTES: usize = 16 << 20;
 
 /// A copy of a slice's state for the checkpoint writer.
 struct Job {
@@ -290,6 +318,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
     let c = point.state.filter.counters();
     Ok(Owned {
         spare,
+        copying: None,
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
         state: point.state,
@@ -339,97 +368,76 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
     })
 }
 
-/// Hands a copy of the slice's state to the checkpoint writer; returns how
-/// long that stopped the worker.
-fn submit(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<Duration, KafkaLayerError> {
+/// Takes a snapshot of the slice: begins a copy of its state (everything
+/// but the filter's cells now; the cells while the slice goes on).
+fn begin_snapshot(deps: &Deps, owned: &mut Owned) {
     let taken = Instant::now();
-    let usage_before = ThreadUsage::now();
     let slice = owned.state.slice;
-    let state = match owned.spare.take() {
-        Some(mut spare) => {
-            spare.copy_from_threads(&owned.state, copy_threads());
-            spare
-        }
-        // Only if a write failed to hand its copy back.
-        None => owned.state.clone(),
-    };
-    let job = Job {
-        mark: deps.producer.context().counts().mark(Some(slice as usize)),
-        state,
+    // A clone only if a failed write did not hand the spare back.
+    let spare = owned.spare.take().unwrap_or_else(|| owned.state.clone());
+    let copy = owned.state.begin_copy(spare);
+    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    log::debug!(
+        "slice {slice}: snapshot at offset {} taken, {} bytes of cells to copy",
+        copy.offset(),
+        copy.bytes_left()
+    );
+    owned.copying = Some(Copying {
+        copy,
+        mark,
         previous: owned.manifest.clone(),
         taken,
+        longest_pause: taken.elapsed(),
+        records: 0,
+    });
+    owned.writing = true;
+    owned.since_checkpoint = 0;
+}
+
+/// Copies up to `budget` more bytes of the snapshot being copied, if any,
+/// and hands it to the writer once complete.
+fn copy_some(deps: &Deps, inner: &mut Inner, budget: usize) -> Result<(), KafkaLayerError> {
+    let Inner { slices, writer, .. } = inner;
+    let Some(owned) = slices.values_mut().find(|o| o.copying.is_some()) else {
+        return Ok(());
     };
+    let c = owned.copying.as_mut().expect("found copying");
+    let started = Instant::now();
+    let complete = c.copy.advance(&owned.state, budget);
+    c.longest_pause = c.longest_pause.max(started.elapsed());
+    if complete { hand_over(deps, writer, owned) } else { Ok(()) }
+}
+
+/// Finishes the slice's snapshot copy (whatever is left, at once) and hands
+/// it to the checkpoint writer.
+fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<(), KafkaLayerError> {
+    let Some(Copying { copy, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
+        return Ok(());
+    };
+    let slice = owned.state.slice;
+    let started = Instant::now();
+    let state = copy.finish(&owned.state);
+    let longest_pause = longest_pause.max(started.elapsed());
     let jobs = writer
         .jobs
         .as_ref()
         .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
-    jobs.send(job)
+    let offset = state.next_offset;
+    jobs.send(Job { state, mark, previous, taken })
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
-    owned.writing = true;
-    owned.since_checkpoint = 0;
-    let stall = taken.elapsed();
-    let usage = ThreadUsage::now().since(&usage_before);
-    let offset = owned.state.next_offset;
-    let worker_stop_ms = stall.as_secs_f64() * 1000.0;
-    // CPU time, page faults and preemptions of the copy tell a slow copy
-    // (faults) from a descheduled one (preempted, little CPU).
     let line = format!(
-        "slice {slice}: snapshot at offset {offset} taken, worker_stop_ms={worker_stop_ms:.1} cpu_ms={:.1} faults={} preempted={}",
-        usage.cpu_ms, usage.faults, usage.preempted
+        "slice {slice}: snapshot at offset {offset} copied in {:.1} ms alongside {records} records, longest_pause_ms={:.2}",
+        taken.elapsed().as_secs_f64() * 1000.0,
+        longest_pause.as_secs_f64() * 1000.0
     );
-    if stall > STALL_WARNING {
+    if longest_pause > STALL_WARNING {
         log::warn!("{line}");
     } else {
         log::debug!("{line}");
     }
-    deps.metrics.checkpoint_stall.observe(stall.as_secs_f64());
-    Ok(stall)
-}
-
-/// Threads that copy a slice for a snapshot: the cores, at most 4. On cores
-/// shared with the broker and librdkafka's threads, a single copying thread
-/// is preempted dozens of times during a copy of a few milliseconds of CPU;
-/// split, the copy gets more of the machine while the worker waits for it.
-fn copy_threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(4)))
-}
-
-/// The calling thread's CPU time, minor page faults and involuntary context
-/// switches (`getrusage(RUSAGE_THREAD)`; zeros where that is not available).
-#[derive(Clone, Copy, Debug, Default)]
-struct ThreadUsage {
-    cpu_ms: f64,
-    faults: i64,
-    preempted: i64,
-}
-
-impl ThreadUsage {
-    fn now() -> Self {
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: getrusage writes one rusage struct, which we own.
-            let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-            if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) } == 0 {
-                let ms = |t: libc::timeval| t.tv_sec as f64 * 1000.0 + t.tv_usec as f64 / 1000.0;
-                return ThreadUsage {
-                    cpu_ms: ms(u.ru_utime) + ms(u.ru_stime),
-                    faults: u.ru_minflt + u.ru_majflt,
-                    preempted: u.ru_nivcsw,
-                };
-            }
-        }
-        ThreadUsage::default()
-    }
-
-    fn since(&self, before: &ThreadUsage) -> ThreadUsage {
-        ThreadUsage {
-            cpu_ms: self.cpu_ms - before.cpu_ms,
-            faults: self.faults - before.faults,
-            preempted: self.preempted - before.preempted,
-        }
-    }
+    deps.metrics.checkpoint_stall.observe(longest_pause.as_secs_f64());
+    Ok(())
 }
 
 /// Takes in a written snapshot; returns its error, if any.
@@ -483,6 +491,10 @@ fn apply_written(deps: &Deps, inner: &mut Inner) {
 /// Waits until no snapshot of `slice` is being written; returns the error
 /// of the one it waited for, if it failed.
 fn wait_written(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
+    let Inner { slices, writer, .. } = &mut *inner;
+    if let Some(owned) = slices.get_mut(&slice) {
+        hand_over(deps, writer, owned)?;
+    }
     let mut failure = Ok(());
     while inner.slices.get(&slice).is_some_and(|o| o.writing) {
         let w = inner.writer.written.recv_timeout(FLUSH_TIMEOUT * 2).map_err(|_| KafkaLayerError::Checkpoint {
@@ -506,14 +518,14 @@ fn wait_written(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaL
 fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
     // A failed write in flight leaves the slice due: it is retried here.
     let _ = wait_written(deps, inner, slice);
-    let Inner { slices, writer, .. } = inner;
-    let Some(owned) = slices.get_mut(&slice) else {
+    let Some(owned) = inner.slices.get_mut(&slice) else {
         return Ok(());
     };
     if owned.since_checkpoint == 0 && owned.manifest.is_some() {
         return Ok(());
     }
-    submit(deps, writer, owned)?;
+    // Copied at once by `wait_written`: the slice is being released.
+    begin_snapshot(deps, owned);
     wait_written(deps, inner, slice)
 }
 
@@ -547,16 +559,23 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if let Some(f) = deps.producer.context().failure() {
             break Err(KafkaLayerError::Topology(f));
         }
-        match consumer.poll(Duration::from_millis(100)) {
+        let copy_budget = match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
                 observe_since(&received, msg.timestamp().to_millis(), now_ms());
                 let mut guard = inner.lock().expect("worker lock");
                 if let Err(e) = handle(&deps, &mut guard, &msg) {
                     break Err(e);
                 }
+                COPY_STEP_BYTES
             }
-            Some(Err(e)) => log::warn!("consuming {}: {e}", deps.slice_topic),
-            None => {}
+            Some(Err(e)) => {
+                log::warn!("consuming {}: {e}", deps.slice_topic);
+                COPY_STEP_BYTES
+            }
+            None => IDLE_COPY_BYTES,
+        };
+        if let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), copy_budget) {
+            log::warn!("snapshot failed: {e}");
         }
         if last_housekeeping.elapsed() >= Duration::from_millis(200) {
             last_housekeeping = Instant::now();
@@ -573,11 +592,9 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
                 })
                 .min_by_key(|o| o.last_checkpoint)
                 .map(|o| o.state.slice);
-            if writer.outstanding == 0
-                && let Some(owned) = due.and_then(|s| slices.get_mut(&s))
-                && let Err(e) = submit(&deps, writer, owned)
-            {
-                log::warn!("slice {}: snapshot failed: {e}", owned.state.slice);
+            let in_progress = writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some());
+            if !in_progress && let Some(owned) = due.and_then(|s| slices.get_mut(&s)) {
+                begin_snapshot(&deps, owned);
             }
             publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
         }
@@ -691,7 +708,14 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let verdict = owned.state.process(&SliceRecord { offset, record, source }, &deps.extractor);
+    let slice_record = SliceRecord { offset, record, source };
+    let verdict = match owned.copying.as_mut() {
+        Some(c) => {
+            c.records += 1;
+            owned.state.process_copying(&slice_record, &deps.extractor, &mut c.copy)
+        }
+        None => owned.state.process(&slice_record, &deps.extractor),
+    };
     owned.since_checkpoint += 1;
     if let Some(input) = &deps.input_counter {
         input.inc();

@@ -1,0 +1,411 @@
+//! Copying a slice's filter while it goes on judging events (copy-on-write).
+//!
+//! A checkpoint needs the state at one moment. Copying ~1 GiB of cells in
+//! one go stops the slice for as long as the copy takes, and on cores shared
+//! with other busy threads that is whenever the scheduler lets it finish
+//! (tens to hundreds of ms for a copy of a few ms of CPU). A [`FilterCopy`]
+//! instead copies everything but the cells at once (counters, clock,
+//! histograms: kilobytes), then the cells in chunks of [`CHUNK_BYTES`]:
+//! a little after each event ([`FilterCopy::advance`]), and — the
+//! copy-on-write part — any chunk whose cells are about to change before
+//! they change. The filter tells the copy of every cell write through
+//! [`CellWrites`] (an insert's k cells, a sweep's run, a clear, a dropped
+//! generation), so a chunk is always copied as it was when the copy began,
+//! and the finished copy equals the filter at that moment exactly.
+//!
+//! The ordinary path ([`SlidingFilter::observe`]) tells no one: it runs with
+//! [`Untold`], whose calls compile to nothing.
+
+use super::generation::Generation;
+use super::sliding::SlidingFilter;
+
+/// Bytes of cell storage copied as one piece: small enough that copying
+/// one is a pause of microseconds, large enough that the bookkeeping (a
+/// bit per chunk) stays small (2 000 chunks for 123 MiB).
+pub const CHUNK_BYTES: usize = 64 << 10;
+
+/// What a filter tells before it writes cells.
+pub(crate) trait CellWrites {
+    /// Whether the calls do anything (false: the callers skip them, and
+    /// with them any work done only to make them).
+    const ACTIVE: bool;
+    /// Cell `i` of `g` is about to change.
+    fn cell(&mut self, g: &Generation, i: usize);
+    /// Cells `start..start + n` of `g` are about to change.
+    fn cells(&mut self, g: &Generation, start: usize, n: usize);
+    /// Any cell of `g` may change (it is about to be cleared).
+    fn all(&mut self, g: &Generation);
+    /// `g` is about to be dropped.
+    fn dropping(&mut self, g: &Generation);
+}
+
+/// No one to tell: the ordinary path.
+pub(crate) struct Untold;
+
+impl CellWrites for Untold {
+    const ACTIVE: bool = false;
+    #[inline(always)]
+    fn cell(&mut self, _: &Generation, _: usize) {}
+    #[inline(always)]
+    fn cells(&mut self, _: &Generation, _: usize, _: usize) {}
+    #[inline(always)]
+    fn all(&mut self, _: &Generation) {}
+    #[inline(always)]
+    fn dropping(&mut self, _: &Generation) {}
+}
+
+/// A copy of a filter as it was at [`SlidingFilter::begin_copy`], filled in
+/// while the filter goes on (see the module documentation). While it is in
+/// progress, every event of the filter must go through
+/// [`SlidingFilter::observe_copying`] with it; [`FilterCopy::finish`] gives
+/// the copy.
+#[derive(Debug)]
+pub struct FilterCopy {
+    /// The copy: everything but the cells is final from the start; the cells
+    /// of `target.generations[i]` are filled in as `parts[i]` says.
+    target: SlidingFilter,
+    parts: Vec<Part>,
+    /// Bytes per chunk.
+    chunk: usize,
+}
+
+/// The progress of one generation's cells.
+#[derive(Debug)]
+struct Part {
+    /// Which of the filter's generations this is: the address of its cell
+    /// storage, which stays put for the generation's life (never
+    /// dereferenced). 0 once the generation is gone (all of it copied), so
+    /// that a later generation at the same address is not taken for it.
+    source: usize,
+    /// Bytes of cell storage.
+    bytes: usize,
+    /// Bytes per chunk ([`CHUNK_BYTES`] but in tests).
+    chunk: usize,
+    /// A bit per chunk: copied.
+    copied: Vec<u64>,
+    /// Chunks not copied yet.
+    left: usize,
+    /// Every chunk below this one has been copied.
+    cursor: usize,
+}
+
+impl Part {
+    fn new(source: &Generation, chunk: usize, already_copied: bool) -> Part {
+        let storage = source.cells.storage();
+        let chunks = storage.len().div_ceil(chunk);
+        let mut part = Part {
+            source: storage.as_ptr() as usize,
+            bytes: storage.len(),
+            chunk,
+            copied: vec![0; chunks.div_ceil(64)],
+            left: chunks,
+            cursor: 0,
+        };
+        if already_copied {
+            part.copied.fill(u64::MAX);
+            part.left = 0;
+            part.cursor = chunks;
+        }
+        part
+    }
+
+    fn is(&self, g: &Generation) -> bool {
+        let storage = g.cells.storage();
+        self.source == storage.as_ptr() as usize && self.bytes == storage.len()
+    }
+
+    /// Copies chunk `c` from `source` to `target` unless it was copied before.
+    fn save(&mut self, c: usize, source: &[u8], target: &mut [u8]) {
+        let (word, bit) = (c / 64, 1u64 << (c % 64));
+        if self.copied[word] & bit != 0 {
+            return;
+        }
+        self.copied[word] |= bit;
+        self.left -= 1;
+        let range = c * self.chunk..((c + 1) * self.chunk).min(self.bytes);
+        target[range.clone()].copy_from_slice(&source[range]);
+    }
+
+    /// Copies the next chunks not copied yet, at most `budget`; returns how
+    /// many it copied.
+    fn advance(&mut self, budget: usize, source: &[u8], target: &mut [u8]) -> usize {
+        let mut done = 0;
+        let chunks = self.bytes.div_ceil(self.chunk);
+        while done < budget && self.left > 0 && self.cursor < chunks {
+            let before = self.left;
+            self.save(self.cursor, source, target);
+            done += before - self.left;
+            self.cursor += 1;
+        }
+        done
+    }
+}
+
+impl SlidingFilter {
+    /// Starts a copy of this filter, in `spare`'s memory where it has
+    /// generations of the same shape (a slice keeps a spare so that a
+    /// checkpoint writes into pages already mapped). Everything but the
+    /// cells is copied now; see [`FilterCopy`].
+    pub fn begin_copy(&self, spare: SlidingFilter) -> FilterCopy {
+        self.begin_copy_in_chunks(spare, CHUNK_BYTES)
+    }
+
+    /// [`Self::begin_copy`] with chunks of `chunk` bytes.
+    pub(crate) fn begin_copy_in_chunks(&self, mut spare: SlidingFilter, chunk: usize) -> FilterCopy {
+        let reused = spare.copy_with(self, Generation::copy_all_but_cells);
+        let parts = self.generations.iter().zip(reused).map(|(g, reused)| Part::new(g, chunk, !reused)).collect();
+        FilterCopy { target: spare, parts, chunk }
+    }
+
+    /// [`SlidingFilter::observe`] while `copy` (begun on this filter) is in
+    /// progress: the same verdict and state, and the cells it writes are
+    /// saved to the copy first.
+    pub fn observe_copying(&mut self, hash: &super::KeyHash, time_ms: u64, copy: &mut FilterCopy) -> super::Verdict {
+        self.observe_telling(hash, time_ms, copy)
+    }
+}
+
+impl FilterCopy {
+    /// Whether every cell has been copied.
+    pub fn is_complete(&self) -> bool {
+        self.parts.iter().all(|p| p.left == 0)
+    }
+
+    /// Bytes of cells still to copy.
+    pub fn bytes_left(&self) -> usize {
+        self.parts.iter().map(|p| p.left * self.chunk).sum()
+    }
+
+    /// Copies up to `budget_bytes` more of the cells (at least one chunk)
+    /// from `source`, the filter the copy was begun on; returns whether the
+    /// copy is complete.
+    pub fn advance(&mut self, source: &SlidingFilter, budget_bytes: usize) -> bool {
+        let mut budget = budget_bytes.div_ceil(self.chunk).max(1);
+        for (part, target) in self.parts.iter_mut().zip(&mut self.target.generations) {
+            if budget == 0 {
+                break;
+            }
+            if part.left == 0 {
+                continue;
+            }
+            // A generation of the copy that the filter no longer has was
+            // copied in full when it was dropped (`dropping`).
+            let g = source.generations.iter().find(|g| part.is(g)).expect("a generation being copied is alive");
+            budget -= part.advance(budget, g.cells.storage(), target.cells.storage_mut());
+        }
+        self.is_complete()
+    }
+
+    /// Copies whatever is left from `source` (the filter the copy was begun
+    /// on) and returns the copy: equal to the filter as it was when the copy
+    /// began.
+    pub fn finish(mut self, source: &SlidingFilter) -> SlidingFilter {
+        self.advance(source, usize::MAX);
+        debug_assert!(self.is_complete());
+        self.target
+    }
+
+    /// Saves the chunks holding storage bytes `first..=last` of `g`.
+    fn save(&mut self, g: &Generation, first: usize, last: usize) {
+        let Some(i) = self.parts.iter().position(|p| p.is(g)) else {
+            return; // a generation made after the copy began
+        };
+        let (part, target) = (&mut self.parts[i], &mut self.target.generations[i]);
+        if part.left == 0 {
+            return;
+        }
+        let (source, target) = (g.cells.storage(), target.cells.storage_mut());
+        for c in first / part.chunk..=last / part.chunk {
+            part.save(c, source, target);
+        }
+    }
+}
+
+impl CellWrites for FilterCopy {
+    const ACTIVE: bool = true;
+
+    fn cell(&mut self, g: &Generation, i: usize) {
+        let (first, last) = g.cells.storage_span(i);
+        self.save(g, first, last);
+    }
+
+    fn cells(&mut self, g: &Generation, start: usize, n: usize) {
+        if n > 0 {
+            let (first, last) = (g.cells.storage_span(start).0, g.cells.storage_span(start + n - 1).1);
+            self.save(g, first, last);
+        }
+    }
+
+    fn all(&mut self, g: &Generation) {
+        let bytes = g.cells.storage().len();
+        if bytes > 0 {
+            self.save(g, 0, bytes - 1);
+        }
+    }
+
+    fn dropping(&mut self, g: &Generation) {
+        self.all(g);
+        if let Some(part) = self.parts.iter_mut().find(|p| p.is(g)) {
+            part.source = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::workload::Rng;
+    use crate::filter::hash::DEFAULT_SEED;
+    use crate::filter::params::{FilterSpec, Growth, Layout};
+    use crate::filter::{KeyHash, snapshot};
+
+    fn spec(bits: u8, layout: Layout, growth: Growth) -> FilterSpec {
+        FilterSpec {
+            window_ms: 20_000,
+            expected_keys: 3_000,
+            timer_bits: bits,
+            // Coarse enough for 4-bit timers, fine enough for many ticks.
+            tick_ms: Some(if bits == 4 { 4_000 } else { 500 }),
+            growth,
+            layout,
+            ..FilterSpec::default()
+        }
+    }
+
+    /// How a test drives a filter.
+    #[derive(Clone, Copy)]
+    struct Drive {
+        events: usize,
+        /// Events come 1..=gap ms apart (6: about twice the expected load).
+        gap: u64,
+        /// A jump of the clock past the window at this event (every cell
+        /// expires: cleared, then generations dropped).
+        jump_at: Option<usize>,
+        /// The copy takes a chunk in the background every this many events
+        /// (0: never; only copy-on-write and the final `finish`).
+        advance_every: usize,
+    }
+
+    /// Drives `f` with `d.events` events, a third of them recent keys, the
+    /// rest new ones.
+    fn drive(f: &mut SlidingFilter, rng: &mut Rng, clock: &mut u64, d: Drive, mut copy: Option<&mut FilterCopy>) {
+        for i in 0..d.events {
+            *clock += 1 + rng.below(d.gap);
+            if d.jump_at == Some(i) {
+                *clock += 25_000;
+            }
+            let key = if rng.below(3) == 0 { rng.below(2_000) } else { rng.next_u64() };
+            let hash = KeyHash::of(DEFAULT_SEED, &key.to_le_bytes());
+            match copy.as_deref_mut() {
+                Some(c) => {
+                    f.observe_copying(&hash, *clock, c);
+                    if d.advance_every > 0 && i % d.advance_every == 0 {
+                        c.advance(f, 1);
+                    }
+                }
+                None => {
+                    f.observe(&hash, *clock);
+                }
+            }
+        }
+    }
+
+    /// Whatever happens to the filter while the copy is in progress, the
+    /// finished copy is the filter as it was when the copy began: equal,
+    /// and encoded to the same bytes. The rounds cover inserts and sweeps
+    /// (every round), a clock jump that clears every cell before most of it
+    /// is copied (rounds 1 and 3), a tripled load (round 2: generations
+    /// added, with growth), and a copy left to copy-on-write alone (rounds 2
+    /// and 3). The spare is a fresh filter in round 0, then the
+    /// previous copy (storage reused where the shapes match, cloned where
+    /// they do not).
+    #[test]
+    fn a_finished_copy_is_the_filter_when_the_copy_began() {
+        let rounds = [
+            Drive { events: 15_000, gap: 6, jump_at: None, advance_every: 200 },
+            Drive { events: 15_000, gap: 6, jump_at: Some(2), advance_every: 200 },
+            Drive { events: 30_000, gap: 2, jump_at: None, advance_every: 0 },
+            Drive { events: 15_000, gap: 6, jump_at: Some(2), advance_every: 0 },
+        ];
+        for bits in [4u8, 8, 12, 16, 32] {
+            for layout in [Layout::Standard, Layout::Blocked] {
+                for growth in [Growth::None, Growth::Density] {
+                    let params = spec(bits, layout, growth).resolve().expect("valid spec");
+                    let mut f = SlidingFilter::new(params.clone());
+                    let (mut rng, mut clock) = (Rng::new(u64::from(bits)), 1_000_000u64);
+                    let warm_up = Drive { events: 20_000, gap: 6, jump_at: None, advance_every: 0 };
+                    drive(&mut f, &mut rng, &mut clock, warm_up, None);
+                    let mut spare = SlidingFilter::new(params.clone());
+                    for (round, d) in rounds.into_iter().enumerate() {
+                        let expected = f.clone();
+                        // Chunks of 512 bytes: these filters hold 10–200 of them.
+                        let mut copy = f.begin_copy_in_chunks(spare, 512);
+                        drive(&mut f, &mut rng, &mut clock, d, Some(&mut copy));
+                        let what = format!("bits {bits} {layout:?} {growth:?} round {round}");
+                        assert!(f != expected, "{what}: the filter should have moved on");
+                        let done = copy.finish(&f);
+                        assert_eq!(done, expected, "{what}");
+                        assert_eq!(snapshot::encode(&done), snapshot::encode(&expected), "{what}");
+                        spare = done;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A generation that expires and is dropped while the copy is in
+    /// progress, most of its cells not copied yet, is copied in full first.
+    #[test]
+    fn a_generation_dropped_during_the_copy_is_copied_first() {
+        let params = spec(8, Layout::Standard, Growth::Density).resolve().expect("valid spec");
+        let mut f = SlidingFilter::new(params.clone());
+        let (mut rng, mut clock) = (Rng::new(3), 1_000_000u64);
+        let one = Drive { events: 1, gap: 2, jump_at: None, advance_every: 0 };
+        // Triple the expected load until a second generation starts.
+        for _ in 0..100_000 {
+            if f.generations().len() >= 2 {
+                break;
+            }
+            drive(&mut f, &mut rng, &mut clock, one, None);
+        }
+        assert_eq!(f.generations().len(), 2);
+        let expected = f.clone();
+        let mut copy = f.begin_copy_in_chunks(SlidingFilter::new(params), 512);
+        // The older generation takes no more inserts; only the sweep writes
+        // it, a fraction of it per tick, until it expires a window later.
+        let dropped = f.counters().generations_dropped;
+        let mut left_before_drop = 0;
+        for _ in 0..200_000 {
+            if f.counters().generations_dropped > dropped {
+                break;
+            }
+            left_before_drop = copy.bytes_left();
+            drive(&mut f, &mut rng, &mut clock, one, Some(&mut copy));
+        }
+        assert!(f.counters().generations_dropped > dropped, "a generation should have been dropped");
+        assert!(
+            left_before_drop > 4 * 512,
+            "the drop should come before most of the copy: {left_before_drop} bytes left"
+        );
+        assert_eq!(copy.finish(&f), expected);
+    }
+
+    /// Copying only in the background (no writes at all) also completes,
+    /// chunk by chunk, and the copy is exact.
+    #[test]
+    fn advance_alone_completes_the_copy() {
+        let params = spec(8, Layout::Standard, Growth::None).resolve().expect("valid spec");
+        let mut f = SlidingFilter::new(params.clone());
+        let (mut rng, mut clock) = (Rng::new(1), 1_000_000u64);
+        drive(&mut f, &mut rng, &mut clock, Drive { events: 5_000, gap: 6, jump_at: None, advance_every: 0 }, None);
+        let mut copy = f.begin_copy_in_chunks(SlidingFilter::new(params), 512);
+        let chunks = copy.bytes_left().div_ceil(512);
+        assert!(chunks >= 10 && !copy.is_complete(), "{chunks} chunks");
+        let mut steps = 0;
+        while !copy.advance(&f, 1) {
+            steps += 1;
+        }
+        assert_eq!(steps + 1, chunks);
+        assert_eq!(copy.finish(&f), f);
+    }
+}
