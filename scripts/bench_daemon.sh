@@ -18,8 +18,8 @@
 #               (dedupd_stage_latency_seconds); LATENCY_RATES="10000 25000 …" repeats it per rate
 #   checkpoint  filter.expected_keys = CKPT_KEYS (default 90 000 000: ~1 GiB of cells over 8
 #               slices), a paced input (CKPT_RATE, 20000/s) for CKPT_SECONDS (120) with
-#               checkpoint.interval = 30s: how long each snapshot stopped its slice (the
-#               worker's copy), how long the writes took, latency meanwhile; then SIGTERM
+#               checkpoint.interval = 30s: the longest pause of the worker per snapshot (copied
+#               in chunks while the slice goes on), how long the writes took, latency meanwhile; then SIGTERM
 #               (a final snapshot) and a restart that restores every slice: time to ready and
 #               dedupd_restore_duration_seconds
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
@@ -196,12 +196,15 @@ part_checkpoint() {
   sleep 2
   echo "checkpoint rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
   stop_daemon "$daemon_pid"
-  # Snapshot stalls and write times, from the worker's debug log.
-  # Each line also has the copy's CPU time, page faults and preemptions (cpu_ms, faults, preempted).
-  awk 'match($0, /worker_stop_ms=[0-9.]+/) { v = substr($0, RSTART + 15, RLENGTH - 15) + 0; n++; s += v; if (v > m) m = v; if (v > 100) over++
-         if (match($0, /cpu_ms=[0-9.]+/)) { c = substr($0, RSTART + 7, RLENGTH - 7) + 0; cs += c; if (c > cm) cm = c } }
+  # Snapshot pauses and write times, from the worker's debug log: for each periodic snapshot
+  # the longest single pause of the worker (copy-on-write copies in chunks), how long the copy
+  # took while the slice went on; the final ones at shutdown (copied at release) apart.
+  awk 'match($0, /longest_pause_ms=[0-9.]+/) { v = substr($0, RSTART + 17, RLENGTH - 17) + 0
+         if ($0 ~ /copied at release/) { r++; if (v > rm) rm = v; next }
+         n++; s += v; if (v > m) m = v; if (v > 100) over++
+         if (match($0, /copied in [0-9.]+ ms/)) { c = substr($0, RSTART + 10, RLENGTH - 13) + 0; cs += c; if (c > cm) cm = c } }
        match($0, /write_ms=[0-9.]+/) { v = substr($0, RSTART + 9, RLENGTH - 9) + 0; w++; ws += v; if (v > wm) wm = v }
-       END { printf "checkpoint snapshots=%d worker_stop_ms_max=%.1f worker_stop_ms_mean=%.1f over_100ms=%d copy_cpu_ms_max=%.1f copy_cpu_ms_mean=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, over, cm, n ? cs / n : 0, w, wm, w ? ws / w : 0 }' \
+       END { printf "checkpoint snapshots=%d longest_pause_ms_max=%.2f longest_pause_ms_mean=%.2f over_100ms=%d copy_wall_ms_max=%.0f copy_wall_ms_mean=%.0f at_release=%d at_release_pause_ms_max=%.1f written=%d write_ms_max=%.0f write_ms_mean=%.0f\n", n, m, n ? s / n : 0, over, cm, n ? cs / n : 0, r, rm, w, wm, w ? ws / w : 0 }' \
     "target/$app.log"
   # Restore: the same app again.
   local t0

@@ -405,12 +405,13 @@ fn copy_some(deps: &Deps, inner: &mut Inner, budget: usize) -> Result<(), KafkaL
     let started = Instant::now();
     let complete = c.copy.advance(&owned.state, budget);
     c.longest_pause = c.longest_pause.max(started.elapsed());
-    if complete { hand_over(deps, writer, owned) } else { Ok(()) }
+    if complete { hand_over(deps, writer, owned, false) } else { Ok(()) }
 }
 
 /// Finishes the slice's snapshot copy (whatever is left, at once) and hands
-/// it to the checkpoint writer.
-fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<(), KafkaLayerError> {
+/// it to the checkpoint writer. `releasing`: the slice is being released or
+/// the process is stopping, so the copy could not wait (logged as such).
+fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned, releasing: bool) -> Result<(), KafkaLayerError> {
     let Some(Copying { copy, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
         return Ok(());
     };
@@ -427,11 +428,12 @@ fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned) -> Result<(), 
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
     let line = format!(
-        "slice {slice}: snapshot at offset {offset} copied in {:.1} ms alongside {records} records, longest_pause_ms={:.2}",
+        "slice {slice}: snapshot at offset {offset} copied{} in {:.1} ms alongside {records} records, longest_pause_ms={:.2}",
+        if releasing { " at release" } else { "" },
         taken.elapsed().as_secs_f64() * 1000.0,
         longest_pause.as_secs_f64() * 1000.0
     );
-    if longest_pause > STALL_WARNING {
+    if longest_pause > STALL_WARNING && !releasing {
         log::warn!("{line}");
     } else {
         log::debug!("{line}");
@@ -493,7 +495,7 @@ fn apply_written(deps: &Deps, inner: &mut Inner) {
 fn wait_written(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
     let Inner { slices, writer, .. } = &mut *inner;
     if let Some(owned) = slices.get_mut(&slice) {
-        hand_over(deps, writer, owned)?;
+        hand_over(deps, writer, owned, true)?;
     }
     let mut failure = Ok(());
     while inner.slices.get(&slice).is_some_and(|o| o.writing) {
