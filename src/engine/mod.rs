@@ -11,4 +11,6 @@ pub mod slice;
 
 pub use dedup::{Deduplicator, Outcome};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
-pub use slice::{STAMP_BYTES, SliceCopy, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef, format_into};
+pub use slice::{
+    STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+};

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::record::{Extractor, InvalidRecord, RecordView};
-use crate::filter::snapshot::{self as filter_snapshot, put_u32, put_u64};
+use crate::filter::copy::CHUNK_BYTES;
+use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
 use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
@@ -178,44 +179,57 @@ impl SliceState {
     }
 }
 
-/// A copy of a slice's state as it was at [`SliceState::begin_copy`],
-/// filled in while the slice goes on: everything but the filter's cells is
-/// copied when it begins, the cells in chunks, copy-on-write (see
-/// [`crate::filter::copy`]). A checkpoint takes one instead of stopping the
-/// slice for a full copy. While it is in progress, every record of the slice
-/// must go through [`SliceState::process_copying`] with it.
+/// A slice's snapshot as the slice was at [`SliceState::begin_copy`],
+/// copied while the slice goes on: everything but the filter's cells is
+/// laid out when it begins, the cells are copied in chunks, copy-on-write
+/// (see [`crate::filter::copy`]), straight into the snapshot's bytes. A
+/// checkpoint takes one instead of stopping the slice for a full copy.
+/// While it is in progress, every record of the slice must go through
+/// [`SliceState::process_copying`] with it.
 #[derive(Debug)]
 pub struct SliceCopy {
-    slice: u32,
-    next_offset: u64,
-    resend_marks: BTreeMap<(String, i32), i64>,
-    counters: SliceCounters,
-    passthrough: bool,
+    offset: u64,
     filter: FilterCopy,
 }
 
+/// A slice snapshot copied in full but for its checksums, which take a
+/// pass over every byte: [`SliceImage::seal`] computes them on whichever
+/// thread writes the snapshot out.
+#[derive(Debug)]
+pub struct SliceImage {
+    bytes: Vec<u8>,
+    /// Where the filter's own envelope lies in `bytes`.
+    filter: std::ops::Range<usize>,
+}
+
+impl SliceImage {
+    /// The snapshot's bytes, exactly what [`encode`] gives for the state.
+    pub fn seal(mut self) -> Vec<u8> {
+        filter_snapshot::seal_in_place(&mut self.bytes[self.filter.clone()]);
+        filter_snapshot::seal_in_place(&mut self.bytes);
+        self.bytes
+    }
+}
+
 impl SliceState {
-    /// Starts a copy of this state in `spare`'s memory (see [`SliceCopy`]).
-    pub fn begin_copy(&self, spare: SliceState) -> SliceCopy {
-        let SliceState { slice, filter, next_offset, resend_marks, counters, passthrough } = self;
-        let SliceState { resend_marks: mut marks, counters: mut copied_counters, filter: spare_filter, .. } = spare;
-        marks.clone_from(resend_marks);
-        copied_counters.clone_from(counters);
-        SliceCopy {
-            slice: *slice,
-            next_offset: *next_offset,
-            resend_marks: marks,
-            counters: copied_counters,
-            passthrough: *passthrough,
-            filter: filter.begin_copy(spare_filter),
+    /// Starts a snapshot of this state in `buffer`'s memory (see
+    /// [`SliceCopy`]; a checkpoint keeps one buffer for its snapshots).
+    pub fn begin_copy(&self, mut buffer: Vec<u8>) -> SliceCopy {
+        let head = head(self, Skeleton::of(&self.filter).len());
+        if buffer.len() < head.len() {
+            buffer.resize(head.len(), 0);
         }
+        buffer[..head.len()].copy_from_slice(&head);
+        // 8 bytes after the filter's encoding: the slice envelope's checksum.
+        let filter = FilterCopy::begin(&self.filter, buffer, head.len(), 8, CHUNK_BYTES);
+        SliceCopy { offset: self.next_offset, filter }
     }
 }
 
 impl SliceCopy {
-    /// The slice offset the copy was taken at (it reflects every record below).
+    /// The slice offset the snapshot was taken at (it reflects every record below).
     pub fn offset(&self) -> u64 {
-        self.next_offset
+        self.offset
     }
 
     /// Bytes of filter cells still to copy.
@@ -230,11 +244,10 @@ impl SliceCopy {
     }
 
     /// Copies whatever is left from `source` (the state the copy was begun
-    /// on) and returns the copy: equal to that state as it was when the
-    /// copy began.
-    pub fn finish(self, source: &SliceState) -> SliceState {
-        let SliceCopy { slice, next_offset, resend_marks, counters, passthrough, filter } = self;
-        SliceState { slice, filter: filter.finish(&source.filter), next_offset, resend_marks, counters, passthrough }
+    /// on): the snapshot of that state as it was when the copy began.
+    pub fn finish(self, source: &SliceState) -> SliceImage {
+        let (bytes, filter) = self.filter.finish(&source.filter);
+        SliceImage { bytes, filter }
     }
 }
 
@@ -246,8 +259,18 @@ pub const VERSION: u16 = 1;
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
 pub fn encode(state: &SliceState) -> Vec<u8> {
-    let filter = filter_snapshot::encode(&state.filter);
-    let mut w = filter_snapshot::begin(MAGIC, VERSION, filter.len() + 128);
+    let skeleton = Skeleton::of(&state.filter);
+    let head = head(state, skeleton.len());
+    let filter = head.len()..head.len() + skeleton.len();
+    let mut bytes = vec![0; filter.end + 8];
+    bytes[..head.len()].copy_from_slice(&head);
+    skeleton.write(&state.filter, &mut bytes[filter.clone()]);
+    SliceImage { bytes, filter }.seal()
+}
+
+/// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
+fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
+    let mut w = filter_snapshot::begin(MAGIC, VERSION, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
     let c = &state.counters;
@@ -261,9 +284,8 @@ pub fn encode(state: &SliceState) -> Vec<u8> {
         put_u32(&mut w, *partition as u32);
         put_u64(&mut w, *offset as u64);
     }
-    put_u64(&mut w, filter.len() as u64);
-    w.extend_from_slice(&filter);
-    filter_snapshot::seal(w)
+    put_u64(&mut w, filter_len as u64);
+    w
 }
 
 /// Restores slice `slice` from `bytes`, checked against the configured filter.
@@ -387,18 +409,17 @@ mod tests {
             }
             verdicts
         };
-        let mut s = SliceState::new(3, big.clone(), 0);
+        let mut s = SliceState::new(3, big, 0);
         feed(&mut s, 0..20_000, None);
-        let (expected, mut uncopied) = (s.clone(), s.clone());
-        let mut copy = s.begin_copy(SliceState::new(3, big, 0));
+        let (expected, mut uncopied) = (encode(&s), s.clone());
+        let mut copy = s.begin_copy(Vec::new());
         assert_eq!(copy.offset(), 20_000);
         assert!(copy.bytes_left() > 0);
         let with_copy = feed(&mut s, 20_000..25_000, Some(&mut copy));
         assert_eq!(with_copy, feed(&mut uncopied, 20_000..25_000, None));
         assert_eq!(s, uncopied);
-        let done = copy.finish(&s);
-        assert_eq!(done, expected);
-        assert_eq!(encode(&done), encode(&expected));
+        assert!(copy.finish(&s).seal() == expected, "the snapshot differs from the state when it began");
+        assert_eq!(decode(&expected, 3, s.filter.params()).unwrap().next_offset, 20_000);
     }
 
     #[test]

@@ -140,11 +140,6 @@ impl<T: Plain> Lines<T> {
     fn storage(&self) -> &[u8] {
         &self.bytes[self.offset..self.offset + self.len * std::mem::size_of::<T>()]
     }
-
-    fn storage_mut(&mut self) -> &mut [u8] {
-        let end = self.offset + self.len * std::mem::size_of::<T>();
-        &mut self.bytes[self.offset..end]
-    }
 }
 
 impl<T: Plain> std::ops::Deref for Lines<T> {
@@ -402,22 +397,6 @@ impl CellArray {
         }
     }
 
-    /// [`Self::storage`], to write.
-    pub(crate) fn storage_mut(&mut self) -> &mut [u8] {
-        match self {
-            CellArray::Nibble(c) => c.0.storage_mut(),
-            CellArray::Byte(c) => c.storage_mut(),
-            CellArray::Half(c) => c.storage_mut(),
-            CellArray::Word(c) => c.storage_mut(),
-            CellArray::Packed(c) => {
-                let words = c.bits.as_raw_mut_slice();
-                // SAFETY: as in `storage`, exclusively borrowed; every byte
-                // pattern is a valid u64.
-                unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(words)) }
-            }
-        }
-    }
-
     /// The first and last byte of [`Self::storage`] that hold cell `i`.
     pub(crate) fn storage_span(&self, i: usize) -> (usize, usize) {
         match self {
@@ -434,27 +413,32 @@ impl CellArray {
         }
     }
 
-    /// Whether `other` has the same layout and size, so that copying its
-    /// storage into `self`'s byte for byte makes the two equal.
-    pub(crate) fn same_shape(&self, other: &Self) -> bool {
-        let width = |c: &CellArray| match c {
-            CellArray::Nibble(_) => 4,
-            CellArray::Byte(_) => 8,
-            CellArray::Half(_) => 16,
-            CellArray::Word(_) => 32,
-            CellArray::Packed(p) => p.width,
-        };
-        width(self) == width(other) && self.storage().len() == other.storage().len()
+    /// The storage as little-endian bytes (the snapshot encoding).
+    #[cfg(test)]
+    pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
+        let mut bytes = vec![0; self.storage().len()];
+        self.write_le(0..bytes.len(), &mut bytes);
+        bytes
     }
 
-    /// The storage as little-endian bytes (the snapshot encoding).
-    pub(crate) fn to_le_bytes(&self) -> Vec<u8> {
-        match self {
-            CellArray::Nibble(c) => c.0.to_vec(),
-            CellArray::Byte(c) => c.to_vec(),
-            CellArray::Half(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            CellArray::Word(c) => c.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            CellArray::Packed(c) => c.bits.as_raw_slice().iter().flat_map(|v| v.to_le_bytes()).collect(),
+    /// Writes storage bytes `range` (whole elements: a multiple of 8 bytes
+    /// apart from the end of the storage) in little-endian order to `out`,
+    /// which is as long: a piece of the snapshot encoding.
+    pub(crate) fn write_le(&self, range: std::ops::Range<usize>, out: &mut [u8]) {
+        let unit = match self {
+            CellArray::Nibble(_) | CellArray::Byte(_) => 1,
+            CellArray::Half(_) => 2,
+            CellArray::Word(_) => 4,
+            CellArray::Packed(_) => 8,
+        };
+        let from = &self.storage()[range];
+        if cfg!(target_endian = "little") || unit == 1 {
+            out.copy_from_slice(from);
+        } else {
+            for (o, f) in out.chunks_exact_mut(unit).zip(from.chunks_exact(unit)) {
+                o.copy_from_slice(f);
+                o.reverse();
+            }
         }
     }
 

@@ -4,24 +4,32 @@
 //! one go stops the slice for as long as the copy takes, and on cores shared
 //! with other busy threads that is whenever the scheduler lets it finish
 //! (tens to hundreds of ms for a copy of a few ms of CPU). A [`FilterCopy`]
-//! instead copies everything but the cells at once (counters, clock,
-//! histograms: kilobytes), then the cells in chunks of [`CHUNK_BYTES`]:
-//! a little after each event ([`FilterCopy::advance`]), and — the
-//! copy-on-write part — any chunk whose cells are about to change before
-//! they change. The filter tells the copy of every cell write through
-//! [`CellWrites`] (an insert's k cells, a sweep's run, a clear, a dropped
-//! generation), so a chunk is always copied as it was when the copy began,
-//! and the finished copy equals the filter at that moment exactly.
+//! instead lays out the filter's snapshot encoding at once, all but the
+//! cells (counters, clock, generation headers: bytes), in a buffer the
+//! caller reuses from one snapshot to the next, then copies the cells into
+//! it in chunks of [`CHUNK_BYTES`]: a little at a time when the caller
+//! says so ([`FilterCopy::advance`]), and — the copy-on-write part — any
+//! chunk whose cells are about to change, before they change. The filter
+//! tells the copy of every cell write through [`CellWrites`] (an insert's k
+//! cells, a sweep's run, a clear, a dropped generation), so every chunk is
+//! copied as it was when the copy began, and the finished buffer is the
+//! snapshot of the filter at that moment, byte for byte.
 //!
-//! The ordinary path ([`SlidingFilter::observe`]) tells no one: it runs with
-//! [`Untold`], whose calls compile to nothing.
+//! The copy goes straight into the encoding: no second copy of the filter
+//! is kept, and the buffer is the one thing the snapshot needs besides the
+//! live state. The ordinary path ([`SlidingFilter::observe`]) tells no one:
+//! it runs with [`Untold`], whose calls compile to nothing.
+
+use std::ops::Range;
 
 use super::generation::Generation;
 use super::sliding::SlidingFilter;
+use super::snapshot::Skeleton;
 
 /// Bytes of cell storage copied as one piece: small enough that copying
 /// one is a pause of microseconds, large enough that the bookkeeping (a
-/// bit per chunk) stays small (2 000 chunks for 123 MiB).
+/// bit per chunk) stays small (2 000 chunks for 123 MiB). A multiple of 8,
+/// so that chunks hold whole cell words.
 pub const CHUNK_BYTES: usize = 64 << 10;
 
 /// What a filter tells before it writes cells.
@@ -54,16 +62,17 @@ impl CellWrites for Untold {
     fn dropping(&mut self, _: &Generation) {}
 }
 
-/// A copy of a filter as it was at [`SlidingFilter::begin_copy`], filled in
-/// while the filter goes on (see the module documentation). While it is in
-/// progress, every event of the filter must go through
-/// [`SlidingFilter::observe_copying`] with it; [`FilterCopy::finish`] gives
-/// the copy.
+/// A filter's snapshot encoding as the filter was when the copy began,
+/// filled in while the filter goes on (see the module documentation).
+/// While it is in progress, every event of the filter must go through
+/// [`SlidingFilter::observe_copying`] with it.
 #[derive(Debug)]
 pub struct FilterCopy {
-    /// The copy: everything but the cells is final from the start; the cells
-    /// of `target.generations[i]` are filled in as `parts[i]` says.
-    target: SlidingFilter,
+    /// The buffer: the encoding in `encoding`, all in place but the cells
+    /// (and its checksum) from the start; generation i's cells as `parts[i]` says.
+    image: Vec<u8>,
+    /// Where the filter's encoding lies in `image`.
+    encoding: Range<usize>,
     parts: Vec<Part>,
     /// Bytes per chunk.
     chunk: usize,
@@ -77,10 +86,8 @@ struct Part {
     /// dereferenced). 0 once the generation is gone (all of it copied), so
     /// that a later generation at the same address is not taken for it.
     source: usize,
-    /// Bytes of cell storage.
-    bytes: usize,
-    /// Bytes per chunk ([`CHUNK_BYTES`] but in tests).
-    chunk: usize,
+    /// Where its cells go in the image (as long as its storage).
+    target: Range<usize>,
     /// A bit per chunk: copied.
     copied: Vec<u64>,
     /// Chunks not copied yet.
@@ -90,50 +97,35 @@ struct Part {
 }
 
 impl Part {
-    fn new(source: &Generation, chunk: usize, already_copied: bool) -> Part {
-        let storage = source.cells.storage();
-        let chunks = storage.len().div_ceil(chunk);
-        let mut part = Part {
-            source: storage.as_ptr() as usize,
-            bytes: storage.len(),
-            chunk,
-            copied: vec![0; chunks.div_ceil(64)],
-            left: chunks,
-            cursor: 0,
-        };
-        if already_copied {
-            part.copied.fill(u64::MAX);
-            part.left = 0;
-            part.cursor = chunks;
-        }
-        part
-    }
-
     fn is(&self, g: &Generation) -> bool {
         let storage = g.cells.storage();
-        self.source == storage.as_ptr() as usize && self.bytes == storage.len()
+        self.source == storage.as_ptr() as usize && self.target.len() == storage.len()
     }
 
-    /// Copies chunk `c` from `source` to `target` unless it was copied before.
-    fn save(&mut self, c: usize, source: &[u8], target: &mut [u8]) {
+    fn chunks(&self, chunk: usize) -> usize {
+        self.target.len().div_ceil(chunk)
+    }
+
+    /// Copies chunk `c` of `g`'s cells into `image` unless it was copied before.
+    fn save(&mut self, c: usize, chunk: usize, g: &Generation, image: &mut [u8]) {
         let (word, bit) = (c / 64, 1u64 << (c % 64));
         if self.copied[word] & bit != 0 {
             return;
         }
         self.copied[word] |= bit;
         self.left -= 1;
-        let range = c * self.chunk..((c + 1) * self.chunk).min(self.bytes);
-        target[range.clone()].copy_from_slice(&source[range]);
+        let from = c * chunk..((c + 1) * chunk).min(self.target.len());
+        let to = self.target.start + from.start..self.target.start + from.end;
+        g.cells.write_le(from, &mut image[to]);
     }
 
     /// Copies the next chunks not copied yet, at most `budget`; returns how
     /// many it copied.
-    fn advance(&mut self, budget: usize, source: &[u8], target: &mut [u8]) -> usize {
+    fn advance(&mut self, budget: usize, chunk: usize, g: &Generation, image: &mut [u8]) -> usize {
         let mut done = 0;
-        let chunks = self.bytes.div_ceil(self.chunk);
-        while done < budget && self.left > 0 && self.cursor < chunks {
+        while done < budget && self.left > 0 && self.cursor < self.chunks(chunk) {
             let before = self.left;
-            self.save(self.cursor, source, target);
+            self.save(self.cursor, chunk, g, image);
             done += before - self.left;
             self.cursor += 1;
         }
@@ -142,19 +134,11 @@ impl Part {
 }
 
 impl SlidingFilter {
-    /// Starts a copy of this filter, in `spare`'s memory where it has
-    /// generations of the same shape (a slice keeps a spare so that a
-    /// checkpoint writes into pages already mapped). Everything but the
-    /// cells is copied now; see [`FilterCopy`].
-    pub fn begin_copy(&self, spare: SlidingFilter) -> FilterCopy {
-        self.begin_copy_in_chunks(spare, CHUNK_BYTES)
-    }
-
-    /// [`Self::begin_copy`] with chunks of `chunk` bytes.
-    pub(crate) fn begin_copy_in_chunks(&self, mut spare: SlidingFilter, chunk: usize) -> FilterCopy {
-        let reused = spare.copy_with(self, Generation::copy_all_but_cells);
-        let parts = self.generations.iter().zip(reused).map(|(g, reused)| Part::new(g, chunk, !reused)).collect();
-        FilterCopy { target: spare, parts, chunk }
+    /// Starts a copy of this filter's snapshot encoding into `buffer`
+    /// (cleared first; its memory is reused: a checkpoint keeps one buffer,
+    /// so that copying writes into pages already mapped); see [`FilterCopy`].
+    pub fn begin_copy(&self, buffer: Vec<u8>) -> FilterCopy {
+        FilterCopy::begin(self, buffer, 0, 0, CHUNK_BYTES)
     }
 
     /// [`SlidingFilter::observe`] while `copy` (begun on this filter) is in
@@ -166,6 +150,45 @@ impl SlidingFilter {
 }
 
 impl FilterCopy {
+    /// Lays out `source`'s encoding in `buffer` after its first `at` bytes
+    /// (kept: the caller's own header), followed by `trailer` bytes for the
+    /// caller; cells copied in chunks of `chunk` bytes.
+    pub(crate) fn begin(
+        source: &SlidingFilter,
+        mut buffer: Vec<u8>,
+        at: usize,
+        trailer: usize,
+        chunk: usize,
+    ) -> FilterCopy {
+        debug_assert!(chunk % 8 == 0 && buffer.len() >= at);
+        let skeleton = Skeleton::of(source);
+        let end = at + skeleton.len();
+        // Only growth is zeroed: the cells' bytes of a reused buffer are all
+        // overwritten by the copy, so clearing them would be a pause for nothing.
+        if buffer.len() < end + trailer {
+            buffer.resize(end + trailer, 0);
+        }
+        buffer.truncate(end + trailer);
+        let targets = skeleton.place(&mut buffer[at..end]);
+        let parts = source
+            .generations
+            .iter()
+            .zip(targets)
+            .map(|(g, t)| {
+                let target = at + t.start..at + t.end;
+                let chunks = target.len().div_ceil(chunk);
+                Part {
+                    source: g.cells.storage().as_ptr() as usize,
+                    target,
+                    copied: vec![0; chunks.div_ceil(64)],
+                    left: chunks,
+                    cursor: 0,
+                }
+            })
+            .collect();
+        FilterCopy { image: buffer, encoding: at..end, parts, chunk }
+    }
+
     /// Whether every cell has been copied.
     pub fn is_complete(&self) -> bool {
         self.parts.iter().all(|p| p.left == 0)
@@ -181,42 +204,42 @@ impl FilterCopy {
     /// copy is complete.
     pub fn advance(&mut self, source: &SlidingFilter, budget_bytes: usize) -> bool {
         let mut budget = budget_bytes.div_ceil(self.chunk).max(1);
-        for (part, target) in self.parts.iter_mut().zip(&mut self.target.generations) {
+        for part in &mut self.parts {
             if budget == 0 {
                 break;
             }
             if part.left == 0 {
                 continue;
             }
-            // A generation of the copy that the filter no longer has was
-            // copied in full when it was dropped (`dropping`).
+            // A generation the filter no longer has was copied in full when
+            // it was dropped (`dropping`).
             let g = source.generations.iter().find(|g| part.is(g)).expect("a generation being copied is alive");
-            budget -= part.advance(budget, g.cells.storage(), target.cells.storage_mut());
+            budget -= part.advance(budget, self.chunk, g, &mut self.image);
         }
         self.is_complete()
     }
 
     /// Copies whatever is left from `source` (the filter the copy was begun
-    /// on) and returns the copy: equal to the filter as it was when the copy
-    /// began.
-    pub fn finish(mut self, source: &SlidingFilter) -> SlidingFilter {
+    /// on) and returns the buffer and where the filter's encoding lies in
+    /// it: complete but for its checksum (its last 8 bytes; see
+    /// [`super::snapshot::seal_in_place`]), which is left to whoever writes
+    /// it out (hashing a gigabyte is not for the thread that judges events).
+    pub fn finish(mut self, source: &SlidingFilter) -> (Vec<u8>, Range<usize>) {
         self.advance(source, usize::MAX);
         debug_assert!(self.is_complete());
-        self.target
+        (self.image, self.encoding)
     }
 
     /// Saves the chunks holding storage bytes `first..=last` of `g`.
     fn save(&mut self, g: &Generation, first: usize, last: usize) {
-        let Some(i) = self.parts.iter().position(|p| p.is(g)) else {
+        let Some(part) = self.parts.iter_mut().find(|p| p.is(g)) else {
             return; // a generation made after the copy began
         };
-        let (part, target) = (&mut self.parts[i], &mut self.target.generations[i]);
         if part.left == 0 {
             return;
         }
-        let (source, target) = (g.cells.storage(), target.cells.storage_mut());
-        for c in first / part.chunk..=last / part.chunk {
-            part.save(c, source, target);
+        for c in first / self.chunk..=last / self.chunk {
+            part.save(c, self.chunk, g, &mut self.image);
         }
     }
 }
@@ -258,6 +281,13 @@ mod tests {
     use crate::filter::hash::DEFAULT_SEED;
     use crate::filter::params::{FilterSpec, Growth, Layout};
     use crate::filter::{KeyHash, snapshot};
+
+    /// Finishes `copy` and seals it: the snapshot bytes, and the buffer.
+    fn sealed(copy: FilterCopy, f: &SlidingFilter) -> (Vec<u8>, Vec<u8>) {
+        let (mut image, encoding) = copy.finish(f);
+        snapshot::seal_in_place(&mut image[encoding.clone()]);
+        (image[encoding].to_vec(), image)
+    }
 
     fn spec(bits: u8, layout: Layout, growth: Growth) -> FilterSpec {
         FilterSpec {
@@ -316,9 +346,9 @@ mod tests {
     /// (every round), a clock jump that clears every cell before most of it
     /// is copied (rounds 1 and 3), a tripled load (round 2: generations
     /// added, with growth), and a copy left to copy-on-write alone (rounds 2
-    /// and 3). The spare is a fresh filter in round 0, then the
-    /// previous copy (storage reused where the shapes match, cloned where
-    /// they do not).
+    /// and 3). The buffer is new in round 0, then the previous round's,
+    /// longer or shorter (its stale bytes must all be overwritten), behind a
+    /// header of the caller's that must be kept.
     #[test]
     fn a_finished_copy_is_the_filter_when_the_copy_began() {
         let rounds = [
@@ -335,18 +365,21 @@ mod tests {
                     let (mut rng, mut clock) = (Rng::new(u64::from(bits)), 1_000_000u64);
                     let warm_up = Drive { events: 20_000, gap: 6, jump_at: None, advance_every: 0 };
                     drive(&mut f, &mut rng, &mut clock, warm_up, None);
-                    let mut spare = SlidingFilter::new(params.clone());
+                    let mut buffer = Vec::new();
                     for (round, d) in rounds.into_iter().enumerate() {
-                        let expected = f.clone();
+                        let expected = snapshot::encode(&f);
+                        let header = vec![round as u8 + 1; round];
+                        buffer.truncate(round);
+                        buffer[..round].copy_from_slice(&header);
                         // Chunks of 512 bytes: these filters hold 10–200 of them.
-                        let mut copy = f.begin_copy_in_chunks(spare, 512);
+                        let mut copy = FilterCopy::begin(&f, buffer, round, 0, 512);
                         drive(&mut f, &mut rng, &mut clock, d, Some(&mut copy));
                         let what = format!("bits {bits} {layout:?} {growth:?} round {round}");
-                        assert!(f != expected, "{what}: the filter should have moved on");
-                        let done = copy.finish(&f);
-                        assert_eq!(done, expected, "{what}");
-                        assert_eq!(snapshot::encode(&done), snapshot::encode(&expected), "{what}");
-                        spare = done;
+                        assert!(snapshot::encode(&f) != expected, "{what}: the filter should have moved on");
+                        let (done, image) = sealed(copy, &f);
+                        assert!(done == expected, "{what}: the copy differs from the filter when it began");
+                        assert_eq!(image[..round], header, "{what}");
+                        buffer = image;
                     }
                 }
             }
@@ -369,8 +402,8 @@ mod tests {
             drive(&mut f, &mut rng, &mut clock, one, None);
         }
         assert_eq!(f.generations().len(), 2);
-        let expected = f.clone();
-        let mut copy = f.begin_copy_in_chunks(SlidingFilter::new(params), 512);
+        let expected = snapshot::encode(&f);
+        let mut copy = FilterCopy::begin(&f, Vec::new(), 0, 0, 512);
         // The older generation takes no more inserts; only the sweep writes
         // it, a fraction of it per tick, until it expires a window later.
         let dropped = f.counters().generations_dropped;
@@ -387,7 +420,7 @@ mod tests {
             left_before_drop > 4 * 512,
             "the drop should come before most of the copy: {left_before_drop} bytes left"
         );
-        assert_eq!(copy.finish(&f), expected);
+        assert!(sealed(copy, &f).0 == expected);
     }
 
     /// Copying only in the background (no writes at all) also completes,
@@ -398,7 +431,7 @@ mod tests {
         let mut f = SlidingFilter::new(params.clone());
         let (mut rng, mut clock) = (Rng::new(1), 1_000_000u64);
         drive(&mut f, &mut rng, &mut clock, Drive { events: 5_000, gap: 6, jump_at: None, advance_every: 0 }, None);
-        let mut copy = f.begin_copy_in_chunks(SlidingFilter::new(params), 512);
+        let mut copy = FilterCopy::begin(&f, Vec::new(), 0, 0, 512);
         let chunks = copy.bytes_left().div_ceil(512);
         assert!(chunks >= 10 && !copy.is_complete(), "{chunks} chunks");
         let mut steps = 0;
@@ -406,6 +439,6 @@ mod tests {
             steps += 1;
         }
         assert_eq!(steps + 1, chunks);
-        assert_eq!(copy.finish(&f), f);
+        assert!(sealed(copy, &f).0 == snapshot::encode(&f));
     }
 }

@@ -497,39 +497,6 @@ fn most_equal(values: &mut [u32]) -> u32 {
     best
 }
 
-/// Copying into an existing generation (a checkpoint's spare copy of a slice).
-impl Generation {
-    /// Makes `self` equal to `other` but for the cells' contents, which a
-    /// copy in pieces fills in later (the cells must already have `other`'s
-    /// shape, see [`CellArray::same_shape`]). Every field is named, so that
-    /// a new one cannot be forgotten here.
-    pub(crate) fn copy_all_but_cells(&mut self, other: &Self) {
-        let Generation {
-            level,
-            m,
-            block,
-            cells: _,
-            hist,
-            live,
-            inserted,
-            sweep_cursor,
-            sweep_debt,
-            full_at_live,
-            full_at_keys,
-        } = other;
-        self.level = *level;
-        self.m = *m;
-        self.block = *block;
-        self.hist.clone_from(hist);
-        self.live = *live;
-        self.inserted = *inserted;
-        self.sweep_cursor = *sweep_cursor;
-        self.sweep_debt = *sweep_debt;
-        self.full_at_live = *full_at_live;
-        self.full_at_keys = *full_at_keys;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -401,42 +401,6 @@ const HEADROOM: f64 = 1.5;
 /// is the hysteresis that keeps a slice from handing over back and forth.
 const HANDOVER_MARGIN: f64 = 1.1;
 
-/// Copying into an existing filter: a checkpoint's copy of a slice
-/// ([`super::copy`]) goes into a spare kept for it, so it writes into pages
-/// already mapped instead of allocating (and page-faulting) a fresh
-/// gigabyte each time.
-impl SlidingFilter {
-    /// Makes `self` equal to `other` but for the cells of generations whose
-    /// storage is reused: those get `fill(reused, theirs)`, which must make
-    /// them equal. Returns, per generation of `other`, whether its storage
-    /// was reused (otherwise the generation was cloned).
-    pub(crate) fn copy_with(&mut self, other: &Self, mut fill: impl FnMut(&mut Generation, &Generation)) -> Vec<bool> {
-        let SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters } = other;
-        self.params.clone_from(params);
-        self.clock_ms = *clock_ms;
-        self.now = *now;
-        self.alive.clone_from(alive);
-        self.next_tick_ms = *next_tick_ms;
-        self.counters.clone_from(counters);
-        let mut spare = std::mem::take(&mut self.generations);
-        self.generations.reserve(generations.len());
-        let mut reused = Vec::with_capacity(generations.len());
-        for g in generations {
-            let fits = spare.iter().position(|s| s.m == g.m && s.cells.same_shape(&g.cells));
-            reused.push(fits.is_some());
-            match fits {
-                Some(i) => {
-                    let mut s = spare.swap_remove(i);
-                    fill(&mut s, g);
-                    self.generations.push(s);
-                }
-                None => self.generations.push(g.clone()),
-            }
-        }
-        reused
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

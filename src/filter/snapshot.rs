@@ -65,47 +65,100 @@ pub enum SnapshotError {
 
 /// Encodes a slice's complete state.
 pub fn encode(filter: &SlidingFilter) -> Vec<u8> {
-    let p = &filter.params;
-    let mut w = begin(MAGIC, VERSION, filter.memory_bytes() + 256);
-    put_u64(&mut w, p.seed);
-    put_u64(&mut w, p.cells);
-    put_u32(&mut w, p.hashes);
-    w.push(p.timer_bits | layout_flag(p.layout));
-    put_u64(&mut w, p.tick_ms);
-    put_u64(&mut w, p.window_ms);
+    let skeleton = Skeleton::of(filter);
+    let mut out = vec![0; skeleton.len()];
+    skeleton.write(filter, &mut out);
+    seal_in_place(&mut out);
+    out
+}
 
-    w.push(u8::from(filter.clock_ms.is_some()));
-    put_u64(&mut w, filter.clock_ms.unwrap_or(0));
+/// A filter's encoding but for its cells: every other byte, and where each
+/// generation's cells go. A checkpoint lays it out in a buffer it reuses,
+/// then copies the cells in while the slice goes on ([`super::copy`]).
+pub(crate) struct Skeleton {
+    /// The encoding without the cells, the checksum left as zeros.
+    head: Vec<u8>,
+    /// Generation i's cells go at `head` position `cells[i].0`, `cells[i].1` bytes long.
+    cells: Vec<(usize, usize)>,
+}
 
-    let c = &filter.counters;
-    for v in [
-        c.events,
-        c.distinct,
-        c.duplicates,
-        c.late_events,
-        c.generations_created,
-        c.generations_dropped,
-        c.saturated_inserts,
-    ] {
-        put_u64(&mut w, v);
-    }
-    put_u32(&mut w, c.generations_max);
-    put_u32(&mut w, c.equal_timer_counts.len() as u32);
-    for &v in &c.equal_timer_counts {
-        put_u64(&mut w, v);
-    }
+impl Skeleton {
+    pub(crate) fn of(filter: &SlidingFilter) -> Skeleton {
+        let p = &filter.params;
+        let mut w = begin(MAGIC, VERSION, 256);
+        put_u64(&mut w, p.seed);
+        put_u64(&mut w, p.cells);
+        put_u32(&mut w, p.hashes);
+        w.push(p.timer_bits | layout_flag(p.layout));
+        put_u64(&mut w, p.tick_ms);
+        put_u64(&mut w, p.window_ms);
 
-    put_u32(&mut w, filter.generations.len() as u32);
-    for g in &filter.generations {
-        w.push(g.level);
-        for v in [g.m, g.inserted, g.sweep_cursor, g.sweep_debt] {
+        w.push(u8::from(filter.clock_ms.is_some()));
+        put_u64(&mut w, filter.clock_ms.unwrap_or(0));
+
+        let c = &filter.counters;
+        for v in [
+            c.events,
+            c.distinct,
+            c.duplicates,
+            c.late_events,
+            c.generations_created,
+            c.generations_dropped,
+            c.saturated_inserts,
+        ] {
             put_u64(&mut w, v);
         }
-        let cells = g.cells.to_le_bytes();
-        put_u64(&mut w, cells.len() as u64);
-        w.extend_from_slice(&cells);
+        put_u32(&mut w, c.generations_max);
+        put_u32(&mut w, c.equal_timer_counts.len() as u32);
+        for &v in &c.equal_timer_counts {
+            put_u64(&mut w, v);
+        }
+
+        put_u32(&mut w, filter.generations.len() as u32);
+        let mut cells = Vec::with_capacity(filter.generations.len());
+        for g in &filter.generations {
+            w.push(g.level);
+            for v in [g.m, g.inserted, g.sweep_cursor, g.sweep_debt] {
+                put_u64(&mut w, v);
+            }
+            let bytes = g.cells.storage().len();
+            put_u64(&mut w, bytes as u64);
+            cells.push((w.len(), bytes));
+        }
+        put_u64(&mut w, 0); // the checksum, once the cells are in
+        Skeleton { head: w, cells }
     }
-    seal(w)
+
+    /// Writes `filter`'s whole encoding but the checksum to `out`
+    /// ([`Self::len`] bytes).
+    pub(crate) fn write(&self, filter: &SlidingFilter, out: &mut [u8]) {
+        for (g, range) in filter.generations.iter().zip(self.place(out)) {
+            g.cells.write_le(0..range.len(), &mut out[range]);
+        }
+    }
+
+    /// Bytes of the whole encoding.
+    pub(crate) fn len(&self) -> usize {
+        self.head.len() + self.cells.iter().map(|&(_, n)| n).sum::<usize>()
+    }
+
+    /// Writes every byte of the encoding but the cells' (and the checksum)
+    /// to `out`, which is [`Self::len`] bytes long; returns where in `out`
+    /// each generation's cells go. The cells' bytes are left as they were
+    /// (a reused buffer is not cleared: they are all overwritten later).
+    pub(crate) fn place(&self, out: &mut [u8]) -> Vec<std::ops::Range<usize>> {
+        debug_assert_eq!(out.len(), self.len());
+        let (mut from, mut to) = (0, 0);
+        let mut ranges = Vec::with_capacity(self.cells.len());
+        for &(at, bytes) in &self.cells {
+            out[to..to + at - from].copy_from_slice(&self.head[from..at]);
+            to += at - from;
+            ranges.push(to..to + bytes);
+            (from, to) = (at, to + bytes);
+        }
+        out[to..].copy_from_slice(&self.head[from..]);
+        ranges
+    }
 }
 
 /// Starts an envelope: magic and format version.
@@ -118,9 +171,17 @@ pub fn begin(magic: [u8; 8], version: u16, capacity: usize) -> Vec<u8> {
 
 /// Ends an envelope: the XXH3-64 checksum of everything before it.
 pub fn seal(mut w: Vec<u8>) -> Vec<u8> {
-    let checksum = XxHash3_64::oneshot(&w);
-    put_u64(&mut w, checksum);
+    put_u64(&mut w, 0);
+    seal_in_place(&mut w);
     w
+}
+
+/// Ends an envelope whose last 8 bytes are reserved for the checksum: they
+/// become the XXH3-64 checksum of everything before them.
+pub fn seal_in_place(envelope: &mut [u8]) {
+    let body = envelope.len() - 8;
+    let checksum = XxHash3_64::oneshot(&envelope[..body]);
+    envelope[body..].copy_from_slice(&checksum.to_le_bytes());
 }
 
 /// Checks an envelope's magic, version and checksum (in that order, so the

@@ -12,23 +12,21 @@
 //! - on revocation, the slice is snapshotted before release, and the release
 //!   waits for the write.
 //!
-//! Snapshots do not stop the worker: a snapshot is a copy of the slice state
-//! taken *while the slice goes on* (copy-on-write, [`SliceState::begin_copy`]):
-//! everything but the filter's cells is copied at once (kilobytes), then the
-//! cells in 64 KiB chunks — a few after each record, more when the worker is
-//! idle, and any chunk about to be written before it is written — so the
-//! copy is the state at one offset while the worker never stops for more
-//! than a chunk or two. Then the checkpoint writer thread waits until what
-//! had been sent to the slice's output partitions at that offset is
-//! acknowledged, encodes the copy and writes it. One snapshot is in
+//! Snapshots do not stop the worker: a snapshot is copied *while the slice
+//! goes on* (copy-on-write, [`SliceState::begin_copy`]): its encoding is laid
+//! out at once but for the filter's cells (bytes), then the cells are copied
+//! into it in 64 KiB chunks — a few after each record, more when the worker
+//! is idle, and any chunk about to be written before it is written — so the
+//! snapshot is the state at one offset while the worker never stops for
+//! more than a chunk or two. Then the checkpoint writer thread waits until
+//! what had been sent to the slice's output partitions at that offset is
+//! acknowledged, computes the checksums and writes it. One snapshot is in
 //! progress at a time.
 //!
-//! The copy goes into a spare state kept per owned slice, made (and so
-//! mapped and faulted in) when the slice is restored, handed to the writer
-//! and given back after the write: copying is into pages already in place,
-//! not a fresh allocation that page-faults. The cost is memory: every owned
-//! slice's filter is held twice (state × 2), plus the encoding of the one
-//! snapshot being written.
+//! The snapshot is copied straight into one buffer that the worker keeps
+//! and the writer hands back after each write: memory for snapshots is one
+//! slice's encoding, not a second copy of every slice, and after the first
+//! snapshot copying writes into pages already mapped.
 //!
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
@@ -51,10 +49,9 @@ use super::restore::{RestoredFrom, Restorer};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
-use crate::engine::slice as slice_codec;
 use crate::engine::{
-    Extractor, RecordView, STAMP_BYTES, SliceCopy, SliceCounters, SliceRecord, SliceState, SliceVerdict, SourceRef,
-    format_into,
+    Extractor, RecordView, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord, SliceState, SliceVerdict,
+    SourceRef, format_into,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -66,8 +63,6 @@ const STALL_WARNING: Duration = Duration::from_millis(100);
 /// A slice this process owns.
 struct Owned {
     state: SliceState,
-    /// The reused copy for snapshots; `None` while a snapshot has it.
-    spare: Option<SliceState>,
     /// A snapshot being copied while the slice goes on.
     copying: Option<Copying>,
     replay_until: Option<u64>,
@@ -101,6 +96,8 @@ struct Inner {
     slices: BTreeMap<u32, Owned>,
     fatal: Option<String>,
     writer: Writer,
+    /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
+    buffer: Option<Vec<u8>>,
 }
 
 /// A snapshot being copied (see the module documentation).
@@ -123,9 +120,12 @@ const COPY_STEP_BYTES: usize = 256 << 10;
 /// Bytes of cells copied per turn of the worker loop that found no record.
 const IDLE_COPY_BYTES: usize = 16 << 20;
 
-/// A copy of a slice's state for the checkpoint writer.
+/// A snapshot for the checkpoint writer.
 struct Job {
-    state: SliceState,
+    slice: u32,
+    /// The slice offset it was taken at.
+    offset: u64,
+    image: SliceImage,
     /// What had been sent to the slice's output partitions when it was taken.
     mark: SentMark,
     previous: Option<Manifest>,
@@ -137,8 +137,8 @@ struct Job {
 struct Written {
     slice: u32,
     result: Result<(Manifest, usize), KafkaLayerError>,
-    /// The copy, back for the next snapshot of the slice.
-    spare: SliceState,
+    /// The buffer, back for the next snapshot.
+    buffer: Vec<u8>,
     /// From taken to written.
     took: Duration,
 }
@@ -160,10 +160,11 @@ impl Writer {
             .name("dedupd-checkpoints".into())
             .spawn(move || {
                 for job in job_rx {
-                    let slice = job.state.slice;
-                    let result = write_snapshot(&deps, &job.state, &job.mark, job.previous.as_ref());
-                    let took = job.taken.elapsed();
-                    if done.send(Written { slice, result, spare: job.state, took }).is_err() {
+                    let Job { slice, offset, image, mark, previous, taken } = job;
+                    let bytes = image.seal();
+                    let result = write_snapshot(&deps, slice, offset, &bytes, &mark, previous.as_ref());
+                    let took = taken.elapsed();
+                    if done.send(Written { slice, result, buffer: bytes, took }).is_err() {
                         break;
                     }
                 }
@@ -182,21 +183,20 @@ impl Writer {
 }
 
 /// The checkpoint writer's work: waits until the slice's outputs up to the
-/// snapshot are acknowledged, then encodes and writes the snapshot.
+/// snapshot are acknowledged, then writes the snapshot.
 fn write_snapshot(
     deps: &Deps,
-    state: &SliceState,
+    slice: u32,
+    offset: u64,
+    bytes: &[u8],
     mark: &SentMark,
     previous: Option<&Manifest>,
 ) -> Result<(Manifest, usize), KafkaLayerError> {
-    let slice = state.slice;
     wait_acked(&deps.producer, mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let bytes = slice_codec::encode(state);
-    let offset = state.next_offset;
-    let manifest = deps.store.write(slice, offset, &bytes, &deps.params.fingerprint(), previous)?;
+    let manifest = deps.store.write(slice, offset, bytes, &deps.params.fingerprint(), previous)?;
     Ok((manifest, bytes.len()))
 }
 
@@ -304,20 +304,10 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         RestoredFrom::Corrupt(_) => "corrupt",
     };
     deps.metrics.restores.with_label_values(&[source]).inc();
-    // The spare copy for snapshots, made now while the slice waits anyway:
-    // its memory is mapped and faulted in before the first snapshot.
-    let cloning = Instant::now();
-    let spare = Some(point.state.clone());
-    log::info!(
-        "slice {slice}: restored in {:.0} ms, of which {:.0} ms for the spare copy for snapshots",
-        started.elapsed().as_secs_f64() * 1000.0,
-        cloning.elapsed().as_secs_f64() * 1000.0
-    );
-    // Including the spare copy: the slice is not ready before it is made.
+    log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
     let c = point.state.filter.counters();
     Ok(Owned {
-        spare,
         copying: None,
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
@@ -370,12 +360,10 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
 
 /// Takes a snapshot of the slice: begins a copy of its state (everything
 /// but the filter's cells now; the cells while the slice goes on).
-fn begin_snapshot(deps: &Deps, owned: &mut Owned) {
+fn begin_snapshot(deps: &Deps, buffer: &mut Option<Vec<u8>>, owned: &mut Owned) {
     let taken = Instant::now();
     let slice = owned.state.slice;
-    // A clone only if a failed write did not hand the spare back.
-    let spare = owned.spare.take().unwrap_or_else(|| owned.state.clone());
-    let copy = owned.state.begin_copy(spare);
+    let copy = owned.state.begin_copy(buffer.take().unwrap_or_default());
     let mark = deps.producer.context().counts().mark(Some(slice as usize));
     log::debug!(
         "slice {slice}: snapshot at offset {} taken, {} bytes of cells to copy",
@@ -417,14 +405,15 @@ fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned, releasing: boo
     };
     let slice = owned.state.slice;
     let started = Instant::now();
-    let state = copy.finish(&owned.state);
+    let copy_offset = copy.offset();
+    let image = copy.finish(&owned.state);
     let longest_pause = longest_pause.max(started.elapsed());
     let jobs = writer
         .jobs
         .as_ref()
         .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
-    let offset = state.next_offset;
-    jobs.send(Job { state, mark, previous, taken })
+    let offset = copy_offset;
+    jobs.send(Job { slice, offset, image, mark, previous, taken })
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
     let line = format!(
@@ -445,12 +434,10 @@ fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned, releasing: boo
 /// Takes in a written snapshot; returns its error, if any.
 fn apply(deps: &Deps, inner: &mut Inner, written: Written) -> Option<KafkaLayerError> {
     inner.writer.outstanding -= 1;
+    inner.buffer = Some(written.buffer);
     let slice = written.slice;
     let label = slice.to_string();
-    let mut owned = inner.slices.get_mut(&slice);
-    if let Some(o) = owned.as_mut() {
-        o.spare = Some(written.spare);
-    }
+    let owned = inner.slices.get_mut(&slice);
     match written.result {
         Ok((manifest, bytes)) => {
             log::debug!(
@@ -520,14 +507,15 @@ fn wait_written(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaL
 fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), KafkaLayerError> {
     // A failed write in flight leaves the slice due: it is retried here.
     let _ = wait_written(deps, inner, slice);
-    let Some(owned) = inner.slices.get_mut(&slice) else {
+    let Inner { slices, buffer, .. } = &mut *inner;
+    let Some(owned) = slices.get_mut(&slice) else {
         return Ok(());
     };
     if owned.since_checkpoint == 0 && owned.manifest.is_some() {
         return Ok(());
     }
     // Copied at once by `wait_written`: the slice is being released.
-    begin_snapshot(deps, owned);
+    begin_snapshot(deps, buffer, owned);
     wait_written(deps, inner, slice)
 }
 
@@ -536,7 +524,7 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
-    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None, writer }));
+    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None, writer, buffer: None }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
@@ -583,7 +571,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
             last_housekeeping = Instant::now();
             let mut guard = inner.lock().expect("worker lock");
             apply_written(&deps, &mut guard);
-            let Inner { slices, writer, .. } = &mut *guard;
+            let Inner { slices, writer, buffer, .. } = &mut *guard;
             // The most overdue slice first; one snapshot in the writer's hands at a time.
             let due = slices
                 .values()
@@ -596,7 +584,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
                 .map(|o| o.state.slice);
             let in_progress = writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some());
             if !in_progress && let Some(owned) = due.and_then(|s| slices.get_mut(&s)) {
-                begin_snapshot(&deps, owned);
+                begin_snapshot(&deps, buffer, owned);
             }
             publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
         }
