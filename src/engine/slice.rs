@@ -197,17 +197,25 @@ pub struct SliceCopy {
 /// thread writes the snapshot out.
 #[derive(Debug)]
 pub struct SliceImage {
-    bytes: Vec<u8>,
-    /// Where the filter's own envelope lies in `bytes`.
+    /// The snapshot in its first `filter.end + 8` bytes (the buffer may be longer).
+    buffer: Vec<u8>,
+    /// Where the filter's own envelope lies.
     filter: std::ops::Range<usize>,
 }
 
 impl SliceImage {
-    /// The snapshot's bytes, exactly what [`encode`] gives for the state.
-    pub fn seal(mut self) -> Vec<u8> {
-        filter_snapshot::seal_in_place(&mut self.bytes[self.filter.clone()]);
-        filter_snapshot::seal_in_place(&mut self.bytes);
-        self.bytes
+    /// Computes the checksums; returns the snapshot's bytes, exactly what
+    /// [`encode`] gives for the state.
+    pub fn seal(&mut self) -> &[u8] {
+        let end = self.filter.end + 8;
+        filter_snapshot::seal_in_place(&mut self.buffer[self.filter.clone()]);
+        filter_snapshot::seal_in_place(&mut self.buffer[..end]);
+        &self.buffer[..end]
+    }
+
+    /// The buffer, for the next snapshot.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buffer
     }
 }
 
@@ -246,8 +254,8 @@ impl SliceCopy {
     /// Copies whatever is left from `source` (the state the copy was begun
     /// on): the snapshot of that state as it was when the copy began.
     pub fn finish(self, source: &SliceState) -> SliceImage {
-        let (bytes, filter) = self.filter.finish(&source.filter);
-        SliceImage { bytes, filter }
+        let (buffer, filter) = self.filter.finish(&source.filter);
+        SliceImage { buffer, filter }
     }
 }
 
@@ -262,10 +270,12 @@ pub fn encode(state: &SliceState) -> Vec<u8> {
     let skeleton = Skeleton::of(&state.filter);
     let head = head(state, skeleton.len());
     let filter = head.len()..head.len() + skeleton.len();
-    let mut bytes = vec![0; filter.end + 8];
-    bytes[..head.len()].copy_from_slice(&head);
-    skeleton.write(&state.filter, &mut bytes[filter.clone()]);
-    SliceImage { bytes, filter }.seal()
+    let mut buffer = vec![0; filter.end + 8];
+    buffer[..head.len()].copy_from_slice(&head);
+    skeleton.write(&state.filter, &mut buffer[filter.clone()]);
+    let mut image = SliceImage { buffer, filter };
+    image.seal();
+    image.into_buffer()
 }
 
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
@@ -419,6 +429,12 @@ mod tests {
         assert_eq!(with_copy, feed(&mut uncopied, 20_000..25_000, None));
         assert_eq!(s, uncopied);
         assert!(copy.finish(&s).seal() == expected, "the snapshot differs from the state when it began");
+        // Into a reused, longer buffer (a larger snapshot before): the same bytes.
+        let mut longer = encode(&s);
+        longer.extend_from_slice(&[7; 100]);
+        let mut again = uncopied.begin_copy(longer);
+        again.advance(&uncopied, usize::MAX);
+        assert!(again.finish(&uncopied).seal() == encode(&uncopied));
         assert_eq!(decode(&expected, 3, s.filter.params()).unwrap().next_offset, 20_000);
     }
 

@@ -68,8 +68,9 @@ impl CellWrites for Untold {
 /// [`SlidingFilter::observe_copying`] with it.
 #[derive(Debug)]
 pub struct FilterCopy {
-    /// The buffer: the encoding in `encoding`, all in place but the cells
-    /// (and its checksum) from the start; generation i's cells as `parts[i]` says.
+    /// The buffer (possibly longer than needed: see [`FilterCopy::begin`]):
+    /// the encoding in `encoding`, all in place but the cells (and its
+    /// checksum) from the start; generation i's cells as `parts[i]` says.
     image: Vec<u8>,
     /// Where the filter's encoding lies in `image`.
     encoding: Range<usize>,
@@ -163,12 +164,18 @@ impl FilterCopy {
         debug_assert!(chunk % 8 == 0 && buffer.len() >= at);
         let skeleton = Skeleton::of(source);
         let end = at + skeleton.len();
-        // Only growth is zeroed: the cells' bytes of a reused buffer are all
-        // overwritten by the copy, so clearing them would be a pause for nothing.
+        // The buffer is never shortened (a shorter snapshot leaves stale
+        // bytes beyond its end), so a reused one is never cleared: every
+        // byte of the encoding is overwritten by the copy, and clearing a
+        // gigabyte would be a pause for nothing. A buffer too small is
+        // replaced by a fresh zeroed allocation, which the kernel maps
+        // lazily: its pages are faulted in by the chunk copies, a few at a
+        // time, not all at once here.
         if buffer.len() < end + trailer {
-            buffer.resize(end + trailer, 0);
+            let mut fresh = vec![0; end + trailer];
+            fresh[..at].copy_from_slice(&buffer[..at]);
+            buffer = fresh;
         }
-        buffer.truncate(end + trailer);
         let targets = skeleton.place(&mut buffer[at..end]);
         let parts = source
             .generations
@@ -221,7 +228,7 @@ impl FilterCopy {
 
     /// Copies whatever is left from `source` (the filter the copy was begun
     /// on) and returns the buffer and where the filter's encoding lies in
-    /// it: complete but for its checksum (its last 8 bytes; see
+    /// it (the buffer may be longer): complete but for its checksum (its last 8 bytes; see
     /// [`super::snapshot::seal_in_place`]), which is left to whoever writes
     /// it out (hashing a gigabyte is not for the thread that judges events).
     pub fn finish(mut self, source: &SlidingFilter) -> (Vec<u8>, Range<usize>) {
@@ -347,8 +354,8 @@ mod tests {
     /// is copied (rounds 1 and 3), a tripled load (round 2: generations
     /// added, with growth), and a copy left to copy-on-write alone (rounds 2
     /// and 3). The buffer is new in round 0, then the previous round's,
-    /// longer or shorter (its stale bytes must all be overwritten), behind a
-    /// header of the caller's that must be kept.
+    /// reused when it is long enough (its stale bytes must all be
+    /// overwritten), behind a header of the caller's that must be kept.
     #[test]
     fn a_finished_copy_is_the_filter_when_the_copy_began() {
         let rounds = [
@@ -369,7 +376,6 @@ mod tests {
                     for (round, d) in rounds.into_iter().enumerate() {
                         let expected = snapshot::encode(&f);
                         let header = vec![round as u8 + 1; round];
-                        buffer.truncate(round);
                         buffer[..round].copy_from_slice(&header);
                         // Chunks of 512 bytes: these filters hold 10–200 of them.
                         let mut copy = FilterCopy::begin(&f, buffer, round, 0, 512);

@@ -160,11 +160,10 @@ impl Writer {
             .name("dedupd-checkpoints".into())
             .spawn(move || {
                 for job in job_rx {
-                    let Job { slice, offset, image, mark, previous, taken } = job;
-                    let bytes = image.seal();
-                    let result = write_snapshot(&deps, slice, offset, &bytes, &mark, previous.as_ref());
+                    let Job { slice, offset, mut image, mark, previous, taken } = job;
+                    let result = write_snapshot(&deps, slice, offset, image.seal(), &mark, previous.as_ref());
                     let took = taken.elapsed();
-                    if done.send(Written { slice, result, buffer: bytes, took }).is_err() {
+                    if done.send(Written { slice, result, buffer: image.into_buffer(), took }).is_err() {
                         break;
                     }
                 }
