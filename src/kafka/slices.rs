@@ -117,8 +117,9 @@ struct Copying {
 /// Bytes of cells copied after each record while a snapshot is copied:
 /// a pause of tens of µs per record; ~500 records copy 123 MiB.
 const COPY_STEP_BYTES: usize = 256 << 10;
-/// Bytes of cells copied per turn of the worker loop that found no record.
-const IDLE_COPY_BYTES: usize = 16 << 20;
+/// Bytes of cells copied per turn of the worker loop that found no record
+/// (a few ms, faulting in the pages of a new buffer included).
+const IDLE_COPY_BYTES: usize = 4 << 20;
 
 /// A snapshot for the checkpoint writer.
 struct Job {
