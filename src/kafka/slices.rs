@@ -404,15 +404,13 @@ fn hand_over(deps: &Deps, writer: &mut Writer, owned: &mut Owned, releasing: boo
         return Ok(());
     };
     let slice = owned.state.slice;
-    let started = Instant::now();
-    let copy_offset = copy.offset();
+    let (started, offset) = (Instant::now(), copy.offset());
     let image = copy.finish(&owned.state);
     let longest_pause = longest_pause.max(started.elapsed());
     let jobs = writer
         .jobs
         .as_ref()
         .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
-    let offset = copy_offset;
     jobs.send(Job { slice, offset, image, mark, previous, taken })
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
