@@ -3,21 +3,31 @@
 //! A snapshot is written as chunks (any filter size fits under the broker's
 //! message size limit) under keys `<slice>/<seq>/<i>`, then a manifest under
 //! `<slice>/manifest` naming the offset, the chunks, their total size and
-//! checksum, and the format version. The manifest goes last: a snapshot
-//! exists once its manifest does, and a crash mid-write leaves the previous
-//! manifest in force. Chunks of the previous snapshot are then tombstoned so
-//! compaction can drop them. A later snapshot of the same slice uses the next
-//! sequence number, so a half-written attempt never overwrites the chunks a
-//! manifest points at.
+//! checksum, the partition offset of its first chunk, and the format version.
+//! The manifest goes last: a snapshot exists once its manifest does, and a
+//! crash mid-write leaves the previous manifest in force. Chunks of the
+//! previous snapshot are then tombstoned so compaction can drop them. A later
+//! snapshot of the same slice uses the next sequence number, so a half-written
+//! attempt never overwrites the chunks a manifest points at.
+//!
+//! Restore reads the partition from its tail: it searches backwards for the
+//! newest manifest, then reads from the snapshot's first chunk up to that
+//! manifest. An uncompacted partition (Tansu never compacts) holds every
+//! snapshot ever written, and reading them all made a restore's time grow with
+//! the number of snapshots. Whenever the tail read finds something it does not
+//! expect, restore scans the whole partition as it always did, so a corrupt
+//! snapshot is reported exactly as before.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use twox_hash::XxHash3_64;
@@ -26,6 +36,9 @@ use super::{Context, KafkaLayerError, clients};
 use crate::config::Resolved;
 
 /// The checkpoint manifest format version.
+///
+/// `first_chunk_offset` was added without a new version: it is optional, and a
+/// manifest without it is still read (see [`CheckpointStore::read_latest`]).
 pub const MANIFEST_VERSION: u16 = 1;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -46,6 +59,13 @@ pub struct Manifest {
     pub written_at_ms: u64,
     /// The filter parameters the snapshot was taken with ([`crate::filter::FilterParams::fingerprint`]).
     pub params: String,
+    /// The checkpoint partition offset of chunk 0 (from the producer's delivery
+    /// report), so that restore reads just this snapshot. Manifests written
+    /// before this field existed lack it; restore then assumes the chunks lie
+    /// right before their manifest, which the write order makes true, and
+    /// checks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_chunk_offset: Option<u64>,
 }
 
 /// Why a stored snapshot could not be read back.
@@ -57,11 +77,78 @@ pub enum ReadError {
     Corrupt(String),
 }
 
+/// What reading a slice's newest snapshot cost: restore time is mostly this
+/// read, and it must not grow with the number of snapshots the partition keeps.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Records handed to the reader (chunks, manifests, tombstones), counting
+    /// a record again each time it is read.
+    pub records: u64,
+    /// Their key and value bytes.
+    pub bytes: u64,
+    /// Why the tail read was not enough and the whole partition was scanned.
+    pub full_scan: Option<String>,
+}
+
+impl ReadStats {
+    fn count(&mut self, key: &[u8], value: Option<&[u8]>) {
+        self.records += 1;
+        self.bytes += (key.len() + value.map_or(0, <[u8]>::len)) as u64;
+    }
+}
+
+/// Delivery outcome of the records of one write step (the chunks, the
+/// manifest or the tombstones), filled in by the producer's delivery reports.
+struct Deliveries {
+    /// The lowest offset the broker gave any of them; `i64::MAX` until one is delivered.
+    first_offset: AtomicI64,
+    /// The first delivery that failed.
+    failed: Mutex<Option<KafkaError>>,
+}
+
+impl Deliveries {
+    fn new() -> Arc<Self> {
+        Arc::new(Deliveries { first_offset: AtomicI64::new(i64::MAX), failed: Mutex::new(None) })
+    }
+
+    fn failure(&self) -> Option<KafkaError> {
+        self.failed.lock().expect("deliveries lock").clone()
+    }
+
+    fn first_offset(&self) -> Option<u64> {
+        u64::try_from(self.first_offset.load(Ordering::Relaxed)).ok().filter(|&o| o < i64::MAX as u64)
+    }
+}
+
+/// Routes each delivery report to the [`Deliveries`] of its write step.
+struct CheckpointProducerContext;
+
+impl ClientContext for CheckpointProducerContext {}
+
+impl ProducerContext for CheckpointProducerContext {
+    type DeliveryOpaque = Arc<Deliveries>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, deliveries: Arc<Deliveries>) {
+        match result {
+            Ok(m) => {
+                // A broker that does not know the offset reports -1: then
+                // the manifest simply has no first_chunk_offset.
+                if m.offset() >= 0 {
+                    deliveries.first_offset.fetch_min(m.offset(), Ordering::Relaxed);
+                }
+            }
+            Err((e, _)) => {
+                deliveries.failed.lock().expect("deliveries lock").get_or_insert_with(|| e.clone());
+            }
+        }
+    }
+}
+
 /// Reads and writes slice snapshots.
 pub struct CheckpointStore {
     topic: String,
     chunk_bytes: usize,
-    producer: ThreadedProducer<DefaultProducerContext>,
+    producer: ThreadedProducer<CheckpointProducerContext>,
     reader: Mutex<BaseConsumer>,
 }
 
@@ -73,7 +160,9 @@ impl CheckpointStore {
         Ok(CheckpointStore {
             topic: cfg.settings.checkpoint.topic.clone(),
             chunk_bytes: cfg.settings.checkpoint.chunk_bytes,
-            producer: pc.create().context(|| "creating the checkpoint producer".into())?,
+            producer: pc
+                .create_with_context(CheckpointProducerContext)
+                .context(|| "creating the checkpoint producer".into())?,
             reader: Mutex::new(
                 clients::reader(cfg, &format!("{id}-checkpoint-reader"))
                     .create()
@@ -95,11 +184,26 @@ impl CheckpointStore {
         let seq = previous.map_or(0, |m| m.seq + 1);
         let partition = slice as i32;
         let chunks: Vec<&[u8]> = bytes.chunks(self.chunk_bytes).collect();
+        let delivered = Deliveries::new();
         for (i, chunk) in chunks.iter().enumerate() {
             let key = format!("{slice}/{seq}/{i}");
-            self.send(BaseRecord::to(&self.topic).partition(partition).key(key.as_bytes()).payload(*chunk))?;
+            self.send(
+                BaseRecord::with_opaque_to(&self.topic, delivered.clone())
+                    .partition(partition)
+                    .key(key.as_bytes())
+                    .payload(*chunk),
+            )?;
         }
         self.producer.flush(IO_TIMEOUT).context(|| format!("writing snapshot chunks of slice {slice}"))?;
+        // A manifest must never point at a chunk the broker did not take:
+        // restore would find the snapshot incomplete and fall back to an
+        // older one, or to none.
+        if let Some(e) = delivered.failure() {
+            return Err(KafkaLayerError::Client {
+                context: format!("writing snapshot chunks of slice {slice}"),
+                source: e,
+            });
+        }
         let manifest = Manifest {
             format: MANIFEST_VERSION,
             slice,
@@ -112,22 +216,42 @@ impl CheckpointStore {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             params: params.to_string(),
+            first_chunk_offset: delivered.first_offset(),
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");
-        self.send(BaseRecord::to(&self.topic).partition(partition).key(key.as_bytes()).payload(&body))?;
+        let delivered = Deliveries::new();
+        self.send(
+            BaseRecord::with_opaque_to(&self.topic, delivered.clone())
+                .partition(partition)
+                .key(key.as_bytes())
+                .payload(&body),
+        )?;
         self.producer.flush(IO_TIMEOUT).context(|| format!("writing the manifest of slice {slice}"))?;
+        if let Some(e) = delivered.failure() {
+            return Err(KafkaLayerError::Client {
+                context: format!("writing the manifest of slice {slice}"),
+                source: e,
+            });
+        }
         if let Some(prev) = previous {
+            // Not waited for: a lost tombstone only keeps an old chunk until
+            // the next compaction of its key; the snapshot is complete.
+            let delivered = Deliveries::new();
             for i in 0..prev.chunks {
                 let key = format!("{slice}/{}/{i}", prev.seq);
                 // A tombstone: a key with no value.
-                self.send(BaseRecord::<[u8], [u8]>::to(&self.topic).partition(partition).key(key.as_bytes()))?;
+                self.send(
+                    BaseRecord::<[u8], [u8], _>::with_opaque_to(&self.topic, delivered.clone())
+                        .partition(partition)
+                        .key(key.as_bytes()),
+                )?;
             }
         }
         Ok(manifest)
     }
 
-    fn send(&self, mut record: BaseRecord<'_, [u8], [u8]>) -> Result<(), KafkaLayerError> {
+    fn send(&self, mut record: BaseRecord<'_, [u8], [u8], Arc<Deliveries>>) -> Result<(), KafkaLayerError> {
         loop {
             match self.producer.send(record) {
                 Ok(()) => return Ok(()),
@@ -146,17 +270,168 @@ impl CheckpointStore {
     }
 
     /// The newest complete snapshot of `slice`: its manifest and bytes.
+    pub fn read_latest(&self, slice: u32) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
+        self.read_latest_counted(slice, &mut ReadStats::default())
+    }
+
+    /// [`CheckpointStore::read_latest`], adding what it read to `stats`.
+    ///
+    /// First from the tail: the newest manifest, then only its snapshot's
+    /// chunks. If that finds anything inconsistent (no manifest readable at
+    /// the tail, a chunk missing, a checksum that does not match), the whole
+    /// partition is scanned as before, and its verdict stands: a corrupt
+    /// newest snapshot is reported as corrupt, with the same message.
+    pub fn read_latest_counted(
+        &self,
+        slice: u32,
+        stats: &mut ReadStats,
+    ) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
+        let reader = self.reader.lock().expect("reader lock");
+        match self.read_tail(&reader, slice, stats)? {
+            Tail::Found(manifest, bytes) => return Ok(Some((manifest, bytes))),
+            Tail::NoManifest => return Ok(None),
+            Tail::Inconsistent(why) => {
+                log::warn!("slice {slice}: reading the newest snapshot from the tail failed ({why}); scanning all");
+                stats.full_scan = Some(why);
+            }
+        }
+        self.read_full(&reader, slice, stats)
+    }
+
+    /// Searches backwards for the newest manifest, then reads its chunks.
+    ///
+    /// The search reads windows of offsets ending where the previous one
+    /// began, so no manifest can be skipped. The partition's tail is usually
+    /// the previous snapshot's tombstones, and a tombstone (or a chunk of an
+    /// interrupted write) under key `<slice>/<seq>/<i>` tells where its run
+    /// began: `i` records back. The next window reaches there, which lands
+    /// on the manifest without fetching chunk payloads; without such a key
+    /// the windows grow fourfold.
+    fn read_tail(&self, reader: &BaseConsumer, slice: u32, stats: &mut ReadStats) -> Result<Tail, KafkaLayerError> {
+        let partition = slice as i32;
+        let topic = &self.topic;
+        let (low, high) = reader
+            .fetch_watermarks(topic, partition, IO_TIMEOUT)
+            .context(|| format!("watermarks of {topic}/{partition}"))?;
+        if high <= low {
+            return Ok(Tail::NoManifest);
+        }
+        let manifest_key = format!("{slice}/manifest");
+        // The listed end may be the last batch's base + 1 (Tansu): the first
+        // window starts there and reads to the real end.
+        let mut start = high - 1;
+        let mut stop = None;
+        let mut span: i64 = 1;
+        // The chunk records (and tombstones) of the window being read: if it
+        // holds the newest manifest, some of them may be its chunks, which
+        // need not be fetched again.
+        let mut window: Vec<(i64, u64, u64, Option<Vec<u8>>)> = Vec::new();
+        let (manifest_at, body) = loop {
+            let mut newest = None;
+            let mut hint = None;
+            window.clear();
+            read_range(reader, topic, partition, start, stop, high, |offset, key, value, _| {
+                stats.count(key, value);
+                if key == manifest_key.as_bytes() {
+                    newest = Some((offset, value.map(<[u8]>::to_vec)));
+                } else if let Some((seq, i)) = chunk_key(key, slice) {
+                    if hint.is_none() {
+                        hint = Some(offset.saturating_sub(i64::try_from(i).unwrap_or(i64::MAX)).saturating_sub(1));
+                    }
+                    window.push((offset, seq, i, value.map(<[u8]>::to_vec)));
+                }
+            })?;
+            if let Some(found) = newest {
+                break found;
+            }
+            if start <= low {
+                return Ok(Tail::NoManifest);
+            }
+            span = span.saturating_mul(4);
+            let next = hint.filter(|&h| h < start).unwrap_or(start.saturating_sub(span)).max(low);
+            (stop, start) = (Some(start), next);
+        };
+
+        let Some(body) = body else {
+            return Ok(Tail::Inconsistent(format!("the manifest at offset {manifest_at} is a tombstone")));
+        };
+        let manifest: Manifest = match serde_json::from_slice(&body) {
+            Ok(m) => m,
+            Err(e) => {
+                return Ok(Tail::Inconsistent(format!("the manifest at offset {manifest_at} is unreadable: {e}")));
+            }
+        };
+        if manifest.format != MANIFEST_VERSION {
+            return Ok(Tail::Inconsistent(format!("manifest format {}", manifest.format)));
+        }
+        let first = match manifest.first_chunk_offset {
+            Some(first) => i64::try_from(first).unwrap_or(i64::MAX),
+            None => manifest_at - i64::from(manifest.chunks),
+        };
+        // Each chunk is one record between the first and the manifest.
+        if first < low || first > manifest_at - i64::from(manifest.chunks) {
+            return Ok(Tail::Inconsistent(format!(
+                "snapshot {}: {} chunks cannot lie between offsets {first} and {manifest_at} (retained from {low})",
+                manifest.seq, manifest.chunks
+            )));
+        }
+        // The last value of each chunk key before the manifest is the one it
+        // names: what lies below the last window is read now, in offset
+        // order, then the window's records override it.
+        let mut parts: Vec<Option<Vec<u8>>> = vec![None; manifest.chunks as usize];
+        let mut keep = |seq: u64, i: u64, value: Option<&[u8]>| {
+            if seq == manifest.seq
+                && let Some(part) = usize::try_from(i).ok().and_then(|i| parts.get_mut(i))
+            {
+                *part = value.map(<[u8]>::to_vec);
+            }
+        };
+        read_range(reader, topic, partition, first, Some(start.min(manifest_at)), high, |_, key, value, _| {
+            stats.count(key, value);
+            if let Some((seq, i)) = chunk_key(key, slice) {
+                keep(seq, i, value);
+            }
+        })?;
+        for (_, seq, i, value) in window.iter().filter(|(offset, ..)| (first..manifest_at).contains(offset)) {
+            keep(*seq, *i, value.as_deref());
+        }
+        drop(window);
+        if let Some(i) = parts.iter().position(Option::is_none) {
+            return Ok(Tail::Inconsistent(format!(
+                "chunk {i} of snapshot {} is not between offsets {first} and {manifest_at}",
+                manifest.seq
+            )));
+        }
+        let mut bytes = Vec::with_capacity(parts.iter().flatten().map(Vec::len).sum());
+        for part in parts.into_iter().flatten() {
+            bytes.extend_from_slice(&part);
+        }
+        if bytes.len() as u64 != manifest.bytes || XxHash3_64::oneshot(&bytes) != manifest.checksum {
+            return Ok(Tail::Inconsistent(format!(
+                "snapshot {}: the chunks between offsets {first} and {manifest_at} do not match the manifest",
+                manifest.seq
+            )));
+        }
+        Ok(Tail::Found(manifest, bytes))
+    }
+
+    /// The newest complete snapshot from a scan of the whole partition.
     ///
     /// One pass over the partition keeps the latest value of each key, but
     /// when it reads a manifest it drops the chunks of every other snapshot:
     /// a snapshot's chunks all come before its manifest, so those chunks can
     /// never be the newest manifest's. Without compaction the partition holds
     /// every snapshot ever written; memory stays at about two of them.
-    pub fn read_latest(&self, slice: u32) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
-        let reader = self.reader.lock().expect("reader lock");
+    fn read_full(
+        &self,
+        reader: &BaseConsumer,
+        slice: u32,
+        stats: &mut ReadStats,
+    ) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
         let manifest_key = format!("{slice}/manifest");
         let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-        read_partition(&reader, &self.topic, slice as i32, ReadFrom::Start, |_, key, value, _| {
+        read_partition(reader, &self.topic, slice as i32, ReadFrom::Start, |_, key, value, _| {
+            stats.count(key, value);
             if key == manifest_key.as_bytes()
                 && let Some(seq) = value.and_then(|v| serde_json::from_slice::<Manifest>(v).ok()).map(|m| m.seq)
             {
@@ -175,7 +450,8 @@ impl CheckpointStore {
                 manifest.format
             )));
         }
-        let mut bytes = Vec::with_capacity(manifest.bytes as usize);
+        // Sized by what is there, not by the manifest's claim, which may be garbage.
+        let mut bytes = Vec::new();
         for i in 0..manifest.chunks {
             match latest.get(format!("{slice}/{}/{i}", manifest.seq).as_bytes()) {
                 Some(Some(chunk)) => bytes.extend_from_slice(chunk),
@@ -201,6 +477,15 @@ impl CheckpointStore {
     }
 }
 
+/// What the tail of a checkpoint partition gave.
+enum Tail {
+    Found(Manifest, Vec<u8>),
+    /// The partition holds no manifest record at all.
+    NoManifest,
+    /// Something the tail read cannot settle; the whole partition decides.
+    Inconsistent(String),
+}
+
 /// The sequence number in a chunk key `<slice>/<seq>/<i>`.
 fn chunk_seq(key: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(key).ok()?;
@@ -210,6 +495,17 @@ fn chunk_seq(key: &[u8]) -> Option<u64> {
         return None;
     }
     seq.parse().ok()
+}
+
+/// The sequence number and index in a chunk key `<slice>/<seq>/<i>` of `slice`.
+fn chunk_key(key: &[u8], slice: u32) -> Option<(u64, u64)> {
+    let text = std::str::from_utf8(key).ok()?;
+    let mut parts = text.split('/');
+    let (s, seq, i) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || s.parse::<u32>().ok()? != slice {
+        return None;
+    }
+    Some((seq.parse().ok()?, i.parse().ok()?))
 }
 
 /// Where [`read_partition`] starts.
@@ -223,16 +519,12 @@ pub enum ReadFrom {
 
 /// Reads partition `partition` of `topic` to its current end, calling
 /// `each(offset, key, value)` in offset order.
-///
-/// The end is where the fetch reports end-of-partition, not the listed high
-/// watermark: some Kafka-compatible brokers (Tansu) list it as the last
-/// *batch's* base offset + 1, so that batch's records lie beyond it.
 pub fn read_partition(
     reader: &BaseConsumer,
     topic: &str,
     partition: i32,
     from: ReadFrom,
-    mut each: impl FnMut(i64, &[u8], Option<&[u8]>, &rdkafka::message::BorrowedMessage<'_>),
+    each: impl FnMut(i64, &[u8], Option<&[u8]>, &rdkafka::message::BorrowedMessage<'_>),
 ) -> Result<(), KafkaLayerError> {
     let (low, high) = reader
         .fetch_watermarks(topic, partition, IO_TIMEOUT)
@@ -244,18 +536,48 @@ pub fn read_partition(
         ReadFrom::Start => low,
         ReadFrom::Last => high - 1,
     };
+    read_range(reader, topic, partition, start, None, high, each)
+}
+
+/// Reads the records of partition `partition` of `topic` from offset `start`
+/// up to `stop` (exclusive), or to the current end when `stop` is None,
+/// calling `each(offset, key, value)` in offset order. `high` is the listed
+/// high watermark.
+///
+/// The end is where the fetch reports end-of-partition, not the listed high
+/// watermark: some Kafka-compatible brokers (Tansu) list it as the last
+/// *batch's* base offset + 1, so that batch's records lie beyond it.
+fn read_range(
+    reader: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    start: i64,
+    stop: Option<i64>,
+    high: i64,
+    mut each: impl FnMut(i64, &[u8], Option<&[u8]>, &rdkafka::message::BorrowedMessage<'_>),
+) -> Result<(), KafkaLayerError> {
+    if stop.is_some_and(|stop| stop <= start) {
+        return Ok(());
+    }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(start)).context(|| "building an assignment".into())?;
     reader.assign(&tpl).context(|| format!("reading {topic}/{partition}"))?;
     let deadline = Instant::now() + IO_TIMEOUT;
     let mut next = start;
     let result = loop {
+        if stop.is_some_and(|stop| next >= stop) {
+            break Ok(());
+        }
         if Instant::now() > deadline {
             break Err(KafkaLayerError::Timeout(format!(
-                "reading {topic}/{partition} up to offset {high}, stuck at {next}"
+                "reading {topic}/{partition} up to offset {}, stuck at {next}",
+                stop.unwrap_or(high)
             )));
         }
         match reader.poll(Duration::from_millis(50)) {
+            // Offsets may have gaps (compaction, transaction markers): a
+            // record at or past `stop` ends the range too.
+            Some(Ok(m)) if stop.is_some_and(|stop| m.offset() >= stop) => break Ok(()),
             Some(Ok(m)) => {
                 next = m.offset() + 1;
                 each(m.offset(), m.key().unwrap_or_default(), m.payload(), &m);
@@ -272,4 +594,46 @@ pub fn read_partition(
     };
     reader.unassign().context(|| "releasing the reader".into())?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(first_chunk_offset: Option<u64>) -> Manifest {
+        Manifest {
+            format: MANIFEST_VERSION,
+            slice: 3,
+            seq: 9,
+            offset: 120,
+            chunks: 2,
+            bytes: 10,
+            checksum: 7,
+            written_at_ms: 1,
+            params: "p".into(),
+            first_chunk_offset,
+        }
+    }
+
+    #[test]
+    fn manifests_without_the_first_chunk_offset_stay_readable_and_are_written_as_before() {
+        let old = r#"{"format":1,"slice":3,"seq":9,"offset":120,"chunks":2,"bytes":10,"checksum":7,"written_at_ms":1,"params":"p"}"#;
+        assert_eq!(serde_json::from_str::<Manifest>(old).unwrap(), manifest(None));
+        assert_eq!(serde_json::to_string(&manifest(None)).unwrap(), old);
+        let new = serde_json::to_string(&manifest(Some(41))).unwrap();
+        assert!(new.ends_with(r#","first_chunk_offset":41}"#), "{new}");
+        assert_eq!(serde_json::from_str::<Manifest>(&new).unwrap(), manifest(Some(41)));
+    }
+
+    #[test]
+    fn chunk_keys_of_one_slice() {
+        assert_eq!(chunk_key(b"3/9/0", 3), Some((9, 0)));
+        assert_eq!(chunk_key(b"3/9/17", 3), Some((9, 17)));
+        assert_eq!(chunk_key(b"4/9/17", 3), None);
+        assert_eq!(chunk_key(b"3/manifest", 3), None);
+        assert_eq!(chunk_key(b"3/9/1/2", 3), None);
+        assert_eq!(chunk_key(b"3/x/1", 3), None);
+        assert_eq!(chunk_key(b"\xff/9/1", 3), None);
+        assert_eq!(chunk_key(b"", 3), None);
+    }
 }

@@ -7,12 +7,12 @@
 //! continues exactly where it stopped. Without a usable snapshot the slice
 //! starts from the beginning of its retained log, also silently up to Y.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 
-use super::checkpoint::{CheckpointStore, Manifest, ReadError, ReadFrom, read_partition};
+use super::checkpoint::{CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition};
 use super::{Context, KafkaLayerError, headers};
 use crate::config::CorruptPolicy;
 use crate::engine::SliceState;
@@ -76,7 +76,18 @@ pub struct Restorer<'a> {
 
 impl Restorer<'_> {
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
-        let (state, manifest, from) = match self.store.read_latest(slice) {
+        let mut read = ReadStats::default();
+        let started = Instant::now();
+        let latest = self.store.read_latest_counted(slice, &mut read);
+        // Restore time is mostly this read: say how much of the topic it took.
+        log::info!(
+            "slice {slice}: read {} checkpoint records, {:.1} MiB in {:.0} ms{}",
+            read.records,
+            read.bytes as f64 / (1 << 20) as f64,
+            started.elapsed().as_secs_f64() * 1000.0,
+            read.full_scan.as_ref().map_or(String::new(), |why| format!(" (whole partition: {why})"))
+        );
+        let (state, manifest, from) = match latest {
             Ok(Some((m, _))) if m.params != self.params.fingerprint() => {
                 let why = format!(
                     "the snapshot was taken with {} but the filter is configured with {}",

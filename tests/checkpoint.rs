@@ -1,0 +1,264 @@
+//! The checkpoint store on the real broker: restore reads only the newest
+//! snapshot from the tail of its partition (the broker does not compact, so
+//! the partition keeps every snapshot ever written), and falls back to the
+//! whole partition, with the same verdicts as before, when the tail is not
+//! what a complete write leaves.
+
+mod support;
+
+use dedupd::bench::workload::Rng;
+use dedupd::config::{Resolved, Settings};
+use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats};
+use support::*;
+use twox_hash::XxHash3_64;
+
+/// Small chunks, so a snapshot of a few tens of KiB has tens of chunks, like
+/// a real 123 MiB slice has hundreds of 512 KiB ones.
+const CHUNK: usize = 1024;
+/// 40 chunks.
+const SNAPSHOT: usize = 40 * CHUNK;
+const PARAMS: &str = "test-params";
+
+fn settings(topic: &str) -> Resolved {
+    Settings::load_from(
+        None,
+        [
+            ("DEDUPD__APP__ID".to_string(), unique("ckpt-app")),
+            ("DEDUPD__KAFKA__BROKERS".to_string(), broker()),
+            ("DEDUPD__CHECKPOINT__TOPIC".to_string(), topic.to_string()),
+            ("DEDUPD__CHECKPOINT__CHUNK_BYTES".to_string(), CHUNK.to_string()),
+        ],
+    )
+    .expect("settings")
+}
+
+/// A checkpoint topic with `partitions` slices and a store on it.
+fn store(prefix: &str, partitions: i32) -> (String, CheckpointStore) {
+    let topic = unique(prefix);
+    create_topic(&topic, partitions);
+    let store = CheckpointStore::new(&settings(&topic)).expect("checkpoint store");
+    (topic, store)
+}
+
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// Writes `n` snapshots of `slice` in a chain, as the daemon does; returns
+/// the last manifest and each snapshot's bytes.
+fn write_chain(store: &CheckpointStore, slice: u32, n: u64, seed: u64) -> (Manifest, Vec<Vec<u8>>) {
+    let mut previous: Option<Manifest> = None;
+    let mut written = Vec::new();
+    for k in 0..n {
+        let b = bytes(seed + k, SNAPSHOT);
+        previous = Some(store.write(slice, 1000 * (k + 1), &b, PARAMS, previous.as_ref()).expect("write"));
+        written.push(b);
+    }
+    (previous.unwrap(), written)
+}
+
+/// What `read_latest` answers.
+type Latest = Result<Option<(Manifest, Vec<u8>)>, ReadError>;
+
+fn read(store: &CheckpointStore, slice: u32) -> (Latest, ReadStats) {
+    let mut stats = ReadStats::default();
+    let got = store.read_latest_counted(slice, &mut stats);
+    eprintln!("slice {slice}: {stats:?}");
+    (got, stats)
+}
+
+/// A record for `slice`'s partition.
+fn record(slice: u32, key: &str, value: Option<&[u8]>) -> Rec {
+    Rec {
+        partition: slice as i32,
+        offset: -1,
+        key: Some(key.as_bytes().to_vec()),
+        value: value.map(<[u8]>::to_vec),
+        timestamp: None,
+        headers: Vec::new(),
+    }
+}
+
+/// The chunk records of a snapshot written by hand.
+fn chunk_records(slice: u32, seq: u64, b: &[u8]) -> Vec<Rec> {
+    b.chunks(CHUNK).enumerate().map(|(i, c)| record(slice, &format!("{slice}/{seq}/{i}"), Some(c))).collect()
+}
+
+fn manifest_record(slice: u32, m: &Manifest) -> Rec {
+    record(slice, &format!("{slice}/manifest"), Some(&serde_json::to_vec(m).unwrap()))
+}
+
+/// A manifest as written before `first_chunk_offset` existed.
+fn old_manifest(slice: u32, seq: u64, b: &[u8]) -> Manifest {
+    Manifest {
+        format: MANIFEST_VERSION,
+        slice,
+        seq,
+        offset: 77_000,
+        chunks: b.chunks(CHUNK).count() as u32,
+        bytes: b.len() as u64,
+        checksum: XxHash3_64::oneshot(b),
+        written_at_ms: 1,
+        params: PARAMS.into(),
+        first_chunk_offset: None,
+    }
+}
+
+/// The most a tail read of one snapshot may cost: its chunks, its manifest
+/// and the tombstones after it (keys and small values). Reading one older
+/// snapshot as well would add another `SNAPSHOT`.
+fn one_snapshot_bound(extra: usize) -> u64 {
+    (SNAPSHOT + extra + 8 * 1024) as u64
+}
+
+#[test]
+fn restore_reads_only_the_newest_snapshot() {
+    let (topic, store) = store("ckpt-tail", 3);
+    let slice = 2;
+    let (last, written) = write_chain(&store, slice, 6, 100);
+    assert_eq!(last.seq, 5);
+    let (got, stats) = read(&store, slice);
+    let (manifest, b) = got.expect("read").expect("a snapshot");
+    assert_eq!(manifest, last);
+    assert!(b == written[5], "restore returned other bytes than the newest snapshot's");
+    assert_eq!(stats.full_scan, None, "the tail read should have sufficed");
+    // The partition holds six snapshots (240 KiB); one is read.
+    assert!(
+        stats.bytes <= one_snapshot_bound(0),
+        "read {} bytes for a {SNAPSHOT}-byte snapshot: older snapshots were read",
+        stats.bytes
+    );
+    assert!(stats.records <= 40 + 1 + 40 + 2, "read {} records", stats.records);
+
+    // The manifest's first chunk offset is where the broker put chunk 0.
+    let all = read_all(&topic, std::time::Duration::from_secs(2));
+    let chunk0 = all[&(slice as i32)].iter().rfind(|r| r.key.as_deref() == Some(b"2/5/0".as_slice())).unwrap();
+    assert_eq!(manifest.first_chunk_offset, Some(chunk0.offset as u64));
+
+    // A slice without snapshots, next to one with them.
+    let (got, stats) = read(&store, 0);
+    assert!(got.expect("read").is_none());
+    assert_eq!(stats.records, 0);
+
+    // The next snapshot is found too (the tail now ends with other tombstones).
+    let b = bytes(999, SNAPSHOT / 2 + 100);
+    let newer = store.write(slice, 99_000, &b, PARAMS, Some(&last)).unwrap();
+    let (got, stats) = read(&store, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!((manifest, got_bytes == b), (newer, true));
+    assert_eq!(stats.full_scan, None);
+    assert!(stats.bytes <= one_snapshot_bound(0), "{stats:?}");
+}
+
+#[test]
+fn restore_after_an_interrupted_write_uses_the_previous_manifest() {
+    let (topic, store) = store("ckpt-interrupted", 2);
+    let slice = 1;
+    let (last, written) = write_chain(&store, slice, 3, 200);
+    // A crash after half the chunks of the next snapshot: no manifest for them.
+    let orphans = bytes(7, SNAPSHOT / 2);
+    produce(&topic, &chunk_records(slice, last.seq + 1, &orphans));
+    let (got, stats) = read(&store, slice);
+    let (manifest, b) = got.unwrap().unwrap();
+    assert_eq!(manifest, last);
+    assert!(b == written[2]);
+    assert_eq!(stats.full_scan, None);
+    assert!(stats.bytes <= one_snapshot_bound(orphans.len()), "{stats:?}");
+
+    // The restarted slice writes that sequence number again; the orphans
+    // under the same keys, before its first chunk, are not part of it.
+    let b = bytes(8, SNAPSHOT);
+    let newer = store.write(slice, 5000, &b, PARAMS, Some(&last)).unwrap();
+    assert_eq!(newer.seq, last.seq + 1);
+    let (got, stats) = read(&store, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, newer);
+    assert!(got_bytes == b);
+    assert_eq!(stats.full_scan, None);
+    assert!(stats.bytes <= one_snapshot_bound(0), "{stats:?}");
+}
+
+#[test]
+fn old_manifests_without_the_first_chunk_offset_are_read() {
+    let (topic, store) = store("ckpt-old", 3);
+
+    // Slice 1: an old-format snapshot after new ones. Its chunks lie right before it.
+    let (last, _) = write_chain(&store, 1, 3, 300);
+    let b = bytes(301, SNAPSHOT - 10);
+    let old = old_manifest(1, last.seq + 1, &b);
+    let json = String::from_utf8(serde_json::to_vec(&old).unwrap()).unwrap();
+    assert!(!json.contains("first_chunk_offset"), "{json}");
+    let mut records = chunk_records(1, old.seq, &b);
+    records.push(manifest_record(1, &old));
+    produce(&topic, &records);
+    let (got, stats) = read(&store, 1);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, old);
+    assert!(got_bytes == b);
+    assert_eq!(stats.full_scan, None);
+    assert!(stats.bytes <= one_snapshot_bound(0), "{stats:?}");
+
+    // Slice 2: an old-format snapshot with another record between its chunks
+    // and its manifest. The tail read cannot place the chunks; the whole
+    // partition still gives the right snapshot.
+    let (last, _) = write_chain(&store, 2, 2, 400);
+    let b = bytes(401, SNAPSHOT);
+    let old = old_manifest(2, last.seq + 1, &b);
+    let mut records = chunk_records(2, old.seq, &b);
+    records.push(record(2, "2/0/0", None));
+    records.push(manifest_record(2, &old));
+    produce(&topic, &records);
+    let (got, stats) = read(&store, 2);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, old);
+    assert!(got_bytes == b);
+    assert!(stats.full_scan.is_some(), "{stats:?}");
+}
+
+#[test]
+fn a_corrupt_newest_snapshot_is_reported_as_before() {
+    let (topic, store) = store("ckpt-corrupt", 4);
+    let corrupt = |got: Latest| match got {
+        Err(ReadError::Corrupt(why)) => why,
+        Err(e) => panic!("expected a corrupt checkpoint, got {e}"),
+        Ok(found) => panic!("expected a corrupt checkpoint, got {:?}", found.map(|(m, _)| m)),
+    };
+
+    // Slice 1: the newest snapshot's checksum does not match its chunks.
+    let (last, _) = write_chain(&store, 1, 2, 500);
+    let b = bytes(501, SNAPSHOT);
+    let mut bad = old_manifest(1, last.seq + 1, &b);
+    bad.checksum ^= 1;
+    let mut records = chunk_records(1, bad.seq, &b);
+    records.push(manifest_record(1, &bad));
+    produce(&topic, &records);
+    let (got, stats) = read(&store, 1);
+    assert_eq!(
+        corrupt(got),
+        format!(
+            "slice 1: snapshot 2 has {SNAPSHOT} bytes with checksum {:#x}, the manifest says {SNAPSHOT} bytes, {:#x}",
+            bad.checksum ^ 1,
+            bad.checksum
+        )
+    );
+    assert!(stats.full_scan.is_some());
+
+    // Slice 2: a chunk of the newest snapshot is missing (in a new-format manifest).
+    let (last, _) = write_chain(&store, 2, 2, 600);
+    let b = bytes(601, SNAPSHOT);
+    let mut records = chunk_records(2, last.seq + 1, &b);
+    records.remove(3);
+    let missing = Manifest { first_chunk_offset: last.first_chunk_offset, ..old_manifest(2, last.seq + 1, &b) };
+    records.push(manifest_record(2, &missing));
+    produce(&topic, &records);
+    let (got, _) = read(&store, 2);
+    assert_eq!(corrupt(got), "slice 2: chunk 3 of snapshot 2 is missing");
+
+    // Slice 3: the newest manifest is not JSON.
+    write_chain(&store, 3, 2, 700);
+    produce(&topic, &[record(3, "3/manifest", Some(b"{not json"))]);
+    let (got, _) = read(&store, 3);
+    let why = corrupt(got);
+    assert!(why.starts_with("slice 3: unreadable manifest: "), "{why}");
+}
