@@ -24,6 +24,7 @@ use super::copy::CellWrites;
 use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
 use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
+use super::sliding::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 
 /// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
 /// generation `$g` (all positions: take k): a [`Probe`] in the standard
@@ -289,11 +290,11 @@ impl Generation {
 
     /// Whether the generation has reached its share of the FPR budget.
     pub(crate) fn is_full(&self, growth: Growth) -> bool {
-        match growth {
-            Growth::Density => self.live > self.full_at_live,
-            Growth::Cardinality => self.inserted >= self.full_at_keys,
-            Growth::None => false,
-        }
+        self.full_at(growth).reached(self.live, self.inserted)
+    }
+
+    fn full_at(&self, growth: Growth) -> FullAt {
+        FullAt { growth, live: self.full_at_live, keys: self.full_at_keys }
     }
 
     /// Keys the live cells stand for, `-(m/k)·ln(1 - z/m)`.
@@ -343,67 +344,44 @@ impl Generation {
     /// lean (no counts, no early exit, no branch on a cell).
     #[inline]
     pub(crate) fn contains(&self, hash: &KeyHash, k: u32, alive: &AliveTable) -> bool {
-        with_positions!(self, hash, positions => {
-            with_cells!(&self.cells, c => {
-                let mut all = 1;
-                for i in positions.take(k as usize) {
-                    // SAFETY: a probe over m cells yields positions below m,
-                    // and the array holds m cells (`Generation` invariant);
-                    // a cell holds at most R.
-                    all &= unsafe { alive.get_unchecked(c.get_unchecked(i)) };
-                }
-                all != 0
-            })
-        })
+        with_positions!(self, hash, positions => with_cells!(&self.cells, c => all_alive(c, positions, k, alive)))
     }
 
     /// The largest number of the key's k cells holding one time (for a key
     /// whose k cells are all alive).
     #[cold]
     pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
-        let mut values = [0u32; super::params::MAX_HASHES as usize];
-        with_positions!(self, hash, positions => {
-            with_cells!(&self.cells, c => {
-                for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
-                    *v = c.get(i);
-                }
-            })
-        });
-        most_equal(&mut values[..k as usize])
+        with_positions!(self, hash, positions => with_cells!(&self.cells, c => equal_timers_at(c, positions, k)))
     }
 
     /// Sets the key's k cells to now.
     #[inline]
     pub(crate) fn insert(&mut self, hash: &KeyHash, k: u32, now: &Now, alive: &AliveTable) {
-        // Branch-free per cell, with no select either: whether a cell is
-        // empty, alive or expired is a coin toss at the design density. Each
-        // cell leaves its old value's bucket and joins now's; the k joins are
-        // applied once. That is exact for every alive value, including now
-        // (a cell already holding now, or a position repeated in this key's
-        // probe sequence, leaves and joins now's bucket: no change). An empty
-        // or dead old value's bucket takes a decrement no one reads (it is
-        // zeroed before its value is stored again, see [`Self::step`]).
-        //
-        // The live count grows by the cells that were not alive before.
-        let hist = &mut self.hist;
-        let mut alive_before = 0u32;
-        with_positions!(self, hash, positions => with_cells!(&mut self.cells, c => {
-            for i in positions.take(k as usize) {
-                // SAFETY: a probe over m cells yields positions below m, and
-                // the array holds m cells (`Generation` invariant); a cell
-                // holds at most R, and the histogram has R + 1 buckets.
-                let old = unsafe { c.get_unchecked(i) };
-                unsafe { c.set_unchecked(i, now.value) };
-                let bucket = unsafe { hist.get_unchecked_mut(old as usize) };
-                *bucket = bucket.wrapping_sub(1);
-                alive_before += unsafe { alive.get_unchecked(old) };
-            }
-        }));
-        // Wrapping: the loop may have taken now's bucket below zero first.
-        let now_bucket = &mut hist[now.value as usize];
-        *now_bucket = now_bucket.wrapping_add(k);
+        let alive_before = with_positions!(self, hash, positions => {
+            with_cells!(&mut self.cells, c => set_cells(c, &mut self.hist, positions, k, now, alive))
+        });
         self.live += u64::from(k - alive_before);
         self.inserted += 1;
+    }
+
+    /// Test-then-insert for `events` in turn while this generation is the
+    /// filter's only one and the clock stays in the tick of `run`: exactly
+    /// the verdicts, counters and state of [`super::SlidingFilter::observe`]
+    /// on each event, with the layout and cell width dispatched once per run
+    /// instead of per event and the counts kept in registers. Ends before
+    /// an event of a later tick, and after an insert that fills the
+    /// generation when the filter may add another (the caller adds it).
+    pub(crate) fn observe_run(&mut self, events: &[Event], run: &Run<'_>, judged: Judged<'_>) -> RunEnd {
+        let (m, full_at) = (self.m, self.full_at(run.growth));
+        let Generation { block, cells, hist, live, inserted, .. } = self;
+        let counts = (live, inserted, full_at);
+        with_cells!(cells, c => {
+            if *block == 0 {
+                observe_cells(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
+            } else {
+                observe_cells(c, hist, counts, |h: &KeyHash| h.probe_blocked(m), events, run, judged)
+            }
+        })
     }
 
     /// [`Self::step_telling`] with no one to tell.
@@ -463,6 +441,175 @@ impl Generation {
         self.sweep_cursor = 0;
         self.sweep_debt = 0;
     }
+}
+
+/// When a generation is full, by its live cells or its inserted keys.
+#[derive(Clone, Copy)]
+struct FullAt {
+    growth: Growth,
+    live: u64,
+    keys: u64,
+}
+
+impl FullAt {
+    #[inline(always)]
+    fn reached(self, live: u64, inserted: u64) -> bool {
+        match self.growth {
+            Growth::Density => live > self.live,
+            Growth::Cardinality => inserted >= self.keys,
+            Growth::None => false,
+        }
+    }
+}
+
+/// What stays fixed through a run of events (see [`Generation::observe_run`]).
+pub(crate) struct Run<'a> {
+    pub now: Now,
+    pub alive: &'a AliveTable,
+    pub k: u32,
+    pub equal_min: u32,
+    pub growth: Growth,
+    /// The filter has its maximum of generations: a full one takes keys on.
+    pub at_cap: bool,
+    /// The first ms of the next tick: an event at or after it ends the run.
+    pub next_tick_ms: u64,
+    /// Prefetch the cells of the event [`PREFETCH_DISTANCE`] places ahead.
+    pub prefetch: bool,
+}
+
+/// Where a run's verdicts and counts go.
+pub(crate) struct Judged<'a> {
+    pub clock_ms: &'a mut u64,
+    pub counters: &'a mut FilterCounters,
+    pub out: &'a mut Vec<Verdict>,
+}
+
+/// How a run ended: after `handled` events; `filled` if the last one filled
+/// the generation and the filter is to add one.
+pub(crate) struct RunEnd {
+    pub handled: usize,
+    pub filled: bool,
+}
+
+/// The loop of [`Generation::observe_run`] for one cell width and layout.
+#[inline(always)]
+fn observe_cells<C: TimerCells, P: Iterator<Item = usize> + Copy>(
+    cells: &mut C,
+    hist: &mut [u32],
+    (live, inserted, full_at): (&mut u64, &mut u64, FullAt),
+    positions: impl Fn(&KeyHash) -> P,
+    events: &[Event],
+    run: &Run<'_>,
+    judged: Judged<'_>,
+) -> RunEnd {
+    let Judged { clock_ms, counters, out } = judged;
+    let k = run.k;
+    let (mut live_now, mut inserted_now, mut clock) = (*live, *inserted, *clock_ms);
+    let (mut distinct, mut duplicates, mut late, mut saturated) = (0u64, 0u64, 0u64, 0u64);
+    let mut end = RunEnd { handled: 0, filled: false };
+    for (n, e) in events.iter().enumerate() {
+        if e.time_ms >= run.next_tick_ms {
+            break;
+        }
+        if run.prefetch
+            && let Some(ahead) = events.get(n + PREFETCH_DISTANCE)
+        {
+            for i in positions(&ahead.hash).take(k as usize) {
+                super::cells::prefetch(cells.cell_addr(i));
+            }
+        }
+        end.handled = n + 1;
+        // The clock never goes back: a late event is judged at the clock.
+        late += u64::from(e.time_ms < clock);
+        clock = clock.max(e.time_ms);
+        let at = positions(&e.hash);
+        if all_alive(cells, at, k, run.alive) {
+            let equal = equal_timers_at(cells, at, k);
+            if equal >= run.equal_min {
+                duplicates += 1;
+                counters.equal_timer_counts[equal as usize] += 1;
+                out.push(Verdict::Duplicate { equal_timers: equal as u8 });
+                continue;
+            }
+        }
+        distinct += 1;
+        saturated += u64::from(run.at_cap && full_at.reached(live_now, inserted_now));
+        live_now += u64::from(k - set_cells(cells, hist, at, k, &run.now, run.alive));
+        inserted_now += 1;
+        out.push(Verdict::Distinct);
+        if !run.at_cap && full_at.reached(live_now, inserted_now) {
+            end.filled = true;
+            break;
+        }
+    }
+    (*live, *inserted, *clock_ms) = (live_now, inserted_now, clock);
+    counters.events += end.handled as u64;
+    counters.distinct += distinct;
+    counters.duplicates += duplicates;
+    counters.late_events += late;
+    counters.saturated_inserts += saturated;
+    end
+}
+
+/// Whether all k cells at `positions` are alive: the test of
+/// test-then-insert, lean (no counts, no early exit, no branch on a cell).
+#[inline(always)]
+fn all_alive<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32, alive: &AliveTable) -> bool {
+    let mut all = 1;
+    for i in positions.take(k as usize) {
+        // SAFETY: a probe over m cells yields positions below m, and the
+        // array holds m cells (`Generation` invariant); a cell holds at most R.
+        all &= unsafe { alive.get_unchecked(cells.get_unchecked(i)) };
+    }
+    all != 0
+}
+
+/// The largest number of the k cells at `positions` holding one time (for
+/// a key whose k cells are all alive).
+#[cold]
+fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32) -> u32 {
+    let mut values = [0u32; super::params::MAX_HASHES as usize];
+    for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
+        *v = cells.get(i);
+    }
+    most_equal(&mut values[..k as usize])
+}
+
+/// Sets the k cells at `positions` to now and returns how many of them
+/// were alive before.
+///
+/// Branch-free per cell, with no select either: whether a cell is empty,
+/// alive or expired is a coin toss at the design density. Each cell leaves
+/// its old value's bucket and joins now's; the k joins are applied once.
+/// That is exact for every alive value, including now (a cell already
+/// holding now, or a position repeated in the key's probe sequence, leaves
+/// and joins now's bucket: no change). An empty or dead old value's bucket
+/// takes a decrement no one reads (it is zeroed before its value is stored
+/// again, see [`Generation::step_telling`]).
+#[inline(always)]
+fn set_cells<C: TimerCells>(
+    cells: &mut C,
+    hist: &mut [u32],
+    positions: impl Iterator<Item = usize>,
+    k: u32,
+    now: &Now,
+    alive: &AliveTable,
+) -> u32 {
+    let mut alive_before = 0u32;
+    for i in positions.take(k as usize) {
+        // SAFETY: a probe over m cells yields positions below m, and the
+        // array holds m cells (`Generation` invariant); a cell holds at most
+        // R, and the histogram has R + 1 buckets.
+        let old = unsafe { cells.get_unchecked(i) };
+        unsafe { cells.set_unchecked(i, now.value) };
+        let bucket = unsafe { hist.get_unchecked_mut(old as usize) };
+        *bucket = bucket.wrapping_sub(1);
+        alive_before += unsafe { alive.get_unchecked(old) };
+    }
+    // Wrapping: the loop may have taken now's bucket below zero first.
+    let now_bucket = &mut hist[now.value as usize];
+    *now_bucket = now_bucket.wrapping_add(k);
+    alive_before
 }
 
 #[inline]
