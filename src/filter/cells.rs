@@ -95,12 +95,33 @@ lane!(u32);
 /// the width is exact.
 #[inline(always)]
 fn clear_dead_lanes<T: Lane>(run: &mut [T], now: &Now) {
-    let (value, period, window) = (T::from_u32(now.value), T::from_u32(now.period), T::from_u32(now.window));
-    // Branch-free (a select per lane), so a run vectorises.
+    let clock = LaneClock::at(now);
     for v in run {
-        let wrap = if *v > value { period } else { T::ZERO };
-        let dead = (*v != T::ZERO) & (value.wrapping_sub(*v).wrapping_add(wrap) > window);
-        *v = if dead { T::ZERO } else { *v };
+        *v = clock.kept(*v);
+    }
+}
+
+/// [`Now`] in a lane's width, for the vectorised sweeps.
+#[derive(Clone, Copy)]
+struct LaneClock<T> {
+    value: T,
+    period: T,
+    window: T,
+}
+
+impl<T: Lane> LaneClock<T> {
+    #[inline(always)]
+    fn at(now: &Now) -> Self {
+        LaneClock { value: T::from_u32(now.value), period: T::from_u32(now.period), window: T::from_u32(now.window) }
+    }
+
+    /// `v`, or 0 if it has expired. Branch-free (a select per lane), so a
+    /// loop over lanes vectorises.
+    #[inline(always)]
+    fn kept(self, v: T) -> T {
+        let wrap = if v > self.value { self.period } else { T::ZERO };
+        let dead = (v != T::ZERO) & (self.value.wrapping_sub(v).wrapping_add(wrap) > self.window);
+        if dead { T::ZERO } else { v }
     }
 }
 
@@ -215,17 +236,12 @@ impl TimerCells for NibbleCells {
             i += 1;
         }
         let whole = i + (end - i) / 2 * 2;
-        let (mut lo, mut hi) = ([0u8; 32], [0u8; 32]);
-        for bytes in self.0[i / 2..whole / 2].chunks_mut(32) {
-            let len = bytes.len();
-            for (j, b) in bytes.iter().enumerate() {
-                (lo[j], hi[j]) = (b & 0x0F, b >> 4);
-            }
-            clear_dead_lanes(&mut lo[..len], now);
-            clear_dead_lanes(&mut hi[..len], now);
-            for (j, b) in bytes.iter_mut().enumerate() {
-                *b = lo[j] | (hi[j] << 4);
-            }
+        // One pass over the bytes, both nibbles in byte lanes, so the loop
+        // vectorises (splitting the nibbles into arrays first made the 4-bit
+        // sweep cost 3.6 ns per event at 256 KiB).
+        let clock = LaneClock::<u8>::at(now);
+        for b in &mut self.0[i / 2..whole / 2] {
+            *b = clock.kept(*b & 0x0F) | (clock.kept(*b >> 4) << 4);
         }
         clear_dead_each(self, whole..end, now);
     }
@@ -558,6 +574,39 @@ mod tests {
         let b = a.clone();
         assert_eq!(b[99], 7);
         assert_eq!(b.as_ptr() as usize % 64, 0);
+    }
+
+    /// The vectorised sweeps (plain lanes, nibble pairs) clear exactly the
+    /// cells [`Now::is_dead`] names, over ranges of every alignment.
+    #[test]
+    fn sweeps_clear_exactly_the_dead_cells() {
+        use crate::filter::params::FilterSpec;
+        for width in [4u8, 5, 8, 16, 32] {
+            let p = FilterSpec { timer_bits: width, window_ms: 60_000, ..FilterSpec::default() }.resolve().unwrap();
+            let m = 301;
+            let mut state = u64::from(width);
+            let mut next = move || {
+                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                (state >> 33) as u32
+            };
+            for tick in [0u64, 1, u64::from(p.window_ticks), u64::from(p.period) - 1, 3 * u64::from(p.period) + 5] {
+                let now = Now::at(tick, &p);
+                for (start, n) in [(0, m), (1, m - 1), (3, 200), (7, 0), (100, 1), (m - 2, 2)] {
+                    let mut cells = CellArray::new(width, m);
+                    let values: Vec<u32> = (0..m).map(|_| next() % (p.period + 1)).collect();
+                    with_cells!(&mut cells, c => {
+                        for (i, v) in values.iter().enumerate() {
+                            c.set(i, *v);
+                        }
+                        c.clear_dead(start, n, &now);
+                        for (i, v) in values.iter().enumerate() {
+                            let want = if (start..start + n).contains(&i) && now.is_dead(*v) { 0 } else { *v };
+                            assert_eq!(c.get(i), want, "width {width}, tick {tick}, range {start}+{n}, cell {i}");
+                        }
+                    });
+                }
+            }
+        }
     }
 
     #[test]
