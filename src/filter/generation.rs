@@ -376,10 +376,12 @@ impl Generation {
         let Generation { block, cells, hist, live, inserted, .. } = self;
         let counts = (live, inserted, full_at);
         with_cells!(cells, c => {
-            if *block == 0 {
-                observe_cells(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
+            if *block != 0 {
+                observe_cells::<_, _, 0>(c, hist, counts, |h: &KeyHash| h.probe_blocked(m), events, run, judged)
+            } else if run.k == UNROLLED_K {
+                observe_cells::<_, _, UNROLLED_K>(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
             } else {
-                observe_cells(c, hist, counts, |h: &KeyHash| h.probe_blocked(m), events, run, judged)
+                observe_cells::<_, _, 0>(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
             }
         })
     }
@@ -491,9 +493,16 @@ pub(crate) struct RunEnd {
     pub filled: bool,
 }
 
-/// The loop of [`Generation::observe_run`] for one cell width and layout.
+/// The k compiled as a constant into the standard layout's run: the
+/// default (FPR 1% gives k = 7). Unrolled, its probe loops run ~6% faster
+/// (256 KiB, 8-bit); the blocked layout's run measured ~7% slower unrolled,
+/// so it keeps k at run time.
+const UNROLLED_K: u32 = 7;
+
+/// The loop of [`Generation::observe_run`] for one cell width and layout;
+/// `K` is k as a compile-time constant, or 0 to read it from `run`.
 #[inline(always)]
-fn observe_cells<C: TimerCells, P: Iterator<Item = usize> + Copy>(
+fn observe_cells<C: TimerCells, P: Iterator<Item = usize> + Copy, const K: u32>(
     cells: &mut C,
     hist: &mut [u32],
     (live, inserted, full_at): (&mut u64, &mut u64, FullAt),
@@ -503,7 +512,8 @@ fn observe_cells<C: TimerCells, P: Iterator<Item = usize> + Copy>(
     judged: Judged<'_>,
 ) -> RunEnd {
     let Judged { clock_ms, counters, out } = judged;
-    let k = run.k;
+    let k = if K == 0 { run.k } else { K };
+    debug_assert_eq!(k, run.k);
     let (mut live_now, mut inserted_now, mut clock) = (*live, *inserted, *clock_ms);
     let (mut distinct, mut duplicates, mut late, mut saturated) = (0u64, 0u64, 0u64, 0u64);
     let mut end = RunEnd { handled: 0, filled: false };
