@@ -17,7 +17,7 @@
 //! Per size, the benches are:
 //! - `dedupd-{4,8,16}bit`: `SlidingFilter::observe(KeyHash::of(key))`, one event at a time;
 //! - `dedupd-{8,16}bit-batch`: hash a batch of 4096 keys, then `observe_batch` (which
-//!   prefetches the cells of the event 8 ahead from filters of 1 MiB or more);
+//!   prefetches the cells of the event 16 ahead from filters of 1 MiB or more);
 //! - `dedupd-8bit-blocked`, `dedupd-{4,8,16}bit-blocked-batch`: the same with the blocked
 //!   layout (all k cells of a key in one 64-byte line);
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
