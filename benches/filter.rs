@@ -19,7 +19,7 @@
 //! - `dedupd-{8,16}bit-batch`: hash a batch of 4096 keys, then `observe_batch` (which
 //!   prefetches the cells of the event 16 ahead from filters of 1 MiB or more);
 //! - `dedupd-8bit-blocked`, `dedupd-{4,8,16}bit-blocked-batch`: the same with the blocked
-//!   layout (all k cells of a key in one 64-byte line);
+//!   layout (all k cells of a key in one block of 256 cells: 2 lines at 4 bits, 4 at 8, 8 at 16);
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
 //!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
 //!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
