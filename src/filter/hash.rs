@@ -63,6 +63,27 @@ impl KeyHash {
     }
 }
 
+/// A key's cell positions in one generation, in either layout.
+pub trait Positions: Iterator<Item = usize> + Copy {
+    /// The first cell of the key's block in the blocked layout; `None` in
+    /// the standard layout (the positions spread over all cells).
+    fn block_start(&self) -> Option<usize>;
+}
+
+impl Positions for Probe {
+    #[inline(always)]
+    fn block_start(&self) -> Option<usize> {
+        None
+    }
+}
+
+impl Positions for BlockProbe {
+    #[inline(always)]
+    fn block_start(&self) -> Option<usize> {
+        Some(self.base as usize)
+    }
+}
+
 /// Cells per block in the blocked layout: 256, so that a block is big enough
 /// for its FPR to stay near the standard layout's (blocks fill unevenly; with
 /// k = 7 at the 1% design point the theory gives 1.31× the standard FPR at
