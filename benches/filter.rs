@@ -83,14 +83,7 @@ fn sizes() -> Vec<(String, u64)> {
 }
 
 fn fresh_keys(rng: &mut Rng, n: usize) -> Vec<Key> {
-    (0..n)
-        .map(|_| {
-            let mut k = [0u8; 16];
-            k[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
-            k[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
-            k
-        })
-        .collect()
+    (0..n).map(|_| rng.key16()).collect()
 }
 
 /// Keys in the window of a filter of `bytes` of `timer_bits` cells.

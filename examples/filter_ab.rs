@@ -13,19 +13,30 @@
 //! and the FPR over all events (every key is new).
 
 use dedupd::bench::workload::Rng;
-use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter};
+use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 use std::time::Instant;
 const BATCH: usize = 4096;
 fn keys(rng: &mut Rng, n: usize) -> Vec<[u8; 16]> {
-    (0..n)
-        .map(|_| {
-            let mut k = [0u8; 16];
-            k[..8].copy_from_slice(&rng.next_u64().to_le_bytes());
-            k[8..].copy_from_slice(&rng.next_u64().to_le_bytes());
-            k
-        })
-        .collect()
+    (0..n).map(|_| rng.key16()).collect()
 }
+/// One batch of fresh keys, one event per ms, through `observe_batch`.
+fn observe_fresh(
+    f: &mut SlidingFilter,
+    rng: &mut Rng,
+    clock: &mut u64,
+    events: &mut Vec<Event>,
+    out: &mut Vec<Verdict>,
+) {
+    let seed = f.params().seed;
+    events.clear();
+    for k in &keys(rng, BATCH) {
+        *clock += 1;
+        events.push(Event { hash: KeyHash::of(seed, k), time_ms: *clock });
+    }
+    out.clear();
+    f.observe_batch(events, out);
+}
+
 fn main() {
     let bits: u8 = std::env::args().nth(1).map(|s| s.parse().expect("BITS: a timer width, 4 to 32")).unwrap_or(8);
     let blocked = std::env::args().nth(2).map(|s| s == "blocked").unwrap_or(true);
@@ -54,16 +65,9 @@ fn main() {
     let pool: Vec<Vec<[u8; 16]>> = (0..64).map(|_| keys(&mut rng, BATCH)).collect();
     let mut events = Vec::with_capacity(BATCH);
     let mut out = Vec::with_capacity(BATCH);
-    // warm-up: one window + a bit, fresh keys
+    // Warm-up: one window and a little more, fresh keys.
     for _ in 0..(nkeys as usize / BATCH + 2) {
-        let ks = keys(&mut rng, BATCH);
-        events.clear();
-        for k in &ks {
-            clock += 1;
-            events.push(Event { hash: KeyHash::of(seed, k), time_ms: clock });
-        }
-        out.clear();
-        f.observe_batch(&events, &mut out);
+        observe_fresh(&mut f, &mut rng, &mut clock, &mut events, &mut out);
     }
     let rounds = 2000;
     let mut best_full = f64::MAX;
@@ -81,14 +85,7 @@ fn main() {
         best_hash = best_hash.min(t.elapsed().as_secs_f64());
         let t = Instant::now();
         for _ in 0..rounds {
-            let ks = keys(&mut rng, BATCH);
-            events.clear();
-            for k in &ks {
-                clock += 1;
-                events.push(Event { hash: KeyHash::of(seed, k), time_ms: clock });
-            }
-            out.clear();
-            f.observe_batch(&events, &mut out);
+            observe_fresh(&mut f, &mut rng, &mut clock, &mut events, &mut out);
         }
         let el = t.elapsed().as_secs_f64();
         // subtract key generation

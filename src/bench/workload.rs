@@ -21,6 +21,14 @@ impl Rng {
         z ^ (z >> 31)
     }
 
+    /// A random 16-byte key (the benchmarks' keys).
+    pub fn key16(&mut self) -> [u8; 16] {
+        let mut k = [0u8; 16];
+        k[..8].copy_from_slice(&self.next_u64().to_le_bytes());
+        k[8..].copy_from_slice(&self.next_u64().to_le_bytes());
+        k
+    }
+
     /// Uniform in [0, 1).
     pub fn next_f64(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
