@@ -3,7 +3,8 @@
 
 A producer sends small records at RATE records/s to a fresh topic of PARTITIONS partitions for
 SECONDS; a consumer reads them and measures record timestamp -> consumed. Every WINDOW seconds
-it prints p50/p99/max of the hop, the records the topic holds so far, and the broker's CPU over the window (from /proc, when BROKER_PID is set).
+it prints p50/p99/max of the hop over the records consumed in that window, the records the
+topic holds so far, and the broker's CPU over the window (from /proc, when BROKER_PID is set).
 
 Why: Tansu's memory storage lists every stored batch of a partition on every fetch that has data
 to return (docs/broker.md, finding 10), so if that is what the latency is made of, the hop
@@ -62,7 +63,7 @@ def main():
         }
     )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
-    latencies = []  # (consumed at, latency ms)
+    window_latencies = []  # ms, of the records consumed since the last printed row
     lock = threading.Lock()
     done = threading.Event()
 
@@ -71,9 +72,9 @@ def main():
             for m in consumer.consume(10000, 0.1):
                 if m.error():
                     continue
-                now = time.time() * 1000
+                latency = time.time() * 1000 - m.timestamp()[1]
                 with lock:
-                    latencies.append((now, now - m.timestamp()[1]))
+                    window_latencies.append(latency)
 
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
@@ -100,7 +101,8 @@ def main():
         if now >= next_row:
             cpu = broker_cpu_seconds(broker_pid)
             with lock:
-                window = sorted(lat for at, lat in latencies if at >= (next_row - args.window) * 1000)
+                window = sorted(window_latencies)
+                window_latencies.clear()
             cores = f"{(cpu - row_start_cpu) / args.window:.2f}" if cpu is not None else "-"
             print(f"  {now - start:5.0f} | {sent:20d} | "
                   f"{quantile(window, 0.5):6.1f} / {quantile(window, 0.99):6.1f} / {window[-1] if window else float('nan'):6.1f} | {cores}",
