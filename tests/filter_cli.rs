@@ -56,34 +56,42 @@ struct Measured {
     mean_in_window: f64,
     stats: serde_json::Value,
     outputs: usize,
+    stdout: Vec<u8>,
 }
 
 /// Runs the held-out-style command on the headline stream, with `--expected`
 /// and `--growth` as given, and measures it against the oracle.
 fn measure_headlines(events: &[(u64, String, u64)], expected: &str, growth: &str) -> Measured {
+    measure_arrivals(events, expected, growth, &[])
+}
+
+/// [`measure_headlines`] for `events` in the order given (their arrival
+/// order), with `extra` flags, against the exact answer over event-time
+/// order: the oracle sees the events sorted by (time, sequence number).
+fn measure_arrivals(events: &[(u64, String, u64)], expected: &str, growth: &str, extra: &[&str]) -> Measured {
     let input = jsonl(events);
-    let dir = std::env::temp_dir().join(format!("dedupd-filter-{}-{expected}-{growth}", std::process::id()));
+    let tag = extra.join("").replace(['-', ' '], "");
+    let dir = std::env::temp_dir().join(format!("dedupd-filter-{}-{expected}-{growth}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let stats_path = dir.join("stats.json");
-    let run = run_filter(
-        &[
-            "--key",
-            "json:/id",
-            "--time",
-            "json:/ts",
-            "--window",
-            "60s",
-            "--fpr",
-            "0.01",
-            "--expected",
-            expected,
-            "--growth",
-            growth,
-            "--stats-json",
-            stats_path.to_str().unwrap(),
-        ],
-        &input,
-    );
+    let mut args = vec![
+        "--key",
+        "json:/id",
+        "--time",
+        "json:/ts",
+        "--window",
+        "60s",
+        "--fpr",
+        "0.01",
+        "--expected",
+        expected,
+        "--growth",
+        growth,
+        "--stats-json",
+        stats_path.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let run = run_filter(&args, &input);
     assert!(run.status.success(), "{}", run.stderr);
 
     // Output = input lines, unchanged, in order: a subsequence.
@@ -96,14 +104,16 @@ fn measure_headlines(events: &[(u64, String, u64)], expected: &str, growth: &str
             next += 1;
         }
         assert!(next < input_lines.len(), "output line not in input order: {}", String::from_utf8_lossy(line));
-        delivered.insert(next as u64);
+        delivered.insert(events[next].0);
         next += 1;
     }
 
     let mut oracle = ExactWindow::new(60_000);
     let mut confusion = Confusion::default();
     let mut in_window = Vec::new();
-    for (seq, title, ts) in events {
+    let mut by_time: Vec<&(u64, String, u64)> = events.iter().collect();
+    by_time.sort_by_key(|(seq, _, ts)| (*ts, *seq));
+    for (seq, title, ts) in by_time {
         let truth = oracle.observe(title, *ts);
         confusion.record(!delivered.contains(seq), truth);
         if *seq % 1000 == 0 && *ts > 1_700_000_060_000 {
@@ -121,7 +131,45 @@ fn measure_headlines(events: &[(u64, String, u64)], expected: &str, growth: &str
         confusion.fpr(),
         confusion.fnr()
     );
-    Measured { confusion, dup_share, mean_in_window, stats, outputs: output_lines.len() }
+    Measured { confusion, dup_share, mean_in_window, stats, outputs: output_lines.len(), stdout: run.stdout }
+}
+
+/// The events in the order they arrive when each is delayed by a uniform
+/// 0..`max_delay_ms` (ties by sequence number).
+fn jittered(events: &[(u64, String, u64)], max_delay_ms: u64, seed: u64) -> Vec<(u64, String, u64)> {
+    let mut rng = dedupd::bench::workload::Rng::new(seed);
+    let mut arrivals: Vec<(u64, (u64, String, u64))> =
+        events.iter().map(|e| (e.2 + rng.below(max_delay_ms + 1), e.clone())).collect();
+    arrivals.sort_by_key(|(arrival, e)| (*arrival, e.0));
+    arrivals.into_iter().map(|(_, e)| e).collect()
+}
+
+/// Issue 14: arrival jittered by up to 1.5 s. With the default 2 s lateness
+/// the verdicts are the event-time answer's (up to the filter's FPR); with
+/// no lateness the arrival order decides and many copies win over their
+/// originals. With no disorder, lateness changes no byte of the output.
+#[test]
+fn disorder_within_the_lateness_gives_the_event_time_answer() {
+    let events = headline_stream(240);
+    let shuffled = jittered(&events, 1_500, 9);
+    assert!(shuffled.windows(2).filter(|w| w[1].2 < w[0].2).count() > events.len() / 4, "the jitter reorders");
+    let ordered = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s"]);
+    assert!(ordered.confusion.fpr() <= 0.02, "FPR {} > 0.02 ({:?})", ordered.confusion.fpr(), ordered.confusion);
+    assert!(ordered.confusion.fnr() <= 0.01, "FNR {} > 0.01 ({:?})", ordered.confusion.fnr(), ordered.confusion);
+    assert_eq!(ordered.stats["late_records"], 0, "no record is more than 2 s behind");
+    let arrival_order = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "0s"]);
+    assert!(
+        arrival_order.confusion.fnr() > 5.0 * ordered.confusion.fnr().max(0.001),
+        "without lateness the copies that overtake their originals should cost false negatives: {:?}",
+        arrival_order.confusion
+    );
+    assert!(arrival_order.stats["late_records"].as_u64().unwrap() > 1000);
+
+    // No disorder: the same bytes with and without lateness.
+    let plain = measure_arrivals(&events, "27000", "density", &["--lateness", "0s"]);
+    let late = measure_arrivals(&events, "27000", "density", &["--lateness", "2s"]);
+    assert!(plain.stdout == late.stdout, "lateness changed the output of an ordered stream");
+    assert_eq!(late.stats["late_records"], 0);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use dedupd::engine::{Deduplicator, Extractor, RecordView};
+use dedupd::engine::{Deduplicator, Extractor, OrderSettings, RecordView};
 use dedupd::filter::snapshot;
 use dedupd::filter::{FilterSpec, Growth, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
 use proptest::prelude::*;
@@ -115,7 +115,8 @@ proptest! {
     ) {
         let spec = FilterSpec { window_ms: 1_000, expected_keys: 50, slices: 2, ..FilterSpec::default() };
         let extractor = Extractor { key: key.parse().unwrap(), time: time.parse().unwrap(), max_record_bytes: 48 };
-        let mut d = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), extractor);
+        let order = OrderSettings { lateness_ms: 100, max_clock_jump_ms: 1_000, jump_confirmations: 2 };
+        let mut d = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), extractor, order);
         let mut payloads: Vec<Vec<u8>> = lines;
         for (text, ts) in json {
             payloads.push(format!("{{\"id\":\"{text}\",\"ts\":{ts}}}").into_bytes());
@@ -126,8 +127,11 @@ proptest! {
             .map(|p| RecordView { payload: p, key: p.get(..3), timestamp_ms: p.first().map(|b| i64::from(*b) - 100), ..Default::default() })
             .collect();
         let mut out = Vec::new();
-        d.process_batch(&views, u64::MAX - 5, &mut out);
-        prop_assert_eq!(out.len(), views.len());
+        d.push_batch(&views, u64::MAX - 5, &mut out);
+        d.finish(&mut out);
+        let mut positions: Vec<u64> = out.iter().map(|j| j.position).collect();
+        positions.sort_unstable();
+        prop_assert_eq!(positions, (0..views.len() as u64).collect::<Vec<_>>());
     }
 
     /// Arbitrary and damaged snapshots are refused with an error, never a panic.

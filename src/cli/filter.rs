@@ -5,7 +5,7 @@
 //! they are counted by reason and written to `--invalid FILE` (raw) or
 //! reported on stderr with their line number. Stats go to `--stats-json`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -14,7 +14,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::engine::{Deduplicator, Extractor, InvalidReason, KeySpec, Outcome, RecordView, TimeSpec};
+use crate::engine::{
+    Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
+};
 use crate::filter::{FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::parse_duration_ms;
 
@@ -98,6 +100,21 @@ pub struct FilterArgs {
     /// filling and its false-positive rate rises above the target.
     #[arg(long, default_value_t = 12)]
     pub max_generations: u32,
+    /// How far behind the largest event time seen a record may arrive and
+    /// still be judged in event-time order: records wait until the watermark
+    /// (largest time - lateness) passes them. Later records are judged at
+    /// their own time and counted as late. Ignored (0) with `--time arrival`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration_ms)]
+    pub lateness: u64,
+    /// A record more than this far ahead of the largest time seen is held as
+    /// a suspect and dead-lettered (`time_jump`) unless --jump-confirmations
+    /// records in a row confirm the jump. Default: the window.
+    #[arg(long, value_parser = parse_duration_ms)]
+    pub max_clock_jump: Option<u64>,
+    /// Records in a row, each more than --max-clock-jump ahead, that confirm a
+    /// jump of the stream's time (it resumed after a gap).
+    #[arg(long, default_value_t = 16)]
+    pub jump_confirmations: u32,
     /// Records longer than this many bytes are invalid (`too_large`).
     #[arg(long, default_value_t = 1 << 20)]
     pub max_record_bytes: usize,
@@ -132,6 +149,24 @@ impl FilterArgs {
     }
 }
 
+impl FilterArgs {
+    /// The ordering settings, validated.
+    pub fn order_settings(&self) -> anyhow::Result<OrderSettings> {
+        let lateness_ms = if self.time == TimeSpec::Arrival { 0 } else { self.lateness };
+        if lateness_ms >= self.window {
+            anyhow::bail!("invalid --lateness {lateness_ms}ms: must be shorter than --window ({}ms)", self.window);
+        }
+        if self.jump_confirmations == 0 {
+            anyhow::bail!("invalid --jump-confirmations 0: must be at least 1");
+        }
+        let max_clock_jump_ms = self.max_clock_jump.unwrap_or(self.window);
+        if max_clock_jump_ms == 0 {
+            anyhow::bail!("invalid --max-clock-jump 0ms: must be at least 1ms");
+        }
+        Ok(OrderSettings { lateness_ms, max_clock_jump_ms, jump_confirmations: self.jump_confirmations })
+    }
+}
+
 /// Names a [`ParamError`] by its flag.
 fn flag_error(e: ParamError) -> anyhow::Error {
     anyhow::anyhow!("invalid --{} {}: {}", e.setting.replace('_', "-"), e.value, e.rule)
@@ -146,7 +181,11 @@ pub struct FilterStats {
     pub duplicates: u64,
     pub invalid: u64,
     pub invalid_by_reason: BTreeMap<&'static str, u64>,
+    /// Records that arrived more than the lateness behind the largest time
+    /// seen (judged at their own time), and the most any missed the watermark by.
     pub late_records: u64,
+    pub max_late_ms: u64,
+    pub lateness_ms: u64,
     pub memory_bytes: u64,
     pub generations_max: u32,
     pub generations_live: u64,
@@ -175,7 +214,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     }
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
-    let mut dedup = Deduplicator::new(filter, extractor).with_passthrough(args.kind == FilterKind::Passthrough);
+    let order = args.order_settings()?;
+    let mut dedup = Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough);
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -192,10 +232,12 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut ends: Vec<usize> = Vec::with_capacity(BATCH);
-    let mut outcomes = Vec::with_capacity(BATCH);
-    let mut invalid_by_reason: BTreeMap<&'static str, u64> =
-        InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect();
-    let (mut records, mut line_no, mut distinct, mut duplicate) = (0u64, 0u64, 0u64, 0u64);
+    let mut judged = Vec::with_capacity(BATCH);
+    let mut held = HeldLines::default();
+    let mut tally =
+        Tally { invalid_by_reason: InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect(), ..Tally::default() };
+    let mut sinks =
+        Sinks { out: &mut out, duplicates: duplicates.as_mut(), invalid: invalid_out.as_mut(), stderr: &mut stderr };
 
     let result: io::Result<()> = (|| {
         loop {
@@ -209,7 +251,10 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
                 }
                 ends.push(buf.len());
             }
+            judged.clear();
             if ends.is_empty() {
+                dedup.finish(&mut judged);
+                held.settle(&judged, &mut tally, &mut sinks)?;
                 return Ok(());
             }
             let arrival = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
@@ -219,34 +264,9 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
                 views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
                 start = end;
             }
-            dedup.process_batch(&views, arrival, &mut outcomes);
-
-            let mut start = 0;
-            for (&end, outcome) in ends.iter().zip(&outcomes) {
-                let line = &buf[start..end];
-                start = end;
-                line_no += 1;
-                records += 1;
-                match outcome {
-                    Outcome::Distinct => {
-                        distinct += 1;
-                        out.write_all(line)?
-                    }
-                    Outcome::Duplicate { .. } => {
-                        duplicate += 1;
-                        if let Some(d) = duplicates.as_mut() {
-                            d.write_all(line)?;
-                        }
-                    }
-                    Outcome::Invalid(why) => {
-                        *invalid_by_reason.entry(why.reason.as_str()).or_default() += 1;
-                        match invalid_out.as_mut() {
-                            Some(f) => f.write_all(line)?,
-                            None => writeln!(stderr, "dedupd: invalid record at line {line_no}: {why}")?,
-                        }
-                    }
-                }
-            }
+            dedup.push_batch(&views, arrival, &mut judged);
+            held.push(&buf, &ends);
+            held.settle(&judged, &mut tally, &mut sinks)?;
         }
     })();
     match result {
@@ -254,6 +274,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("reading stdin or writing the output")?,
     }
+    drop(sinks);
     for w in [duplicates.as_mut(), invalid_out.as_mut()].into_iter().flatten() {
         w.flush().context("writing the duplicates or invalid file")?;
     }
@@ -261,6 +282,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("writing stdout")?,
     }
+    let Tally { records, distinct, duplicates: duplicate, late_records, max_late_ms, invalid_by_reason } = tally;
 
     let elapsed = started.elapsed().as_secs_f64();
     let invalid: u64 = invalid_by_reason.values().sum();
@@ -280,7 +302,9 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             duplicates: duplicate,
             invalid,
             invalid_by_reason,
-            late_records: s.late_events,
+            late_records,
+            max_late_ms,
+            lateness_ms: order.lateness_ms,
             memory_bytes: s.memory_bytes,
             generations_max: s.generations_max,
             generations_live: s.generations_live,
@@ -303,6 +327,100 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         std::fs::write(path, json).with_context(|| format!("cannot write the stats file {}", path.display()))?;
     }
     Ok(())
+}
+
+/// Where judged lines go.
+struct Sinks<'a, O: Write, E: Write> {
+    out: &'a mut O,
+    duplicates: Option<&'a mut BufWriter<File>>,
+    invalid: Option<&'a mut BufWriter<File>>,
+    stderr: &'a mut E,
+}
+
+/// Counts of the run.
+#[derive(Default)]
+struct Tally {
+    records: u64,
+    distinct: u64,
+    duplicates: u64,
+    late_records: u64,
+    max_late_ms: u64,
+    invalid_by_reason: BTreeMap<&'static str, u64>,
+}
+
+/// Lines read and not yet written, in input order, with their outcome once
+/// judged: judgments come in event-time order, lines go out in input order
+/// (a line waits for every line before it to be judged).
+#[derive(Default)]
+struct HeldLines {
+    /// The held lines' bytes, back to back; `text[start..]` is live.
+    text: Vec<u8>,
+    start: usize,
+    /// End of each held line in `text`, and its outcome once judged.
+    lines: VecDeque<(usize, Option<Outcome>)>,
+    /// Position of the first held line.
+    first: u64,
+}
+
+impl HeldLines {
+    /// Holds the lines of `buf` ending at `ends`.
+    fn push(&mut self, buf: &[u8], ends: &[usize]) {
+        if self.start > 0 && self.start >= self.text.len() / 2 {
+            self.text.drain(..self.start);
+            for (end, _) in self.lines.iter_mut() {
+                *end -= self.start;
+            }
+            self.start = 0;
+        }
+        let base = self.text.len();
+        self.text.extend_from_slice(&buf[..ends.last().copied().unwrap_or(0)]);
+        self.lines.extend(ends.iter().map(|&e| (base + e, None)));
+    }
+
+    /// Records the judgments, then writes every line whose turn has come.
+    fn settle<O: Write, E: Write>(
+        &mut self,
+        judged: &[Judged],
+        tally: &mut Tally,
+        sinks: &mut Sinks<'_, O, E>,
+    ) -> io::Result<()> {
+        for j in judged {
+            self.lines[(j.position - self.first) as usize].1 = Some(j.outcome.clone());
+            if let Some(late) = j.late_by_ms {
+                tally.late_records += 1;
+                tally.max_late_ms = tally.max_late_ms.max(late);
+            }
+        }
+        while let Some((end, Some(_))) = self.lines.front() {
+            let end = *end;
+            let (_, outcome) = self.lines.pop_front().expect("a front line");
+            let line = &self.text[self.start..end];
+            self.start = end;
+            let line_no = self.first + 1;
+            self.first += 1;
+            tally.records += 1;
+            match outcome.expect("judged") {
+                Outcome::Distinct => {
+                    tally.distinct += 1;
+                    sinks.out.write_all(line)?
+                }
+                Outcome::Duplicate { .. } => {
+                    tally.duplicates += 1;
+                    if let Some(d) = sinks.duplicates.as_mut() {
+                        d.write_all(line)?;
+                    }
+                }
+                Outcome::Invalid(why) => {
+                    *tally.invalid_by_reason.entry(why.reason.as_str()).or_default() += 1;
+                    match sinks.invalid.as_mut() {
+                        Some(f) => f.write_all(line)?,
+                        None => writeln!(sinks.stderr, "dedupd: invalid record at line {line_no}: {why}")?,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The record without its `\n` or `\r\n`.

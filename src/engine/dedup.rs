@@ -1,11 +1,15 @@
-//! Batched deduplication of records: extract, hash, then test the batch.
+//! Batched deduplication of records in event-time order: extract, hash,
+//! reorder within the lateness, then test what the watermark releases.
 //!
-//! The batch is the unit of work because the daemon receives batches from
-//! Kafka, and because hashing a whole batch before touching the filter lets
-//! the memory accesses of one batch overlap (prefetching, a later step).
-//! Processing is deterministic: the same records in the same order give the
-//! same verdicts.
+//! The batch is the unit of work because hashing a whole batch before
+//! touching the filter lets the memory accesses of its events overlap
+//! (prefetching in [`SlicedFilter::observe_batch`]). Records are judged in
+//! (time, position) order once the watermark passes them (see
+//! [`super::order`]), so a judgment may come in a later batch than its
+//! record, or at [`Deduplicator::finish`]. Processing is deterministic: the
+//! same records in the same order give the same judgments.
 
+use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::{Event, KeyHash, SlicedFilter, Verdict};
 
@@ -17,25 +21,51 @@ pub enum Outcome {
     Invalid(InvalidRecord),
 }
 
-/// Records in, outcomes out, over a sliced filter.
+/// The outcome of the record at `position` (0 for the first record pushed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judged {
+    pub position: u64,
+    pub outcome: Outcome,
+    /// For a record that arrived more than the lateness behind the largest
+    /// time seen: by how much it missed the watermark, in ms.
+    pub late_by_ms: Option<u64>,
+}
+
+/// Records in, judgments out, over a sliced filter.
 pub struct Deduplicator {
     filter: SlicedFilter,
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
+    order: ReorderBuffer<KeyHash>,
+    /// Position of the next record pushed.
+    next_position: u64,
+    /// Released events of the current batch, and their positions and lateness.
     events: Vec<Event>,
+    released: Vec<(u64, Option<u64>)>,
     verdicts: Vec<Verdict>,
 }
 
 impl Deduplicator {
-    pub fn new(filter: SlicedFilter, extractor: Extractor) -> Self {
+    pub fn new(filter: SlicedFilter, extractor: Extractor, order: OrderSettings) -> Self {
         let seed = filter.params().seed;
-        Deduplicator { filter, extractor, seed, passthrough: false, events: Vec::new(), verdicts: Vec::new() }
+        Deduplicator {
+            filter,
+            extractor,
+            seed,
+            passthrough: false,
+            order: ReorderBuffer::new(order),
+            next_position: 0,
+            events: Vec::new(),
+            released: Vec::new(),
+            verdicts: Vec::new(),
+        }
     }
 
     /// With `on`, records are read (key and time extracted, unreadable ones
-    /// reported) exactly as otherwise, but not hashed or filtered: every
-    /// readable record is distinct. What dedup costs is the difference.
+    /// reported) exactly as otherwise, but not ordered, hashed or filtered:
+    /// every readable record is distinct at once. What dedup costs is the
+    /// difference.
     pub fn with_passthrough(mut self, on: bool) -> Self {
         self.passthrough = on;
         self
@@ -45,34 +75,76 @@ impl Deduplicator {
         &self.filter
     }
 
-    /// Judges a batch; `out` receives one outcome per record, in order.
-    pub fn process_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Outcome>) {
-        out.clear();
-        self.events.clear();
-        if self.passthrough {
-            out.extend(records.iter().map(|rec| match self.extractor.extract(rec, arrival_ms) {
-                Ok(_) => Outcome::Distinct,
-                Err(e) => Outcome::Invalid(e),
-            }));
-            return;
-        }
+    /// Records waiting for the watermark or for a jump to be confirmed.
+    pub fn held(&self) -> usize {
+        self.order.waiting_len() + self.order.suspects_len()
+    }
+
+    /// Takes in the next records (positions continue from the last batch)
+    /// and appends to `out` the judgments that are due: unreadable records
+    /// at once, the others as the watermark releases them.
+    pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
+        let Deduplicator { order, events, released, extractor, seed, passthrough, next_position, .. } = self;
         for rec in records {
-            match self.extractor.extract(rec, arrival_ms) {
-                Ok(x) => {
-                    self.events.push(Event { hash: KeyHash::of(self.seed, &x.key), time_ms: x.time_ms });
-                    out.push(Outcome::Distinct); // placeholder, replaced below
+            let position = *next_position;
+            *next_position += 1;
+            let x = match extractor.extract(rec, arrival_ms) {
+                Ok(x) => x,
+                Err(e) => {
+                    out.push(Judged { position, outcome: Outcome::Invalid(e), late_by_ms: None });
+                    continue;
                 }
-                Err(e) => out.push(Outcome::Invalid(e)),
+            };
+            if *passthrough {
+                out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None });
+                continue;
             }
+            let hash = KeyHash::of(*seed, &x.key);
+            let jump = order.settings().max_clock_jump_ms;
+            order.push(x.time_ms, position, hash, |r| take(r, events, released, out, jump));
         }
+        self.judge_released(out);
+    }
+
+    /// The end of the input: judges everything still held.
+    pub fn finish(&mut self, out: &mut Vec<Judged>) {
+        let Deduplicator { order, events, released, .. } = self;
+        let jump = order.settings().max_clock_jump_ms;
+        order.finish(|r| take(r, events, released, out, jump));
+        self.judge_released(out);
+    }
+
+    fn judge_released(&mut self, out: &mut Vec<Judged>) {
         self.verdicts.clear();
         self.filter.observe_batch(&self.events, &mut self.verdicts);
-        let mut verdicts = self.verdicts.iter();
-        for o in out.iter_mut().filter(|o| !matches!(o, Outcome::Invalid(_))) {
-            *o = match verdicts.next().expect("one verdict per readable record") {
+        for (&(position, late_by_ms), verdict) in self.released.iter().zip(&self.verdicts) {
+            let outcome = match verdict {
                 Verdict::Distinct => Outcome::Distinct,
                 Verdict::Duplicate { equal_timers } => Outcome::Duplicate { equal_timers: *equal_timers },
             };
+            out.push(Judged { position, outcome, late_by_ms });
+        }
+        self.events.clear();
+        self.released.clear();
+    }
+}
+
+/// Queues a released record for judging, or reports a rejected one.
+fn take(
+    r: Released<KeyHash>,
+    events: &mut Vec<Event>,
+    released: &mut Vec<(u64, Option<u64>)>,
+    out: &mut Vec<Judged>,
+    max_clock_jump_ms: u64,
+) {
+    match r {
+        Released::Judge { time_ms, position, item, late_by_ms } => {
+            events.push(Event { hash: item, time_ms });
+            released.push((position, late_by_ms));
+        }
+        Released::Reject { time_ms, position, ahead_ms, .. } => {
+            let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
+            out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None });
         }
     }
 }
@@ -80,30 +152,71 @@ impl Deduplicator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::InvalidReason;
     use crate::filter::FilterSpec;
 
-    #[test]
-    fn outcomes_in_input_order() {
-        let spec = FilterSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..FilterSpec::default() };
-        let extractor =
-            Extractor { key: "json:/k".parse().unwrap(), time: "json:/t".parse().unwrap(), max_record_bytes: 1 << 20 };
-        let mut d = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), extractor);
-        let lines = [r#"{"k":"a","t":1}"#, "oops", r#"{"k":"b","t":2}"#, r#"{"k":"a","t":3}"#, r#"{"k":"a","t":2000}"#];
+    fn order(lateness_ms: u64) -> OrderSettings {
+        OrderSettings { lateness_ms, max_clock_jump_ms: 100_000, jump_confirmations: 3 }
+    }
+
+    fn judge_all(d: &mut Deduplicator, lines: &[&str]) -> Vec<Outcome> {
         let recs: Vec<RecordView> =
             lines.iter().map(|l| RecordView { payload: l.as_bytes(), ..Default::default() }).collect();
         let mut out = Vec::new();
-        d.process_batch(&recs, 0, &mut out);
+        d.push_batch(&recs, 0, &mut out);
+        d.finish(&mut out);
+        assert_eq!(d.held(), 0);
+        out.sort_by_key(|j| j.position);
+        assert_eq!(out.iter().map(|j| j.position).collect::<Vec<_>>(), (0..lines.len() as u64).collect::<Vec<_>>());
+        out.into_iter().map(|j| j.outcome).collect()
+    }
+
+    fn dedup(lateness_ms: u64) -> Deduplicator {
+        let spec = FilterSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..FilterSpec::default() };
+        let extractor =
+            Extractor { key: "json:/k".parse().unwrap(), time: "json:/t".parse().unwrap(), max_record_bytes: 1 << 20 };
+        Deduplicator::new(SlicedFilter::new(&spec).unwrap(), extractor, order(lateness_ms))
+    }
+
+    #[test]
+    fn one_outcome_per_record() {
+        let mut d = dedup(0);
+        let lines = [r#"{"k":"a","t":1}"#, "oops", r#"{"k":"b","t":2}"#, r#"{"k":"a","t":3}"#, r#"{"k":"a","t":2000}"#];
+        let out = judge_all(&mut d, &lines);
         assert_eq!(out[0], Outcome::Distinct);
         assert!(matches!(out[1], Outcome::Invalid(_)));
         assert_eq!(out[2], Outcome::Distinct);
         assert!(matches!(out[3], Outcome::Duplicate { .. }));
         assert_eq!(out[4], Outcome::Distinct);
 
-        let mut p = Deduplicator::new(SlicedFilter::new(&spec).unwrap(), d.extractor.clone()).with_passthrough(true);
-        p.process_batch(&recs, 0, &mut out);
-        assert_eq!(out[0], Outcome::Distinct);
+        let mut p = dedup(0).with_passthrough(true);
+        let out = judge_all(&mut p, &lines);
         assert!(matches!(out[1], Outcome::Invalid(_)));
         assert_eq!(&out[2..], &[Outcome::Distinct, Outcome::Distinct, Outcome::Distinct]);
         assert_eq!(p.filter().stats().events, 0);
+    }
+
+    /// A copy that arrives before its original, within the lateness: the
+    /// original (earlier time) is the distinct one.
+    #[test]
+    fn the_earlier_copy_wins_within_the_lateness() {
+        let lines = [r#"{"k":"a","t":1200}"#, r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":1500}"#];
+        assert_eq!(
+            judge_all(&mut dedup(500), &lines)[..2],
+            [Outcome::Duplicate { equal_timers: 7 }, Outcome::Distinct]
+        );
+        // Without lateness the arrival order decides.
+        assert_eq!(judge_all(&mut dedup(0), &lines)[..2], [Outcome::Distinct, Outcome::Duplicate { equal_timers: 7 }]);
+    }
+
+    #[test]
+    fn a_time_jump_is_dead_lettered() {
+        let lines = [r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":99999999}"#, r#"{"k":"c","t":1001}"#];
+        let out = judge_all(&mut dedup(0), &lines);
+        match &out[1] {
+            Outcome::Invalid(why) => assert_eq!(why.reason, InvalidReason::TimeJump, "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(out[2], Outcome::Distinct);
     }
 }

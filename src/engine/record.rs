@@ -93,16 +93,20 @@ pub enum InvalidReason {
     MissingTime,
     BadTime,
     TooLarge,
+    /// The time is too far ahead of the largest time seen (and no following
+    /// records confirmed the jump): it would expire the window at once.
+    TimeJump,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 6] = [
+    pub const ALL: [InvalidReason; 7] = [
         InvalidReason::BadJson,
         InvalidReason::MissingKey,
         InvalidReason::EmptyKey,
         InvalidReason::MissingTime,
         InvalidReason::BadTime,
         InvalidReason::TooLarge,
+        InvalidReason::TimeJump,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -113,6 +117,7 @@ impl InvalidReason {
             InvalidReason::MissingTime => "missing_time",
             InvalidReason::BadTime => "bad_time",
             InvalidReason::TooLarge => "too_large",
+            InvalidReason::TimeJump => "time_jump",
         }
     }
 }
@@ -132,6 +137,20 @@ impl fmt::Display for InvalidRecord {
 
 fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
     InvalidRecord { reason, detail: detail.into() }
+}
+
+impl InvalidRecord {
+    /// A record whose time is `ahead_ms` ahead of the largest time seen, a
+    /// jump no following record confirmed.
+    pub fn time_jump(time_ms: u64, ahead_ms: u64, max_clock_jump_ms: u64) -> Self {
+        invalid(
+            InvalidReason::TimeJump,
+            format!(
+                "time {time_ms} is {ahead_ms} ms ahead of the largest time seen (more than max_clock_jump = \
+                 {max_clock_jump_ms} ms) and the records after it did not confirm the jump"
+            ),
+        )
+    }
 }
 
 /// The key and time of a readable record.
