@@ -274,7 +274,6 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("reading stdin or writing the output")?,
     }
-    drop(sinks);
     for w in [duplicates.as_mut(), invalid_out.as_mut()].into_iter().flatten() {
         w.flush().context("writing the duplicates or invalid file")?;
     }
