@@ -19,7 +19,8 @@ use crate::metrics::Metrics;
 pub struct SliceStatus {
     pub slice: u32,
     pub next_offset: u64,
-    pub replaying_until: Option<u64>,
+    /// The release position up to which judgments are replayed silently.
+    pub replaying_until: Option<String>,
     pub clock_ms: Option<u64>,
     pub generations: usize,
     pub density: f64,

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::engine::{KeySpec, TimeSpec};
+use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::filter::{FilterSpec, Growth};
 use crate::units::parse_duration_ms;
 
@@ -123,6 +123,18 @@ pub struct InputSettings {
     pub time: String,
     /// Payloads larger than this go to the dead-letter topic (`too_large`).
     pub max_record_bytes: usize,
+    /// How far behind the largest event time a slice has seen a record may
+    /// arrive and still be judged in event-time order: records wait until
+    /// the watermark (largest time − lateness) passes them.
+    #[serde(deserialize_with = "duration_ms")]
+    pub lateness: u64,
+    /// A record more than this far ahead of the largest time its slice has
+    /// seen is held as a suspect; empty: the filter window.
+    #[serde(deserialize_with = "optional_duration_ms")]
+    pub max_clock_jump: Option<u64>,
+    /// Suspects in a row that confirm a jump of the stream's time; a suspect
+    /// not confirmed goes to the dead-letter topic (`time_jump`).
+    pub jump_confirmations: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -181,6 +193,9 @@ pub struct OutputSettings {
     pub duplicates_topic: String,
     /// Records that cannot be read, with the reason in headers.
     pub dead_letter_topic: String,
+    /// A copy of every record judged after arriving behind the watermark,
+    /// with header `dedupd.late_by_ms`; empty: not copied (still counted).
+    pub late_topic: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +267,9 @@ topics = ["clicks"]
 key = "record-key"
 time = "record-timestamp"
 max_record_bytes = 1048576
+lateness = "2s"
+max_clock_jump = ""
+jump_confirmations = 16
 [filter]
 kind = "timer"
 window = "10m"
@@ -266,11 +284,12 @@ tick = ""
 max_generations = 12
 [slicing]
 mode = "repartition"
-order_tolerance = "1s"
+order_tolerance = "0ms"
 [output]
 topic = "clicks.distinct"
 duplicates_topic = ""
 dead_letter_topic = "clicks.dead-letter"
+late_topic = ""
 [checkpoint]
 topic = "dedupd.checkpoints"
 interval = "30s"
@@ -300,6 +319,8 @@ pub struct Resolved {
     pub passthrough: bool,
     /// `slicing.order_tolerance` in ms.
     pub order_tolerance_ms: u64,
+    /// Event-time order in the slices (`input.lateness` and the time-jump rule).
+    pub order: OrderSettings,
 }
 
 impl Resolved {
@@ -309,6 +330,13 @@ impl Resolved {
             SlicingMode::Repartition => format!("{}.slices", self.settings.app.id),
             SlicingMode::InputPartitions => self.settings.input.topics[0].clone(),
         }
+    }
+
+    /// The log of idle flushes, partition = slice: a slice whose input goes
+    /// quiet judges its waiting records after writing a flush record here,
+    /// so a replay flushes at the same place (see `kafka::slices`).
+    pub fn flush_topic(&self) -> String {
+        format!("{}.flushes", self.settings.app.id)
     }
 }
 
@@ -388,6 +416,7 @@ impl Settings {
         topic_name("output.topic", &s.output.topic, false)?;
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
+        topic_name("output.late_topic", &s.output.late_topic, true)?;
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
@@ -419,13 +448,36 @@ impl Settings {
                 format!("a duration such as 1s or 0ms ({e})"),
             )
         })?;
-        if order_tolerance_ms >= s.filter.window {
+        if s.input.lateness >= s.filter.window {
             return Err(invalid(
-                "slicing.order_tolerance",
-                &s.slicing.order_tolerance,
+                "input.lateness",
+                format!("{}ms", s.input.lateness),
                 format!("shorter than filter.window ({} ms)", s.filter.window),
             ));
         }
+        if order_tolerance_ms > s.input.lateness {
+            return Err(invalid(
+                "slicing.order_tolerance",
+                &s.slicing.order_tolerance,
+                format!(
+                    "at most input.lateness ({} ms): the router may send records this much out of order, and the \
+                     slices put back in order only what is within the lateness",
+                    s.input.lateness
+                ),
+            ));
+        }
+        let max_clock_jump_ms = s.input.max_clock_jump.unwrap_or(s.filter.window);
+        if max_clock_jump_ms == 0 {
+            return Err(invalid("input.max_clock_jump", "0ms", "at least 1ms (empty: the filter window)"));
+        }
+        if s.input.jump_confirmations == 0 {
+            return Err(invalid("input.jump_confirmations", 0, "at least 1"));
+        }
+        let order = OrderSettings {
+            lateness_ms: s.input.lateness,
+            max_clock_jump_ms,
+            jump_confirmations: s.input.jump_confirmations,
+        };
         if slicing == SlicingMode::InputPartitions && s.input.topics.len() != 1 {
             return Err(invalid(
                 "input.topics",
@@ -474,7 +526,7 @@ impl Settings {
         }
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
-            if owned.contains(&t) || *t == s.output.duplicates_topic {
+            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic {
                 return Err(invalid(
                     "input.topics",
                     t,
@@ -491,6 +543,7 @@ impl Settings {
             admin_listen,
             passthrough,
             order_tolerance_ms,
+            order,
             settings: self,
         })
     }
@@ -567,11 +620,20 @@ mod tests {
             rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "later")])
                 .starts_with("invalid setting slicing.order_tolerance = later: a duration"),
         );
-        assert_eq!(
-            rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "20m")]),
-            "invalid setting slicing.order_tolerance = 20m: shorter than filter.window (600000 ms)"
+        assert!(
+            rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "3s")])
+                .starts_with("invalid setting slicing.order_tolerance = 3s: at most input.lateness (2000 ms)"),
         );
-        assert_eq!(load(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "0ms")]).unwrap().order_tolerance_ms, 0);
+        assert_eq!(load(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "1s")]).unwrap().order_tolerance_ms, 1000);
+        assert_eq!(
+            rejected(&[("DEDUPD__INPUT__LATENESS", "10m")]),
+            "invalid setting input.lateness = 600000ms: shorter than filter.window (600000 ms)"
+        );
+        assert!(rejected(&[("DEDUPD__INPUT__JUMP_CONFIRMATIONS", "0")]).contains("input.jump_confirmations = 0"));
+        assert!(rejected(&[("DEDUPD__INPUT__MAX_CLOCK_JUMP", "0s")]).contains("input.max_clock_jump = 0ms"));
+        let r = load(&[("DEDUPD__INPUT__LATENESS", "500ms")]).unwrap();
+        assert_eq!(r.order, OrderSettings { lateness_ms: 500, max_clock_jump_ms: 600_000, jump_confirmations: 16 });
+        assert_eq!(r.flush_topic(), "dedupd.flushes");
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct Metrics {
     pub restores: IntCounterVec,
     pub restore_duration: Histogram,
     pub replayed: IntCounterVec,
+    pub late_records: IntCounterVec,
+    pub lateness: Histogram,
+    pub waiting_records: IntGaugeVec,
+    pub idle_flushes: IntCounterVec,
     pub rebalances: IntCounterVec,
     pub slices_owned: IntGauge,
     pub consumer_lag: IntGaugeVec,
@@ -160,6 +164,27 @@ impl Metrics {
                 "Records replayed silently after a restore.",
                 &["slice"],
             ),
+            late_records: b.counter(
+                "dedupd_late_records_total",
+                "Records that arrived more than input.lateness behind the largest time of their slice, judged at \
+                 their own time.",
+                &["slice"],
+            ),
+            lateness: b.histogram(
+                "dedupd_lateness_seconds",
+                "How far behind the watermark each late record arrived.",
+                seconds_buckets(),
+            ),
+            waiting_records: b.int_gauge(
+                "dedupd_waiting_records",
+                "Records held until the watermark passes them (or held as time-jump suspects).",
+                &["slice"],
+            ),
+            idle_flushes: b.counter(
+                "dedupd_idle_flushes_total",
+                "Idle flushes: the slice received nothing for input.lateness and judged the records it held.",
+                &["slice"],
+            ),
             rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
             slices_owned: b
                 .register(IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric")),
@@ -214,6 +239,8 @@ impl Metrics {
         }
         for counter in [
             &self.replayed,
+            &self.late_records,
+            &self.idle_flushes,
             &self.checkpoints,
             &self.checkpoint_failures,
             &self.generations_created,
@@ -234,6 +261,7 @@ impl Metrics {
         let _ = self.checkpoint_bytes.remove_label_values(&[&label]);
         let _ = self.checkpoint_age.remove_label_values(&[&label]);
         let _ = self.consumer_lag.remove_label_values(&[&label]);
+        let _ = self.waiting_records.remove_label_values(&[&label]);
     }
 
     /// The counter of input records of `topic` (cache it on hot paths).

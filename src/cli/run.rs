@@ -135,6 +135,10 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
         topics.push(out.duplicates_topic.clone());
     }
     topics.push(out.dead_letter_topic.clone());
+    if !out.late_topic.is_empty() {
+        topics.push(out.late_topic.clone());
+    }
+    topics.push(cfg.flush_topic());
     topics
 }
 
@@ -163,6 +167,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         params: params.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
+        flush_topic: cfg.flush_topic(),
         producer: producer::output_producer(
             &cfg,
             "output",

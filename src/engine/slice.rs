@@ -1,10 +1,24 @@
-//! One slice's worker state: its filter, its position in the slice log and
-//! the re-send marks of the router — everything its verdicts depend on, so
-//! that a restored slice judges the rest of its log exactly as an
-//! uninterrupted one (design invariants 1 and 5). Pure: no Kafka, no clock.
+//! One slice's worker state: its filter, its position in the slice log, the
+//! re-send marks of the router and the records waiting for the watermark —
+//! everything its verdicts depend on, so that a restored slice judges the
+//! rest of its log exactly as an uninterrupted one (design invariants 1, 5
+//! and 7). Pure: no Kafka, no clock.
+//!
+//! Records are judged in event-time order within the lateness (see
+//! [`super::order`]): one record of the log may release several judgments,
+//! or none. Every judgment has a [`ReleasePos`]: the arrival (or idle flush)
+//! that released it and its rank in that release. Release positions grow in
+//! the order judgments are made, and follow from the log alone, so the last
+//! output written says exactly how far a restored slice must replay silently.
+//!
+//! The waiting records themselves are not in the snapshot — only their
+//! offsets: a restored slice re-reads them from its log
+//! ([`SliceState::refill`]).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
+use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
 use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
@@ -64,6 +78,58 @@ pub struct SliceRecord<'a> {
     pub source: Option<SourceRef<'a>>,
 }
 
+/// Where a judgment comes in the order a slice makes them: released by the
+/// arrival of the record at offset `after` (or, with `flush`, by an idle
+/// flush right after it), as the `rank`-th judgment of that release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ReleasePos {
+    pub after: u64,
+    pub flush: bool,
+    pub rank: u32,
+}
+
+impl ReleasePos {
+    /// Every judgment released by the arrival of `offset` or before it.
+    pub fn through_arrival(offset: u64) -> Self {
+        ReleasePos { after: offset, flush: false, rank: u32::MAX }
+    }
+
+    /// Parses the header form, `after/rank` or `after/flush/rank`.
+    pub fn parse(text: &[u8]) -> Option<Self> {
+        let text = std::str::from_utf8(text).ok()?;
+        let mut parts = text.split('/');
+        let after = parts.next()?.parse().ok()?;
+        let (flush, rank) = match (parts.next()?, parts.next()) {
+            ("flush", Some(rank)) => (true, rank),
+            (rank, None) => (false, rank),
+            _ => return None,
+        };
+        let rank = rank.parse().ok()?;
+        parts.next().is_none().then_some(ReleasePos { after, flush, rank })
+    }
+}
+
+impl fmt::Display for ReleasePos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.flush {
+            write!(f, "{}/flush/{}", self.after, self.rank)
+        } else {
+            write!(f, "{}/{}", self.after, self.rank)
+        }
+    }
+}
+
+/// One judgment of a slice, in the order they are made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Judgment {
+    /// The slice offset of the record judged.
+    pub offset: u64,
+    pub verdict: SliceVerdict,
+    /// For a record that arrived more than the lateness behind the largest
+    /// time seen: by how much it missed the watermark, in ms.
+    pub late_by_ms: Option<u64>,
+}
+
 /// What became of a slice record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SliceVerdict {
@@ -83,11 +149,14 @@ pub struct SliceCounters {
     pub distinct: u64,
     pub duplicates: u64,
     pub resends: u64,
+    /// Unreadable records and rejected time jumps.
     pub invalid: u64,
+    /// Records judged after arriving behind the watermark.
+    pub late: u64,
 }
 
 /// The state of one slice.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct SliceState {
     pub slice: u32,
     pub filter: SlidingFilter,
@@ -100,11 +169,37 @@ pub struct SliceState {
     /// touched (a setting, not state: not in the snapshot). For measuring
     /// what deduplication costs.
     pub passthrough: bool,
+    /// Records waiting for the watermark (or held as time-jump suspects):
+    /// their key hashes, times and offsets.
+    pub order: ReorderBuffer<KeyHash>,
+    /// Held records a restored slice has not re-read from its log yet:
+    /// offset and whether it is a suspect (see [`Self::refill`]).
+    pub unfilled: Vec<(u64, bool)>,
+    /// Idle flushes logged after a slice offset below this one have been
+    /// applied (a slice flushes at most once after a record).
+    pub flushes_next: u64,
+}
+
+/// Equal when everything the snapshot holds is (the order settings and
+/// pass-through are settings, the rest is state).
+impl PartialEq for SliceState {
+    fn eq(&self, other: &Self) -> bool {
+        let held = |s: &SliceState| {
+            let mut h: Vec<(u64, u64, bool)> = s.order.held().map(|(w, sus)| (w.position, w.time_ms, sus)).collect();
+            h.sort_unstable();
+            h
+        };
+        (self.slice, &self.filter, self.next_offset, &self.resend_marks, &self.counters)
+            == (other.slice, &other.filter, other.next_offset, &other.resend_marks, &other.counters)
+            && (self.order.marks(), &self.unfilled, self.flushes_next)
+                == (other.order.marks(), &other.unfilled, other.flushes_next)
+            && held(self) == held(other)
+    }
 }
 
 impl SliceState {
     /// A fresh slice that starts at `offset`.
-    pub fn new(slice: u32, params: FilterParams, offset: u64) -> Self {
+    pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
         SliceState {
             slice,
             filter: SlidingFilter::new(params),
@@ -112,33 +207,60 @@ impl SliceState {
             resend_marks: BTreeMap::new(),
             counters: SliceCounters::default(),
             passthrough: false,
+            order: ReorderBuffer::new(order),
+            unfilled: Vec::new(),
+            flushes_next: 0,
         }
     }
 
-    /// Judges the next record of the slice log.
-    pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor) -> SliceVerdict {
-        self.judge(rec, extractor, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    /// Takes in the next record of the slice log and appends to `out` the
+    /// judgments it releases, in order (their release positions are
+    /// `(rec.offset, rank in out)`).
+    pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {
+        self.take(rec, extractor, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
     }
 
     /// [`Self::process`] while `copy` (begun on this state) is in progress:
-    /// the same verdict and state, and the copy stays the state as it was
+    /// the same judgments and state, and the copy stays the state as it was
     /// when the copy began.
     pub fn process_copying(
         &mut self,
         rec: &SliceRecord<'_>,
         extractor: &Extractor,
         copy: &mut SliceCopy,
-    ) -> SliceVerdict {
-        self.judge(rec, extractor, |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter))
+        out: &mut Vec<Judgment>,
+    ) {
+        self.take(rec, extractor, out, |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter))
     }
 
-    fn judge(
+    /// An idle flush after the last record taken in: judges every record
+    /// waiting for the watermark (release positions `(next_offset - 1,
+    /// flush, rank)`).
+    pub fn flush(&mut self, out: &mut Vec<Judgment>) {
+        self.flushes_next = self.next_offset;
+        self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// [`Self::flush`] while `copy` is in progress.
+    pub fn flush_copying(&mut self, copy: &mut SliceCopy, out: &mut Vec<Judgment>) {
+        self.flushes_next = self.next_offset;
+        self.release(
+            out,
+            |order, emit| order.flush(emit),
+            |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter),
+        )
+    }
+
+    fn take(
         &mut self,
         rec: &SliceRecord<'_>,
         extractor: &Extractor,
-        observe: impl FnOnce(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
-    ) -> SliceVerdict {
-        self.next_offset = rec.offset + 1;
+        out: &mut Vec<Judgment>,
+        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        let offset = rec.offset;
+        self.next_offset = offset + 1;
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None };
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
             // allocating a key per record.
@@ -146,7 +268,8 @@ impl SliceState {
             match mark {
                 Some((_, mark)) if *mark >= src.offset => {
                     self.counters.resends += 1;
-                    return SliceVerdict::Resend;
+                    out.push(now(SliceVerdict::Resend));
+                    return;
                 }
                 Some((_, mark)) => *mark = src.offset,
                 None => {
@@ -158,24 +281,85 @@ impl SliceState {
             Ok(x) => x,
             Err(e) => {
                 self.counters.invalid += 1;
-                return SliceVerdict::Invalid(e);
+                out.push(now(SliceVerdict::Invalid(e)));
+                return;
             }
         };
         if self.passthrough {
             self.counters.distinct += 1;
-            return SliceVerdict::Distinct;
+            out.push(now(SliceVerdict::Distinct));
+            return;
         }
         let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
-        match observe(&mut self.filter, &hash, extracted.time_ms) {
-            Verdict::Distinct => {
-                self.counters.distinct += 1;
-                SliceVerdict::Distinct
+        let time_ms = extracted.time_ms;
+        self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
+    }
+
+    /// Runs `step` on the order buffer and judges what it releases.
+    fn release(
+        &mut self,
+        out: &mut Vec<Judgment>,
+        step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
+        mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        let SliceState { order, filter, counters, .. } = self;
+        let max_clock_jump_ms = order.settings().max_clock_jump_ms;
+        let mut judge = |r: Released<KeyHash>| match r {
+            Released::Judge { time_ms, position, item, late_by_ms } => {
+                counters.late += u64::from(late_by_ms.is_some());
+                let verdict = match observe(filter, &item, time_ms) {
+                    Verdict::Distinct => {
+                        counters.distinct += 1;
+                        SliceVerdict::Distinct
+                    }
+                    Verdict::Duplicate { equal_timers } => {
+                        counters.duplicates += 1;
+                        SliceVerdict::Duplicate { equal_timers }
+                    }
+                };
+                out.push(Judgment { offset: position, verdict, late_by_ms });
             }
-            Verdict::Duplicate { equal_timers } => {
-                self.counters.duplicates += 1;
-                SliceVerdict::Duplicate { equal_timers }
+            Released::Reject { time_ms, position, ahead_ms, .. } => {
+                counters.invalid += 1;
+                let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
+                out.push(Judgment { offset: position, verdict: SliceVerdict::Invalid(why), late_by_ms: None });
             }
+        };
+        step(order, &mut judge);
+    }
+
+    /// What a held record re-read from the log contributes to the buffer:
+    /// its time and key hash (`None` if it cannot be read, which a record
+    /// that was held could).
+    pub fn held_entry(&self, record: &RecordView<'_>, extractor: &Extractor) -> Option<(u64, KeyHash)> {
+        let x = extractor.extract(record, 0).ok()?;
+        Some((x.time_ms, KeyHash::of(self.filter.params().seed, &x.key)))
+    }
+
+    /// Puts back the held records of a restored slice, re-read from the
+    /// log: `(offset, time, hash)` for every offset of [`Self::unfilled`].
+    /// Fails, naming the first, if any is missing.
+    pub fn refill(&mut self, records: Vec<(u64, u64, KeyHash)>) -> Result<(), u64> {
+        let found: BTreeMap<u64, (u64, KeyHash)> = records.into_iter().map(|(o, t, h)| (o, (t, h))).collect();
+        let (mut waiting, mut suspects) = (Vec::new(), Vec::new());
+        for &(offset, suspect) in &self.unfilled {
+            let &(time_ms, item) = found.get(&offset).ok_or(offset)?;
+            let w = Waiting { time_ms, position: offset, item };
+            if suspect { suspects.push(w) } else { waiting.push(w) }
         }
+        let settings = *self.order.settings();
+        self.order = ReorderBuffer::restore(settings, self.order.marks(), waiting, suspects);
+        self.unfilled.clear();
+        Ok(())
+    }
+
+    /// The offsets of the held records, oldest first, with whether each is
+    /// a suspect (what the snapshot stores of the buffer).
+    pub fn held_offsets(&self) -> Vec<(u64, bool)> {
+        let mut held: Vec<(u64, bool)> = self.order.held().map(|(w, suspect)| (w.position, suspect)).collect();
+        held.extend_from_slice(&self.unfilled);
+        held.sort_unstable();
+        held
     }
 }
 
@@ -261,8 +445,9 @@ impl SliceCopy {
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
-/// The slice snapshot format version.
-pub const VERSION: u16 = 1;
+/// The slice snapshot format version (2: event-time order — lateness
+/// counter, order marks, flush log position and held offsets).
+pub const VERSION: u16 = 2;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -284,8 +469,20 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
     let c = &state.counters;
-    for v in [c.distinct, c.duplicates, c.resends, c.invalid] {
+    for v in [c.distinct, c.duplicates, c.resends, c.invalid, c.late] {
         put_u64(&mut w, v);
+    }
+    let marks = state.order.marks();
+    for mark in [marks.max_seen_ms, marks.watermark_ms] {
+        // u64::MAX stands for none: no event time is that large.
+        put_u64(&mut w, mark.unwrap_or(u64::MAX));
+    }
+    put_u64(&mut w, state.flushes_next);
+    let held = state.held_offsets();
+    put_u64(&mut w, held.len() as u64);
+    for (offset, suspect) in held {
+        put_u64(&mut w, offset);
+        w.push(u8::from(suspect));
     }
     put_u32(&mut w, state.resend_marks.len() as u32);
     for ((topic, partition), offset) in &state.resend_marks {
@@ -298,8 +495,15 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     w
 }
 
-/// Restores slice `slice` from `bytes`, checked against the configured filter.
-pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceState, SnapshotError> {
+/// Restores slice `slice` from `bytes`, checked against the configured
+/// filter. The held records are listed in [`SliceState::unfilled`]: the
+/// caller re-reads them from the log and calls [`SliceState::refill`].
+pub fn decode(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+) -> Result<SliceState, SnapshotError> {
     let mut r = filter_snapshot::open(bytes, MAGIC, VERSION)?;
     let got_slice = r.u32()?;
     if got_slice != slice {
@@ -310,7 +514,30 @@ pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceSt
         });
     }
     let next_offset = r.u64()?;
-    let counters = SliceCounters { distinct: r.u64()?, duplicates: r.u64()?, resends: r.u64()?, invalid: r.u64()? };
+    let counters = SliceCounters {
+        distinct: r.u64()?,
+        duplicates: r.u64()?,
+        resends: r.u64()?,
+        invalid: r.u64()?,
+        late: r.u64()?,
+    };
+    let mut mark = || r.u64().map(|v| (v != u64::MAX).then_some(v));
+    let marks = OrderMarks { max_seen_ms: mark()?, watermark_ms: mark()? };
+    let flushes_next = r.u64()?;
+    let held = r.u64()?;
+    if held > bytes.len() as u64 / 9 {
+        return Err(SnapshotError::Malformed(format!("slice snapshot: {held} held records cannot fit")));
+    }
+    let mut unfilled = Vec::with_capacity(held as usize);
+    for _ in 0..held {
+        let offset = r.u64()?;
+        let suspect = match r.take(1)?[0] {
+            0 => false,
+            1 => true,
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: held flag {other}"))),
+        };
+        unfilled.push((offset, suspect));
+    }
     let mut resend_marks = BTreeMap::new();
     for _ in 0..r.u32()? {
         let len = usize::from(r.u16()?);
@@ -323,7 +550,17 @@ pub fn decode(bytes: &[u8], slice: u32, params: &FilterParams) -> Result<SliceSt
     let len = r.u64()? as usize;
     let filter = filter_snapshot::decode(r.take(len)?, params)?;
     r.finish()?;
-    Ok(SliceState { slice, filter, next_offset, resend_marks, counters, passthrough: false })
+    Ok(SliceState {
+        slice,
+        filter,
+        next_offset,
+        resend_marks,
+        counters,
+        passthrough: false,
+        order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
+        unfilled,
+        flushes_next,
+    })
 }
 
 #[cfg(test)]
@@ -351,50 +588,60 @@ mod tests {
         FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap()
     }
 
+    fn order(lateness_ms: u64) -> OrderSettings {
+        OrderSettings { lateness_ms, max_clock_jump_ms: 100_000, jump_confirmations: 3 }
+    }
+
+    fn fresh(slice: u32, params: FilterParams) -> SliceState {
+        SliceState::new(slice, params, 0, order(0))
+    }
+
+    /// Takes in one record with no lateness: exactly one judgment, its own.
+    fn one(s: &mut SliceState, r: &SliceRecord<'_>, ex: &Extractor) -> SliceVerdict {
+        let mut out = Vec::new();
+        s.process(r, ex, &mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].offset, r.offset);
+        out.pop().unwrap().verdict
+    }
+
     #[test]
     fn resends_are_caught_by_input_offset() {
-        let mut s = SliceState::new(3, params(), 0);
+        let mut s = fresh(3, params());
         let ex = extractor();
         let src = |o| Some(SourceRef { topic: "in", partition: 1, offset: o });
-        assert_eq!(s.process(&rec(0, b"a", 10, src(5)), &ex), SliceVerdict::Distinct);
-        assert_eq!(s.process(&rec(1, b"b", 11, src(6)), &ex), SliceVerdict::Distinct);
+        assert_eq!(one(&mut s, &rec(0, b"a", 10, src(5)), &ex), SliceVerdict::Distinct);
+        assert_eq!(one(&mut s, &rec(1, b"b", 11, src(6)), &ex), SliceVerdict::Distinct);
         // The router restarted and re-sent input offset 6, then went on.
-        assert_eq!(s.process(&rec(2, b"b", 11, src(6)), &ex), SliceVerdict::Resend);
-        assert_eq!(s.process(&rec(3, b"c", 12, src(7)), &ex), SliceVerdict::Distinct);
-        assert!(matches!(s.process(&rec(4, b"a", 13, src(8)), &ex), SliceVerdict::Duplicate { .. }));
+        assert_eq!(one(&mut s, &rec(2, b"b", 11, src(6)), &ex), SliceVerdict::Resend);
+        assert_eq!(one(&mut s, &rec(3, b"c", 12, src(7)), &ex), SliceVerdict::Distinct);
+        assert!(matches!(one(&mut s, &rec(4, b"a", 13, src(8)), &ex), SliceVerdict::Duplicate { .. }));
         let other = Some(SourceRef { topic: "in", partition: 2, offset: 0 });
-        assert_eq!(s.process(&rec(5, b"d", 14, other), &ex), SliceVerdict::Distinct);
+        assert_eq!(one(&mut s, &rec(5, b"d", 14, other), &ex), SliceVerdict::Distinct);
         assert_eq!(s.next_offset, 6);
-        assert_eq!(s.counters, SliceCounters { distinct: 4, duplicates: 1, resends: 1, invalid: 0 });
+        assert_eq!(s.counters, SliceCounters { distinct: 4, duplicates: 1, resends: 1, invalid: 0, late: 0 });
     }
 
     #[test]
     fn snapshot_round_trip_and_refusals() {
-        let mut s = SliceState::new(3, params(), 0);
+        let mut s = fresh(3, params());
         let ex = extractor();
         for i in 0..500u64 {
             let key = (i % 37).to_le_bytes();
-            s.process(
-                &rec(
-                    i,
-                    &key,
-                    i as i64 * 3,
-                    Some(SourceRef { topic: "t", partition: (i % 3) as i32, offset: i as i64 }),
-                ),
-                &ex,
-            );
+            let source = Some(SourceRef { topic: "t", partition: (i % 3) as i32, offset: i as i64 });
+            one(&mut s, &rec(i, &key, i as i64 * 3, source), &ex);
         }
         let bytes = encode(&s);
-        assert_eq!(decode(&bytes, 3, &params()).unwrap(), s);
+        assert_eq!(decode(&bytes, 3, &params(), order(0)).unwrap(), s);
         assert!(matches!(
-            decode(&bytes, 4, &params()),
+            decode(&bytes, 4, &params(), order(0)),
             Err(SnapshotError::ParameterMismatch { parameter: "slice", .. })
         ));
         let mut bad = bytes.clone();
         bad[20] ^= 0xFF;
-        assert!(matches!(decode(&bad, 3, &params()), Err(SnapshotError::ChecksumMismatch { .. })));
+        assert!(matches!(decode(&bad, 3, &params(), order(0)), Err(SnapshotError::ChecksumMismatch { .. })));
         let other = FilterSpec { window_ms: 2000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap();
-        assert!(matches!(decode(&bytes, 3, &other), Err(SnapshotError::ParameterMismatch { .. })));
+        assert!(matches!(decode(&bytes, 3, &other, order(0)), Err(SnapshotError::ParameterMismatch { .. })));
     }
 
     /// A copy taken while the slice goes on is the slice as it was when the
@@ -412,14 +659,16 @@ mod tests {
                 let key = (i % 5_000).to_le_bytes();
                 let source = Some(SourceRef { topic: "t", partition: (i / 1_000) as i32, offset: i as i64 });
                 let r = rec(i, &key, i as i64 * 2, source);
-                verdicts.push(match copy.as_deref_mut() {
-                    Some(c) => s.process_copying(&r, &ex, c),
-                    None => s.process(&r, &ex),
-                });
+                let mut out = Vec::new();
+                match copy.as_deref_mut() {
+                    Some(c) => s.process_copying(&r, &ex, c, &mut out),
+                    None => s.process(&r, &ex, &mut out),
+                }
+                verdicts.extend(out);
             }
             verdicts
         };
-        let mut s = SliceState::new(3, big, 0);
+        let mut s = fresh(3, big);
         feed(&mut s, 0..20_000, None);
         let (expected, mut uncopied) = (encode(&s), s.clone());
         let mut copy = s.begin_copy(Vec::new());
@@ -435,18 +684,86 @@ mod tests {
         let mut again = uncopied.begin_copy(longer);
         again.advance(&uncopied, usize::MAX);
         assert!(again.finish(&uncopied).seal() == encode(&uncopied));
-        assert_eq!(decode(&expected, 3, s.filter.params()).unwrap().next_offset, 20_000);
+        assert_eq!(decode(&expected, 3, s.filter.params(), order(0)).unwrap().next_offset, 20_000);
     }
 
     #[test]
     fn passthrough_judges_nothing() {
-        let mut s = SliceState::new(0, params(), 0);
+        let mut s = fresh(0, params());
         s.passthrough = true;
         let ex = extractor();
-        assert_eq!(s.process(&rec(0, b"a", 10, None), &ex), SliceVerdict::Distinct);
-        assert_eq!(s.process(&rec(1, b"a", 11, None), &ex), SliceVerdict::Distinct);
+        assert_eq!(one(&mut s, &rec(0, b"a", 10, None), &ex), SliceVerdict::Distinct);
+        assert_eq!(one(&mut s, &rec(1, b"a", 11, None), &ex), SliceVerdict::Distinct);
         assert_eq!(s.filter.counters().events, 0);
         assert_eq!(s.counters.distinct, 2);
+    }
+
+    /// Records wait for the watermark and are judged in time order; a
+    /// snapshot keeps the waiting records' offsets, and a restored slice
+    /// that re-reads them continues exactly as the uninterrupted one.
+    #[test]
+    fn event_time_order_survives_a_snapshot() {
+        let ex = extractor();
+        let mut rng = crate::bench::workload::Rng::new(5);
+        let keys: Vec<[u8; 8]> = (0..3_000u64).map(|i| (i % 700).to_le_bytes()).collect();
+        let times: Vec<i64> = (0..3_000i64).map(|i| 10_000 + i * 2 + rng.below(300) as i64).collect();
+        let feed = |s: &mut SliceState, range: std::ops::Range<usize>| {
+            let mut out = Vec::new();
+            for i in range {
+                s.process(&rec(i as u64, &keys[i], times[i], None), &ex, &mut out);
+            }
+            out
+        };
+        let mut whole = SliceState::new(1, params(), 0, order(300));
+        let expected = feed(&mut whole, 0..3_000);
+        // Released in time order (ties by offset), never the arrival order.
+        let released: Vec<(i64, u64)> = expected.iter().map(|j| (times[j.offset as usize], j.offset)).collect();
+        assert!(released.windows(2).all(|w| w[0] <= w[1]));
+        assert!(expected.len() < 3_000 && whole.order.waiting_len() > 0);
+        assert!(expected.iter().all(|j| j.late_by_ms.is_none()));
+
+        let mut first = SliceState::new(1, params(), 0, order(300));
+        let mut got = feed(&mut first, 0..1_700);
+        let bytes = encode(&first);
+        let mut restored = decode(&bytes, 1, &params(), order(300)).unwrap();
+        let missing = restored.unfilled.clone();
+        assert!(!missing.is_empty());
+        assert!(restored.refill(Vec::new()).is_err(), "a held record that cannot be re-read is an error");
+        let reread = missing
+            .iter()
+            .map(|&(o, _)| {
+                let r = rec(o, &keys[o as usize], times[o as usize], None);
+                let (t, h) = restored.held_entry(&r.record, &ex).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        restored.refill(reread).unwrap();
+        assert_eq!(restored, first);
+        got.extend(feed(&mut restored, 1_700..3_000));
+        assert_eq!(got, expected);
+        assert_eq!(restored, whole);
+
+        // An idle flush judges what is waiting.
+        let mut out = Vec::new();
+        whole.flush(&mut out);
+        assert_eq!(whole.order.waiting_len(), 0);
+        assert_eq!(expected.len() + out.len(), 3_000);
+    }
+
+    #[test]
+    fn release_positions_order_and_parse() {
+        let a = ReleasePos { after: 7, flush: false, rank: 3 };
+        let f = ReleasePos { after: 7, flush: true, rank: 0 };
+        assert!(a < f && f < ReleasePos { after: 8, flush: false, rank: 0 });
+        assert!(a < ReleasePos::through_arrival(7) && ReleasePos::through_arrival(7) < f);
+        for p in [a, f] {
+            assert_eq!(ReleasePos::parse(p.to_string().as_bytes()), Some(p));
+        }
+        assert_eq!(a.to_string(), "7/3");
+        assert_eq!(f.to_string(), "7/flush/0");
+        for bad in ["", "7", "7/x", "7/flush", "7/late/1", "7/1/2"] {
+            assert_eq!(ReleasePos::parse(bad.as_bytes()), None, "{bad}");
+        }
     }
 
     #[test]

@@ -515,6 +515,8 @@ pub enum ReadFrom {
     Start,
     /// The last record (and whatever follows it).
     Last,
+    /// This offset (or the first retained record after it).
+    Offset(i64),
 }
 
 /// Reads partition `partition` of `topic` to its current end, calling
@@ -535,8 +537,25 @@ pub fn read_partition(
     let start = match from {
         ReadFrom::Start => low,
         ReadFrom::Last => high - 1,
+        ReadFrom::Offset(at) => at.max(low),
     };
     read_range(reader, topic, partition, start, None, high, each)
+}
+
+/// Reads the records of `topic`/`partition` from `start` up to `stop`
+/// (exclusive), calling `each` as [`read_partition`] does.
+pub fn read_partition_range(
+    reader: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    start: i64,
+    stop: i64,
+    each: impl FnMut(i64, &[u8], Option<&[u8]>, &rdkafka::message::BorrowedMessage<'_>),
+) -> Result<(), KafkaLayerError> {
+    let (low, high) = reader
+        .fetch_watermarks(topic, partition, IO_TIMEOUT)
+        .context(|| format!("watermarks of {topic}/{partition}"))?;
+    read_range(reader, topic, partition, start.max(low), Some(stop), high, each)
 }
 
 /// Reads the records of partition `partition` of `topic` from offset `start`

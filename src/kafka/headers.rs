@@ -12,3 +12,11 @@ pub const RULE: &str = "dedupd.rule";
 pub const REASON: &str = "dedupd.reason";
 /// On dead letters: a human explanation.
 pub const DETAIL: &str = "dedupd.detail";
+/// On output, duplicates and dead-letter records written by a slice: the
+/// judgment's release position, `after/rank` or `after/flush/rank` (the
+/// slice offset whose arrival, or the idle flush right after it, released
+/// the record, and its rank in that release). Restore reads it from the last
+/// output record: the judgments up to it are replayed silently.
+pub const RELEASE: &str = "dedupd.release";
+/// On late-topic records: how far behind the watermark the record arrived, in ms.
+pub const LATE_BY: &str = "dedupd.late_by_ms";

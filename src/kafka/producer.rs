@@ -76,7 +76,7 @@ impl DeliveryCounts {
     }
 
     /// Counts a record queued for `topic`/`partition` (by the one thread that sends there).
-    fn sent(&self, topic: &str, partition: i32) {
+    pub(crate) fn sent(&self, topic: &str, partition: i32) {
         if let Some((t, p)) = self.slot(topic, partition) {
             self.sent[t][p].fetch_add(1, Ordering::Relaxed);
         }

@@ -1,22 +1,28 @@
-//! Where a slice resumes (design invariant 5).
+//! Where a slice resumes (design invariants 5 and 7).
 //!
-//! Load the newest valid snapshot (taken at slice offset X), read the last
-//! output record of partition s (its source offset Y), replay X..=Y without
-//! emitting, and continue from Y+1. Because the engine is deterministic, the
-//! replay rebuilds exactly the state an uninterrupted run had, and the output
-//! continues exactly where it stopped. Without a usable snapshot the slice
-//! starts from the beginning of its retained log, also silently up to Y.
+//! Load the newest valid snapshot (taken at slice offset X); re-read from
+//! the slice log the records that were waiting for the watermark at X (the
+//! snapshot lists their offsets); read the idle flushes logged since the
+//! snapshot; read the last output record of partition s (its release
+//! position Y). Then replay from X without emitting every judgment up to Y,
+//! and go on. Because the engine is deterministic, the replay rebuilds
+//! exactly the state an uninterrupted run had, and the output continues
+//! exactly where it stopped. Without a usable snapshot the slice starts
+//! from the beginning of its retained log, also silently up to Y.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 
-use super::checkpoint::{CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition};
+use super::checkpoint::{
+    CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition, read_partition_range,
+};
 use super::{Context, KafkaLayerError, headers};
 use crate::config::CorruptPolicy;
-use crate::engine::SliceState;
 use crate::engine::slice as slice_codec;
+use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::filter::FilterParams;
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
@@ -40,17 +46,29 @@ pub struct ResumePoint {
     pub manifest: Option<Manifest>,
     /// The first slice offset to consume.
     pub start: u64,
-    /// Records up to and including this offset are replayed silently.
-    pub replay_until: Option<u64>,
+    /// Judgments up to and including this release position are replayed silently.
+    pub replay_until: Option<ReleasePos>,
     pub from: RestoredFrom,
+    /// The records waiting for the watermark, re-read from the slice log, by offset.
+    pub held: BTreeMap<u64, OwnedMessage>,
+    /// Idle flushes logged and not in the snapshot: the slice offsets they
+    /// came after, oldest first.
+    pub flushes: VecDeque<u64>,
 }
 
-/// The slice offset in the header of the last record of `topic`/`partition`.
-pub fn last_source_offset(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<Option<u64>, KafkaLayerError> {
-    let mut last: Option<Option<u64>> = None;
+/// The release position of the last record of `topic`/`partition`: its
+/// `dedupd.release` header, or for outputs of builds before event-time order
+/// every judgment through its `dedupd.slice.offset`.
+pub fn last_release(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<Option<ReleasePos>, KafkaLayerError> {
+    let mut last: Option<Option<ReleasePos>> = None;
     read_partition(reader, topic, partition, ReadFrom::Last, |_, _, _, m| {
-        let found = m.headers().and_then(|h| h.iter().find(|h| h.key == headers::SLICE_OFFSET)).and_then(|h| h.value);
-        last = Some(found.and_then(|v| std::str::from_utf8(v).ok()).and_then(|s| s.parse::<u64>().ok()));
+        let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
+        let release = header(headers::RELEASE).and_then(ReleasePos::parse);
+        let offset = header(headers::SLICE_OFFSET)
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(ReleasePos::through_arrival);
+        last = Some(release.or(offset));
     })?;
     match last {
         None => Ok(None),
@@ -58,9 +76,42 @@ pub fn last_source_offset(reader: &BaseConsumer, topic: &str, partition: i32) ->
         Some(None) => Err(KafkaLayerError::Topology(format!(
             "the last record of {topic}/{partition} has no {} header: is another application writing to this \
              topic? dedupd needs its output partitions to itself",
-            headers::SLICE_OFFSET
+            headers::RELEASE
         ))),
     }
+}
+
+/// The idle flushes logged in `topic`/`partition`: the slice offsets they
+/// came after, in the order written (increasing: a slice flushes at most
+/// once after a record).
+pub fn read_flushes(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<VecDeque<u64>, KafkaLayerError> {
+    let mut flushes = VecDeque::new();
+    let mut bad = None;
+    read_partition(reader, topic, partition, ReadFrom::Start, |offset, _, value, _| {
+        match value.and_then(flush_after) {
+            Some(after) => flushes.push_back(after),
+            None => {
+                bad.get_or_insert(offset);
+            }
+        }
+    })?;
+    match bad {
+        None => Ok(flushes),
+        Some(offset) => Err(KafkaLayerError::Topology(format!(
+            "{topic}/{partition} offset {offset} is not a dedupd flush record: is another application writing to \
+             this topic?"
+        ))),
+    }
+}
+
+/// The payload of a flush record: `{"after":<slice offset>}`.
+pub fn flush_record(after: u64) -> String {
+    format!("{{\"after\":{after}}}")
+}
+
+fn flush_after(payload: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    v.get("after")?.as_u64()
 }
 
 /// Everything restore needs.
@@ -68,7 +119,11 @@ pub struct Restorer<'a> {
     pub store: &'a CheckpointStore,
     pub reader: &'a BaseConsumer,
     pub params: &'a FilterParams,
+    pub order: OrderSettings,
+    pub extractor: &'a Extractor,
     pub slice_topic: &'a str,
+    /// The log of idle flushes, partition = slice.
+    pub flush_topic: &'a str,
     /// Topics whose partition s only slice s writes, with the offset header.
     pub output_topics: Vec<&'a str>,
     pub on_corrupt: CorruptPolicy,
@@ -96,11 +151,15 @@ impl Restorer<'_> {
                 );
                 (None, Some(m), RestoredFrom::Corrupt(why))
             }
-            Ok(Some((m, bytes))) => match slice_codec::decode(&bytes, slice, self.params) {
-                Ok(state) => {
-                    let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
-                    (Some(state), Some(m), from)
-                }
+            Ok(Some((m, bytes))) => match slice_codec::decode(&bytes, slice, self.params, self.order) {
+                Ok(mut state) => match self.refill(&mut state) {
+                    Ok(held) => {
+                        let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
+                        (Some((state, held)), Some(m), from)
+                    }
+                    Err(RefillError::Missing(why)) => (None, Some(m), RestoredFrom::Corrupt(why)),
+                    Err(RefillError::Kafka(e)) => return Err(e),
+                },
                 Err(e) => (None, Some(m), RestoredFrom::Corrupt(e.to_string())),
             },
             Ok(None) => (None, None, RestoredFrom::Empty),
@@ -116,26 +175,81 @@ impl Restorer<'_> {
                 });
             }
         }
-        let state = match state {
+        let (state, held) = match state {
             Some(s) => s,
             None => {
                 let (low, _) = self
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                SliceState::new(slice, self.params.clone(), low.max(0) as u64)
+                (SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order), BTreeMap::new())
             }
         };
         let mut last = None;
         for topic in &self.output_topics {
-            last = last.max(last_source_offset(self.reader, topic, slice as i32)?);
+            last = last.max(last_release(self.reader, topic, slice as i32)?);
         }
         let start = state.next_offset;
-        let replay_until = last.filter(|&y| y >= start);
+        // Flushes the snapshot has applied, or that came after a record
+        // before its last one, are in it already.
+        let mut flushes = read_flushes(self.reader, self.flush_topic, slice as i32)?;
+        flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
+        // Judgments made before the snapshot are not made again: only a
+        // later last output means a silent replay.
+        let replay_until = last.filter(|y| y.after + 1 >= start);
         log::info!(
-            "slice {slice}: restored from {from:?}, consuming from offset {start}{}",
-            replay_until.map_or(String::new(), |y| format!(", silently up to {y}"))
+            "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
+             watermark, {} idle flushes to replay{}",
+            held.len(),
+            flushes.len(),
+            replay_until.map_or(String::new(), |y| format!(", silently up to release {y}"))
         );
-        Ok(ResumePoint { state, manifest, start, replay_until, from })
+        Ok(ResumePoint { state, manifest, start, replay_until, from, held, flushes })
     }
+
+    /// Re-reads from the slice log the records the snapshot says were
+    /// waiting, and puts them back into `state`.
+    fn refill(&self, state: &mut SliceState) -> Result<BTreeMap<u64, OwnedMessage>, RefillError> {
+        let mut held = BTreeMap::new();
+        let wanted: BTreeSet<u64> = state.unfilled.iter().map(|&(o, _)| o).collect();
+        let (Some(&first), stop) = (wanted.first(), state.next_offset) else {
+            return Ok(held);
+        };
+        let mut entries = Vec::new();
+        read_partition_range(self.reader, self.slice_topic, state.slice as i32, first as i64, stop as i64, |o, _, _, m| {
+            let offset = o as u64;
+            if !wanted.contains(&offset) {
+                return;
+            }
+            let header_list: Vec<(&str, &[u8])> = m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
+                .unwrap_or_default();
+            let view = RecordView {
+                key: m.key(),
+                payload: m.payload().unwrap_or_default(),
+                headers: &header_list,
+                timestamp_ms: m.timestamp().to_millis(),
+            };
+            if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor) {
+                entries.push((offset, time_ms, hash));
+                held.insert(offset, m.detach());
+            }
+        })
+        .map_err(RefillError::Kafka)?;
+        state.refill(entries).map_err(|offset| {
+            RefillError::Missing(format!(
+                "the record at offset {offset} of {}/{} was waiting for the watermark when the snapshot was \
+                 taken, and it can no longer be read (retention?)",
+                self.slice_topic, state.slice
+            ))
+        })?;
+        Ok(held)
+    }
+}
+
+enum RefillError {
+    /// A waiting record is gone from the log: the snapshot cannot be used.
+    Missing(String),
+    Kafka(KafkaLayerError),
 }

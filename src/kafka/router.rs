@@ -2,8 +2,10 @@
 //! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) plus a
 //! `dedupd.source` stamp with the input topic/partition/offset.
 //!
-//! Records are routed in timestamp order across the input partitions this
-//! router owns: the buffered head with the smallest timestamp goes first,
+//! Records are routed in event-time order (the time `input.time` reads, the
+//! one the slices judge by — not the Kafka timestamp, which can differ)
+//! across the input partitions this router owns: the buffered head with
+//! the smallest time goes first,
 //! and a partition with nothing buffered holds the others back unless it has
 //! reached its end (or for at most `MAX_WAIT`), or the record to go is at most
 //! `slicing.order_tolerance` newer than the last record read from it (live
@@ -42,7 +44,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
-use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{Extractor, InvalidRecord, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
@@ -210,10 +212,25 @@ fn commit_offsets<C: ConsumerContext>(
     consumer.commit(&tpl, mode).context(|| "router: committing input offsets".into())
 }
 
+/// A buffered input record, read once: its slice and event time, or why
+/// it cannot be read.
+struct Read<'c> {
+    msg: BorrowedMessage<'c>,
+    target: Result<(u32, i64), InvalidRecord>,
+}
+
+impl Read<'_> {
+    /// Its place in the routing order: an unreadable record goes at once
+    /// (to the dead letters; it holds nothing back).
+    fn time(&self) -> i64 {
+        self.target.as_ref().map_or(i64::MIN, |&(_, t)| t)
+    }
+}
+
 /// One input partition's buffered records, in offset order.
 struct Lane<'c> {
-    records: VecDeque<BorrowedMessage<'c>>,
-    /// Timestamp of the last record read from the partition.
+    records: VecDeque<Read<'c>>,
+    /// Event time of the last readable record read from the partition.
     last_timestamp: Option<i64>,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
@@ -283,8 +300,8 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                         input_counters.push((msg.topic().to_string(), c));
                     }
                 }
-                let timestamp = msg.timestamp().to_millis();
-                observe_since(&received, timestamp, now_ms());
+                observe_since(&received, msg.timestamp().to_millis(), now_ms());
+                let target = read(&deps, &msg);
                 let (topic, partition) = (msg.topic(), msg.partition());
                 // A handful of lanes: a scan finds one without allocating its key.
                 let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
@@ -292,12 +309,14 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
                 };
                 lane.last_arrival = now;
-                lane.last_timestamp = timestamp.or(lane.last_timestamp);
+                if let Ok((_, time)) = target {
+                    lane.last_timestamp = Some(time);
+                }
                 lane.at_end = false;
                 if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
                     lane.paused = set_paused(&consumer, topic, partition, true);
                 }
-                lane.records.push_back(msg);
+                lane.records.push_back(Read { msg, target });
             }
             // The event names only the partition: with several input topics it
             // marks that partition of each (at worst routing a little out of order).
@@ -371,7 +390,7 @@ fn route_ready<C: ConsumerContext>(
         let next = lanes
             .values()
             .enumerate()
-            .filter_map(|(i, l)| l.records.front().map(|m| (m.timestamp().to_millis().unwrap_or(i64::MIN), i)))
+            .filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i)))
             .min();
         let Some((timestamp, index)) = next else {
             break Ok(());
@@ -380,11 +399,11 @@ fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let msg = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target } = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        if let Err(e) = route(deps, &msg) {
+        if let Err(e) = route(deps, &msg, target) {
             break Err(e);
         }
         observe_since(sent, msg.timestamp().to_millis(), *wall_ms.get_or_insert_with(now_ms));
@@ -402,8 +421,8 @@ fn route_ready<C: ConsumerContext>(
     }
     result
 }
-/// Sends one input record to its slice, or to the dead-letter topic.
-fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+/// Reads an input record's slice and event time (once, when it arrives).
+fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), InvalidRecord> {
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let view = RecordView {
@@ -412,11 +431,21 @@ fn route(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerE
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
+    let x = deps.extractor.extract(&view, 0)?;
+    let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);
+    Ok((slice, i64::try_from(x.time_ms).unwrap_or(i64::MAX)))
+}
+
+/// Sends one input record to its slice, or to the dead-letter topic.
+fn route(
+    deps: &RouterDeps,
+    msg: &BorrowedMessage<'_>,
+    target: Result<(u32, i64), InvalidRecord>,
+) -> Result<(), KafkaLayerError> {
     let mut buf = [0u8; STAMP_BYTES];
     let stamp = SourceRef::stamp(&mut buf, msg.topic(), msg.partition(), msg.offset());
-    match deps.extractor.extract(&view, 0) {
-        Ok(x) => {
-            let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);
+    match target {
+        Ok((slice, _)) => {
             produce_copy(&deps.producer, &deps.slice_topic, slice as i32, msg, &[(headers::SOURCE, stamp)])
         }
         Err(why) => {

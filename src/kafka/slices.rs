@@ -31,27 +31,27 @@
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::producer::Producer;
+use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
+use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::checkpoint::{CheckpointStore, Manifest};
 use super::producer::{OutputProducer, SentMark, produce_copy, wait_acked};
-use super::restore::{RestoredFrom, Restorer};
+use super::restore::{RestoredFrom, Restorer, flush_record};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::{
-    Extractor, RecordView, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord, SliceState, SliceVerdict,
-    SourceRef, format_into,
+    Extractor, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord,
+    SliceState, SliceVerdict, SourceRef, format_into,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -65,7 +65,15 @@ struct Owned {
     state: SliceState,
     /// A snapshot being copied while the slice goes on.
     copying: Option<Copying>,
-    replay_until: Option<u64>,
+    /// Judgments up to this release position are replayed silently.
+    replay_until: Option<ReleasePos>,
+    /// The records waiting for the watermark, by slice offset (for output).
+    held: HashMap<u64, OwnedMessage>,
+    /// Idle flushes logged and not applied yet (a replay): the slice
+    /// offsets they came after.
+    flushes: VecDeque<u64>,
+    /// When the slice last received a record (or was restored).
+    last_arrival: Instant,
     manifest: Option<Manifest>,
     since_checkpoint: u64,
     last_checkpoint: Instant,
@@ -83,6 +91,8 @@ pub struct Deps {
     pub params: FilterParams,
     pub extractor: Extractor,
     pub slice_topic: String,
+    /// The idle flush log, partition = slice.
+    pub flush_topic: String,
     pub producer: OutputProducer,
     pub store: CheckpointStore,
     pub reader: BaseConsumer,
@@ -94,6 +104,8 @@ pub struct Deps {
 
 struct Inner {
     slices: BTreeMap<u32, Owned>,
+    /// Judgments of the record being handled (reused).
+    judged: Vec<Judgment>,
     fatal: Option<String>,
     writer: Writer,
     /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
@@ -292,7 +304,10 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         store: &deps.store,
         reader: &deps.reader,
         params: &deps.params,
+        order: deps.cfg.order,
+        extractor: &deps.extractor,
         slice_topic: &deps.slice_topic,
+        flush_topic: &deps.flush_topic,
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
     };
@@ -313,6 +328,9 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published: point.state.counters.clone(),
         state: point.state,
         replay_until: point.replay_until,
+        held: point.held.into_iter().collect(),
+        flushes: point.flushes,
+        last_arrival: Instant::now(),
         manifest: point.manifest,
         since_checkpoint: 0,
         last_checkpoint: Instant::now(),
@@ -522,7 +540,13 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
-    let inner = Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), fatal: None, writer, buffer: None }));
+    let inner = Arc::new(Mutex::new(Inner {
+        slices: BTreeMap::new(),
+        judged: Vec::new(),
+        fatal: None,
+        writer,
+        buffer: None,
+    }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
@@ -536,6 +560,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let settings = &deps.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
     let mut last_housekeeping = Instant::now();
+    let mut last_idle_check = Instant::now();
     let received = deps.metrics.stage("slice_received");
     let result = loop {
         if stop.load(Ordering::Relaxed) {
@@ -564,6 +589,12 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         };
         if let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), copy_budget) {
             log::warn!("snapshot failed: {e}");
+        }
+        if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
+            last_idle_check = Instant::now();
+            if let Err(e) = flush_idle(&deps, &mut inner.lock().expect("worker lock")) {
+                break Err(e);
+            }
         }
         if last_housekeeping.elapsed() >= Duration::from_millis(200) {
             last_housekeeping = Instant::now();
@@ -632,6 +663,10 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
                 deps.metrics.records.with_label_values(&[&label, result]).inc_by(now - before);
             }
         }
+        if c.late > p.late {
+            m.late_records.with_label_values(&[&label]).inc_by(c.late - p.late);
+        }
+        m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         owned.published = c.clone();
         let f = &owned.state.filter;
         let fc = f.counters();
@@ -656,7 +691,7 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             SliceStatus {
                 slice: *slice,
                 next_offset: owned.state.next_offset,
-                replaying_until: owned.replay_until,
+                replaying_until: owned.replay_until.map(|y| y.to_string()),
                 clock_ms: f.clock_ms(),
                 generations: f.generations().len(),
                 density: f.generations().last().map_or(0.0, |g| g.density()),
@@ -672,16 +707,41 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
     }
 }
 
-/// Processes one slice record.
+/// How often the worker looks for idle slices with records waiting.
+const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
+
+/// Flushes every owned slice that holds records for the watermark and has
+/// received nothing for the lateness (at least 100 ms): with no more input,
+/// nothing would ever release them. Not during a silent replay, which must
+/// only flush where the original run did (its flushes are logged).
+fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
+    let idle_after = Duration::from_millis(deps.cfg.order.lateness_ms.max(100));
+    let Inner { slices, judged, .. } = inner;
+    for owned in slices.values_mut() {
+        apply_logged_flushes(deps, owned, judged)?;
+        let replaying = !owned.flushes.is_empty()
+            || owned.replay_until.is_some_and(|y| y.after >= owned.state.next_offset.saturating_sub(1) && !y.flush);
+        if owned.state.order.waiting_len() > 0 && !replaying && owned.last_arrival.elapsed() >= idle_after {
+            idle_flush(deps, owned, judged)?;
+        }
+    }
+    Ok(())
+}
+
+/// Processes one slice record: takes it in, emits the judgments it
+/// releases, keeps it if it waits, then applies a logged idle flush that
+/// came right after it (replay).
 fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
-    let Some(owned) = inner.slices.get_mut(&slice) else {
+    let Inner { slices, judged, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
         return Ok(()); // fetched just before a revocation
     };
     let offset = msg.offset() as u64;
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
+    owned.last_arrival = Instant::now();
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let source = match deps.cfg.slicing {
@@ -697,49 +757,151 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
         timestamp_ms: msg.timestamp().to_millis(),
     };
     let slice_record = SliceRecord { offset, record, source };
-    let verdict = match owned.copying.as_mut() {
+    judged.clear();
+    match owned.copying.as_mut() {
         Some(c) => {
             c.records += 1;
-            owned.state.process_copying(&slice_record, &deps.extractor, &mut c.copy)
+            owned.state.process_copying(&slice_record, &deps.extractor, &mut c.copy, judged)
         }
-        None => owned.state.process(&slice_record, &deps.extractor),
-    };
+        None => owned.state.process(&slice_record, &deps.extractor, judged),
+    }
     owned.since_checkpoint += 1;
     if let Some(input) = &deps.input_counter {
         input.inc();
     }
-    if let SliceVerdict::Duplicate { equal_timers } = verdict {
-        deps.metrics.equal_timers.observe(f64::from(equal_timers));
+    // No judgment of its own: it waits for the watermark.
+    if !judged.iter().any(|j| j.offset == offset) {
+        owned.held.insert(offset, msg.detach());
     }
-    if owned.replay_until.is_some_and(|y| offset <= y) {
-        deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
-        if owned.replay_until == Some(offset) {
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some(msg))?;
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// Applies the logged idle flushes due after the slice's last record (a
+/// replay flushes where the original run did).
+fn apply_logged_flushes(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+    let last = owned.state.next_offset.checked_sub(1);
+    while let Some(&after) = owned.flushes.front() {
+        if Some(after) > last {
+            break;
+        }
+        owned.flushes.pop_front();
+        if Some(after) == last {
+            flush_slice(deps, owned, judged)?;
+        }
+    }
+    Ok(())
+}
+
+/// Judges every record the slice holds for the watermark (an idle flush,
+/// already logged) and emits the judgments.
+fn flush_slice(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+    judged.clear();
+    match owned.copying.as_mut() {
+        Some(c) => owned.state.flush_copying(&mut c.copy, judged),
+        None => owned.state.flush(judged),
+    }
+    let after = owned.state.next_offset.saturating_sub(1);
+    deps.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    emit(deps, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
+}
+
+/// Writes an idle flush of the slice to its flush log, waits until the
+/// broker has it, then applies it: a restart replays it at the same place.
+fn idle_flush(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    let after = owned.state.next_offset.saturating_sub(1);
+    let payload = flush_record(after);
+    let record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload.as_bytes());
+    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("writing an idle flush to {}: {e}", deps.flush_topic),
+    })?;
+    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
+    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("idle flush after offset {after}: {detail}"),
+    })?;
+    owned.since_checkpoint += 1;
+    flush_slice(deps, owned, judged)
+}
+
+/// Emits the judgments of one release (an arrival, or a flush) whose
+/// first position is `first`: outputs go to partition `slice` of the
+/// output topics, with the record's slice offset and release position;
+/// judgments up to the restored slice's last output are replayed silently.
+/// `arriving` is the record whose arrival released them, if any.
+fn emit(
+    deps: &Deps,
+    owned: &mut Owned,
+    judged: &[Judgment],
+    first: ReleasePos,
+    arriving: Option<&BorrowedMessage<'_>>,
+) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    for (rank, j) in judged.iter().enumerate() {
+        let pos = ReleasePos { rank: rank as u32, ..first };
+        if let SliceVerdict::Duplicate { equal_timers } = j.verdict {
+            deps.metrics.equal_timers.observe(f64::from(equal_timers));
+        }
+        let silent = owned.replay_until.is_some_and(|y| pos <= y);
+        if !silent {
             owned.replay_until = None;
         }
+        match arriving.filter(|m| m.offset() as u64 == j.offset) {
+            Some(msg) => emit_one(deps, slice, j, pos, msg, silent)?,
+            None => {
+                let held = owned.held.remove(&j.offset).ok_or_else(|| {
+                    KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
+                })?;
+                emit_one(deps, slice, j, pos, &held, silent)?
+            }
+        }
+        if silent {
+            deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+        }
+    }
+    Ok(())
+}
+
+/// Sends what one judgment produces (nothing when `silent`).
+fn emit_one<M: Message>(
+    deps: &Deps,
+    slice: u32,
+    j: &Judgment,
+    pos: ReleasePos,
+    msg: &M,
+    silent: bool,
+) -> Result<(), KafkaLayerError> {
+    if let Some(late) = j.late_by_ms {
+        deps.metrics.lateness.observe(late as f64 / 1000.0);
+    }
+    if silent {
         return Ok(());
     }
     let out = &deps.cfg.settings.output;
     let mut offset_buf = [0u8; 20];
-    let offset_text = format_into(&mut offset_buf, format_args!("{offset}"));
-    match verdict {
-        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &[(headers::SLICE_OFFSET, offset_text)]),
+    let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
+    let mut release_buf = [0u8; 48];
+    let release_text = format_into(&mut release_buf, format_args!("{pos}"));
+    let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
+    if let Some(late) = j.late_by_ms
+        && !out.late_topic.is_empty()
+    {
+        let late_text = late.to_string();
+        send(deps, &out.late_topic, slice, msg, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
+    }
+    match &j.verdict {
+        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = format!("filter;equal_timers={equal_timers}");
-            send(
-                deps,
-                &out.duplicates_topic,
-                slice,
-                msg,
-                &[(headers::SLICE_OFFSET, offset_text), (headers::RULE, rule.as_bytes())],
-            )
+            send(deps, &out.duplicates_topic, slice, msg, &[ids[0], ids[1], (headers::RULE, rule.as_bytes())])
         }
-        SliceVerdict::Resend if !out.duplicates_topic.is_empty() => send(
-            deps,
-            &out.duplicates_topic,
-            slice,
-            msg,
-            &[(headers::SLICE_OFFSET, offset_text), (headers::RULE, b"resend")],
-        ),
+        SliceVerdict::Resend if !out.duplicates_topic.is_empty() => {
+            send(deps, &out.duplicates_topic, slice, msg, &[ids[0], ids[1], (headers::RULE, b"resend")])
+        }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
@@ -751,7 +913,8 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
                 slice,
                 msg,
                 &[
-                    (headers::SLICE_OFFSET, offset_text),
+                    ids[0],
+                    ids[1],
                     (headers::REASON, why.reason.as_str().as_bytes()),
                     (headers::DETAIL, why.detail.as_bytes()),
                     (headers::SOURCE, source),
@@ -763,11 +926,11 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
 
 /// Sends a copy of `msg` (key, payload, timestamp, headers) to `topic`
 /// partition `slice` with `extra` headers, waiting while the queue is full.
-pub fn send(
+pub fn send<M: Message>(
     deps: &Deps,
     topic: &str,
     slice: u32,
-    msg: &BorrowedMessage<'_>,
+    msg: &M,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     produce_copy(&deps.producer, topic, slice as i32, msg, extra)

@@ -57,9 +57,12 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         (s.output.topic.clone(), slices, vec![]),
         (s.output.dead_letter_topic.clone(), slices, vec![]),
         (s.checkpoint.topic.clone(), slices, vec![("cleanup.policy", "compact")]),
+        (cfg.flush_topic(), slices, vec![]),
     ];
-    if !s.output.duplicates_topic.is_empty() {
-        wanted.push((s.output.duplicates_topic.clone(), slices, vec![]));
+    for optional in [&s.output.duplicates_topic, &s.output.late_topic] {
+        if !optional.is_empty() {
+            wanted.push((optional.clone(), slices, vec![]));
+        }
     }
     if cfg.slicing == SlicingMode::Repartition {
         wanted.push((cfg.slice_topic(), slices, vec![]));
