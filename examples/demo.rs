@@ -11,50 +11,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::oracle::{Confusion, ExactWindow};
-use dedupd::bench::workload::Rng;
+use dedupd::bench::clicks::{Click, clicks, confusion, truth};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
-
-struct Click {
-    seq: u64,
-    click_id: String,
-    ts: i64,
-}
-
-/// Real clicks at ~2000/s of event time (6000/s during a burst in the middle
-/// third); 8% are double-clicks 50–400 ms later, 5% are retried 1–20 s later
-/// by a client that timed out, and 3% are replayed by a flaky collector
-/// 1–3 minutes later (outside a 60 s window: those are new events again).
-fn clicks(n: u64, seed: u64) -> Vec<Click> {
-    let mut rng = Rng::new(seed);
-    let start: i64 = 1_750_000_000_000;
-    let mut out = Vec::with_capacity(n as usize * 5 / 4);
-    let mut t = start as f64;
-    for i in 0..n {
-        let burst = (n / 3..2 * n / 3).contains(&i);
-        t += if burst { 1000.0 / 6000.0 } else { 1000.0 / 2000.0 };
-        let id = format!("click-{:016x}", rng.next_u64());
-        let ts = t as i64;
-        out.push(Click { seq: 0, click_id: id.clone(), ts });
-        let r = rng.next_f64();
-        if r < 0.08 {
-            out.push(Click { seq: 0, click_id: id, ts: ts + 50 + rng.below(350) as i64 });
-        } else if r < 0.13 {
-            out.push(Click { seq: 0, click_id: id, ts: ts + 1000 + rng.below(19_000) as i64 });
-        } else if r < 0.16 {
-            out.push(Click { seq: 0, click_id: id, ts: ts + 60_000 + rng.below(120_000) as i64 });
-        }
-    }
-    out.sort_by_key(|c| c.ts);
-    for (i, c) in out.iter_mut().enumerate() {
-        c.seq = i as u64;
-    }
-    out
-}
 
 fn http_json(port: u16, path: &str) -> Option<serde_json::Value> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -77,8 +39,7 @@ fn main() {
     let window_ms: u64 = args.get(6).and_then(|a| a.parse().ok()).unwrap_or(60_000);
 
     let stream = clicks(n, 42);
-    let mut oracle = ExactWindow::new(window_ms);
-    let truth: Vec<bool> = stream.iter().map(|c| oracle.observe(&c.click_id, c.ts as u64)).collect();
+    let truth = truth(&stream, window_ms);
     let true_distinct = truth.iter().filter(|d| !**d).count();
     if mode == "produce" {
         println!(
@@ -103,13 +64,7 @@ fn produce(broker: &str, input: &str, stream: &[Click]) {
         .expect("producer");
     let started = Instant::now();
     for (i, c) in stream.iter().enumerate() {
-        let payload = format!(
-            "{{\"click_id\":\"{}\",\"ts\":{},\"seq\":{},\"ad\":\"ad-{}\"}}",
-            c.click_id,
-            c.ts,
-            c.seq,
-            c.seq % 97
-        );
+        let payload = c.payload();
         let mut rec =
             BaseRecord::<[u8], [u8]>::to(input).payload(payload.as_bytes()).timestamp(c.ts).partition((i % 3) as i32);
         loop {
@@ -182,10 +137,7 @@ fn check(broker: &str, output: &str, admin_port: u16, stream: &[Click], truth: &
             delivered.insert(v["seq"].as_u64().expect("seq"));
         }
     }
-    let mut c = Confusion::default();
-    for (click, is_dup) in stream.iter().zip(truth) {
-        c.record(!delivered.contains(&click.seq), *is_dup);
-    }
+    let c = confusion(stream, truth, |seq| delivered.contains(&seq));
     println!();
     println!("  records in                 {:>10}", stream.len());
     println!("  distinct out               {:>10}   (exact answer: {true_distinct})", delivered.len());

@@ -30,6 +30,10 @@ pub struct SliceStatus {
     pub duplicates: u64,
     pub invalid: u64,
     pub resends: u64,
+    /// Records judged after arriving more than input.lateness late.
+    pub late: u64,
+    /// Records waiting for the watermark.
+    pub waiting: u64,
     pub last_checkpoint_offset: Option<u64>,
 }
 

@@ -2,10 +2,12 @@
 //! accuracy experiments run by `dedupd bench accuracy`.
 //!
 //! - [`workload`]: deterministic uniform, Zipf and recurring streams.
+//! - [`clicks`]: the demo's click stream and its exact answer.
 //! - [`oracle`]: exact sliding-window dedup and the confusion counts.
 //! - [`accuracy`]: the experiments (slicing, equal timers, growth under
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
 
 pub mod accuracy;
+pub mod clicks;
 pub mod oracle;
 pub mod workload;

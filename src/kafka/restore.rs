@@ -216,26 +216,33 @@ impl Restorer<'_> {
             return Ok(held);
         };
         let mut entries = Vec::new();
-        read_partition_range(self.reader, self.slice_topic, state.slice as i32, first as i64, stop as i64, |o, _, _, m| {
-            let offset = o as u64;
-            if !wanted.contains(&offset) {
-                return;
-            }
-            let header_list: Vec<(&str, &[u8])> = m
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                .unwrap_or_default();
-            let view = RecordView {
-                key: m.key(),
-                payload: m.payload().unwrap_or_default(),
-                headers: &header_list,
-                timestamp_ms: m.timestamp().to_millis(),
-            };
-            if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor) {
-                entries.push((offset, time_ms, hash));
-                held.insert(offset, m.detach());
-            }
-        })
+        read_partition_range(
+            self.reader,
+            self.slice_topic,
+            state.slice as i32,
+            first as i64,
+            stop as i64,
+            |o, _, _, m| {
+                let offset = o as u64;
+                if !wanted.contains(&offset) {
+                    return;
+                }
+                let header_list: Vec<(&str, &[u8])> = m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
+                    .unwrap_or_default();
+                let view = RecordView {
+                    key: m.key(),
+                    payload: m.payload().unwrap_or_default(),
+                    headers: &header_list,
+                    timestamp_ms: m.timestamp().to_millis(),
+                };
+                if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor) {
+                    entries.push((offset, time_ms, hash));
+                    held.insert(offset, m.detach());
+                }
+            },
+        )
         .map_err(RefillError::Kafka)?;
         state.refill(entries).map_err(|offset| {
             RefillError::Missing(format!(

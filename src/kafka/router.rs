@@ -387,11 +387,7 @@ fn route_ready<C: ConsumerContext>(
     let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
     let mut wall_ms = None;
     let result = loop {
-        let next = lanes
-            .values()
-            .enumerate()
-            .filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i)))
-            .min();
+        let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
             break Ok(());
         };

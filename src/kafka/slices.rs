@@ -540,13 +540,8 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
-    let inner = Arc::new(Mutex::new(Inner {
-        slices: BTreeMap::new(),
-        judged: Vec::new(),
-        fatal: None,
-        writer,
-        buffer: None,
-    }));
+    let inner =
+        Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), judged: Vec::new(), fatal: None, writer, buffer: None }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
@@ -701,6 +696,8 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
                 duplicates: c.duplicates,
                 invalid: c.invalid,
                 resends: c.resends,
+                late: c.late,
+                waiting: owned.held.len() as u64,
                 last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
             },
         );
