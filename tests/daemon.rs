@@ -10,12 +10,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use dedupd::bench::workload::Rng;
+use dedupd::engine::ReleasePos;
 use support::*;
 
 /// Produces a keyed click stream until `stop`, in batches, and counts it.
 /// Keys come from a pool of 3000, timestamps advance 25 ms per record, so
 /// the stream outlives the 60 s window and keys come back both inside and
-/// after it.
+/// after it. The stream is out of order, as real ones are: every record's
+/// time is jittered by up to 1.5 s (within the 2 s lateness), 1% arrive 3–6 s
+/// late (judged at their own time), and 1 in 2000 is a day in the future
+/// (a broken producer clock: dead-lettered as a time jump).
 fn keyed_stream(
     topic: String,
     partitions: u32,
@@ -30,7 +34,13 @@ fn keyed_stream(
             let batch: Vec<Rec> = (0..150)
                 .map(|_| {
                     let id = format!("k{}", rng.below(3000));
-                    let r = click(seq, &id, BASE_TS + seq as i64 * 25, partition_of(&id, partitions));
+                    let mut ts = BASE_TS + seq as i64 * 25 + rng.below(1_500) as i64;
+                    if rng.below(100) == 0 {
+                        ts -= 3_000 + rng.below(3_000) as i64;
+                    } else if rng.below(2_000) == 0 {
+                        ts += 86_400_000;
+                    }
+                    let r = click(seq, &id, ts, partition_of(&id, partitions));
                     seq += 1;
                     r
                 })
@@ -43,11 +53,12 @@ fn keyed_stream(
 }
 
 /// What an output record must keep identical between runs: key, value,
-/// timestamp and slice offset.
-type Signature = (Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>, Option<Vec<u8>>);
+/// timestamp, slice offset and release position.
+type Signature = (Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>, Option<Vec<u8>>, Option<Vec<u8>>);
 
 fn signature(r: &Rec) -> Signature {
-    (r.key.clone(), r.value.clone(), r.timestamp, r.header("dedupd.slice.offset").map(<[u8]>::to_vec))
+    let header = |name| r.header(name).map(<[u8]>::to_vec);
+    (r.key.clone(), r.value.clone(), r.timestamp, header("dedupd.slice.offset"), header("dedupd.release"))
 }
 
 fn by_partition(out: &BTreeMap<i32, Vec<Rec>>) -> BTreeMap<i32, Vec<Signature>> {
@@ -120,12 +131,24 @@ fn crash_equivalence_and_scale_out() {
     let expected = by_partition(&read_all(&format!("{reference_app}.out"), Duration::from_secs(3)));
     let distinct: usize = expected.values().map(Vec::len).sum();
     assert!(distinct > 1000 && (distinct as u64) < total, "{distinct} distinct of {total}");
-    // Every output record carries its slice offset, strictly increasing per partition.
+    // Every output record carries its slice offset and its release
+    // position; release positions strictly increase per partition, offsets
+    // do not (records are judged in event-time order, not arrival order).
+    let mut reordered = 0;
     for recs in expected.values() {
+        let releases: Vec<ReleasePos> =
+            recs.iter().map(|r| ReleasePos::parse(r.4.as_ref().unwrap()).unwrap()).collect();
+        assert!(releases.windows(2).all(|w| w[0] < w[1]));
         let offsets: Vec<u64> =
             recs.iter().map(|r| String::from_utf8(r.3.clone().unwrap()).unwrap().parse().unwrap()).collect();
-        assert!(offsets.windows(2).all(|w| w[0] < w[1]));
+        reordered += offsets.windows(2).filter(|w| w[0] > w[1]).count();
     }
+    assert!(reordered > 100, "the disordered input should be judged out of arrival order ({reordered} times)");
+    let late = slice_total(&[&reference], &["late"]);
+    assert!(late > 20, "1% of the records arrive later than the lateness, {late} counted");
+    let dlq = read_all(&format!("{reference_app}.dlq"), Duration::from_secs(2));
+    let jumps = dlq.values().flatten().filter(|r| r.header("dedupd.reason") == Some(b"time_jump")).count();
+    assert!(jumps > 0, "the records a day ahead should be dead-lettered as time jumps");
     let crashed = by_partition(&read_all(&format!("{crash_app}.out"), Duration::from_secs(3)));
     for (p, want) in &expected {
         let got = &crashed[p];
