@@ -105,4 +105,5 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
 
     producer.join().unwrap();
     assert!(daemon.terminate(Duration::from_secs(30)).success());
+    daemon.assert_clean_log();
 }

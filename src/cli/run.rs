@@ -171,7 +171,9 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             slice_count as usize,
         )?,
         store: CheckpointStore::new(&cfg)?,
-        reader: clients::reader(&cfg, &format!("{id}-restore")).create().context("creating the restore reader")?,
+        reader: clients::reader(&cfg, &format!("{id}-restore"))
+            .create_with_context(clients::PlainContext)
+            .context("creating the restore reader")?,
         metrics: metrics.clone(),
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)

@@ -2,7 +2,8 @@
 //! records and state and keeps invariant 5 (exactly-once output without
 //! broker transactions).
 //!
-//! - [`clients`]: librdkafka settings shared by every client.
+//! - [`clients`]: librdkafka settings shared by every client, and how
+//!   their error events are logged.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
 //! - [`producer`]: delivery watching and copying records between topics.

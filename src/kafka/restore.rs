@@ -9,10 +9,11 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
 
 use super::checkpoint::{CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition};
+use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
 use crate::config::CorruptPolicy;
 use crate::engine::SliceState;
@@ -46,7 +47,7 @@ pub struct ResumePoint {
 }
 
 /// The slice offset in the header of the last record of `topic`/`partition`.
-pub fn last_source_offset(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<Option<u64>, KafkaLayerError> {
+pub fn last_source_offset(reader: &Reader, topic: &str, partition: i32) -> Result<Option<u64>, KafkaLayerError> {
     let mut last: Option<Option<u64>> = None;
     read_partition(reader, topic, partition, ReadFrom::Last, |_, _, _, m| {
         let found = m.headers().and_then(|h| h.iter().find(|h| h.key == headers::SLICE_OFFSET)).and_then(|h| h.value);
@@ -66,7 +67,7 @@ pub fn last_source_offset(reader: &BaseConsumer, topic: &str, partition: i32) ->
 /// Everything restore needs.
 pub struct Restorer<'a> {
     pub store: &'a CheckpointStore,
-    pub reader: &'a BaseConsumer,
+    pub reader: &'a Reader,
     pub params: &'a FilterParams,
     pub slice_topic: &'a str,
     /// Topics whose partition s only slice s writes, with the offset header.

@@ -103,7 +103,15 @@ struct RouterContext {
     shared: Arc<Mutex<Shared>>,
 }
 
-impl ClientContext for RouterContext {}
+impl ClientContext for RouterContext {
+    /// The router uses no statistics; were `statistics.interval.ms` set in
+    /// `[kafka]`, rdkafka's default would log them all at INFO every interval.
+    fn stats_raw(&self, _: &[u8]) {}
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+}
 
 impl ConsumerContext for RouterContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {

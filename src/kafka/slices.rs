@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::Producer;
 use rdkafka::types::RDKafkaRespErr;
@@ -85,7 +86,7 @@ pub struct Deps {
     pub slice_topic: String,
     pub producer: OutputProducer,
     pub store: CheckpointStore,
-    pub reader: BaseConsumer,
+    pub reader: clients::Reader,
     pub metrics: Arc<Metrics>,
     pub status: Arc<Status>,
     /// Counts input records when the slice log is the input (input-partitions mode).
@@ -209,6 +210,10 @@ pub struct WorkerContext {
 }
 
 impl ClientContext for WorkerContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+
     fn stats(&self, statistics: rdkafka::Statistics) {
         if let Some(topic) = statistics.topics.get(&self.deps.slice_topic) {
             let mut highs = self.high_offsets.lock().expect("offsets lock");
@@ -527,9 +532,14 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
     let id = &deps.cfg.settings.app.id;
-    let consumer: BaseConsumer<WorkerContext> = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"))
-        .create_with_context(context)
-        .context(|| "creating the slice consumer".into())?;
+    let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
+    // Statistics feed the consumer-lag gauge (the router asks for none: its
+    // context would only log them).
+    if config.get("statistics.interval.ms").is_none() {
+        config.set("statistics.interval.ms", "2000");
+    }
+    let consumer: BaseConsumer<WorkerContext> =
+        config.create_with_context(context).context(|| "creating the slice consumer".into())?;
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
     log::info!("slice workers subscribed to {}", deps.slice_topic);
 

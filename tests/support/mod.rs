@@ -244,6 +244,20 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A clean run (no kill, no bad input, no broker trouble) logs no WARN
+    /// or ERROR line: panics listing those it did log.
+    pub fn assert_clean_log(&self) {
+        let text = self.log_text();
+        let bad = warnings_and_errors(&text);
+        assert!(
+            bad.is_empty(),
+            "{} WARN/ERROR line(s) in the log of a clean run ({}):\n{}",
+            bad.len(),
+            self.log.display(),
+            bad.join("\n")
+        );
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&mut self, within: Duration) {
         let deadline = Instant::now() + within;
@@ -295,6 +309,18 @@ impl Drop for Daemon {
 
 fn unsafe_sigterm(pid: u32) {
     Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill -TERM");
+}
+
+/// The WARN and ERROR lines of a daemon log (env_logger's
+/// `[TIME LEVEL TARGET] message` lines).
+pub fn warnings_and_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.strip_prefix('[')
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .is_some_and(|level| level == "WARN" || level == "ERROR")
+        })
+        .collect()
 }
 
 /// Sum over daemons of a counter in `/v1/slices` (e.g. "distinct").
