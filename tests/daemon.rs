@@ -320,6 +320,8 @@ fn repartition_external_client_resends_and_bad_input() {
     assert_eq!(owned.len(), slices as usize);
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
     assert!(daemon.log_text().contains("stopped cleanly"));
+    daemon.wait_joined("router", &format!("{app}.router"), Duration::from_secs(1));
+    daemon.wait_joined("slice workers", &app, Duration::from_secs(1));
     let _ = Instant::now();
 }
 

@@ -244,6 +244,33 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the log contains `needle`; panics (with the log) if the
+    /// process exits first or `within` passes.
+    pub fn wait_log(&mut self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.log_text().contains(needle) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("dedupd exited ({status}) before logging {needle:?}:\n{}", self.log_text());
+            }
+            assert!(Instant::now() < deadline, "dedupd did not log {needle:?} within {within:?}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until `who` ("router", "slice workers") has said that it joins
+    /// consumer group `group` and waits for an assignment, and then that
+    /// the assignment arrived.
+    pub fn wait_joined(&mut self, who: &str, group: &str, within: Duration) {
+        let waiting = format!("{who}: joining consumer group {group} for topics ");
+        self.wait_log(&waiting, within);
+        let line = self.log_text().lines().find(|l| l.contains(&waiting)).unwrap_or_default().to_string();
+        assert!(line.ends_with(", waiting for an assignment"), "{line}");
+        self.wait_log(&format!("(group {group}) after "), within);
+        let assigned =
+            self.log_text().lines().find(|l| l.contains(&format!("(group {group}) after "))).map(str::to_string);
+        assert!(assigned.is_some_and(|l| l.contains(&format!("{who}: assigned "))), "{}", self.log_text());
+    }
+
     /// A clean run (no kill, no bad input, no broker trouble) logs no WARN
     /// or ERROR line: panics listing those it did log.
     pub fn assert_clean_log(&self) {
