@@ -44,6 +44,9 @@ RUN apt-get update \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin dedupd
 COPY --from=build /usr/local/bin/dedupd /usr/local/bin/dedupd
+# Found by `dedupd run` without --config: the last place of its search (--config,
+# DEDUPD_CONFIG, ./config/dedupd.toml, /etc/dedupd/dedupd.toml), so DEDUPD_CONFIG can name
+# another file, and a mounted /etc/dedupd/dedupd.toml replaces this one.
 COPY config/dedupd.toml /etc/dedupd/dedupd.toml
 # The admin endpoint (/metrics, /healthz, /readyz, /v1/slices) must be reachable from outside
 # the container; the file's 127.0.0.1 is for running on a workstation.
@@ -54,4 +57,4 @@ EXPOSE 9464
 # `docker stop` more than that, e.g. docker stop -t 45.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["dedupd"]
-CMD ["run", "--config", "/etc/dedupd/dedupd.toml"]
+CMD ["run"]

@@ -45,6 +45,16 @@ DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin_port" \
   target/release/dedupd run --config config/dedupd.toml >"target/demo/$run.log" 2>&1 &
 dedupd_pid=$!
 trap 'kill -TERM $dedupd_pid 2>/dev/null || true; wait $dedupd_pid 2>/dev/null || true' EXIT
+# A clean run logs no WARN or ERROR line: fail with them if it did.
+check_log() {
+  local bad
+  bad="$(grep -E '^\[[^ ]+ (WARN|ERROR) ' "target/demo/$run.log" || true)"
+  if [[ -n "$bad" ]]; then
+    echo "demo: FAILED: dedupd logged WARN/ERROR lines (target/demo/$run.log):" >&2
+    echo "$bad" >&2
+    exit 1
+  fi
+}
 for _ in $(seq 1 120); do
   curl -sf "http://127.0.0.1:$admin_port/readyz" >/dev/null 2>&1 && break
   kill -0 $dedupd_pid 2>/dev/null || { echo "dedupd exited:"; tail -20 "target/demo/$run.log"; exit 1; }
@@ -52,7 +62,20 @@ for _ in $(seq 1 120); do
 done
 target/release/examples/demo check "$broker" "$run.clicks" "$run.distinct" "$admin_port" "$clicks" 60000
 if $keep; then
+  check_log
   echo
   echo "dedupd keeps running: http://127.0.0.1:$admin_port/metrics  /v1/slices  /v1/lookup?key=click-...  (Ctrl-C stops it)"
   wait $dedupd_pid
+else
+  kill -TERM $dedupd_pid 2>/dev/null || true
+  status=0
+  wait $dedupd_pid || status=$?
+  trap - EXIT
+  if [[ $status -ne 0 ]]; then
+    echo "demo: FAILED: dedupd exited with status $status on SIGTERM:" >&2
+    tail -20 "target/demo/$run.log" >&2
+    exit 1
+  fi
+  check_log
+  echo "== dedupd stopped cleanly; its log has no WARN or ERROR line"
 fi

@@ -646,7 +646,11 @@ def check_dockerfile(c: Checks, chart_values: dict) -> None:
     c.ok(re.search(r"^USER\s+10001\b", final, re.M) is not None, "runtime stage runs as uid 10001 (runAsUser)")
     c.ok(re.search(rf"^EXPOSE\s+{int(chart_values['adminPort'])}\b", final, re.M) is not None, "EXPOSE adminPort")
     c.ok('ENTRYPOINT ["dedupd"]' in final, "ENTRYPOINT dedupd")
-    c.ok('CMD ["run", "--config", "/etc/dedupd/dedupd.toml"]' in final, "CMD runs /etc/dedupd/dedupd.toml")
+    # Without --config, `dedupd run` reads DEDUPD_CONFIG's file, else ./config/dedupd.toml,
+    # else /etc/dedupd/dedupd.toml: the image ships the last (the working directory is /).
+    c.ok('CMD ["run"]' in final, "CMD runs without --config (so DEDUPD_CONFIG is honoured)")
+    c.ok("COPY config/dedupd.toml /etc/dedupd/dedupd.toml" in final, "the image has /etc/dedupd/dedupd.toml")
+    c.ok(re.search(r"^WORKDIR\s", final, re.M) is None, "no WORKDIR in the runtime stage (./config is /config)")
     c.ok("DEDUPD__ADMIN__LISTEN=0.0.0.0:9464" in final, "admin endpoint listens on all addresses")
     c.ok(re.search(r"^STOPSIGNAL\s+SIGTERM\b", final, re.M) is not None, "STOPSIGNAL SIGTERM")
 

@@ -1,14 +1,17 @@
-//! Daemon settings: defaults < `config/dedupd.toml` < environment
+//! Daemon settings: defaults < the settings file < environment
 //! (`DEDUPD__SECTION__KEY`), then validated at start-up. Every error names the
-//! setting, the value and the rule.
+//! setting, the value and the rule. The file is the one `--config` or
+//! `DEDUPD_CONFIG` names, else the first of [`SEARCH_PATH`] that exists, else
+//! none ([`SettingsFile::locate`]).
 //!
 //! The file documents every setting (`config/dedupd.toml`); the structs here
 //! are the single source of their names, defaults and rules.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
 
@@ -254,6 +257,110 @@ fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
 fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }
+}
+
+/// The environment variable that names the settings file when `--config` does not.
+pub const CONFIG_ENV: &str = "DEDUPD_CONFIG";
+
+/// Where `dedupd run` looks for a settings file when neither `--config` nor
+/// [`CONFIG_ENV`] names one, in order: `config/dedupd.toml` under the working
+/// directory (a checkout), then `/etc/dedupd/dedupd.toml` (the container image
+/// and the Helm chart put it there).
+pub const SEARCH_PATH: [&str; 2] = ["config/dedupd.toml", "/etc/dedupd/dedupd.toml"];
+
+/// How the settings file was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChosenBy {
+    /// The `--config` flag.
+    Flag,
+    /// The [`CONFIG_ENV`] variable.
+    Env,
+    /// The first of the search path that exists.
+    Search,
+}
+
+impl fmt::Display for ChosenBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChosenBy::Flag => f.write_str("named by --config"),
+            ChosenBy::Env => write!(f, "named by {CONFIG_ENV}"),
+            ChosenBy::Search => f.write_str("found on the search path"),
+        }
+    }
+}
+
+/// The settings file `dedupd run` reads, and how it was chosen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettingsFile {
+    /// `path` exists.
+    Found { path: PathBuf, by: ChosenBy },
+    /// No file: built-in defaults and the environment only. `looked_in` is the
+    /// search path as searched (relative entries made absolute).
+    NotFound { looked_in: Vec<PathBuf> },
+}
+
+impl SettingsFile {
+    /// Picks the settings file: the `--config` flag (`flag`), else the value of
+    /// [`CONFIG_ENV`] (`env`; empty counts as unset), else the first of
+    /// `search` (normally [`SEARCH_PATH`]) that is a file, else none. A file
+    /// named by the flag or the variable must exist: its absence is an error
+    /// naming it, never a silent fall-back to the defaults.
+    pub fn locate(flag: Option<&Path>, env: Option<&OsStr>, search: &[PathBuf]) -> Result<Self, ConfigError> {
+        let named = match (flag, env.filter(|v| !v.is_empty())) {
+            (Some(path), _) => Some((path, ChosenBy::Flag)),
+            (None, Some(value)) => Some((Path::new(value), ChosenBy::Env)),
+            (None, None) => None,
+        };
+        if let Some((path, by)) = named {
+            if !path.exists() {
+                let shown = absolute(path);
+                return Err(ConfigError::Load(format!("the settings file {} ({by}) does not exist", shown.display())));
+            }
+            return Ok(SettingsFile::Found { path: path.to_path_buf(), by });
+        }
+        match search.iter().find(|p| p.is_file()) {
+            Some(path) => Ok(SettingsFile::Found { path: path.clone(), by: ChosenBy::Search }),
+            None => Ok(SettingsFile::NotFound { looked_in: search.iter().map(|p| absolute(p)).collect() }),
+        }
+    }
+
+    /// [`SettingsFile::locate`] with this process's `--config`, environment and [`SEARCH_PATH`].
+    pub fn locate_default(flag: Option<&Path>) -> Result<Self, ConfigError> {
+        let search: Vec<PathBuf> = SEARCH_PATH.iter().map(PathBuf::from).collect();
+        Self::locate(flag, std::env::var_os(CONFIG_ENV).as_deref(), &search)
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            SettingsFile::Found { path, .. } => Some(path),
+            SettingsFile::NotFound { .. } => None,
+        }
+    }
+}
+
+/// What `dedupd run` logs at start-up.
+impl fmt::Display for SettingsFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingsFile::Found { path, by } => {
+                write!(f, "reading settings from {} ({by}) and the environment", absolute(path).display())
+            }
+            SettingsFile::NotFound { looked_in } => {
+                let places: Vec<String> = looked_in.iter().map(|p| p.display().to_string()).collect();
+                write!(
+                    f,
+                    "no settings file found (looked in --config, {CONFIG_ENV}, {}); using built-in defaults and the \
+                     environment",
+                    places.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// `path` made absolute against the working directory, for messages.
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// The built-in defaults: the lowest layer.
@@ -657,6 +764,63 @@ mod tests {
             ]
         );
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_settings_file_is_searched_for_in_order() {
+        let dir = std::env::temp_dir().join(format!("dedupd-locate-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (flag, env, first, second) =
+            (dir.join("flag.toml"), dir.join("env.toml"), dir.join("first.toml"), dir.join("second.toml"));
+        let missing = dir.join("missing.toml");
+        for f in [&flag, &env, &second] {
+            std::fs::write(f, "[app]\nid = \"x\"\n").unwrap();
+        }
+        let search = vec![first.clone(), second.clone()];
+        let found = |path: &Path, by: ChosenBy| SettingsFile::Found { path: path.to_path_buf(), by };
+        let locate = |f: Option<&Path>, e: Option<&Path>| SettingsFile::locate(f, e.map(Path::as_os_str), &search);
+
+        // --config first, then DEDUPD_CONFIG, then the search path in order.
+        assert_eq!(locate(Some(&flag), Some(&env)).unwrap(), found(&flag, ChosenBy::Flag));
+        assert_eq!(locate(None, Some(&env)).unwrap(), found(&env, ChosenBy::Env));
+        assert_eq!(locate(None, None).unwrap(), found(&second, ChosenBy::Search));
+        assert_eq!(locate(None, Some(Path::new(""))).unwrap(), found(&second, ChosenBy::Search), "empty = unset");
+        std::fs::write(&first, "").unwrap();
+        assert_eq!(locate(None, None).unwrap(), found(&first, ChosenBy::Search));
+        assert!(
+            locate(None, None)
+                .unwrap()
+                .to_string()
+                .starts_with(&format!("reading settings from {} (found on the search path)", first.display()))
+        );
+
+        // A file named explicitly must exist; nothing falls back silently.
+        let e = locate(Some(&missing), Some(&env)).unwrap_err().to_string();
+        assert!(
+            e.contains(&missing.display().to_string()) && e.contains("--config") && e.contains("does not exist"),
+            "{e}"
+        );
+        let e = locate(None, Some(&missing)).unwrap_err().to_string();
+        assert!(e.contains(&missing.display().to_string()) && e.contains("DEDUPD_CONFIG"), "{e}");
+
+        // None anywhere: defaults and the environment, saying where it looked.
+        let nowhere = vec![PathBuf::from("no/such/dedupd.toml"), missing.clone()];
+        let none = SettingsFile::locate(None, None, &nowhere).unwrap();
+        assert_eq!(none.path(), None);
+        let line = none.to_string();
+        let cwd = std::env::current_dir().unwrap();
+        assert!(line.starts_with("no settings file found (looked in --config, DEDUPD_CONFIG, "), "{line}");
+        assert!(line.contains(&cwd.join("no/such/dedupd.toml").display().to_string()), "{line}");
+        assert!(line.contains(&missing.display().to_string()), "{line}");
+        assert!(line.ends_with("using built-in defaults and the environment"), "{line}");
+        let r = Settings::load_from(none.path(), vec![("DEDUPD__APP__ID".into(), "env-only".into())]).unwrap();
+        assert_eq!(r.settings.app.id, "env-only");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn the_search_path_is_the_working_directory_then_etc() {
+        assert_eq!(SEARCH_PATH, ["config/dedupd.toml", "/etc/dedupd/dedupd.toml"]);
     }
 
     #[test]

@@ -180,6 +180,7 @@ fn crash_equivalence_and_scale_out() {
     for d in [&mut reference, &mut crashing] {
         assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
     }
+    reference.assert_clean_log();
 }
 
 /// The external client: Python's confluent-kafka via scripts/kafka_client.py.
@@ -342,6 +343,8 @@ fn repartition_external_client_resends_and_bad_input() {
     assert_eq!(owned.len(), slices as usize);
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
     assert!(daemon.log_text().contains("stopped cleanly"));
+    daemon.wait_joined("router", &format!("{app}.router"), Duration::from_secs(1));
+    daemon.wait_joined("slice workers", &app, Duration::from_secs(1));
     let _ = Instant::now();
 }
 
@@ -362,6 +365,7 @@ fn incompatible_snapshots_follow_the_policy() {
     first.wait_ready(Duration::from_secs(60));
     wait_processed(&[&first], 600, Duration::from_secs(60));
     assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
+    first.assert_clean_log();
     let before: usize = read_all(&format!("{app}.out"), Duration::from_secs(2)).values().map(Vec::len).sum();
     assert_eq!(before, 400);
 

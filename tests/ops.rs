@@ -105,4 +105,6 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
 
     producer.join().unwrap();
     assert!(daemon.terminate(Duration::from_secs(30)).success());
+    daemon.wait_joined("slice workers", &app, Duration::from_secs(1));
+    daemon.assert_clean_log();
 }

@@ -13,7 +13,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::admin::{self, Status};
-use crate::config::{Settings, SlicingMode};
+use crate::config::{Settings, SettingsFile, SlicingMode};
 use crate::engine::Extractor;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::{clients, producer, router, slices, topics};
@@ -116,13 +116,17 @@ async fn trim_heap() {
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The settings file (defaults < file < DEDUPD__SECTION__KEY environment).
-    #[arg(long, default_value = "config/dedupd.toml")]
-    pub config: PathBuf,
+    /// Without it: the file DEDUPD_CONFIG names, else ./config/dedupd.toml,
+    /// else /etc/dedupd/dedupd.toml, else none (defaults and environment only).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let cfg = Settings::load(Some(&args.config))?;
+    let file = SettingsFile::locate_default(args.config.as_deref())?;
+    log::info!("{file}");
+    let cfg = Settings::load(file.path())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon(cfg))
 }
@@ -176,7 +180,9 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             slice_count as usize,
         )?,
         store: CheckpointStore::new(&cfg)?,
-        reader: clients::reader(&cfg, &format!("{id}-restore")).create().context("creating the restore reader")?,
+        reader: clients::reader(&cfg, &format!("{id}-restore"))
+            .create_with_context(clients::PlainContext)
+            .context("creating the restore reader")?,
         metrics: metrics.clone(),
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)

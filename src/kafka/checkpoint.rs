@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -32,7 +32,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use twox_hash::XxHash3_64;
 
-use super::{Context, KafkaLayerError, clients};
+use super::clients::{self, PlainContext, Reader};
+use super::{Context, KafkaLayerError};
 use crate::config::Resolved;
 
 /// The checkpoint manifest format version.
@@ -123,7 +124,11 @@ impl Deliveries {
 /// Routes each delivery report to the [`Deliveries`] of its write step.
 struct CheckpointProducerContext;
 
-impl ClientContext for CheckpointProducerContext {}
+impl ClientContext for CheckpointProducerContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+}
 
 impl ProducerContext for CheckpointProducerContext {
     type DeliveryOpaque = Arc<Deliveries>;
@@ -149,7 +154,7 @@ pub struct CheckpointStore {
     topic: String,
     chunk_bytes: usize,
     producer: ThreadedProducer<CheckpointProducerContext>,
-    reader: Mutex<BaseConsumer>,
+    reader: Mutex<Reader>,
 }
 
 impl CheckpointStore {
@@ -165,7 +170,7 @@ impl CheckpointStore {
                 .context(|| "creating the checkpoint producer".into())?,
             reader: Mutex::new(
                 clients::reader(cfg, &format!("{id}-checkpoint-reader"))
-                    .create()
+                    .create_with_context(PlainContext)
                     .context(|| "creating the checkpoint reader".into())?,
             ),
         })
@@ -307,7 +312,7 @@ impl CheckpointStore {
     /// began: `i` records back. The next window reaches there, which lands
     /// on the manifest without fetching chunk payloads; without such a key
     /// the windows grow fourfold.
-    fn read_tail(&self, reader: &BaseConsumer, slice: u32, stats: &mut ReadStats) -> Result<Tail, KafkaLayerError> {
+    fn read_tail(&self, reader: &Reader, slice: u32, stats: &mut ReadStats) -> Result<Tail, KafkaLayerError> {
         let partition = slice as i32;
         let topic = &self.topic;
         let (low, high) = reader
@@ -424,7 +429,7 @@ impl CheckpointStore {
     /// every snapshot ever written; memory stays at about two of them.
     fn read_full(
         &self,
-        reader: &BaseConsumer,
+        reader: &Reader,
         slice: u32,
         stats: &mut ReadStats,
     ) -> Result<Option<(Manifest, Vec<u8>)>, ReadError> {
@@ -522,7 +527,7 @@ pub enum ReadFrom {
 /// Reads partition `partition` of `topic` to its current end, calling
 /// `each(offset, key, value)` in offset order.
 pub fn read_partition(
-    reader: &BaseConsumer,
+    reader: &Reader,
     topic: &str,
     partition: i32,
     from: ReadFrom,
@@ -545,7 +550,7 @@ pub fn read_partition(
 /// Reads the records of `topic`/`partition` from `start` up to `stop`
 /// (exclusive), calling `each` as [`read_partition`] does.
 pub fn read_partition_range(
-    reader: &BaseConsumer,
+    reader: &Reader,
     topic: &str,
     partition: i32,
     start: i64,
@@ -567,7 +572,7 @@ pub fn read_partition_range(
 /// watermark: some Kafka-compatible brokers (Tansu) list it as the last
 /// *batch's* base offset + 1, so that batch's records lie beyond it.
 fn read_range(
-    reader: &BaseConsumer,
+    reader: &Reader,
     topic: &str,
     partition: i32,
     start: i64,

@@ -1,17 +1,148 @@
 //! librdkafka settings: the user's pass-through `[kafka]` table first, then
 //! the settings dedupd's correctness depends on, which the user cannot turn off.
 
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, ClientContext};
 
 use crate::config::Resolved;
 
-/// Base settings for any client of this daemon.
-pub fn base(cfg: &Resolved, client_id: &str) -> ClientConfig {
+/// What every client of this daemon does with librdkafka's error events
+/// (each context's [`ClientContext::error`] calls this).
+///
+/// A consumer with `enable.partition.eof` (the router and the readers) gets
+/// an event at every end of a partition it reaches; rdkafka's default
+/// context would log each one as `Global error: PartitionEOF` at ERROR,
+/// though it is the normal end of a read. It is logged at debug; any other
+/// error as rdkafka's default does, at ERROR.
+pub fn log_client_error(error: &KafkaError, reason: &str) {
+    if is_partition_eof(error) {
+        log::debug!(target: "rdkafka::client", "librdkafka: end of partition: {reason}");
+    } else {
+        log::error!(target: "rdkafka::client", "librdkafka: {error}: {reason}");
+    }
+}
+
+/// A partition's end, as a consumer event or as a global error event.
+pub fn is_partition_eof(error: &KafkaError) -> bool {
+    matches!(error, KafkaError::PartitionEOF(_)) || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
+}
+
+/// The context of clients with no callbacks of their own (the readers, the
+/// admin client): only [`log_client_error`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlainContext;
+
+impl ClientContext for PlainContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        log_client_error(&error, reason);
+    }
+}
+
+impl ConsumerContext for PlainContext {}
+
+/// A consumer that reads partitions by assignment (see [`reader`]).
+pub type Reader = BaseConsumer<PlainContext>;
+
+/// The kind of librdkafka handle a configuration is for. The admin client
+/// is a producer handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Consumer,
+    Producer,
+}
+
+/// librdkafka properties only a consumer reads (`C` in librdkafka 2.12's
+/// CONFIGURATION.md, global and topic tables, callbacks left out).
+const CONSUMER_ONLY: &[&str] = &[
+    "auto.commit.enable",
+    "auto.commit.interval.ms",
+    "auto.offset.reset",
+    "check.crcs",
+    "consume.callback.max.messages",
+    "coordinator.query.interval.ms",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "fetch.error.backoff.ms",
+    "fetch.max.bytes",
+    "fetch.message.max.bytes",
+    "fetch.min.bytes",
+    "fetch.queue.backoff.ms",
+    "fetch.wait.max.ms",
+    "group.id",
+    "group.instance.id",
+    "group.protocol",
+    "group.protocol.type",
+    "group.remote.assignor",
+    "heartbeat.interval.ms",
+    "isolation.level",
+    "max.partition.fetch.bytes",
+    "max.poll.interval.ms",
+    "offset.store.method",
+    "offset.store.path",
+    "offset.store.sync.interval.ms",
+    "partition.assignment.strategy",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+    "session.timeout.ms",
+];
+
+/// librdkafka properties only a producer reads (`P`, as for [`CONSUMER_ONLY`]).
+const PRODUCER_ONLY: &[&str] = &[
+    "acks",
+    "batch.num.messages",
+    "batch.size",
+    "compression.codec",
+    "compression.level",
+    "compression.type",
+    "delivery.report.only.error",
+    "delivery.timeout.ms",
+    "enable.gapless.guarantee",
+    "enable.idempotence",
+    "linger.ms",
+    "message.send.max.retries",
+    "message.timeout.ms",
+    "partitioner",
+    "produce.offset.report",
+    "queue.buffering.backpressure.threshold",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.ms",
+    "queuing.strategy",
+    "request.required.acks",
+    "request.timeout.ms",
+    "retries",
+    "sticky.partitioning.linger.ms",
+    "transaction.timeout.ms",
+    "transactional.id",
+];
+
+/// Whether a client of `role` reads the librdkafka property `name`.
+pub fn applies_to(name: &str, role: Role) -> bool {
+    let other_only = match role {
+        Role::Consumer => PRODUCER_ONLY,
+        Role::Producer => CONSUMER_ONLY,
+    };
+    !other_only.contains(&name)
+}
+
+/// Base settings for any client of this daemon: the `[kafka]` settings that
+/// a client of `role` reads. The others are not passed on: librdkafka would
+/// ignore them anyway, but warn about each one (`CONFWARN ... is a consumer
+/// property and will be ignored by this producer instance`) in the log of
+/// every start with, say, `session.timeout.ms` set.
+pub fn base(cfg: &Resolved, client_id: &str, role: Role) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.settings.kafka.brokers);
     c.set("client.id", client_id);
     for (k, v) in cfg.settings.kafka.client_settings() {
-        c.set(k, v);
+        if applies_to(&k, role) {
+            c.set(k, v);
+        } else {
+            log::debug!("{client_id}: {k} is not a {role:?} setting: not passed on");
+        }
     }
     c
 }
@@ -19,7 +150,7 @@ pub fn base(cfg: &Resolved, client_id: &str) -> ClientConfig {
 /// A group consumer that never auto-commits (positions come from snapshots
 /// and explicit commits) and rebalances cooperatively.
 pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
-    let mut c = base(cfg, client_id);
+    let mut c = base(cfg, client_id, Role::Consumer);
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -42,17 +173,14 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
     if c.get("queued.max.messages.kbytes").is_none() {
         c.set("queued.max.messages.kbytes", "16384");
     }
-    // Statistics feed the consumer-lag gauge.
-    if c.get("statistics.interval.ms").is_none() {
-        c.set("statistics.interval.ms", "2000");
-    }
     c
 }
 
 /// A consumer for reading partitions by assignment (checkpoints, the last
-/// output record); it never joins a group or commits.
+/// output record); it never joins a group or commits. Create it with
+/// [`PlainContext`]: `reader(..).create_with_context(PlainContext)`.
 pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
-    let mut c = base(cfg, client_id);
+    let mut c = base(cfg, client_id, Role::Consumer);
     c.set("group.id", format!("{}.reader", cfg.settings.app.id))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -72,7 +200,7 @@ pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
 
 /// An idempotent producer: no duplicates from retries, order kept per partition.
 pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
-    let mut c = base(cfg, client_id);
+    let mut c = base(cfg, client_id, Role::Producer);
     c.set("enable.idempotence", "true").set("acks", "all");
     // Copies of records the broker already accepted must not be refused by
     // the client's own (1 MB) default: let the broker's limit decide.
@@ -92,4 +220,37 @@ pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
         c.set("queue.buffering.max.messages", "100000");
     }
     c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+
+    #[test]
+    fn kafka_settings_reach_only_the_clients_that_read_them() {
+        let env = [
+            ("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000"),
+            ("DEDUPD__KAFKA__LINGER_MS", "7"),
+            ("DEDUPD__KAFKA__SOCKET_TIMEOUT_MS", "9000"),
+        ];
+        let cfg = Settings::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap();
+        let consumer = group_consumer(&cfg, "g", "c");
+        assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        assert_eq!(consumer.get("socket.timeout.ms"), Some("9000"));
+        let producer = producer(&cfg, "p");
+        assert_eq!(producer.get("session.timeout.ms"), None);
+        assert_eq!(producer.get("linger.ms"), Some("7"));
+        assert_eq!(producer.get("socket.timeout.ms"), Some("9000"));
+        assert_eq!(reader(&cfg, "r").get("linger.ms"), None);
+    }
+
+    #[test]
+    fn the_end_of_a_partition_is_no_error() {
+        use rdkafka::types::RDKafkaErrorCode;
+        assert!(is_partition_eof(&KafkaError::Global(RDKafkaErrorCode::PartitionEOF)));
+        assert!(is_partition_eof(&KafkaError::PartitionEOF(3)));
+        assert!(!is_partition_eof(&KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure)));
+    }
 }

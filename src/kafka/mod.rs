@@ -2,7 +2,9 @@
 //! records and state and keeps invariant 5 (exactly-once output without
 //! broker transactions).
 //!
-//! - [`clients`]: librdkafka settings shared by every client.
+//! - [`clients`]: librdkafka settings shared by every client, and how
+//!   their error events are logged.
+//! - [`join`]: logs a group consumer's wait for its assignment.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
 //! - [`producer`]: delivery watching and copying records between topics.
@@ -16,6 +18,7 @@
 pub mod checkpoint;
 pub mod clients;
 pub mod headers;
+pub mod join;
 pub mod producer;
 pub mod restore;
 pub mod router;

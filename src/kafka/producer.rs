@@ -111,7 +111,11 @@ impl DeliveryCounts {
     }
 }
 
-impl ClientContext for DeliveryWatch {}
+impl ClientContext for DeliveryWatch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+}
 
 impl ProducerContext for DeliveryWatch {
     type DeliveryOpaque = ();

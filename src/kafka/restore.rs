@@ -13,12 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 
 use super::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition, read_partition_range,
 };
+use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
 use crate::config::CorruptPolicy;
 use crate::engine::slice as slice_codec;
@@ -59,7 +60,7 @@ pub struct ResumePoint {
 /// The release position of the last record of `topic`/`partition`: its
 /// `dedupd.release` header, or for outputs of builds before event-time order
 /// every judgment through its `dedupd.slice.offset`.
-pub fn last_release(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<Option<ReleasePos>, KafkaLayerError> {
+pub fn last_release(reader: &Reader, topic: &str, partition: i32) -> Result<Option<ReleasePos>, KafkaLayerError> {
     let mut last: Option<Option<ReleasePos>> = None;
     read_partition(reader, topic, partition, ReadFrom::Last, |_, _, _, m| {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
@@ -84,7 +85,7 @@ pub fn last_release(reader: &BaseConsumer, topic: &str, partition: i32) -> Resul
 /// The idle flushes logged in `topic`/`partition`: the slice offsets they
 /// came after, in the order written (increasing: a slice flushes at most
 /// once after a record).
-pub fn read_flushes(reader: &BaseConsumer, topic: &str, partition: i32) -> Result<VecDeque<u64>, KafkaLayerError> {
+pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<VecDeque<u64>, KafkaLayerError> {
     let mut flushes = VecDeque::new();
     let mut bad = None;
     read_partition(reader, topic, partition, ReadFrom::Start, |offset, _, value, _| {
@@ -117,7 +118,7 @@ fn flush_after(payload: &[u8]) -> Option<u64> {
 /// Everything restore needs.
 pub struct Restorer<'a> {
     pub store: &'a CheckpointStore,
-    pub reader: &'a BaseConsumer,
+    pub reader: &'a Reader,
     pub params: &'a FilterParams,
     pub order: OrderSettings,
     pub extractor: &'a Extractor,

@@ -41,6 +41,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
@@ -103,9 +104,18 @@ struct Shared {
 struct RouterContext {
     deps: Arc<RouterDeps>,
     shared: Arc<Mutex<Shared>>,
+    join: JoinWatch,
 }
 
-impl ClientContext for RouterContext {}
+impl ClientContext for RouterContext {
+    /// The router uses no statistics; were `statistics.interval.ms` set in
+    /// `[kafka]`, rdkafka's default would log them all at INFO every interval.
+    fn stats_raw(&self, _: &[u8]) {}
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+}
 
 impl ConsumerContext for RouterContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -122,8 +132,10 @@ impl ConsumerContext for RouterContext {
 
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            let assigned: Vec<PartitionId> =
-                tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+            let elements = tpl.elements();
+            let named: Vec<(&str, i32)> = elements.iter().map(|e| (e.topic(), e.partition())).collect();
+            self.join.assigned(&named);
+            let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
             self.shared.lock().expect("router lock").assigned.extend(assigned);
         }
     }
@@ -266,17 +278,20 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     super::name_thread("dedupd-router");
     let shared = Arc::new(Mutex::new(Shared::default()));
     let id = &deps.cfg.settings.app.id;
-    let mut config = clients::group_consumer(&deps.cfg, &format!("{id}.router"), &format!("{id}-router"));
+    let group = format!("{id}.router");
+    let join = JoinWatch::new(&deps.cfg, "router", &group);
+    let mut config = clients::group_consumer(&deps.cfg, &group, &format!("{id}-router"));
     config.set("enable.partition.eof", "true");
     if config.get("queued.min.messages").is_none() {
         config.set("queued.min.messages", PREFETCH);
     }
     let consumer: BaseConsumer<RouterContext> = config
-        .create_with_context(RouterContext { deps: deps.clone(), shared: shared.clone() })
+        .create_with_context(RouterContext { deps: deps.clone(), shared: shared.clone(), join })
         .context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
     log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
+    consumer.context().join.joining(&topics);
     let mut lanes: BTreeMap<PartitionId, Lane<'_>> = BTreeMap::new();
     let mut last_candidate = Instant::now();
     let received = deps.metrics.stage("router_received");
@@ -290,6 +305,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         }
         let polled = consumer.poll(Duration::from_millis(10));
         let now = Instant::now();
+        consumer.context().join.tick(now);
         match polled {
             Some(Ok(msg)) => {
                 match input_counters.iter().find(|(t, _)| t == msg.topic()) {

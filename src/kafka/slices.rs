@@ -38,12 +38,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::checkpoint::{CheckpointStore, Manifest};
+use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_copy, wait_acked};
 use super::restore::{RestoredFrom, Restorer, flush_record};
 use super::{Context, KafkaLayerError, clients, headers};
@@ -95,7 +97,7 @@ pub struct Deps {
     pub flush_topic: String,
     pub producer: OutputProducer,
     pub store: CheckpointStore,
-    pub reader: BaseConsumer,
+    pub reader: clients::Reader,
     pub metrics: Arc<Metrics>,
     pub status: Arc<Status>,
     /// Counts input records when the slice log is the input (input-partitions mode).
@@ -218,9 +220,14 @@ pub struct WorkerContext {
     inner: Arc<Mutex<Inner>>,
     /// End of each slice partition as librdkafka's statistics last saw it.
     high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
+    join: JoinWatch,
 }
 
 impl ClientContext for WorkerContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+
     fn stats(&self, statistics: rdkafka::Statistics) {
         if let Some(topic) = statistics.topics.get(&self.deps.slice_topic) {
             let mut highs = self.high_offsets.lock().expect("offsets lock");
@@ -240,6 +247,8 @@ impl ConsumerContext for WorkerContext {
         let mut inner = self.inner.lock().expect("worker lock");
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let topic = self.deps.slice_topic.as_str();
+                self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
                 self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
                 for p in partitions {
@@ -543,14 +552,20 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let inner =
         Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), judged: Vec::new(), fatal: None, writer, buffer: None }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
-    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone() };
-    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
     let id = &deps.cfg.settings.app.id;
-    let consumer: BaseConsumer<WorkerContext> = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"))
-        .create_with_context(context)
-        .context(|| "creating the slice consumer".into())?;
+    let join = JoinWatch::new(&deps.cfg, "slice workers", id);
+    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
+    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
+    let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
+    // Statistics feed the consumer-lag gauge (the router asks for none: its
+    // context would only log them).
+    if config.get("statistics.interval.ms").is_none() {
+        config.set("statistics.interval.ms", "2000");
+    }
+    let consumer: BaseConsumer<WorkerContext> =
+        config.create_with_context(context).context(|| "creating the slice consumer".into())?;
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
-    log::info!("slice workers subscribed to {}", deps.slice_topic);
+    consumer.context().join.joining(&[&deps.slice_topic]);
 
     let settings = &deps.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
@@ -567,7 +582,9 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if let Some(f) = deps.producer.context().failure() {
             break Err(KafkaLayerError::Topology(f));
         }
-        let copy_budget = match consumer.poll(Duration::from_millis(100)) {
+        let polled = consumer.poll(Duration::from_millis(100));
+        consumer.context().join.tick(Instant::now());
+        let copy_budget = match polled {
             Some(Ok(msg)) => {
                 observe_since(&received, msg.timestamp().to_millis(), now_ms());
                 let mut guard = inner.lock().expect("worker lock");

@@ -9,16 +9,16 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 
-use super::{Context, KafkaLayerError, clients};
+use super::clients::{self, PlainContext, Reader};
+use super::{Context, KafkaLayerError};
 use crate::config::{Resolved, SlicingMode};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Partitions of `topic`, or `None` if it does not exist.
-pub fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<Option<usize>, KafkaLayerError> {
+pub fn partition_count(consumer: &Reader, topic: &str) -> Result<Option<usize>, KafkaLayerError> {
     let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).context(|| format!("metadata of {topic}"))?;
     Ok(md
         .topics()
@@ -33,8 +33,8 @@ pub fn partition_count(consumer: &BaseConsumer, topic: &str) -> Result<Option<us
 pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     let s = &cfg.settings;
     let slices = s.filter.slices as usize;
-    let probe: BaseConsumer = clients::reader(cfg, &format!("{}-topics", s.app.id))
-        .create()
+    let probe: Reader = clients::reader(cfg, &format!("{}-topics", s.app.id))
+        .create_with_context(PlainContext)
         .context(|| "creating a metadata client".into())?;
 
     if cfg.slicing == SlicingMode::InputPartitions {
@@ -90,8 +90,9 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
             "missing topics {names:?} and topics.auto_create = false: create them with at least {slices} partitions"
         )));
     }
-    let admin: AdminClient<DefaultClientContext> =
-        clients::base(cfg, &format!("{}-admin", s.app.id)).create().context(|| "creating an admin client".into())?;
+    let admin: AdminClient<PlainContext> = clients::base(cfg, &format!("{}-admin", s.app.id), clients::Role::Producer)
+        .create_with_context(PlainContext)
+        .context(|| "creating an admin client".into())?;
     let new: Vec<NewTopic> = missing
         .iter()
         .map(|(t, n, config)| {

@@ -217,31 +217,87 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// Starts `dedupd run` with the shipped settings file and `env` overrides.
+    /// Starts `dedupd run` with the shipped settings file and `env` overrides,
+    /// with the short session timeout the test broker needs to assign
+    /// partitions in ~3 s rather than ~23 s.
     pub fn start(name: &str, env: &[(String, String)]) -> Daemon {
+        let mut all: Vec<(String, String)> = vec![
+            ("DEDUPD__KAFKA__SESSION_TIMEOUT_MS".into(), "6000".into()),
+            ("DEDUPD__KAFKA__HEARTBEAT_INTERVAL_MS".into(), "500".into()),
+        ];
+        all.extend_from_slice(env);
+        Daemon::spawn(name, &root(), &["run", "--config", "config/dedupd.toml"], &all)
+    }
+
+    /// Starts `dedupd ARGS` in `dir` with only the broker, a free admin port,
+    /// the log level and `env` set (no `DEDUPD_CONFIG`, librdkafka's default
+    /// session timeout). Its output goes to
+    /// `target/test-daemons/NAME-PORT.log`.
+    pub fn spawn(name: &str, dir: &std::path::Path, args: &[&str], env: &[(String, String)]) -> Daemon {
         let admin_port = free_port();
-        let dir = root().join("target/test-daemons");
-        std::fs::create_dir_all(&dir).unwrap();
-        let log = dir.join(format!("{name}-{admin_port}.log"));
+        let logs = root().join("target/test-daemons");
+        std::fs::create_dir_all(&logs).unwrap();
+        let log = logs.join(format!("{name}-{admin_port}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
-            .args(["run", "--config", "config/dedupd.toml"])
-            .current_dir(root())
+            .args(args)
+            .current_dir(dir)
+            .env_remove("DEDUPD_CONFIG")
+            .env_remove("DEDUPD__KAFKA__SESSION_TIMEOUT_MS")
             .env("DEDUPD__KAFKA__BROKERS", broker())
-            .env("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000")
-            .env("DEDUPD__KAFKA__HEARTBEAT_INTERVAL_MS", "500")
             .env("DEDUPD__ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
             .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(file.try_clone().unwrap()))
             .stderr(Stdio::from(file))
             .spawn()
-            .expect("start dedupd run");
+            .expect("start dedupd");
         Daemon { child, admin_port, log }
     }
 
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`; panics (with the log) if the
+    /// process exits first or `within` passes.
+    pub fn wait_log(&mut self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.log_text().contains(needle) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("dedupd exited ({status}) before logging {needle:?}:\n{}", self.log_text());
+            }
+            assert!(Instant::now() < deadline, "dedupd did not log {needle:?} within {within:?}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until `who` ("router", "slice workers") has said that it joins
+    /// consumer group `group` and waits for an assignment, and then that
+    /// the assignment arrived.
+    pub fn wait_joined(&mut self, who: &str, group: &str, within: Duration) {
+        let waiting = format!("{who}: joining consumer group {group} for topics ");
+        self.wait_log(&waiting, within);
+        let line = self.log_text().lines().find(|l| l.contains(&waiting)).unwrap_or_default().to_string();
+        assert!(line.ends_with(", waiting for an assignment"), "{line}");
+        self.wait_log(&format!("(group {group}) after "), within);
+        let assigned =
+            self.log_text().lines().find(|l| l.contains(&format!("(group {group}) after "))).map(str::to_string);
+        assert!(assigned.is_some_and(|l| l.contains(&format!("{who}: assigned "))), "{}", self.log_text());
+    }
+
+    /// A clean run (no kill, no bad input, no broker trouble) logs no WARN
+    /// or ERROR line: panics listing those it did log.
+    pub fn assert_clean_log(&self) {
+        let text = self.log_text();
+        let bad = warnings_and_errors(&text);
+        assert!(
+            bad.is_empty(),
+            "{} WARN/ERROR line(s) in the log of a clean run ({}):\n{}",
+            bad.len(),
+            self.log.display(),
+            bad.join("\n")
+        );
     }
 
     /// Waits until `/readyz` answers 200.
@@ -295,6 +351,18 @@ impl Drop for Daemon {
 
 fn unsafe_sigterm(pid: u32) {
     Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill -TERM");
+}
+
+/// The WARN and ERROR lines of a daemon log (env_logger's
+/// `[TIME LEVEL TARGET] message` lines).
+pub fn warnings_and_errors(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            l.strip_prefix('[')
+                .and_then(|rest| rest.split_whitespace().nth(1))
+                .is_some_and(|level| level == "WARN" || level == "ERROR")
+        })
+        .collect()
 }
 
 /// Sum over daemons of a counter in `/v1/slices` (e.g. "distinct").

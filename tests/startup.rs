@@ -1,0 +1,104 @@
+//! Starting `dedupd run`: from any directory, with no settings file and only
+//! the environment, it says which settings it uses and what it waits for
+//! while it joins its consumer groups, and stops cleanly on SIGTERM even
+//! before its partitions are assigned.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::*;
+
+/// A new, empty working directory (canonical: the daemon's messages show its real path).
+fn temp_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique("dedupd-cwd"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+#[test]
+fn runs_from_any_directory_on_the_environment_alone() {
+    let input = unique("clicks-envonly");
+    create_topic(&input, 2);
+    let app = unique("envonly");
+    // A working directory without config/dedupd.toml.
+    let dir = temp_dir();
+    // session.timeout.ms is left at librdkafka's default, with which the test
+    // broker takes ~23 s to assign partitions: the wait is reported every 5 s,
+    // with the hint.
+    let env = app_env(&app, &input, "repartition", 2);
+    let mut daemon = Daemon::spawn("envonly", &dir, &["run"], &env);
+
+    let etc = Path::new("/etc/dedupd/dedupd.toml");
+    let settings_line = if etc.exists() {
+        format!("reading settings from {} (found on the search path)", etc.display())
+    } else {
+        format!(
+            "no settings file found (looked in --config, DEDUPD_CONFIG, {}, {}); using built-in defaults and the \
+             environment",
+            dir.join("config/dedupd.toml").display(),
+            etc.display()
+        )
+    };
+    daemon.wait_log(&settings_line, Duration::from_secs(30));
+    daemon.wait_log(
+        &format!("router: joining consumer group {app}.router for topics {input}, waiting for an assignment"),
+        Duration::from_secs(60),
+    );
+    daemon.wait_log(
+        &format!("slice workers: joining consumer group {app} for topics {app}.slices, waiting for an assignment"),
+        Duration::from_secs(60),
+    );
+    daemon.wait_log(
+        "still waiting for an assignment after 5 s; with the local test broker set kafka session.timeout.ms = 6000 \
+         (DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000)",
+        Duration::from_secs(30),
+    );
+
+    let status = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success(), "SIGTERM while joining: {status}\n{}", daemon.log_text());
+    let log = daemon.log_text();
+    assert!(log.contains("stopped cleanly"), "{log}");
+    // Stopping mid-join is not a clean run: each consumer's LeaveGroup waits
+    // behind its JoinGroup, which the broker holds until the rebalance ends,
+    // and librdkafka gives up on it after 5 s with a REQTMOUT warning. Nothing
+    // else may be logged at WARN or ERROR.
+    let unexpected: Vec<&str> =
+        warnings_and_errors(&log).into_iter().filter(|l| !l.contains("REQTMOUT [thrd:GroupCoordinator]")).collect();
+    assert!(unexpected.is_empty(), "WARN/ERROR lines:\n{}", unexpected.join("\n"));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_missing_settings_file_named_explicitly_is_an_error() {
+    let dir = temp_dir();
+    for (args, env, named_by) in [
+        (vec!["run", "--config", "nowhere.toml"], vec![], "--config"),
+        (vec!["run"], vec![("DEDUPD_CONFIG".to_string(), "nowhere.toml".to_string())], "DEDUPD_CONFIG"),
+    ] {
+        let mut daemon = Daemon::spawn("missing-config", &dir, &args, &env);
+        let status = daemon.child.wait().unwrap();
+        let log = daemon.log_text();
+        assert!(!status.success(), "{log}");
+        let want =
+            format!("the settings file {} (named by {named_by}) does not exist", dir.join("nowhere.toml").display());
+        assert!(log.contains(&want), "{log}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_log_check_finds_warnings_and_errors() {
+    let log = "[2026-01-01T00:00:00Z INFO  dedupd::cli::run] admin endpoint\n\
+               [2026-01-01T00:00:00Z WARN  librdkafka] librdkafka: CONFWARN x\n\
+               a continuation line with WARN in it\n\
+               [2026-01-01T00:00:01Z ERROR rdkafka::client] librdkafka: Global error: y\n";
+    assert_eq!(
+        warnings_and_errors(log),
+        vec![
+            "[2026-01-01T00:00:00Z WARN  librdkafka] librdkafka: CONFWARN x",
+            "[2026-01-01T00:00:01Z ERROR rdkafka::client] librdkafka: Global error: y"
+        ]
+    );
+}
