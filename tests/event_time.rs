@@ -68,6 +68,7 @@ fn run_demo(name: &str, stream: &[Click], create_time: impl Fn(&Click, &mut Rng)
     let c = confusion(stream, &truth(stream, 60_000), |seq| delivered.contains(&seq));
     eprintln!("{name}: {} records, FPR {:.5}, FNR {:.5}, {c:?}", stream.len(), c.fpr(), c.fnr());
     assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+    d.assert_clean_log();
     c
 }
 
@@ -232,5 +233,6 @@ fn two_routers_with_partitions_a_second_apart() {
     assert!(c.fnr() <= 0.01, "FNR {} > 0.01 ({c:?})", c.fnr());
     for d in [&mut first, &mut second] {
         assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+        d.assert_clean_log();
     }
 }
