@@ -603,14 +603,16 @@ impl Settings {
             timer_bits: s.filter.timer_bits,
             tick_ms: s.filter.tick,
             max_generations: s.filter.max_generations,
+            lateness_ms: Some(s.input.lateness),
             ..FilterSpec::default()
         };
         filter.resolve().map_err(|e| {
             let name = match e.setting {
-                "expected" => "expected_keys",
-                other => other,
+                "expected" => "filter.expected_keys".to_string(),
+                "lateness" => "input.lateness".to_string(),
+                other => format!("filter.{other}"),
             };
-            invalid(&format!("filter.{name}"), e.value, e.rule)
+            invalid(&name, e.value, e.rule)
         })?;
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));

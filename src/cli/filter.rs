@@ -144,6 +144,7 @@ impl FilterArgs {
             tick_ms: self.tick,
             max_generations: self.max_generations,
             layout: self.layout,
+            lateness_ms: Some(if self.time == TimeSpec::Arrival { 0 } else { self.lateness }),
             ..FilterSpec::default()
         }
     }

@@ -106,13 +106,14 @@ fn clear_dead_lanes<T: Lane>(run: &mut [T], now: &Now) {
 struct LaneClock<T> {
     value: T,
     period: T,
-    window: T,
+    /// Cells older than this many ticks are cleared (W + Lt).
+    retain: T,
 }
 
 impl<T: Lane> LaneClock<T> {
     #[inline(always)]
     fn at(now: &Now) -> Self {
-        LaneClock { value: T::from_u32(now.value), period: T::from_u32(now.period), window: T::from_u32(now.window) }
+        LaneClock { value: T::from_u32(now.value), period: T::from_u32(now.period), retain: T::from_u32(now.retain) }
     }
 
     /// `v`, or 0 if it has expired. Branch-free (a select per lane), so a
@@ -120,7 +121,7 @@ impl<T: Lane> LaneClock<T> {
     #[inline(always)]
     fn kept(self, v: T) -> T {
         let wrap = if v > self.value { self.period } else { T::ZERO };
-        let dead = (v != T::ZERO) & (self.value.wrapping_sub(v).wrapping_add(wrap) > self.window);
+        let dead = (v != T::ZERO) & (self.value.wrapping_sub(v).wrapping_add(wrap) > self.retain);
         if dead { T::ZERO } else { v }
     }
 }

@@ -54,6 +54,8 @@ pub(crate) struct Now {
     /// `tick mod R + 1`: what a cell set now stores.
     pub value: u32,
     pub window: u32,
+    /// W + Lt: cells are kept this many ticks (swept after), W without lateness.
+    pub retain: u32,
     pub period: u32,
     /// The alive values as up to two intervals `[lo, lo + len]` of `1..=R`
     /// (derived from the fields above; see [`Now::is_alive`]).
@@ -71,13 +73,21 @@ impl Now {
         } else {
             [(1, value - 1), (value + period - window, window - value)]
         };
-        Now { tick, value, window, period, alive }
+        let retain = window + params.lateness_ticks;
+        Now { tick, value, window, retain, period, alive }
     }
 
     /// What a cell set at `tick` stores.
     #[inline]
-    fn value_at(&self, tick: u64) -> u32 {
+    pub(crate) fn value_at(&self, tick: u64) -> u32 {
         (tick % u64::from(self.period)) as u32 + 1
+    }
+
+    /// The age in ticks of a set cell holding `value` (in `0..R`).
+    #[inline(always)]
+    pub(crate) fn age(&self, value: u32) -> u32 {
+        let wrap = if value > self.value { self.period } else { 0 };
+        (self.value + wrap).wrapping_sub(value)
     }
 
     /// Whether a cell holding `value` is alive: set, and at most W ticks old.
@@ -90,10 +100,10 @@ impl Now {
     }
 
     /// Whether a cell holding `value` has expired (is set and older than the
-    /// window): what the sweep clears.
+    /// window, plus the lateness it is kept for): what the sweep clears.
     #[inline(always)]
     pub(crate) fn is_dead(&self, value: u32) -> bool {
-        (value != 0) & !self.is_alive(value)
+        (value != 0) & (self.age(value) > self.retain)
     }
 }
 
@@ -358,6 +368,48 @@ impl Generation {
         self.inserted += 1;
     }
 
+    /// For an event behind the clock (see `SlidingFilter::observe_late`):
+    /// if all k cells of the key are set at most `limit` ticks ago, the
+    /// largest number of them holding one time.
+    pub(crate) fn late_match(&self, hash: &KeyHash, k: u32, now: &Now, limit: u32) -> Option<u32> {
+        let mut values = [0u32; super::params::MAX_HASHES as usize];
+        let mut all = true;
+        with_positions!(self, hash, positions => with_cells!(&self.cells, c => {
+            for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
+                *v = c.get(i);
+                all &= *v != 0 && now.age(*v) <= limit;
+            }
+        }));
+        all.then(|| most_equal(&mut values[..k as usize]))
+    }
+
+    /// Inserts a key `delta` ticks behind the clock (`delta` at most the
+    /// lateness): each cell takes that tick's time unless it holds a later
+    /// one. The live count and the alive values' buckets stay exact.
+    pub(crate) fn insert_late(&mut self, hash: &KeyHash, k: u32, now: &Now, delta: u32) {
+        let value = now.value_at(now.tick - u64::from(delta));
+        let alive_new = delta <= now.window;
+        let Generation { cells, hist, live, .. } = self;
+        with_positions!(self, hash, positions => with_cells!(cells, c => {
+            for i in positions.take(k as usize) {
+                let old = c.get(i);
+                if old != 0 && now.age(old) <= delta {
+                    continue; // as late or later already
+                }
+                if old != 0 && now.is_alive(old) {
+                    hist[old as usize] -= 1;
+                    *live -= 1;
+                }
+                c.set(i, value);
+                if alive_new {
+                    hist[value as usize] += 1;
+                    *live += 1;
+                }
+            }
+        }));
+        self.inserted += 1;
+    }
+
     /// Test-then-insert for `events` in turn while this generation is the
     /// filter's only one and the clock stays in the tick of `run`: exactly
     /// the verdicts, counters and state of [`super::SlidingFilter::observe`]
@@ -471,6 +523,9 @@ pub(crate) struct Run<'a> {
     pub next_tick_ms: u64,
     /// Prefetch the cells of the event [`PREFETCH_DISTANCE`] places ahead.
     pub prefetch: bool,
+    /// Events behind the clock are judged at their own time (lateness on):
+    /// such an event ends the run and goes through the filter's late path.
+    pub late_own_time: bool,
 }
 
 /// Where a run's verdicts and counts go.
@@ -512,7 +567,7 @@ fn observe_cells<C: TimerCells, P: Positions, const K: u32>(
     let (mut distinct, mut duplicates, mut late, mut saturated) = (0u64, 0u64, 0u64, 0u64);
     let mut end = RunEnd { handled: 0, filled: false };
     for (n, e) in events.iter().enumerate() {
-        if e.time_ms >= run.next_tick_ms {
+        if e.time_ms >= run.next_tick_ms || (run.late_own_time && e.time_ms < clock) {
             break;
         }
         if run.prefetch
@@ -521,7 +576,8 @@ fn observe_cells<C: TimerCells, P: Positions, const K: u32>(
             prefetch_cells(cells, positions(&ahead.hash), k);
         }
         end.handled = n + 1;
-        // The clock never goes back: a late event is judged at the clock.
+        // The clock never goes back: a late event is judged at the clock
+        // (with lateness on, it ended the run above instead).
         late += u64::from(e.time_ms < clock);
         clock = clock.max(e.time_ms);
         let at = positions(&e.hash);

@@ -126,6 +126,11 @@ pub struct FilterSpec {
     pub total_cells: Option<u64>,
     pub seed: u64,
     pub layout: Layout,
+    /// Event time under disorder: `Some(L)` judges an event that is behind
+    /// the clock at its own time, against cells kept for the window plus
+    /// L (design invariant 7); `None` judges it at the clock, as the paper
+    /// does.
+    pub lateness_ms: Option<u64>,
 }
 
 impl Default for FilterSpec {
@@ -147,6 +152,7 @@ impl Default for FilterSpec {
             total_cells: None,
             seed: DEFAULT_SEED,
             layout: Layout::Standard,
+            lateness_ms: None,
         }
     }
 }
@@ -191,6 +197,11 @@ pub struct FilterParams {
     pub tightening: f64,
     pub max_generations: u32,
     pub layout: Layout,
+    /// [`FilterSpec::lateness_ms`].
+    pub lateness_ms: Option<u64>,
+    /// Lt: `⌈lateness_ms / tick_ms⌉`, 0 without lateness. Cells are kept
+    /// (not swept) for W + Lt ticks, alive for verdicts at the clock for W.
+    pub lateness_ticks: u32,
 }
 
 impl FilterSpec {
@@ -256,12 +267,21 @@ impl FilterSpec {
 
         let max_value: u64 = (1u64 << self.timer_bits) - 1;
         let max_window_ticks = (max_value - 4).min(MAX_WINDOW_TICKS);
+        let lateness_ms = self.lateness_ms.unwrap_or(0);
+        // The window and the lateness in ticks of `tick`: both must fit the
+        // timer period with at least one tick of sweep.
+        let fits = |tick: u64| self.window_ms.div_ceil(tick) + lateness_ms.div_ceil(tick) + 4 <= max_value;
         let tick_ms = match self.tick_ms {
             Some(0) => return Err(ParamError::new("tick", "0ms", "must be at least 1ms")),
             Some(t) => t,
             None => {
                 let target = ((max_value - 3) / 2).min(AUTO_WINDOW_TICKS);
-                self.window_ms.div_ceil(target).max(1)
+                let mut tick = self.window_ms.div_ceil(target).max(1);
+                // Coarser only when the lateness does not fit beside the window.
+                while !fits(tick) {
+                    tick += tick.div_ceil(8);
+                }
+                tick
             }
         };
         let window_ticks = self.window_ms.div_ceil(tick_ms);
@@ -277,8 +297,21 @@ impl FilterSpec {
                 ),
             ));
         }
-        let period = max_value.min(4 * window_ticks + 3);
-        let sweep_ticks = period - window_ticks - 3;
+        let lateness_ticks = lateness_ms.div_ceil(tick_ms);
+        if !fits(tick_ms) {
+            return Err(ParamError::new(
+                "lateness",
+                format!("{lateness_ms}ms"),
+                format!(
+                    "the window ({window_ticks} ticks of {tick_ms}ms) and the lateness ({lateness_ticks} ticks) do not fit \
+                     {}-bit timers (at most {} ticks together); use a coarser tick, wider timers or less lateness",
+                    self.timer_bits,
+                    max_value - 4
+                ),
+            ));
+        }
+        let period = max_value.min(4 * window_ticks + lateness_ticks + 3);
+        let sweep_ticks = period - window_ticks - lateness_ticks - 3;
         Ok(FilterParams {
             seed: self.seed,
             cells,
@@ -296,6 +329,8 @@ impl FilterSpec {
             tightening: self.tightening,
             max_generations: self.max_generations,
             layout: self.layout,
+            lateness_ms: self.lateness_ms,
+            lateness_ticks: lateness_ticks as u32,
         })
     }
 }
@@ -319,9 +354,13 @@ impl FilterParams {
             self.seed, self.cells, self.hashes, self.timer_bits, self.tick_ms, self.window_ms
         );
         // The standard layout's fingerprint is the one it always had.
-        match self.layout {
+        let layout = match self.layout {
             Layout::Standard => standard,
             Layout::Blocked => standard + ",layout=blocked256",
+        };
+        match self.lateness_ms {
+            None => layout,
+            Some(l) => format!("{layout},lateness_ms={l}"),
         }
     }
 
@@ -369,8 +408,37 @@ mod tests {
                 assert!(p.sweep_ticks >= 1);
                 assert_eq!(p.period, p.window_ticks + p.sweep_ticks + 3);
                 assert!(u64::from(p.period) < (1u64 << bits));
+                for lateness_ms in [0, 1, 2_000, window_ms / 2] {
+                    let spec = FilterSpec { timer_bits: bits, window_ms, lateness_ms: Some(lateness_ms), ..spec() };
+                    let q = spec.resolve().unwrap();
+                    assert!(u64::from(q.window_ticks) * q.tick_ms >= window_ms);
+                    assert!(u64::from(q.lateness_ticks) * q.tick_ms >= lateness_ms);
+                    assert!(q.sweep_ticks >= 1);
+                    assert_eq!(q.period, q.window_ticks + q.lateness_ticks + q.sweep_ticks + 3);
+                    assert!(u64::from(q.period) < (1u64 << bits));
+                    // The tick is today's whenever the lateness fits beside the window.
+                    if q.window_ticks + q.lateness_ticks + 4 <= p.period.max(q.period) && q.tick_ms == p.tick_ms {
+                        assert_eq!(q.window_ticks, p.window_ticks);
+                    }
+                }
             }
         }
+    }
+
+    #[test]
+    fn lateness_keeps_the_tick_when_it_fits() {
+        let p = FilterSpec { lateness_ms: Some(2_000), ..spec() }.resolve().unwrap();
+        assert_eq!((p.tick_ms, p.window_ticks, p.lateness_ticks, p.period, p.sweep_ticks), (477, 126, 5, 255, 121));
+        assert!(p.fingerprint().ends_with(",lateness_ms=2000"));
+        let p4 = FilterSpec { timer_bits: 4, lateness_ms: Some(2_000), ..spec() }.resolve().unwrap();
+        assert_eq!((p4.tick_ms, p4.window_ticks, p4.lateness_ticks, p4.sweep_ticks), (10_000, 6, 1, 5));
+        // A lateness as long as the window at 4 bits: a coarser tick.
+        let coarse = FilterSpec { timer_bits: 4, lateness_ms: Some(60_000), ..spec() }.resolve().unwrap();
+        assert!(coarse.tick_ms > 10_000 && coarse.sweep_ticks >= 1);
+        let e = FilterSpec { timer_bits: 4, tick_ms: Some(10_000), lateness_ms: Some(60_000), ..spec() }
+            .resolve()
+            .unwrap_err();
+        assert_eq!(e.setting, "lateness");
     }
 
     #[test]

@@ -198,6 +198,7 @@ impl SlidingFilter {
             at_cap: params.max_generations <= 1,
             next_tick_ms: self.next_tick_ms,
             prefetch,
+            late_own_time: params.lateness_ms.is_some(),
         };
         let mut clock_ms = self.clock_ms.expect("a run starts after the first event");
         let judged = Judged { clock_ms: &mut clock_ms, counters: &mut self.counters, out };
@@ -234,6 +235,12 @@ impl SlidingFilter {
     /// happens (a copy in progress, see [`super::copy`]).
     #[inline]
     pub(crate) fn observe_telling<W: CellWrites>(&mut self, hash: &KeyHash, time_ms: u64, writes: &mut W) -> Verdict {
+        if self.params.lateness_ms.is_some()
+            && let Some(clock) = self.clock_ms
+            && time_ms < clock
+        {
+            return self.observe_late(hash, time_ms, writes);
+        }
         self.advance_telling(time_ms, writes);
         let now = self.now();
         let k = self.params.hashes;
@@ -261,6 +268,51 @@ impl SlidingFilter {
         Verdict::Distinct
     }
 
+    /// Test-then-insert for an event behind the clock, with lateness on
+    /// (design invariant 7): judged at its own time. Its tick is δ behind
+    /// the clock's; with δc = min(δ, Lt) (an event later than the lateness
+    /// is judged as if it were at the edge of what is kept), it is a
+    /// duplicate iff some generation holds all k of its cells at most
+    /// W + δc ticks old — set less than the window before its own time, or
+    /// after it (its key was delivered at or after it). A distinct one sets
+    /// each cell to its time unless the cell holds a later one (max(cell,
+    /// t)); the clock does not move.
+    #[cold]
+    fn observe_late<W: CellWrites>(&mut self, hash: &KeyHash, time_ms: u64, writes: &mut W) -> Verdict {
+        let now = self.now();
+        let p = &self.params;
+        let (k, equal_min) = (p.hashes, p.equal_timers_min());
+        let delta = (now.tick - time_ms / p.tick_ms).min(u64::from(p.lateness_ticks)) as u32;
+        self.counters.events += 1;
+        self.counters.late_events += 1;
+        let limit = now.window + delta;
+        for g in self.generations.iter().rev() {
+            if let Some(equal) = g.late_match(hash, k, &now, limit)
+                && equal >= equal_min
+            {
+                self.counters.duplicates += 1;
+                self.counters.equal_timer_counts[equal as usize] += 1;
+                return Verdict::Duplicate { equal_timers: equal as u8 };
+            }
+        }
+        self.counters.distinct += 1;
+        let at_cap = self.generations.len() >= self.params.max_generations as usize;
+        let growth = self.params.growth;
+        let newest = self.generations.last_mut().expect("never empty");
+        if at_cap && growth != Growth::None && newest.is_full(growth) {
+            self.counters.saturated_inserts += 1;
+        }
+        if W::ACTIVE {
+            newest.for_each_position(hash, k, |i| writes.cell(newest, i));
+        }
+        newest.insert_late(hash, k, &now, delta);
+        if !at_cap && newest.is_full(growth) {
+            let level = self.level_for(self.live_keys() * HEADROOM);
+            self.push_generation(level);
+        }
+        Verdict::Distinct
+    }
+
     /// Tests a key at the current clock without inserting it.
     pub fn lookup(&self, hash: &KeyHash) -> Lookup {
         let now = self.now();
@@ -273,7 +325,8 @@ impl SlidingFilter {
     }
 
     /// Moves the slice clock to `time_ms` if that is later (the clock never
-    /// goes back: a late event is judged at the clock).
+    /// goes back: a late event is judged at the clock, or with lateness on
+    /// at its own time by [`Self::observe`]).
     #[inline]
     pub fn advance(&mut self, time_ms: u64) {
         self.advance_telling(time_ms, &mut Untold);
@@ -316,8 +369,9 @@ impl SlidingFilter {
         let (from, to) = (self.now.tick, time_ms / self.params.tick_ms);
         self.now = Now::at(to, &self.params);
         self.next_tick_ms = (to + 1).saturating_mul(self.params.tick_ms);
-        if to - from > u64::from(self.params.window_ticks) {
-            // Every cell is older than the window: skip the tick-by-tick work.
+        if to - from > u64::from(self.params.window_ticks + self.params.lateness_ticks) {
+            // Every cell is older than the window (and the lateness it is
+            // kept for): skip the tick-by-tick work.
             for g in &mut self.generations {
                 writes.all(g);
                 g.clear();
@@ -484,6 +538,144 @@ mod tests {
         assert_eq!(f.clock_ms(), Some(10_900));
     }
 
+    /// With lateness, an event behind the clock is judged at its own time:
+    /// its copy 900 ms before it is inside its window even though the
+    /// clock has moved 1.5 s past it; without lateness it is judged at the
+    /// clock, where that copy has expired.
+    #[test]
+    fn late_events_are_judged_at_their_own_time_with_lateness() {
+        let spec = FilterSpec {
+            window_ms: 1000,
+            expected_keys: 100,
+            tick_ms: Some(10),
+            timer_bits: 16,
+            ..FilterSpec::default()
+        };
+        for (lateness, want_duplicate) in [(None, false), (Some(2_000), true)] {
+            let mut f = filter(FilterSpec { lateness_ms: lateness, ..spec.clone() });
+            f.observe(&key(1), 10_000);
+            f.observe(&key(2), 11_000);
+            f.observe(&key(3), 12_400);
+            let v = f.observe(&key(1), 10_900);
+            assert_eq!(!v.is_distinct(), want_duplicate, "lateness {lateness:?}: {v:?}");
+            assert_eq!(f.clock_ms(), Some(12_400));
+            assert_eq!(f.counters().late_events, 1);
+        }
+        // A late key is inserted at its own time: alive until its time + the
+        // window, not the clock's.
+        let mut f = filter(FilterSpec { lateness_ms: Some(2_000), ..spec.clone() });
+        f.observe(&key(9), 20_000);
+        assert!(f.observe(&key(5), 19_000).is_distinct());
+        assert!(!f.observe(&key(5), 19_500).is_distinct(), "inside its window at its own time");
+        assert!(!f.observe(&key(5), 20_009).is_distinct(), "one tick of slack");
+        assert!(f.observe(&key(5), 20_010).is_distinct(), "its window ran from 19 000, not 20 000");
+        // A later copy already delivered makes an earlier late one a duplicate,
+        // and the late insert never makes a newer cell older.
+        let mut f = filter(FilterSpec { lateness_ms: Some(2_000), ..spec });
+        f.observe(&key(7), 30_000);
+        f.observe(&key(8), 31_000);
+        let before = f.clone();
+        assert!(!f.observe(&key(7), 29_500).is_distinct());
+        assert_eq!(f.generations, before.generations, "a duplicate changes no cell");
+        assert!(f.observe(&key(6), 30_500).is_distinct());
+        assert!(!f.observe(&key(6), 31_400).is_distinct());
+        assert!(f.observe(&key(6), 31_510).is_distinct());
+    }
+
+    /// No false negative for a late event within the lateness: whenever its
+    /// key was delivered less than the window before its own time (at or
+    /// before it), it is a duplicate — whatever the width and layout.
+    #[test]
+    fn no_false_negative_for_late_events_within_the_lateness() {
+        use crate::bench::workload::Rng;
+        use crate::filter::params::Layout;
+        use std::collections::HashMap;
+        for bits in [4u8, 8, 16] {
+            for layout in [Layout::Standard, Layout::Blocked] {
+                let (window_ms, lateness_ms) = (2_000u64, 1_500u64);
+                let spec = FilterSpec {
+                    window_ms,
+                    expected_keys: 400,
+                    timer_bits: bits,
+                    layout,
+                    growth: Growth::None,
+                    lateness_ms: Some(lateness_ms),
+                    ..FilterSpec::default()
+                };
+                let mut f = filter(spec);
+                let tick = f.params().tick_ms;
+                let mut delivered: HashMap<u64, Vec<u64>> = HashMap::new();
+                let (mut rng, mut now, mut late_checked) = (Rng::new(u64::from(bits) + 100), 100_000u64, 0);
+                for _ in 0..20_000 {
+                    now += rng.below(3);
+                    let k = rng.below(500);
+                    // Late by up to the lateness, counted in whole ticks behind the clock.
+                    let late = rng.below(4) == 0;
+                    let t = if late { now.saturating_sub(rng.below(lateness_ms / tick * tick + 1)) } else { now };
+                    let v = f.observe(&key(k), t);
+                    let times = delivered.entry(k).or_default();
+                    if late && t < now {
+                        let covered = times.iter().any(|&d| d <= t && t - d < window_ms);
+                        if covered {
+                            late_checked += 1;
+                            assert!(
+                                !v.is_distinct(),
+                                "{bits}-bit {layout:?}: key {k} at {t} (clock {now}) delivered at {times:?}"
+                            );
+                        }
+                    }
+                    if v.is_distinct() {
+                        times.push(t);
+                    }
+                }
+                assert!(late_checked > 500, "{bits}-bit {layout:?}: only {late_checked} late events checked");
+            }
+        }
+    }
+
+    /// In-order events (never behind the clock) get exactly the verdicts and
+    /// counters whether lateness is on or not: with no disorder, lateness
+    /// changes no output.
+    #[test]
+    fn lateness_changes_nothing_for_ordered_events() {
+        use crate::bench::workload::Rng;
+        use crate::filter::params::Layout;
+        for bits in [4u8, 6, 8, 16, 32] {
+            for layout in [Layout::Standard, Layout::Blocked] {
+                for (growth, equal_timers) in [(Growth::Density, 0), (Growth::Cardinality, 3)] {
+                    let spec = FilterSpec {
+                        window_ms: 2_000,
+                        expected_keys: 300,
+                        timer_bits: bits,
+                        layout,
+                        growth,
+                        equal_timers,
+                        ..FilterSpec::default()
+                    };
+                    let (mut plain, mut late) =
+                        (filter(spec.clone()), filter(FilterSpec { lateness_ms: Some(500), ..spec }));
+                    let (mut rng, mut now) = (Rng::new(u64::from(bits)), 50_000u64);
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    let mut batch = Vec::new();
+                    for i in 0..8_000u64 {
+                        now += if rng.below(500) == 0 { 3_000 } else { rng.below(3) };
+                        let universe = if (i / 1_000) % 2 == 1 { 6_000 } else { 600 };
+                        let e = Event { hash: key(rng.below(universe)), time_ms: now };
+                        a.push(plain.observe(&e.hash, e.time_ms));
+                        batch.push(e);
+                        if batch.len() == 61 {
+                            late.observe_batch(&batch, &mut b);
+                            batch.clear();
+                        }
+                    }
+                    late.observe_batch(&batch, &mut b);
+                    assert_eq!(a, b, "{bits}-bit {layout:?} {growth:?}");
+                    assert_eq!(plain.counters(), late.counters());
+                }
+            }
+        }
+    }
+
     #[test]
     fn density_growth_adds_and_drops_generations() {
         let spec = FilterSpec { window_ms: 1000, expected_keys: 1000, tick_ms: Some(10), ..FilterSpec::default() };
@@ -548,6 +740,8 @@ mod tests {
                         growth,
                         max_generations,
                         equal_timers: 2,
+                        // Every other stream judges late events at their own time.
+                        lateness_ms: (hashes == 5).then_some(1_000),
                         ..FilterSpec::default()
                     };
                     let (mut one, mut batched) = (filter(spec.clone()), filter(spec));
