@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use dedupd::bench::oracle::{Confusion, ExactWindow};
+use dedupd::bench::text::TextCorpus;
 use dedupd::bench::workload::{KeyDist, RateProfile, Stream, headline};
 
 struct Run {
@@ -40,6 +41,21 @@ fn headline_stream(seconds: u64) -> Vec<(u64, String, u64)> {
         .enumerate()
         .map(|(seq, (id, t))| (seq as u64, headline(id), 1_700_000_000_000 + t))
         .collect()
+}
+
+/// The headline stream's arrival process with real text for keys: each new key is the next
+/// sentence of the Brown Corpus (`scripts/text_corpus.sh`). At 1000 events/s, `seconds` ≤ 130
+/// uses ~54k new keys, all of them real sentences.
+fn text_stream(seconds: u64) -> Vec<(u64, String, u64)> {
+    let corpus = TextCorpus::load().unwrap_or_else(|e| panic!("{e}"));
+    let dist = KeyDist::Recurring { p_new: 0.415, min_gap_ms: 100, max_gap_ms: 90_000 };
+    let events: Vec<(u64, String, u64)> = Stream::new(2027, dist, RateProfile::steady(1000, 1000), seconds)
+        .enumerate()
+        .map(|(seq, (id, t))| (seq as u64, corpus.key(id), 1_700_000_000_000 + t))
+        .collect();
+    let new_keys = events.iter().map(|e| &e.1).collect::<HashSet<_>>().len();
+    assert!(new_keys <= corpus.len(), "{new_keys} keys, more than the corpus's {} sentences", corpus.len());
+    events
 }
 
 fn jsonl(events: &[(u64, String, u64)]) -> Vec<u8> {
@@ -125,7 +141,7 @@ fn measure_arrivals(events: &[(u64, String, u64)], expected: &str, growth: &str,
     let stats = serde_json::from_slice(&std::fs::read(&stats_path).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).ok();
     eprintln!(
-        "headlines, --expected {expected} --growth {growth}: {} events, {dup_share:.3} duplicates, \
+        "--expected {expected} --growth {growth}: {} events, {dup_share:.3} duplicates, \
          {mean_in_window:.0} keys per window, FPR {:.5}, FNR {:.5}, {confusion:?}",
         events.len(),
         confusion.fpr(),
@@ -170,6 +186,26 @@ fn disorder_within_the_lateness_gives_the_event_time_answer() {
     let late = measure_arrivals(&events, "27000", "density", &["--lateness", "2s"]);
     assert!(plain.stdout == late.stdout, "lateness changed the output of an ordered stream");
     assert_eq!(late.stats["late_records"], 0);
+}
+
+/// Issue 14, the real-text stream: Brown Corpus sentences as keys (~100 bytes of text each),
+/// arrival jittered by up to 1.5 s; `--lateness 2s` gives the event-time answer.
+#[test]
+fn real_text_disorder_within_the_lateness_gives_the_event_time_answer() {
+    let events = text_stream(130);
+    let shuffled = jittered(&events, 1_500, 11);
+    let m = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s"]);
+    assert!(m.mean_in_window > 20_000.0, "a busy window: {:.0} keys", m.mean_in_window);
+    assert!(m.dup_share > 0.45, "{:.3} duplicates", m.dup_share);
+    assert!(m.confusion.fpr() <= 0.02, "FPR {} > 0.02 ({:?})", m.confusion.fpr(), m.confusion);
+    assert!(m.confusion.fnr() <= 0.01, "FNR {} > 0.01 ({:?})", m.confusion.fnr(), m.confusion);
+    assert_eq!(m.stats["late_records"], 0, "no record is more than 2 s behind");
+    let arrival_order = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "0s"]);
+    assert!(
+        arrival_order.confusion.fnr() > 5.0 * m.confusion.fnr().max(0.001),
+        "without lateness the copies that overtake their originals should cost false negatives: {:?}",
+        arrival_order.confusion
+    );
 }
 
 #[test]

@@ -4,10 +4,12 @@
 //! - [`workload`]: deterministic uniform, Zipf and recurring streams.
 //! - [`clicks`]: the demo's click stream and its exact answer.
 //! - [`oracle`]: exact sliding-window dedup and the confusion counts.
+//! - [`text`]: real text (the Brown Corpus's sentences) for keys.
 //! - [`accuracy`]: the experiments (slicing, equal timers, growth under
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
 
 pub mod accuracy;
 pub mod clicks;
 pub mod oracle;
+pub mod text;
 pub mod workload;
