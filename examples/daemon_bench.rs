@@ -10,6 +10,11 @@
 //! - `consume-live BROKER TOPIC PARTITIONS SECONDS` reads the records that
 //!   arrive during SECONDS and reports record timestamp → consumed latencies
 //!   (with a paced `produce`: the broker's own latency for one hop);
+//! - `relay BROKER IN OUT PARTITIONS SECONDS` copies the records that arrive
+//!   in IN during SECONDS to the same partition of OUT, key, payload and
+//!   timestamp unchanged: a bare consume → produce hop with dedupd's client
+//!   settings (its consumer's fetch settings, an idempotent producer with
+//!   acks=all), to measure latency against dedupd in the same run;
 //! - `wait ADMIN_PORT N LABEL [PID]` polls a dedupd admin endpoint until N
 //!   records are judged and reports records/s from the first verdict, and
 //!   the resident memory of PID at the first verdict, 25/50/75% of the way
@@ -189,6 +194,59 @@ fn consume_live(broker: &str, topic: &str, partitions: i32, seconds: u64) {
     println!("consume_live records={} {}", ms.len(), quantiles(ms));
 }
 
+/// A bare relay: IN → OUT, partition for partition, with the client settings
+/// dedupd's group consumers and producers use (src/kafka/clients.rs).
+fn relay(broker: &str, input: &str, output: &str, partitions: i32, seconds: u64) {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("group.id", format!("bench-relay-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "20")
+        .set("fetch.queue.backoff.ms", "10")
+        .set("queued.max.messages.kbytes", "16384")
+        .create()
+        .expect("consumer");
+    let p: ThreadedProducer<AckTimes> = ClientConfig::new()
+        .set("bootstrap.servers", broker)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("queue.buffering.max.messages", "100000")
+        .create_with_context(AckTimes::default())
+        .expect("producer");
+    let mut tpl = TopicPartitionList::new();
+    for part in 0..partitions {
+        tpl.add_partition_offset(input, part, Offset::End).unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut n = 0u64;
+    while Instant::now() < end {
+        let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else { continue };
+        let mut rec = BaseRecord::<[u8], [u8]>::to(output).partition(m.partition());
+        if let Some(k) = m.key() {
+            rec = rec.key(k);
+        }
+        if let Some(v) = m.payload() {
+            rec = rec.payload(v);
+        }
+        if let Some(ts) = m.timestamp().to_millis() {
+            rec = rec.timestamp(ts);
+        }
+        loop {
+            match p.send(rec) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    rec = back;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
+        n += 1;
+    }
+    p.flush(Duration::from_secs(30)).expect("flush");
+    println!("relay records={n}");
+}
+
 fn judged(port: u16) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(&get(port, "/v1/slices")?).ok()?;
     Some(
@@ -344,12 +402,13 @@ fn main() {
         ),
         Some("consume") => consume(&a[2], &a[3], a[4].parse().unwrap()),
         Some("consume-live") => consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("relay") => relay(&a[2], &a[3], &a[4], a[5].parse().unwrap(), a[6].parse().unwrap()),
         Some("wait") => wait(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap())),
         Some("latency") => latency(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4]),
         _ => {
             eprintln!(
                 "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | consume BROKER TOPIC PARTITIONS \
-                 | consume-live BROKER TOPIC PARTITIONS SECONDS | wait ADMIN_PORT N LABEL [PID] | latency ADMIN_PORT SECONDS LABEL"
+                 | consume-live BROKER TOPIC PARTITIONS SECONDS | relay BROKER IN OUT PARTITIONS SECONDS | wait ADMIN_PORT N LABEL [PID] | latency ADMIN_PORT SECONDS LABEL"
             );
             std::process::exit(2);
         }

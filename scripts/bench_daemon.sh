@@ -22,6 +22,13 @@
 #               in chunks while the slice goes on), how long the writes took, latency meanwhile; then SIGTERM
 #               (a final snapshot) and a restart that restores every slice: time to ready and
 #               dedupd_restore_duration_seconds
+#   sidebyside  dedupd's added latency (issue 14): per slicing mode (SIDE_MODES, default
+#               "input-partitions repartition"), first the mode's maximum rate on a backlog of
+#               SIDE_N (2000000) records, then a producer paced at half of it (or at each of SIDE_RATES, ROUNDS times)
+#               with real-time timestamps for SIDE_SECONDS (60) into an input topic read at
+#               the same time by dedupd and by a bare relay (daemon_bench relay: consume →
+#               produce, dedupd's client settings, no filter): record timestamp → consumed
+#               from each one's output topic over the last 40 s, and the difference
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
@@ -175,6 +182,61 @@ part_latency() {
     echo "latency_at_${rate}_per_s cpu_cores broker=$(cores "$cpu0" "$cpu1" 40) dedupd=$(cores "$dcpu0" "$dcpu1" 40)"
     wait "$producer"
     stop_daemon "$daemon_pid"
+  done
+}
+
+# What a latency probe printed: "consume_live records=N p50_ms=A p99_ms=B max_ms=C" → "A B".
+probe_quantiles() { sed -n 's/.*p50_ms=\([0-9.]*\) p99_ms=\([0-9.]*\).*/\1 \2/p' "$1"; }
+
+part_sidebyside() {
+  local mode secs="${SIDE_SECONDS:-60}" m="${SIDE_N:-2000000}"
+  for mode in ${SIDE_MODES:-input-partitions repartition}; do
+    local slices=8 rates="${SIDE_RATES:-}"
+    [[ $mode == input-partitions ]] && slices=3
+    local env=(DEDUPD__SLICING__MODE="$mode")
+    if [[ -z $rates ]]; then
+      local app="$run-side-$mode"
+      fresh_broker
+      topic "$app.backlog" 3
+      $bench produce "$broker" "$app.backlog" "$m" 3 >/dev/null
+      start_daemon "$app-max" "$app.backlog" timer "$slices" 19507 "${env[@]}"
+      local out
+      out=$($bench wait 19507 "$m" "side_${mode}_max")
+      echo "$out"
+      stop_daemon "$daemon_pid"
+      rates=$(($(echo "$out" | sed -n 's/.*records_per_second=\([0-9]*\).*/\1/p' | head -1) / 2))
+    fi
+    local rate round
+    for rate in $rates; do
+      for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+        local app="$run-side-$mode-$rate-$round"
+        fresh_broker
+        topic "$app.in" 3
+        topic "$app.relay" 3
+        start_daemon "$app" "$app.in" timer "$slices" 19507 "${env[@]}"
+        wait_ready 19507 60
+        sleep 5 # the router's group too
+        $bench relay "$broker" "$app.in" "$app.relay" 3 $((secs + 10)) >"target/$app.relay.log" &
+        local relay=$!
+        sleep 2
+        $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" >"target/$app.produce.log" &
+        local producer=$!
+        sleep $((secs - 42))
+        $bench consume-live "$broker" "$app.relay" 3 40 >"target/$app.relay-probe.log" &
+        local probe=$!
+        $bench consume-live "$broker" "$app.out" "$slices" 40 >"target/$app.dedupd-probe.log"
+        wait "$probe" "$producer" "$relay"
+        stop_daemon "$daemon_pid"
+        local r d
+        r=($(probe_quantiles "target/$app.relay-probe.log"))
+        d=($(probe_quantiles "target/$app.dedupd-probe.log"))
+        echo "side_$mode round=$round rate=$rate $(cat "target/$app.produce.log" | tr '\n' ' ')"
+        echo "side_$mode relay $(cat "target/$app.relay-probe.log") $(cat "target/$app.relay.log")"
+        echo "side_$mode dedupd $(cat "target/$app.dedupd-probe.log")"
+        awk -v r50="${r[0]:-nan}" -v r99="${r[1]:-nan}" -v d50="${d[0]:-nan}" -v d99="${d[1]:-nan}" -v m="$mode" \
+          'BEGIN {printf "side_%s added_by_dedupd p50_ms=%.1f p99_ms=%.1f\n", m, d50 - r50, d99 - r99}'
+      done
+    done
   done
 }
 
