@@ -87,7 +87,12 @@ fn measure_headlines(events: &[(u64, String, u64)], expected: &str, growth: &str
 fn measure_arrivals(events: &[(u64, String, u64)], expected: &str, growth: &str, extra: &[&str]) -> Measured {
     let input = jsonl(events);
     let tag = extra.join("").replace(['-', ' '], "");
-    let dir = std::env::temp_dir().join(format!("dedupd-filter-{}-{expected}-{growth}-{tag}", std::process::id()));
+    // Tests run in parallel threads of one process, some with the same flags: a run number
+    // keeps their directories apart.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run_no = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir =
+        std::env::temp_dir().join(format!("dedupd-filter-{}-{run_no}-{expected}-{growth}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let stats_path = dir.join("stats.json");
     let mut args = vec![
