@@ -25,6 +25,11 @@
 //!
 //! `cargo run --release --example daemon_bench -- produce|consume|wait|latency ...`
 
+// The same allocator as the `dedupd` binary (see src/main.rs), so the bare
+// relay that dedupd's latency is compared with is no slower for want of it.
+#[cfg(target_os = "linux")]
+use tikv_jemalloc_sys as _;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -29,6 +29,9 @@
 #               the same time by dedupd and by a bare relay (daemon_bench relay: consume →
 #               produce, dedupd's client settings, no filter): record timestamp → consumed
 #               from each one's output topic over the last 40 s, and the difference
+#   cpu         CPU seconds per 1 M records of input-partitions (3 slices) against repartition
+#               (8 slices) mode on one backlog of N records, ROUNDS times alternating, per thread
+#               name, and their ratio (issue 20: repartition at most 2x)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
@@ -119,7 +122,7 @@ thread_cpu() {
   local t hz
   hz=$(getconf CLK_TCK)
   for t in /proc/"$1"/task/*; do
-    echo "$(sed 's/[-0-9]*$//' "$t/comm") $(sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}')"
+    echo "$(sed 's/[-0-9]*$//; s/ /_/g' "$t/comm") $(sed 's/.*) //' "$t/stat" | awk '{print $12 + $13}')"
   done | awk -v hz="$hz" '{s[$1] += $2; all += $2} END {for (n in s) printf " %s=%.1f", n, s[n] / hz; printf " total=%.1f\n", all / hz}'
 }
 
@@ -275,6 +278,33 @@ part_checkpoint() {
   wait_ready 19503 600
   echo "restore ready_after_ms=$((($(date +%s%N) - t0) / 1000000)) restore_seconds_sum=$(metric_sum 19503 dedupd_restore_duration_seconds_sum) restores=$(metric_sum 19503 dedupd_restores_total) rss_mib=$(($(awk '/VmRSS/ {print $2}' "/proc/$daemon_pid/status") / 1024))"
   stop_daemon "$daemon_pid"
+}
+
+part_cpu() {
+  fresh_broker
+  topic "$run.cpu" 3
+  $bench produce "$broker" "$run.cpu" "$n" 3 >/dev/null
+  local round mode slices out ip="" rp=""
+  for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+    for mode in input-partitions repartition; do
+      slices=8
+      [[ $mode == input-partitions ]] && slices=3
+      start_daemon "$run-cpu-$mode-$round" "$run.cpu" timer "$slices" 19508 DEDUPD__SLICING__MODE="$mode"
+      local before
+      before=$(cpu_ticks "$daemon_pid")
+      out=$($bench wait 19508 "$n" "cpu_$mode" "$daemon_pid")
+      local after threads
+      after=$(cpu_ticks "$daemon_pid")
+      threads=$(thread_cpu "$daemon_pid")
+      stop_daemon "$daemon_pid"
+      local per_m
+      per_m=$(awk -v a="$before" -v b="$after" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", (b - a) / hz / n * 1000000}')
+      echo "cpu_$mode round=$round cpu_seconds_per_million=$per_m $(echo "$out" | grep -o 'records_per_second=[0-9]*')"
+      echo "cpu_$mode round=$round thread_cpu_seconds$threads"
+      if [[ $mode == input-partitions ]]; then ip=$per_m; else rp=$per_m; fi
+    done
+    awk -v a="$ip" -v b="$rp" -v r="$round" 'BEGIN {printf "cpu_ratio round=%d repartition_over_input_partitions=%.2f\n", r, b / a}'
+  done
 }
 
 part_scaling() {

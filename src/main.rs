@@ -1,5 +1,16 @@
 /// Large blocks on transparent huge pages (see `HugePageAlloc`): only this
 /// binary, not the library's benchmarks and tests.
+// jemalloc as the process's `malloc`, for librdkafka's C code as much as for
+// Rust (the unprefixed build exports malloc/free/...; `System` below calls
+// them too). librdkafka allocates and frees several blocks per record, many
+// freed on another thread than the one that allocated them; with glibc's
+// malloc that was 20-25% of the daemon's CPU and left free memory in
+// per-thread arenas (which the daemon used to hand back with malloc_trim
+// every 5 s). jemalloc: -25-30% CPU per record in both slicing modes
+// (docs/performance-daemon.md, "Allocator").
+#[cfg(target_os = "linux")]
+use tikv_jemalloc_sys as _;
+
 #[global_allocator]
 static ALLOC: dedupd::cli::run::HugePageAlloc = dedupd::cli::run::HugePageAlloc;
 

@@ -85,34 +85,6 @@ unsafe impl std::alloc::GlobalAlloc for HugePageAlloc {
     }
 }
 
-/// Every [`TRIM_EVERY`], hands the allocator's free memory back to the
-/// kernel. librdkafka's threads allocate and free every record in glibc's
-/// per-thread arenas; without this the resident size of a `passthrough` run
-/// climbed from 118 to 231 MiB over 10 M records while the live heap did not
-/// (docs/performance-daemon.md). `malloc_trim` releases free pages inside the
-/// arenas too, not only at their tops.
-async fn trim_heap() {
-    const TRIM_EVERY: Duration = Duration::from_secs(5);
-    let mut tick = tokio::time::interval(TRIM_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let took = tokio::task::spawn_blocking(|| {
-            let started = std::time::Instant::now();
-            #[cfg(all(target_os = "linux", target_env = "gnu"))]
-            // SAFETY: malloc_trim only returns free memory of the allocator to the kernel.
-            unsafe {
-                libc::malloc_trim(0);
-            }
-            started.elapsed()
-        })
-        .await;
-        if let Ok(took) = took {
-            log::debug!("malloc_trim took {:.1} ms", took.as_secs_f64() * 1000.0);
-        }
-    }
-}
-
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The settings file (defaults < file < DEDUPD__SECTION__KEY environment).
@@ -159,7 +131,6 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
     log::info!("admin endpoint on http://{}", cfg.admin_listen);
     tokio::spawn(admin::serve(listener, status.clone(), metrics.clone()));
-    tokio::spawn(trim_heap());
 
     let extractor = Extractor {
         key: cfg.key.clone(),
