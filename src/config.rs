@@ -1034,15 +1034,26 @@ mod tests {
         assert_eq!(with_file(&[]).unwrap().key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
         std::fs::write(&file, format!("{TOKEN} \n")).unwrap();
         let e = with_file(&[]).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("invalid setting admin.token_file = {path}: the token in it ([redacted] (20 bytes)): 16 to")), "{e}");
+        assert!(
+            e.starts_with(&format!(
+                "invalid setting admin.token_file = {path}: the token in it ([redacted] (20 bytes)): 16 to"
+            )),
+            "{e}"
+        );
         assert!(!e.contains(TOKEN), "{e}");
 
         let e = with_file(&[("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap_err().to_string();
-        assert_eq!(e, format!("invalid setting admin.token = [redacted]: set admin.token or admin.token_file ({path}), not both"));
+        assert_eq!(
+            e,
+            format!("invalid setting admin.token = [redacted]: set admin.token or admin.token_file ({path}), not both")
+        );
 
         std::fs::remove_dir_all(&dir).ok();
         let e = with_file(&[]).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("invalid setting admin.token_file = {path}: a readable file with the token (")), "{e}");
+        assert!(
+            e.starts_with(&format!("invalid setting admin.token_file = {path}: a readable file with the token (")),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1060,7 +1071,9 @@ mod tests {
             assert!(!shown.contains(secret), "{secret} in {shown}");
         }
         assert!(shown.contains("dedupd-user") && shown.contains("\"sasl.password\": \"[redacted]\""), "{shown}");
-        for name in ["sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem", "sasl.oauthbearer.config"] {
+        for name in
+            ["sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem", "sasl.oauthbearer.config"]
+        {
             assert!(is_secret_setting(name), "{name}");
         }
         for name in ["sasl.username", "security.protocol", "ssl.ca.location", "session.timeout.ms"] {
