@@ -310,6 +310,10 @@ mod tests {
     /// A router whose lookup answers `{"key": KEY}` after `delay`, and the
     /// count of lookups it answered.
     fn counted_app(key_endpoints: KeyEndpoints, delay: Duration) -> (Router, Arc<AtomicUsize>) {
+        limited_app(key_endpoints, delay, Limits::default())
+    }
+
+    fn limited_app(key_endpoints: KeyEndpoints, delay: Duration, limits: Limits) -> (Router, Arc<AtomicUsize>) {
         let status = Status::new();
         let done = Arc::new(AtomicUsize::new(0));
         let counter = done.clone();
@@ -319,7 +323,7 @@ mod tests {
             serde_json::json!({ "key": String::from_utf8_lossy(key) })
         });
         *status.lookup.lock().unwrap() = Some(lookup);
-        (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), Limits::default()), done)
+        (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), limits), done)
     }
 
     fn app(key_endpoints: KeyEndpoints, delay: Duration) -> Router {
@@ -376,6 +380,20 @@ mod tests {
         assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["key"], "click-1");
         let auth = format!("Bearer {TOKEN}");
         assert_eq!(call(&app, "GET", "/v1/lookup", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn large_bodies_and_slow_answers_are_cut_short() {
+        let limits = Limits { request_timeout: Duration::from_millis(100), ..Limits::default() };
+        let (app, _) = limited_app(token(), Duration::from_millis(400), limits);
+        let auth = format!("Bearer {TOKEN}");
+        let (code, _, body) = call(&app, "GET", "/v1/lookup?key=a", Some(&auth)).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let big = Request::post("/metrics")
+            .header(header::CONTENT_LENGTH, limits.max_body_bytes + 1)
+            .body(Body::from(vec![b'x'; limits.max_body_bytes + 1]))
+            .unwrap();
+        assert_eq!(app.oneshot(big).await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
 
     #[tokio::test]
