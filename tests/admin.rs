@@ -37,14 +37,19 @@ fn daemon(name: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
     (Daemon::start(name, &env), input)
 }
 
-#[test]
-fn key_endpoints_need_the_token_and_no_secret_is_shown() {
-    // The token from a file, as a mounted Secret gives it (with a trailing newline).
+/// A new directory with a file `token` holding `token` and a newline, as a
+/// mounted Secret gives it: (the directory, the file's path).
+fn token_file(token: &str) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(unique("dedupd-admin-token"));
     std::fs::create_dir_all(&dir).unwrap();
-    let token_file = dir.join("token");
-    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let token_path = token_file.display().to_string();
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    (dir, file.display().to_string())
+}
+
+#[test]
+fn key_endpoints_need_the_token_and_no_secret_is_shown() {
+    let (dir, token_path) = token_file(TOKEN);
     let (mut daemon, input) = daemon(
         "admin-auth",
         &[
@@ -239,11 +244,7 @@ fn slow_and_hostile_clients_do_not_starve_metrics() {
 
 #[test]
 fn bad_secret_settings_are_named_without_their_values() {
-    let dir = std::env::temp_dir().join(unique("dedupd-admin-bad"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad_token = dir.join("token");
-    std::fs::write(&bad_token, format!("{SHORT_TOKEN}\n")).unwrap();
-    let bad_token = bad_token.display().to_string();
+    let (dir, bad_token) = token_file(SHORT_TOKEN);
     let cases = [
         // A mistyped librdkafka password setting: librdkafka refuses it, the value is not shown.
         (

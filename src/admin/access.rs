@@ -59,7 +59,8 @@ pub async fn guard(State(access): State<Access>, request: Request, next: Next) -
     let Access::Token(want) = access else {
         return text(
             StatusCode::NOT_FOUND,
-            "this endpoint reveals keys and is off (admin.key_endpoints; it needs admin.token_file)\n",
+            "this endpoint reveals keys and is off: it needs a bearer token (admin.token_file) and \
+             admin.key_endpoints = auto or token\n",
         );
     };
     match bearer(request.headers()) {
