@@ -6,7 +6,7 @@
 #   scripts/demo.sh [--keep] [CLICKS]
 #
 # --keep leaves dedupd running afterwards so you can look at http://127.0.0.1:9464/metrics,
-# /v1/slices and /v1/lookup?key=...; Ctrl-C stops it. Needs the set-up step
+# /v1/slices and /v1/lookup?key=... (with the bearer token it prints); Ctrl-C stops it. Needs the set-up step
 # `scripts/broker.sh install` (or it installs on first use).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,8 @@ port="${DEDUPD_BROKER_PORT:-9092}"
 admin_port="${DEDUPD_DEMO_ADMIN_PORT:-9464}"
 broker="127.0.0.1:$port"
 run="demo-$(date +%s)"
+# A fresh admin token for this run: /v1/lookup answers only with it.
+token="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
 echo "== broker on $broker"
 scripts/broker.sh start
@@ -42,6 +44,7 @@ DEDUPD__OUTPUT__TOPIC="$run.distinct" \
 DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$run.dead-letter" \
 DEDUPD__CHECKPOINT__TOPIC="$run.checkpoints" \
 DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin_port" \
+DEDUPD__ADMIN__TOKEN="$token" \
   target/release/dedupd run --config config/dedupd.toml >"target/demo/$run.log" 2>&1 &
 dedupd_pid=$!
 trap 'kill -TERM $dedupd_pid 2>/dev/null || true; wait $dedupd_pid 2>/dev/null || true' EXIT
@@ -64,7 +67,8 @@ target/release/examples/demo check "$broker" "$run.clicks" "$run.distinct" "$adm
 if $keep; then
   check_log
   echo
-  echo "dedupd keeps running: http://127.0.0.1:$admin_port/metrics  /v1/slices  /v1/lookup?key=click-...  (Ctrl-C stops it)"
+  echo "dedupd keeps running: http://127.0.0.1:$admin_port/metrics  /v1/slices  (Ctrl-C stops it)"
+  echo "  curl -H 'Authorization: Bearer $token' 'http://127.0.0.1:$admin_port/v1/lookup?key=click-...'"
   wait $dedupd_pid
 else
   kill -TERM $dedupd_pid 2>/dev/null || true

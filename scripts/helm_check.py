@@ -16,11 +16,12 @@ part switched on) and with a few invalid values that must be refused:
   * the ConfigMap's dedupd.toml parses (tomllib), has every section of config/dedupd.toml,
     only keys config/dedupd.toml knows (except the [kafka] pass-through) with the same types,
     equals config/dedupd.toml with the default values (but for the in-container admin
-    address), and carries the values set (window = "5m", the TLS file paths, ...);
+    address), and carries the values set (window = "5m", the TLS file paths, the admin
+    token file, ...), never a secret;
   * the Deployment: replicas, probes on /healthz and /readyz at the admin port,
     terminationGracePeriodSeconds > shutdown timeout, DEDUPD__ADMIN__LISTEN, non-root and a
-    read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS mount, the
-    config checksum annotation;
+    read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS and admin
+    token mounts, the config checksum annotation;
   * Service, ServiceMonitor, PodDisruptionBudget and PrometheusRule select the pods and
     name the right port; the PrometheusRule carries files/alerts.yml, which must equal
     grafana/alerts.yml once that exists;
@@ -480,6 +481,8 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
     env = dep["spec"]["template"]["spec"]["containers"][0].get("env", [])
     c.ok(not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in env), "no secret env without existingSecret")
     c.ok(not conf.get("kafka", {}).keys() - {"brokers"}, "no librdkafka settings by default")
+    c.ok(not any(v.get("name") == "admin-token" for v in dep["spec"]["template"]["spec"].get("volumes", [])),
+         "no admin token volume by default")
 
 
 def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_values: dict) -> None:
@@ -507,6 +510,12 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     c.eq(kafka.get("ssl.certificate.location"), f"{mount}/{tls['certKey']}", "ssl.certificate.location")
     c.eq(kafka.get("ssl.key.location"), f"{mount}/{tls['keyKey']}", "ssl.key.location")
     c.ok("sasl.password" not in kafka and "sasl.username" not in kafka, "no credentials in the ConfigMap")
+    admin_token = values["admin"]["tokenSecret"]
+    admin = conf.get("admin", {})
+    c.eq(admin.get("token"), "", "no admin token in the ConfigMap")
+    c.eq(admin.get("token_file"), f"{admin_token['mountPath']}/{admin_token['key']}",
+         "admin.token_file points into the admin token mount")
+    c.eq(admin.get("key_endpoints"), values["admin"]["keyEndpoints"], "admin.keyEndpoints reaches dedupd.toml")
 
     dep = kinds.get("Deployment", {})
     c.eq(dep.get("spec", {}).get("replicas"), 3, "replicas = 3")
@@ -524,6 +533,9 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     mounts = {m["name"]: m for m in ctr.get("volumeMounts", [])}
     c.eq((volumes.get("kafka-tls") or {}).get("secret", {}).get("secretName"), tls["secretName"], "TLS Secret volume")
     c.eq((mounts.get("kafka-tls") or {}).get("mountPath"), mount, "TLS Secret mounted")
+    c.eq((volumes.get("admin-token") or {}).get("secret", {}).get("secretName"), admin_token["name"],
+         "admin token Secret volume")
+    c.eq((mounts.get("admin-token") or {}).get("mountPath"), admin_token["mountPath"], "admin token Secret mounted")
     ann = dep["spec"]["template"]["metadata"].get("annotations", {})
     c.eq((ann.get("prometheus.io/scrape"), ann.get("prometheus.io/port")), ("true", "9464"), "prometheus annotations")
     c.eq(spec.get("serviceAccountName"), kinds.get("ServiceAccount", {}).get("metadata", {}).get("name"),
@@ -589,6 +601,8 @@ def check_refused(c: Checks, helm, yaml, tomllib) -> None:
          "kafka.tls.keyKey"),
         ({"kafka": {"existingSecret": "creds"}, "config": {"kafka": {"sasl.password": "x"}}}, "set it in one place"),
         ({"shutdownTimeoutSeconds": 0}, "shutdownTimeoutSeconds must be at least 1"),
+        ({"admin": {"keyEndpoints": "token"}}, "admin.keyEndpoints = token needs admin.tokenSecret.name"),
+        ({"admin": {"keyEndpoints": "open"}}, "expected auto, off or token"),
     ]
     for values, message in cases:
         try:

@@ -76,7 +76,7 @@ impl fmt::Display for Scalar {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 pub struct KafkaSettings {
     /// Bootstrap brokers, `host:port[,host:port…]`.
     pub brokers: String,
@@ -112,6 +112,73 @@ impl KafkaSettings {
         let mut out = Vec::new();
         walk("", &self.client, &mut out);
         out
+    }
+}
+
+/// Secret pass-through values (passwords, keys) are shown as [`REDACTED`].
+impl fmt::Debug for KafkaSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let client: BTreeMap<String, String> = self
+            .client_settings()
+            .into_iter()
+            .map(|(k, v)| if is_secret_setting(&k) { (k, REDACTED.to_string()) } else { (k, v) })
+            .collect();
+        f.debug_struct("KafkaSettings").field("brokers", &self.brokers).field("client", &client).finish()
+    }
+}
+
+/// What dedupd shows in place of a secret.
+pub const REDACTED: &str = "[redacted]";
+
+/// Whether a librdkafka setting (dotted name) holds a secret: any name with
+/// `password`, `secret`, `passphrase`, `token` or `private` in it, private
+/// keys in PEM (`ssl.key.pem`) and `sasl.oauthbearer.config` (which may carry
+/// client credentials). dedupd never logs or returns such a value. Erring on
+/// the side of redaction costs nothing: these values are never needed in a log.
+pub fn is_secret_setting(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "secret", "passphrase", "token", "private", "key.pem", "oauthbearer.config"]
+        .iter()
+        .any(|part| name.contains(part))
+}
+
+/// A setting value that never appears in logs, error messages or `Debug`
+/// output (the admin bearer token): all three show [`REDACTED`].
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+/// Read through [`Scalar`], whose errors do not echo the value (serde's
+/// "invalid type: integer `123`, expected a string" would).
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Scalar::deserialize(d).map(|s| Secret(s.to_string()))
     }
 }
 
@@ -228,8 +295,81 @@ pub struct CheckpointSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
-    /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`, `/v1/slices`).
+    /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`,
+    /// `/v1/slices`, and the key endpoints such as `/v1/lookup`).
     pub listen: String,
+    /// Bearer token the key endpoints require; empty: none. Prefer `token_file`.
+    pub token: Secret,
+    /// A file holding the bearer token, read at start-up (a trailing newline
+    /// is dropped); empty: none. Not together with `token`.
+    pub token_file: String,
+    /// The endpoints that reveal or change keys (`/v1/lookup`): `off` (404),
+    /// `token` (bearer token required) or `auto` (`token` when a token is
+    /// set, else `off`).
+    pub key_endpoints: String,
+}
+
+/// Who may use the admin endpoints that reveal or change keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyEndpoints {
+    /// They answer 404.
+    Off,
+    /// They answer only requests with `Authorization: Bearer <token>`.
+    Token(Secret),
+}
+
+/// Bounds of a bearer token: long enough not to be guessed, and characters a
+/// header carries unchanged (visible ASCII, no spaces).
+const TOKEN_RULE: &str = "16 to 4096 visible ASCII characters (no spaces or control characters)";
+
+fn valid_token(token: &str) -> bool {
+    (16..=4096).contains(&token.len()) && token.bytes().all(|b| b.is_ascii_graphic())
+}
+
+impl AdminSettings {
+    /// The bearer token (from `token` or `token_file`) and what it guards.
+    fn key_endpoints(&self) -> Result<KeyEndpoints, ConfigError> {
+        // Never the value itself in an error: its length is enough to spot a stray character.
+        let shown = |t: &str| format!("{REDACTED} ({} bytes)", t.len());
+        let token = match (self.token.is_empty(), self.token_file.is_empty()) {
+            (false, false) => {
+                return Err(invalid(
+                    "admin.token",
+                    REDACTED,
+                    format!("set admin.token or admin.token_file ({}), not both", self.token_file),
+                ));
+            }
+            (false, true) if !valid_token(self.token.expose()) => {
+                return Err(invalid("admin.token", shown(self.token.expose()), TOKEN_RULE));
+            }
+            (false, true) => Some(self.token.clone()),
+            (true, false) => {
+                let file = &self.token_file;
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| invalid("admin.token_file", file, format!("a readable file with the token ({e})")))?;
+                let token = text.trim_end_matches(['\n', '\r']);
+                if !valid_token(token) {
+                    return Err(invalid(
+                        "admin.token_file",
+                        file,
+                        format!("the token in it ({}): {TOKEN_RULE}", shown(token)),
+                    ));
+                }
+                Some(Secret::new(token))
+            }
+            (true, true) => None,
+        };
+        match (self.key_endpoints.as_str(), token) {
+            ("auto" | "token", Some(token)) => Ok(KeyEndpoints::Token(token)),
+            ("auto" | "off", _) => Ok(KeyEndpoints::Off),
+            ("token", None) => Err(invalid(
+                "admin.key_endpoints",
+                "token",
+                "needs a bearer token: set admin.token_file (or admin.token)",
+            )),
+            (other, _) => Err(invalid("admin.key_endpoints", other, "expected auto, off or token")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -405,6 +545,9 @@ chunk_bytes = 524288
 on_corrupt = "cold-start"
 [admin]
 listen = "127.0.0.1:9464"
+token = ""
+token_file = ""
+key_endpoints = "auto"
 [topics]
 auto_create = true
 replication_factor = 1
@@ -422,6 +565,8 @@ pub struct Resolved {
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     pub admin_listen: SocketAddr,
+    /// `admin.key_endpoints` with its token.
+    pub key_endpoints: KeyEndpoints,
     /// `filter.kind = "passthrough"`: no deduplication (to measure its cost).
     pub passthrough: bool,
     /// `slicing.order_tolerance` in ms.
@@ -466,11 +611,12 @@ impl Settings {
             }
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
-        // librdkafka settings (secrets among them) stay text: "007" must not become 7.
-        let (kafka_env, env): (config::Map<String, String>, config::Map<String, String>) = env
+        // librdkafka settings and the admin settings (secrets among them) stay
+        // text: a password or token "007" must not become 7.
+        let (text_env, env): (config::Map<String, String>, config::Map<String, String>) = env
             .into_iter()
             .filter(|(k, _)| k.starts_with("DEDUPD__"))
-            .partition(|(k, _)| k.starts_with("DEDUPD__KAFKA__"));
+            .partition(|(k, _)| k.starts_with("DEDUPD__KAFKA__") || k.starts_with("DEDUPD__ADMIN__"));
         let environment = |vars: config::Map<String, String>, parse: bool| {
             config::Environment::with_prefix("DEDUPD")
                 .prefix_separator("__")
@@ -480,7 +626,7 @@ impl Settings {
                 .try_parsing(parse)
                 .source(Some(vars))
         };
-        builder = builder.add_source(environment(env, true)).add_source(environment(kafka_env, false));
+        builder = builder.add_source(environment(env, true)).add_source(environment(text_env, false));
         let raw = builder.build().map_err(|e| ConfigError::Load(e.to_string()))?;
         let settings: Settings = raw.try_deserialize().map_err(|e| ConfigError::Load(e.to_string()))?;
         settings.validate()
@@ -630,6 +776,7 @@ impl Settings {
             .listen
             .parse()
             .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        let key_endpoints = s.admin.key_endpoints()?;
         if s.topics.replication_factor < 1 {
             return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
         }
@@ -650,6 +797,7 @@ impl Settings {
             slicing,
             on_corrupt,
             admin_listen,
+            key_endpoints,
             passthrough,
             order_tolerance_ms,
             order,
@@ -829,5 +977,107 @@ mod tests {
     fn unknown_settings_are_refused() {
         let e = rejected(&[("DEDUPD__FILTER__WINDOWS", "1m")]);
         assert!(e.contains("windows"), "{e}");
+    }
+
+    const TOKEN: &str = "0070123456789abcdef";
+
+    #[test]
+    fn key_endpoints_are_off_until_a_token_is_set() {
+        assert_eq!(load(&[]).unwrap().key_endpoints, KeyEndpoints::Off);
+        // Environment text stays text: a token of digits keeps its leading zeros.
+        let r = load(&[("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        let r = load(&[("DEDUPD__ADMIN__TOKEN", TOKEN), ("DEDUPD__ADMIN__KEY_ENDPOINTS", "token")]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        let r = load(&[("DEDUPD__ADMIN__TOKEN", TOKEN), ("DEDUPD__ADMIN__KEY_ENDPOINTS", "off")]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Off);
+        assert_eq!(
+            rejected(&[("DEDUPD__ADMIN__KEY_ENDPOINTS", "token")]),
+            "invalid setting admin.key_endpoints = token: needs a bearer token: set admin.token_file (or admin.token)"
+        );
+        assert_eq!(
+            rejected(&[("DEDUPD__ADMIN__KEY_ENDPOINTS", "open")]),
+            "invalid setting admin.key_endpoints = open: expected auto, off or token"
+        );
+    }
+
+    #[test]
+    fn a_bad_token_is_refused_without_showing_it() {
+        for bad in ["short-0007", "has a space in it, 0007", "tab\there-0007-0007-0007"] {
+            let e = rejected(&[("DEDUPD__ADMIN__TOKEN", bad)]);
+            assert_eq!(
+                e,
+                format!(
+                    "invalid setting admin.token = [redacted] ({} bytes): 16 to 4096 visible ASCII characters (no \
+                     spaces or control characters)",
+                    bad.len()
+                )
+            );
+            assert!(!e.contains("0007"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_token_file_is_read_at_start_up() {
+        let dir = std::env::temp_dir().join(format!("dedupd-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        let path = file.display().to_string();
+        let with_file = |extra: &[(&str, &str)]| {
+            let mut env = vec![("DEDUPD__ADMIN__TOKEN_FILE", path.as_str())];
+            env.extend_from_slice(extra);
+            load(&env)
+        };
+
+        // A trailing newline (as `echo` and editors write) is not part of the token.
+        std::fs::write(&file, format!("{TOKEN}\r\n")).unwrap();
+        assert_eq!(with_file(&[]).unwrap().key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        std::fs::write(&file, format!("{TOKEN} \n")).unwrap();
+        let e = with_file(&[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "invalid setting admin.token_file = {path}: the token in it ([redacted] (20 bytes)): 16 to"
+            )),
+            "{e}"
+        );
+        assert!(!e.contains(TOKEN), "{e}");
+
+        let e = with_file(&[("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!("invalid setting admin.token = [redacted]: set admin.token or admin.token_file ({path}), not both")
+        );
+
+        std::fs::remove_dir_all(&dir).ok();
+        let e = with_file(&[]).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("invalid setting admin.token_file = {path}: a readable file with the token (")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug_output() {
+        let r = load(&[
+            ("DEDUPD__ADMIN__TOKEN", TOKEN),
+            ("DEDUPD__KAFKA__SASL_PASSWORD", "pw-0007"),
+            ("DEDUPD__KAFKA__SSL_KEY_PEM", "pem-0007"),
+            ("DEDUPD__KAFKA__SASL_OAUTHBEARER_CLIENT_SECRET", "oauth-0007"),
+            ("DEDUPD__KAFKA__SASL_USERNAME", "dedupd-user"),
+        ])
+        .unwrap();
+        let shown = format!("{r:?} {r:#?} {}", Secret::new(TOKEN));
+        for secret in [TOKEN, "pw-0007", "pem-0007", "oauth-0007"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("dedupd-user") && shown.contains("\"sasl.password\": \"[redacted]\""), "{shown}");
+        for name in
+            ["sasl.password", "ssl.key.password", "ssl.keystore.password", "ssl.key.pem", "sasl.oauthbearer.config"]
+        {
+            assert!(is_secret_setting(name), "{name}");
+        }
+        for name in ["sasl.username", "security.protocol", "ssl.ca.location", "session.timeout.ms"] {
+            assert!(!is_secret_setting(name), "{name}");
+        }
     }
 }

@@ -1,6 +1,7 @@
-//! Operations: the metrics match their documentation, `/v1/lookup` answers,
-//! and every Grafana panel's query returns data from a real Prometheus
-//! scraping a running dedupd; the alert rules pass promtool.
+//! Operations: the metrics match their documentation, `/v1/lookup` answers
+//! (with the admin token), and every Grafana panel's query returns data
+//! from a real Prometheus scraping a running dedupd; the alert rules pass
+//! promtool.
 
 mod support;
 
@@ -48,6 +49,10 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
     let app = unique("ops");
     let mut env = app_env(&app, &input, "input-partitions", 2);
     env.push(("DEDUPD__OUTPUT__DUPLICATES_TOPIC".into(), format!("{app}.dups")));
+    // /v1/lookup answers only with the admin token (tests/admin.rs tests the refusals).
+    const TOKEN: &str = "ops-test-token-0123456789";
+    env.push(("DEDUPD__ADMIN__TOKEN".into(), TOKEN.into()));
+    let auth = format!("Bearer {TOKEN}");
     let mut daemon = Daemon::start("ops", &env);
     daemon.wait_ready(Duration::from_secs(60));
 
@@ -85,17 +90,21 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
     assert_eq!(got, want, "/metrics and docs/metrics.md disagree");
 
     // Lookup: a key seen in the window is a duplicate, an unseen one is not; nothing is inserted.
-    let (code, seen) = http_get(daemon.admin_port, "/v1/lookup?key=ops-0").unwrap();
+    let lookup = |path: &str| {
+        let answer = http_request(daemon.admin_port, "GET", path, &[("Authorization", &auth)]).unwrap();
+        (answer.code, answer.body)
+    };
+    let (code, seen) = lookup("/v1/lookup?key=ops-0");
     assert_eq!(code, 200, "{seen}");
     let seen: serde_json::Value = serde_json::from_str(&seen).unwrap();
     assert!(seen["results"].as_array().unwrap().iter().any(|r| r["duplicate"] == true), "{seen}");
     for _ in 0..2 {
-        let (_, unseen) = http_get(daemon.admin_port, "/v1/lookup?key=never%20seen").unwrap();
+        let (_, unseen) = lookup("/v1/lookup?key=never%20seen");
         let unseen: serde_json::Value = serde_json::from_str(&unseen).unwrap();
         assert!(unseen["results"].as_array().unwrap().iter().all(|r| r["duplicate"] == false), "{unseen}");
         assert_eq!(unseen["key"], "never seen");
     }
-    assert_eq!(http_get(daemon.admin_port, "/v1/lookup").unwrap().0, 400);
+    assert_eq!(lookup("/v1/lookup").0, 400);
 
     // Alert rules: syntax and unit tests with promtool.
     run_script(&["rules"]);

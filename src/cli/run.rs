@@ -2,7 +2,9 @@
 //! router (repartition mode) and the slice workers, and owns the one
 //! shutdown sequence: on SIGTERM/SIGINT the router stops reading and commits
 //! what it delivered, then the slice workers drain, snapshot every slice and
-//! leave the group; the process exits 0 within `shutdown.timeout`.
+//! leave the group; the process exits 0 within `shutdown.timeout`. The
+//! admin endpoint stops last, after the requests in flight (at most
+//! `admin::Limits::drain`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,8 +14,8 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::admin::{self, Status};
-use crate::config::{Settings, SettingsFile, SlicingMode};
+use crate::admin::{Admin, Status};
+use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode};
 use crate::engine::Extractor;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::{clients, producer, router, slices, topics};
@@ -119,6 +121,7 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
 }
 
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
+    clients::check(&cfg)?;
     let params = cfg.filter.resolve().expect("validated at load");
     let slice_count = topics::ensure(&cfg).await?;
     let metrics = Arc::new(Metrics::new(params.hashes));
@@ -129,8 +132,12 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
         .await
         .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
-    log::info!("admin endpoint on http://{}", cfg.admin_listen);
-    tokio::spawn(admin::serve(listener, status.clone(), metrics.clone()));
+    let key_endpoints = match cfg.key_endpoints {
+        KeyEndpoints::Off => "off",
+        KeyEndpoints::Token(_) => "bearer token required",
+    };
+    log::info!("admin endpoint on http://{} (key endpoints such as /v1/lookup: {key_endpoints})", cfg.admin_listen);
+    let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
 
     let extractor = Extractor {
         key: cfg.key.clone(),
@@ -207,6 +214,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         status.healthy.store(false, Ordering::Relaxed);
         router_stop.store(true, Ordering::Relaxed);
         worker_stop.store(true, Ordering::Relaxed);
+        admin.stop().await;
         return Err(e);
     }
 
@@ -223,6 +231,9 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     };
     match tokio::time::timeout(timeout, graceful).await {
         Ok(result) => {
+            // The admin endpoint goes last: /healthz and /metrics answer
+            // while the slices drain.
+            admin.stop().await;
             result?;
             log::info!("stopped cleanly");
             Ok(())

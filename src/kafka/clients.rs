@@ -3,10 +3,10 @@
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
-use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::types::{RDKafkaConfRes, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, ClientContext};
 
-use crate::config::Resolved;
+use crate::config::{REDACTED, Resolved, is_secret_setting};
 
 /// What every client of this daemon does with librdkafka's error events
 /// (each context's [`ClientContext::error`] calls this).
@@ -147,6 +147,37 @@ pub fn base(cfg: &Resolved, client_id: &str, role: Role) -> ClientConfig {
     c
 }
 
+/// A `[kafka]` setting librdkafka refuses, named without its value when
+/// that may be a secret.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid setting kafka.{name} = {value}: librdkafka refuses it: {reason}")]
+pub struct RefusedSetting {
+    pub name: String,
+    pub value: String,
+    pub reason: String,
+}
+
+/// Lets librdkafka check the `[kafka]` settings at start-up, so that a bad
+/// one stops the daemon with a message naming it. rdkafka's own error
+/// would show the value, and so print a mistyped `sasl.pasword`'s secret:
+/// the value of a secret setting, or of one librdkafka does not know, is
+/// shown as [`REDACTED`] instead, in the message and in librdkafka's reason.
+pub fn check(cfg: &Resolved) -> Result<(), RefusedSetting> {
+    for role in [Role::Consumer, Role::Producer] {
+        if let Err(KafkaError::ClientConfig(code, reason, name, value)) =
+            base(cfg, "check", role).create_native_config()
+        {
+            let hide = is_secret_setting(&name) || code == RDKafkaConfRes::RD_KAFKA_CONF_UNKNOWN;
+            return Err(if hide && !value.is_empty() {
+                RefusedSetting { reason: reason.replace(&value, REDACTED), name, value: REDACTED.to_string() }
+            } else {
+                RefusedSetting { name, value, reason }
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A group consumer that never auto-commits (positions come from snapshots
 /// and explicit commits) and rebalances cooperatively.
 pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
@@ -244,6 +275,24 @@ mod tests {
         assert_eq!(producer.get("linger.ms"), Some("7"));
         assert_eq!(producer.get("socket.timeout.ms"), Some("9000"));
         assert_eq!(reader(&cfg, "r").get("linger.ms"), None);
+    }
+
+    #[test]
+    fn refused_settings_are_named_without_secret_values() {
+        let load = |env: &[(&str, &str)]| {
+            Settings::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+        };
+        // A mistyped password setting: librdkafka does not know it, so it may be a secret.
+        let e = check(&load(&[("DEDUPD__KAFKA__SASL_PASWORD", "hunter2-0007")])).unwrap_err().to_string();
+        assert!(e.starts_with("invalid setting kafka.sasl.pasword = [redacted]: librdkafka refuses it: "), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+        // A known setting with a bad value is shown as it is.
+        let e = check(&load(&[("DEDUPD__KAFKA__SECURITY_PROTOCOL", "carrier-pigeon")])).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid setting kafka.security.protocol = carrier-pigeon: librdkafka refuses it: "),
+            "{e}"
+        );
+        assert!(check(&load(&[("DEDUPD__KAFKA__SASL_PASSWORD", "hunter2-0007")])).is_ok());
     }
 
     #[test]

@@ -199,14 +199,33 @@ pub fn free_port() -> u16 {
 
 /// `GET path` on the admin endpoint: (status code, body).
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    http_request(port, "GET", path, &[]).map(|r| (r.code, r.body))
+}
+
+/// An answer of the admin endpoint.
+#[derive(Clone, Debug)]
+pub struct HttpAnswer {
+    pub code: u16,
+    /// The status line and headers.
+    pub head: String,
+    pub body: String,
+}
+
+/// `METHOD path` with extra `headers` on the admin endpoint, one request per connection.
+pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Option<HttpAnswer> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").ok()?;
+    let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    s.write_all(request.as_bytes()).ok()?;
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let code = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    Some((code, body))
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    Some(HttpAnswer { code, head: head.to_string(), body: body.to_string() })
 }
 
 /// A `dedupd run` process.

@@ -144,6 +144,32 @@ brokers = {{ include "dedupd.tomlValue" (dict "value" (required "kafka.brokers i
 {{- end }}
 
 {{/*
+The [admin] table: the listen address from adminPort; the token only as a file from the
+Secret admin.tokenSecret (mounted by the Deployment), never in the ConfigMap.
+*/}}
+{{- define "dedupd.adminTable" -}}
+{{- $admin := .Values.admin -}}
+{{- $mode := $admin.keyEndpoints | default "auto" | toString -}}
+{{- if not (has $mode (list "auto" "off" "token")) -}}
+{{- fail (printf "admin.keyEndpoints = %q: expected auto, off or token" $mode) -}}
+{{- end -}}
+{{- $secret := $admin.tokenSecret.name -}}
+{{- if and (eq $mode "token") (not $secret) -}}
+{{- fail "admin.keyEndpoints = token needs admin.tokenSecret.name (a Secret with the bearer token)" -}}
+{{- end -}}
+{{- $tokenFile := "" -}}
+{{- if $secret -}}
+{{- $key := required "admin.tokenSecret.key is required with admin.tokenSecret.name" $admin.tokenSecret.key -}}
+{{- $tokenFile = printf "%s/%s" (trimSuffix "/" $admin.tokenSecret.mountPath) $key -}}
+{{- end -}}
+[admin]
+listen = {{ printf "0.0.0.0:%d" (int .Values.adminPort) | toJson }}
+token = ""
+token_file = {{ $tokenFile | toJson }}
+key_endpoints = {{ $mode | toJson }}
+{{- end }}
+
+{{/*
 The whole dedupd.toml, sections in the order of config/dedupd.toml.
 */}}
 {{- define "dedupd.toml" -}}
@@ -154,7 +180,7 @@ The whole dedupd.toml, sections in the order of config/dedupd.toml.
 {{- end -}}
 {{- end -}}
 {{- if hasKey .Values.config "admin" -}}
-{{- fail "config.admin: the chart sets admin.listen from adminPort (0.0.0.0:<adminPort>)" -}}
+{{- fail "config.admin: the chart renders [admin] from adminPort (listen = 0.0.0.0:<adminPort>) and admin.keyEndpoints / admin.tokenSecret" -}}
 {{- end -}}
 {{- if hasKey .Values.config "shutdown" -}}
 {{- fail "config.shutdown: set shutdownTimeoutSeconds instead (it also sizes terminationGracePeriodSeconds)" -}}
@@ -164,7 +190,7 @@ The whole dedupd.toml, sections in the order of config/dedupd.toml.
 {{- fail "shutdownTimeoutSeconds must be at least 1" -}}
 {{- end -}}
 # dedupd settings rendered by the dedupd Helm chart from its values (config.*, kafka.*,
-# adminPort, shutdownTimeoutSeconds). Every setting is documented in config/dedupd.toml.
+# adminPort, admin.*, shutdownTimeoutSeconds). Every setting is documented in config/dedupd.toml.
 # Environment variables DEDUPD__SECTION__KEY override this file (secrets arrive that way).
 {{- range $section := $order }}
 {{- if eq $section "kafka" }}
@@ -172,8 +198,7 @@ The whole dedupd.toml, sections in the order of config/dedupd.toml.
 {{ include "dedupd.kafkaTable" $ }}
 {{- else if eq $section "admin" }}
 
-[admin]
-listen = {{ printf "0.0.0.0:%d" (int $.Values.adminPort) | toJson }}
+{{ include "dedupd.adminTable" $ }}
 {{- else if eq $section "shutdown" }}
 
 [shutdown]

@@ -1,0 +1,443 @@
+//! The HTTP admin endpoint, one port (`admin.listen`), one [`router`]:
+//!
+//! - open to anyone who reaches the port, revealing no keys: `/metrics`
+//!   (Prometheus text), `/healthz`, `/readyz` (ready once every assigned
+//!   slice is restored), `/v1/slices` (JSON per slice);
+//! - the key endpoints, which reveal whether a key was seen (or, later,
+//!   change keys): `/v1/lookup`. They answer 404 unless
+//!   `admin.key_endpoints` allows them, and then only with the bearer token
+//!   ([`access`]). Endpoints added later for keys (`/v1/count`,
+//!   `/v1/provenance`, `DELETE /v1/keys/{key}`) go into [`key_routes`].
+//!
+//! The limits ([`Limits`]) are tower layers here and hyper settings in
+//! [`server`]; docs/security.md lists them.
+
+pub mod access;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::{RawQuery, State};
+use axum::http::{StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::{BoxError, ServiceBuilder};
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::TimeoutLayer;
+
+use crate::config::KeyEndpoints;
+use crate::metrics::Metrics;
+use access::Access;
+
+/// What one slice looks like from outside.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SliceStatus {
+    pub slice: u32,
+    pub next_offset: u64,
+    /// The release position up to which judgments are replayed silently.
+    pub replaying_until: Option<String>,
+    pub clock_ms: Option<u64>,
+    pub generations: usize,
+    pub density: f64,
+    pub estimated_fpr: f64,
+    pub memory_bytes: usize,
+    pub distinct: u64,
+    pub duplicates: u64,
+    pub invalid: u64,
+    pub resends: u64,
+    /// Records judged after arriving more than input.lateness late.
+    pub late: u64,
+    /// Records waiting for the watermark.
+    pub waiting: u64,
+    pub last_checkpoint_offset: Option<u64>,
+}
+
+/// Answers `/v1/lookup` for a key.
+pub type LookupFn = Box<dyn Fn(&[u8]) -> serde_json::Value + Send + Sync>;
+
+/// Shared between the workers (writers) and the admin endpoint (reader).
+#[derive(Default)]
+pub struct Status {
+    /// The group assignment happened and no restore is in progress.
+    pub ready: AtomicBool,
+    /// A fatal error stops the daemon; until then the endpoint reports it.
+    pub healthy: AtomicBool,
+    pub slices: Mutex<BTreeMap<u32, SliceStatus>>,
+    /// Set by the slice workers once they run.
+    pub lookup: Mutex<Option<LookupFn>>,
+}
+
+impl Status {
+    pub fn new() -> Arc<Self> {
+        let s = Status::default();
+        s.healthy.store(true, Ordering::Relaxed);
+        Arc::new(s)
+    }
+}
+
+/// The bounds of the admin endpoint. [`Limits::default`] is what `dedupd
+/// run` uses (docs/security.md); tests shorten them.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Longest time a client may take to send a request head, counted from
+    /// the connection's start or the end of its previous response.
+    pub header_read_timeout: Duration,
+    /// Longest time a request may take to be answered (503 after it).
+    pub request_timeout: Duration,
+    /// Longest life of a connection, however busy (a slow reader included).
+    pub connection_lifetime: Duration,
+    /// Connections served at once; more are closed as soon as accepted.
+    pub max_connections: usize,
+    /// Largest request head (request line and headers); larger: 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in a request; more: 431.
+    pub max_headers: usize,
+    /// Largest request body; larger: 413.
+    pub max_body_bytes: usize,
+    /// Key-endpoint requests answered at once (over all key endpoints);
+    /// more are answered 503 at once, so lookups, which take the slice
+    /// workers' lock, cannot pile up.
+    pub key_concurrency: usize,
+    /// At shutdown, how long requests in flight may still take.
+    pub drain: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            connection_lifetime: Duration::from_secs(60),
+            max_connections: 1024,
+            max_header_bytes: 16 << 10,
+            max_headers: 64,
+            max_body_bytes: 64 << 10,
+            key_concurrency: 4,
+            drain: Duration::from_secs(2),
+        }
+    }
+}
+
+/// A running admin endpoint.
+pub struct Admin {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Admin {
+    /// Serves [`router`] on `listener` with the default [`Limits`].
+    pub fn start(
+        listener: TcpListener,
+        status: Arc<Status>,
+        metrics: Arc<Metrics>,
+        key_endpoints: &KeyEndpoints,
+    ) -> Admin {
+        let limits = Limits::default();
+        let app = router(status, metrics, Access::from(key_endpoints), limits);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(server::serve(listener, app, limits, async {
+            let _ = stopped.await;
+        }));
+        Admin { stop, task }
+    }
+
+    /// Stops accepting, lets the requests in flight finish (at most
+    /// [`Limits::drain`]) and returns.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Shared {
+    status: Arc<Status>,
+    metrics: Arc<Metrics>,
+}
+
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// A plain-text answer.
+fn text(code: StatusCode, body: impl Into<String>) -> Response {
+    (code, [(header::CONTENT_TYPE, TEXT)], body.into()).into_response()
+}
+
+fn json(value: &impl Serialize) -> Response {
+    let body = serde_json::to_string_pretty(value).expect("admin answers serialise");
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The whole admin endpoint: the open routes, [`key_routes`] behind
+/// [`access::guard`], and the limits of every request.
+pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits: Limits) -> Router {
+    let open = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/v1/slices", get(slices));
+    // One limit shared by every key endpoint; requests over it are shed
+    // (503) rather than queued, so they hold no connection task waiting.
+    let key_limit = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(|_: BoxError| async {
+            let mut busy = text(StatusCode::SERVICE_UNAVAILABLE, "too many key lookups at once: retry\n");
+            busy.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            busy
+        }))
+        .load_shed()
+        .layer(GlobalConcurrencyLimitLayer::new(limits.key_concurrency));
+    // The guard is the outer layer: a request without the token takes no slot.
+    let keyed = key_routes().route_layer(key_limit).route_layer(middleware::from_fn_with_state(access, access::guard));
+    open.merge(keyed)
+        .fallback(|| async {
+            text(StatusCode::NOT_FOUND, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n")
+        })
+        .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n") })
+        .with_state(Shared { status, metrics })
+        .layer(
+            ServiceBuilder::new()
+                .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout)),
+        )
+}
+
+/// The endpoints that reveal or change keys. [`router`] puts them behind
+/// the token check and the key-endpoint concurrency limit.
+fn key_routes() -> Router<Shared> {
+    Router::new().route("/v1/lookup", get(lookup))
+}
+
+async fn metrics_text(State(shared): State<Shared>) -> Response {
+    let body = shared.metrics.render();
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
+}
+
+async fn healthz(State(shared): State<Shared>) -> Response {
+    if shared.status.healthy.load(Ordering::Relaxed) {
+        text(StatusCode::OK, "ok\n")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, "failing\n")
+    }
+}
+
+async fn readyz(State(shared): State<Shared>) -> Response {
+    if shared.status.ready.load(Ordering::Relaxed) {
+        text(StatusCode::OK, "ready\n")
+    } else {
+        text(StatusCode::SERVICE_UNAVAILABLE, "not ready: joining the group or restoring slices\n")
+    }
+}
+
+async fn slices(State(shared): State<Shared>) -> Response {
+    let slices: Vec<SliceStatus> = shared.status.slices.lock().expect("status lock").values().cloned().collect();
+    json(&slices)
+}
+
+async fn lookup(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    // Keys are bytes: the query is percent-decoded here, not as UTF-8 text.
+    let Some(key) = query.as_deref().and_then(|q| query_param(q, "key")) else {
+        return text(StatusCode::BAD_REQUEST, "usage: /v1/lookup?key=URL-ENCODED-KEY\n");
+    };
+    // The lookup takes the slice workers' lock, which a worker holds while
+    // it judges a batch: off the async threads, which serve /metrics.
+    let status = shared.status;
+    let answer =
+        tokio::task::spawn_blocking(move || status.lookup.lock().expect("status lock").as_ref().map(|f| f(&key)));
+    match answer.await {
+        Ok(Some(value)) => json(&value),
+        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the lookup failed\n"),
+    }
+}
+
+/// The percent-decoded value of `name` in a query string.
+fn query_param(query: &str, name: &str) -> Option<Vec<u8>> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| percent_decode(v))
+    })
+}
+
+fn percent_decode(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], escaped) {
+            (_, Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b'+', None) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, None) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+    use axum::body::Body;
+    use axum::http::Request;
+    use std::sync::atomic::AtomicUsize;
+    use tower::ServiceExt;
+
+    const TOKEN: &str = "test-token-0123456789";
+
+    /// A router whose lookup answers `{"key": KEY}` after `delay`, and the
+    /// count of lookups it answered.
+    fn counted_app(key_endpoints: KeyEndpoints, delay: Duration) -> (Router, Arc<AtomicUsize>) {
+        limited_app(key_endpoints, delay, Limits::default())
+    }
+
+    fn limited_app(key_endpoints: KeyEndpoints, delay: Duration, limits: Limits) -> (Router, Arc<AtomicUsize>) {
+        let status = Status::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        let counter = done.clone();
+        let lookup: LookupFn = Box::new(move |key: &[u8]| {
+            std::thread::sleep(delay);
+            counter.fetch_add(1, Ordering::SeqCst);
+            serde_json::json!({ "key": String::from_utf8_lossy(key) })
+        });
+        *status.lookup.lock().unwrap() = Some(lookup);
+        (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), limits), done)
+    }
+
+    fn app(key_endpoints: KeyEndpoints, delay: Duration) -> Router {
+        counted_app(key_endpoints, delay).0
+    }
+
+    fn token() -> KeyEndpoints {
+        KeyEndpoints::Token(Secret::new(TOKEN))
+    }
+
+    async fn call(app: &Router, method: &str, uri: &str, auth: Option<&str>) -> (StatusCode, Option<String>, String) {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(auth) = auth {
+            request = request.header(header::AUTHORIZATION, auth);
+        }
+        let response = app.clone().oneshot(request.body(Body::empty()).unwrap()).await.unwrap();
+        let code = response.status();
+        let challenge = response.headers().get(header::WWW_AUTHENTICATE).map(|v| v.to_str().unwrap().to_string());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (code, challenge, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn the_open_endpoints_answer_without_a_token() {
+        let app = app(token(), Duration::ZERO);
+        for (path, code, body) in [
+            ("/healthz", StatusCode::OK, "ok\n"),
+            ("/readyz", StatusCode::SERVICE_UNAVAILABLE, "not ready: joining the group or restoring slices\n"),
+            ("/v1/slices", StatusCode::OK, "[]"),
+        ] {
+            assert_eq!(call(&app, "GET", path, None).await, (code, None, body.to_string()), "{path}");
+        }
+        let (code, _, metrics) = call(&app, "GET", "/metrics", None).await;
+        assert_eq!(code, StatusCode::OK);
+        assert!(metrics.contains("# TYPE dedupd_build_info gauge"), "{metrics}");
+        assert_eq!(call(&app, "GET", "/nowhere", None).await.0, StatusCode::NOT_FOUND);
+        assert_eq!(call(&app, "POST", "/metrics", None).await.2, "GET only\n");
+    }
+
+    #[tokio::test]
+    async fn lookup_needs_the_bearer_token() {
+        let app = app(token(), Duration::ZERO);
+        let (code, challenge, _) = call(&app, "GET", "/v1/lookup?key=a", None).await;
+        assert_eq!((code, challenge.as_deref()), (StatusCode::UNAUTHORIZED, Some(r#"Bearer realm="dedupd""#)));
+        for wrong in
+            [format!("Bearer {TOKEN}x"), "Bearer test-token".to_string(), format!("Basic {TOKEN}"), String::new()]
+        {
+            let (code, challenge, body) = call(&app, "GET", "/v1/lookup?key=a", Some(&wrong)).await;
+            assert_eq!(code, StatusCode::UNAUTHORIZED, "{wrong:?}");
+            assert!(challenge.is_some() && !body.contains("\"key\""), "{wrong:?}: {body}");
+        }
+        let (code, _, body) = call(&app, "GET", "/v1/lookup?key=click%2D1", Some(&format!("bearer {TOKEN}"))).await;
+        assert_eq!(code, StatusCode::OK, "{body}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["key"], "click-1");
+        let auth = format!("Bearer {TOKEN}");
+        assert_eq!(call(&app, "GET", "/v1/lookup", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn large_bodies_and_slow_answers_are_cut_short() {
+        let limits = Limits { request_timeout: Duration::from_millis(100), ..Limits::default() };
+        let (app, _) = limited_app(token(), Duration::from_millis(400), limits);
+        let auth = format!("Bearer {TOKEN}");
+        let (code, _, body) = call(&app, "GET", "/v1/lookup?key=a", Some(&auth)).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let big = Request::post("/metrics")
+            .header(header::CONTENT_LENGTH, limits.max_body_bytes + 1)
+            .body(Body::from(vec![b'x'; limits.max_body_bytes + 1]))
+            .unwrap();
+        assert_eq!(app.oneshot(big).await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
+    async fn lookup_is_not_found_when_off() {
+        let app = app(KeyEndpoints::Off, Duration::ZERO);
+        for auth in [None, Some("Bearer anything-at-all-0123")] {
+            let (code, _, body) = call(&app, "GET", "/v1/lookup?key=a", auth).await;
+            assert_eq!(code, StatusCode::NOT_FOUND);
+            assert!(body.contains("admin.key_endpoints"), "{body}");
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lookups_over_the_limit_are_shed_and_health_still_answers() {
+        // Lookups run one at a time (the real ones take the workers' lock):
+        // the admitted ones take 4 × 500 ms, within the request timeout.
+        let (app, lookups_done) = counted_app(token(), Duration::from_millis(500));
+        let auth = format!("Bearer {TOKEN}");
+        let n = Limits::default().key_concurrency + 3;
+        let calls: Vec<_> = (0..n)
+            .map(|i| {
+                let (app, auth) = (app.clone(), auth.clone());
+                tokio::spawn(async move { call(&app, "GET", &format!("/v1/lookup?key={i}"), Some(&auth)).await.0 })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The slow lookups hold no async thread: /healthz answers before any of them.
+        assert_eq!(call(&app, "GET", "/healthz", None).await.0, StatusCode::OK);
+        assert!(lookups_done.load(Ordering::SeqCst) < 2, "/healthz waited for the lookups");
+        let mut codes = Vec::new();
+        for c in calls {
+            codes.push(c.await.unwrap());
+        }
+        let ok = codes.iter().filter(|c| **c == StatusCode::OK).count();
+        let shed = codes.iter().filter(|c| **c == StatusCode::SERVICE_UNAVAILABLE).count();
+        assert_eq!((ok, shed), (Limits::default().key_concurrency, 3), "{codes:?}");
+    }
+
+    #[test]
+    fn query_keys_are_percent_decoded() {
+        assert_eq!(query_param("key=click%2D42&x=1", "key"), Some(b"click-42".to_vec()));
+        assert_eq!(query_param("a=1&key=a+b%20c", "key"), Some(b"a b c".to_vec()));
+        assert_eq!(query_param("key=%ff%", "key"), Some(vec![0xff, b'%']));
+        assert_eq!(query_param("key=%4", "key"), Some(b"%4".to_vec()));
+        assert_eq!(query_param("other=1", "key"), None);
+    }
+}

@@ -1,0 +1,267 @@
+//! The admin endpoint of a real `dedupd run` on the test broker: the key
+//! endpoints need the bearer token (or are off), secrets never reach the log
+//! or an answer, and slow or hostile clients (a slowloris, 500 idle or
+//! half-sent connections, an 8 MB header) do not starve `/metrics`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Known secret values; none may appear in the daemon's output or answers.
+const TOKEN: &str = "admin-token-S3CRET-4a7f0c21e9";
+const SASL_PASSWORD: &str = "sasl-S3CRET-password-77";
+const KEY_PASSWORD: &str = "key-S3CRET-password-78";
+const KEYSTORE_PASSWORD: &str = "keystore-S3CRET-password-79";
+/// Too short for a token (under 16 characters).
+const SHORT_TOKEN: &str = "S3CRET-short";
+const SECRETS: [&str; 5] = [TOKEN, SASL_PASSWORD, KEY_PASSWORD, KEYSTORE_PASSWORD, SHORT_TOKEN];
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in SECRETS {
+        assert!(!text.contains(secret), "{what} shows the secret {secret}:\n{text}");
+    }
+    assert!(!text.contains("S3CRET"), "{what} shows part of a secret:\n{text}");
+}
+
+/// A daemon on a fresh input topic (2 partitions, input-partitions slicing) with `extra` settings.
+fn daemon(name: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
+    let input = unique(&format!("clicks-{name}"));
+    create_topic(&input, 2);
+    let app = unique(name);
+    let mut env = app_env(&app, &input, "input-partitions", 2);
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    (Daemon::start(name, &env), input)
+}
+
+/// A new directory with a file `token` holding `token` and a newline, as a
+/// mounted Secret gives it: (the directory, the file's path).
+fn token_file(token: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(unique("dedupd-admin-token"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    (dir, file.display().to_string())
+}
+
+#[test]
+fn key_endpoints_need_the_token_and_no_secret_is_shown() {
+    let (dir, token_path) = token_file(TOKEN);
+    let (mut daemon, input) = daemon(
+        "admin-auth",
+        &[
+            ("DEDUPD__ADMIN__TOKEN_FILE", &token_path),
+            // librdkafka secrets, unused by the plaintext test broker but passed to every client.
+            ("DEDUPD__KAFKA__SASL_PASSWORD", SASL_PASSWORD),
+            ("DEDUPD__KAFKA__SSL_KEY_PASSWORD", KEY_PASSWORD),
+            ("DEDUPD__KAFKA__SSL_KEYSTORE_PASSWORD", KEYSTORE_PASSWORD),
+            // Everything dedupd and librdkafka log, including the configuration librdkafka dumps.
+            ("RUST_LOG", "debug"),
+            ("DEDUPD__KAFKA__DEBUG", "conf,security,generic"),
+        ],
+    );
+    daemon.wait_ready(Duration::from_secs(60));
+    let records: Vec<Rec> = (0..40u64)
+        .map(|i| click(i, &format!("k{}", i % 20), BASE_TS + i as i64, partition_of(&format!("k{}", i % 20), 2)))
+        .collect();
+    produce(&input, &records);
+    wait_for("records judged", Duration::from_secs(60), || slice_total(&[&daemon], &["distinct", "duplicates"]) >= 40);
+
+    let port = daemon.admin_port;
+    let mut answers = Vec::new();
+    let mut ask = |path: &str, headers: &[(&str, &str)]| {
+        let answer = http_request(port, "GET", path, headers).expect("an answer");
+        answers.push(format!("{path}\n{}\n\n{}", answer.head, answer.body));
+        answer
+    };
+
+    // Without a token, with a wrong one, with another scheme: 401 and a challenge.
+    let none = ask("/v1/lookup?key=k1", &[]);
+    assert_eq!(none.code, 401, "{}", none.body);
+    assert!(none.head.contains("www-authenticate: Bearer realm=\"dedupd\""), "{}", none.head);
+    let almost = format!("Bearer {}", &TOKEN[..TOKEN.len() - 1]);
+    let basic = format!("Basic {TOKEN}");
+    for wrong in [almost.as_str(), "Bearer x", basic.as_str()] {
+        let answer = ask("/v1/lookup?key=k1", &[("Authorization", wrong)]);
+        assert_eq!(answer.code, 401, "{wrong}: {}", answer.body);
+        assert!(!answer.body.contains("duplicate"), "{}", answer.body);
+    }
+    // With it: the verdict.
+    let bearer = format!("Bearer {TOKEN}");
+    let seen = ask("/v1/lookup?key=k1", &[("Authorization", &bearer)]);
+    assert_eq!(seen.code, 200, "{}", seen.body);
+    let seen: serde_json::Value = serde_json::from_str(&seen.body).unwrap();
+    assert!(seen["results"].as_array().unwrap().iter().any(|r| r["duplicate"] == true), "{seen}");
+
+    // The open endpoints need none.
+    for path in ["/metrics", "/healthz", "/readyz", "/v1/slices"] {
+        assert_eq!(ask(path, &[]).code, 200, "{path}");
+    }
+    assert_eq!(ask("/nowhere", &[]).code, 404);
+
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+    let log = daemon.log_text();
+    assert!(log.contains("key endpoints such as /v1/lookup: bearer token required"), "{log}");
+    // librdkafka did dump its configuration (so the check below looked at it) …
+    assert!(log.contains("sasl.password"), "no configuration dump in the log:\n{log}");
+    // … and neither it nor dedupd showed a secret, in the log or in any answer.
+    assert_no_secret("the daemon's log", &log);
+    assert_no_secret("the admin answers", &answers.join("\n"));
+    daemon.assert_clean_log();
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn key_endpoints_are_off_without_a_token() {
+    let (mut daemon, _) = daemon("admin-off", &[]);
+    daemon.wait_ready(Duration::from_secs(60));
+    let bearer = format!("Bearer {TOKEN}");
+    for headers in [vec![], vec![("Authorization", bearer.as_str())]] {
+        let answer = http_request(daemon.admin_port, "GET", "/v1/lookup?key=k1", &headers).unwrap();
+        assert_eq!(answer.code, 404, "{}", answer.body);
+        assert!(answer.body.contains("admin.key_endpoints"), "{}", answer.body);
+    }
+    assert_eq!(http_get(daemon.admin_port, "/metrics").unwrap().0, 200);
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+    assert!(daemon.log_text().contains("key endpoints such as /v1/lookup: off"));
+    daemon.assert_clean_log();
+}
+
+/// Whether the server closed `s`: a read gives end-of-file or an error
+/// within `wait` (a timeout means it is still open).
+fn closed_within(mut s: &TcpStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+    }
+}
+
+/// `/metrics` answers 200 within the bound of 1 s (a correctness
+/// bound for a starved endpoint, not a speed measurement).
+fn assert_metrics_answer(port: u16, while_what: &str) {
+    let started = Instant::now();
+    let answer = http_get(port, "/metrics");
+    let took = started.elapsed();
+    assert!(
+        answer.as_ref().is_some_and(|(code, body)| *code == 200 && body.contains("dedupd_build_info")),
+        "{answer:?}"
+    );
+    assert!(took < Duration::from_secs(1), "/metrics took {took:?} {while_what}");
+    eprintln!("/metrics answered in {took:?} {while_what}");
+}
+
+#[test]
+fn slow_and_hostile_clients_do_not_starve_metrics() {
+    let (mut daemon, _) = daemon("admin-hostile", &[]);
+    daemon.wait_ready(Duration::from_secs(60));
+    let port = daemon.admin_port;
+    let header_timeout = Duration::from_secs(5); // admin::Limits::default().header_read_timeout
+
+    // 500 connections held open: half say nothing, half send part of a request head.
+    let opened = Instant::now();
+    let held: Vec<TcpStream> = (0..500)
+        .map(|i| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            if i % 2 == 1 {
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Half: ").unwrap();
+            }
+            s
+        })
+        .collect();
+    for round in 0..3 {
+        assert_metrics_answer(port, &format!("with 500 connections held open (round {round})"));
+        assert_eq!(http_get(port, "/healthz").unwrap().0, 200);
+    }
+    assert!(opened.elapsed() < header_timeout, "the connections took too long to open to test them held");
+
+    // A slowloris: the head one byte at a time, a byte every 200 ms; cut off at the header timeout.
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let started = Instant::now();
+    let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    let mut cut = false;
+    for byte in head.iter().cycle().take(100) {
+        if slow.write_all(&[*byte]).is_err() || closed_within(&slow, Duration::from_millis(200)) {
+            cut = true;
+            break;
+        }
+        if started.elapsed() < header_timeout {
+            assert_metrics_answer(port, "while a slowloris trickles its head");
+        }
+    }
+    let lasted = started.elapsed();
+    eprintln!("the slowloris was cut off after {lasted:?}");
+    assert!(cut, "the slowloris was still connected after {lasted:?}");
+    assert!(lasted >= header_timeout - Duration::from_millis(500), "cut off after only {lasted:?}");
+
+    // The held connections are closed by the same timeout.
+    let still_open = held.iter().filter(|s| !closed_within(s, Duration::from_millis(10))).count();
+    assert_eq!(still_open, 0, "{still_open} of 500 held connections still open after {:?}", opened.elapsed());
+    drop(held);
+
+    // An 8 MB header: 431 as soon as the head passes the limit (16 KiB).
+    let started = Instant::now();
+    let mut big = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut reader = big.try_clone().unwrap();
+    let writer = std::thread::spawn(move || {
+        let mut sent = 0usize;
+        let chunk = vec![b'a'; 64 << 10];
+        if big.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: ").is_ok() {
+            while sent < 8 << 20 && big.write_all(&chunk).is_ok() {
+                sent += chunk.len();
+            }
+            let _ = big.write_all(b"\r\n\r\n");
+        }
+        sent
+    });
+    reader.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = reader.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    let refused_after = started.elapsed();
+    let sent = writer.join().unwrap();
+    eprintln!("an 8 MB header was refused after {refused_after:?}, {sent} bytes of it sent");
+    let reply = String::from_utf8_lossy(&reply);
+    assert!(reply.starts_with("HTTP/1.1 431 Request Header Fields Too Large"), "{reply:?}");
+    // Refused by its size, not by the header timeout (the client's socket
+    // buffers take a few MB before the server's refusal resets the connection).
+    assert!(refused_after < header_timeout, "refused only after {refused_after:?}");
+    assert_metrics_answer(port, "after an 8 MB header");
+
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+    daemon.assert_clean_log();
+}
+
+#[test]
+fn bad_secret_settings_are_named_without_their_values() {
+    let (dir, bad_token) = token_file(SHORT_TOKEN);
+    let cases = [
+        // A mistyped librdkafka password setting: librdkafka refuses it, the value is not shown.
+        (
+            ("DEDUPD__KAFKA__SASL_PASWORD", SASL_PASSWORD),
+            "invalid setting kafka.sasl.pasword = [redacted]: librdkafka refuses it",
+        ),
+        (("DEDUPD__ADMIN__TOKEN_FILE", bad_token.as_str()), "invalid setting admin.token_file = "),
+        (("DEDUPD__ADMIN__TOKEN", SHORT_TOKEN), "invalid setting admin.token = [redacted] (12 bytes): 16 to 4096"),
+    ];
+    for ((name, value), want) in cases {
+        let env = [(name.to_string(), value.to_string())];
+        let mut daemon = Daemon::spawn("admin-bad", &root(), &["run", "--config", "config/dedupd.toml"], &env);
+        let status = daemon.child.wait().unwrap();
+        let log = daemon.log_text();
+        assert!(!status.success(), "{name}: {log}");
+        assert!(log.contains(want), "{name}: want {want:?} in\n{log}");
+        assert_no_secret(name, &log);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
