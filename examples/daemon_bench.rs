@@ -9,7 +9,10 @@
 //! - `consume BROKER TOPIC PARTITIONS` reads a topic to its end, reports records/s;
 //! - `consume-live BROKER TOPIC PARTITIONS SECONDS` reads the records that
 //!   arrive during SECONDS and reports record timestamp → consumed latencies
-//!   (with a paced `produce`: the broker's own latency for one hop);
+//!   (with a paced `produce`: the broker's own latency for one hop); with
+//!   DUMP, also each record's payload hash and arrival time (ms) into DUMP;
+//! - `paired RELAY_DUMP DEDUPD_DUMP`: for the input records in both dumps,
+//!   the quantiles of (arrival in dedupd's output − arrival in the relay's);
 //! - `relay BROKER IN OUT PARTITIONS SECONDS` copies the records that arrive
 //!   in IN during SECONDS to the same partition of OUT, key, payload and
 //!   timestamp unchanged: a bare consume → produce hop with dedupd's client
@@ -175,7 +178,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 }
 
 /// Reads new records of a topic for `seconds`: record timestamp → consumed.
-fn consume_live(broker: &str, topic: &str, partitions: i32, seconds: u64) {
+fn consume_live(broker: &str, topic: &str, partitions: i32, seconds: u64, dump: Option<&str>) {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("group.id", format!("bench-live-{}", std::process::id()))
@@ -189,14 +192,55 @@ fn consume_live(broker: &str, topic: &str, partitions: i32, seconds: u64) {
     c.assign(&tpl).unwrap();
     let end = Instant::now() + Duration::from_secs(seconds);
     let mut ms = Vec::new();
+    let mut seen: Vec<(u64, i64)> = Vec::new();
     while Instant::now() < end {
         if let Some(Ok(m)) = c.poll(Duration::from_millis(100))
             && let Some(ts) = m.timestamp().to_millis()
         {
-            ms.push((now_ms() - ts) as f32);
+            let now = now_ms();
+            ms.push((now - ts) as f32);
+            if dump.is_some() {
+                seen.push((payload_id(m.payload().unwrap_or_default()), now));
+            }
         }
     }
+    if let Some(path) = dump {
+        let text: String = seen.iter().map(|(id, at)| format!("{id} {at}\n")).collect();
+        std::fs::write(path, text).expect("write the dump");
+    }
     println!("consume_live records={} {}", ms.len(), quantiles(ms));
+}
+
+/// Names a record by its payload, to find the same input record in two outputs.
+fn payload_id(payload: &[u8]) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(payload)
+}
+
+/// Per input record found in both dumps of `consume-live` (the first arrival
+/// of each payload in each): when dedupd's output had it minus when the
+/// relay's had it. Unlike the difference of two quantiles, the broker's
+/// shared delays cancel record by record.
+fn paired(relay_dump: &str, dedupd_dump: &str) {
+    let read = |path: &str| -> std::collections::HashMap<u64, i64> {
+        let mut first = std::collections::HashMap::new();
+        for line in std::fs::read_to_string(path).expect("read a dump").lines() {
+            let mut f = line.split(' ');
+            let (Some(id), Some(at)) = (f.next(), f.next()) else { continue };
+            let (id, at): (u64, i64) = (id.parse().expect("id"), at.parse().expect("time"));
+            first.entry(id).and_modify(|t: &mut i64| *t = (*t).min(at)).or_insert(at);
+        }
+        first
+    };
+    let (relay, dedupd) = (read(relay_dump), read(dedupd_dump));
+    let added: Vec<f32> = dedupd.iter().filter_map(|(id, at)| relay.get(id).map(|r| (at - r) as f32)).collect();
+    println!(
+        "paired records={} of dedupd={} relay={} added {}",
+        added.len(),
+        dedupd.len(),
+        relay.len(),
+        quantiles(added)
+    );
 }
 
 /// A bare relay: IN → OUT, partition for partition, with the client settings
@@ -406,7 +450,10 @@ fn main() {
             a.get(6).map_or(0.0, |r| r.parse().unwrap()),
         ),
         Some("consume") => consume(&a[2], &a[3], a[4].parse().unwrap()),
-        Some("consume-live") => consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap()),
+        Some("consume-live") => {
+            consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap(), a.get(6).map(String::as_str))
+        }
+        Some("paired") => paired(&a[2], &a[3]),
         Some("relay") => relay(&a[2], &a[3], &a[4], a[5].parse().unwrap(), a[6].parse().unwrap()),
         Some("wait") => wait(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap())),
         Some("latency") => latency(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4]),

@@ -225,9 +225,9 @@ part_sidebyside() {
         $bench produce "$broker" "$app.in" $((rate * secs)) 3 "$rate" >"target/$app.produce.log" &
         local producer=$!
         sleep $((secs - 42))
-        $bench consume-live "$broker" "$app.relay" 3 40 >"target/$app.relay-probe.log" &
+        $bench consume-live "$broker" "$app.relay" 3 40 "target/$app.relay.dump" >"target/$app.relay-probe.log" &
         local probe=$!
-        $bench consume-live "$broker" "$app.out" "$slices" 40 >"target/$app.dedupd-probe.log"
+        $bench consume-live "$broker" "$app.out" "$slices" 40 "target/$app.dedupd.dump" >"target/$app.dedupd-probe.log"
         wait "$probe" "$producer" "$relay"
         stop_daemon "$daemon_pid"
         local r d
@@ -238,6 +238,8 @@ part_sidebyside() {
         echo "side_$mode dedupd $(cat "target/$app.dedupd-probe.log")"
         awk -v r50="${r[0]:-nan}" -v r99="${r[1]:-nan}" -v d50="${d[0]:-nan}" -v d99="${d[1]:-nan}" -v m="$mode" \
           'BEGIN {printf "side_%s added_by_dedupd p50_ms=%.1f p99_ms=%.1f\n", m, d50 - r50, d99 - r99}'
+        echo "side_$mode $($bench paired "target/$app.relay.dump" "target/$app.dedupd.dump")"
+        rm -f "target/$app.relay.dump" "target/$app.dedupd.dump"
       done
     done
   done
