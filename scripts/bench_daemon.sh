@@ -8,7 +8,8 @@
 # memory does not grow across parts):
 #   throughput  broker produce-only and consume-only of the N records, then `dedupd run` with
 #               filter.kind = timer and = passthrough on them (ROUNDS times, alternating),
-#               records/s from the first to the last verdict and resident memory over the run
+#               records/s from the first to the last reading of the verdict count (daemon_bench
+#               wait), the process's CPU and resident memory over the run
 #               (THROUGHPUT_KINDS="passthrough" runs one kind only)
 #   latency     a producer paced at RATE records/s (default: half the timer run's rate, or
 #               LATENCY_RATE) with real-time timestamps: first the broker alone for 30 s (the
