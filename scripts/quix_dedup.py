@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "target" / "quix-venv"
 VENV_PYTHON = VENV / "bin" / "python"
 REQUIREMENTS = ROOT / "scripts" / "quix_requirements.txt"
-WINDOW = timedelta(seconds=60)
 WINDOW_MS = 60_000
+WINDOW = timedelta(milliseconds=WINDOW_MS)
 
 
 def quix_installed():
