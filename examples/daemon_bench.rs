@@ -18,31 +18,47 @@
 //!   timestamp unchanged: a bare consume → produce hop with dedupd's client
 //!   settings (its consumer's fetch settings, an idempotent producer with
 //!   acks=all), to measure latency against dedupd in the same run;
-//! - `wait ADMIN_PORT N LABEL [PID]` polls a dedupd admin endpoint until N
-//!   records are judged and reports records/s from the first verdict, and
-//!   the resident memory of PID at the first verdict, 25/50/75% of the way
-//!   and at the end;
+//! - `produce-text BROKER TOPIC N TRUTH_FILE` writes the peer
+//!   benchmark's stream (`scripts/bench_peer.sh`): N records whose keys are
+//!   real text (Brown Corpus sentences), ~35% copies, partitioned by key,
+//!   then a tail of 5 s of event time that moves every waiting system past
+//!   the N records; TRUTH_FILE gets the exact event-time verdict of each of
+//!   the N records (one byte each, 1 = duplicate);
+//! - `wait PROGRESS N LABEL [PID]` polls how many records a system has judged
+//!   (PROGRESS: a dedupd admin port, or `file:PATH` holding a count) until N
+//!   and reports records/s between the first reading that shows progress and
+//!   the first that shows N (see `wait`); with PID, the resident
+//!   memory of PID at the first verdict, 25/50/75% of the way and at the end,
+//!   and the CPU of PID's process tree between the first and the N-th
+//!   verdict, with its peak resident memory (VmHWM);
+//! - `check BROKER TOPIC TRUTH_FILE LABEL` reads an output topic written from
+//!   the `produce-text` stream and reports FPR / FNR of its distinct records
+//!   against TRUTH_FILE;
 //! - `latency ADMIN_PORT SECONDS LABEL` reports the end-to-end latency
 //!   quantiles (dedupd_end_to_end_latency_seconds) of the outputs
 //!   acknowledged during the next SECONDS.
 //!
-//! `cargo run --release --example daemon_bench -- produce|consume|wait|latency ...`
+//! `cargo run --release --example daemon_bench -- produce|produce-text|consume|wait|check|latency ...`
 
 // The same allocator as the `dedupd` binary (see src/main.rs), so the bare
 // relay that dedupd's latency is compared with is no slower for want of it.
 #[cfg(target_os = "linux")]
 use tikv_jemalloc_sys as _;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::workload::Rng;
+use dedupd::bench::oracle::{Confusion, ExactWindow};
+use dedupd::bench::text::TextCorpus;
+use dedupd::bench::workload::{KeyDist, RateProfile, Rng, Stream};
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -77,16 +93,33 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64
 }
 
-fn produce(broker: &str, topic: &str, n: u64, partitions: i32, rate: f64) {
-    // Paced: librdkafka's default linger (5 ms), as a live client would send.
-    let linger = if rate > 0.0 { "5" } else { "20" };
-    let p: ThreadedProducer<AckTimes> = ClientConfig::new()
+/// The load generator's producer: idempotent, batches of up to 10 000 records.
+fn load_producer(broker: &str, linger_ms: &str) -> ThreadedProducer<AckTimes> {
+    ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("enable.idempotence", "true")
-        .set("linger.ms", linger)
+        .set("linger.ms", linger_ms)
         .set("batch.num.messages", "10000")
         .create_with_context(AckTimes::default())
-        .expect("producer");
+        .expect("producer")
+}
+
+/// Sends a record, waiting while the producer's queue is full.
+fn send(p: &ThreadedProducer<AckTimes>, mut rec: BaseRecord<'_, [u8], [u8]>) {
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                rec = back;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+fn produce(broker: &str, topic: &str, n: u64, partitions: i32, rate: f64) {
+    // Paced: librdkafka's default linger (5 ms), as a live client would send.
+    let p = load_producer(broker, if rate > 0.0 { "5" } else { "20" });
     let mut rng = Rng::new(5);
     let start = Instant::now();
     let base: i64 = 1_760_000_000_000;
@@ -116,19 +149,11 @@ fn produce(broker: &str, topic: &str, n: u64, partitions: i32, rate: f64) {
             base + (i / 10) as i64 // 10 000 records per second of event time
         };
         let payload = format!("{{\"id\":\"{id:016x}\",\"ts\":{ts}}}");
-        let mut rec = BaseRecord::<[u8], [u8]>::to(topic)
+        let rec = BaseRecord::<[u8], [u8]>::to(topic)
             .payload(payload.as_bytes())
             .timestamp(ts)
             .partition((i % partitions as u64) as i32);
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    rec = back;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-        }
+        send(&p, rec);
     }
     p.flush(Duration::from_secs(120)).expect("flush");
     let s = start.elapsed().as_secs_f64();
@@ -140,7 +165,72 @@ fn produce(broker: &str, topic: &str, n: u64, partitions: i32, rate: f64) {
     }
 }
 
-fn consume(broker: &str, topic: &str, partitions: i32) {
+/// The peer benchmark's stream: records per second of event time, share of new keys (the
+/// rest copy an earlier record 100 ms to 90 s back, log-uniform), which give ~35% duplicates
+/// and ~39 000 distinct keys per 60 s window.
+const TEXT_RATE: u64 = 1000;
+const TEXT_P_NEW: f64 = 0.63;
+const TEXT_WINDOW_MS: u64 = 60_000;
+/// Event time written after the N measured records: more than dedupd's lateness (2 s), so its
+/// watermark passes every measured record without waiting for the idle flush, as a live
+/// stream's next records would.
+const TEXT_TAIL_MS: u64 = 5_000;
+
+/// Writes the peer benchmark's stream (module doc) and the exact verdicts of its first `n`
+/// records to `truth_path`.
+fn produce_text(broker: &str, topic: &str, n: u64, truth_path: &str) {
+    let corpus = TextCorpus::load().unwrap_or_else(|e| {
+        eprintln!("daemon_bench: {e}");
+        std::process::exit(2)
+    });
+    let p = load_producer(broker, "20");
+    let dist = KeyDist::Recurring { p_new: TEXT_P_NEW, min_gap_ms: 100, max_gap_ms: 90_000 };
+    let seconds = n.div_ceil(TEXT_RATE) + TEXT_TAIL_MS / 1000 + 1;
+    let base: i64 = 1_760_000_000_000; // never 0: librdkafka stamps a timestamp of 0 with "now"
+    let mut oracle = ExactWindow::new(TEXT_WINDOW_MS);
+    let mut truth = Vec::with_capacity(n as usize);
+    let (mut in_window, mut last_measured, mut sent) = (Vec::new(), 0, 0u64);
+    let start = Instant::now();
+    for (seq, (id, t)) in Stream::new(20, dist, RateProfile::steady(1000, TEXT_RATE), seconds).enumerate() {
+        let seq = seq as u64;
+        if seq >= n && t > last_measured + TEXT_TAIL_MS {
+            break;
+        }
+        let key = corpus.key(id);
+        // The stream comes in time order, so this is the event-time answer (invariant 7).
+        let duplicate = oracle.observe(&key, t);
+        if seq < n {
+            truth.push(duplicate as u8);
+            last_measured = t;
+            if seq % 1000 == 0 && t >= TEXT_WINDOW_MS {
+                in_window.push(oracle.keys_in_window());
+            }
+        }
+        let ts = base + t as i64;
+        let payload = serde_json::json!({"seq": seq, "id": key, "ts": ts}).to_string();
+        // No partition: librdkafka's partitioner hashes the key, so every copy of a key lands
+        // in one partition (what dedupd's input-partitions mode and Quix's state require).
+        send(&p, BaseRecord::to(topic).key(key.as_bytes()).payload(payload.as_bytes()).timestamp(ts));
+        sent += 1;
+    }
+    p.flush(Duration::from_secs(120)).expect("flush");
+    let s = start.elapsed().as_secs_f64();
+    assert_eq!(truth.len() as u64, n, "the stream ended before {n} records");
+    std::fs::write(truth_path, &truth).unwrap_or_else(|e| panic!("write {truth_path}: {e}"));
+    let duplicates = truth.iter().filter(|&&d| d == 1).count();
+    let window_mean = in_window.iter().sum::<usize>() as f64 / in_window.len().max(1) as f64;
+    println!(
+        "produce_text records={n} tail={} seconds={s:.2} records_per_second={:.0} duplicate_share={:.3} \
+         distinct_keys_per_window={window_mean:.0}",
+        sent - n,
+        sent as f64 / s,
+        duplicates as f64 / n as f64
+    );
+}
+
+/// Reads every partition of a topic (all of them when `partitions` is None) from the
+/// beginning to its end, handing each record to `f`.
+fn read_to_end(broker: &str, topic: &str, partitions: Option<i32>, mut f: impl FnMut(&BorrowedMessage<'_>)) {
     let c: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("group.id", format!("bench-{}", std::process::id()))
@@ -151,22 +241,70 @@ fn consume(broker: &str, topic: &str, partitions: i32) {
         .set("fetch.queue.backoff.ms", "10")
         .create()
         .expect("consumer");
+    let partitions = partitions.unwrap_or_else(|| {
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+        md.topics().first().map_or(0, |t| t.partitions().len() as i32)
+    });
+    assert!(partitions > 0, "topic {topic} has no partitions");
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
     }
     c.assign(&tpl).unwrap();
-    let start = Instant::now();
-    let (mut n, mut ended) = (0u64, 0);
+    let mut ended = 0;
     while ended < partitions {
         match c.poll(Duration::from_millis(100)) {
-            Some(Ok(_)) => n += 1,
+            Some(Ok(m)) => f(&m),
             Some(Err(KafkaError::PartitionEOF(_))) => ended += 1,
-            _ => {}
+            // librdkafka retries what it reports here (e.g. a dropped connection).
+            Some(Err(e)) => eprintln!("reading {topic}: {e}"),
+            None => {}
         }
     }
+}
+
+fn consume(broker: &str, topic: &str, partitions: i32) {
+    let start = Instant::now();
+    let mut n = 0u64;
+    read_to_end(broker, topic, Some(partitions), |_| n += 1);
     let s = start.elapsed().as_secs_f64();
     println!("consume_only records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
+}
+
+/// FPR / FNR of the distinct records in `topic` (each holds the `seq` of a `produce-text`
+/// record) against the exact verdicts in `truth_path`. A record written twice (an
+/// at-least-once re-send) counts once, and is reported; the tail is not judged.
+fn check(broker: &str, topic: &str, truth_path: &str, label: &str) {
+    let truth = std::fs::read(truth_path).unwrap_or_else(|e| panic!("read {truth_path}: {e}"));
+    let mut delivered = vec![false; truth.len()];
+    let (mut outputs, mut repeated, mut tail, mut unreadable) = (0u64, 0u64, 0u64, 0u64);
+    read_to_end(broker, topic, None, |m| {
+        outputs += 1;
+        let seq = m
+            .payload()
+            .and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+            .and_then(|v| v["seq"].as_u64());
+        match seq {
+            Some(seq) if (seq as usize) < delivered.len() => {
+                repeated += delivered[seq as usize] as u64;
+                delivered[seq as usize] = true;
+            }
+            Some(_) => tail += 1,
+            None => unreadable += 1,
+        }
+    });
+    let mut confusion = Confusion::default();
+    for (said_distinct, truth) in delivered.iter().zip(&truth) {
+        confusion.record(!said_distinct, *truth == 1);
+    }
+    println!(
+        "{label} outputs={outputs} repeated={repeated} tail={tail} unreadable={unreadable} fpr={:.5} fnr={:.5} \
+         false_duplicates={} false_distinct={}",
+        confusion.fpr(),
+        confusion.fnr(),
+        confusion.false_duplicates,
+        confusion.false_distinct
+    );
 }
 
 fn get(port: u16, path: &str) -> Option<String> {
@@ -281,15 +419,7 @@ fn relay(broker: &str, input: &str, output: &str, partitions: i32, seconds: u64)
         if let Some(ts) = m.timestamp().to_millis() {
             rec = rec.timestamp(ts);
         }
-        loop {
-            match p.send(rec) {
-                Ok(()) => break,
-                Err((_, back)) => {
-                    rec = back;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-            }
-        }
+        send(&p, rec);
         n += 1;
     }
     p.flush(Duration::from_secs(30)).expect("flush");
@@ -311,24 +441,97 @@ fn judged(port: u16) -> Option<u64> {
     )
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
+/// Where `wait` reads how many records a system has judged.
+enum Progress {
+    /// A dedupd admin port: the verdicts in `/v1/slices`.
+    Admin(u16),
+    /// A file holding a count that the system rewrites as it goes
+    /// (`scripts/quix_dedup.py --progress-file`).
+    File(PathBuf),
+}
+
+impl Progress {
+    fn parse(arg: &str) -> Progress {
+        match arg.strip_prefix("file:") {
+            Some(path) => Progress::File(path.into()),
+            None => Progress::Admin(arg.parse().expect("PROGRESS: an admin port or file:PATH")),
+        }
+    }
+
+    fn judged(&self) -> Option<u64> {
+        match self {
+            Progress::Admin(port) => judged(*port),
+            Progress::File(path) => std::fs::read_to_string(path).ok()?.trim().parse().ok(),
+        }
+    }
+}
+
+/// A `/proc/PID/status` field in KiB (VmRSS, VmHWM).
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
-    let mut first: Option<Instant> = None;
+fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Whether a process is running (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
+/// What a process and all its descendants have used so far: CPU seconds (user + system,
+/// with their reaped children's) and the sum of their peak resident memory (VmHWM), KiB.
+fn tree_usage(root: u32) -> (f64, u64) {
+    // pid → (parent, CPU clock ticks), from /proc/*/stat (the fields after the command
+    // name, which may hold spaces, end at the last ')').
+    let mut procs: HashMap<u32, (u32, u64)> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let f: Vec<u64> = rest.split_whitespace().skip(1).map(|x| x.parse().unwrap_or(0)).collect();
+        // After the state: ppid, …, utime (index 10 here), stime, cutime, cstime.
+        if f.len() > 13 {
+            procs.insert(pid, (f[0] as u32, f[10] + f[11] + f[12] + f[13]));
+        }
+    }
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let parent = tree[i];
+        tree.extend(procs.iter().filter(|(_, (pp, _))| *pp == parent).map(|(pid, _)| *pid));
+        i += 1;
+    }
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ticks: u64 = tree.iter().filter_map(|pid| procs.get(pid)).map(|(_, t)| t).sum();
+    let hwm = tree.iter().filter_map(|pid| status_kib(*pid, "VmHWM:")).sum();
+    (ticks as f64 / hz, hwm)
+}
+
+/// Records/s between the first reading that shows progress and the first that shows `n` judged:
+/// the records judged in between over the time in between. A system publishes its count in
+/// steps (dedupd every 200 ms, `quix_dedup.py` every 1000 records), so both ends are moments
+/// at which the count was exact, to within one poll (10 ms); counting from 0 at the first
+/// reading would add up to a step to a run of a second or two. With `pid`, the CPU of its
+/// process tree over the same interval, per 1 M of those records.
+fn wait(progress: &Progress, n: u64, label: &str, pid: Option<u32>) {
+    // (when, judged, CPU seconds of the tree) at the first reading with progress.
+    let mut first: Option<(Instant, u64, f64)> = None;
     let deadline = Instant::now() + Duration::from_secs(1800);
     // Resident memory when 0, 25, 50, 75 and 100% of the records are judged.
     let mut rss: [Option<u64>; 5] = [None; 5];
     // … and at every tenth.
     let mut tenths: [Option<u64>; 11] = [None; 11];
     let mut peak = 0;
-    loop {
-        let done = judged(port).unwrap_or(0);
+    let (end, done, usage) = loop {
+        let done = progress.judged().unwrap_or(0);
         if done > 0 && first.is_none() {
-            first = Some(Instant::now());
+            first = Some((Instant::now(), done, pid.map_or(0.0, |p| tree_usage(p).0)));
         }
         if let Some(kib) = pid.and_then(rss_kib) {
             peak = peak.max(kib);
@@ -339,14 +542,30 @@ fn wait(port: u16, n: u64, label: &str, pid: Option<u32>) {
             }
         }
         if done >= n {
-            break;
+            break (Instant::now(), done, pid.map(tree_usage));
         }
         assert!(Instant::now() < deadline, "{label}: only {done} of {n} judged after 30 minutes");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let s = first.expect("some progress").elapsed().as_secs_f64();
-    println!("{label} records={n} seconds={s:.2} records_per_second={:.0}", n as f64 / s);
-    if pid.is_some() {
+        if let Some(pid) = pid {
+            assert!(alive(pid), "{label}: process {pid} ended after {done} of {n} records judged");
+        }
+        // Often enough for runs of a second or two (a 1 M-record backlog at 700 000/s).
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let (at, judged_at_first, cpu_at_first) = first.expect("some progress");
+    let (s, judged) = ((end - at).as_secs_f64(), done - judged_at_first);
+    // A run that ends within one step of its count has no interval to measure: NaN.
+    let per_record = |x: f64| if judged > 0 { x / judged as f64 } else { f64::NAN };
+    println!(
+        "{label} records={n} judged_in_interval={judged} seconds={s:.2} records_per_second={:.0}",
+        1.0 / per_record(s)
+    );
+    if let Some((cpu, hwm)) = usage {
+        let cpu = cpu - cpu_at_first;
+        println!(
+            "{label} process_tree cpu_seconds={cpu:.2} cpu_seconds_per_million={:.2} peak_rss_mib={:.0}",
+            per_record(cpu) * 1e6,
+            hwm as f64 / 1024.0
+        );
         let mib = |k: Option<u64>| k.map_or("-".to_string(), |k| format!("{:.0}", k as f64 / 1024.0));
         println!(
             "{label} rss_mib at_0%={} at_25%={} at_50%={} at_75%={} at_100%={} peak={}",
@@ -449,18 +668,24 @@ fn main() {
             a[5].parse().unwrap(),
             a.get(6).map_or(0.0, |r| r.parse().unwrap()),
         ),
+        Some("produce-text") => produce_text(&a[2], &a[3], a[4].parse().unwrap(), &a[5]),
         Some("consume") => consume(&a[2], &a[3], a[4].parse().unwrap()),
         Some("consume-live") => {
             consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap(), a.get(6).map(String::as_str))
         }
+        Some("check") => check(&a[2], &a[3], &a[4], &a[5]),
         Some("paired") => paired(&a[2], &a[3]),
         Some("relay") => relay(&a[2], &a[3], &a[4], a[5].parse().unwrap(), a[6].parse().unwrap()),
-        Some("wait") => wait(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap())),
+        Some("wait") => {
+            wait(&Progress::parse(&a[2]), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap()))
+        }
         Some("latency") => latency(a[2].parse().unwrap(), a[3].parse().unwrap(), &a[4]),
         _ => {
             eprintln!(
-                "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | consume BROKER TOPIC PARTITIONS \
-                 | consume-live BROKER TOPIC PARTITIONS SECONDS | relay BROKER IN OUT PARTITIONS SECONDS | wait ADMIN_PORT N LABEL [PID] | latency ADMIN_PORT SECONDS LABEL"
+                "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | produce-text BROKER TOPIC N TRUTH_FILE \
+                 | consume BROKER TOPIC PARTITIONS | consume-live BROKER TOPIC PARTITIONS SECONDS \
+                 | relay BROKER IN OUT PARTITIONS SECONDS | wait ADMIN_PORT|file:PATH N LABEL [PID] \
+                 | check BROKER TOPIC TRUTH_FILE LABEL | latency ADMIN_PORT SECONDS LABEL"
             );
             std::process::exit(2);
         }

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Side by side with a peer (issue 20): one real-text stream through dedupd in each slicing mode
+# and through a Quix Streams application doing an exact dedup (scripts/quix_dedup.py), on the
+# local broker (docs/performance-daemon.md, "Side by side with a peer").
+#
+#   scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix]
+#   scripts/bench_peer.sh --records 20000 --rounds 1 --no-quix     # a smoke run, ~1 min
+#
+# The stream (daemon_bench produce-text): N records (default 1 000 000, or RECORDS) keyed by a
+# Brown Corpus sentence (scripts/text_corpus.sh), JSON payloads {"seq","id","ts"} with event
+# time ts = the record's CreateTime, 1 000 records per second of event time, ~35% copies of an
+# earlier record (~39 000 distinct keys per 60 s window), on 3 input partitions by key, then a
+# 5 s tail; the exact event-time verdicts of the N records are computed as it is written. The
+# input topic is created with retention.ms = retention.bytes = -1: Quix Streams reads the
+# input's retention (DescribeConfigs) for its changelog topic, and Tansu describes only configs
+# set at creation.
+#
+# Systems, in this order in each of R rounds (default 3, or ROUNDS), each on a fresh broker
+# holding the same stream (the broker's memory storage slows down as it fills, docs/broker.md):
+#   input-partitions  dedupd, slicing.mode = input-partitions (3 slices = the input partitions)
+#   repartition       dedupd, slicing.mode = repartition, 8 slices
+#   quix              scripts/quix_dedup.py: RocksDB state with a 60 s TTL per key (not with --no-quix)
+# dedupd: window 60 s, filter.expected_keys = 40 000 (the stream's keys per window), the other
+# settings config/dedupd.toml's, key json:/id, time json:/ts (scripts/bench_lib.sh start_daemon).
+#
+# Measured per run (daemon_bench wait / check):
+#   records/s    the records judged between the first reading of the system's count that shows
+#                progress and the first that shows N, over the time between (a backlog: all N
+#                are in the input before the system starts; dedupd publishes its count every
+#                200 ms, quix_dedup.py every 1000 records, daemon_bench wait reads it every 10 ms)
+#   CPU          user + system CPU of the system's process tree (/proc) over the same interval,
+#                in seconds per 1 M of the records judged in it
+#   peak RSS     VmHWM of the process tree at the end of that interval (MiB)
+#   FPR / FNR    of the distinct records in the output topic (read after every record, the tail
+#                too, is judged and the system is stopped) against the exact verdicts
+# Writes target/bench-peer.csv (a row per run) and target/bench-peer.md (ranges over the rounds,
+# and repartition's CPU per record over input-partitions', round by round), and prints the
+# latter. Logs: target/bench-peer-*.log. Environment: DEDUPD_BROKER_PORT, DEDUPD_BIN_DIR.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --records) records=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --no-quix) quix=0; shift ;;
+    *) echo "usage: scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix]" >&2; exit 2 ;;
+  esac
+done
+source scripts/bench_lib.sh
+run="bench-peer-$(date +%s)"
+scripts/text_corpus.sh
+systems=(input-partitions repartition)
+if [[ $quix == 1 ]]; then
+  systems+=(quix)
+  python3 scripts/quix_dedup.py --install
+fi
+quix_python=target/quix-venv/bin/python
+admin=19520
+csv=target/bench-peer.csv md=target/bench-peer.md
+echo "round,system,records,records_per_second,cpu_seconds_per_million,peak_rss_mib,fpr,fnr,outputs,repeated" >"$csv"
+
+# field NAME FILE: the value of NAME=VALUE in what a daemon_bench command printed.
+field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" "$2" | head -1; }
+
+run_one() { # round system
+  local round=$1 system=$2 app="$run-$2-$1" truth="target/$run.truth" pid progress out
+  fresh_broker
+  topic "$app.in" 3 retention.ms=-1 retention.bytes=-1
+  $bench produce-text "$broker" "$app.in" "$records" "$truth" >"target/$app.produce"
+  case $system in
+    quix)
+      out="$app.out"
+      topic "$out" 3
+      "$quix_python" scripts/quix_dedup.py --broker "$broker" --input "$app.in" --output "$out" --group "$app" \
+        --state-dir "target/$app.state" --progress-file "target/$app.progress" >"target/$app.log" 2>&1 &
+      pid=$! progress="file:target/$app.progress"
+      ;;
+    *)
+      local slices=8
+      [[ $system == input-partitions ]] && slices=3
+      start_daemon "$app" "$app.in" timer "$slices" "$admin" DEDUPD__SLICING__MODE="$system" \
+        DEDUPD__FILTER__EXPECTED_KEYS=40000
+      pid=$daemon_pid progress=$admin out="$app.out"
+      ;;
+  esac
+  $bench wait "$progress" "$records" "$system" "$pid" >"target/$app.wait"
+  # Every record judged, the tail too (dedupd releases the last ones after lateness of quiet),
+  # so that the output holds every verdict on the N once the system has stopped.
+  $bench wait "$progress" $((records + $(field tail "target/$app.produce"))) "$system" >/dev/null
+  stop_daemon "$pid"
+  rm -rf "target/$app.state"
+  $bench check "$broker" "$out" "$truth" "$system" >"target/$app.check"
+  cat "target/$app.wait" "target/$app.check"
+  local w="target/$app.wait" c="target/$app.check"
+  echo "$round,$system,$records,$(field records_per_second "$w"),$(field cpu_seconds_per_million "$w"),$(field peak_rss_mib "$w"),$(field fpr "$c"),$(field fnr "$c"),$(field outputs "$c"),$(field repeated "$c")" >>"$csv"
+}
+
+for ((round = 1; round <= rounds; round++)); do
+  for system in "${systems[@]}"; do
+    echo "== round $round: $system"
+    run_one "$round" "$system"
+  done
+done
+cat "target/$run-input-partitions-1.produce"
+
+python3 - "$csv" "$md" "$run" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+names = {"input-partitions": "dedupd input-partitions (3 slices)", "repartition": "dedupd repartition (8 slices)",
+         "quix": "Quix Streams 3.28.1, RocksDB state, 60 s TTL"}
+def span(values, fmt):
+    values = [v for v in values if v == v]  # NaN: a run shorter than the system's count steps
+    if not values:
+        return "n/a"
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+thousands = lambda v: f"{v / 1000:.1f}k"
+lines = ["| system | records/s | CPU s per 1 M records | peak RSS MiB | FPR / FNR |", "|---|---:|---:|---:|---|"]
+for system in names:
+    rs = [r for r in rows if r["system"] == system]
+    if not rs:
+        continue
+    get = lambda k: [float(r[k]) for r in rs]
+    lines.append(f"| {names[system]} | {span(get('records_per_second'), thousands)} "
+                 f"| {span(get('cpu_seconds_per_million'), lambda v: f'{v:.2f}')} "
+                 f"| {span(get('peak_rss_mib'), lambda v: f'{v:.0f}')} "
+                 f"| {span(get('fpr'), lambda v: f'{v:.4f}')} / {span(get('fnr'), lambda v: f'{v:.4f}')} |")
+cpu = {(r["round"], r["system"]): float(r["cpu_seconds_per_million"]) for r in rows}
+# A run too short for the count steps or the CPU clock (10 ms ticks) has no ratio.
+ratios = [f"{cpu[(k, 'repartition')] / cpu[(k, s)]:.2f}×" if cpu[(k, s)] > 0 and cpu[(k, "repartition")] > 0 else "n/a"
+          for k, s in cpu if s == "input-partitions" and (k, "repartition") in cpu]
+if ratios:
+    lines.append("| repartition / input-partitions, CPU per record (round by round; issue 20 target ≤ 2×) "
+                 f"| | {' · '.join(ratios)} | | |")
+n = int(rows[0]["records"])
+lines.append("")
+lines.append(f"{n:,} records, {len({r['round'] for r in rows})} round(s); per run: {sys.argv[3]} in target/ "
+             "(the rows: target/bench-peer.csv).")
+open(sys.argv[2], "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
