@@ -7,7 +7,7 @@ fn main() -> std::process::ExitCode {
     match dedupd::cli::main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("dedupd: {e:#}");
+            dedupd::cli::logs::report_exit_error(&e);
             std::process::ExitCode::from(2)
         }
     }

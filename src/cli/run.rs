@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::logs;
 use crate::admin::{self, Status};
 use crate::config::{Settings, SettingsFile, SlicingMode};
 use crate::engine::Extractor;
@@ -123,10 +124,12 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let file = SettingsFile::locate_default(args.config.as_deref())?;
+    // The settings choose the log format, so they are read before the log
+    // starts; an error here names the file it read.
+    let cfg = Settings::load(file.path()).with_context(|| file.to_string())?;
+    logs::init(cfg.log_format);
     log::info!("{file}");
-    let cfg = Settings::load(file.path())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon(cfg))
 }
@@ -160,6 +163,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     log::info!("admin endpoint on http://{}", cfg.admin_listen);
     tokio::spawn(admin::serve(listener, status.clone(), metrics.clone()));
     tokio::spawn(trim_heap());
+    tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
 
     let extractor = Extractor {
         key: cfg.key.clone(),

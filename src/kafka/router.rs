@@ -108,8 +108,7 @@ struct RouterContext {
 }
 
 impl ClientContext for RouterContext {
-    /// The router uses no statistics; were `statistics.interval.ms` set in
-    /// `[kafka]`, rdkafka's default would log them all at INFO every interval.
+    /// Not asked for (see [`clients`]); never logged.
     fn stats_raw(&self, _: &[u8]) {}
 
     fn error(&self, error: KafkaError, reason: &str) {
