@@ -125,7 +125,7 @@ pub struct InputSettings {
     pub key: String,
     /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
     pub time: String,
-    /// Payloads larger than this go to the dead-letter topic (`too_large`).
+    /// Records (key + payload) larger than this go to the dead-letter topic (`too_large`).
     pub max_record_bytes: usize,
     /// How far behind the largest event time a slice has seen a record may
     /// arrive and still be judged in event-time order: records wait until
