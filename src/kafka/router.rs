@@ -228,21 +228,26 @@ fn commit_offsets<C: ConsumerContext>(
 struct Read<'c> {
     msg: BorrowedMessage<'c>,
     target: Result<(u32, i64), InvalidRecord>,
+    /// Its place in the routing order (see [`Lane::order_time`]).
+    order: i64,
 }
 
 impl Read<'_> {
     /// Its place in the routing order: an unreadable record goes at once
     /// (to the dead letters; it holds nothing back).
     fn time(&self) -> i64 {
-        self.target.as_ref().map_or(i64::MIN, |&(_, t)| t)
+        if self.target.is_ok() { self.order } else { i64::MIN }
     }
 }
 
 /// One input partition's buffered records, in offset order.
 struct Lane<'c> {
     records: VecDeque<Read<'c>>,
-    /// Event time of the last readable record read from the partition.
+    /// Event time of the last readable record read from the partition
+    /// (outliers left out, see [`Lane::order_time`]).
     last_timestamp: Option<i64>,
+    /// Outliers read in a row since the last ordinary record.
+    outliers: u32,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
@@ -255,10 +260,37 @@ impl Lane<'_> {
         Lane {
             records: VecDeque::new(),
             last_timestamp: None,
+            outliers: 0,
             last_arrival: Instant::now(),
             at_end: false,
             paused: false,
         }
+    }
+
+    /// Where a readable record at event time `time` goes in the routing
+    /// order, and takes it into the lane's progress. An *outlier* — more
+    /// than `jump` (input.max_clock_jump) ahead of, or behind, the
+    /// partition's last time (for its first record: `reference`, the latest
+    /// time of any partition) — is a broken clock until `confirmations`
+    /// come in a row (input.jump_confirmations: the stream resumed after a
+    /// gap). It is routed in place, at the partition's last time, and does
+    /// not count as the partition's progress: ordered by a time in the year
+    /// 3000 it would wait until every other partition had been read to its
+    /// end, and the records behind it in its partition would reach their
+    /// slices late. Its slice judges it (a time jump is dead-lettered there).
+    fn order_time(&mut self, time: i64, reference: Option<i64>, jump: i64, confirmations: u32) -> i64 {
+        let Some(last) = self.last_timestamp.or(reference) else {
+            self.last_timestamp = Some(time);
+            return time;
+        };
+        let outlier = time.abs_diff(last) > jump.unsigned_abs();
+        if outlier && self.outliers + 1 < confirmations.max(1) {
+            self.outliers += 1;
+            return time.min(last);
+        }
+        self.outliers = 0;
+        self.last_timestamp = Some(time);
+        time
     }
 
     /// An empty lane may still deliver a record older than every buffered
@@ -298,6 +330,10 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // Per input topic, found by a scan (a handful of topics): no label lookup per record.
     let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
     let mut last_commit_check = Instant::now();
+    let jump = i64::try_from(deps.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX);
+    // The latest time read from any partition (outliers left out): what a
+    // partition's first record is measured against.
+    let mut latest: Option<i64> = None;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -324,14 +360,19 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
                 };
                 lane.last_arrival = now;
-                if let Ok((_, time)) = target {
-                    lane.last_timestamp = Some(time);
-                }
+                let order = match target {
+                    Ok((_, time)) => {
+                        let order = lane.order_time(time, latest, jump, deps.cfg.order.jump_confirmations);
+                        latest = latest.max(lane.last_timestamp);
+                        order
+                    }
+                    Err(_) => i64::MIN,
+                };
                 lane.at_end = false;
                 if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
                     lane.paused = set_paused(&consumer, topic, partition, true);
                 }
-                lane.records.push_back(Read { msg, target });
+                lane.records.push_back(Read { msg, target, order });
             }
             // The event names only the partition: with several input topics it
             // marks that partition of each (at worst routing a little out of order).
@@ -410,7 +451,7 @@ fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target } = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target, .. } = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
@@ -497,5 +538,27 @@ mod tests {
         assert!(!lane.holds_back(now, 99_999, 0));
         lane.at_end = false;
         assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
+    }
+
+    #[test]
+    fn an_outlier_is_routed_in_place_until_confirmed() {
+        let mut lane = Lane::new();
+        // The first record of a partition is measured against the other partitions.
+        assert_eq!(lane.order_time(1_000_000, Some(1_000_500), 60_000, 3), 1_000_000);
+        assert_eq!(lane.order_time(1_000_020, None, 60_000, 3), 1_000_020);
+        // A year-3000 record goes where the partition is; it is not its progress.
+        assert_eq!(lane.order_time(32_503_680_000_000, None, 60_000, 3), 1_000_020);
+        assert_eq!(lane.last_timestamp, Some(1_000_020));
+        assert_eq!(lane.order_time(1_000_040, None, 60_000, 3), 1_000_040);
+        // Far behind: routed at once, and not the partition's progress either.
+        assert_eq!(lane.order_time(0, None, 60_000, 3), 0);
+        assert_eq!(lane.last_timestamp, Some(1_000_040));
+        assert_eq!(lane.order_time(1_000_050, None, 60_000, 3), 1_000_050);
+        // Three in a row: the stream jumped.
+        assert_eq!(lane.order_time(9_000_000, None, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_010, None, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_020, None, 60_000, 3), 9_000_020);
+        assert_eq!(lane.order_time(9_000_030, None, 60_000, 3), 9_000_030);
+        assert_eq!(lane.last_timestamp, Some(9_000_030));
     }
 }

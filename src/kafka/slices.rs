@@ -949,21 +949,21 @@ fn emit_one<M: Message>(
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            let mut extra = vec![
+                ids[0],
+                ids[1],
+                (headers::REASON, why.reason.as_str().as_bytes()),
+                (headers::DETAIL, why.detail.as_bytes()),
+            ];
+            // The input record's position: in repartition mode the router's
+            // stamp, which the copy keeps; else this record's own (the slice
+            // log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let source = SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset());
-            send(
-                deps,
-                &out.dead_letter_topic,
-                slice,
-                msg,
-                &[
-                    ids[0],
-                    ids[1],
-                    (headers::REASON, why.reason.as_str().as_bytes()),
-                    (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, source),
-                ],
-            )
+            let stamped = msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
+            if !stamped {
+                extra.push((headers::SOURCE, SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset())));
+            }
+            send(deps, &out.dead_letter_topic, slice, msg, &extra)
         }
     }
 }
