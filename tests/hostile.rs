@@ -456,3 +456,97 @@ fn hostile_input_through_the_daemon() {
     }
     assert!(results["rep"] == results["alone"], "hostile records changed the verdicts of the valid ones");
 }
+
+/// The Kafka record's own key and timestamp as the dedup key and the time
+/// (`key = "record-key"`, `time = "record-timestamp"`): absent, empty and
+/// huge keys, timestamps in the year 3000 and before 1970.
+#[test]
+fn kafka_keys_and_timestamps() {
+    let base = BASE_TS;
+    let mut records: Vec<(Rec, Option<&'static str>)> = Vec::new();
+    let mut hostile_at = BTreeMap::new();
+    let kinds: [(&str, Option<&str>); 7] = [
+        ("no key", Some("missing_key")),
+        ("empty key", Some("empty_key")),
+        ("700 KB key", Some("too_large")),
+        ("year 3000", Some("time_jump")),
+        ("i64::MAX", Some("time_jump")),
+        ("before 1970", Some("bad_time")),
+        ("1970 (valid, late)", None),
+    ];
+    for (n, kind) in kinds.iter().cycle().take(2 * kinds.len()).enumerate() {
+        hostile_at.insert(100 + n as u64 * 70, *kind);
+    }
+    let mut valid: Vec<(u64, String, u64)> = Vec::new();
+    for i in 0..1_200u64 {
+        let ts = base + i as i64 * 50;
+        let key = format!("k{}", (i * 7919) % 500);
+        records.push((Rec::new((i % 2) as i32, &key, &format!("{{\"seq\":{i}}}"), ts), None));
+        valid.push((i, key, ts as u64));
+        if let Some((kind, reason)) = hostile_at.get(&i) {
+            let seq = 10_000 + i;
+            let mut r = Rec::new((i % 2) as i32, &format!("h{i}"), &format!("{{\"seq\":{seq}}}"), ts);
+            match *kind {
+                "no key" => r.key = None,
+                "empty key" => r.key = Some(Vec::new()),
+                "700 KB key" => r.key = Some(vec![b'k'; 700_000]),
+                "year 3000" => r.timestamp = Some(YEAR_3000_MS as i64),
+                "i64::MAX" => r.timestamp = Some(i64::MAX),
+                "before 1970" => r.timestamp = Some(-5),
+                _ => {
+                    r.timestamp = Some(1);
+                    valid.push((seq, format!("h{i}"), 1));
+                }
+            }
+            records.push((r, *reason));
+        }
+    }
+    let input = unique("hostile-kafka");
+    create_topic(&input, 2);
+    produce(&input, &records.iter().map(|(r, _)| r.clone()).collect::<Vec<_>>());
+    let app = unique("hostile-kafka");
+    let mut env = hostile_env(&app, &input, "repartition", 4);
+    env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY" && k != "DEDUPD__INPUT__TIME");
+    env.push(("DEDUPD__INPUT__KEY".into(), "record-key".into()));
+    env.push(("DEDUPD__INPUT__TIME".into(), "record-timestamp".into()));
+    let mut d = Daemon::start("hostile-kafka", &env);
+    d.wait_ready(Duration::from_secs(60));
+
+    // The broker keeps each key and timestamp as sent (an empty key stays
+    // empty, not absent; a negative timestamp stays negative).
+    let stored: Vec<Rec> = read_all(&input, Duration::from_secs(2)).into_values().flatten().collect();
+    let mut want: BTreeMap<String, u64> = BTreeMap::new();
+    for (r, reason) in &records {
+        if let Some(reason) = reason {
+            let back = stored.iter().find(|s| s.value == r.value).expect("stored");
+            assert!(back.key == r.key && back.timestamp == r.timestamp, "the broker changed {:?}", r.value);
+            *want.entry(reason.to_string()).or_default() += 1;
+        }
+    }
+    let planted: usize = want.values().sum::<u64>() as usize;
+    let letters = dead_letters(&app, planted, &input);
+    let mut got: BTreeMap<String, u64> = BTreeMap::new();
+    for (reason, _) in &letters {
+        *got.entry(reason.clone()).or_default() += 1;
+    }
+    eprintln!("kafka keys and timestamps: planted {want:?}, dead-lettered {got:?}");
+    assert_eq!(got, want);
+    let mut sent: Vec<(String, Vec<u8>)> =
+        records.iter().filter_map(|(r, reason)| reason.map(|x| (x.to_string(), r.value.clone().unwrap()))).collect();
+    sent.sort();
+    assert!(letters == sent, "the dead letters are not the planted records");
+
+    wait_for("every valid record judged", Duration::from_secs(60), || {
+        slice_total(&[&d], &["distinct", "duplicates"]) >= valid.len() as u64
+    });
+    assert_eq!(slice_total(&[&d], &["late"]), 2, "the records stamped in 1970 are late");
+    let delivered = delivered_seqs(&app);
+    valid.sort_by_key(|(seq, _, ts)| (*ts, *seq));
+    let mut oracle = ExactWindow::new(WINDOW_MS);
+    let exact: HashSet<u64> = valid.iter().filter(|(_, k, ts)| !oracle.observe(k, *ts)).map(|(s, _, _)| *s).collect();
+    let errors = exact.symmetric_difference(&delivered).count();
+    eprintln!("kafka keys and timestamps: {} delivered, exact answer {}, {errors} differ", delivered.len(), exact.len());
+    assert!(errors <= valid.len() / 100, "{errors} verdicts differ from the exact answer");
+    assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+    d.assert_clean_log();
+}
