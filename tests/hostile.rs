@@ -550,3 +550,103 @@ fn kafka_keys_and_timestamps() {
     assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
     d.assert_clean_log();
 }
+
+/// Issue 19: one record stamped in the year 3000 in a real-text stream
+/// (Brown Corpus sentences as keys, ~27k per 60 s window, arrival jittered
+/// by up to 1 s) changes no verdict of the others, in the daemon
+/// (repartition mode) as in the pipe, and is dead-lettered as `time_jump`.
+/// Its key recurs later in the stream: admitted, it would also have
+/// dropped those copies.
+#[test]
+fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
+    use dedupd::bench::oracle::Confusion;
+    use dedupd::bench::text::TextCorpus;
+    use dedupd::bench::workload::{KeyDist, RateProfile, Stream};
+
+    let corpus = TextCorpus::load().unwrap_or_else(|e| panic!("{e}"));
+    let dist = KeyDist::Recurring { p_new: 0.415, min_gap_ms: 100, max_gap_ms: 90_000 };
+    let events: Vec<(u64, String, u64)> = Stream::new(2028, dist, RateProfile::steady(1000, 1000), 70)
+        .enumerate()
+        .map(|(seq, (id, t))| (seq as u64, corpus.key(id), BASE_TS as u64 + t))
+        .collect();
+    // Arrival order: each event up to 1 s late (within the 2 s lateness).
+    let mut rng = Rng::new(5);
+    let mut arrivals: Vec<(u64, &(u64, String, u64))> = events.iter().map(|e| (e.2 + rng.below(1_000), e)).collect();
+    arrivals.sort_by_key(|(at, e)| (*at, e.0));
+    let line = |seq: u64, id: &str, ts: u64| serde_json::json!({"id": id, "ts": ts, "seq": seq}).to_string();
+    let clean: Vec<String> = arrivals.iter().map(|(_, (seq, id, ts))| line(*seq, id, *ts)).collect();
+    // The offender: 10 s into the stream, with the key of an event that comes back later.
+    let at = clean.len() / 7;
+    let (_, (_, key, _)) = arrivals[at];
+    assert!(events.iter().filter(|e| &e.1 == key).count() > 1, "its key recurs");
+    let offender = line(u64::MAX, key, YEAR_3000_MS);
+    let mut with = clean.clone();
+    with.insert(at, offender.clone());
+
+    // The event-time truth for the clean events.
+    let mut by_time: Vec<&(u64, String, u64)> = events.iter().collect();
+    by_time.sort_by_key(|(seq, _, ts)| (*ts, *seq));
+    let confusion = |delivered: &HashSet<u64>| {
+        let mut oracle = ExactWindow::new(WINDOW_MS);
+        let mut c = Confusion::default();
+        for (seq, id, ts) in &by_time {
+            c.record(!delivered.contains(seq), oracle.observe(id, *ts));
+        }
+        c
+    };
+
+    // The pipe: the same output but for the offender, which is reported.
+    let to_input = |lines: &[String]| lines.iter().flat_map(|l| [l.as_bytes(), b"\n"].concat()).collect::<Vec<u8>>();
+    let pipe_with = run_filter("y3k-with", to_input(&with), true);
+    let pipe_clean = run_filter("y3k-clean", to_input(&clean), true);
+    assert!(pipe_with.stdout == pipe_clean.stdout, "pipe: the year-3000 record changed verdicts");
+    assert_eq!(pipe_with.invalid.as_deref(), Some(format!("{offender}\n").as_bytes()));
+    assert_eq!(pipe_with.stats["invalid_by_reason"]["time_jump"], 1);
+    assert_eq!(pipe_with.stats["late_records"], 0);
+    let c = confusion(&seqs_of(&pipe_clean.stdout));
+    eprintln!("pipe: {} events, FPR {:.5}, FNR {:.5} with and without the year-3000 record", events.len(), c.fpr(), c.fnr());
+
+    // The daemon, with and without it, side by side.
+    let mut runs = Vec::new();
+    for (name, lines) in [("y3k-with", &with), ("y3k-clean", &clean)] {
+        let input = unique(name);
+        create_topic(&input, 3);
+        let records: Vec<Rec> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Rec { key: None, ..Rec::new((i % 3) as i32, "", l, BASE_TS) })
+            .collect();
+        produce(&input, &records);
+        let app = unique(name);
+        let mut env = app_env(&app, &input, "repartition", 4);
+        env.retain(|(k, _)| k != "DEDUPD__FILTER__EXPECTED_KEYS");
+        env.push(("DEDUPD__FILTER__EXPECTED_KEYS".into(), "30000".into()));
+        runs.push((name, app, input, Daemon::start(name, &env)));
+    }
+    let mut delivered = Vec::new();
+    for (name, app, input, d) in &mut runs {
+        d.wait_ready(Duration::from_secs(90));
+        let total = events.len() as u64 + u64::from(*name == "y3k-with");
+        wait_for(&format!("{name}: every record judged"), Duration::from_secs(300), || {
+            slice_total(&[&*d], &["distinct", "duplicates", "invalid"]) >= total
+        });
+        let late = slice_total(&[&*d], &["late"]);
+        let letters = dead_letters(app, usize::from(*name == "y3k-with"), input);
+        if *name == "y3k-with" {
+            assert_eq!(letters, vec![("time_jump".to_string(), offender.clone().into_bytes())]);
+        } else {
+            assert!(letters.is_empty(), "{letters:?}");
+        }
+        let seqs = delivered_seqs(app);
+        let c = confusion(&seqs);
+        eprintln!("daemon {name}: {} events, {late} late, FPR {:.5}, FNR {:.5}, {c:?}", events.len(), c.fpr(), c.fnr());
+        assert_eq!(late, 0, "{name}: no record is later than the lateness");
+        assert!(c.fpr() <= 0.01 && c.fnr() <= 0.005, "{name}: FPR {} FNR {} ({c:?})", c.fpr(), c.fnr());
+        delivered.push(seqs);
+    }
+    assert!(delivered[0] == delivered[1], "daemon: the year-3000 record changed verdicts");
+    for (name, _, _, d) in &mut runs {
+        assert!(d.terminate(Duration::from_secs(30)).success(), "{name}: {}", d.log_text());
+        d.assert_clean_log();
+    }
+}
