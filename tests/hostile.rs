@@ -575,13 +575,19 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
     arrivals.sort_by_key(|(at, e)| (*at, e.0));
     let line = |seq: u64, id: &str, ts: u64| serde_json::json!({"id": id, "ts": ts, "seq": seq}).to_string();
     let clean: Vec<String> = arrivals.iter().map(|(_, (seq, id, ts))| line(*seq, id, *ts)).collect();
-    // The offender: 10 s into the stream, with the key of an event that comes back later.
-    let at = clean.len() / 7;
-    let (_, (_, key, _)) = arrivals[at];
-    assert!(events.iter().filter(|e| &e.1 == key).count() > 1, "its key recurs");
-    let offender = line(u64::MAX, key, YEAR_3000_MS);
-    let mut with = clean.clone();
-    with.insert(at, offender.clone());
+    // The offender, with the key of an event that comes back later: the
+    // very first record of the stream, or one 10 s into it.
+    let placements = [("y3k-first", 0), ("y3k-10s", clean.len() / 7)];
+    let mut offenders = Vec::new();
+    let mut streams = Vec::new();
+    for (name, at) in placements {
+        let (_, (_, key, _)) = arrivals[at..].iter().find(|(_, (_, k, _))| events.iter().filter(|e| &e.1 == k).count() > 1).unwrap();
+        let offender = line(u64::MAX, key, YEAR_3000_MS);
+        let mut with = clean.clone();
+        with.insert(at, offender.clone());
+        offenders.push(offender);
+        streams.push((name, with));
+    }
 
     // The event-time truth for the clean events.
     let mut by_time: Vec<&(u64, String, u64)> = events.iter().collect();
@@ -597,18 +603,24 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
 
     // The pipe: the same output but for the offender, which is reported.
     let to_input = |lines: &[String]| lines.iter().flat_map(|l| [l.as_bytes(), b"\n"].concat()).collect::<Vec<u8>>();
-    let pipe_with = run_filter("y3k-with", to_input(&with), true);
     let pipe_clean = run_filter("y3k-clean", to_input(&clean), true);
-    assert!(pipe_with.stdout == pipe_clean.stdout, "pipe: the year-3000 record changed verdicts");
-    assert_eq!(pipe_with.invalid.as_deref(), Some(format!("{offender}\n").as_bytes()));
-    assert_eq!(pipe_with.stats["invalid_by_reason"]["time_jump"], 1);
-    assert_eq!(pipe_with.stats["late_records"], 0);
+    for ((name, with), offender) in streams.iter().zip(&offenders) {
+        let pipe_with = run_filter(name, to_input(with), true);
+        assert!(pipe_with.stdout == pipe_clean.stdout, "pipe, {name}: the year-3000 record changed verdicts");
+        assert_eq!(pipe_with.invalid.as_deref(), Some(format!("{offender}\n").as_bytes()), "{name}");
+        assert_eq!(pipe_with.stats["invalid_by_reason"]["time_jump"], 1, "{name}");
+        assert_eq!(pipe_with.stats["late_records"], 0, "{name}");
+    }
     let c = confusion(&seqs_of(&pipe_clean.stdout));
     eprintln!("pipe: {} events, FPR {:.5}, FNR {:.5} with and without the year-3000 record", events.len(), c.fpr(), c.fnr());
 
     // The daemon, with and without it, side by side.
     let mut runs = Vec::new();
-    for (name, lines) in [("y3k-with", &with), ("y3k-clean", &clean)] {
+    let mut all_runs: Vec<(&str, &Vec<String>, Option<&String>)> =
+        streams.iter().zip(&offenders).map(|((name, with), o)| (*name, with, Some(o))).collect();
+    all_runs.push(("y3k-clean", &clean, None));
+    for (name, lines, _) in &all_runs {
+        let name = *name;
         let input = unique(name);
         create_topic(&input, 3);
         let records: Vec<Rec> = lines
@@ -623,17 +635,19 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
         env.push(("DEDUPD__FILTER__EXPECTED_KEYS".into(), "30000".into()));
         runs.push((name, app, input, Daemon::start(name, &env)));
     }
+    let offender_of = |name: &str| all_runs.iter().find(|r| r.0 == name).and_then(|r| r.2);
     let mut delivered = Vec::new();
     for (name, app, input, d) in &mut runs {
         d.wait_ready(Duration::from_secs(90));
-        let total = events.len() as u64 + u64::from(*name == "y3k-with");
+        let offender = offender_of(name);
+        let total = events.len() as u64 + u64::from(offender.is_some());
         wait_for(&format!("{name}: every record judged"), Duration::from_secs(300), || {
             slice_total(&[&*d], &["distinct", "duplicates", "invalid"]) >= total
         });
         let late = slice_total(&[&*d], &["late"]);
-        let letters = dead_letters(app, usize::from(*name == "y3k-with"), input);
-        if *name == "y3k-with" {
-            assert_eq!(letters, vec![("time_jump".to_string(), offender.clone().into_bytes())]);
+        let letters = dead_letters(app, usize::from(offender.is_some()), input);
+        if let Some(offender) = offender {
+            assert_eq!(letters, vec![("time_jump".to_string(), offender.clone().into_bytes())], "{name}");
         } else {
             assert!(letters.is_empty(), "{letters:?}");
         }
@@ -644,7 +658,9 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
         assert!(c.fpr() <= 0.01 && c.fnr() <= 0.005, "{name}: FPR {} FNR {} ({c:?})", c.fpr(), c.fnr());
         delivered.push(seqs);
     }
-    assert!(delivered[0] == delivered[1], "daemon: the year-3000 record changed verdicts");
+    for (i, name) in ["y3k-first", "y3k-10s"].iter().enumerate() {
+        assert!(delivered[i] == delivered[2], "daemon, {name}: the year-3000 record changed verdicts");
+    }
     for (name, _, _, d) in &mut runs {
         assert!(d.terminate(Duration::from_secs(30)).success(), "{name}: {}", d.log_text());
         d.assert_clean_log();

@@ -270,26 +270,34 @@ impl Lane<'_> {
     /// Where a readable record at event time `time` goes in the routing
     /// order, and takes it into the lane's progress. An *outlier* — more
     /// than `jump` (input.max_clock_jump) ahead of, or behind, the
-    /// partition's last time (for its first record: `reference`, the latest
-    /// time of any partition) — is a broken clock until `confirmations`
+    /// partition's last time (before it has one: `latest`, the time last
+    /// read from any partition) — is a broken clock until `confirmations`
     /// come in a row (input.jump_confirmations: the stream resumed after a
-    /// gap). It is routed in place, at the partition's last time, and does
-    /// not count as the partition's progress: ordered by a time in the year
+    /// gap). It is routed in place (ahead: at the partition's last time, or
+    /// at once before it has one) and is not the partition's progress: ordered by a time in the year
     /// 3000 it would wait until every other partition had been read to its
-    /// end, and the records behind it in its partition would reach their
-    /// slices late. Its slice judges it (a time jump is dead-lettered there).
-    fn order_time(&mut self, time: i64, reference: Option<i64>, jump: i64, confirmations: u32) -> i64 {
-        let Some(last) = self.last_timestamp.or(reference) else {
-            self.last_timestamp = Some(time);
-            return time;
+    /// end, and taken as progress it would tell the router that its
+    /// partition had nothing older to deliver — either way the records
+    /// behind it would reach their slices late. Its slice judges it (a time
+    /// jump is dead-lettered there). The router's very first record has
+    /// nothing to be measured against: it goes first, whatever its time,
+    /// and is only `latest` until records confirm another.
+    fn order_time(&mut self, time: i64, latest: &mut Option<i64>, jump: i64, confirmations: u32) -> i64 {
+        let Some(last) = self.last_timestamp.or(*latest) else {
+            *latest = Some(time);
+            return i64::MIN;
         };
         let outlier = time.abs_diff(last) > jump.unsigned_abs();
         if outlier && self.outliers + 1 < confirmations.max(1) {
             self.outliers += 1;
-            return time.min(last);
+            // Ahead: where its own partition is — at once if it has no time
+            // yet (another partition's time may be far ahead of this one's:
+            // placed there, it would hold back the records behind it).
+            return if time > last { self.last_timestamp.unwrap_or(i64::MIN) } else { time };
         }
         self.outliers = 0;
         self.last_timestamp = Some(time);
+        *latest = Some(time);
         time
     }
 
@@ -331,7 +339,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
     let mut last_commit_check = Instant::now();
     let jump = i64::try_from(deps.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX);
-    // The latest time read from any partition (outliers left out): what a
+    // The time last read from any partition (outliers left out): what a
     // partition's first record is measured against.
     let mut latest: Option<i64> = None;
     let result = loop {
@@ -361,11 +369,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 };
                 lane.last_arrival = now;
                 let order = match target {
-                    Ok((_, time)) => {
-                        let order = lane.order_time(time, latest, jump, deps.cfg.order.jump_confirmations);
-                        latest = latest.max(lane.last_timestamp);
-                        order
-                    }
+                    Ok((_, time)) => lane.order_time(time, &mut latest, jump, deps.cfg.order.jump_confirmations),
                     Err(_) => i64::MIN,
                 };
                 lane.at_end = false;
@@ -542,23 +546,41 @@ mod tests {
 
     #[test]
     fn an_outlier_is_routed_in_place_until_confirmed() {
+        let y3k = 32_503_680_000_000;
+        // The router's very first record goes first, whatever its time, and
+        // is not its partition's progress (the partition still holds others back).
+        let (mut first, mut latest) = (Lane::new(), None);
+        assert_eq!(first.order_time(y3k, &mut latest, 60_000, 3), i64::MIN);
+        assert_eq!((first.last_timestamp, latest), (None, Some(y3k)));
+        assert!(first.holds_back(Instant::now(), 1_000_000, 0));
+        // The others are measured against it until three in a row confirm theirs.
+        assert_eq!(first.order_time(1_000_000, &mut latest, 60_000, 3), 1_000_000);
+        assert_eq!(first.order_time(1_000_010, &mut latest, 60_000, 3), 1_000_010);
+        assert_eq!((first.last_timestamp, latest), (None, Some(y3k)));
+        assert_eq!(first.order_time(1_000_020, &mut latest, 60_000, 3), 1_000_020);
+        assert_eq!((first.last_timestamp, latest), (Some(1_000_020), Some(1_000_020)));
+
+        // The first record of a partition is measured against the other
+        // partitions; ahead of them, it goes at once (its partition has no
+        // place yet; another's may be far ahead).
         let mut lane = Lane::new();
-        // The first record of a partition is measured against the other partitions.
-        assert_eq!(lane.order_time(1_000_000, Some(1_000_500), 60_000, 3), 1_000_000);
-        assert_eq!(lane.order_time(1_000_020, None, 60_000, 3), 1_000_020);
+        let mut latest = Some(1_000_500);
+        assert_eq!(lane.order_time(y3k, &mut latest, 60_000, 3), i64::MIN);
+        assert_eq!(lane.order_time(1_000_000, &mut latest, 60_000, 3), 1_000_000);
+        assert_eq!(lane.order_time(1_000_040, &mut latest, 60_000, 3), 1_000_040);
         // A year-3000 record goes where the partition is; it is not its progress.
-        assert_eq!(lane.order_time(32_503_680_000_000, None, 60_000, 3), 1_000_020);
-        assert_eq!(lane.last_timestamp, Some(1_000_020));
-        assert_eq!(lane.order_time(1_000_040, None, 60_000, 3), 1_000_040);
+        assert_eq!(lane.order_time(y3k, &mut latest, 60_000, 3), 1_000_040);
+        assert_eq!((lane.last_timestamp, latest), (Some(1_000_040), Some(1_000_040)));
+        assert_eq!(lane.order_time(1_000_045, &mut latest, 60_000, 3), 1_000_045);
         // Far behind: routed at once, and not the partition's progress either.
-        assert_eq!(lane.order_time(0, None, 60_000, 3), 0);
-        assert_eq!(lane.last_timestamp, Some(1_000_040));
-        assert_eq!(lane.order_time(1_000_050, None, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(0, &mut latest, 60_000, 3), 0);
+        assert_eq!(lane.last_timestamp, Some(1_000_045));
+        assert_eq!(lane.order_time(1_000_050, &mut latest, 60_000, 3), 1_000_050);
         // Three in a row: the stream jumped.
-        assert_eq!(lane.order_time(9_000_000, None, 60_000, 3), 1_000_050);
-        assert_eq!(lane.order_time(9_000_010, None, 60_000, 3), 1_000_050);
-        assert_eq!(lane.order_time(9_000_020, None, 60_000, 3), 9_000_020);
-        assert_eq!(lane.order_time(9_000_030, None, 60_000, 3), 9_000_030);
-        assert_eq!(lane.last_timestamp, Some(9_000_030));
+        assert_eq!(lane.order_time(9_000_000, &mut latest, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_010, &mut latest, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_020, &mut latest, 60_000, 3), 9_000_020);
+        assert_eq!(lane.order_time(9_000_030, &mut latest, 60_000, 3), 9_000_030);
+        assert_eq!((lane.last_timestamp, latest), (Some(9_000_030), Some(9_000_030)));
     }
 }

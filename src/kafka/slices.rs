@@ -765,7 +765,7 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
         apply_logged_flushes(deps, owned, judged)?;
         let replaying = !owned.flushes.is_empty()
             || owned.replay_until.is_some_and(|y| y.after >= owned.state.next_offset.saturating_sub(1) && !y.flush);
-        if owned.state.order.waiting_len() > 0 && !replaying && owned.last_arrival.elapsed() >= idle_after {
+        if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
     }
