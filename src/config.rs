@@ -892,10 +892,7 @@ mod tests {
         };
         let documented = sections(&shipped);
         for (section, key) in sections(DEFAULTS) {
-            assert!(
-                documented.contains(&(section.clone(), key.clone())),
-                "config/dedupd.toml lacks [{section}] {key}"
-            );
+            assert!(documented.contains(&(section.clone(), key.clone())), "config/dedupd.toml lacks [{section}] {key}");
         }
     }
 

@@ -50,7 +50,13 @@ struct Item {
 /// A valid JSON record.
 fn valid(seq: u64, id: &str, ts: u64, late: bool) -> Item {
     let payload = serde_json::json!({"id": id, "ts": ts, "seq": seq}).to_string().into_bytes();
-    let kind = if late { "far past (valid, late)" } else if id.len() > 1000 { "huge key (valid)" } else { "valid" };
+    let kind = if late {
+        "far past (valid, late)"
+    } else if id.len() > 1000 {
+        "huge key (valid)"
+    } else {
+        "valid"
+    };
     Item { payload, kind: kind.into(), plan: Plan::Valid { seq, id: id.to_string(), ts, late } }
 }
 
@@ -66,11 +72,23 @@ fn hostile(n: u64, ts: u64) -> Vec<(String, Vec<u8>, &'static str)> {
     add("trailing garbage", text(format!(r#"{{"id":"g{n}","ts":{t}}} x"#)), "bad_json");
     add("NaN literal", text(format!(r#"{{"id":"nan{n}","ts":NaN}}"#)), "bad_json");
     add("lone surrogate escape", text(format!(r#"{{"id":"\ud800{n}","ts":{t}}}"#)), "bad_json");
-    add("byte order mark", [&b"\xEF\xBB\xBF"[..], format!(r#"{{"id":"bom{n}","ts":{t}}}"#).as_bytes()].concat(), "bad_json");
+    add(
+        "byte order mark",
+        [&b"\xEF\xBB\xBF"[..], format!(r#"{{"id":"bom{n}","ts":{t}}}"#).as_bytes()].concat(),
+        "bad_json",
+    );
     add("empty payload", Vec::new(), "bad_json");
     add("blanks only", text("   \t ".into()), "bad_json");
-    add("invalid UTF-8 in a string", [&br#"{"id":"bad-"#[..], b"\xff\xfe", format!(r#"{n}","ts":{t}}}"#).as_bytes()].concat(), "bad_json");
-    add("overlong UTF-8", [&br#"{"id":""#[..], b"\xc0\xaf", format!(r#"{n}","ts":{t}}}"#).as_bytes()].concat(), "bad_json");
+    add(
+        "invalid UTF-8 in a string",
+        [&br#"{"id":"bad-"#[..], b"\xff\xfe", format!(r#"{n}","ts":{t}}}"#).as_bytes()].concat(),
+        "bad_json",
+    );
+    add(
+        "overlong UTF-8",
+        [&br#"{"id":""#[..], b"\xc0\xaf", format!(r#"{n}","ts":{t}}}"#).as_bytes()].concat(),
+        "bad_json",
+    );
     add("deep array 100000", text("[".repeat(100_000)), "bad_json");
     add("deep object 100000", text(r#"{"a":"#.repeat(100_000)), "bad_json");
     add("deep closed array 100000", text(format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))), "bad_json");
@@ -219,8 +237,21 @@ fn run_filter(name: &str, input: Vec<u8>, invalid_file: bool) -> FilterRun {
     let (stats, invalid) = (dir.join("stats.json"), dir.join("invalid"));
     let max = MAX_RECORD_BYTES.to_string();
     let mut args = vec![
-        "filter", "--key", "json:/id", "--time", "json:/ts", "--window", "60s", "--expected", "20000", "--slices", "4",
-        "--max-record-bytes", &max, "--stats-json", stats.to_str().unwrap(),
+        "filter",
+        "--key",
+        "json:/id",
+        "--time",
+        "json:/ts",
+        "--window",
+        "60s",
+        "--expected",
+        "20000",
+        "--slices",
+        "4",
+        "--max-record-bytes",
+        &max,
+        "--stats-json",
+        stats.to_str().unwrap(),
     ];
     if invalid_file {
         args.extend(["--invalid", invalid.to_str().unwrap()]);
@@ -298,7 +329,11 @@ fn hostile_input_through_the_pipe() {
     assert_eq!(run.stats["late_records"], late, "the records from before the window are late, not invalid");
     // Nothing lost: every unreadable record, byte for byte, in input order.
     assert!(run.invalid.as_deref() == Some(&lines(&invalid)[..]), "the invalid file differs from the planted records");
-    assert!(run.stderr.contains(&format!("{} invalid records written to the invalid file", invalid.len())), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("{} invalid records written to the invalid file", invalid.len())),
+        "{}",
+        run.stderr
+    );
 
     // The valid records get the verdicts they get alone, and those of the exact answer.
     let alone = run_filter("valid-only", lines(&valid_only), true);
@@ -308,16 +343,24 @@ fn hostile_input_through_the_pipe() {
     let exact = exact_delivered(&corpus);
     let dropped: Vec<&u64> = exact.difference(&delivered).collect();
     let extra: Vec<&u64> = delivered.difference(&exact).collect();
-    eprintln!("pipe: {} delivered, exact answer {}: dropped {dropped:?}, extra {extra:?}", delivered.len(), exact.len());
+    eprintln!(
+        "pipe: {} delivered, exact answer {}: dropped {dropped:?}, extra {extra:?}",
+        delivered.len(),
+        exact.len()
+    );
     // The filter's own error (timer ticks at the window's edge), the same alone.
-    assert!(dropped.len() + extra.len() <= valid_only.len() / 100, "further from the exact answer than the filter's target");
+    assert!(
+        dropped.len() + extra.len() <= valid_only.len() / 100,
+        "further from the exact answer than the filter's target"
+    );
     let distinct = delivered.len() as u64;
     assert_eq!(run.stats["distinct"], distinct);
     assert_eq!(run.stats["duplicates"], valid_only.len() as u64 - distinct);
 
     // Without --invalid each one is reported on stderr with its line number, briefly.
     let reported = run_filter("stderr", lines(&all), false);
-    let reports: Vec<&str> = reported.stderr.lines().filter(|l| l.starts_with("dedupd: invalid record at line ")).collect();
+    let reports: Vec<&str> =
+        reported.stderr.lines().filter(|l| l.starts_with("dedupd: invalid record at line ")).collect();
     assert_eq!(reports.len(), invalid.len(), "{}", reported.stderr);
     let longest = reports.iter().map(|l| l.len()).max().unwrap();
     assert!(longest < 400, "a report quotes a whole hostile value ({longest} bytes)");
@@ -378,7 +421,9 @@ fn delivered_seqs(app: &str) -> HashSet<u64> {
     read_all(&format!("{app}.out"), Duration::from_secs(3))
         .into_values()
         .flatten()
-        .map(|r| serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap())
+        .map(|r| {
+            serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap()
+        })
         .collect()
 }
 
@@ -403,7 +448,8 @@ fn hostile_input_through_the_daemon() {
     // dead-letters what it cannot read, the slices the time jumps), the
     // corpus in input-partitions mode (the slices do both), and the valid
     // records alone.
-    let runs = [("rep", "repartition", 3, true), ("inp", "input-partitions", 4, true), ("alone", "repartition", 3, false)];
+    let runs =
+        [("rep", "repartition", 3, true), ("inp", "input-partitions", 4, true), ("alone", "repartition", 3, false)];
     let mut daemons = Vec::new();
     for (name, mode, partitions, hostile) in runs {
         let input = unique(&format!("hostile-{name}"));
@@ -451,8 +497,15 @@ fn hostile_input_through_the_daemon() {
     for (name, delivered) in &results {
         let dropped = exact.difference(delivered).count();
         let extra = delivered.difference(&exact).count();
-        eprintln!("daemon {name}: {} delivered, exact answer {}: {dropped} dropped, {extra} extra", delivered.len(), exact.len());
-        assert!(dropped + extra <= valid_only.len() / 100, "{name}: further from the exact answer than the filter's target");
+        eprintln!(
+            "daemon {name}: {} delivered, exact answer {}: {dropped} dropped, {extra} extra",
+            delivered.len(),
+            exact.len()
+        );
+        assert!(
+            dropped + extra <= valid_only.len() / 100,
+            "{name}: further from the exact answer than the filter's target"
+        );
     }
     assert!(results["rep"] == results["alone"], "hostile records changed the verdicts of the valid ones");
 }
@@ -545,7 +598,11 @@ fn kafka_keys_and_timestamps() {
     let mut oracle = ExactWindow::new(WINDOW_MS);
     let exact: HashSet<u64> = valid.iter().filter(|(_, k, ts)| !oracle.observe(k, *ts)).map(|(s, _, _)| *s).collect();
     let errors = exact.symmetric_difference(&delivered).count();
-    eprintln!("kafka keys and timestamps: {} delivered, exact answer {}, {errors} differ", delivered.len(), exact.len());
+    eprintln!(
+        "kafka keys and timestamps: {} delivered, exact answer {}, {errors} differ",
+        delivered.len(),
+        exact.len()
+    );
     assert!(errors <= valid.len() / 100, "{errors} verdicts differ from the exact answer");
     assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
     d.assert_clean_log();
@@ -581,7 +638,8 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
     let mut offenders = Vec::new();
     let mut streams = Vec::new();
     for (name, at) in placements {
-        let (_, (_, key, _)) = arrivals[at..].iter().find(|(_, (_, k, _))| events.iter().filter(|e| &e.1 == k).count() > 1).unwrap();
+        let (_, (_, key, _)) =
+            arrivals[at..].iter().find(|(_, (_, k, _))| events.iter().filter(|e| &e.1 == k).count() > 1).unwrap();
         let offender = line(u64::MAX, key, YEAR_3000_MS);
         let mut with = clean.clone();
         with.insert(at, offender.clone());
@@ -612,7 +670,12 @@ fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
         assert_eq!(pipe_with.stats["late_records"], 0, "{name}");
     }
     let c = confusion(&seqs_of(&pipe_clean.stdout));
-    eprintln!("pipe: {} events, FPR {:.5}, FNR {:.5} with and without the year-3000 record", events.len(), c.fpr(), c.fnr());
+    eprintln!(
+        "pipe: {} events, FPR {:.5}, FNR {:.5} with and without the year-3000 record",
+        events.len(),
+        c.fpr(),
+        c.fnr()
+    );
 
     // The daemon, with and without it, side by side.
     let mut runs = Vec::new();

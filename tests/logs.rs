@@ -123,9 +123,7 @@ fn json_logs_are_one_object_per_line() {
     let mut d = Daemon::start("logs-json", &env);
     d.wait_ready(Duration::from_secs(60));
     produce_clicks(&input);
-    wait_for("every record judged", Duration::from_secs(30), || {
-        slice_total(&[&d], &["distinct", "duplicates"]) >= 200
-    });
+    wait_for("every record judged", Duration::from_secs(30), || slice_total(&[&d], &["distinct", "duplicates"]) >= 200);
     std::thread::sleep(Duration::from_secs(2));
     assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
 
@@ -133,8 +131,7 @@ fn json_logs_are_one_object_per_line() {
     let mut targets = std::collections::BTreeSet::new();
     let mut summaries = Vec::new();
     for line in log.lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
         for field in ["timestamp", "level", "target", "message"] {
             assert!(v[field].is_string(), "no string `{field}`: {line}");
         }

@@ -127,7 +127,9 @@ impl Summary {
         let dead_letters = now
             .dead_letters
             .iter()
-            .map(|(reason, n)| (reason.clone(), n.saturating_sub(before.dead_letters.get(reason).copied().unwrap_or(0))))
+            .map(|(reason, n)| {
+                (reason.clone(), n.saturating_sub(before.dead_letters.get(reason).copied().unwrap_or(0)))
+            })
             .filter(|(_, n)| *n > 0)
             .collect();
         Summary {

@@ -241,7 +241,10 @@ impl Extractor {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
                 Some(v) => epoch_ms(v).ok_or_else(|| {
-                    invalid(InvalidReason::BadTime, format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(v)))
+                    invalid(
+                        InvalidReason::BadTime,
+                        format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(v)),
+                    )
                 })?,
             },
         };
@@ -385,7 +388,9 @@ mod tests {
             let rec = RecordView { payload: text.as_bytes(), ..RecordView::default() };
             ex.extract(&rec, 0).map(|_| ()).map_err(|e| (e.reason, e.detail))
         };
-        for deep in ["[".repeat(100_000), "{\"a\":".repeat(100_000), format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))] {
+        for deep in
+            ["[".repeat(100_000), "{\"a\":".repeat(100_000), format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))]
+        {
             let (why, detail) = reason(deep).unwrap_err();
             assert_eq!(why, InvalidReason::BadJson);
             assert!(detail.contains("recursion limit exceeded"), "{detail}");
@@ -409,7 +414,12 @@ mod tests {
     fn the_key_counts_toward_the_record_size() {
         let ex = Extractor { key: KeySpec::RecordKey, time: TimeSpec::RecordTimestamp, max_record_bytes: 10 };
         let key = [7u8; 8];
-        let rec = |payload: &'static [u8]| RecordView { key: Some(&key), payload, timestamp_ms: Some(1), ..RecordView::default() };
+        let rec = |payload: &'static [u8]| RecordView {
+            key: Some(&key),
+            payload,
+            timestamp_ms: Some(1),
+            ..RecordView::default()
+        };
         assert!(ex.extract(&rec(b"12"), 0).is_ok());
         let e = ex.extract(&rec(b"123"), 0).unwrap_err();
         assert_eq!(e.reason, InvalidReason::TooLarge);

@@ -961,7 +961,10 @@ fn emit_one<M: Message>(
             let mut stamp_buf = [0u8; STAMP_BYTES];
             let stamped = msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
             if !stamped {
-                extra.push((headers::SOURCE, SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset())));
+                extra.push((
+                    headers::SOURCE,
+                    SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset()),
+                ));
             }
             send(deps, &out.dead_letter_topic, slice, msg, &extra)
         }
