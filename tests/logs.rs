@@ -32,24 +32,30 @@ fn produce_clicks(input: &str) {
     produce(input, &records);
 }
 
+/// A ready daemon in repartition mode on a new 2-partition input topic,
+/// with `settings` on top of the test app's: (its input topic, it).
+fn ready_daemon(name: &str, settings: &[(&str, &str)]) -> (String, Daemon) {
+    let input = unique(name);
+    create_topic(&input, 2);
+    let mut env = app_env(&unique(name), &input, "repartition", 2);
+    env.extend(settings.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut d = Daemon::start(name, &env);
+    d.wait_ready(Duration::from_secs(60));
+    (input, d)
+}
+
 #[test]
 fn an_idle_daemon_is_quiet_and_the_summary_counts_what_happened() {
-    let input = unique("logs-idle");
-    create_topic(&input, 2);
-    let app = unique("logs-idle");
-    let mut env = app_env(&app, &input, "repartition", 2);
-    env.extend(
-        [
+    let (input, mut d) = ready_daemon(
+        "logs-idle",
+        &[
             // The default level, with librdkafka's own lines: nothing filtered away.
             ("RUST_LOG", "info"),
             // Statistics every 500 ms: rdkafka's default context would log each one at INFO.
             ("DEDUPD__KAFKA__STATISTICS_INTERVAL_MS", "500"),
             ("DEDUPD__LOG__SUMMARY_INTERVAL", "2s"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
+        ],
     );
-    let mut d = Daemon::start("logs-idle", &env);
-    d.wait_ready(Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
 
     // Idle: 16 s, 32 statistics periods, 8 summary periods.
@@ -107,21 +113,15 @@ fn an_idle_daemon_is_quiet_and_the_summary_counts_what_happened() {
 
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let input = unique("logs-json");
-    create_topic(&input, 2);
-    let app = unique("logs-json");
-    let mut env = app_env(&app, &input, "repartition", 2);
-    env.extend(
-        [
+    let (input, mut d) = ready_daemon(
+        "logs-json",
+        &[
             // Everything, rdkafka's own lines included: each must be JSON.
             ("RUST_LOG", "debug"),
             ("DEDUPD__LOG__FORMAT", "json"),
             ("DEDUPD__LOG__SUMMARY_INTERVAL", "1s"),
-        ]
-        .map(|(k, v)| (k.to_string(), v.to_string())),
+        ],
     );
-    let mut d = Daemon::start("logs-json", &env);
-    d.wait_ready(Duration::from_secs(60));
     produce_clicks(&input);
     wait_for("every record judged", Duration::from_secs(30), || slice_total(&[&d], &["distinct", "duplicates"]) >= 200);
     std::thread::sleep(Duration::from_secs(2));
