@@ -274,11 +274,11 @@ impl Lane<'_> {
     /// read from any partition) — is a broken clock until `confirmations`
     /// come in a row (input.jump_confirmations: the stream resumed after a
     /// gap). It is routed in place (ahead: at the partition's last time, or
-    /// at once before it has one) and is not the partition's progress: ordered by a time in the year
-    /// 3000 it would wait until every other partition had been read to its
-    /// end, and taken as progress it would tell the router that its
-    /// partition had nothing older to deliver — either way the records
-    /// behind it would reach their slices late. Its slice judges it (a time
+    /// at once before it has one) and is not the partition's progress:
+    /// ordered by a time in the year 3000 it would wait until every other
+    /// partition had been read to its end, and taken as progress it would
+    /// tell the router that its partition had nothing older to deliver —
+    /// either way the records behind it would reach their slices late. Its slice judges it (a time
     /// jump is dead-lettered there). The router's very first record has
     /// nothing to be measured against: it goes first, whatever its time,
     /// and is only `latest` until records confirm another.

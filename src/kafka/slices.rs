@@ -959,7 +959,8 @@ fn emit_one<M: Message>(
             // stamp, which the copy keeps; else this record's own (the slice
             // log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let stamped = msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
+            let stamped = deps.cfg.slicing == SlicingMode::Repartition
+                && msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
             if !stamped {
                 extra.push((
                     headers::SOURCE,
