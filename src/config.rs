@@ -46,6 +46,7 @@ pub struct Settings {
     pub admin: AdminSettings,
     pub topics: TopicSettings,
     pub shutdown: ShutdownSettings,
+    pub log: LogSettings,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -191,7 +192,7 @@ pub struct InputSettings {
     pub key: String,
     /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
     pub time: String,
-    /// Payloads larger than this go to the dead-letter topic (`too_large`).
+    /// Records (key + payload) larger than this go to the dead-letter topic (`too_large`).
     pub max_record_bytes: usize,
     /// How far behind the largest event time a slice has seen a record may
     /// arrive and still be judged in event-time order: records wait until
@@ -389,6 +390,27 @@ pub struct ShutdownSettings {
     pub timeout: u64,
 }
 
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// env_logger's `[TIME LEVEL TARGET] message` lines (what people, tests and scripts read).
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message`, `fields` (for log shippers).
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// `text` or `json`; the level filter is `RUST_LOG` (default `info`).
+    pub format: String,
+    /// How often one INFO line sums up what happened since the last one
+    /// (records in, verdicts, dead letters, lag); nothing is logged for an
+    /// interval in which nothing happened. `0s`: never.
+    #[serde(deserialize_with = "duration_ms")]
+    pub summary_interval: u64,
+}
+
 fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     parse_duration_ms(&text).map_err(serde::de::Error::custom)
@@ -553,6 +575,9 @@ auto_create = true
 replication_factor = 1
 [shutdown]
 timeout = "30s"
+[log]
+format = "text"
+summary_interval = "60s"
 "#;
 
 /// Everything derived from valid settings, typed.
@@ -573,6 +598,8 @@ pub struct Resolved {
     pub order_tolerance_ms: u64,
     /// Event-time order in the slices (`input.lateness` and the time-jump rule).
     pub order: OrderSettings,
+    /// `log.format`.
+    pub log_format: LogFormat,
 }
 
 impl Resolved {
@@ -780,6 +807,11 @@ impl Settings {
         if s.topics.replication_factor < 1 {
             return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
         }
+        let log_format = match s.log.format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(invalid("log.format", other, "expected text or json")),
+        };
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
             if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic {
@@ -801,6 +833,7 @@ impl Settings {
             passthrough,
             order_tolerance_ms,
             order,
+            log_format,
             settings: self,
         })
     }
@@ -971,6 +1004,44 @@ mod tests {
     #[test]
     fn the_search_path_is_the_working_directory_then_etc() {
         assert_eq!(SEARCH_PATH, ["config/dedupd.toml", "/etc/dedupd/dedupd.toml"]);
+    }
+
+    #[test]
+    fn log_settings() {
+        let r = load(&[]).unwrap();
+        assert_eq!((r.log_format, r.settings.log.summary_interval), (LogFormat::Text, 60_000));
+        let r = load(&[("DEDUPD__LOG__FORMAT", "json"), ("DEDUPD__LOG__SUMMARY_INTERVAL", "0s")]).unwrap();
+        assert_eq!((r.log_format, r.settings.log.summary_interval), (LogFormat::Json, 0));
+        assert_eq!(
+            rejected(&[("DEDUPD__LOG__FORMAT", "yaml")]),
+            "invalid setting log.format = yaml: expected text or json"
+        );
+        assert!(rejected(&[("DEDUPD__LOG__SUMMARY_INTERVAL", "often")]).contains("often"));
+    }
+
+    /// Every built-in setting appears, in its section, in the shipped
+    /// config/dedupd.toml (which documents each one).
+    #[test]
+    fn every_setting_is_in_the_shipped_file() {
+        let shipped = std::fs::read_to_string("config/dedupd.toml").unwrap();
+        let sections = |text: &str| -> Vec<(String, String)> {
+            let mut section = String::new();
+            let mut keys = Vec::new();
+            for line in text.lines().map(str::trim) {
+                if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                    section = name.to_string();
+                } else if let Some((key, _)) = line.split_once(" = ")
+                    && !line.starts_with('#')
+                {
+                    keys.push((section.clone(), key.to_string()));
+                }
+            }
+            keys
+        };
+        let documented = sections(&shipped);
+        for (section, key) in sections(DEFAULTS) {
+            assert!(documented.contains(&(section.clone(), key.clone())), "config/dedupd.toml lacks [{section}] {key}");
+        }
     }
 
     #[test]

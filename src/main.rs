@@ -1,5 +1,3 @@
-/// Large blocks on transparent huge pages (see `HugePageAlloc`): only this
-/// binary, not the library's benchmarks and tests.
 // jemalloc as the process's `malloc`, for librdkafka's C code as much as for
 // Rust (the unprefixed build exports malloc/free/...; `System` below calls
 // them too). librdkafka allocates and frees several blocks per record, many
@@ -11,6 +9,8 @@
 #[cfg(target_os = "linux")]
 use tikv_jemalloc_sys as _;
 
+/// Large blocks on transparent huge pages (see `HugePageAlloc`): only this
+/// binary, not the library's benchmarks and tests.
 #[global_allocator]
 static ALLOC: dedupd::cli::run::HugePageAlloc = dedupd::cli::run::HugePageAlloc;
 
@@ -18,7 +18,7 @@ fn main() -> std::process::ExitCode {
     match dedupd::cli::main() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("dedupd: {e:#}");
+            dedupd::cli::logs::report_exit_error(&e);
             std::process::ExitCode::from(2)
         }
     }

@@ -277,6 +277,74 @@ impl Metrics {
     }
 }
 
+/// Counters summed over their labels, and gauges now: what the periodic log
+/// summary reports (differences of two `Totals` for the counters).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub input: u64,
+    pub distinct: u64,
+    pub duplicates: u64,
+    pub invalid: u64,
+    pub resends: u64,
+    pub late: u64,
+    /// By reason.
+    pub dead_letters: std::collections::BTreeMap<String, u64>,
+    pub lag: i64,
+    pub waiting: i64,
+    pub slices_owned: i64,
+}
+
+/// Each series of `metric` as (its labels, its value).
+fn series<M: prometheus::core::Collector>(metric: &M) -> Vec<(Vec<(String, String)>, f64)> {
+    let mut out = Vec::new();
+    for family in metric.collect() {
+        for m in family.get_metric() {
+            let labels = m.get_label().iter().map(|l| (l.name().to_string(), l.value().to_string())).collect();
+            let value = match family.get_field_type() {
+                prometheus::proto::MetricType::GAUGE => m.get_gauge().get_value(),
+                _ => m.get_counter().get_value(),
+            };
+            out.push((labels, value));
+        }
+    }
+    out
+}
+
+/// The sum of every series of `metric`.
+fn total<M: prometheus::core::Collector>(metric: &M) -> f64 {
+    series(metric).iter().map(|(_, v)| v).sum()
+}
+
+impl Metrics {
+    /// The totals now (reads every series of a few metrics: for a summary
+    /// every minute, not for hot paths).
+    pub fn totals(&self) -> Totals {
+        let by_result = |result: &str| {
+            series(&self.records)
+                .iter()
+                .filter(|(labels, _)| labels.iter().any(|(n, v)| n == "result" && v == result))
+                .map(|(_, v)| *v as u64)
+                .sum()
+        };
+        let dead_letters = series(&self.dead_letters)
+            .into_iter()
+            .filter_map(|(labels, v)| labels.into_iter().find(|(n, _)| n == "reason").map(|(_, r)| (r, v as u64)))
+            .collect();
+        Totals {
+            input: total(&self.input_records) as u64,
+            distinct: by_result("distinct"),
+            duplicates: by_result("duplicate"),
+            invalid: by_result("invalid"),
+            resends: by_result("resend"),
+            late: total(&self.late_records) as u64,
+            dead_letters,
+            lag: total(&self.consumer_lag) as i64,
+            waiting: total(&self.waiting_records) as i64,
+            slices_owned: self.slices_owned.get(),
+        }
+    }
+}
+
 /// The histogram of one stage of `dedupd_stage_latency_seconds` (cache it on hot paths).
 impl Metrics {
     pub fn stage(&self, stage: &str) -> Histogram {

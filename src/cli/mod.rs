@@ -5,6 +5,7 @@
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 
 pub mod filter;
+pub mod logs;
 pub mod run;
 
 use clap::{Parser, Subcommand};

@@ -14,6 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 
+use super::logs;
 use crate::admin::{Admin, Status};
 use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode};
 use crate::engine::Extractor;
@@ -97,10 +98,12 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let file = SettingsFile::locate_default(args.config.as_deref())?;
+    // The settings choose the log format, so they are read before the log
+    // starts; an error here names the file it read.
+    let cfg = Settings::load(file.path()).with_context(|| file.to_string())?;
+    logs::init(cfg.log_format);
     log::info!("{file}");
-    let cfg = Settings::load(file.path())?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(daemon(cfg))
 }
@@ -138,6 +141,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     };
     log::info!("admin endpoint on http://{} (key endpoints such as /v1/lookup: {key_endpoints})", cfg.admin_listen);
     let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
+    tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
 
     let extractor = Extractor {
         key: cfg.key.clone(),

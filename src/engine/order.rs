@@ -21,6 +21,15 @@
 //!   caller with reason `time_jump`); if `jump_confirmations` suspects
 //!   arrive in a row, the stream really jumped (it resumed after a gap) and
 //!   they are all admitted in arrival order.
+//!
+//! The first records have no largest time to be measured against: were the
+//! very first one stamped in the year 3000, the clock would start there and
+//! every later record would be late, judged at the clock's edge forever.
+//! So the first `jump_confirmations` records are all held as suspects; then
+//! (or at a flush or the end, if fewer come) those more than
+//! `max_clock_jump` ahead of their median time are rejected and the others
+//! admitted in arrival order — what they would have met had the offenders
+//! never come.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -144,6 +153,12 @@ impl<T> ReorderBuffer<T> {
         let record = Waiting { time_ms, position, item };
         let jump = self.settings.max_clock_jump_ms;
         match self.marks.max_seen_ms {
+            None => {
+                self.suspects.push(record);
+                if self.suspects.len() >= self.settings.jump_confirmations.max(1) as usize {
+                    self.settle_first(&mut emit);
+                }
+            }
             Some(max) if time_ms.saturating_sub(max) > jump => {
                 self.suspects.push(record);
                 if self.suspects.len() >= self.settings.jump_confirmations.max(1) as usize {
@@ -159,10 +174,20 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Whether a [`Self::flush`] would release anything: records wait for
+    /// the watermark, or the first records are held.
+    pub fn flush_pending(&self) -> bool {
+        !self.waiting.is_empty() || (self.marks.max_seen_ms.is_none() && !self.suspects.is_empty())
+    }
+
     /// Releases every waiting record, as if the lateness were over (an idle
     /// input, or its end): the watermark moves to the largest time seen.
-    /// Suspects stay held: nothing has confirmed or refuted them yet.
+    /// The first records, held for want of a reference, are settled first;
+    /// later suspects stay held: nothing has confirmed or refuted them yet.
     pub fn flush(&mut self, mut emit: impl FnMut(Released<T>)) {
+        if self.marks.max_seen_ms.is_none() {
+            self.settle_first(&mut emit);
+        }
         if let Some(max) = self.marks.max_seen_ms {
             self.raise_watermark(max, &mut emit);
         }
@@ -172,10 +197,34 @@ impl<T> ReorderBuffer<T> {
     /// admitted (no later record can be hurt by the jump) and everything is
     /// released.
     pub fn finish(&mut self, mut emit: impl FnMut(Released<T>)) {
+        if self.marks.max_seen_ms.is_none() {
+            self.settle_first(&mut emit);
+        }
         for s in std::mem::take(&mut self.suspects) {
             self.admit(s, &mut emit);
         }
         self.flush(emit);
+    }
+
+    /// Settles the first records (held while no time had been admitted):
+    /// those more than `max_clock_jump` ahead of their median time are
+    /// rejected, the others admitted in arrival order.
+    fn settle_first(&mut self, emit: &mut impl FnMut(Released<T>)) {
+        let mut times: Vec<u64> = self.suspects.iter().map(|s| s.time_ms).collect();
+        if times.is_empty() {
+            return;
+        }
+        times.sort_unstable();
+        let median = times[(times.len() - 1) / 2];
+        for s in std::mem::take(&mut self.suspects) {
+            let ahead_ms = s.time_ms.saturating_sub(median);
+            if ahead_ms > self.settings.max_clock_jump_ms {
+                let Waiting { time_ms, position, item } = s;
+                emit(Released::Reject { time_ms, position, item, ahead_ms });
+            } else {
+                self.admit(s, emit);
+            }
+        }
     }
 
     fn reject_suspects(&mut self, emit: &mut impl FnMut(Released<T>)) {
@@ -263,7 +312,8 @@ mod tests {
     #[test]
     fn a_lone_jump_is_rejected_and_a_confirmed_one_admitted() {
         let mut b = ReorderBuffer::new(settings(0));
-        assert_eq!(run(&mut b, &[(1_000, 0), (99_000, 1), (1_001, 2)]), ["0", "1 reject 98000", "2"]);
+        // The first three are settled together, against their median (1 001).
+        assert_eq!(run(&mut b, &[(1_000, 0), (99_000, 1), (1_001, 2)]), ["0", "1 reject 97999", "2"]);
         // Two suspects, then a normal record: both rejected.
         assert_eq!(run(&mut b, &[(50_000, 3), (50_001, 4), (1_002, 5)]), ["3 reject 48999", "4 reject 49000", "5"]);
         // Three in a row: the stream resumed after a gap.
@@ -277,6 +327,34 @@ mod tests {
         assert!(out.is_empty());
         b.finish(|r| out.push(describe(&r)));
         assert_eq!(out, ["10"]);
+    }
+
+    /// A stream whose very first record is stamped in the year 3000: it is
+    /// rejected, and the clock starts with the others.
+    #[test]
+    fn the_first_records_are_measured_against_each_other() {
+        let year_3000 = 32_503_680_000_000;
+        let mut b = ReorderBuffer::new(settings(0));
+        assert!(run(&mut b, &[(year_3000, 0), (1_000, 1)]).is_empty(), "held until three have come");
+        assert_eq!(b.suspects_len(), 2);
+        assert_eq!(run(&mut b, &[(1_010, 2)]), [format!("0 reject {}", year_3000 - 1_010), "1".into(), "2".into()]);
+        assert_eq!(b.marks().max_seen_ms, Some(1_010));
+        assert_eq!(run(&mut b, &[(1_020, 3)]), ["3"]);
+
+        // Before 1970 (time 0) first: admitted, and late for nothing (it comes first).
+        let mut b = ReorderBuffer::new(settings(0));
+        assert_eq!(run(&mut b, &[(0, 0), (5_000, 1), (5_001, 2)]), ["0", "1", "2"]);
+
+        // Fewer than three, then a flush (an idle slice): settled with what came.
+        let mut b = ReorderBuffer::new(settings(0));
+        assert!(!b.flush_pending());
+        assert!(run(&mut b, &[(1_000, 0), (year_3000, 1)]).is_empty());
+        assert!(b.flush_pending());
+        let mut out = Vec::new();
+        b.flush(|r| out.push(describe(&r)));
+        // The lower median (1 000) is the reference: a tie goes to the earlier time.
+        assert_eq!(out, ["0".to_string(), format!("1 reject {}", year_3000 - 1_000)]);
+        assert!(!b.flush_pending());
     }
 
     #[test]

@@ -165,7 +165,7 @@ pub struct Extracted<'a> {
 pub struct Extractor {
     pub key: KeySpec,
     pub time: TimeSpec,
-    /// Payloads longer than this are refused as `too_large`.
+    /// Records (key plus payload) longer than this are refused as `too_large`.
     pub max_record_bytes: usize,
 }
 
@@ -173,10 +173,19 @@ impl Extractor {
     /// Extracts the key and time of `record`; `arrival_ms` is used by
     /// [`TimeSpec::Arrival`].
     pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
-        if record.payload.len() > self.max_record_bytes {
+        // The key counts too: with `record-key` a huge key is as large a
+        // record to hold for the watermark and to copy as a huge payload.
+        let key_bytes = record.key.map_or(0, <[u8]>::len);
+        let size = key_bytes.saturating_add(record.payload.len());
+        if size > self.max_record_bytes {
+            let parts = if key_bytes > 0 {
+                format!(" (key {key_bytes} + payload {})", record.payload.len())
+            } else {
+                String::new()
+            };
             return Err(invalid(
                 InvalidReason::TooLarge,
-                format!("{} bytes, the limit is {}", record.payload.len(), self.max_record_bytes),
+                format!("{size} bytes{parts}, the limit is {}", self.max_record_bytes),
             ));
         }
         let needs_json = matches!(self.key, KeySpec::Json(_)) || matches!(self.time, TimeSpec::Json(_));
@@ -232,7 +241,10 @@ impl Extractor {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
                 Some(v) => epoch_ms(v).ok_or_else(|| {
-                    invalid(InvalidReason::BadTime, format!("`{v}` at `{pointer}` is not epoch milliseconds"))
+                    invalid(
+                        InvalidReason::BadTime,
+                        format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(v)),
+                    )
                 })?,
             },
         };
@@ -268,6 +280,20 @@ fn array_index(token: &str) -> Option<usize> {
         return None;
     }
     token.parse().ok()
+}
+
+/// Most characters of a value quoted in a detail: the detail travels in a
+/// dead-letter header and on stderr, and a hostile record may hold a value of
+/// megabytes where a time should be.
+const EXCERPT_CHARS: usize = 64;
+
+/// `v` as compact JSON, cut to [`EXCERPT_CHARS`] with its full length said.
+fn excerpt(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(EXCERPT_CHARS) {
+        None => text,
+        Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
+    }
 }
 
 /// Epoch milliseconds from a JSON number (fractions are truncated) or a
@@ -351,6 +377,53 @@ mod tests {
         assert_eq!(extract(r#"{"id":"a","ts":-5}"#), Err(InvalidReason::BadTime));
         assert_eq!(extract(r#"{"id":"a","ts":"soon"}"#), Err(InvalidReason::BadTime));
         assert_eq!(extract(&format!(r#"{{"id":"{}","ts":1}}"#, "x".repeat(200))), Err(InvalidReason::TooLarge));
+    }
+
+    /// Nesting deeper than serde_json's recursion limit (128) is an error,
+    /// not a stack overflow; shallower nesting is read.
+    #[test]
+    fn deep_nesting_is_refused_not_a_crash() {
+        let ex = Extractor { max_record_bytes: 1 << 20, ..json_extractor() };
+        let reason = |text: String| {
+            let rec = RecordView { payload: text.as_bytes(), ..RecordView::default() };
+            ex.extract(&rec, 0).map(|_| ()).map_err(|e| (e.reason, e.detail))
+        };
+        for deep in
+            ["[".repeat(100_000), "{\"a\":".repeat(100_000), format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))]
+        {
+            let (why, detail) = reason(deep).unwrap_err();
+            assert_eq!(why, InvalidReason::BadJson);
+            assert!(detail.contains("recursion limit exceeded"), "{detail}");
+        }
+        let nested = format!(r#"{{"id":"a","ts":1,"x":{}1{}}}"#, "[".repeat(100), "]".repeat(100));
+        assert_eq!(reason(nested), Ok(()));
+    }
+
+    #[test]
+    fn details_quote_at_most_an_excerpt() {
+        let big = format!(r#"{{"id":"a","ts":[{}0]}}"#, "0,".repeat(40_000));
+        let rec = RecordView { payload: big.as_bytes(), ..RecordView::default() };
+        let ex = Extractor { max_record_bytes: 1 << 20, ..json_extractor() };
+        let e = ex.extract(&rec, 0).unwrap_err();
+        assert_eq!(e.reason, InvalidReason::BadTime);
+        assert!(e.detail.len() < 200, "{}", e.detail);
+        assert!(e.detail.contains("… (80003 bytes)"), "{}", e.detail);
+    }
+
+    #[test]
+    fn the_key_counts_toward_the_record_size() {
+        let ex = Extractor { key: KeySpec::RecordKey, time: TimeSpec::RecordTimestamp, max_record_bytes: 10 };
+        let key = [7u8; 8];
+        let rec = |payload: &'static [u8]| RecordView {
+            key: Some(&key),
+            payload,
+            timestamp_ms: Some(1),
+            ..RecordView::default()
+        };
+        assert!(ex.extract(&rec(b"12"), 0).is_ok());
+        let e = ex.extract(&rec(b"123"), 0).unwrap_err();
+        assert_eq!(e.reason, InvalidReason::TooLarge);
+        assert_eq!(e.detail, "11 bytes (key 8 + payload 3), the limit is 10");
     }
 
     #[test]

@@ -592,8 +592,14 @@ mod tests {
         OrderSettings { lateness_ms, max_clock_jump_ms: 100_000, jump_confirmations: 3 }
     }
 
+    /// No lateness, and a slice's first record is its own reference (one
+    /// confirmation): every record is judged as it arrives.
+    fn immediate() -> OrderSettings {
+        OrderSettings { jump_confirmations: 1, ..order(0) }
+    }
+
     fn fresh(slice: u32, params: FilterParams) -> SliceState {
-        SliceState::new(slice, params, 0, order(0))
+        SliceState::new(slice, params, 0, immediate())
     }
 
     /// Takes in one record with no lateness: exactly one judgment, its own.
@@ -632,16 +638,16 @@ mod tests {
             one(&mut s, &rec(i, &key, i as i64 * 3, source), &ex);
         }
         let bytes = encode(&s);
-        assert_eq!(decode(&bytes, 3, &params(), order(0)).unwrap(), s);
+        assert_eq!(decode(&bytes, 3, &params(), immediate()).unwrap(), s);
         assert!(matches!(
-            decode(&bytes, 4, &params(), order(0)),
+            decode(&bytes, 4, &params(), immediate()),
             Err(SnapshotError::ParameterMismatch { parameter: "slice", .. })
         ));
         let mut bad = bytes.clone();
         bad[20] ^= 0xFF;
-        assert!(matches!(decode(&bad, 3, &params(), order(0)), Err(SnapshotError::ChecksumMismatch { .. })));
+        assert!(matches!(decode(&bad, 3, &params(), immediate()), Err(SnapshotError::ChecksumMismatch { .. })));
         let other = FilterSpec { window_ms: 2000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap();
-        assert!(matches!(decode(&bytes, 3, &other, order(0)), Err(SnapshotError::ParameterMismatch { .. })));
+        assert!(matches!(decode(&bytes, 3, &other, immediate()), Err(SnapshotError::ParameterMismatch { .. })));
     }
 
     /// A copy taken while the slice goes on is the slice as it was when the
@@ -684,7 +690,7 @@ mod tests {
         let mut again = uncopied.begin_copy(longer);
         again.advance(&uncopied, usize::MAX);
         assert!(again.finish(&uncopied).seal() == encode(&uncopied));
-        assert_eq!(decode(&expected, 3, s.filter.params(), order(0)).unwrap().next_offset, 20_000);
+        assert_eq!(decode(&expected, 3, s.filter.params(), immediate()).unwrap().next_offset, 20_000);
     }
 
     #[test]

@@ -125,6 +125,9 @@ impl Deliveries {
 struct CheckpointProducerContext;
 
 impl ClientContext for CheckpointProducerContext {
+    /// Not asked for (see [`clients`]); never logged.
+    fn stats_raw(&self, _: &[u8]) {}
+
     fn error(&self, error: KafkaError, reason: &str) {
         clients::log_client_error(&error, reason);
     }

@@ -1,5 +1,13 @@
 //! librdkafka settings: the user's pass-through `[kafka]` table first, then
 //! the settings dedupd's correctness depends on, which the user cannot turn off.
+//!
+//! Statistics: librdkafka emits its whole statistics JSON (kilobytes per
+//! client) every `statistics.interval.ms`, and rdkafka's default context
+//! logs each one at INFO ("Client stats: …"). Only the slice consumer uses
+//! them (for the lag gauge), so only it gets that setting
+//! ([`statistics_interval`]); every context here still swallows statistics
+//! (`stats_raw`) so that none can ever reach the log. A client that is not
+//! polled (the readers, between restores) would otherwise also queue them.
 
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
@@ -35,6 +43,9 @@ pub fn is_partition_eof(error: &KafkaError) -> bool {
 pub struct PlainContext;
 
 impl ClientContext for PlainContext {
+    /// Not asked for (see the module documentation); never logged.
+    fn stats_raw(&self, _: &[u8]) {}
+
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&error, reason);
     }
@@ -138,7 +149,9 @@ pub fn base(cfg: &Resolved, client_id: &str, role: Role) -> ClientConfig {
     c.set("bootstrap.servers", &cfg.settings.kafka.brokers);
     c.set("client.id", client_id);
     for (k, v) in cfg.settings.kafka.client_settings() {
-        if applies_to(&k, role) {
+        if k == STATISTICS_INTERVAL {
+            log::debug!("{client_id}: {k} reaches only the slice consumer (its statistics feed the lag gauge)");
+        } else if applies_to(&k, role) {
             c.set(k, v);
         } else {
             log::debug!("{client_id}: {k} is not a {role:?} setting: not passed on");
@@ -176,6 +189,20 @@ pub fn check(cfg: &Resolved) -> Result<(), RefusedSetting> {
         }
     }
     Ok(())
+}
+
+/// librdkafka's statistics period setting.
+pub const STATISTICS_INTERVAL: &str = "statistics.interval.ms";
+
+/// The statistics period of the slice consumer: `statistics.interval.ms`
+/// from `[kafka]` if set, else `default_ms`. No other client gets one.
+pub fn statistics_interval(cfg: &Resolved, default_ms: u64) -> String {
+    cfg.settings
+        .kafka
+        .client_settings()
+        .into_iter()
+        .find(|(k, _)| k == STATISTICS_INTERVAL)
+        .map_or_else(|| default_ms.to_string(), |(_, v)| v)
 }
 
 /// A group consumer that never auto-commits (positions come from snapshots
@@ -293,6 +320,19 @@ mod tests {
             "{e}"
         );
         assert!(check(&load(&[("DEDUPD__KAFKA__SASL_PASSWORD", "hunter2-0007")])).is_ok());
+    }
+
+    #[test]
+    fn statistics_reach_only_the_client_that_asks_for_them() {
+        let load = |env: &[(&str, &str)]| {
+            Settings::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+        };
+        let cfg = load(&[("DEDUPD__KAFKA__STATISTICS_INTERVAL_MS", "500")]);
+        for c in [group_consumer(&cfg, "g", "c"), reader(&cfg, "r"), producer(&cfg, "p")] {
+            assert_eq!(c.get(STATISTICS_INTERVAL), None);
+        }
+        assert_eq!(statistics_interval(&cfg, 2000), "500");
+        assert_eq!(statistics_interval(&load(&[]), 2000), "2000");
     }
 
     #[test]

@@ -3,8 +3,9 @@
 /// On output (and duplicates) records: the slice-log offset of the source
 /// record, decimal. Restore reads it from the last output record.
 pub const SLICE_OFFSET: &str = "dedupd.slice.offset";
-/// On slice records (and passed on): `topic/partition/offset` of the input
-/// record the router read.
+/// On slice records (and passed on), and on every dead letter:
+/// `topic/partition/offset` of the input record (the one the router read, in
+/// repartition mode).
 pub const SOURCE: &str = "dedupd.source";
 /// On duplicates: which rule matched (`filter;equal_timers=N` or `resend`).
 pub const RULE: &str = "dedupd.rule";

@@ -112,6 +112,9 @@ impl DeliveryCounts {
 }
 
 impl ClientContext for DeliveryWatch {
+    /// Not asked for (see [`clients`]); never logged.
+    fn stats_raw(&self, _: &[u8]) {}
+
     fn error(&self, error: KafkaError, reason: &str) {
         clients::log_client_error(&error, reason);
     }

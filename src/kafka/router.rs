@@ -108,8 +108,7 @@ struct RouterContext {
 }
 
 impl ClientContext for RouterContext {
-    /// The router uses no statistics; were `statistics.interval.ms` set in
-    /// `[kafka]`, rdkafka's default would log them all at INFO every interval.
+    /// Not asked for (see [`clients`]); never logged.
     fn stats_raw(&self, _: &[u8]) {}
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -229,21 +228,26 @@ fn commit_offsets<C: ConsumerContext>(
 struct Read<'c> {
     msg: BorrowedMessage<'c>,
     target: Result<(u32, i64), InvalidRecord>,
+    /// Its place in the routing order (see [`Lane::order_time`]).
+    order: i64,
 }
 
 impl Read<'_> {
     /// Its place in the routing order: an unreadable record goes at once
     /// (to the dead letters; it holds nothing back).
     fn time(&self) -> i64 {
-        self.target.as_ref().map_or(i64::MIN, |&(_, t)| t)
+        if self.target.is_ok() { self.order } else { i64::MIN }
     }
 }
 
 /// One input partition's buffered records, in offset order.
 struct Lane<'c> {
     records: VecDeque<Read<'c>>,
-    /// Event time of the last readable record read from the partition.
+    /// Event time of the last readable record read from the partition
+    /// (outliers left out, see [`Lane::order_time`]).
     last_timestamp: Option<i64>,
+    /// Outliers read in a row since the last ordinary record.
+    outliers: u32,
     /// When a record last arrived (or the lane was assigned).
     last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
@@ -256,10 +260,45 @@ impl Lane<'_> {
         Lane {
             records: VecDeque::new(),
             last_timestamp: None,
+            outliers: 0,
             last_arrival: Instant::now(),
             at_end: false,
             paused: false,
         }
+    }
+
+    /// Where a readable record at event time `time` goes in the routing
+    /// order, and takes it into the lane's progress. An *outlier* — more
+    /// than `jump` (input.max_clock_jump) ahead of, or behind, the
+    /// partition's last time (before it has one: `latest`, the time last
+    /// read from any partition) — is a broken clock until `confirmations`
+    /// come in a row (input.jump_confirmations: the stream resumed after a
+    /// gap). It is routed in place (ahead: at the partition's last time, or
+    /// at once before it has one) and is not the partition's progress:
+    /// ordered by a time in the year 3000 it would wait until every other
+    /// partition had been read to its end, and taken as progress it would
+    /// tell the router that its partition had nothing older to deliver —
+    /// either way the records behind it would reach their slices late. Its slice judges it (a time
+    /// jump is dead-lettered there). The router's very first record has
+    /// nothing to be measured against: it goes first, whatever its time,
+    /// and is only `latest` until records confirm another.
+    fn order_time(&mut self, time: i64, latest: &mut Option<i64>, jump: i64, confirmations: u32) -> i64 {
+        let Some(last) = self.last_timestamp.or(*latest) else {
+            *latest = Some(time);
+            return i64::MIN;
+        };
+        let outlier = time.abs_diff(last) > jump.unsigned_abs();
+        if outlier && self.outliers + 1 < confirmations.max(1) {
+            self.outliers += 1;
+            // Ahead: where its own partition is — at once if it has no time
+            // yet (another partition's time may be far ahead of this one's:
+            // placed there, it would hold back the records behind it).
+            return if time > last { self.last_timestamp.unwrap_or(i64::MIN) } else { time };
+        }
+        self.outliers = 0;
+        self.last_timestamp = Some(time);
+        *latest = Some(time);
+        time
     }
 
     /// An empty lane may still deliver a record older than every buffered
@@ -299,6 +338,10 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // Per input topic, found by a scan (a handful of topics): no label lookup per record.
     let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
     let mut last_commit_check = Instant::now();
+    let jump = i64::try_from(deps.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX);
+    // The time last read from any partition (outliers left out): what a
+    // partition's first record is measured against.
+    let mut latest: Option<i64> = None;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -325,14 +368,15 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
                 };
                 lane.last_arrival = now;
-                if let Ok((_, time)) = target {
-                    lane.last_timestamp = Some(time);
-                }
+                let order = match target {
+                    Ok((_, time)) => lane.order_time(time, &mut latest, jump, deps.cfg.order.jump_confirmations),
+                    Err(_) => i64::MIN,
+                };
                 lane.at_end = false;
                 if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
                     lane.paused = set_paused(&consumer, topic, partition, true);
                 }
-                lane.records.push_back(Read { msg, target });
+                lane.records.push_back(Read { msg, target, order });
             }
             // The event names only the partition: with several input topics it
             // marks that partition of each (at worst routing a little out of order).
@@ -411,7 +455,7 @@ fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target } = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target, .. } = lane.records.pop_front().expect("non-empty lane");
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
@@ -498,5 +542,45 @@ mod tests {
         assert!(!lane.holds_back(now, 99_999, 0));
         lane.at_end = false;
         assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
+    }
+
+    #[test]
+    fn an_outlier_is_routed_in_place_until_confirmed() {
+        let y3k = 32_503_680_000_000;
+        // The router's very first record goes first, whatever its time, and
+        // is not its partition's progress (the partition still holds others back).
+        let (mut first, mut latest) = (Lane::new(), None);
+        assert_eq!(first.order_time(y3k, &mut latest, 60_000, 3), i64::MIN);
+        assert_eq!((first.last_timestamp, latest), (None, Some(y3k)));
+        assert!(first.holds_back(Instant::now(), 1_000_000, 0));
+        // The others are measured against it until three in a row confirm theirs.
+        assert_eq!(first.order_time(1_000_000, &mut latest, 60_000, 3), 1_000_000);
+        assert_eq!(first.order_time(1_000_010, &mut latest, 60_000, 3), 1_000_010);
+        assert_eq!((first.last_timestamp, latest), (None, Some(y3k)));
+        assert_eq!(first.order_time(1_000_020, &mut latest, 60_000, 3), 1_000_020);
+        assert_eq!((first.last_timestamp, latest), (Some(1_000_020), Some(1_000_020)));
+
+        // The first record of a partition is measured against the other
+        // partitions; ahead of them, it goes at once (its partition has no
+        // place yet; another's may be far ahead).
+        let mut lane = Lane::new();
+        let mut latest = Some(1_000_500);
+        assert_eq!(lane.order_time(y3k, &mut latest, 60_000, 3), i64::MIN);
+        assert_eq!(lane.order_time(1_000_000, &mut latest, 60_000, 3), 1_000_000);
+        assert_eq!(lane.order_time(1_000_040, &mut latest, 60_000, 3), 1_000_040);
+        // A year-3000 record goes where the partition is; it is not its progress.
+        assert_eq!(lane.order_time(y3k, &mut latest, 60_000, 3), 1_000_040);
+        assert_eq!((lane.last_timestamp, latest), (Some(1_000_040), Some(1_000_040)));
+        assert_eq!(lane.order_time(1_000_045, &mut latest, 60_000, 3), 1_000_045);
+        // Far behind: routed at once, and not the partition's progress either.
+        assert_eq!(lane.order_time(0, &mut latest, 60_000, 3), 0);
+        assert_eq!(lane.last_timestamp, Some(1_000_045));
+        assert_eq!(lane.order_time(1_000_050, &mut latest, 60_000, 3), 1_000_050);
+        // Three in a row: the stream jumped.
+        assert_eq!(lane.order_time(9_000_000, &mut latest, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_010, &mut latest, 60_000, 3), 1_000_050);
+        assert_eq!(lane.order_time(9_000_020, &mut latest, 60_000, 3), 9_000_020);
+        assert_eq!(lane.order_time(9_000_030, &mut latest, 60_000, 3), 9_000_030);
+        assert_eq!((lane.last_timestamp, latest), (Some(9_000_030), Some(9_000_030)));
     }
 }

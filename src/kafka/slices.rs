@@ -228,16 +228,49 @@ impl ClientContext for WorkerContext {
         clients::log_client_error(&error, reason);
     }
 
-    fn stats(&self, statistics: rdkafka::Statistics) {
-        if let Some(topic) = statistics.topics.get(&self.deps.slice_topic) {
-            let mut highs = self.high_offsets.lock().expect("offsets lock");
-            for (p, part) in &topic.partitions {
-                if *p >= 0 && part.hi_offset >= 0 {
-                    highs.insert(*p as u32, part.hi_offset);
+    /// Reads only the partitions' end offsets (for the lag gauge); never
+    /// logs the statistics (rdkafka's default `stats` logs all of them at INFO).
+    fn stats_raw(&self, statistics: &[u8]) {
+        match serde_json::from_slice::<HighOffsets>(statistics) {
+            Ok(stats) => {
+                let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
+                let mut highs = self.high_offsets.lock().expect("offsets lock");
+                for (p, part) in &topic.partitions {
+                    if let Ok(p) = p.parse::<u32>()
+                        && part.hi_offset >= 0
+                    {
+                        highs.insert(p, part.hi_offset);
+                    }
                 }
             }
+            Err(e) => log::debug!("librdkafka statistics without partition offsets: {e}"),
         }
     }
+}
+
+/// The part of librdkafka's statistics JSON the lag gauge reads:
+/// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
+/// is skipped by its id).
+#[derive(serde::Deserialize)]
+struct HighOffsets {
+    #[serde(default)]
+    topics: HashMap<String, TopicOffsets>,
+}
+
+#[derive(serde::Deserialize)]
+struct TopicOffsets {
+    #[serde(default)]
+    partitions: HashMap<String, PartitionOffsets>,
+}
+
+#[derive(serde::Deserialize)]
+struct PartitionOffsets {
+    #[serde(default = "no_offset")]
+    hi_offset: i64,
+}
+
+fn no_offset() -> i64 {
+    -1
 }
 
 impl ConsumerContext for WorkerContext {
@@ -557,11 +590,8 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
-    // Statistics feed the consumer-lag gauge (the router asks for none: its
-    // context would only log them).
-    if config.get("statistics.interval.ms").is_none() {
-        config.set("statistics.interval.ms", "2000");
-    }
+    // Statistics feed the consumer-lag gauge; no other client asks for them.
+    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
     let consumer: BaseConsumer<WorkerContext> =
         config.create_with_context(context).context(|| "creating the slice consumer".into())?;
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
@@ -735,7 +765,7 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
         apply_logged_flushes(deps, owned, judged)?;
         let replaying = !owned.flushes.is_empty()
             || owned.replay_until.is_some_and(|y| y.after >= owned.state.next_offset.saturating_sub(1) && !y.flush);
-        if owned.state.order.waiting_len() > 0 && !replaying && owned.last_arrival.elapsed() >= idle_after {
+        if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
     }
@@ -919,21 +949,25 @@ fn emit_one<M: Message>(
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            let mut extra = vec![
+                ids[0],
+                ids[1],
+                (headers::REASON, why.reason.as_str().as_bytes()),
+                (headers::DETAIL, why.detail.as_bytes()),
+            ];
+            // The input record's position: in repartition mode the router's
+            // stamp, which the copy keeps; else this record's own (the slice
+            // log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let source = SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset());
-            send(
-                deps,
-                &out.dead_letter_topic,
-                slice,
-                msg,
-                &[
-                    ids[0],
-                    ids[1],
-                    (headers::REASON, why.reason.as_str().as_bytes()),
-                    (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, source),
-                ],
-            )
+            let stamped = deps.cfg.slicing == SlicingMode::Repartition
+                && msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
+            if !stamped {
+                extra.push((
+                    headers::SOURCE,
+                    SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset()),
+                ));
+            }
+            send(deps, &out.dead_letter_topic, slice, msg, &extra)
         }
     }
 }
@@ -948,4 +982,25 @@ pub fn send<M: Message>(
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     produce_copy(&deps.producer, topic, slice as i32, msg, extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_gauge_reads_end_offsets_from_librdkafka_statistics() {
+        // Trimmed from a real statistics event of the slice consumer.
+        let json = br#"{"name":"app-slices#consumer-1","type":"consumer","msg_cnt":0,
+            "brokers":{"127.0.0.1:9092/1":{"state":"UP"}},
+            "topics":{"app.slices":{"topic":"app.slices","partitions":{
+                "0":{"partition":0,"hi_offset":120,"lo_offset":0},
+                "1":{"partition":1,"hi_offset":-1001},
+                "-1":{"partition":-1,"hi_offset":-1001}}}}}"#;
+        let stats: HighOffsets = serde_json::from_slice(json).unwrap();
+        let parts = &stats.topics["app.slices"].partitions;
+        assert_eq!(parts["0"].hi_offset, 120);
+        assert_eq!(parts["1"].hi_offset, -1001);
+        assert!(serde_json::from_slice::<HighOffsets>(br#"{"name":"x"}"#).unwrap().topics.is_empty());
+    }
 }
