@@ -304,7 +304,11 @@ fn mismatch(parameter: &'static str, snapshot: &str, configured: &str) -> Snapsh
 }
 
 fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
-    if snapshot == configured { Ok(()) } else { Err(mismatch(parameter, &snapshot.to_string(), &configured.to_string())) }
+    if snapshot == configured {
+        Ok(())
+    } else {
+        Err(mismatch(parameter, &snapshot.to_string(), &configured.to_string()))
+    }
 }
 
 #[cfg(test)]

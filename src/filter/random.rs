@@ -58,7 +58,10 @@ mod tests {
         let mut a = Rng::new(42);
         a.next_u64();
         let mut b = Rng::new(a.state());
-        assert_eq!((0..10).map(|_| a.next_u64()).collect::<Vec<_>>(), (0..10).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert_eq!(
+            (0..10).map(|_| a.next_u64()).collect::<Vec<_>>(),
+            (0..10).map(|_| b.next_u64()).collect::<Vec<_>>()
+        );
     }
 
     #[test]

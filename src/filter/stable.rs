@@ -76,7 +76,9 @@ impl StableParams {
         let max = max_value(cell_bits);
         let k = match hashes {
             Some(k) => k,
-            None => (1..=16).min_by(|&a, &b| fnr_estimate(a, max, fpr, cells).total_cmp(&fnr_estimate(b, max, fpr, cells))).unwrap_or(1),
+            None => (1..=16)
+                .min_by(|&a, &b| fnr_estimate(a, max, fpr, cells).total_cmp(&fnr_estimate(b, max, fpr, cells)))
+                .unwrap_or(1),
         };
         if !(1..=64).contains(&k) || u64::from(k) >= cells {
             return Err(ParamError::new("hashes", k, "must be between 1 and 64 (and fewer than the cells) for stable"));
@@ -230,7 +232,12 @@ impl StableFilter {
 
     /// Rebuilds a filter from [`Self::state`]; `None` if the words do not
     /// fit the parameters (wrong count, or bits set outside the cells).
-    pub(crate) fn from_state(params: StableParams, rng: u64, counters: StableCounters, words: Vec<u64>) -> Option<Self> {
+    pub(crate) fn from_state(
+        params: StableParams,
+        rng: u64,
+        counters: StableCounters,
+        words: Vec<u64>,
+    ) -> Option<Self> {
         let mut f = StableFilter::new(params);
         if words.len() != f.words.len() {
             return None;
