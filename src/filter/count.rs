@@ -30,7 +30,7 @@ pub const MAGIC: [u8; 8] = *b"DEDUPDCF";
 pub const VERSION: u16 = 1;
 
 /// The default seed of the filters' PRNG (`filter.seed`, `--seed`).
-pub const DEFAULT_RNG_SEED: u64 = 0x5EED_0F_DEDu64;
+pub const DEFAULT_RNG_SEED: u64 = 0x0005_EED0_FDED_u64;
 
 /// Which count-based structure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
