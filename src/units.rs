@@ -3,13 +3,10 @@
 /// Parses a duration such as `500ms`, `60s`, `10m`, `2h` or `1d` into
 /// milliseconds. A bare number is taken as milliseconds.
 pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let value: u64 = digits.parse().map_err(|_| {
+    let (value, unit) = number_and_unit(text).ok_or_else(|| {
         format!("`{text}` is not a duration: expected a whole number and a unit, e.g. 500ms, 60s, 10m, 2h, 1d")
     })?;
-    let scale = match unit.trim() {
+    let scale = match unit {
         "" | "ms" => 1,
         "s" => 1_000,
         "m" | "min" => 60_000,
@@ -37,6 +34,14 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         other => return Err(format!("`{text}` has an unknown unit `{other}`: use B, KiB, MiB or GiB")),
     };
     value.checked_mul(scale).ok_or_else(|| format!("`{text}` is too large a memory size"))
+}
+
+/// `"10 m"` → `(10, "m")`: the leading whole number and the trimmed rest.
+fn number_and_unit(text: &str) -> Option<(u64, &str)> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    Some((digits.parse().ok()?, unit.trim()))
 }
 
 /// Formats milliseconds in the largest unit that divides them exactly.

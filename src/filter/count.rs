@@ -21,7 +21,7 @@
 use super::hash::{DEFAULT_SEED, KeyHash};
 use super::params::ParamError;
 use super::rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
-use super::snapshot::{self, Reader, SnapshotError, put_u32, put_u64};
+use super::snapshot::{self, Reader, SnapshotError, check, put_u32, put_u64};
 use super::stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
 
 /// The first bytes of a count-filter snapshot.
@@ -301,14 +301,6 @@ fn read_words(r: &mut Reader<'_>) -> Result<Vec<u64>, SnapshotError> {
 
 fn mismatch(parameter: &'static str, snapshot: &str, configured: &str) -> SnapshotError {
     SnapshotError::ParameterMismatch { parameter, snapshot: snapshot.to_string(), configured: configured.to_string() }
-}
-
-fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
-    if snapshot == configured {
-        Ok(())
-    } else {
-        Err(mismatch(parameter, &snapshot.to_string(), &configured.to_string()))
-    }
 }
 
 #[cfg(test)]
