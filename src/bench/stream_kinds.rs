@@ -141,7 +141,7 @@ pub fn run(args: &StreamKindsArgs) -> anyhow::Result<()> {
                             ..FilterSpec::default()
                         };
                         let f = SlicedFilter::new(&spec).map_err(|e| anyhow::anyhow!("{e}"))?;
-                        (Under::Timer(f), k as u32, format!("m={cells} 4-bit cells, window={n}ms"), f64::NAN)
+                        (Under::Timer(f), k as u32, format!("m={cells} 4-bit cells; window={n}ms"), f64::NAN)
                     }
                     _ => {
                         let ck = if kind == "rsbf" { CountKind::Rsbf } else { CountKind::Stable };
