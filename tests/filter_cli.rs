@@ -306,3 +306,93 @@ fn line_keys_and_invalid_settings() {
         assert!(run.stderr.contains(needle), "{args:?}: stderr lacks `{needle}`:\n{}", run.stderr);
     }
 }
+
+/// `n` lines `k<id>` with ids uniform over `universe`.
+fn uniform_lines(n: usize, universe: u64, seed: u64) -> Vec<u8> {
+    let mut rng = dedupd::filter::random::Rng::new(seed);
+    (0..n).flat_map(|_| format!("k{}\n", rng.below(universe)).into_bytes()).collect()
+}
+
+/// The count-based kinds in pipe mode: the same seed gives the same output,
+/// another seed another one, and a run cut in two with --save-state and
+/// --load-state writes exactly what one uninterrupted run writes.
+#[test]
+fn count_kinds_are_deterministic_and_resume_from_saved_state() {
+    let input = uniform_lines(60_000, 6_000, 3);
+    let cut = input.len() / 2 + 7;
+    let cut = cut + input[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    let dir = std::env::temp_dir().join(format!("dedupd-count-kinds-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for kind in ["rsbf", "stable"] {
+        // 2 KiB: far fewer bits than keys, so resets and decrements matter.
+        let base = ["--kind", kind, "--memory", "2KiB", "--fpr", "0.1"];
+        fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+            [base, extra].concat()
+        }
+        let whole = run_filter(&with(&base, &["--seed", "7"]), &input);
+        assert!(whole.status.success(), "{kind}: {}", whole.stderr);
+        assert!(whole.stderr.is_empty(), "{kind}: {}", whole.stderr);
+        let lines = whole.stdout.iter().filter(|&&b| b == b'\n').count();
+        assert!((6_000..59_000).contains(&lines), "{kind}: {lines} distinct lines of 60000");
+        assert_eq!(
+            run_filter(&with(&base, &["--seed", "7"]), &input).stdout,
+            whole.stdout,
+            "{kind}: same seed differs"
+        );
+        assert_ne!(run_filter(&with(&base, &["--seed", "8"]), &input).stdout, whole.stdout, "{kind}: seed ignored");
+
+        let state = dir.join(format!("{kind}.state"));
+        let state = state.to_str().unwrap();
+        let first = run_filter(&with(&base, &["--seed", "7", "--save-state", state]), &input[..cut]);
+        assert!(first.status.success(), "{kind}: {}", first.stderr);
+        let stats = dir.join(format!("{kind}.json"));
+        let second = run_filter(
+            &with(&base, &["--seed", "7", "--load-state", state, "--stats-json", stats.to_str().unwrap()]),
+            &input[cut..],
+        );
+        assert!(second.status.success(), "{kind}: {}", second.stderr);
+        assert_eq!([first.stdout, second.stdout].concat(), whole.stdout, "{kind}: resumed run differs");
+        let s: serde_json::Value = serde_json::from_slice(&std::fs::read(&stats).unwrap()).unwrap();
+        assert_eq!(s["kind"], kind);
+        // Within the budget, less at most a few words of rounding.
+        let memory = s["memory_bytes"].as_u64().unwrap();
+        assert!((2_000..=2_048).contains(&memory), "{kind}: {memory} bytes");
+        let ones = s["ones_fraction"].as_f64().unwrap();
+        assert!(ones > 0.2 && ones < 0.8, "{kind}: ones fraction {ones}");
+
+        // A state saved with other settings is refused, naming what differs.
+        let other = run_filter(
+            &["--kind", kind, "--memory", "4KiB", "--fpr", "0.1", "--seed", "7", "--load-state", state],
+            b"x\n",
+        );
+        assert!(!other.status.success(), "{kind}: restored with other memory");
+        assert!(other.stderr.contains("snapshot was taken with"), "{kind}: {}", other.stderr);
+    }
+    let wrong = run_filter(
+        &[
+            "--kind",
+            "stable",
+            "--memory",
+            "2KiB",
+            "--fpr",
+            "0.1",
+            "--seed",
+            "7",
+            "--load-state",
+            dir.join("rsbf.state").to_str().unwrap(),
+        ],
+        b"x\n",
+    );
+    assert!(wrong.stderr.contains("kind = rsbf but this filter has kind = stable"), "{}", wrong.stderr);
+    for (args, needle) in [
+        (&["--kind", "rsbf", "--memory", "8"][..], "invalid --memory 8B: must give each of the k"),
+        (&["--kind", "stable", "--memory", "8MB"][..], "unknown unit `MB`"),
+        (&["--kind", "rsbf", "--slices", "4"][..], "invalid --slices 4: the rsbf kind runs one filter"),
+        (&["--kind", "timer", "--save-state", "x"][..], "--load-state and --save-state are for --kind rsbf or stable"),
+    ] {
+        let run = run_filter(args, b"");
+        assert!(!run.status.success(), "{args:?} should fail");
+        assert!(run.stderr.contains(needle), "{args:?}: stderr lacks `{needle}`:\n{}", run.stderr);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

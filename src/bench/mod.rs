@@ -7,9 +7,12 @@
 //! - [`text`]: real text (the Brown Corpus's sentences) for keys.
 //! - [`accuracy`]: the experiments (slicing, equal timers, growth under
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
+//! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
+//!   unbounded uniform streams (`dedupd bench stream-kinds`).
 
 pub mod accuracy;
 pub mod clicks;
 pub mod oracle;
+pub mod stream_kinds;
 pub mod text;
 pub mod workload;

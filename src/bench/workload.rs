@@ -4,41 +4,8 @@
 
 use std::collections::VecDeque;
 
-/// SplitMix64: small, fast, and good enough for workloads (not crypto).
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A random 16-byte key (the benchmarks' keys).
-    pub fn key16(&mut self) -> [u8; 16] {
-        let mut k = [0u8; 16];
-        k[..8].copy_from_slice(&self.next_u64().to_le_bytes());
-        k[8..].copy_from_slice(&self.next_u64().to_le_bytes());
-        k
-    }
-
-    /// Uniform in [0, 1).
-    pub fn next_f64(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in [0, n).
-    pub fn below(&mut self, n: u64) -> u64 {
-        crate::filter::hash::fastrange(self.next_u64(), n)
-    }
-}
+/// The workloads' PRNG (SplitMix64), shared with the count-based filters.
+pub use crate::filter::random::Rng;
 
 /// Zipf(α) over ranks `0..n` by inverse CDF.
 #[derive(Clone, Debug)]

@@ -17,8 +17,9 @@ use serde::Serialize;
 use crate::engine::{
     Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
-use crate::filter::{FilterSpec, Growth, Layout, ParamError, SlicedFilter};
-use crate::units::parse_duration_ms;
+use crate::filter::count::{self, DEFAULT_RNG_SEED};
+use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
+use crate::units::{parse_bytes, parse_duration_ms};
 
 /// Records per batch: large enough to amortise per-batch work, small enough
 /// to keep output flowing.
@@ -33,6 +34,12 @@ pub enum FilterKind {
     /// unreadable records reported) but filter nothing: every readable record
     /// is written. The difference in speed is what dedup costs.
     Passthrough,
+    /// The reservoir-sampling Bloom filter: fixed memory (`--memory`), no
+    /// window; remembers a sample of the whole stream.
+    Rsbf,
+    /// The Stable Bloom Filter: fixed memory (`--memory`), no window;
+    /// forgets at random at a rate set by `--fpr`.
+    Stable,
 }
 
 impl FilterKind {
@@ -40,14 +47,28 @@ impl FilterKind {
         match self {
             FilterKind::Timer => "timer",
             FilterKind::Passthrough => "passthrough",
+            FilterKind::Rsbf => "rsbf",
+            FilterKind::Stable => "stable",
+        }
+    }
+
+    /// The count-based kind, for `rsbf` and `stable`.
+    pub fn count_kind(self) -> Option<CountKind> {
+        match self {
+            FilterKind::Rsbf => Some(CountKind::Rsbf),
+            FilterKind::Stable => Some(CountKind::Stable),
+            FilterKind::Timer | FilterKind::Passthrough => None,
         }
     }
 }
 
 #[derive(Debug, clap::Args)]
 pub struct FilterArgs {
-    /// `timer` (deduplicate) or `passthrough` (read and write every readable
-    /// record, no filter: to measure what dedup costs).
+    /// `timer` (deduplicate within --window), `passthrough` (read and write
+    /// every readable record, no filter: to measure what dedup costs), or the
+    /// count-based `rsbf` and `stable` (no window: fixed --memory for the
+    /// whole stream, records judged in arrival order; --window, --expected,
+    /// --growth, --slices and the timer flags do not apply).
     #[arg(long, value_enum, default_value_t = FilterKind::Timer)]
     pub kind: FilterKind,
     /// Where the dedup key comes from: `line` (the whole line) or
@@ -62,9 +83,28 @@ pub struct FilterArgs {
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
     pub window: u64,
-    /// Target false-positive rate (distinct records wrongly dropped).
+    /// Target false-positive rate (distinct records wrongly dropped). For
+    /// rsbf it sets k (the paper uses 0.1), for stable its stable point.
     #[arg(long, default_value_t = 0.01)]
     pub fpr: f64,
+    /// rsbf and stable: the filter's memory (e.g. 512KiB, 8MiB, 1GiB).
+    #[arg(long, default_value = "8MiB", value_parser = parse_bytes)]
+    pub memory: u64,
+    /// rsbf and stable: seed of the random resets and decrements (same seed,
+    /// same input: same output).
+    #[arg(long, default_value_t = DEFAULT_RNG_SEED)]
+    pub seed: u64,
+    /// rsbf: bit arrays k; stable: hashes K. Default: chosen from --fpr.
+    #[arg(long)]
+    pub hashes: Option<u32>,
+    /// rsbf and stable: start from the filter state in this file (written by
+    /// --save-state with the same settings).
+    #[arg(long)]
+    pub load_state: Option<PathBuf>,
+    /// rsbf and stable: write the filter state to this file at the end of the
+    /// input, to go on later with --load-state.
+    #[arg(long)]
+    pub save_state: Option<PathBuf>,
     /// Distinct keys expected per window, all slices together (sizes the filter;
     /// growth covers underestimates).
     #[arg(long, default_value_t = 1_000_000)]
@@ -151,6 +191,37 @@ impl FilterArgs {
 }
 
 impl FilterArgs {
+    /// The count-based filter of `rsbf` and `stable`, validated, from
+    /// --load-state if given.
+    pub fn count_filter(&self, kind: CountKind) -> anyhow::Result<CountFilter> {
+        if self.slices != 1 {
+            anyhow::bail!(
+                "invalid --slices {}: the {} kind runs one filter over the whole stream (use 1)",
+                self.slices,
+                kind.as_str()
+            );
+        }
+        let spec = CountSpec {
+            hashes: self.hashes,
+            seed: self.seed,
+            ..CountSpec::new(kind, self.memory.saturating_mul(8), self.fpr)
+        };
+        let filter = spec.build().map_err(|e| match e.setting {
+            // The spec counts bits; the flag is in bytes.
+            "memory" => anyhow::anyhow!("invalid --memory {}B: {}", self.memory, e.rule),
+            _ => flag_error(e),
+        })?;
+        match &self.load_state {
+            None => Ok(filter),
+            Some(path) => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("cannot read the --load-state file {}", path.display()))?;
+                count::decode(&bytes, &filter)
+                    .with_context(|| format!("cannot restore the filter state in {}", path.display()))
+            }
+        }
+    }
+
     /// The ordering settings, validated.
     pub fn order_settings(&self) -> anyhow::Result<OrderSettings> {
         let lateness_ms = if self.time == TimeSpec::Arrival { 0 } else { self.lateness };
@@ -205,18 +276,34 @@ pub struct FilterStats {
     pub window_ms: u64,
     pub elapsed_seconds: f64,
     pub records_per_second: f64,
+    /// rsbf: the fraction of ones over all arrays; stable: of non-zero cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ones_fraction: Option<f64>,
+    /// Where that fraction settles: rsbf 0.5, stable its stable point.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expected_ones_fraction: Option<f64>,
+    /// rsbf and stable: the PRNG seed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
 }
 
 pub fn run(args: FilterArgs) -> anyhow::Result<()> {
-    let spec = args.filter_spec();
-    let filter = SlicedFilter::new(&spec).map_err(flag_error)?;
     if args.max_record_bytes == 0 {
         anyhow::bail!("invalid --max-record-bytes 0: must be at least 1");
     }
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
     let order = args.order_settings()?;
-    let mut dedup = Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough);
+    let mut dedup = match args.kind.count_kind() {
+        Some(kind) => Deduplicator::counting(args.count_filter(kind)?, extractor),
+        None => {
+            if args.load_state.is_some() || args.save_state.is_some() {
+                anyhow::bail!("--load-state and --save-state are for --kind rsbf or stable");
+            }
+            let filter = SlicedFilter::new(&args.filter_spec()).map_err(flag_error)?;
+            Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough)
+        }
+    };
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -282,6 +369,10 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("writing stdout")?,
     }
+    if let (Some(path), Some(count)) = (&args.save_state, dedup.count()) {
+        std::fs::write(path, count::encode(count))
+            .with_context(|| format!("cannot write the --save-state file {}", path.display()))?;
+    }
     let Tally { records, distinct, duplicates: duplicate, late_records, max_late_ms, invalid_by_reason } = tally;
 
     let elapsed = started.elapsed().as_secs_f64();
@@ -295,7 +386,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         let f = dedup.filter();
         let s = f.stats();
         let p = f.params();
-        let stats = FilterStats {
+        let mut stats = FilterStats {
             kind: args.kind.as_str(),
             records,
             distinct,
@@ -322,7 +413,32 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             window_ms: p.window_ms,
             elapsed_seconds: elapsed,
             records_per_second: if elapsed > 0.0 { records as f64 / elapsed } else { 0.0 },
+            ones_fraction: None,
+            expected_ones_fraction: None,
+            seed: None,
         };
+        if let Some(count) = dedup.count() {
+            // The timer fields describe the idle timer filter: replace or clear them.
+            let c = count.stats();
+            stats = FilterStats {
+                memory_bytes: c.memory_bytes,
+                estimated_fpr: c.design_fpr,
+                hashes: c.hashes,
+                ones_fraction: Some(c.ones_fraction),
+                expected_ones_fraction: Some(c.expected_ones_fraction),
+                seed: Some(args.seed),
+                generations_max: 0,
+                generations_live: 0,
+                generations_created: 0,
+                generations_dropped: 0,
+                cells_per_slice: 0,
+                timer_bits: 0,
+                tick_ms: 0,
+                window_ms: 0,
+                equal_timer_counts: Vec::new(),
+                ..stats
+            };
+        }
         let json = serde_json::to_vec_pretty(&stats).expect("stats serialise");
         std::fs::write(path, json).with_context(|| format!("cannot write the stats file {}", path.display()))?;
     }

@@ -3,6 +3,7 @@
 //! - `dedupd run`: the Kafka daemon.
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
+//! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 
 pub mod filter;
 pub mod logs;
@@ -18,6 +19,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the daemon: deduplicate Kafka topics with slices over a consumer group.
@@ -35,6 +38,9 @@ pub enum BenchCommand {
     /// Accuracy against an exact oracle on synthetic streams; writes CSV and
     /// a markdown report.
     Accuracy(crate::bench::accuracy::AccuracyArgs),
+    /// The count-based kinds (rsbf, stable) and the timer filter at equal
+    /// memory on uniform streams, against "ever seen before"; writes CSV.
+    StreamKinds(crate::bench::stream_kinds::StreamKindsArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -44,5 +50,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Filter(args) => filter::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
+        Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
     }
 }

@@ -8,10 +8,14 @@
 //! [`super::order`]), so a judgment may come in a later batch than its
 //! record, or at [`Deduplicator::finish`]. Processing is deterministic: the
 //! same records in the same order give the same judgments.
+//!
+//! The count-based kinds (`rsbf`, `stable`) have no window and no notion of
+//! time: their records are judged at once, in arrival order, by the one
+//! [`CountFilter`] (see [`Deduplicator::counting`]).
 
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, RecordView};
-use crate::filter::{Event, KeyHash, SlicedFilter, Verdict};
+use crate::filter::{CountFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +38,8 @@ pub struct Judged {
 /// Records in, judgments out, over a sliced filter.
 pub struct Deduplicator {
     filter: SlicedFilter,
+    /// A count-based filter judges instead of `filter` (which then stays empty).
+    count: Option<CountFilter>,
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
@@ -51,6 +57,7 @@ impl Deduplicator {
         let seed = filter.params().seed;
         Deduplicator {
             filter,
+            count: None,
             extractor,
             seed,
             passthrough: false,
@@ -60,6 +67,22 @@ impl Deduplicator {
             released: Vec::new(),
             verdicts: Vec::new(),
         }
+    }
+
+    /// Records judged by a count-based filter, in arrival order as they
+    /// come (no window, so nothing to reorder: times are still extracted,
+    /// and unreadable ones reported, exactly as for the timer filter).
+    pub fn counting(count: CountFilter, extractor: Extractor) -> Self {
+        let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: u64::MAX, jump_confirmations: 1 };
+        // The unused timer filter: the smallest one there is.
+        let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, ..Default::default() };
+        let filter = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
+        Deduplicator { count: Some(count), ..Deduplicator::new(filter, extractor, order) }
+    }
+
+    /// The count-based filter, for [`Self::counting`].
+    pub fn count(&self) -> Option<&CountFilter> {
+        self.count.as_ref()
     }
 
     /// With `on`, records are read (key and time extracted, unreadable ones
@@ -84,7 +107,7 @@ impl Deduplicator {
     /// and appends to `out` the judgments that are due: unreadable records
     /// at once, the others as the watermark releases them.
     pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
-        let Deduplicator { order, events, released, extractor, seed, passthrough, next_position, .. } = self;
+        let Deduplicator { order, events, released, extractor, seed, passthrough, next_position, count, .. } = self;
         for rec in records {
             let position = *next_position;
             *next_position += 1;
@@ -97,6 +120,13 @@ impl Deduplicator {
             };
             if *passthrough {
                 out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None });
+                continue;
+            }
+            if let Some(c) = count {
+                let duplicate = c.observe(&KeyHash::of(c.hash_seed(), &x.key));
+                // The count kinds report no equal-timer groups.
+                let outcome = if duplicate { Outcome::Duplicate { equal_timers: 0 } } else { Outcome::Distinct };
+                out.push(Judged { position, outcome, late_by_ms: None });
                 continue;
             }
             let hash = KeyHash::of(*seed, &x.key);

@@ -8,19 +8,26 @@
 //! - [`params`] and [`sizing`]: settings, validation and the papers' formulas.
 //! - [`snapshot`]: the versioned, checksummed binary state of one slice.
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
+//! - [`rsbf`], [`stable`] and [`count`]: the count-based kinds (no window),
+//!   the reservoir-sampling and Stable Bloom filters; [`random`]: their seeded PRNG.
 
 pub(crate) mod cells;
 pub mod copy;
+pub mod count;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
 pub mod params;
+pub mod random;
+pub mod rsbf;
 pub mod sizing;
 pub mod sliced;
 pub mod sliding;
 pub mod snapshot;
+pub mod stable;
 
 pub use copy::FilterCopy;
+pub use count::{CountFilter, CountKind, CountSpec, CountStats};
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

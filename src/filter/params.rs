@@ -85,7 +85,7 @@ pub struct ParamError {
 }
 
 impl ParamError {
-    fn new(setting: &'static str, value: impl fmt::Display, rule: impl Into<String>) -> Self {
+    pub(crate) fn new(setting: &'static str, value: impl fmt::Display, rule: impl Into<String>) -> Self {
         ParamError { setting, value: value.to_string(), rule: rule.into() }
     }
 }

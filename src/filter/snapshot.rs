@@ -293,7 +293,11 @@ fn layout_flag(layout: Layout) -> u8 {
     }
 }
 
-fn check<T: PartialEq + ToString>(snapshot: T, configured: T, parameter: &'static str) -> Result<(), SnapshotError> {
+pub(crate) fn check<T: PartialEq + ToString>(
+    snapshot: T,
+    configured: T,
+    parameter: &'static str,
+) -> Result<(), SnapshotError> {
     if snapshot == configured {
         Ok(())
     } else {

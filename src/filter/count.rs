@@ -1,0 +1,379 @@
+//! The count-based filter kinds, `rsbf` and `stable`: fixed memory, no time
+//! window, for unbounded streams ("drop anything seen recently, forever").
+//! [`CountSpec`] is what a user asks for, [`CountFilter`] one filter of
+//! either kind, and [`encode`]/[`decode`] its snapshot.
+//!
+//! Snapshot (version 1, little-endian, in the envelope of [`super::snapshot`]):
+//!
+//! ```text
+//! magic "DEDUPDCF" | version u16 | kind u8 (1 = rsbf, 2 = stable)
+//! rsbf:   hash_seed u64, seed u64, arrays u32, array_bits u64, p_star f64 bits,
+//!         rng u64, events, duplicates, reservoir_inserts, forced_inserts (u64 each)
+//! stable: hash_seed u64, seed u64, cell_bits u8, cells u64, hashes u32,
+//!         decrements f64 bits, rng u64, events, duplicates (u64 each)
+//! words: u64 n, n × u64
+//! checksum: XXH3-64 of everything above, u64
+//! ```
+//!
+//! Every parameter is checked against the configured filter; a timer-filter
+//! snapshot, or one of the other count kind, is refused naming the kind.
+
+use super::hash::{DEFAULT_SEED, KeyHash};
+use super::params::ParamError;
+use super::rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
+use super::snapshot::{self, Reader, SnapshotError, check, put_u32, put_u64};
+use super::stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
+
+/// The first bytes of a count-filter snapshot.
+pub const MAGIC: [u8; 8] = *b"DEDUPDCF";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+/// The default seed of the filters' PRNG (`filter.seed`, `--seed`).
+pub const DEFAULT_RNG_SEED: u64 = 0x0005_EED0_FDED_u64;
+
+/// Which count-based structure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountKind {
+    Rsbf,
+    Stable,
+}
+
+impl CountKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CountKind::Rsbf => "rsbf",
+            CountKind::Stable => "stable",
+        }
+    }
+
+    fn tag(self) -> u8 {
+        match self {
+            CountKind::Rsbf => 1,
+            CountKind::Stable => 2,
+        }
+    }
+}
+
+/// What a user asks of a count-based filter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountSpec {
+    pub kind: CountKind,
+    /// Memory budget in bits, all of it for the filter's arrays.
+    pub memory_bits: u64,
+    /// Target FPR: RSBF's k (Eq. 5.27), SBF's stable point.
+    pub fpr: f64,
+    /// RSBF's k or SBF's K; `None`: chosen from `fpr`.
+    pub hashes: Option<u32>,
+    /// RSBF's p*.
+    pub p_star: f64,
+    /// SBF's cell width d.
+    pub cell_bits: u8,
+    /// Seed of the key hash.
+    pub hash_seed: u64,
+    /// Seed of the PRNG (reservoir draws, resets, decrements).
+    pub seed: u64,
+}
+
+impl CountSpec {
+    pub fn new(kind: CountKind, memory_bits: u64, fpr: f64) -> Self {
+        CountSpec {
+            kind,
+            memory_bits,
+            fpr,
+            hashes: None,
+            p_star: DEFAULT_P_STAR,
+            cell_bits: DEFAULT_CELL_BITS,
+            hash_seed: DEFAULT_SEED,
+            seed: DEFAULT_RNG_SEED,
+        }
+    }
+
+    /// Validates the settings and builds an empty filter; errors name the
+    /// setting, value and rule.
+    pub fn build(&self) -> Result<CountFilter, ParamError> {
+        if !(self.fpr > 0.0 && self.fpr < 1.0) {
+            return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
+        }
+        Ok(match self.kind {
+            CountKind::Rsbf => CountFilter::Rsbf(Rsbf::new(RsbfParams::resolve(
+                self.memory_bits,
+                self.fpr,
+                self.hashes,
+                self.p_star,
+                self.hash_seed,
+                self.seed,
+            )?)),
+            CountKind::Stable => CountFilter::Stable(StableFilter::new(StableParams::resolve(
+                self.memory_bits,
+                self.fpr,
+                self.cell_bits,
+                self.hashes,
+                self.hash_seed,
+                self.seed,
+            )?)),
+        })
+    }
+}
+
+/// One count-based filter of either kind.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CountFilter {
+    Rsbf(Rsbf),
+    Stable(StableFilter),
+}
+
+/// What a count-based filter reports about itself.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountStats {
+    pub kind: &'static str,
+    pub events: u64,
+    pub duplicates: u64,
+    pub memory_bytes: u64,
+    pub hashes: u32,
+    /// RSBF: ones over all arrays; SBF: non-zero cells.
+    pub ones_fraction: f64,
+    /// RSBF: 0.5 (Eq. 5.22 at β = 1/2); SBF: its stable point.
+    pub expected_ones_fraction: f64,
+    /// RSBF: `(1-1/e)^k`, its FPR after warm-up (Eq. 5.26); SBF: the stable FPR.
+    pub design_fpr: f64,
+}
+
+impl CountFilter {
+    pub fn kind(&self) -> CountKind {
+        match self {
+            CountFilter::Rsbf(_) => CountKind::Rsbf,
+            CountFilter::Stable(_) => CountKind::Stable,
+        }
+    }
+
+    /// The seed keys must be hashed with.
+    pub fn hash_seed(&self) -> u64 {
+        match self {
+            CountFilter::Rsbf(f) => f.params().hash_seed,
+            CountFilter::Stable(f) => f.params().hash_seed,
+        }
+    }
+
+    /// Test-then-update; true for DUPLICATE.
+    #[inline]
+    pub fn observe(&mut self, hash: &KeyHash) -> bool {
+        match self {
+            CountFilter::Rsbf(f) => f.observe(hash),
+            CountFilter::Stable(f) => f.observe(hash),
+        }
+    }
+
+    pub fn stats(&self) -> CountStats {
+        match self {
+            CountFilter::Rsbf(f) => {
+                let p = f.params();
+                CountStats {
+                    kind: "rsbf",
+                    events: f.counters().events,
+                    duplicates: f.counters().duplicates,
+                    memory_bytes: p.memory_bytes(),
+                    hashes: p.arrays,
+                    ones_fraction: f.mean_ones_fraction(),
+                    expected_ones_fraction: 0.5,
+                    design_fpr: (1.0 - (-1.0f64).exp()).powi(p.arrays as i32),
+                }
+            }
+            CountFilter::Stable(f) => {
+                let p = f.params();
+                CountStats {
+                    kind: "stable",
+                    events: f.counters().events,
+                    duplicates: f.counters().duplicates,
+                    memory_bytes: p.memory_bytes(),
+                    hashes: p.hashes,
+                    ones_fraction: f.nonzero_fraction(),
+                    expected_ones_fraction: p.stable_nonzero_fraction(),
+                    design_fpr: p.stable_fpr(),
+                }
+            }
+        }
+    }
+}
+
+/// Encodes a count filter's complete state.
+pub fn encode(filter: &CountFilter) -> Vec<u8> {
+    let mut w = snapshot::begin(MAGIC, VERSION, 128);
+    w.push(filter.kind().tag());
+    let words = match filter {
+        CountFilter::Rsbf(f) => {
+            let p = f.params();
+            let (rng, c, words) = f.state();
+            put_u64(&mut w, p.hash_seed);
+            put_u64(&mut w, p.seed);
+            put_u32(&mut w, p.arrays);
+            put_u64(&mut w, p.array_bits);
+            put_u64(&mut w, p.p_star.to_bits());
+            for v in [rng, c.events, c.duplicates, c.reservoir_inserts, c.forced_inserts] {
+                put_u64(&mut w, v);
+            }
+            words
+        }
+        CountFilter::Stable(f) => {
+            let p = f.params();
+            let (rng, c, words) = f.state();
+            put_u64(&mut w, p.hash_seed);
+            put_u64(&mut w, p.seed);
+            w.push(p.cell_bits);
+            put_u64(&mut w, p.cells);
+            put_u32(&mut w, p.hashes);
+            put_u64(&mut w, p.decrements.to_bits());
+            for v in [rng, c.events, c.duplicates] {
+                put_u64(&mut w, v);
+            }
+            words
+        }
+    };
+    put_u64(&mut w, words.len() as u64);
+    w.reserve(words.len() * 8 + 8);
+    for &x in words {
+        put_u64(&mut w, x);
+    }
+    snapshot::seal(w)
+}
+
+/// Restores the state in `bytes` into a filter configured like `configured`
+/// (whose own state is ignored), refusing a snapshot taken with other settings.
+pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, SnapshotError> {
+    let kind = configured.kind();
+    if bytes.starts_with(&snapshot::MAGIC) {
+        return Err(mismatch("kind", "timer", kind.as_str()));
+    }
+    let mut r = snapshot::open(bytes, MAGIC, VERSION)?;
+    let tag = r.u8()?;
+    if tag != kind.tag() {
+        let other = [CountKind::Rsbf, CountKind::Stable].into_iter().find(|k| k.tag() == tag);
+        return match other {
+            Some(k) => Err(mismatch("kind", k.as_str(), kind.as_str())),
+            None => Err(SnapshotError::Malformed(format!("unknown count filter kind tag {tag}"))),
+        };
+    }
+    match configured {
+        CountFilter::Rsbf(f) => {
+            let p = f.params().clone();
+            check(r.u64()?, p.hash_seed, "hash seed")?;
+            check(r.u64()?, p.seed, "seed")?;
+            check(r.u32()?, p.arrays, "hashes (rsbf arrays k)")?;
+            check(r.u64()?, p.array_bits, "rsbf array bits s (memory / k)")?;
+            check(f64::from_bits(r.u64()?), p.p_star, "p_star")?;
+            let rng = r.u64()?;
+            let c = RsbfCounters {
+                events: r.u64()?,
+                duplicates: r.u64()?,
+                reservoir_inserts: r.u64()?,
+                forced_inserts: r.u64()?,
+            };
+            let words = read_words(&mut r)?;
+            r.finish()?;
+            Rsbf::from_state(p, rng, c, words)
+                .map(CountFilter::Rsbf)
+                .ok_or_else(|| SnapshotError::Malformed("rsbf bit words do not fit the arrays".into()))
+        }
+        CountFilter::Stable(f) => {
+            let p = f.params().clone();
+            check(r.u64()?, p.hash_seed, "hash seed")?;
+            check(r.u64()?, p.seed, "seed")?;
+            check(r.u8()?, p.cell_bits, "cell_bits")?;
+            check(r.u64()?, p.cells, "stable cells (memory / cell bits)")?;
+            check(r.u32()?, p.hashes, "hashes (stable K)")?;
+            check(f64::from_bits(r.u64()?), p.decrements, "stable decrements P (from fpr)")?;
+            let rng = r.u64()?;
+            let c = StableCounters { events: r.u64()?, duplicates: r.u64()? };
+            let words = read_words(&mut r)?;
+            r.finish()?;
+            StableFilter::from_state(p, rng, c, words)
+                .map(CountFilter::Stable)
+                .ok_or_else(|| SnapshotError::Malformed("stable cell words do not fit the cells".into()))
+        }
+    }
+}
+
+fn read_words(r: &mut Reader<'_>) -> Result<Vec<u64>, SnapshotError> {
+    let n = r.u64()? as usize;
+    let raw = r.take(n.checked_mul(8).ok_or_else(|| SnapshotError::Malformed(format!("{n} words")))?)?;
+    Ok(raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect())
+}
+
+fn mismatch(parameter: &'static str, snapshot: &str, configured: &str) -> SnapshotError {
+    SnapshotError::ParameterMismatch { parameter, snapshot: snapshot.to_string(), configured: configured.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::random::Rng;
+
+    /// `n` keys drawn uniformly from `universe` ids with `seed`.
+    fn stream(n: usize, universe: u64, seed: u64) -> Vec<KeyHash> {
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| KeyHash::of(DEFAULT_SEED, &rng.below(universe).to_le_bytes())).collect()
+    }
+
+    fn specs() -> [CountSpec; 2] {
+        [CountSpec::new(CountKind::Rsbf, 3 * 1024, 0.1), CountSpec::new(CountKind::Stable, 64 * 48, 0.1)]
+    }
+
+    /// Snapshot/restore mid-stream (at several points, through warm-up and
+    /// the threshold phase) gives exactly the verdicts of an uninterrupted run.
+    #[test]
+    fn restore_mid_stream_gives_the_uninterrupted_verdicts() {
+        let keys = stream(120_000, 8_000, 4);
+        for spec in specs() {
+            let mut whole = spec.build().unwrap();
+            let want: Vec<bool> = keys.iter().map(|h| whole.observe(h)).collect();
+            for cut in [500, 1_024, 40_000, 119_999] {
+                let mut f = spec.build().unwrap();
+                let mut got: Vec<bool> = keys[..cut].iter().map(|h| f.observe(h)).collect();
+                let bytes = encode(&f);
+                let mut g = decode(&bytes, &spec.build().unwrap()).unwrap();
+                assert_eq!(g, f, "{} state differs after restore at {cut}", spec.kind.as_str());
+                got.extend(keys[cut..].iter().map(|h| g.observe(h)));
+                assert_eq!(got, want, "{} verdicts differ after restore at {cut}", spec.kind.as_str());
+                assert_eq!(g, whole);
+            }
+        }
+    }
+
+    #[test]
+    fn mismatched_snapshots_are_refused_naming_the_parameter() {
+        let [rsbf, stable] = specs();
+        let mut f = rsbf.build().unwrap();
+        for h in stream(5_000, 1_000, 1) {
+            f.observe(&h);
+        }
+        let bytes = encode(&f);
+        let other_seed = CountSpec { seed: 1, ..rsbf.clone() }.build().unwrap();
+        let e = decode(&bytes, &other_seed).unwrap_err();
+        assert!(matches!(e, SnapshotError::ParameterMismatch { parameter: "seed", .. }), "{e}");
+        let bigger = CountSpec { memory_bits: 3 * 2048, ..rsbf.clone() }.build().unwrap();
+        let e = decode(&bytes, &bigger).unwrap_err();
+        assert!(e.to_string().contains("rsbf array bits s (memory / k) = 1024"), "{e}");
+        let e = decode(&bytes, &stable.build().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("kind = rsbf but this filter has kind = stable"), "{e}");
+
+        let timer = crate::filter::FilterSpec { window_ms: 1000, expected_keys: 100, ..Default::default() };
+        let timer_bytes = snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
+        let e = decode(&timer_bytes, &rsbf.build().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("kind = timer"), "{e}");
+
+        let mut corrupt = bytes.clone();
+        let mid = corrupt.len() / 2;
+        corrupt[mid] ^= 1;
+        assert!(matches!(decode(&corrupt, &f).unwrap_err(), SnapshotError::ChecksumMismatch { .. }));
+        let e = decode(&bytes[..bytes.len() - 9], &f).unwrap_err();
+        assert!(matches!(e, SnapshotError::ChecksumMismatch { .. } | SnapshotError::Malformed(_)), "{e}");
+    }
+
+    #[test]
+    fn settings_are_validated() {
+        let e = CountSpec::new(CountKind::Rsbf, 1 << 20, 1.5).build().unwrap_err();
+        assert_eq!(e.to_string(), "invalid fpr = 1.5: must be greater than 0 and less than 1");
+        let e = CountSpec::new(CountKind::Stable, 100, 0.1).build().unwrap_err();
+        assert!(e.to_string().starts_with("invalid memory = 100 bits"), "{e}");
+    }
+}
