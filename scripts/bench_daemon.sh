@@ -222,7 +222,7 @@ part_cpu() {
       stop_daemon "$daemon_pid"
       local per_m
       per_m=$(awk -v a="$before" -v b="$after" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", (b - a) / hz / n * 1000000}')
-      echo "cpu_$mode round=$round cpu_seconds_per_million=$per_m $(echo "$out" | grep -o 'records_per_second=[0-9]*')"
+      echo "cpu_$mode round=$round cpu_seconds_per_million=$per_m $(echo "$out" | grep -o 'records_per_second=[0-9]*\|peak_rss_mib=[0-9]*' | tr '\n' ' ')"
       echo "cpu_$mode round=$round thread_cpu_seconds$threads"
       if [[ $mode == input-partitions ]]; then ip=$per_m; else rp=$per_m; fi
     done
