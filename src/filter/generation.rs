@@ -178,6 +178,31 @@ pub(crate) struct StoredGeneration {
     pub sweep_debt: u64,
 }
 
+impl StoredGeneration {
+    /// The first set cell (position, value) whose time value would come
+    /// round again — look young — before the sweep reaches it, if any.
+    ///
+    /// The sweep guarantees that no such cell exists in a generation that
+    /// dedupd ran (see the module docs): every set cell is cleared, once
+    /// expired, before its age reaches R. A snapshot holding one was not
+    /// written by dedupd; restoring it would leave a cell that comes alive
+    /// by itself and a live count that no longer matches the cells.
+    pub(crate) fn first_unswept(&self, now: &Now, sweep_ticks: u32) -> Option<(u64, u32)> {
+        let (m, period, sweep_ticks) = (self.m, u64::from(now.period), u64::from(sweep_ticks));
+        with_cells!(&self.cells, c => (0..m).find_map(|i| {
+            let v = c.get(i as usize);
+            if v == 0 {
+                return None;
+            }
+            // The step that sweeps the cell `j` places after the cursor:
+            // after n steps the sweep has cleared ⌊(debt + n·m) / L⌋ cells.
+            let j = (i + m - self.sweep_cursor) % m;
+            let n = ((j + 1) * sweep_ticks - self.sweep_debt).div_ceil(m);
+            (u64::from(now.age(v)) + n >= period).then_some((i, v))
+        }))
+    }
+}
+
 /// One generation of a slice's filter.
 #[derive(Clone, Debug)]
 pub struct Generation {

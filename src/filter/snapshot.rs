@@ -273,7 +273,21 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
                 params.period
             )));
         }
+        // Without a clock nothing was ever inserted; set cells would be
+        // left out of the live count now and come alive once a clock is
+        // set, so the restored filter would not be the one snapshotted.
+        if clock_ms.is_none() && max > 0 {
+            return Err(SnapshotError::Malformed(format!(
+                "a cell holds the time value {max} but the filter has no clock (it never saw an event)"
+            )));
+        }
         let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt };
+        if let Some((at, value)) = now.as_ref().and_then(|now| stored.first_unswept(now, params.sweep_ticks)) {
+            return Err(SnapshotError::Malformed(format!(
+                "cell {at} holds the time value {value}, which would look young again before the sweep clears it \
+                 (dedupd never leaves such a cell)"
+            )));
+        }
         generations.push(Generation::restore(stored, now, params));
     }
     r.finish()?;
