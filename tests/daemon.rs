@@ -65,12 +65,6 @@ fn by_partition(out: &BTreeMap<i32, Vec<Rec>>) -> BTreeMap<i32, Vec<Signature>> 
     out.iter().map(|(p, recs)| (*p, recs.iter().map(signature).collect())).collect()
 }
 
-fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
-    wait_for(&format!("{total} records processed"), within, || {
-        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
-    });
-}
-
 #[test]
 fn crash_equivalence_and_scale_out() {
     let partitions = 4;

@@ -389,6 +389,13 @@ pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
+/// Waits until the daemons have judged `total` records (by `/v1/slices`).
+pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
+    wait_for(&format!("{total} records processed"), within, || {
+        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
+    });
+}
+
 /// Settings for a test app: topics named after `app`.
 pub fn app_env(app: &str, input: &str, mode: &str, slices: u32) -> Vec<(String, String)> {
     [
