@@ -179,26 +179,33 @@ pub(crate) struct StoredGeneration {
 }
 
 impl StoredGeneration {
-    /// The first set cell (position, value) whose time value would come
-    /// round again — look young — before the sweep reaches it, if any.
+    /// The first set cell that a generation dedupd ran cannot hold, if
+    /// any: its position, its value and why it cannot be.
     ///
-    /// The sweep guarantees that no such cell exists in a generation that
-    /// dedupd ran (see the module docs): every set cell is cleared, once
-    /// expired, before its age reaches R. A snapshot holding one was not
-    /// written by dedupd; restoring it would leave a cell that comes alive
-    /// by itself and a live count that no longer matches the cells.
-    pub(crate) fn first_unswept(&self, now: &Now, sweep_ticks: u32) -> Option<(u64, u32)> {
+    /// Restoring such a cell would leave a live count that no longer
+    /// matches the cells (and a cell that comes alive by itself), so the
+    /// restored filter would not be the one snapshotted. Two things cannot
+    /// be (see the module docs):
+    /// - a time before tick 0: the steps of the first W ticks retire nothing;
+    /// - a time value that comes round again (looks young) before the sweep
+    ///   clears it: every set cell is cleared, once expired, before its age
+    ///   reaches R.
+    pub(crate) fn first_impossible_cell(&self, now: &Now, sweep_ticks: u32) -> Option<(u64, u32, &'static str)> {
         let (m, period, sweep_ticks) = (self.m, u64::from(now.period), u64::from(sweep_ticks));
         with_cells!(&self.cells, c => (0..m).find_map(|i| {
             let v = c.get(i as usize);
             if v == 0 {
                 return None;
             }
+            let age = u64::from(now.age(v));
+            if age > now.tick {
+                return Some((i, v, "is older than the clock: a time before tick 0"));
+            }
             // The step that sweeps the cell `j` places after the cursor:
             // after n steps the sweep has cleared ⌊(debt + n·m) / L⌋ cells.
             let j = (i + m - self.sweep_cursor) % m;
             let n = ((j + 1) * sweep_ticks - self.sweep_debt).div_ceil(m);
-            (u64::from(now.age(v)) + n >= period).then_some((i, v))
+            (age + n >= period).then_some((i, v, "would look young again before the sweep clears it"))
         }))
     }
 }
