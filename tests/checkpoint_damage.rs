@@ -258,7 +258,11 @@ fn damaged_checkpoints_are_refused_counted_and_the_policy_applies() {
     only_snapshot_complaints(&d);
     let (_, metrics) = http_get(d.admin_port, "/metrics").unwrap();
     for (reason, n) in [("checksum", 3), ("missing_chunk", 1), ("version", 1), ("parameters", 1), ("malformed", 0)] {
-        assert_eq!(metric(&metrics, &format!("dedupd_checkpoint_rejected_total{{reason=\"{reason}\"}}")), n, "{reason}");
+        assert_eq!(
+            metric(&metrics, &format!("dedupd_checkpoint_rejected_total{{reason=\"{reason}\"}}")),
+            n,
+            "{reason}"
+        );
     }
     assert_eq!(metric(&metrics, "dedupd_restores_total{source=\"corrupt\"}"), SLICES as u64);
     assert_eq!(metric(&metrics, "dedupd_restores_total{source=\"snapshot\"}"), 0);

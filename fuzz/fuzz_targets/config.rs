@@ -58,8 +58,11 @@ struct Input<'a> {
 }
 
 fuzz_target!(|input: Input<'_>| {
-    let mut env: Vec<(String, String)> =
-        input.env.iter().map(|&(i, v)| (format!("DEDUPD__{}", NAMES[usize::from(i) % NAMES.len()]), v.to_string())).collect();
+    let mut env: Vec<(String, String)> = input
+        .env
+        .iter()
+        .map(|&(i, v)| (format!("DEDUPD__{}", NAMES[usize::from(i) % NAMES.len()]), v.to_string()))
+        .collect();
     if let Some((name, value)) = input.other {
         env.push((format!("DEDUPD__{name}"), value.to_string()));
     }

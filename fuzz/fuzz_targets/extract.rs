@@ -32,8 +32,7 @@ fuzz_target!(|input: Input<'_>| {
         2 => format!("header:{}", input.key_arg),
         _ => format!("json:{}", input.key_arg),
     };
-    let time_text =
-        if input.time_json { format!("json:{}", input.time_arg) } else { "record-timestamp".to_string() };
+    let time_text = if input.time_json { format!("json:{}", input.time_arg) } else { "record-timestamp".to_string() };
     let (key, time) = match (key_text.parse::<KeySpec>(), time_text.parse::<TimeSpec>()) {
         (Ok(k), Ok(t)) => (k, t),
         (Err(e), _) | (_, Err(e)) => {
@@ -66,12 +65,9 @@ fuzz_target!(|input: Input<'_>| {
     let want_key: Result<Vec<u8>, InvalidReason> = match &ex.key {
         KeySpec::Payload => Ok(input.payload.to_vec()),
         KeySpec::RecordKey => input.key.map(<[u8]>::to_vec).ok_or(InvalidReason::MissingKey),
-        KeySpec::Header(name) => input
-            .headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.to_vec())
-            .ok_or(InvalidReason::MissingKey),
+        KeySpec::Header(name) => {
+            input.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_vec()).ok_or(InvalidReason::MissingKey)
+        }
         KeySpec::Json(p) => match json.as_ref().and_then(|j| j.pointer(p)) {
             None | Some(Value::Null) => Err(InvalidReason::MissingKey),
             Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),

@@ -110,7 +110,8 @@ fuzz_target!(|input: Input| {
                     .iter()
                     .filter_map(|&(o, _)| {
                         let l = &log[&o];
-                        let view = RecordView { key: Some(&l.key), payload: b"p", timestamp_ms: l.ts, ..Default::default() };
+                        let view =
+                            RecordView { key: Some(&l.key), payload: b"p", timestamp_ms: l.ts, ..Default::default() };
                         back.held_entry(&view, &ex).map(|(t, h)| (o, t, h))
                     })
                     .collect();

@@ -6,10 +6,10 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use dedupd::engine::slice::{self, SliceState};
-use dedupd::filter::snapshot::seal_in_place;
-use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use dedupd::engine::{Extractor, Judgment, OrderSettings, RecordView, SliceRecord, SliceVerdict, SourceRef};
+use dedupd::filter::snapshot::seal_in_place;
 use dedupd::filter::{FilterParams, FilterSpec, KeyHash, Layout, SlidingFilter};
+use libfuzzer_sys::arbitrary::{self, Arbitrary};
 
 /// A real slice snapshot and what it was taken with.
 pub struct Sample {
@@ -59,7 +59,12 @@ fn feed(state: &mut SliceState, n: u64, keys: u64) {
         let ts = if i + 1 == n { 10_000_000 } else { 1_000 + i as i64 * 7 - jitter as i64 };
         let rec = SliceRecord {
             offset: i,
-            record: RecordView { key: Some(key.as_bytes()), payload: b"p", timestamp_ms: Some(ts), ..Default::default() },
+            record: RecordView {
+                key: Some(key.as_bytes()),
+                payload: b"p",
+                timestamp_ms: Some(ts),
+                ..Default::default()
+            },
             source: Some(SourceRef { topic: "clicks", partition: (i % 3) as i32, offset: (i / 3) as i64 }),
         };
         state.process(&rec, &ex, &mut out);

@@ -192,20 +192,29 @@ impl StoredGeneration {
     ///   reaches R.
     pub(crate) fn first_impossible_cell(&self, now: &Now, sweep_ticks: u32) -> Option<(u64, u32, &'static str)> {
         let (m, period, sweep_ticks) = (self.m, u64::from(now.period), u64::from(sweep_ticks));
-        with_cells!(&self.cells, c => (0..m).find_map(|i| {
+        // The cells in the order the sweep visits them, from the cursor. After
+        // n steps the sweep has cleared ⌊(debt + n·m) / L⌋ cells, so the j-th
+        // is cleared at step n = ⌈((j + 1)·L − debt) / m⌉: kept incrementally
+        // (one pass at restore, no division per cell).
+        let order = (self.sweep_cursor..m).chain(0..self.sweep_cursor);
+        let (mut due, mut n) = (sweep_ticks - self.sweep_debt, 0u64);
+        with_cells!(&self.cells, c => order.into_iter().find_map(|i| {
+            while n * m < due {
+                n += 1;
+            }
+            due += sweep_ticks;
             let v = c.get(i as usize);
             if v == 0 {
                 return None;
             }
             let age = u64::from(now.age(v));
             if age > now.tick {
-                return Some((i, v, "is older than the clock: a time before tick 0"));
+                Some((i, v, "is older than the clock: a time before tick 0"))
+            } else if age + n >= period {
+                Some((i, v, "would look young again before the sweep clears it"))
+            } else {
+                None
             }
-            // The step that sweeps the cell `j` places after the cursor:
-            // after n steps the sweep has cleared ⌊(debt + n·m) / L⌋ cells.
-            let j = (i + m - self.sweep_cursor) % m;
-            let n = ((j + 1) * sweep_ticks - self.sweep_debt).div_ceil(m);
-            (age + n >= period).then_some((i, v, "would look young again before the sweep clears it"))
         }))
     }
 }
