@@ -7,6 +7,7 @@
 //! `snapshot_mutated`, their checksums recomputed; `fuzz/src/bin/decoded.rs`
 //! turns a crashing input into the bytes decoded.
 
+use dedupd::config::{ConfigError, Settings};
 use dedupd::engine::slice::{self, SliceState};
 use dedupd::engine::{Extractor, InvalidReason, OrderSettings, RecordView, SliceRecord, SliceVerdict};
 use dedupd::filter::{FilterParams, FilterSpec, KeyHash, Layout, SnapshotError};
@@ -104,4 +105,19 @@ fn restored_suspects_behind_the_clock_are_rejected_without_overflow() {
     assert_eq!(rejected, suspects);
     let SliceVerdict::Invalid(e) = &out[0].verdict else { panic!("{out:?}") };
     assert!(e.detail.contains(" is 0 ms ahead of the largest time seen"), "{e}");
+}
+
+/// `config` found `DEDUPD__FILTER__EXPECTED_KEYS=inf`: the loader reads it
+/// as u64::MAX keys, and sizing their cells overflowed (a panic in debug
+/// builds; in release the product wrapped and could pass the size check).
+#[test]
+fn expected_keys_of_inf_is_refused_by_name() {
+    let env = [("DEDUPD__FILTER__EXPECTED_KEYS".to_string(), "inf".to_string())];
+    match Settings::load_from_str("", env) {
+        Err(ConfigError::Invalid { setting, rule, .. }) => {
+            assert_eq!(setting, "filter.expected_keys");
+            assert_eq!(rule, "needs more than 1 TiB of cells per slice");
+        }
+        other => panic!("expected filter.expected_keys to be refused, got {other:?}"),
+    }
 }
