@@ -12,7 +12,7 @@
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dedupd::filter::snapshot::seal_in_place;
 use dedupd::kafka::checkpoint::{MANIFEST_VERSION, Manifest};
@@ -228,14 +228,7 @@ fn damaged_checkpoints_are_refused_counted_and_the_policy_applies() {
     let mut failing = env.clone();
     failing.push(("DEDUPD__CHECKPOINT__ON_CORRUPT".into(), "fail".into()));
     let mut strict = Daemon::start("damage-fail", &failing);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = strict.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "on_corrupt = fail should stop the daemon:\n{}", strict.log_text());
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = strict.wait_exit(Duration::from_secs(60), "on_corrupt = fail should stop the daemon");
     assert!(!status.success());
     let log = strict.log_text();
     let refused = log.lines().find(|l| l.contains("the snapshot cannot be used (")).unwrap_or_else(|| panic!("{log}"));
