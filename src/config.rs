@@ -580,6 +580,11 @@ format = "text"
 summary_interval = "60s"
 "#;
 
+/// A loader holding the built-in defaults, the lowest layer.
+fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
+    config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
+}
+
 /// Everything derived from valid settings, typed.
 #[derive(Debug, Clone)]
 pub struct Resolved {
@@ -630,14 +635,29 @@ impl Settings {
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Resolved, ConfigError> {
-        let mut builder =
-            config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml));
+        let mut builder = defaults();
         if let Some(path) = file {
             if !path.exists() {
                 return Err(ConfigError::Load(format!("the settings file {} does not exist", path.display())));
             }
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml));
         }
+        Self::load_layers(builder, env)
+    }
+
+    /// [`Settings::load_from`] with the settings file's text instead of its
+    /// path: the same layers and rules, without touching the file system
+    /// (the config fuzz target feeds it arbitrary text).
+    pub fn load_from_str(toml: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Resolved, ConfigError> {
+        Self::load_layers(defaults().add_source(config::File::from_str(toml, config::FileFormat::Toml)), env)
+    }
+
+    /// Adds the environment over `builder` (defaults and file), then
+    /// deserialises and validates.
+    fn load_layers(
+        mut builder: config::ConfigBuilder<config::builder::DefaultState>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Resolved, ConfigError> {
         // librdkafka settings and the admin settings (secrets among them) stay
         // text: a password or token "007" must not become 7.
         let (text_env, env): (config::Map<String, String>, config::Map<String, String>) = env

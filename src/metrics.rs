@@ -31,6 +31,8 @@ pub struct Metrics {
     pub checkpoint_bytes: IntGaugeVec,
     pub checkpoint_age: GaugeVec,
     pub restores: IntCounterVec,
+    /// Snapshots restore refused, by `kafka::checkpoint::Rejection`.
+    pub checkpoint_rejected: IntCounterVec,
     pub restore_duration: Histogram,
     pub replayed: IntCounterVec,
     pub late_records: IntCounterVec,
@@ -154,6 +156,11 @@ impl Metrics {
                 &["slice"],
             ),
             restores: b.counter("dedupd_restores_total", "Slice restores by source of the state.", &["source"]),
+            checkpoint_rejected: b.counter(
+                "dedupd_checkpoint_rejected_total",
+                "Snapshots a restore refused, by what was wrong with them.",
+                &["reason"],
+            ),
             restore_duration: b.histogram(
                 "dedupd_restore_duration_seconds",
                 "Time to restore one slice.",
@@ -221,6 +228,9 @@ impl Metrics {
         }
         for source in ["snapshot", "empty", "corrupt"] {
             m.restores.with_label_values(&[source]);
+        }
+        for reason in crate::kafka::checkpoint::Rejection::ALL {
+            m.checkpoint_rejected.with_label_values(&[reason.as_str()]);
         }
         for kind in ["assign", "revoke"] {
             m.rebalances.with_label_values(&[kind]);

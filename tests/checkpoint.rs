@@ -8,7 +8,7 @@ mod support;
 
 use dedupd::bench::workload::Rng;
 use dedupd::config::{Resolved, Settings};
-use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats};
+use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection};
 use support::*;
 use twox_hash::XxHash3_64;
 
@@ -219,8 +219,11 @@ fn old_manifests_without_the_first_chunk_offset_are_read() {
 #[test]
 fn a_corrupt_newest_snapshot_is_reported_as_before() {
     let (topic, store) = store("ckpt-corrupt", 4);
-    let corrupt = |got: Latest| match got {
-        Err(ReadError::Corrupt(why)) => why,
+    let corrupt = |got: Latest, want: Rejection| match got {
+        Err(ReadError::Corrupt(kind, why)) => {
+            assert_eq!(kind, want, "{why}");
+            why
+        }
         Err(e) => panic!("expected a corrupt checkpoint, got {e}"),
         Ok(found) => panic!("expected a corrupt checkpoint, got {:?}", found.map(|(m, _)| m)),
     };
@@ -235,7 +238,7 @@ fn a_corrupt_newest_snapshot_is_reported_as_before() {
     produce(&topic, &records);
     let (got, stats) = read(&store, 1);
     assert_eq!(
-        corrupt(got),
+        corrupt(got, Rejection::Checksum),
         format!(
             "slice 1: snapshot 2 has {SNAPSHOT} bytes with checksum {:#x}, the manifest says {SNAPSHOT} bytes, {:#x}",
             bad.checksum ^ 1,
@@ -253,12 +256,12 @@ fn a_corrupt_newest_snapshot_is_reported_as_before() {
     records.push(manifest_record(2, &missing));
     produce(&topic, &records);
     let (got, _) = read(&store, 2);
-    assert_eq!(corrupt(got), "slice 2: chunk 3 of snapshot 2 is missing");
+    assert_eq!(corrupt(got, Rejection::MissingChunk), "slice 2: chunk 3 of snapshot 2 is missing");
 
     // Slice 3: the newest manifest is not JSON.
     write_chain(&store, 3, 2, 700);
     produce(&topic, &[record(3, "3/manifest", Some(b"{not json"))]);
     let (got, _) = read(&store, 3);
-    let why = corrupt(got);
+    let why = corrupt(got, Rejection::Manifest);
     assert!(why.starts_with("slice 3: unreadable manifest: "), "{why}");
 }

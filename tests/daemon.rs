@@ -65,12 +65,6 @@ fn by_partition(out: &BTreeMap<i32, Vec<Rec>>) -> BTreeMap<i32, Vec<Signature>> 
     out.iter().map(|(p, recs)| (*p, recs.iter().map(signature).collect())).collect()
 }
 
-fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
-    wait_for(&format!("{total} records processed"), within, || {
-        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
-    });
-}
-
 #[test]
 fn crash_equivalence_and_scale_out() {
     let partitions = 4;
@@ -375,14 +369,7 @@ fn incompatible_snapshots_follow_the_policy() {
     let mut failing = changed.clone();
     failing.push(("DEDUPD__CHECKPOINT__ON_CORRUPT".into(), "fail".into()));
     let mut strict = Daemon::start("policy-fail", &failing);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = strict.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "on_corrupt = fail should stop the daemon:\n{}", strict.log_text());
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status = strict.wait_exit(Duration::from_secs(60), "on_corrupt = fail should stop the daemon");
     assert!(!status.success());
     let log = strict.log_text();
     assert!(

@@ -230,7 +230,9 @@ impl<T> ReorderBuffer<T> {
     fn reject_suspects(&mut self, emit: &mut impl FnMut(Released<T>)) {
         let max = self.marks.max_seen_ms.unwrap_or(0);
         for Waiting { time_ms, position, item } in self.suspects.drain(..) {
-            emit(Released::Reject { time_ms, position, item, ahead_ms: time_ms - max });
+            // Saturating: a restored suspect's time is re-read from the log,
+            // and with other `input.time` settings it need not be ahead at all.
+            emit(Released::Reject { time_ms, position, item, ahead_ms: time_ms.saturating_sub(max) });
         }
     }
 

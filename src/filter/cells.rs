@@ -376,6 +376,18 @@ impl CellArray {
     }
 
     /// Bytes of cell storage.
+    /// [`Self::memory_bytes`] of an array of `m` cells of `width` bits,
+    /// without making one (`None` if it does not fit a `usize`).
+    fn bytes_for(width: u8, m: usize) -> Option<usize> {
+        match width {
+            4 => Some(m.div_ceil(2)),
+            8 => Some(m),
+            16 => m.checked_mul(2),
+            32 => m.checked_mul(4),
+            w => Some(m.checked_mul(usize::from(w))?.div_ceil(64).checked_mul(8)?),
+        }
+    }
+
     pub(crate) fn memory_bytes(&self) -> usize {
         match self {
             CellArray::Nibble(c) => c.0.len(),
@@ -467,10 +479,13 @@ impl CellArray {
     /// Rebuilds an array from [`CellArray::to_le_bytes`]; `None` if `bytes`
     /// has the wrong length for `m` cells of `width` bits.
     pub(crate) fn from_le_bytes(width: u8, m: usize, bytes: &[u8]) -> Option<Self> {
-        let mut cells = CellArray::new(width, m);
-        if bytes.len() != cells.memory_bytes() {
+        // Checked before allocating: `m` comes from the snapshot, and a
+        // damaged one must not make us allocate more than it holds.
+        if Self::bytes_for(width, m) != Some(bytes.len()) {
             return None;
         }
+        let mut cells = CellArray::new(width, m);
+        debug_assert_eq!(bytes.len(), cells.memory_bytes());
         match &mut cells {
             CellArray::Nibble(c) => c.0.copy_from_slice(bytes),
             CellArray::Byte(c) => c.copy_from_slice(bytes),
@@ -537,6 +552,20 @@ pub(crate) fn prefetch(addr: *const u8) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a snapshot's cell bytes are checked against before allocating
+    /// is what an array of that many cells takes; an absurd count is refused
+    /// without an allocation (a fuzzed snapshot claimed 2^62 cells).
+    #[test]
+    fn the_size_check_matches_the_arrays() {
+        for width in 4u8..=32 {
+            for m in [2, 3, 63, 64, 65, 1000, 4097] {
+                let cells = CellArray::new(width, m);
+                assert_eq!(CellArray::bytes_for(width, m), Some(cells.memory_bytes()), "{width} bits, {m} cells");
+            }
+            assert!(CellArray::from_le_bytes(width, 1 << 62, &[0; 64]).is_none());
+        }
+    }
 
     #[test]
     fn every_width_stores_its_full_range() {

@@ -259,11 +259,17 @@ impl FilterSpec {
             Layout::Standard => 64,
             Layout::Blocked => BLOCK_CELLS,
         };
-        let cells = total_cells.div_ceil(u64::from(self.slices)).max(MIN_CELLS).next_multiple_of(round);
+        // Checked: `expected_keys` may be as large as u64 allows (a setting
+        // of `inf` reads as u64::MAX), and the cells it asks for overflow.
         let max_bytes: u64 = 1 << 40;
-        if cells * u64::from(self.timer_bits) / 8 > max_bytes {
+        let cells = total_cells
+            .div_ceil(u64::from(self.slices))
+            .max(MIN_CELLS)
+            .checked_next_multiple_of(round)
+            .filter(|&c| c.checked_mul(u64::from(self.timer_bits)).is_some_and(|bits| bits / 8 <= max_bytes));
+        let Some(cells) = cells else {
             return Err(ParamError::new("expected", self.expected_keys, "needs more than 1 TiB of cells per slice"));
-        }
+        };
 
         let max_value: u64 = (1u64 << self.timer_bits) - 1;
         let max_window_ticks = (max_value - 4).min(MAX_WINDOW_TICKS);

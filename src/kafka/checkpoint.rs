@@ -35,6 +35,7 @@ use twox_hash::XxHash3_64;
 use super::clients::{self, PlainContext, Reader};
 use super::{Context, KafkaLayerError};
 use crate::config::Resolved;
+use crate::filter::SnapshotError;
 
 /// The checkpoint manifest format version.
 ///
@@ -74,8 +75,67 @@ pub struct Manifest {
 pub enum ReadError {
     #[error("{0}")]
     Kafka(#[from] KafkaLayerError),
-    #[error("corrupt checkpoint: {0}")]
-    Corrupt(String),
+    #[error("corrupt checkpoint: {1}")]
+    Corrupt(Rejection, String),
+}
+
+/// What was wrong with a snapshot restore refused: the `reason` label of
+/// `dedupd_checkpoint_rejected_total`, so that an operator can tell damage
+/// in the topic from a change of settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rejection {
+    /// The newest manifest is not JSON, or of a manifest format this build does not read.
+    Manifest,
+    /// A chunk the manifest names is not in the topic.
+    MissingChunk,
+    /// The chunks' bytes do not match the manifest's size and checksum, or
+    /// the snapshot's own checksum (a flipped byte, a truncated chunk).
+    Checksum,
+    /// A snapshot format version this build does not read.
+    Version,
+    /// Taken with other filter parameters (or for another slice).
+    Parameters,
+    /// Checksums right but the content impossible (bad magic, fields out of range).
+    Malformed,
+    /// A record the snapshot held for the watermark can no longer be read from the slice log.
+    HeldRecord,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 7] = [
+        Rejection::Manifest,
+        Rejection::MissingChunk,
+        Rejection::Checksum,
+        Rejection::Version,
+        Rejection::Parameters,
+        Rejection::Malformed,
+        Rejection::HeldRecord,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Manifest => "manifest",
+            Rejection::MissingChunk => "missing_chunk",
+            Rejection::Checksum => "checksum",
+            Rejection::Version => "version",
+            Rejection::Parameters => "parameters",
+            Rejection::Malformed => "malformed",
+            Rejection::HeldRecord => "held_record",
+        }
+    }
+}
+
+impl From<&SnapshotError> for Rejection {
+    fn from(e: &SnapshotError) -> Self {
+        match e {
+            SnapshotError::UnsupportedVersion { .. } => Rejection::Version,
+            SnapshotError::ChecksumMismatch { .. } => Rejection::Checksum,
+            SnapshotError::ParameterMismatch { .. } => Rejection::Parameters,
+            SnapshotError::BadMagic { .. } | SnapshotError::Truncated { .. } | SnapshotError::Malformed(_) => {
+                Rejection::Malformed
+            }
+        }
+    }
 }
 
 /// What reading a slice's newest snapshot cost: restore time is mostly this
@@ -451,12 +511,15 @@ impl CheckpointStore {
             return Ok(None);
         };
         let manifest: Manifest = serde_json::from_slice(body)
-            .map_err(|e| ReadError::Corrupt(format!("slice {slice}: unreadable manifest: {e}")))?;
+            .map_err(|e| ReadError::Corrupt(Rejection::Manifest, format!("slice {slice}: unreadable manifest: {e}")))?;
         if manifest.format != MANIFEST_VERSION {
-            return Err(ReadError::Corrupt(format!(
-                "slice {slice}: manifest format {} is not supported (expected {MANIFEST_VERSION})",
-                manifest.format
-            )));
+            return Err(ReadError::Corrupt(
+                Rejection::Manifest,
+                format!(
+                    "slice {slice}: manifest format {} is not supported (expected {MANIFEST_VERSION})",
+                    manifest.format
+                ),
+            ));
         }
         // Sized by what is there, not by the manifest's claim, which may be garbage.
         let mut bytes = Vec::new();
@@ -464,22 +527,26 @@ impl CheckpointStore {
             match latest.get(format!("{slice}/{}/{i}", manifest.seq).as_bytes()) {
                 Some(Some(chunk)) => bytes.extend_from_slice(chunk),
                 _ => {
-                    return Err(ReadError::Corrupt(format!(
-                        "slice {slice}: chunk {i} of snapshot {} is missing",
-                        manifest.seq
-                    )));
+                    return Err(ReadError::Corrupt(
+                        Rejection::MissingChunk,
+                        format!("slice {slice}: chunk {i} of snapshot {} is missing", manifest.seq),
+                    ));
                 }
             }
         }
         let checksum = XxHash3_64::oneshot(&bytes);
         if bytes.len() as u64 != manifest.bytes || checksum != manifest.checksum {
-            return Err(ReadError::Corrupt(format!(
-                "slice {slice}: snapshot {} has {} bytes with checksum {checksum:#x}, the manifest says {} bytes, {:#x}",
-                manifest.seq,
-                bytes.len(),
-                manifest.bytes,
-                manifest.checksum
-            )));
+            return Err(ReadError::Corrupt(
+                Rejection::Checksum,
+                format!(
+                    "slice {slice}: snapshot {} has {} bytes with checksum {checksum:#x}, the manifest says {} bytes, \
+                     {:#x}",
+                    manifest.seq,
+                    bytes.len(),
+                    manifest.bytes,
+                    manifest.checksum
+                ),
+            ));
         }
         Ok(Some((manifest, bytes)))
     }

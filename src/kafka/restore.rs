@@ -17,7 +17,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 
 use super::checkpoint::{
-    CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, read_partition, read_partition_range,
+    CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
 };
 use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
@@ -38,7 +38,7 @@ pub enum RestoredFrom {
     /// No snapshot existed.
     Empty,
     /// The snapshot could not be used; the reason is logged and counted.
-    Corrupt(String),
+    Corrupt(Rejection, String),
 }
 
 /// A restored slice and where to consume from.
@@ -128,6 +128,8 @@ pub struct Restorer<'a> {
     /// Topics whose partition s only slice s writes, with the offset header.
     pub output_topics: Vec<&'a str>,
     pub on_corrupt: CorruptPolicy,
+    /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
+    pub rejected: &'a prometheus::IntCounterVec,
 }
 
 impl Restorer<'_> {
@@ -150,7 +152,7 @@ impl Restorer<'_> {
                     m.params,
                     self.params.fingerprint()
                 );
-                (None, Some(m), RestoredFrom::Corrupt(why))
+                (None, Some(m), RestoredFrom::Corrupt(Rejection::Parameters, why))
             }
             Ok(Some((m, bytes))) => match slice_codec::decode(&bytes, slice, self.params, self.order) {
                 Ok(mut state) => match self.refill(&mut state) {
@@ -158,17 +160,26 @@ impl Restorer<'_> {
                         let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
                         (Some((state, held)), Some(m), from)
                     }
-                    Err(RefillError::Missing(why)) => (None, Some(m), RestoredFrom::Corrupt(why)),
+                    Err(RefillError::Missing(why)) => {
+                        (None, Some(m), RestoredFrom::Corrupt(Rejection::HeldRecord, why))
+                    }
                     Err(RefillError::Kafka(e)) => return Err(e),
                 },
-                Err(e) => (None, Some(m), RestoredFrom::Corrupt(e.to_string())),
+                Err(e) => (None, Some(m), RestoredFrom::Corrupt(Rejection::from(&e), e.to_string())),
             },
             Ok(None) => (None, None, RestoredFrom::Empty),
-            Err(ReadError::Corrupt(why)) => (None, None, RestoredFrom::Corrupt(why)),
+            Err(ReadError::Corrupt(kind, why)) => (None, None, RestoredFrom::Corrupt(kind, why)),
             Err(ReadError::Kafka(e)) => return Err(e),
         };
-        if let RestoredFrom::Corrupt(why) = &from {
-            log::error!("slice {slice}: the snapshot cannot be used: {why}");
+        if let RestoredFrom::Corrupt(kind, why) = &from {
+            self.rejected.with_label_values(&[kind.as_str()]).inc();
+            let then = match self.on_corrupt {
+                CorruptPolicy::ColdStart => {
+                    "rebuilding the slice from its retained log (checkpoint.on_corrupt = cold-start)"
+                }
+                CorruptPolicy::Fail => "stopping (checkpoint.on_corrupt = fail)",
+            };
+            log::error!("slice {slice}: the snapshot cannot be used ({}): {why}; {then}", kind.as_str());
             if self.on_corrupt == CorruptPolicy::Fail {
                 return Err(KafkaLayerError::Checkpoint {
                     slice,

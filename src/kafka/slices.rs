@@ -352,13 +352,14 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         flush_topic: &deps.flush_topic,
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
+        rejected: &deps.metrics.checkpoint_rejected,
     };
     let mut point = restorer.restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
     let source = match point.from {
         RestoredFrom::Snapshot { .. } => "snapshot",
         RestoredFrom::Empty => "empty",
-        RestoredFrom::Corrupt(_) => "corrupt",
+        RestoredFrom::Corrupt(..) => "corrupt",
     };
     deps.metrics.restores.with_label_values(&[source]).inc();
     log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);

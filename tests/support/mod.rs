@@ -346,6 +346,19 @@ impl Daemon {
         self.child.wait().ok();
     }
 
+    /// Waits for the process to exit by itself (e.g. on a fatal error);
+    /// panics, with the log, if it is still running after `within`.
+    pub fn wait_exit(&mut self, within: Duration, why: &str) -> std::process::ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{why}:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// SIGTERM and wait for a clean exit.
     pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
         unsafe_sigterm(self.child.id());
@@ -406,6 +419,13 @@ pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Waits until the daemons have judged `total` records (by `/v1/slices`).
+pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
+    wait_for(&format!("{total} records processed"), within, || {
+        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
+    });
 }
 
 /// Settings for a test app: topics named after `app`.
