@@ -37,7 +37,7 @@
 #               8 slices over two processes (one group)
 #
 # Environment: DEDUPD_BROKER_PORT (9092), ROUNDS (1), DEDUPD_BIN_DIR (scripts/bench_lib.sh), DAEMON_ENV (more
-# VAR=VALUE for every daemon, e.g. MALLOC_ARENA_MAX=2), DAEMON_NICE (0; e.g. -10 as root: the
+# VAR=VALUE for every daemon, e.g. MALLOC_CONF=dirty_decay_ms:0 for jemalloc), DAEMON_NICE (0; e.g. -10 as root: the
 # daemon's threads before the broker's when both want a core). Logs: target/bench-*.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
