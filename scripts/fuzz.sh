@@ -37,7 +37,12 @@ bin=target/fuzz/x86_64-unknown-linux-gnu/release
 "$bin/seeds" fuzz/corpus/snapshot_bytes
 
 mkdir -p target/fuzz-logs
-printf '%-18s %8s %12s %10s %8s %8s\n' target seconds execs execs/s corpus crashes
+# Each run's table is also appended to target/fuzz-logs/summary.txt, under
+# the date and the commit fuzzed.
+summary=target/fuzz-logs/summary.txt
+echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo '+changes')" >>"$summary"
+row() { printf "$@" | tee -a "$summary"; }
+row '%-18s %8s %12s %10s %8s %8s\n' target seconds execs execs/s corpus crashes
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
@@ -57,7 +62,7 @@ for t in "${targets[@]}"; do
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
   rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || true)
   if [ -z "$execs" ]; then
-    printf '%-18s did not run: see %s\n' "$t" "$log"
+    row '%-18s did not run: see %s\n' "$t" "$log"
     tail -n 5 "$log" | sed 's/^/    /'
     status=2
     continue
@@ -65,7 +70,7 @@ for t in "${targets[@]}"; do
   corpus=$(find "fuzz/corpus/$t" -type f | wc -l)
   after=$(find "fuzz/artifacts/$t" -type f | wc -l)
   crashes=$((after - before))
-  printf '%-18s %8s %12s %10s %8s %8s\n' "$t" "$seconds" "${execs:-0}" "${rate:-0}" "$corpus" "$crashes"
+  row '%-18s %8s %12s %10s %8s %8s\n' "$t" "$seconds" "$execs" "$rate" "$corpus" "$crashes"
   if [ "$crashes" -gt 0 ]; then
     [ "$status" -eq 0 ] && status=1
     find "fuzz/artifacts/$t" -type f -newer "target/fuzz-logs/$t.start" | sed 's/^/    new input: /'

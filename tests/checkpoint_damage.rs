@@ -100,6 +100,8 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
         assert!(chunks.len() > 4, "slice {slice}: {} chunks", chunks.len());
         let whole = chunks.concat();
         let mut parts: Vec<Option<Vec<u8>>> = chunks.iter().cloned().map(Some).collect();
+        // How the daemon names a snapshot it read whole but cannot decode.
+        let which = format!("snapshot {} (at slice offset {})", m.seq + 1, m.offset);
         let (reason, says) = match slice {
             // A truncated chunk (the broker kept half of it).
             0 => {
@@ -128,7 +130,7 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
                 b[8..10].copy_from_slice(&7u16.to_le_bytes());
                 reseal(&mut b);
                 write_whole(topic, slice, m, &b);
-                ("version", "snapshot format version 7 is not supported (expected 2)".to_string())
+                ("version", format!("{which}: snapshot format version 7 is not supported (expected 2)"))
             }
             // A snapshot taken with another hash seed, under a manifest
             // claiming this filter's parameters: the snapshot's own
@@ -141,7 +143,13 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
                 b[seed..seed + 8].copy_from_slice(&(configured ^ 1).to_le_bytes());
                 reseal(&mut b);
                 write_whole(topic, slice, m, &b);
-                ("parameters", format!("seed = {} but this filter has seed = {configured}", configured ^ 1))
+                (
+                    "parameters",
+                    format!(
+                        "{which}: snapshot was taken with seed = {} but this filter has seed = {configured}",
+                        configured ^ 1
+                    ),
+                )
             }
             // A flipped bit under a manifest rewritten to match it: the
             // snapshot's own checksum catches it.
@@ -150,7 +158,7 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
                 let at = b.len() / 2;
                 b[at] ^= 0x01;
                 write_whole(topic, slice, m, &b);
-                ("checksum", "snapshot is corrupt: checksum expected".to_string())
+                ("checksum", format!("{which}: snapshot is corrupt: checksum expected"))
             }
         };
         expect.insert(slice, (reason, says));

@@ -375,7 +375,6 @@ impl CellArray {
         }
     }
 
-    /// Bytes of cell storage.
     /// [`Self::memory_bytes`] of an array of `m` cells of `width` bits,
     /// without making one (`None` if it does not fit a `usize`).
     fn bytes_for(width: u8, m: usize) -> Option<usize> {
@@ -388,6 +387,7 @@ impl CellArray {
         }
     }
 
+    /// Bytes of cell storage.
     pub(crate) fn memory_bytes(&self) -> usize {
         match self {
             CellArray::Nibble(c) => c.0.len(),

@@ -165,7 +165,11 @@ impl Restorer<'_> {
                     }
                     Err(RefillError::Kafka(e)) => return Err(e),
                 },
-                Err(e) => (None, Some(m), RestoredFrom::Corrupt(Rejection::from(&e), e.to_string())),
+                Err(e) => {
+                    // Which snapshot: the chunks matched its manifest, the content is what is wrong.
+                    let why = format!("snapshot {} (at slice offset {}): {e}", m.seq, m.offset);
+                    (None, Some(m), RestoredFrom::Corrupt(Rejection::from(&e), why))
+                }
             },
             Ok(None) => (None, None, RestoredFrom::Empty),
             Err(ReadError::Corrupt(kind, why)) => (None, None, RestoredFrom::Corrupt(kind, why)),
