@@ -499,7 +499,8 @@ def broker_pause(args):
                   alive=alive_throughout, healthz_200=f"{sum(1 for s in samples if s[1] == 200)}/{len(samples)}",
                   readyz_not_200=f"{not_ready}/{len(samples)}", lag_before=lag_before,
                   lag_max_during=max(lags) if lags else None, lag_after=lag_after,
-                  warn_lines=len(warn), clean_exit=clean_exit)
+                  warn_lines=len(warn), clean_exit=clean_exit, judged_all=done, reference_judged_all=ref_done,
+                  caught_up_seconds=caught_up)
 
 
 def daemon_pause(args):
