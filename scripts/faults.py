@@ -13,14 +13,16 @@ line; the figures go into docs/reliability.md):
   kills-rep     the same in repartition mode (the router is killed too, so slice offsets differ
                 between the runs): the same multiset of output records (key, value, timestamp),
                 no record delivered twice, the same dead letters.
-  broker-pause  the broker SIGSTOPped for --pause seconds mid-stream and SIGCONTed: dedupd must stay
-                alive and answer /healthz throughout; what /readyz and dedupd_consumer_lag showed is
-                reported; afterwards the output must equal, per partition, that of a fresh daemon
-                run over the complete input (no loss, no duplicates).
+  broker-pause  the broker SIGSTOPped for --pause seconds mid-stream and SIGCONTed (--mode): dedupd
+                must stay alive and answer /healthz throughout; what /readyz and dedupd_consumer_lag
+                showed is reported; afterwards the output must hold the same records as a fresh
+                daemon run over the complete input (none lost, none extra, none twice); records
+                whose position differs (an idle flush during the outage) are counted.
   daemon-pause  two members of one group; the first SIGSTOPped for --pause seconds (beyond
-                session.timeout.ms = 6000), the second takes its slices, the first is SIGCONTed:
-                counts records delivered twice in the union of outputs and records lost against a
-                fresh run over the complete input.
+                session.timeout.ms = 6000), the second takes its slices, the first is SIGCONTed
+                (--mode): counts records delivered twice in the union of outputs (and copies that
+                repeat a release position), and records lost or extra against a fresh run over
+                the complete input (per key in repartition mode).
   soak          (not CI) --minutes at --rate records/s (examples/daemon_bench produce, repartition
                 mode, 8 slices): RSS of dedupd every 10 s, dead-letter / checkpoint-failure /
                 late-record counters; reports RSS first/last/max, slope and counter growth.
@@ -324,6 +326,29 @@ def content(out):
     return collections.Counter((r["key"], r["value"], r["timestamp"]) for recs in out.values() for r in recs)
 
 
+def release_pos(header):
+    """`dedupd.release` (`after/rank` or `after/flush/rank`) as a tuple that orders as the
+    engine's ReleasePos (after, flush, rank)."""
+    parts = header.decode().split("/")
+    return int(parts[0]), len(parts) == 3, int(parts[-1])
+
+
+def repeated_releases(out):
+    """Records whose release position is not above the last one of their partition: what a
+    stopped member queued and sent on waking after the slice's next owner went on. A consumer
+    that keeps the highest release position per partition drops exactly these."""
+    n = 0
+    for recs in out.values():
+        last = None
+        for r in recs:
+            pos = release_pos(r["headers"]["dedupd.release"])
+            if last is not None and pos <= last:
+                n += 1
+            else:
+                last = pos
+    return n
+
+
 def keys(out):
     """How often each key was delivered."""
     return collections.Counter(r["key"] for recs in out.values() for r in recs)
@@ -550,7 +575,7 @@ def daemon_pause(args):
     return result(name, done and ref_done and alive and exact and dup == 0 and ok_stop,
                   mode=mode, pause_seconds=args.pause, session_timeout_ms=6000, records=total,
                   outputs=sum(len(v) for v in got.values()), delivered_twice=dup, lost=lost, extra=extra,
-                  key_count_differences=key_diff, late=late,
+                  key_count_differences=key_diff, late=late, repeated_release_positions=repeated_releases(got),
                   positional_differences=diff, slices_before=f"{before[0]}/{before[1]}",
                   b_owned_during=during, slices_after=f"{after[0]}/{after[1]}", both_alive=alive,
                   rejoined=after[0] > 0)

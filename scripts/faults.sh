@@ -8,7 +8,7 @@
 #   kills         kills-ip then kills-rep: >= 20 seeded SIGKILLs each (--kills N, --seed S)
 #   kills-ip      SIGKILLs in input-partitions mode, output identical per partition
 #   kills-rep     SIGKILLs in repartition mode, the same set of output records
-#   broker-pause  the broker SIGSTOPped for --pause (30) s mid-stream
+#   broker-pause  the broker SIGSTOPped for --pause (30) s mid-stream (--mode as below)
 #   daemon-pause  one of two group members SIGSTOPped for --pause (15) s > session timeout 6 s
 #                 (--mode input-partitions|repartition)
 #   soak          --minutes (30) at --rate (20000) records/s: RSS and error counters
