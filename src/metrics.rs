@@ -41,6 +41,7 @@ pub struct Metrics {
     pub idle_flushes: IntCounterVec,
     pub rebalances: IntCounterVec,
     pub slices_owned: IntGauge,
+    pub broker_silence: prometheus::Gauge,
     pub consumer_lag: IntGaugeVec,
     pub producer_queue: IntGauge,
     pub end_to_end_latency: Histogram,
@@ -195,6 +196,13 @@ impl Metrics {
             rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
             slices_owned: b
                 .register(IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric")),
+            broker_silence: b.register(
+                prometheus::Gauge::new(
+                    "dedupd_broker_silence_seconds",
+                    "Seconds since the slice consumer last received anything from a broker.",
+                )
+                .expect("valid metric"),
+            ),
             consumer_lag: b.int_gauge("dedupd_consumer_lag", "Records of the slice log not yet processed.", &["slice"]),
             producer_queue: b.register(
                 IntGauge::new("dedupd_producer_queue_messages", "Messages in the output producer's queue.")

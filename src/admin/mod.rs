@@ -2,7 +2,8 @@
 //!
 //! - open to anyone who reaches the port, revealing no keys: `/metrics`
 //!   (Prometheus text), `/healthz`, `/readyz` (ready once every assigned
-//!   slice is restored), `/v1/slices` (JSON per slice);
+//!   slice is restored, and not while no broker answers), `/v1/slices`
+//!   (JSON per slice);
 //! - the key endpoints, which reveal whether a key was seen (or, later,
 //!   change keys): `/v1/lookup`. They answer 404 unless
 //!   `admin.key_endpoints` allows them, and then only with the bearer token
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::error_handling::HandleErrorLayer;
@@ -75,13 +76,36 @@ pub struct Status {
     pub slices: Mutex<BTreeMap<u32, SliceStatus>>,
     /// Set by the slice workers once they run.
     pub lookup: Mutex<Option<LookupFn>>,
+    /// When the slice consumer last received anything from a broker, as
+    /// librdkafka's statistics tell (None before the first statistics).
+    /// A stopped or unreachable broker keeps its connections open without
+    /// answering, so neither the assignment nor an error says so; this does.
+    pub broker_contact: Mutex<Option<Instant>>,
 }
+
+/// Silence of every broker connection this long makes `/readyz` answer 503:
+/// a healthy consumer hears from its broker at least every
+/// `fetch.wait.max.ms` (500 ms) and statistics come every 2 s.
+pub const BROKER_SILENCE_NOT_READY: Duration = Duration::from_secs(10);
 
 impl Status {
     pub fn new() -> Arc<Self> {
         let s = Status::default();
         s.healthy.store(true, Ordering::Relaxed);
         Arc::new(s)
+    }
+
+    /// Records that a broker was heard from at `at` (never moves back).
+    pub fn heard_from_broker(&self, at: Instant) {
+        let mut contact = self.broker_contact.lock().expect("status lock");
+        if contact.is_none_or(|c| c < at) {
+            *contact = Some(at);
+        }
+    }
+
+    /// How long no broker has been heard from, if known.
+    pub fn broker_silence(&self) -> Option<Duration> {
+        self.broker_contact.lock().expect("status lock").map(|c| c.elapsed())
     }
 }
 
@@ -218,6 +242,10 @@ fn key_routes() -> Router<Shared> {
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
+    // Computed now: the worker that records contacts may itself be waiting for the broker.
+    if let Some(silence) = shared.status.broker_silence() {
+        shared.metrics.broker_silence.set(silence.as_secs_f64());
+    }
     let body = shared.metrics.render();
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()
 }
@@ -231,7 +259,13 @@ async fn healthz(State(shared): State<Shared>) -> Response {
 }
 
 async fn readyz(State(shared): State<Shared>) -> Response {
-    if shared.status.ready.load(Ordering::Relaxed) {
+    let silence = shared.status.broker_silence().filter(|s| *s >= BROKER_SILENCE_NOT_READY);
+    if let Some(silence) = silence {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: no answer from the broker for {} s\n", silence.as_secs()),
+        )
+    } else if shared.status.ready.load(Ordering::Relaxed) {
         text(StatusCode::OK, "ready\n")
     } else {
         text(StatusCode::SERVICE_UNAVAILABLE, "not ready: joining the group or restoring slices\n")
@@ -361,6 +395,37 @@ mod tests {
         assert!(metrics.contains("# TYPE dedupd_build_info gauge"), "{metrics}");
         assert_eq!(call(&app, "GET", "/nowhere", None).await.0, StatusCode::NOT_FOUND);
         assert_eq!(call(&app, "POST", "/metrics", None).await.2, "GET only\n");
+    }
+
+    /// A broker that stops answering (SIGSTOPped: its connections stay
+    /// open) makes a ready daemon not ready, and shows in the gauge.
+    #[tokio::test]
+    async fn a_silent_broker_makes_the_daemon_not_ready() {
+        let status = Status::new();
+        let metrics = Arc::new(Metrics::new(3));
+        let app = router(status.clone(), metrics.clone(), Access::from(&token()), Limits::default());
+        status.ready.store(true, Ordering::Relaxed);
+        assert_eq!(call(&app, "GET", "/readyz", None).await.0, StatusCode::OK, "no statistics yet");
+        status.heard_from_broker(Instant::now() - Duration::from_secs(3));
+        assert_eq!(call(&app, "GET", "/readyz", None).await.0, StatusCode::OK, "3 s of silence");
+        let (_, _, text) = call(&app, "GET", "/metrics", None).await;
+        let gauge = |text: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with("dedupd_broker_silence_seconds ")).expect("the gauge");
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!((3.0..4.0).contains(&gauge(&text)), "{text}");
+        // Contacts never move back: an older one changes nothing.
+        status.heard_from_broker(Instant::now() - Duration::from_secs(30));
+        assert!(status.broker_silence().unwrap() < Duration::from_secs(4));
+        *status.broker_contact.lock().unwrap() = Some(Instant::now() - Duration::from_secs(12));
+        let (code, _, body) = call(&app, "GET", "/readyz", None).await;
+        assert_eq!(
+            (code, body.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "not ready: no answer from the broker for 12 s\n")
+        );
+        assert!(gauge(&call(&app, "GET", "/metrics", None).await.2) >= 12.0);
+        status.heard_from_broker(Instant::now());
+        assert_eq!(call(&app, "GET", "/readyz", None).await.0, StatusCode::OK, "the broker answers again");
     }
 
     #[tokio::test]

@@ -61,6 +61,13 @@ use crate::metrics::{Metrics, now_ms, observe_since};
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// A snapshot that stops its slice's worker longer than this is logged as a warning.
 const STALL_WARNING: Duration = Duration::from_millis(100);
+/// A gap this long between two turns of the worker loop means the worker
+/// itself stood still (a stopped process, a starved CPU, a long GC-like
+/// pause), not that its slices received nothing. A turn normally takes one
+/// poll (100 ms) plus one record's work.
+const WORKER_STALL: Duration = Duration::from_secs(1);
+/// After such a stall, no snapshot starts for this long (see [`after_stall`]).
+const STALL_SETTLE: Duration = Duration::from_secs(2);
 
 /// A slice this process owns.
 struct Owned {
@@ -233,6 +240,12 @@ impl ClientContext for WorkerContext {
     fn stats_raw(&self, statistics: &[u8]) {
         match serde_json::from_slice::<HighOffsets>(statistics) {
             Ok(stats) => {
+                // The freshest connection (rxidle: microseconds since it last
+                // received; -1 before its first answer) says when a broker last answered.
+                if let Some(idle) = stats.brokers.values().filter(|b| b.rxidle >= 0).map(|b| b.rxidle).min() {
+                    let at = Instant::now().checked_sub(Duration::from_micros(idle as u64));
+                    self.deps.status.heard_from_broker(at.unwrap_or_else(Instant::now));
+                }
                 let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
                 let mut highs = self.high_offsets.lock().expect("offsets lock");
                 for (p, part) in &topic.partitions {
@@ -248,13 +261,24 @@ impl ClientContext for WorkerContext {
     }
 }
 
-/// The part of librdkafka's statistics JSON the lag gauge reads:
+/// The part of librdkafka's statistics JSON the lag gauge and the broker
+/// silence read:
 /// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
 /// is skipped by its id).
 #[derive(serde::Deserialize)]
 struct HighOffsets {
     #[serde(default)]
     topics: HashMap<String, TopicOffsets>,
+    /// For `dedupd_broker_silence_seconds` and `/readyz`.
+    #[serde(default)]
+    brokers: HashMap<String, BrokerIdle>,
+}
+
+/// `brokers.<name>.rxidle`: microseconds since the connection last received.
+#[derive(serde::Deserialize)]
+struct BrokerIdle {
+    #[serde(default = "no_offset")]
+    rxidle: i64,
 }
 
 #[derive(serde::Deserialize)]
@@ -602,6 +626,8 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let interval = Duration::from_millis(settings.interval);
     let mut last_housekeeping = Instant::now();
     let mut last_idle_check = Instant::now();
+    let mut last_turn = Instant::now();
+    let mut snapshots_from = Instant::now();
     let received = deps.metrics.stage("slice_received");
     let result = loop {
         if stop.load(Ordering::Relaxed) {
@@ -633,6 +659,12 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), copy_budget) {
             log::warn!("snapshot failed: {e}");
         }
+        let stalled = last_turn.elapsed();
+        last_turn = Instant::now();
+        if stalled >= WORKER_STALL {
+            after_stall(&mut inner.lock().expect("worker lock"), stalled);
+            snapshots_from = last_turn + STALL_SETTLE;
+        }
         if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
             last_idle_check = Instant::now();
             if let Err(e) = flush_idle(&deps, &mut inner.lock().expect("worker lock")) {
@@ -655,7 +687,11 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
                 .min_by_key(|o| o.last_checkpoint)
                 .map(|o| o.state.slice);
             let in_progress = writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some());
-            if !in_progress && let Some(owned) = due.and_then(|s| slices.get_mut(&s)) {
+            let settled = Instant::now() >= snapshots_from;
+            if !in_progress
+                && settled
+                && let Some(owned) = due.and_then(|s| slices.get_mut(&s))
+            {
                 begin_snapshot(&deps, buffer, owned);
             }
             publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
@@ -749,6 +785,30 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
                 last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
             },
         );
+    }
+}
+
+/// After the worker stood still for `stalled`: its slices did not go idle
+/// meanwhile, the worker did. Without this, every slice holding records
+/// would look idle on waking and be flushed at once; if the process was
+/// stopped beyond `session.timeout.ms`, the group has given its slices to
+/// another member by then, and those flushes (their outputs and their
+/// records in the flush log, which later restores replay) would be a
+/// zombie's writes: measured 14 outputs delivered twice by
+/// `scripts/faults.sh daemon-pause` before this. Idleness and the snapshot
+/// count again from now (and the worker loop starts no snapshot for
+/// [`STALL_SETTLE`]), which gives librdkafka the time to learn from the
+/// coordinator that the assignment is lost (it asks at once on waking) and
+/// revoke it before this process writes for those slices again.
+fn after_stall(inner: &mut Inner, stalled: Duration) {
+    log::info!(
+        "slice workers: stood still for {:.1} s (a stopped process or a starved CPU); idle flushes and snapshots \
+         count from now",
+        stalled.as_secs_f64()
+    );
+    let now = Instant::now();
+    for owned in inner.slices.values_mut() {
+        owned.last_arrival = now;
     }
 }
 
@@ -865,10 +925,23 @@ fn idle_flush(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Res
     })?;
     deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
     let mark = deps.producer.context().counts().mark(Some(slice as usize));
-    wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
-        slice,
-        detail: format!("idle flush after offset {after}: {detail}"),
-    })?;
+    // A broker that does not answer (stopped, unreachable) is waited for:
+    // the flush must be in the log before it applies, and giving up would
+    // stop the daemon. librdkafka bounds the wait (`message.timeout.ms`, 5
+    // minutes by default): then the delivery fails and so does this.
+    let started = Instant::now();
+    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
+        if deps.producer.context().failure().is_some() {
+            return Err(KafkaLayerError::Checkpoint {
+                slice,
+                detail: format!("idle flush after offset {after}: {detail}"),
+            });
+        }
+        log::warn!(
+            "slice {slice}: the idle flush after offset {after} is not acknowledged after {:.0} s; waiting for the broker",
+            started.elapsed().as_secs_f64()
+        );
+    }
     owned.since_checkpoint += 1;
     flush_slice(deps, owned, judged)
 }

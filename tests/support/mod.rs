@@ -9,9 +9,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Once};
 use std::time::{Duration, Instant};
 
+use dedupd::bench::workload::Rng;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -462,4 +464,50 @@ pub fn partition_of(id: &str, partitions: u32) -> i32 {
 /// A JSON click `{"id", "ts", "seq"}` keyed by its id.
 pub fn click(seq: u64, id: &str, ts: i64, partition: i32) -> Rec {
     Rec::new(partition, id, &format!("{{\"id\":\"{id}\",\"ts\":{ts},\"seq\":{seq}}}"), ts)
+}
+
+/// Produces a keyed click stream until `stop`, in batches, and counts it.
+/// Keys come from a pool of 3000, timestamps advance 25 ms per record, so
+/// the stream outlives the 60 s window and keys come back both inside and
+/// after it. The stream is out of order, as real ones are: every record's
+/// time is jittered by up to 1.5 s (within the 2 s lateness), 1% arrive 3–6 s
+/// late (judged at their own time), and 1 in 2000 is a day in the future
+/// (a broken producer clock: dead-lettered as a time jump).
+pub fn keyed_stream(
+    topic: String,
+    partitions: u32,
+    stop: Arc<AtomicBool>,
+    produced: Arc<AtomicU64>,
+    seed: u64,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut rng = Rng::new(seed);
+        let mut seq = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let batch: Vec<Rec> = (0..150)
+                .map(|_| {
+                    let id = format!("k{}", rng.below(3000));
+                    let mut ts = BASE_TS + seq as i64 * 25 + rng.below(1_500) as i64;
+                    if rng.below(100) == 0 {
+                        ts -= 3_000 + rng.below(3_000) as i64;
+                    } else if rng.below(2_000) == 0 {
+                        ts += 86_400_000;
+                    }
+                    let r = click(seq, &id, ts, partition_of(&id, partitions));
+                    seq += 1;
+                    r
+                })
+                .collect();
+            produce(&topic, &batch);
+            produced.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    })
+}
+
+/// Waits until the daemons together have judged `total` records.
+pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
+    wait_for(&format!("{total} records processed"), within, || {
+        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
+    });
 }
