@@ -504,10 +504,3 @@ pub fn keyed_stream(
         }
     })
 }
-
-/// Waits until the daemons together have judged `total` records.
-pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
-    wait_for(&format!("{total} records processed"), within, || {
-        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
-    });
-}
