@@ -4,7 +4,7 @@
 // freed on another thread than the one that allocated them; with glibc's
 // malloc that was 20-25% of the daemon's CPU and left free memory in
 // per-thread arenas (which the daemon used to hand back with malloc_trim
-// every 5 s). jemalloc: -25-30% CPU per record in both slicing modes
+// every 5 s). jemalloc: -24-28% CPU per record in both slicing modes
 // (docs/performance-daemon.md §7).
 #[cfg(target_os = "linux")]
 use tikv_jemalloc_sys as _;
