@@ -490,28 +490,28 @@ fn run_filter(p: &Prepared, spec: &FilterSpec, opts: &RunOpts) -> anyhow::Result
 // ---------------------------------------------------------------------------
 // Tables: CSV files and markdown.
 
-struct Table {
-    file: &'static str,
-    header: Vec<&'static str>,
-    rows: Vec<Vec<String>>,
+pub(super) struct Table {
+    pub(super) file: &'static str,
+    pub(super) header: Vec<&'static str>,
+    pub(super) rows: Vec<Vec<String>>,
 }
 
 impl Table {
-    fn new(file: &'static str, header: &[&'static str]) -> Self {
+    pub(super) fn new(file: &'static str, header: &[&'static str]) -> Self {
         Table::with_header(file, header.to_vec())
     }
 
-    fn with_header(file: &'static str, header: Vec<&'static str>) -> Self {
+    pub(super) fn with_header(file: &'static str, header: Vec<&'static str>) -> Self {
         Table { file, header, rows: Vec::new() }
     }
 
-    fn push(&mut self, row: Vec<String>) {
+    pub(super) fn push(&mut self, row: Vec<String>) {
         assert_eq!(row.len(), self.header.len(), "row of {} does not match its header", self.file);
         assert!(row.iter().all(|c| !c.contains([',', '"', '\n'])), "{}: a cell needs quoting: {row:?}", self.file);
         self.rows.push(row);
     }
 
-    fn csv(&self) -> String {
+    pub(super) fn csv(&self) -> String {
         let mut s = self.header.join(",");
         s.push('\n');
         for r in &self.rows {
@@ -521,12 +521,12 @@ impl Table {
         s
     }
 
-    fn col(&self, name: &str) -> usize {
+    pub(super) fn col(&self, name: &str) -> usize {
         self.header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("{}: no column {name}", self.file))
     }
 
     /// A markdown table of the named columns of the rows `keep` accepts.
-    fn markdown_where(&self, cols: &[&str], keep: impl Fn(&[String]) -> bool) -> String {
+    pub(super) fn markdown_where(&self, cols: &[&str], keep: impl Fn(&[String]) -> bool) -> String {
         let idx: Vec<usize> = cols.iter().map(|c| self.col(c)).collect();
         let mut s = format!("| {} |\n|{}\n", cols.join(" | "), "---:|".repeat(cols.len()));
         for r in self.rows.iter().filter(|r| keep(r)) {
@@ -536,13 +536,13 @@ impl Table {
         s
     }
 
-    fn markdown(&self, cols: &[&str]) -> String {
+    pub(super) fn markdown(&self, cols: &[&str]) -> String {
         self.markdown_where(cols, |_| true)
     }
 }
 
 /// A rate with six decimals.
-fn r6(x: f64) -> String {
+pub(super) fn r6(x: f64) -> String {
     format!("{x:.6}")
 }
 
@@ -550,7 +550,7 @@ fn f1(x: f64) -> String {
     format!("{x:.1}")
 }
 
-fn f3(x: f64) -> String {
+pub(super) fn f3(x: f64) -> String {
     format!("{x:.3}")
 }
 

@@ -7,12 +7,15 @@
 //! - [`text`]: real text (the Brown Corpus's sentences) for keys.
 //! - [`accuracy`]: the experiments (slicing, equal timers, growth under
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
+//! - [`sim`]: the paper's design space simulated (horizontal and vertical
+//!   slices, failures, pipelining, Bloom trees), for `dedupd bench design-space`.
 //! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
 //!   unbounded uniform streams (`dedupd bench stream-kinds`).
 
 pub mod accuracy;
 pub mod clicks;
 pub mod oracle;
+pub mod sim;
 pub mod stream_kinds;
 pub mod text;
 pub mod workload;
