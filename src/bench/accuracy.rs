@@ -557,6 +557,7 @@ pub(super) fn f3(x: f64) -> String {
 macro_rules! row {
     ($($x:expr),* $(,)?) => { vec![$($x.to_string()),*] };
 }
+pub(super) use row;
 
 /// One experiment's part of the report.
 struct Section {

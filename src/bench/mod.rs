@@ -9,11 +9,14 @@
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
 //! - [`sim`]: the paper's design space simulated (horizontal and vertical
 //!   slices, failures, pipelining, Bloom trees), for `dedupd bench design-space`.
+//! - [`design_space`]: the paper's §7 experiments on the simulator
+//!   (`dedupd bench design-space`, docs/paper-reproduction.md).
 //! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
 //!   unbounded uniform streams (`dedupd bench stream-kinds`).
 
 pub mod accuracy;
 pub mod clicks;
+pub mod design_space;
 pub mod oracle;
 pub mod sim;
 pub mod stream_kinds;

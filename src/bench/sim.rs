@@ -179,8 +179,8 @@ impl Vertical {
     /// The lookup when the slices marked in `failed` are down: distinct if
     /// any live cell is unset (a live unset cell proves it); otherwise a
     /// duplicate iff at least `x` of the k cells are live. `x = 0` treats a
-    /// failed cell as set (Eq. 6); `x = 1..k` is the vertical
-    /// fault-tolerance heuristic; `x > k` treats every key with a failed
+    /// failed cell as set (Eq. 6); `x = 1..k-1` is the vertical
+    /// fault-tolerance heuristic; `x = k` treats every key with a failed
     /// cell as distinct (the symmetric choice).
     pub fn contains_with_failures(&self, h: &KeyHash, failed: &[bool], x: u32) -> bool {
         let mut live = 0;
@@ -265,13 +265,14 @@ fn live_cells(k: u32, live: u32, q: f64) -> f64 {
 /// The x-of-k heuristic's false-negative rate for a true duplicate (all its
 /// cells set): fewer than x of its k cells are live, `P(Bin(k, 1-f/S) < x)`.
 pub fn heuristic_fnr(k: u32, x: u32, f: f64, s: f64) -> f64 {
-    (0..x.min(k + 1)).map(|l| live_cells(k, l, 1.0 - f / s)).sum()
+    // `+ 0.0`: an empty float sum is -0.0.
+    (0..x.min(k + 1)).map(|l| live_cells(k, l, 1.0 - f / s)).sum::<f64>() + 0.0
 }
 
 /// The heuristic's false-positive rate for a new key when each cell is set
 /// with probability `fill` = `P_fp^(1/k)`: at least x cells live, all set.
 pub fn heuristic_fpr(k: u32, x: u32, f: f64, s: f64, fill: f64) -> f64 {
-    (x..=k).map(|l| live_cells(k, l, 1.0 - f / s) * fill.powi(l as i32)).sum()
+    (x..=k).map(|l| live_cells(k, l, 1.0 - f / s) * fill.powi(l as i32)).sum::<f64>() + 0.0
 }
 
 /// The paper's printed form for the heuristic, `((1 - f/S)·fill)^x`: the

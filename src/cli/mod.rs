@@ -4,6 +4,7 @@
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
+//! - `dedupd bench design-space`: the paper's §7 on a simulator (docs/paper-reproduction.md).
 
 pub mod filter;
 pub mod logs;
@@ -41,6 +42,10 @@ pub enum BenchCommand {
     /// The count-based kinds (rsbf, stable) and the timer filter at equal
     /// memory on uniform streams, against "ever seen before"; writes CSV.
     StreamKinds(crate::bench::stream_kinds::StreamKindsArgs),
+    /// The paper's design space on a simulator: failures and S_f, slicing
+    /// (FPR, fairness, load), the x-of-k heuristic, pipelining, Bloom trees;
+    /// writes CSV (docs/paper-reproduction.md).
+    DesignSpace(crate::bench::design_space::DesignSpaceArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -51,5 +56,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
+        Command::Bench(BenchCommand::DesignSpace(args)) => crate::bench::design_space::run(&args),
     }
 }
