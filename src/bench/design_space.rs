@@ -3,7 +3,9 @@
 //! Fig. 1 (failures, S_f), Fig. 5 (FPR, fairness and load share against
 //! the number of slices; the x-of-k heuristic), Fig. 7c (pipelining),
 //! Table 1 and Fig. 12 (Bloom trees). Append-only filters, as in the
-//! paper's slicing experiments: nothing expires.
+//! paper's slicing experiments: nothing expires. And the §3.2 availability
+//! policies for a slice that is restoring, on the exact oracle
+//! (`availability.csv`).
 //!
 //! Three key streams of `--events` events each: synthetic uniform and
 //! Zipf(1.0) with about the paper's 5,700 distinct keys, and the words of
@@ -182,6 +184,7 @@ pub fn run(args: &DesignSpaceArgs) -> anyhow::Result<()> {
         pipelining(args),
         trees(&data),
         top_down(&data),
+        availability(args.seed),
     ];
     let mut summary = format!(
         "# design-space tables\n\n`dedupd bench design-space --events {} --distinct {} --seed {}`\n\n",
@@ -592,6 +595,101 @@ fn top_down(data: &[Dataset]) -> Table {
                         ]);
                     }
                 }
+            }
+        }
+    }
+    t
+}
+
+// ---------------------------------------------------------------------------
+// §3.2 availability policies for a horizontal slice that is not available
+// (restoring after a rebalance), against the exact answer.
+
+/// One slice of 8 is unavailable from `AT_MS` for each of these durations
+/// (5 s: the measured restore of a 1 GiB filter, docs/performance-daemon.md).
+const OUTAGES_MS: [u64; 5] = [500, 1_000, 5_000, 10_000, 30_000];
+const AT_MS: u64 = 120_000;
+const AVAIL_WINDOW_MS: u64 = 60_000;
+const AVAIL_RATE: u64 = 10_000;
+const AVAIL_SLICES: u32 = 8;
+
+/// `wait` judges the slice's records exactly, late; `deliver` passes them
+/// (and remembers them as delivered); `drop` sends them to the duplicates
+/// path (and remembers nothing). Each run is compared verdict by verdict
+/// with the exact oracle, so the filter's own errors are not in the counts.
+fn availability(seed: u64) -> Table {
+    use super::oracle::ExactWindow;
+    use super::workload::{KeyDist, RateProfile, Stream};
+    let mut t = Table::new(
+        "availability.csv",
+        &[
+            "stream",
+            "outage_ms",
+            "policy",
+            "records",
+            "affected",
+            "affected_duplicates",
+            "extra_in_outage",
+            "missing_in_outage",
+            "extra_after",
+            "missing_after",
+            "mean_added_latency_ms",
+            "max_added_latency_ms",
+        ],
+    );
+    let streams = [
+        ("recurring", KeyDist::Recurring { p_new: 0.5, min_gap_ms: 10, max_gap_ms: 2 * AVAIL_WINDOW_MS }),
+        ("zipf1.0", KeyDist::Zipf(Zipf::new(1_000_000, 1.0))),
+    ];
+    for (name, dist) in streams {
+        let events: Vec<(u64, u64, bool)> = Stream::new(seed, dist, RateProfile::steady(1_000, AVAIL_RATE), 240)
+            .map(|(id, time)| (id, time, KeyHash::of(DEFAULT_SEED, &id.to_le_bytes()).slice(AVAIL_SLICES) == 0))
+            .collect();
+        for outage in OUTAGES_MS {
+            for policy in ["wait", "deliver", "drop"] {
+                let (mut exact, mut run) = (ExactWindow::new(AVAIL_WINDOW_MS), ExactWindow::new(AVAIL_WINDOW_MS));
+                // [extra, missing] deliveries against the exact answer: [in the outage, after it].
+                let mut errors = [[0u64; 2]; 2];
+                let (mut affected, mut affected_dups, mut latency_sum, mut latency_max) = (0u64, 0u64, 0u64, 0u64);
+                for &(id, time, home) in &events {
+                    let truth = exact.observe(&id, time);
+                    let out = home && (AT_MS..AT_MS + outage).contains(&time);
+                    let said = match (out, policy) {
+                        (true, "deliver") => {
+                            run.force_deliver(&id, time);
+                            false
+                        }
+                        (true, "drop") => true,
+                        // `wait`: the same verdict, released when the slice is back.
+                        _ => run.observe(&id, time),
+                    };
+                    if out {
+                        affected += 1;
+                        affected_dups += u64::from(truth);
+                        if policy == "wait" {
+                            let added = AT_MS + outage - time;
+                            latency_sum += added;
+                            latency_max = latency_max.max(added);
+                        }
+                    }
+                    let phase = usize::from(!out);
+                    errors[phase][0] += u64::from(!said && truth);
+                    errors[phase][1] += u64::from(said && !truth);
+                }
+                t.push(row![
+                    name,
+                    outage,
+                    policy,
+                    events.len(),
+                    affected,
+                    affected_dups,
+                    errors[0][0],
+                    errors[0][1],
+                    errors[1][0],
+                    errors[1][1],
+                    f3(latency_sum as f64 / affected.max(1) as f64),
+                    latency_max
+                ]);
             }
         }
     }

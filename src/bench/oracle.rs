@@ -44,6 +44,16 @@ impl<K: Hash + Eq + Clone> ExactWindow<K> {
         false
     }
 
+    /// Records `key` as delivered at `time_ms` whatever it held: a verdict
+    /// made without looking (an availability policy's "deliver"). A key
+    /// already in the window is counted twice by [`Self::keys_in_window`]
+    /// until the older delivery leaves it.
+    pub fn force_deliver(&mut self, key: &K, time_ms: u64) {
+        self.clock = self.clock.max(time_ms);
+        self.delivered.insert(key.clone(), self.clock);
+        self.deliveries.push_back(self.clock);
+    }
+
     /// Distinct keys delivered inside the current window.
     pub fn keys_in_window(&self) -> usize {
         self.deliveries.len()
