@@ -511,7 +511,14 @@ struct TreeRun {
     resolved: Vec<u64>,
 }
 
-fn run_tree(d: &Dataset, kind: TreeKind, shape: (usize, usize), p: f64, threshold: Option<usize>, resume: bool) -> TreeRun {
+fn run_tree(
+    d: &Dataset,
+    kind: TreeKind,
+    shape: (usize, usize),
+    p: f64,
+    threshold: Option<usize>,
+    resume: bool,
+) -> TreeRun {
     let m = cells_for(d.distinct, p, K);
     let mut tree = BloomTree::new(kind, shape.0, shape.1, m, K, threshold);
     tree.resume_after_overrule = resume;
@@ -544,7 +551,15 @@ fn trees(data: &[Dataset]) -> Table {
                 let r = run_tree(d, kind, shape, TREE_P, None, false);
                 for level in 0..=shape.0 {
                     let c = &r.tree.counts;
-                    t.push(row![d.name, kind.name(), shape.0 + 1, level, c.hits[level], c.accesses[level], r.resolved[level]]);
+                    t.push(row![
+                        d.name,
+                        kind.name(),
+                        shape.0 + 1,
+                        level,
+                        c.hits[level],
+                        c.accesses[level],
+                        r.resolved[level]
+                    ]);
                 }
             }
         }

@@ -353,7 +353,12 @@ impl BloomTree {
     pub fn new(kind: TreeKind, depth: usize, fanout: usize, m: u64, k: u32, threshold: Option<usize>) -> Self {
         let levels = (0..=depth).map(|j| (0..fanout.pow(j as u32)).map(|_| Bits::new(m)).collect()).collect();
         let zeros = vec![0; depth + 1];
-        let counts = TreeCounts { hits: zeros.clone(), accesses: zeros.clone(), topdown_accesses: zeros.clone(), overruled: zeros };
+        let counts = TreeCounts {
+            hits: zeros.clone(),
+            accesses: zeros.clone(),
+            topdown_accesses: zeros.clone(),
+            overruled: zeros,
+        };
         BloomTree { levels, fanout, m, k, kind, threshold, resume_after_overrule: false, counts }
     }
 
@@ -431,7 +436,8 @@ impl BloomTree {
         let first = node * self.fanout;
         for child in (first..first + self.fanout).filter(|&c| Some(c) != from) {
             self.counts.topdown_accesses[level + 1] += 1;
-            if self.contains(level + 1, child, h) && (level + 1 >= threshold || self.confirm(level + 1, child, None, h)) {
+            if self.contains(level + 1, child, h) && (level + 1 >= threshold || self.confirm(level + 1, child, None, h))
+            {
                 return true;
             }
         }
@@ -556,7 +562,8 @@ mod tests {
             for _ in 0..10 {
                 let failed = fail_slices(&mut rng, 40, 8);
                 fp += rate(4_000, |h| v.contains_with_failures(h, &failed, x)) / 10.0;
-                fn_ += (0..N).filter(|&i| !v.contains_with_failures(&key(i), &failed, x)).count() as f64 / N as f64 / 10.0;
+                fn_ +=
+                    (0..N).filter(|&i| !v.contains_with_failures(&key(i), &failed, x)).count() as f64 / N as f64 / 10.0;
             }
             let (want_fp, want_fn) = (heuristic_fpr(k, x, 8.0, 40.0, fill), heuristic_fnr(k, x, 8.0, 40.0));
             assert!((fp - want_fp).abs() < 0.01 + 0.2 * want_fp, "x={x}: fpr {fp} vs {want_fp}");
