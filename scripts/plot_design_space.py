@@ -31,6 +31,22 @@ def col(rows, name, cast=float):
     return [cast(r[name]) for r in rows]
 
 
+def finish(ax, xlabel, ylabel, title=None, legend=7):
+    """Labels, legend and grid of one panel."""
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=legend)
+    ax.grid(alpha=0.3)
+
+
+def save(fig, d, name, dpi=110):
+    fig.tight_layout()
+    fig.savefig(d / name, dpi=dpi)
+
+
 def fig1(d):
     rows = read(d, "failures.csv")
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
@@ -44,23 +60,14 @@ def fig1(d):
     r = [x for x in rows if x["data"] == rows[0]["data"]]
     a.plot(col(r, "failed_pct"), col(r, "eq5"), "k-", lw=1, label="Eq. 5 (horizontal)")
     a.plot(col(r, "failed_pct"), col(r, "eq6"), "k--", lw=1, label="Eq. 6 (vertical)")
-    a.set_xlabel("failed slices (% of 40)")
-    a.set_ylabel("false-positive rate")
-    a.set_title("(a) failed slices treated as set, P_fp = 0.05, k = 4")
-    a.legend(fontsize=7)
-    a.grid(alpha=0.3)
+    finish(a, "failed slices (% of 40)", "false-positive rate", "(a) failed slices treated as set, P_fp = 0.05, k = 4")
     sf = read(d, "sf.csv")
     for p_max, c in [("0.1", "C0"), ("0.15", "C1"), ("0.2", "C2")]:
         r = [x for x in sf if x["p_max"] == p_max and x["p_fp"] == "0.05"]
         b.plot(col(r, "failed"), col(r, "sf_horizontal"), "-", color=c, label=f"horizontal, P_max {p_max}")
         b.plot(col(r, "failed"), col(r, "sf_vertical"), "--", color=c, label=f"vertical, P_max {p_max}")
-    b.set_xlabel("failed slices f")
-    b.set_ylabel("S_f (slices needed)")
-    b.set_title("(b) fault-tolerance parameter, P_fp = 0.05, k = 4")
-    b.legend(fontsize=7)
-    b.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(d / "fig1.png", dpi=110)
+    finish(b, "failed slices f", "S_f (slices needed)", "(b) fault-tolerance parameter, P_fp = 0.05, k = 4")
+    save(fig, d, "fig1.png")
 
 
 def fig5(d):
@@ -108,15 +115,11 @@ def fig5(d):
     r = [x for x in h if x["data"] == h[0]["data"] and x["p"] == "0.05"]
     e.plot(col(r, "x"), col(r, "theory_fpr"), "k-", lw=0.7, label="FPR, exact model")
     e.plot(col(r, "x"), col(r, "theory_fnr"), "k--", lw=0.7, label="FNR, P(Bin(k,1-f/S) < x)")
-    e.set_title("(d) x-of-k heuristic: k = 8, 8 of 40 slices failed, P_fp 0.05")
-    e.set_xlabel("x (live set cells needed for a duplicate)")
-    e.set_ylabel("rate")
     e.set_yscale("log")
     e.set_ylim(1e-4, 1.2)
-    e.legend(fontsize=6)
-    e.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(d / "fig5.png", dpi=110)
+    finish(e, "x (live set cells needed for a duplicate)", "rate",
+           "(d) x-of-k heuristic: k = 8, 8 of 40 slices failed, P_fp 0.05", legend=6)
+    save(fig, d, "fig5.png")
 
 
 def fig7c(d):
@@ -128,12 +131,8 @@ def fig7c(d):
                 label=f"pipelined, {float(target):.0%} distinct")
         ax.plot(col(r, "slices"), col(r, "parallel"), ":", color=color, label=f"parallel, {float(target):.0%} distinct")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("vertical slices S (k = 4)")
-    ax.set_ylabel("slices contacted per lookup")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(d / "fig7c.png", dpi=110)
+    finish(ax, "vertical slices S (k = 4)", "slices contacted per lookup")
+    save(fig, d, "fig7c.png")
 
 
 def fig12(d):
@@ -161,13 +160,9 @@ def fig12(d):
                 ax.plot(xs, col(r, "fp"), style, color=color, ms=3, label=f"{kind}, {variant} FP")
                 if variant == "paper":
                     ax.plot(xs, col(r, "fn"), ":", color=color, label=f"{kind}, paper FN")
+        finish(ax, "threshold level (0 = off)", "events", legend=6)
         ax.set_title(f"(c) top-down testing, {data}, P_fp 0.05", fontsize=9)
-        ax.set_xlabel("threshold level (0 = off)")
-        ax.set_ylabel("events")
-        ax.legend(fontsize=6)
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(d / "fig12.png", dpi=100)
+    save(fig, d, "fig12.png", dpi=100)
 
 
 def main():
