@@ -184,7 +184,7 @@ pub fn run(args: &DesignSpaceArgs) -> anyhow::Result<()> {
         pipelining(args),
         trees(&data),
         top_down(&data),
-        availability(args.seed),
+        availability(args.seed, AVAIL_RATE),
     ];
     let mut summary = format!(
         "# design-space tables\n\n`dedupd bench design-space --events {} --distinct {} --seed {}`\n\n",
@@ -632,7 +632,7 @@ const AVAIL_SLICES: u32 = 8;
 /// (and remembers them as delivered); `drop` sends them to the duplicates
 /// path (and remembers nothing). Each run is compared verdict by verdict
 /// with the exact oracle, so the filter's own errors are not in the counts.
-fn availability(seed: u64) -> Table {
+fn availability(seed: u64, rate: u64) -> Table {
     use super::oracle::ExactWindow;
     use super::workload::{KeyDist, RateProfile, Stream};
     let mut t = Table::new(
@@ -657,7 +657,7 @@ fn availability(seed: u64) -> Table {
         ("zipf1.0", KeyDist::Zipf(Zipf::new(1_000_000, 1.0))),
     ];
     for (name, dist) in streams {
-        let events: Vec<(u64, u64, bool)> = Stream::new(seed, dist, RateProfile::steady(1_000, AVAIL_RATE), 240)
+        let events: Vec<(u64, u64, bool)> = Stream::new(seed, dist, RateProfile::steady(1_000, rate), 240)
             .map(|(id, time)| (id, time, KeyHash::of(DEFAULT_SEED, &id.to_le_bytes()).slice(AVAIL_SLICES) == 0))
             .collect();
         for outage in OUTAGES_MS {
@@ -709,4 +709,75 @@ fn availability(seed: u64) -> Table {
         }
     }
     t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows<'a>(t: &'a Table, col: &str, value: &str) -> impl Iterator<Item = &'a Vec<String>> {
+        let i = t.col(col);
+        let value = value.to_owned();
+        t.rows.iter().filter(move |r| r[i] == value)
+    }
+
+    fn num(t: &Table, r: &[String], col: &str) -> f64 {
+        r[t.col(col)].parse().unwrap()
+    }
+
+    fn small() -> Vec<Dataset> {
+        vec![Dataset::uniform(5_000, 500, 1), Dataset::zipf(5_000, 500, 1)]
+    }
+
+    #[test]
+    fn streams_hold_the_distinct_keys_asked_for() {
+        for d in small() {
+            assert!((d.distinct as f64 - 500.0).abs() < 15.0, "{}: {}", d.name, d.distinct);
+            assert_eq!(d.events.len(), 5_000);
+        }
+    }
+
+    #[test]
+    fn trees_match_the_single_filter_and_resuming_misses_nothing() {
+        let t = top_down(&small());
+        assert!(!t.rows.is_empty());
+        for r in rows(&t, "variant", "none") {
+            // Prop. 4 with equality: the same false positives as one filter.
+            assert_eq!(num(&t, r, "fp"), num(&t, r, "single_filter_fp"), "{r:?}");
+        }
+        for r in rows(&t, "variant", "resume") {
+            assert_eq!(num(&t, r, "fn"), 0.0, "{r:?}");
+        }
+        let trees = trees(&small());
+        // Every event tests its leaf once (a dense test-and-set is one access).
+        let leaves: Vec<_> = rows(&trees, "kind", "dense")
+            .filter(|r| num(&trees, r, "level") == num(&trees, r, "levels") - 1.0)
+            .collect();
+        assert_eq!(leaves.len(), 4, "two streams, two tree shapes");
+        for r in leaves {
+            assert_eq!(num(&trees, r, "accesses"), 5_000.0, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn availability_policies_cost_what_they_should() {
+        let t = availability(3, 400);
+        for r in &t.rows {
+            let (affected, dups) = (num(&t, r, "affected"), num(&t, r, "affected_duplicates"));
+            assert!(affected > 0.0);
+            let errors =
+                ["extra_in_outage", "missing_in_outage", "extra_after", "missing_after"].map(|c| num(&t, r, c));
+            match r[t.col("policy")].as_str() {
+                "wait" => {
+                    assert_eq!(errors, [0.0; 4], "{r:?}");
+                    assert!(num(&t, r, "max_added_latency_ms") <= num(&t, r, "outage_ms"));
+                }
+                // Every duplicate of the outage goes through, no new record is lost.
+                "deliver" => assert_eq!(errors[..2], [dups, 0.0], "{r:?}"),
+                // Every new record of the outage is diverted, no duplicate goes through.
+                "drop" => assert_eq!(errors[..2], [0.0, affected - dups], "{r:?}"),
+                other => panic!("policy {other}"),
+            }
+        }
+    }
 }
