@@ -32,7 +32,10 @@
 #               from each one's output topic over the last 40 s, and the difference
 #   cpu         CPU seconds per 1 M records of input-partitions (3 slices) against repartition
 #               (8 slices) mode on one backlog of N records, ROUNDS times alternating, per thread
-#               name, and their ratio (issue 20: repartition at most 2x)
+#               name, and their ratio (issue 20: repartition at most 2x); PERF_RECORD=HZ also
+#               samples each run with `perf record -a -F HZ` (target/<run>-cpu-<mode>-<round>.perf;
+#               `perf report --pid PID` with the pid printed: the daemon starts by exec, and
+#               `perf record -p` would miss the threads it starts later)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
@@ -215,9 +218,18 @@ part_cpu() {
       start_daemon "$run-cpu-$mode-$round" "$run.cpu" timer "$slices" 19508 DEDUPD__SLICING__MODE="$mode"
       local before
       before=$(cpu_ticks "$daemon_pid")
+      local perf_pid=""
+      if [[ -n ${PERF_RECORD:-} ]]; then
+        perf record -q -a -F "${PERF_RECORD}" -o "target/$run-cpu-$mode-$round.perf" >/dev/null 2>&1 &
+        perf_pid=$!
+      fi
       out=$($bench wait 19508 "$n" "cpu_$mode" "$daemon_pid")
       local after threads
       after=$(cpu_ticks "$daemon_pid")
+      if [[ -n $perf_pid ]]; then
+        kill -INT "$perf_pid" && wait "$perf_pid" || true
+        echo "cpu_$mode round=$round profile=target/$run-cpu-$mode-$round.perf pid=$daemon_pid"
+      fi
       threads=$(thread_cpu "$daemon_pid")
       stop_daemon "$daemon_pid"
       local per_m
