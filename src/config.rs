@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
-use crate::filter::{FilterSpec, Growth};
-use crate::units::parse_duration_ms;
+use crate::filter::{CountKind, CountSpec, FilterSpec, Growth};
+use crate::units::{parse_bytes, parse_duration_ms};
 
 /// A setting that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -211,7 +211,9 @@ pub struct InputSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
-    /// `timer` (the sliding timer Bloom filter) or `passthrough` (no dedup).
+    /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
+    /// the count-based kinds with no window, `rsbf` (reservoir-sampling Bloom
+    /// filter) and `stable` (Stable Bloom Filter).
     pub kind: String,
     /// Sliding window, e.g. `10m`.
     #[serde(deserialize_with = "duration_ms")]
@@ -235,6 +237,13 @@ pub struct FilterSettings {
     pub tick: Option<u64>,
     /// Most generations per slice.
     pub max_generations: u32,
+    /// rsbf and stable: memory of the filters in bytes, all slices together
+    /// (each slice gets an equal share), e.g. `64MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub memory: u64,
+    /// rsbf and stable: seed of the filters' PRNG (reservoir draws, random
+    /// resets and decrements), part of every snapshot.
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,6 +425,11 @@ fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     parse_duration_ms(&text).map_err(serde::de::Error::custom)
 }
 
+fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    parse_bytes(&text).map_err(serde::de::Error::custom)
+}
+
 fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }
@@ -551,6 +565,8 @@ slices = 8
 timer_bits = 8
 tick = ""
 max_generations = 12
+memory = "8MiB"
+seed = 25481510381
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
@@ -621,6 +637,35 @@ impl Resolved {
     /// so a replay flushes at the same place (see `kafka::slices`).
     pub fn flush_topic(&self) -> String {
         format!("{}.flushes", self.settings.app.id)
+    }
+}
+
+impl FilterSettings {
+    /// The settings of a count-based kind: one filter per slice with an
+    /// equal share of `memory`, judging instead of the timer filter, whose
+    /// `timer` spec (validated) is shrunk to the smallest there is: it stays
+    /// empty, and its window only bounds `input.lateness` and is the default
+    /// of `input.max_clock_jump`.
+    fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+        let slices = u64::from(self.slices);
+        let share = self.memory / slices;
+        let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        count.fingerprint().map_err(|e| match e.setting {
+            "memory" => invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!("each of the {slices} slices gets {share}B ({} bits), which {}", share * 8, e.rule),
+            ),
+            other => invalid(&format!("filter.{other}"), e.value, e.rule),
+        })?;
+        Ok(FilterSpec {
+            expected_keys: slices,
+            total_cells: None,
+            growth: Growth::None,
+            max_generations: 1,
+            count: Some(count),
+            ..timer
+        })
     }
 }
 
@@ -730,10 +775,12 @@ impl Settings {
         if s.input.max_record_bytes == 0 {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
         }
-        let passthrough = match s.filter.kind.as_str() {
-            "timer" => false,
-            "passthrough" => true,
-            other => return Err(invalid("filter.kind", other, "expected timer or passthrough")),
+        let (passthrough, count_kind) = match s.filter.kind.as_str() {
+            "timer" => (false, None),
+            "passthrough" => (true, None),
+            "rsbf" => (false, Some(CountKind::Rsbf)),
+            "stable" => (false, Some(CountKind::Stable)),
+            other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
         };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
@@ -807,6 +854,10 @@ impl Settings {
             };
             invalid(&name, e.value, e.rule)
         })?;
+        let filter = match count_kind {
+            None => filter,
+            Some(kind) => s.filter.count_spec(kind, filter)?,
+        };
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
         }
