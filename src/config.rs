@@ -654,7 +654,12 @@ impl FilterSettings {
             "memory" => invalid(
                 "filter.memory",
                 format!("{}B", self.memory),
-                format!("each of the {slices} slices gets {share}B ({} bits), which {}", share * 8, e.rule),
+                format!(
+                    "each of the {slices} slices gets {share}B ({} bits), which {} (with filter.fpr = {})",
+                    share * 8,
+                    e.rule,
+                    self.fpr
+                ),
             ),
             other => invalid(&format!("filter.{other}"), e.value, e.rule),
         })?;
@@ -1196,6 +1201,40 @@ mod tests {
             e.starts_with(&format!("invalid setting admin.token_file = {path}: a readable file with the token (")),
             "{e}"
         );
+    }
+
+    /// The count kinds: an equal share of `filter.memory` per slice, the
+    /// seed, the kind and its parameters in the fingerprint; a budget too
+    /// small for a slice is refused naming setting, value and rule.
+    #[test]
+    fn count_kinds_are_resolved_and_validated() {
+        let r = load(&[
+            ("DEDUPD__FILTER__KIND", "rsbf"),
+            ("DEDUPD__FILTER__MEMORY", "2MiB"),
+            ("DEDUPD__FILTER__SEED", "7"),
+            ("DEDUPD__FILTER__FPR", "0.1"),
+        ])
+        .unwrap();
+        let count = r.filter.count.as_ref().unwrap();
+        // 2 MiB over 8 slices, in bits.
+        assert_eq!((count.kind, count.memory_bits, count.seed), (CountKind::Rsbf, (2 << 20) / 8 * 8, 7));
+        let params = r.filter.resolve().unwrap();
+        assert_eq!(params.count.as_ref(), Some(count));
+        assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());
+        // The idle timer filter is the smallest there is.
+        assert!(params.cells <= 64 * 2, "{params:?}");
+        assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::count::DEFAULT_RNG_SEED);
+        let stable = load(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__FPR", "0.1")]).unwrap();
+        assert!(stable.filter.resolve().unwrap().fingerprint().starts_with("kind=stable,"));
+
+        assert_eq!(
+            rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "100B")]),
+            "invalid setting filter.memory = 100B: each of the 8 slices gets 12B (96 bits), which must give each of \
+             the k = 6 rsbf arrays at least 64 bits (with filter.fpr = 0.01)"
+        );
+        assert!(rejected(&[("DEDUPD__FILTER__KIND", "bloom")]).contains("filter.kind = bloom: expected timer, "));
+        let e = rejected(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__MEMORY", "lots")]);
+        assert!(e.contains("filter.memory") && e.contains("`lots` is not a memory size"), "{e}");
     }
 
     #[test]
