@@ -21,8 +21,8 @@ use std::fmt;
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
-use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
 use crate::filter::count::{self as count_codec, CountFilter};
+use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
 use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
@@ -253,11 +253,7 @@ impl SliceState {
     /// [`Self::flush`] while `copy` is in progress.
     pub fn flush_copying(&mut self, copy: &mut SliceCopy, out: &mut Vec<Judgment>) {
         self.flushes_next = self.next_offset;
-        self.release(
-            out,
-            |order, emit| order.flush(emit),
-            |filter, hash, time_ms| copy.observe(filter, hash, time_ms),
-        )
+        self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
     }
 
     fn take(
@@ -628,7 +624,8 @@ pub fn decode(
     r.finish()?;
     let (filter, count) = match &params.count {
         Some(spec) => {
-            let configured = spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
+            let configured =
+                spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
             (SlidingFilter::new(params.clone()), Some(count_codec::decode(filter_bytes, &configured)?))
         }
         None => match count_codec::kind_of(filter_bytes) {
@@ -825,18 +822,9 @@ mod tests {
         let mut got = feed(&mut first, 0..1_700);
         let bytes = encode(&first);
         let mut restored = decode(&bytes, 1, &params(), order(300)).unwrap();
-        let missing = restored.unfilled.clone();
-        assert!(!missing.is_empty());
+        assert!(!restored.unfilled.is_empty());
         assert!(restored.refill(Vec::new()).is_err(), "a held record that cannot be re-read is an error");
-        let reread = missing
-            .iter()
-            .map(|&(o, _)| {
-                let r = rec(o, &keys[o as usize], times[o as usize], None);
-                let (t, h) = restored.held_entry(&r.record, &ex).unwrap();
-                (o, t, h)
-            })
-            .collect();
-        restored.refill(reread).unwrap();
+        refill_from(&mut restored, &keys, &times, &ex);
         assert_eq!(restored, first);
         got.extend(feed(&mut restored, 1_700..3_000));
         assert_eq!(got, expected);
@@ -849,11 +837,24 @@ mod tests {
         assert_eq!(expected.len() + out.len(), 3_000);
     }
 
+    /// Puts back the held records of a restored slice, re-read from the
+    /// "log" (record `o` has key `keys[o]` and time `times[o]`).
+    fn refill_from(s: &mut SliceState, keys: &[[u8; 8]], times: &[i64], ex: &Extractor) {
+        let reread = s
+            .unfilled
+            .iter()
+            .map(|&(o, _)| {
+                let r = rec(o, &keys[o as usize], times[o as usize], None);
+                let (t, h) = s.held_entry(&r.record, ex).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        s.refill(reread).unwrap();
+    }
+
     fn count_params(kind: crate::filter::CountKind) -> FilterParams {
         let count = crate::filter::CountSpec::new(kind, 3 * 4096, 0.1);
-        FilterSpec { window_ms: 1000, expected_keys: 1, count: Some(count), ..FilterSpec::default() }
-            .resolve()
-            .unwrap()
+        FilterSpec { window_ms: 1000, expected_keys: 1, count: Some(count), ..FilterSpec::default() }.resolve().unwrap()
     }
 
     /// A count-based slice: records still wait for the watermark; a
@@ -897,16 +898,7 @@ mod tests {
             assert!(bytes == encode(&at_copy), "{kind:?}: the copy is not the state when it began");
 
             let mut restored = decode(&bytes, 1, &configured, order(100)).unwrap();
-            let reread = restored
-                .unfilled
-                .iter()
-                .map(|&(o, _)| {
-                    let r = rec(o, &keys[o as usize], times[o as usize], None);
-                    let (t, h) = restored.held_entry(&r.record, &ex).unwrap();
-                    (o, t, h)
-                })
-                .collect();
-            restored.refill(reread).unwrap();
+            refill_from(&mut restored, &keys, &times, &ex);
             assert_eq!(restored, at_copy);
             got.extend(feed(&mut restored, 3_000..8_000, None));
             assert_eq!(got, expected, "{kind:?}: verdicts differ after the restore");
@@ -919,7 +911,10 @@ mod tests {
             let e = decode(&bytes, 1, &count_params(other), order(100)).unwrap_err();
             assert!(e.to_string().contains(&format!("kind = {}", kind.as_str())), "{e}");
             let e = decode(&bytes, 1, &params(), order(100)).unwrap_err();
-            assert!(e.to_string().contains(&format!("kind = {} but this filter has kind = timer", kind.as_str())), "{e}");
+            assert!(
+                e.to_string().contains(&format!("kind = {} but this filter has kind = timer", kind.as_str())),
+                "{e}"
+            );
             let timer = encode(&fresh(1, params()));
             let e = decode(&timer, 1, &count_params(kind), order(100)).unwrap_err();
             assert!(e.to_string().contains("kind = timer"), "{e}");

@@ -167,11 +167,7 @@ impl Rsbf {
     /// The element's bit in each array (the first k entries).
     #[inline]
     fn positions(&self, hash: &KeyHash) -> [u64; 64] {
-        let mut at = [0u64; 64];
-        for (j, p) in hash.probe(self.params.array_bits).take(self.params.arrays as usize).enumerate() {
-            at[j] = p as u64;
-        }
-        at
+        hash.first_positions(self.params.array_bits, self.params.arrays as usize)
     }
 
     /// The verdict [`Self::observe`] would give now, without changing

@@ -177,11 +177,7 @@ impl StableFilter {
     /// The element's K cells (the first K entries).
     #[inline]
     fn positions(&self, hash: &KeyHash) -> [u64; 64] {
-        let mut at = [0u64; 64];
-        for (j, p) in hash.probe(self.params.cells).take(self.params.hashes as usize).enumerate() {
-            at[j] = p as u64;
-        }
-        at
+        hash.first_positions(self.params.cells, self.params.hashes as usize)
     }
 
     /// The verdict [`Self::observe`] would give now, without changing
