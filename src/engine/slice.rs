@@ -399,10 +399,12 @@ pub struct SliceCopy {
 enum Copied {
     /// The timer filter's cells, chunk by chunk while the slice goes on.
     Cells(FilterCopy),
-    /// A count-based filter, encoded whole when the copy began: its
-    /// arrays are one slice's share of `filter.memory` (a copy of a few
-    /// MiB takes about a millisecond), and every record rewrites random
-    /// words all over them (the resets), so copy-on-write would save little.
+    /// A count-based filter, encoded whole when the copy began: the slice
+    /// stops for one copy of its share of `filter.memory` (a pause over
+    /// 100 ms is logged as a warning, and measured in
+    /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
+    /// than for timers: every record after the warm-up writes random words
+    /// all over the arrays (the resets and decrements).
     Whole(SliceImage),
 }
 
