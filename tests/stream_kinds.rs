@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use dedupd::bench::workload::Rng;
 use support::*;
 
 /// Key, value, timestamp, slice offset and release position of every output
@@ -81,22 +80,8 @@ fn crash_equivalence(kind: &str, mode: &str) {
     // Crashing: the same seed as the reference, SIGKILLed at random moments.
     let crash_app = unique(&format!("{kind}-crash"));
     let crash_env = kind_env(&crash_app, &input, mode, slices, kind, 5);
-    let schedule = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    eprintln!("{kind}: kill schedule seed {schedule}");
-    let mut rng = Rng::new(schedule);
-    let mut crashing = Daemon::start("kind-crashing", &crash_env);
-    let mut crash_logs = String::new();
-    for kill in 1..=3 {
-        if kill == 1 || rng.below(4) > 0 {
-            crashing.wait_ready(Duration::from_secs(60));
-        }
-        let delay = Duration::from_millis(1_000 + rng.below(3_000));
-        std::thread::sleep(delay);
-        crashing.kill();
-        crash_logs.push_str(&crashing.log_text());
-        eprintln!("{kind}: kill {kill} after {delay:?} ({} records produced)", produced.load(Ordering::Relaxed));
-        crashing = Daemon::start("kind-crashing", &crash_env);
-    }
+    let (mut crashing, mut crash_logs) =
+        kill_storm(&format!("{kind}-crashing"), &crash_env, 3, Duration::from_secs(1), &produced);
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
