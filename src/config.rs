@@ -647,8 +647,19 @@ impl FilterSettings {
     /// empty, and its window only bounds `input.lateness` and is the default
     /// of `input.max_clock_jump`.
     fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+        // `timer` was resolved: 1 to 65536 slices.
         let slices = u64::from(self.slices);
         let share = self.memory / slices;
+        // A share is allocated at start-up: one no machine has would abort
+        // the process instead of stopping it with this message.
+        const MAX_SHARE: u64 = 1 << 40;
+        if share > MAX_SHARE {
+            return Err(invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
+            ));
+        }
         let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
         count.fingerprint().map_err(|e| match e.setting {
             "memory" => invalid(
@@ -656,7 +667,7 @@ impl FilterSettings {
                 format!("{}B", self.memory),
                 format!(
                     "each of the {slices} slices gets {share}B ({} bits), which {} (with filter.fpr = {})",
-                    share * 8,
+                    share.saturating_mul(8),
                     e.rule,
                     self.fpr
                 ),
@@ -1233,6 +1244,8 @@ mod tests {
              the k = 6 rsbf arrays at least 64 bits (with filter.fpr = 0.01)"
         );
         assert!(rejected(&[("DEDUPD__FILTER__KIND", "bloom")]).contains("filter.kind = bloom: expected timer, "));
+        let e = rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "16000000000GiB")]);
+        assert!(e.starts_with("invalid setting filter.memory = 17179869184000000000B: at most 1TiB per slice"), "{e}");
         let e = rejected(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__MEMORY", "lots")]);
         assert!(e.contains("filter.memory") && e.contains("`lots` is not a memory size"), "{e}");
     }
