@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
-use crate::filter::{FilterSpec, Growth};
-use crate::units::parse_duration_ms;
+use crate::filter::{CountKind, CountSpec, FilterSpec, Growth};
+use crate::units::{parse_bytes, parse_duration_ms};
 
 /// A setting that cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -211,7 +211,9 @@ pub struct InputSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
-    /// `timer` (the sliding timer Bloom filter) or `passthrough` (no dedup).
+    /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
+    /// the count-based kinds with no window, `rsbf` (reservoir-sampling Bloom
+    /// filter) and `stable` (Stable Bloom Filter).
     pub kind: String,
     /// Sliding window, e.g. `10m`.
     #[serde(deserialize_with = "duration_ms")]
@@ -235,6 +237,13 @@ pub struct FilterSettings {
     pub tick: Option<u64>,
     /// Most generations per slice.
     pub max_generations: u32,
+    /// rsbf and stable: memory of the filters in bytes, all slices together
+    /// (each slice gets an equal share), e.g. `64MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub memory: u64,
+    /// rsbf and stable: seed of the filters' PRNG (reservoir draws, random
+    /// resets and decrements), part of every snapshot.
+    pub seed: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -416,6 +425,11 @@ fn duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     parse_duration_ms(&text).map_err(serde::de::Error::custom)
 }
 
+fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    parse_bytes(&text).map_err(serde::de::Error::custom)
+}
+
 fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }
@@ -551,6 +565,8 @@ slices = 8
 timer_bits = 8
 tick = ""
 max_generations = 12
+memory = "8MiB"
+seed = 25481510381
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
@@ -621,6 +637,51 @@ impl Resolved {
     /// so a replay flushes at the same place (see `kafka::slices`).
     pub fn flush_topic(&self) -> String {
         format!("{}.flushes", self.settings.app.id)
+    }
+}
+
+impl FilterSettings {
+    /// The settings of a count-based kind: one filter per slice with an
+    /// equal share of `memory`, judging instead of the timer filter, whose
+    /// `timer` spec (validated) is shrunk to the smallest there is: it stays
+    /// empty, and its window only bounds `input.lateness` and is the default
+    /// of `input.max_clock_jump`.
+    fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+        // `timer` was resolved: 1 to 65536 slices.
+        let slices = u64::from(self.slices);
+        let share = self.memory / slices;
+        // A share is allocated at start-up: one no machine has would abort
+        // the process instead of stopping it with this message.
+        const MAX_SHARE: u64 = 1 << 40;
+        if share > MAX_SHARE {
+            return Err(invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
+            ));
+        }
+        let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        count.fingerprint().map_err(|e| match e.setting {
+            "memory" => invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!(
+                    "each of the {slices} slices gets {share}B ({} bits), which {} (with filter.fpr = {})",
+                    share.saturating_mul(8),
+                    e.rule,
+                    self.fpr
+                ),
+            ),
+            other => invalid(&format!("filter.{other}"), e.value, e.rule),
+        })?;
+        Ok(FilterSpec {
+            expected_keys: slices,
+            total_cells: None,
+            growth: Growth::None,
+            max_generations: 1,
+            count: Some(count),
+            ..timer
+        })
     }
 }
 
@@ -730,10 +791,12 @@ impl Settings {
         if s.input.max_record_bytes == 0 {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
         }
-        let passthrough = match s.filter.kind.as_str() {
-            "timer" => false,
-            "passthrough" => true,
-            other => return Err(invalid("filter.kind", other, "expected timer or passthrough")),
+        let (passthrough, count_kind) = match s.filter.kind.as_str() {
+            "timer" => (false, None),
+            "passthrough" => (true, None),
+            "rsbf" => (false, Some(CountKind::Rsbf)),
+            "stable" => (false, Some(CountKind::Stable)),
+            other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
         };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
@@ -807,6 +870,10 @@ impl Settings {
             };
             invalid(&name, e.value, e.rule)
         })?;
+        let filter = match count_kind {
+            None => filter,
+            Some(kind) => s.filter.count_spec(kind, filter)?,
+        };
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
         }
@@ -1145,6 +1212,42 @@ mod tests {
             e.starts_with(&format!("invalid setting admin.token_file = {path}: a readable file with the token (")),
             "{e}"
         );
+    }
+
+    /// The count kinds: an equal share of `filter.memory` per slice, the
+    /// seed, the kind and its parameters in the fingerprint; a budget too
+    /// small for a slice is refused naming setting, value and rule.
+    #[test]
+    fn count_kinds_are_resolved_and_validated() {
+        let r = load(&[
+            ("DEDUPD__FILTER__KIND", "rsbf"),
+            ("DEDUPD__FILTER__MEMORY", "2MiB"),
+            ("DEDUPD__FILTER__SEED", "7"),
+            ("DEDUPD__FILTER__FPR", "0.1"),
+        ])
+        .unwrap();
+        let count = r.filter.count.as_ref().unwrap();
+        // 2 MiB over 8 slices, in bits.
+        assert_eq!((count.kind, count.memory_bits, count.seed), (CountKind::Rsbf, (2 << 20) / 8 * 8, 7));
+        let params = r.filter.resolve().unwrap();
+        assert_eq!(params.count.as_ref(), Some(count));
+        assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());
+        // The idle timer filter is the smallest there is.
+        assert!(params.cells <= 64 * 2, "{params:?}");
+        assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::count::DEFAULT_RNG_SEED);
+        let stable = load(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__FPR", "0.1")]).unwrap();
+        assert!(stable.filter.resolve().unwrap().fingerprint().starts_with("kind=stable,"));
+
+        assert_eq!(
+            rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "100B")]),
+            "invalid setting filter.memory = 100B: each of the 8 slices gets 12B (96 bits), which must give each of \
+             the k = 6 rsbf arrays at least 64 bits (with filter.fpr = 0.01)"
+        );
+        assert!(rejected(&[("DEDUPD__FILTER__KIND", "bloom")]).contains("filter.kind = bloom: expected timer, "));
+        let e = rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "16000000000GiB")]);
+        assert!(e.starts_with("invalid setting filter.memory = 17179869184000000000B: at most 1TiB per slice"), "{e}");
+        let e = rejected(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__MEMORY", "lots")]);
+        assert!(e.contains("filter.memory") && e.contains("`lots` is not a memory size"), "{e}");
     }
 
     #[test]

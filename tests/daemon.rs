@@ -43,23 +43,7 @@ fn crash_equivalence_and_scale_out() {
     // Crashing: killed with SIGKILL at random moments while input arrives.
     let crash_app = unique("crash");
     let crash_env = app_env(&crash_app, &input, "input-partitions", partitions);
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
-    eprintln!("kill schedule seed {seed}");
-    let mut rng = Rng::new(seed);
-    let mut crashing = Daemon::start("crashing", &crash_env);
-    let mut crash_logs = String::new();
-    for kill in 1..=5 {
-        // Some kills land in the middle of restoring or replaying, most while processing.
-        if rng.below(4) > 0 {
-            crashing.wait_ready(Duration::from_secs(60));
-        }
-        let delay = Duration::from_millis(200 + rng.below(3000));
-        std::thread::sleep(delay);
-        crashing.kill();
-        crash_logs.push_str(&crashing.log_text());
-        eprintln!("kill {kill} after {delay:?} ({} records produced)", produced.load(Ordering::Relaxed));
-        crashing = Daemon::start("crashing", &crash_env);
-    }
+    let (mut crashing, mut crash_logs) = kill_storm("crashing", &crash_env, 5, Duration::from_millis(200), &produced);
 
     // Scale-out: three processes in one group, one killed and one added mid-stream.
     let scale_app = unique("scale");

@@ -21,6 +21,7 @@ use std::fmt;
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
+use crate::filter::count::{self as count_codec, CountFilter};
 use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
 use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
@@ -160,6 +161,13 @@ pub struct SliceCounters {
 pub struct SliceState {
     pub slice: u32,
     pub filter: SlidingFilter,
+    /// A count-based kind (`filter.kind = "rsbf" | "stable"`): it judges
+    /// every released record instead of `filter`, which then stays empty.
+    /// Records are still released in event-time order (the same order
+    /// buffer), so its verdicts follow from the log alone as the timer
+    /// filter's do; there are no timers, so nothing expires and late
+    /// records are judged like any other, in their release order.
+    pub count: Option<CountFilter>,
     /// The next slice offset to process: the state reflects every record below it.
     pub next_offset: u64,
     /// Highest input offset seen per input (topic, partition).
@@ -189,8 +197,8 @@ impl PartialEq for SliceState {
             h.sort_unstable();
             h
         };
-        (self.slice, &self.filter, self.next_offset, &self.resend_marks, &self.counters)
-            == (other.slice, &other.filter, other.next_offset, &other.resend_marks, &other.counters)
+        (self.slice, &self.filter, &self.count, self.next_offset, &self.resend_marks, &self.counters)
+            == (other.slice, &other.filter, &other.count, other.next_offset, &other.resend_marks, &other.counters)
             && (self.order.marks(), &self.unfilled, self.flushes_next)
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
@@ -202,6 +210,7 @@ impl SliceState {
     pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
         SliceState {
             slice,
+            count: params.count.as_ref().map(|c| c.build().expect("count filter settings validated at start-up")),
             filter: SlidingFilter::new(params),
             next_offset: offset,
             resend_marks: BTreeMap::new(),
@@ -230,7 +239,7 @@ impl SliceState {
         copy: &mut SliceCopy,
         out: &mut Vec<Judgment>,
     ) {
-        self.take(rec, extractor, out, |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter))
+        self.take(rec, extractor, out, |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
     }
 
     /// An idle flush after the last record taken in: judges every record
@@ -244,11 +253,7 @@ impl SliceState {
     /// [`Self::flush`] while `copy` is in progress.
     pub fn flush_copying(&mut self, copy: &mut SliceCopy, out: &mut Vec<Judgment>) {
         self.flushes_next = self.next_offset;
-        self.release(
-            out,
-            |order, emit| order.flush(emit),
-            |filter, hash, time_ms| filter.observe_copying(hash, time_ms, &mut copy.filter),
-        )
+        self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
     }
 
     fn take(
@@ -290,7 +295,7 @@ impl SliceState {
             out.push(now(SliceVerdict::Distinct));
             return;
         }
-        let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
+        let hash = KeyHash::of(self.hash_seed(), &extracted.key);
         let time_ms = extracted.time_ms;
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
     }
@@ -302,12 +307,20 @@ impl SliceState {
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
         mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
-        let SliceState { order, filter, counters, .. } = self;
+        let SliceState { order, filter, count, counters, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
-                let verdict = match observe(filter, &item, time_ms) {
+                let verdict = match count {
+                    // The count kinds report no equal-timer groups.
+                    Some(c) => match c.observe(&item) {
+                        true => Verdict::Duplicate { equal_timers: 0 },
+                        false => Verdict::Distinct,
+                    },
+                    None => observe(filter, &item, time_ms),
+                };
+                let verdict = match verdict {
                     Verdict::Distinct => {
                         counters.distinct += 1;
                         SliceVerdict::Distinct
@@ -333,7 +346,12 @@ impl SliceState {
     /// that was held could).
     pub fn held_entry(&self, record: &RecordView<'_>, extractor: &Extractor) -> Option<(u64, KeyHash)> {
         let x = extractor.extract(record, 0).ok()?;
-        Some((x.time_ms, KeyHash::of(self.filter.params().seed, &x.key)))
+        Some((x.time_ms, KeyHash::of(self.hash_seed(), &x.key)))
+    }
+
+    /// The seed keys are hashed with: the judging filter's.
+    fn hash_seed(&self) -> u64 {
+        self.count.as_ref().map_or(self.filter.params().seed, CountFilter::hash_seed)
     }
 
     /// Puts back the held records of a restored slice, re-read from the
@@ -373,7 +391,21 @@ impl SliceState {
 #[derive(Debug)]
 pub struct SliceCopy {
     offset: u64,
-    filter: FilterCopy,
+    filter: Copied,
+}
+
+/// How a snapshot's filter part is copied.
+#[derive(Debug)]
+enum Copied {
+    /// The timer filter's cells, chunk by chunk while the slice goes on.
+    Cells(FilterCopy),
+    /// A count-based filter, encoded whole when the copy began: the slice
+    /// stops for one copy of its share of `filter.memory` (a pause over
+    /// 100 ms is logged as a warning, and measured in
+    /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
+    /// than for timers: every record after the warm-up writes random words
+    /// all over the arrays (the resets and decrements).
+    Whole(SliceImage),
 }
 
 /// A slice snapshot copied in full but for its checksums, which take a
@@ -407,6 +439,10 @@ impl SliceState {
     /// Starts a snapshot of this state in `buffer`'s memory (see
     /// [`SliceCopy`]; a checkpoint keeps one buffer for its snapshots).
     pub fn begin_copy(&self, mut buffer: Vec<u8>) -> SliceCopy {
+        if let Some(count) = &self.count {
+            let image = image(self, &count_codec::encode(count), buffer);
+            return SliceCopy { offset: self.next_offset, filter: Copied::Whole(image) };
+        }
         let head = head(self, Skeleton::of(&self.filter).len());
         if buffer.len() < head.len() {
             buffer.resize(head.len(), 0);
@@ -414,11 +450,20 @@ impl SliceState {
         buffer[..head.len()].copy_from_slice(&head);
         // 8 bytes after the filter's encoding: the slice envelope's checksum.
         let filter = FilterCopy::begin(&self.filter, buffer, head.len(), 8, CHUNK_BYTES);
-        SliceCopy { offset: self.next_offset, filter }
+        SliceCopy { offset: self.next_offset, filter: Copied::Cells(filter) }
     }
 }
 
 impl SliceCopy {
+    /// Judges an event of the timer filter while this copy is in progress
+    /// (a count-based filter, copied whole, never comes here).
+    fn observe(&mut self, filter: &mut SlidingFilter, hash: &KeyHash, time_ms: u64) -> Verdict {
+        match &mut self.filter {
+            Copied::Cells(c) => filter.observe_copying(hash, time_ms, c),
+            Copied::Whole(_) => filter.observe(hash, time_ms),
+        }
+    }
+
     /// The slice offset the snapshot was taken at (it reflects every record below).
     pub fn offset(&self) -> u64 {
         self.offset
@@ -426,20 +471,31 @@ impl SliceCopy {
 
     /// Bytes of filter cells still to copy.
     pub fn bytes_left(&self) -> usize {
-        self.filter.bytes_left()
+        match &self.filter {
+            Copied::Cells(c) => c.bytes_left(),
+            Copied::Whole(_) => 0,
+        }
     }
 
     /// Copies up to `budget_bytes` more (at least one chunk) from `source`,
     /// the state the copy was begun on; returns whether it is complete.
     pub fn advance(&mut self, source: &SliceState, budget_bytes: usize) -> bool {
-        self.filter.advance(&source.filter, budget_bytes)
+        match &mut self.filter {
+            Copied::Cells(c) => c.advance(&source.filter, budget_bytes),
+            Copied::Whole(_) => true,
+        }
     }
 
     /// Copies whatever is left from `source` (the state the copy was begun
     /// on): the snapshot of that state as it was when the copy began.
     pub fn finish(self, source: &SliceState) -> SliceImage {
-        let (buffer, filter) = self.filter.finish(&source.filter);
-        SliceImage { buffer, filter }
+        match self.filter {
+            Copied::Cells(c) => {
+                let (buffer, filter) = c.finish(&source.filter);
+                SliceImage { buffer, filter }
+            }
+            Copied::Whole(image) => image,
+        }
     }
 }
 
@@ -452,6 +508,11 @@ pub const VERSION: u16 = 2;
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
 pub fn encode(state: &SliceState) -> Vec<u8> {
+    if let Some(count) = &state.count {
+        let mut image = image(state, &count_codec::encode(count), Vec::new());
+        image.seal();
+        return image.into_buffer();
+    }
     let skeleton = Skeleton::of(&state.filter);
     let head = head(state, skeleton.len());
     let filter = head.len()..head.len() + skeleton.len();
@@ -461,6 +522,19 @@ pub fn encode(state: &SliceState) -> Vec<u8> {
     let mut image = SliceImage { buffer, filter };
     image.seal();
     image.into_buffer()
+}
+
+/// The slice snapshot, but for its checksum, with `filter` (a count
+/// filter's encoding) as its filter part, in `buffer`'s memory.
+fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
+    let head = head(state, filter.len());
+    let range = head.len()..head.len() + filter.len();
+    buffer.clear();
+    buffer.reserve(range.end + 8);
+    buffer.extend_from_slice(&head);
+    buffer.extend_from_slice(filter);
+    buffer.extend_from_slice(&[0; 8]);
+    SliceImage { buffer, filter: range }
 }
 
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
@@ -548,11 +622,29 @@ pub fn decode(
         resend_marks.insert((topic, partition), offset);
     }
     let len = r.u64()? as usize;
-    let filter = filter_snapshot::decode(r.take(len)?, params)?;
+    let filter_bytes = r.take(len)?;
     r.finish()?;
+    let (filter, count) = match &params.count {
+        Some(spec) => {
+            let configured =
+                spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
+            (SlidingFilter::new(params.clone()), Some(count_codec::decode(filter_bytes, &configured)?))
+        }
+        None => match count_codec::kind_of(filter_bytes) {
+            Some(kind) => {
+                return Err(SnapshotError::ParameterMismatch {
+                    parameter: "kind",
+                    snapshot: kind.as_str().to_string(),
+                    configured: "timer".to_string(),
+                });
+            }
+            None => (filter_snapshot::decode(filter_bytes, params)?, None),
+        },
+    };
     Ok(SliceState {
         slice,
         filter,
+        count,
         next_offset,
         resend_marks,
         counters,
@@ -732,18 +824,9 @@ mod tests {
         let mut got = feed(&mut first, 0..1_700);
         let bytes = encode(&first);
         let mut restored = decode(&bytes, 1, &params(), order(300)).unwrap();
-        let missing = restored.unfilled.clone();
-        assert!(!missing.is_empty());
+        assert!(!restored.unfilled.is_empty());
         assert!(restored.refill(Vec::new()).is_err(), "a held record that cannot be re-read is an error");
-        let reread = missing
-            .iter()
-            .map(|&(o, _)| {
-                let r = rec(o, &keys[o as usize], times[o as usize], None);
-                let (t, h) = restored.held_entry(&r.record, &ex).unwrap();
-                (o, t, h)
-            })
-            .collect();
-        restored.refill(reread).unwrap();
+        refill_from(&mut restored, &keys, &times, &ex);
         assert_eq!(restored, first);
         got.extend(feed(&mut restored, 1_700..3_000));
         assert_eq!(got, expected);
@@ -754,6 +837,91 @@ mod tests {
         whole.flush(&mut out);
         assert_eq!(whole.order.waiting_len(), 0);
         assert_eq!(expected.len() + out.len(), 3_000);
+    }
+
+    /// Puts back the held records of a restored slice, re-read from the
+    /// "log" (record `o` has key `keys[o]` and time `times[o]`).
+    fn refill_from(s: &mut SliceState, keys: &[[u8; 8]], times: &[i64], ex: &Extractor) {
+        let reread = s
+            .unfilled
+            .iter()
+            .map(|&(o, _)| {
+                let r = rec(o, &keys[o as usize], times[o as usize], None);
+                let (t, h) = s.held_entry(&r.record, ex).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        s.refill(reread).unwrap();
+    }
+
+    fn count_params(kind: crate::filter::CountKind) -> FilterParams {
+        let count = crate::filter::CountSpec::new(kind, 3 * 4096, 0.1);
+        FilterSpec { window_ms: 1000, expected_keys: 1, count: Some(count), ..FilterSpec::default() }.resolve().unwrap()
+    }
+
+    /// A count-based slice: records still wait for the watermark; a
+    /// snapshot copied while the slice goes on, restored and refilled,
+    /// continues exactly as the uninterrupted slice (the PRNG state is in
+    /// it); and a snapshot of one kind is refused by a slice of another.
+    #[test]
+    fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
+        use crate::filter::CountKind;
+        let ex = extractor();
+        let mut rng = crate::filter::random::Rng::new(3);
+        let keys: Vec<[u8; 8]> = (0..8_000u64).map(|_| rng.below(2_500).to_le_bytes()).collect();
+        let times: Vec<i64> = (0..8_000i64).map(|i| 10_000 + i * 2 + rng.below(100) as i64).collect();
+        let feed = |s: &mut SliceState, range: std::ops::Range<usize>, mut copy: Option<&mut SliceCopy>| {
+            let mut out = Vec::new();
+            for i in range {
+                let r = rec(i as u64, &keys[i], times[i], None);
+                match copy.as_deref_mut() {
+                    Some(c) => s.process_copying(&r, &ex, c, &mut out),
+                    None => s.process(&r, &ex, &mut out),
+                }
+            }
+            out
+        };
+        for kind in [CountKind::Rsbf, CountKind::Stable] {
+            let configured = count_params(kind);
+            let mut whole = SliceState::new(1, configured.clone(), 0, order(100));
+            let expected = feed(&mut whole, 0..8_000, None);
+            let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
+            assert!(duplicates > 1_000 && duplicates < 7_000, "{kind:?}: {duplicates} duplicates");
+            assert_eq!(whole.filter.counters().events, 0, "the idle timer filter judged");
+
+            let mut first = SliceState::new(1, configured.clone(), 0, order(100));
+            let mut got = feed(&mut first, 0..3_000, None);
+            let at_copy = first.clone();
+            let mut copy = first.begin_copy(vec![9; 5]);
+            assert_eq!(copy.bytes_left(), 0);
+            assert!(copy.advance(&first, 1));
+            feed(&mut first, 3_000..3_500, Some(&mut copy));
+            let bytes = copy.finish(&first).seal().to_vec();
+            assert!(bytes == encode(&at_copy), "{kind:?}: the copy is not the state when it began");
+
+            let mut restored = decode(&bytes, 1, &configured, order(100)).unwrap();
+            refill_from(&mut restored, &keys, &times, &ex);
+            assert_eq!(restored, at_copy);
+            got.extend(feed(&mut restored, 3_000..8_000, None));
+            assert_eq!(got, expected, "{kind:?}: verdicts differ after the restore");
+            assert_eq!(restored, whole);
+
+            let other = match kind {
+                CountKind::Rsbf => CountKind::Stable,
+                CountKind::Stable => CountKind::Rsbf,
+            };
+            let e = decode(&bytes, 1, &count_params(other), order(100)).unwrap_err();
+            assert!(e.to_string().contains(&format!("kind = {}", kind.as_str())), "{e}");
+            let e = decode(&bytes, 1, &params(), order(100)).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("kind = {} but this filter has kind = timer", kind.as_str())),
+                "{e}"
+            );
+            let timer = encode(&fresh(1, params()));
+            let e = decode(&timer, 1, &count_params(kind), order(100)).unwrap_err();
+            assert!(e.to_string().contains("kind = timer"), "{e}");
+            assert_ne!(configured.fingerprint(), count_params(other).fingerprint());
+        }
     }
 
     #[test]

@@ -92,28 +92,59 @@ impl CountSpec {
     /// Validates the settings and builds an empty filter; errors name the
     /// setting, value and rule.
     pub fn build(&self) -> Result<CountFilter, ParamError> {
+        Ok(match self.resolve()? {
+            CountParams::Rsbf(p) => CountFilter::Rsbf(Rsbf::new(p)),
+            CountParams::Stable(p) => CountFilter::Stable(StableFilter::new(p)),
+        })
+    }
+
+    /// Everything the filter's state layout and its random draws depend on,
+    /// resolved, as one line (for checkpoint manifests, like the timer
+    /// filter's [`crate::filter::FilterParams::fingerprint`]): equal
+    /// fingerprints mean a snapshot can be restored. Cheap: nothing is allocated
+    /// for the arrays.
+    pub fn fingerprint(&self) -> Result<String, ParamError> {
+        Ok(match self.resolve()? {
+            CountParams::Rsbf(p) => format!(
+                "kind=rsbf,seed={:#x},rng_seed={:#x},arrays={},array_bits={},p_star={}",
+                p.hash_seed, p.seed, p.arrays, p.array_bits, p.p_star
+            ),
+            CountParams::Stable(p) => format!(
+                "kind=stable,seed={:#x},rng_seed={:#x},cell_bits={},cells={},hashes={},decrements={}",
+                p.hash_seed, p.seed, p.cell_bits, p.cells, p.hashes, p.decrements
+            ),
+        })
+    }
+
+    fn resolve(&self) -> Result<CountParams, ParamError> {
         if !(self.fpr > 0.0 && self.fpr < 1.0) {
             return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
         }
         Ok(match self.kind {
-            CountKind::Rsbf => CountFilter::Rsbf(Rsbf::new(RsbfParams::resolve(
+            CountKind::Rsbf => CountParams::Rsbf(RsbfParams::resolve(
                 self.memory_bits,
                 self.fpr,
                 self.hashes,
                 self.p_star,
                 self.hash_seed,
                 self.seed,
-            )?)),
-            CountKind::Stable => CountFilter::Stable(StableFilter::new(StableParams::resolve(
+            )?),
+            CountKind::Stable => CountParams::Stable(StableParams::resolve(
                 self.memory_bits,
                 self.fpr,
                 self.cell_bits,
                 self.hashes,
                 self.hash_seed,
                 self.seed,
-            )?)),
+            )?),
         })
     }
+}
+
+/// Resolved parameters of either kind.
+enum CountParams {
+    Rsbf(RsbfParams),
+    Stable(StableParams),
 }
 
 /// One count-based filter of either kind.
@@ -152,6 +183,14 @@ impl CountFilter {
         match self {
             CountFilter::Rsbf(f) => f.params().hash_seed,
             CountFilter::Stable(f) => f.params().hash_seed,
+        }
+    }
+
+    /// The verdict [`Self::observe`] would give now, changing nothing.
+    pub fn contains(&self, hash: &KeyHash) -> bool {
+        match self {
+            CountFilter::Rsbf(f) => f.contains(hash),
+            CountFilter::Stable(f) => f.contains(hash),
         }
     }
 
@@ -291,6 +330,17 @@ pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, Sna
                 .ok_or_else(|| SnapshotError::Malformed("stable cell words do not fit the cells".into()))
         }
     }
+}
+
+/// The kind of the count-filter snapshot in `bytes`, if it is one (read
+/// before its checksum is checked: for naming what a snapshot is when it is
+/// refused, never for restoring it).
+pub fn kind_of(bytes: &[u8]) -> Option<CountKind> {
+    const TAG_AT: usize = MAGIC.len() + 2;
+    if !bytes.starts_with(&MAGIC) {
+        return None;
+    }
+    [CountKind::Rsbf, CountKind::Stable].into_iter().find(|k| bytes.get(TAG_AT) == Some(&k.tag()))
 }
 
 fn read_words(r: &mut Reader<'_>) -> Result<Vec<u64>, SnapshotError> {

@@ -45,6 +45,17 @@ impl KeyHash {
         Probe { pos: fastrange(self.h1, m), step: 1 + fastrange(self.h2, m - 1), m }
     }
 
+    /// The first `k` positions (k <= 64) of [`Self::probe`] over `m` cells,
+    /// in an array (the count-based filters' bits or cells: test, then update).
+    #[inline]
+    pub fn first_positions(&self, m: u64, k: usize) -> [u64; 64] {
+        let mut at = [0u64; 64];
+        for (slot, p) in at.iter_mut().zip(self.probe(m).take(k)) {
+            *slot = p as u64;
+        }
+        at
+    }
+
     /// The probe sequence of the blocked layout over `m` cells (a multiple
     /// of [`BLOCK_CELLS`]): the block from the high bits of the low half
     /// (multiply-shift), then the top 8 bits of `a + i·b mod 2^64` inside it

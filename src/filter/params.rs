@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::count::CountSpec;
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
 use super::sizing;
 
@@ -131,6 +132,11 @@ pub struct FilterSpec {
     /// L (design invariant 7); `None` judges it at the clock, as the paper
     /// does.
     pub lateness_ms: Option<u64>,
+    /// A count-based kind (`rsbf`, `stable`) that judges instead of the timer
+    /// filter, as one slice's filter (its memory is per slice). The timer
+    /// settings above then size only the idle timer filter the slice keeps
+    /// (the daemon makes it the smallest there is).
+    pub count: Option<CountSpec>,
 }
 
 impl Default for FilterSpec {
@@ -153,6 +159,7 @@ impl Default for FilterSpec {
             seed: DEFAULT_SEED,
             layout: Layout::Standard,
             lateness_ms: None,
+            count: None,
         }
     }
 }
@@ -202,6 +209,9 @@ pub struct FilterParams {
     /// Lt: `⌈lateness_ms / tick_ms⌉`, 0 without lateness. Cells are kept
     /// (not swept) for W + Lt ticks, alive for verdicts at the clock for W.
     pub lateness_ticks: u32,
+    /// [`FilterSpec::count`]: with a count-based kind, it judges and the
+    /// fingerprint is its own.
+    pub count: Option<CountSpec>,
 }
 
 impl FilterSpec {
@@ -212,6 +222,9 @@ impl FilterSpec {
         }
         if !(self.fpr > 0.0 && self.fpr < 1.0) {
             return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
+        }
+        if let Some(count) = &self.count {
+            count.fingerprint()?;
         }
         if self.expected_keys == 0 {
             return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
@@ -337,6 +350,7 @@ impl FilterSpec {
             layout: self.layout,
             lateness_ms: self.lateness_ms,
             lateness_ticks: lateness_ticks as u32,
+            count: self.count.clone(),
         })
     }
 }
@@ -355,6 +369,11 @@ impl FilterParams {
     /// The parameters a snapshot's cells depend on, as text: equal
     /// fingerprints mean a snapshot can be restored.
     pub fn fingerprint(&self) -> String {
+        if let Some(count) = &self.count {
+            // A count kind's state is its own filter's (the idle timer
+            // filter's is empty by construction); resolve validated it.
+            return count.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", count.kind.as_str()));
+        }
         let standard = format!(
             "seed={:#x},cells={},hashes={},timer_bits={},tick_ms={},window_ms={}",
             self.seed, self.cells, self.hashes, self.timer_bits, self.tick_ms, self.window_ms

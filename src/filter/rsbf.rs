@@ -164,14 +164,24 @@ impl Rsbf {
         &self.counters
     }
 
+    /// The element's bit in each array (the first k entries).
+    #[inline]
+    fn positions(&self, hash: &KeyHash) -> [u64; 64] {
+        hash.first_positions(self.params.array_bits, self.params.arrays as usize)
+    }
+
+    /// The verdict [`Self::observe`] would give now, without changing
+    /// anything (the daemon's `/v1/lookup`).
+    pub fn contains(&self, hash: &KeyHash) -> bool {
+        let at = self.positions(hash);
+        (0..self.params.arrays as usize).all(|j| self.get(j, at[j]))
+    }
+
     /// Test, then update as the module docs describe; true for DUPLICATE.
     pub fn observe(&mut self, hash: &KeyHash) -> bool {
         let s = self.params.array_bits;
         let k = self.params.arrays as usize;
-        let mut at = [0u64; 64];
-        for (j, p) in hash.probe(s).take(k).enumerate() {
-            at[j] = p as u64;
-        }
+        let at = self.positions(hash);
         let duplicate = (0..k).all(|j| self.get(j, at[j]));
         self.counters.events += 1;
         self.counters.duplicates += u64::from(duplicate);

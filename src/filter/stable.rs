@@ -174,13 +174,23 @@ impl StableFilter {
         &self.counters
     }
 
+    /// The element's K cells (the first K entries).
+    #[inline]
+    fn positions(&self, hash: &KeyHash) -> [u64; 64] {
+        hash.first_positions(self.params.cells, self.params.hashes as usize)
+    }
+
+    /// The verdict [`Self::observe`] would give now, without changing
+    /// anything (the daemon's `/v1/lookup`).
+    pub fn contains(&self, hash: &KeyHash) -> bool {
+        let at = self.positions(hash);
+        at[..self.params.hashes as usize].iter().all(|&c| self.get(c) != 0)
+    }
+
     /// Test, decrement P random cells, set the K cells to Max; true for DUPLICATE.
     pub fn observe(&mut self, hash: &KeyHash) -> bool {
         let k = self.params.hashes as usize;
-        let mut at = [0u64; 64];
-        for (j, p) in hash.probe(self.params.cells).take(k).enumerate() {
-            at[j] = p as u64;
-        }
+        let at = self.positions(hash);
         let duplicate = at[..k].iter().all(|&c| self.get(c) != 0);
         self.counters.events += 1;
         self.counters.duplicates += u64::from(duplicate);

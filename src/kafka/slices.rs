@@ -423,6 +423,15 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
             .iter()
             .filter(|(s, _)| home.is_none_or(|h| h == **s))
             .map(|(s, owned)| {
+                if let Some(count) = &owned.state.count {
+                    // No timers: the filter's own test, without its update.
+                    return serde_json::json!({
+                        "slice": s,
+                        "duplicate": count.contains(&hash),
+                        "kind": count.kind().as_str(),
+                        "hashes": count.stats().hashes,
+                    });
+                }
                 let l = owned.state.filter.lookup(&hash);
                 serde_json::json!({
                     "slice": s,
@@ -758,10 +767,19 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             }
         }
         owned.published_filter = now;
-        m.filter_density.with_label_values(&[&label]).set(f.generations().last().map_or(0.0, |g| g.density()));
+        // A count kind: the fraction of ones (rsbf) or of non-zero cells
+        // (stable) stands for the density, its design FPR for the estimate.
+        let (density, estimated_fpr, memory_bytes) = match &owned.state.count {
+            Some(count) => {
+                let st = count.stats();
+                (st.ones_fraction, st.design_fpr, st.memory_bytes as usize)
+            }
+            None => (f.generations().last().map_or(0.0, |g| g.density()), f.estimated_fpr(), f.memory_bytes()),
+        };
+        m.filter_density.with_label_values(&[&label]).set(density);
         m.filter_generations.with_label_values(&[&label]).set(f.generations().len() as i64);
-        m.filter_memory_bytes.with_label_values(&[&label]).set(f.memory_bytes() as i64);
-        m.filter_estimated_fpr.with_label_values(&[&label]).set(f.estimated_fpr());
+        m.filter_memory_bytes.with_label_values(&[&label]).set(memory_bytes as i64);
+        m.filter_estimated_fpr.with_label_values(&[&label]).set(estimated_fpr);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - owned.state.next_offset as i64).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
@@ -773,9 +791,9 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
                 replaying_until: owned.replay_until.map(|y| y.to_string()),
                 clock_ms: f.clock_ms(),
                 generations: f.generations().len(),
-                density: f.generations().last().map_or(0.0, |g| g.density()),
-                estimated_fpr: f.estimated_fpr(),
-                memory_bytes: f.memory_bytes(),
+                density,
+                estimated_fpr,
+                memory_bytes,
                 distinct: c.distinct,
                 duplicates: c.duplicates,
                 invalid: c.invalid,

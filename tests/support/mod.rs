@@ -399,6 +399,37 @@ pub fn warnings_and_errors(log: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Starts daemon `name` with `env`, then `kills` times lets it run
+/// `min_delay` plus up to 3 s (random, from a schedule seed it prints) and
+/// SIGKILLs and restarts it. Some kills land in the middle of restoring or
+/// replaying (one in four does not wait for `/readyz`), most while
+/// processing. Returns the running daemon and the logs of the killed ones.
+pub fn kill_storm(
+    name: &str,
+    env: &[(String, String)],
+    kills: u32,
+    min_delay: Duration,
+    produced: &AtomicU64,
+) -> (Daemon, String) {
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    eprintln!("{name}: kill schedule seed {seed}");
+    let mut rng = Rng::new(seed);
+    let mut daemon = Daemon::start(name, env);
+    let mut logs = String::new();
+    for kill in 1..=kills {
+        if rng.below(4) > 0 {
+            daemon.wait_ready(Duration::from_secs(60));
+        }
+        let delay = min_delay + Duration::from_millis(rng.below(3000));
+        std::thread::sleep(delay);
+        daemon.kill();
+        logs.push_str(&daemon.log_text());
+        eprintln!("{name}: kill {kill} after {delay:?} ({} records produced)", produced.load(Ordering::Relaxed));
+        daemon = Daemon::start(name, env);
+    }
+    (daemon, logs)
+}
+
 /// Sum over daemons of a counter in `/v1/slices` (e.g. "distinct").
 pub fn slice_total(daemons: &[&Daemon], fields: &[&str]) -> u64 {
     let mut total = 0;
