@@ -413,6 +413,15 @@ def stream_for(mode, topic, partitions, seed, disorder=False):
     return Stream(topic, partitions, seed, by_key=False, disorder=disorder, step=2, jitter=1000, keys=20000)
 
 
+def started_stream(name, mode, partitions, seed):
+    """Creates the input topic of scenario `name` and starts its stream: (topic, stream)."""
+    topic = f"{RUN}-{name}.in"
+    create_topic(topic, partitions)
+    stream = stream_for(mode, topic, partitions, seed)
+    stream.start()
+    return topic, stream
+
+
 def kills(args, mode):
     name = "kills-ip" if mode == "input-partitions" else "kills-rep"
     seed = args.seed if args.seed is not None else time.time_ns() % 2**32
@@ -485,11 +494,8 @@ def reference_of(name, topic, mode, partitions, total):
 def broker_pause(args):
     name = "broker-pause"
     partitions = 4
-    topic = f"{RUN}-{name}.in"
-    create_topic(topic, partitions)
     mode = args.mode
-    stream = stream_for(mode, topic, partitions, 5)
-    stream.start()
+    topic, stream = started_stream(name, mode, partitions, 5)
     d = Daemon(f"{name}-subject", app_env(f"{RUN}-{name}", topic, mode, partitions))
     d.wait_ready()
     time.sleep(8)
@@ -546,10 +552,7 @@ def daemon_pause(args):
     name = "daemon-pause"
     mode = args.mode
     partitions = 4
-    topic = f"{RUN}-{name}.in"
-    create_topic(topic, partitions)
-    stream = stream_for(mode, topic, partitions, 9)
-    stream.start()
+    topic, stream = started_stream(name, mode, partitions, 9)
     env = app_env(f"{RUN}-{name}", topic, mode, partitions)
     a = Daemon(f"{name}-a", env)
     a.wait_ready()
@@ -605,10 +608,7 @@ def storm(args):
     rng = random.Random(seed)
     say(f"{name}: seed {seed}, {args.minutes} minutes, log dir {LOGS}")
     partitions = 4
-    topic = f"{RUN}-{name}.in"
-    create_topic(topic, partitions)
-    stream = stream_for(mode, topic, partitions, seed)
-    stream.start()
+    topic, stream = started_stream(name, mode, partitions, seed)
     ref = Daemon(f"{name}-reference", app_env(f"{RUN}-{name}-ref", topic, mode, partitions))
     ref.wait_ready()
     env = app_env(f"{RUN}-{name}", topic, mode, partitions)
@@ -720,10 +720,7 @@ def unwritable(args):
     BROKER = f"127.0.0.1:{proxy_port}"
     try:
         partitions = 4
-        topic = f"{RUN}-{name}.in"
-        create_topic(topic, partitions)
-        stream = stream_for(mode, topic, partitions, 11)
-        stream.start()
+        topic, stream = started_stream(name, mode, partitions, 11)
         env = app_env(f"{RUN}-{name}", topic, mode, partitions)
         if args.queue:
             env["DEDUPD__KAFKA__QUEUE_BUFFERING_MAX_MESSAGES"] = str(args.queue)

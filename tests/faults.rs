@@ -41,6 +41,33 @@ fn delivered(topic: &str) -> (HashMap<Vec<u8>, usize>, usize) {
     (n, dropped)
 }
 
+/// A keyed click stream (`keyed_stream`) flowing into a new topic until
+/// [`Flow::finish`].
+struct Flow {
+    input: String,
+    stop: Arc<AtomicBool>,
+    produced: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Flow {
+    fn start(prefix: &str, partitions: u32, seed: u64) -> Flow {
+        let input = unique(prefix);
+        create_topic(&input, partitions as i32);
+        let stop = Arc::new(AtomicBool::new(false));
+        let produced = Arc::new(AtomicU64::new(0));
+        let thread = keyed_stream(input.clone(), partitions, stop.clone(), produced.clone(), seed);
+        Flow { input, stop, produced, thread }
+    }
+
+    /// Stops the stream; the number of records produced.
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        self.produced.load(Ordering::Relaxed)
+    }
+}
+
 fn idle_flushes(d: &Daemon) -> f64 {
     let (_, text) = http_get(d.admin_port, "/metrics").expect("/metrics");
     text.lines()
@@ -63,11 +90,8 @@ fn idle_flushes(d: &Daemon) -> f64 {
 #[test]
 fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
     let partitions = 4;
-    let input = unique("clicks-paused");
-    create_topic(&input, partitions as i32);
-    let stop = Arc::new(AtomicBool::new(false));
-    let produced = Arc::new(AtomicU64::new(0));
-    let producer = keyed_stream(input.clone(), partitions, stop.clone(), produced.clone(), 23);
+    let flow = Flow::start("clicks-paused", partitions, 23);
+    let input = flow.input.clone();
     let app = unique("paused");
     let env = app_env(&app, &input, "input-partitions", partitions);
     let mut a = Daemon::start("paused-a", &env);
@@ -89,9 +113,7 @@ fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
     assert_eq!(idle_flushes(&a), flushes_before, "the woken member flushed slices that were no longer its own");
     assert!(a.log_text().contains("stood still for"), "the woken member should notice its stall:\n{}", a.log_text());
 
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    let total = produced.load(Ordering::Relaxed);
+    let total = flow.finish();
     wait_processed(&[&a, &b], total, Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(1));
     let (got, repeated) = delivered(&format!("{app}.out"));
@@ -132,11 +154,8 @@ fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
 #[test]
 fn a_rebalance_storm_changes_no_output() {
     let partitions = 4;
-    let input = unique("clicks-storm");
-    create_topic(&input, partitions as i32);
-    let stop = Arc::new(AtomicBool::new(false));
-    let produced = Arc::new(AtomicU64::new(0));
-    let producer = keyed_stream(input.clone(), partitions, stop.clone(), produced.clone(), 31);
+    let flow = Flow::start("clicks-storm", partitions, 31);
+    let input = flow.input.clone();
     let reference_app = unique("storm-ref");
     let mut reference = Daemon::start("storm-ref", &app_env(&reference_app, &input, "input-partitions", partitions));
     reference.wait_ready(Duration::from_secs(60));
@@ -167,13 +186,11 @@ fn a_rebalance_storm_changes_no_output() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    producer.join().unwrap();
-    let total = produced.load(Ordering::Relaxed);
-    for slot in 0..3 {
-        if members[slot].child.try_wait().unwrap().is_some() {
+    let total = flow.finish();
+    for (slot, member) in members.iter_mut().enumerate() {
+        if member.child.try_wait().unwrap().is_some() {
             let new = Daemon::start(&format!("storm-m{slot}"), &env);
-            stopped.push(std::mem::replace(&mut members[slot], new));
+            stopped.push(std::mem::replace(member, new));
         }
     }
     wait_processed(&[&reference], total, Duration::from_secs(120));
