@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Checks Cargo.lock against the RustSec advisory database with cargo-audit, offline (issue 19).
 #
-#   scripts/audit.sh            check (CI: .ci/run); exit 1 on any finding not ignored in
-#                               audit.toml, or if Cargo.lock names a crate the vendored
-#                               advisories were not taken for
+#   scripts/audit.sh            check Cargo.lock and fuzz/Cargo.lock (CI: .ci/run); exit 1 on
+#                               any finding not ignored in .cargo/audit.toml, or if a lock file
+#                               names a crate the vendored advisories were not taken for
 #   scripts/audit.sh --refresh  first re-take the vendored advisories from a local mirror
 #
 # The database: CI has no network beyond package registries, so the advisories of the crates in
-# Cargo.lock are vendored in vendor/rustsec/ (crates/<name>/RUSTSEC-*.md as in the database,
-# SNAPSHOT naming the database commit and date, CRATES listing every crate name of Cargo.lock
+# the lock files are vendored in vendor/rustsec/ (crates/<name>/RUSTSEC-*.md as in the database,
+# SNAPSHOT naming the database commit and date, CRATES listing every crate name of the lock files
 # they were taken for). A crate with no advisories has no directory, which is why CRATES says
 # which crates were looked up. `--refresh` copies them again from the database git directory
 # $RUSTSEC_MIRROR (default /work/.mirror/rustsec+advisory-db/repo, a snapshot of
@@ -17,18 +17,22 @@
 # cargo-audit reads a database only from a git repository, so the check builds a throw-away one
 # from vendor/rustsec/ in a temporary directory. It is installed with `cargo install --locked`
 # (crates.io) if `cargo audit` is missing. `--stale`: the vendored snapshot is as old as its
-# last refresh by design; SNAPSHOT says how old. Findings are triaged in audit.toml (each ignore
-# with its reason) and docs/security.md ("Dependency audit").
+# last refresh by design; SNAPSHOT says how old. A finding that is accepted rather than fixed
+# goes into .cargo/audit.toml (`[advisories] ignore = ["RUSTSEC-…"]`, with a comment giving the
+# reason) and docs/security.md ("Dependency audit"); at the last refresh there was none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENDOR=vendor/rustsec
+# The lock files to check: the daemon's and the fuzz targets' (AUDIT_LOCK: another one instead,
+# e.g. to see the check fail on an old version).
+read -r -a LOCKS <<<"${AUDIT_LOCK:-Cargo.lock fuzz/Cargo.lock}"
 MIRROR="${RUSTSEC_MIRROR:-/work/.mirror/rustsec+advisory-db/repo}"
 CARGO_AUDIT_VERSION=0.22.2
 
 say() { echo "audit.sh: $*"; }
 die() { echo "audit.sh: error: $*" >&2; exit 1; }
 
-lock_crates() { sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.lock | sort -u; }
+lock_crates() { sed -n 's/^name = "\(.*\)"$/\1/p' "${LOCKS[@]}" | sort -u; }
 
 refresh() {
   [[ -d $MIRROR ]] || die "no advisory database at $MIRROR (set RUSTSEC_MIRROR)"
@@ -52,11 +56,17 @@ refresh() {
     "$(ls "$VENDOR/crates" | wc -l) of $(wc -l <"$VENDOR/CRATES") crates (database $commit, $date)"
 }
 
-[[ ${1:-} == --refresh ]] && refresh
+if [[ ${1:-} == --refresh ]]; then
+  refresh
+elif [[ -d $MIRROR && -f $VENDOR/SNAPSHOT ]] &&
+  [[ "$(git --git-dir="$MIRROR" rev-parse HEAD)" != "$(sed -n 's/^commit //p' "$VENDOR/SNAPSHOT")" ]]; then
+  # CI checks what is committed; a newer local database is pointed out, not taken silently.
+  say "note: $MIRROR is at another commit than $VENDOR/SNAPSHOT: scripts/audit.sh --refresh to take it"
+fi
 
 [[ -f $VENDOR/SNAPSHOT ]] || die "$VENDOR is missing: run scripts/audit.sh --refresh where the database is"
 missing="$(comm -23 <(lock_crates) "$VENDOR/CRATES")"
-[[ -z $missing ]] || die "Cargo.lock has crates the vendored advisories were not looked up for:" \
+[[ -z $missing ]] || die "${LOCKS[*]} name crates the vendored advisories were not looked up for:" \
   "$(echo "$missing" | tr '\n' ' ')— run scripts/audit.sh --refresh where the database is, and commit $VENDOR"
 
 if ! cargo audit --version >/dev/null 2>&1; then
@@ -72,7 +82,11 @@ git -C "$db" add -A
 git -C "$db" -c user.name=audit -c user.email=audit@localhost -c commit.gpgsign=false \
   commit --quiet -m "vendored RustSec advisories ($(sed -n 's/^commit //p' "$VENDOR/SNAPSHOT"))"
 say "database: $(tr '\n' ' ' <"$VENDOR/SNAPSHOT")"
-say "crates in Cargo.lock: $(lock_crates | wc -l), with advisories on record: $(ls "$VENDOR/crates" | wc -l)"
+say "crates in ${LOCKS[*]}: $(lock_crates | wc -l), with advisories on record: $(ls "$VENDOR/crates" | wc -l)"
 # --deny warnings: unmaintained, unsound and yanked findings fail the check as vulnerabilities do,
-# unless audit.toml ignores them with a reason.
-cargo audit --db "$db" --no-fetch --stale --deny warnings --file Cargo.lock
+# unless .cargo/audit.toml ignores them with a reason.
+status=0
+for lock in "${LOCKS[@]}"; do
+  cargo audit --db "$db" --no-fetch --stale --deny warnings --file "$lock" || status=1
+done
+exit $status
