@@ -23,6 +23,17 @@ line; the figures go into docs/reliability.md):
                 (--mode): counts records delivered twice in the union of outputs (and copies that
                 repeat a release position), and records lost or extra against a fresh run over
                 the complete input (per key in repartition mode).
+  storm         a rebalance storm (--mode): three members of one group, one SIGKILLed, stopped
+                cleanly or started again every 3-5 s (seeded, --seed) for --minutes (3), while an
+                uninterrupted daemon reads the same input. input-partitions: each partition holds
+                the same records (key, value, timestamp, slice offset; records at another place or
+                release position, from an idle flush in either run, are counted apart); repartition:
+                the same multiset of records; both: none twice, the same dead letters, every
+                SIGTERM a clean exit.
+  unwritable    the output topic unwritable for --pause (60) s (a Tansu of its own, --ports, behind
+                scripts/produce_block_proxy.py): back-pressure (judging stalls once the producer
+                queue, --queue, is full), RSS while blocked, recovery time, and the output against
+                a fresh run over the complete input (none lost, extra or twice).
   soak          (not CI) --minutes at --rate records/s (examples/daemon_bench produce, repartition
                 mode, 8 slices): RSS of dedupd every 10 s, dead-letter / checkpoint-failure /
                 late-record counters; reports RSS first/last/max, slope and counter growth.
@@ -312,13 +323,16 @@ def wait_judged(daemons, total, within, fields=("distinct", "duplicates", "inval
 # --- comparing outputs -----------------------------------------------------------------------
 
 
-def signature(r):
+def signature(r, release=True):
     h = r["headers"]
-    return (r["key"], r["value"], r["timestamp"], h.get("dedupd.slice.offset"), h.get("dedupd.release"))
+    sig = (r["key"], r["value"], r["timestamp"], h.get("dedupd.slice.offset"))
+    return sig + (h.get("dedupd.release"),) if release else sig
 
 
-def per_partition(out):
-    return {p: [signature(r) for r in recs] for p, recs in out.items()}
+def per_partition(out, release=True):
+    """Each partition's records in order; without `release`, whether a record was released by
+    the watermark or by an idle flush (which depends on the wall clock) is left out."""
+    return {p: [signature(r, release) for r in recs] for p, recs in out.items()}
 
 
 def content(out):
@@ -399,6 +413,15 @@ def stream_for(mode, topic, partitions, seed, disorder=False):
     return Stream(topic, partitions, seed, by_key=False, disorder=disorder, step=2, jitter=1000, keys=20000)
 
 
+def started_stream(name, mode, partitions, seed):
+    """Creates the input topic of scenario `name` and starts its stream: (topic, stream)."""
+    topic = f"{RUN}-{name}.in"
+    create_topic(topic, partitions)
+    stream = stream_for(mode, topic, partitions, seed)
+    stream.start()
+    return topic, stream
+
+
 def kills(args, mode):
     name = "kills-ip" if mode == "input-partitions" else "kills-rep"
     seed = args.seed if args.seed is not None else time.time_ns() % 2**32
@@ -471,11 +494,8 @@ def reference_of(name, topic, mode, partitions, total):
 def broker_pause(args):
     name = "broker-pause"
     partitions = 4
-    topic = f"{RUN}-{name}.in"
-    create_topic(topic, partitions)
     mode = args.mode
-    stream = stream_for(mode, topic, partitions, 5)
-    stream.start()
+    topic, stream = started_stream(name, mode, partitions, 5)
     d = Daemon(f"{name}-subject", app_env(f"{RUN}-{name}", topic, mode, partitions))
     d.wait_ready()
     time.sleep(8)
@@ -532,10 +552,7 @@ def daemon_pause(args):
     name = "daemon-pause"
     mode = args.mode
     partitions = 4
-    topic = f"{RUN}-{name}.in"
-    create_topic(topic, partitions)
-    stream = stream_for(mode, topic, partitions, 9)
-    stream.start()
+    topic, stream = started_stream(name, mode, partitions, 9)
     env = app_env(f"{RUN}-{name}", topic, mode, partitions)
     a = Daemon(f"{name}-a", env)
     a.wait_ready()
@@ -579,6 +596,191 @@ def daemon_pause(args):
                   positional_differences=diff, slices_before=f"{before[0]}/{before[1]}",
                   b_owned_during=during, slices_after=f"{after[0]}/{after[1]}", both_alive=alive,
                   rejoined=after[0] > 0)
+
+
+def storm(args):
+    """Three members of one group; every 3-5 s (seeded) one of them is SIGKILLed, stopped cleanly
+    (SIGTERM) or started again, for --minutes, while the stream flows and an uninterrupted daemon
+    reads the same input. At least one member runs at any time."""
+    mode = args.mode
+    name = "storm-ip" if mode == "input-partitions" else "storm-rep"
+    seed = args.seed if args.seed is not None else time.time_ns() % 2**32
+    rng = random.Random(seed)
+    say(f"{name}: seed {seed}, {args.minutes} minutes, log dir {LOGS}")
+    partitions = 4
+    topic, stream = started_stream(name, mode, partitions, seed)
+    ref = Daemon(f"{name}-reference", app_env(f"{RUN}-{name}-ref", topic, mode, partitions))
+    ref.wait_ready()
+    env = app_env(f"{RUN}-{name}", topic, mode, partitions)
+    members = [Daemon(f"{name}-m{i}", env) for i in range(3)]
+    for m in members:
+        m.wait_ready()
+    actions = collections.Counter()
+    started = time.time()
+    while time.time() - started < args.minutes * 60:
+        time.sleep(3 + rng.random() * 2)
+        alive = [i for i, m in enumerate(members) if m.alive()]
+        # A member that was stopped cleanly has exited by now or is still draining; either
+        # way only exited slots are restarted.
+        if len(alive) < 3 and (len(alive) == 1 or rng.random() < 0.5):
+            slot = rng.choice([i for i in range(3) if i not in alive])
+            members[slot] = Daemon(f"{name}-m{slot}", env)
+            actions["start"] += 1
+            say(f"start m{slot} ({stream.produced} records produced)")
+            continue
+        victim = members[rng.choice(alive)]
+        if rng.random() < 0.5:
+            victim.kill()
+            actions["kill"] += 1
+            say(f"SIGKILL {victim.name}")
+        else:
+            victim.proc.terminate()
+            actions["stop"] += 1
+            say(f"SIGTERM {victim.name}")
+    total = stream.finish()
+    say(f"storm over ({dict(actions)}); {total} records produced; all three members again")
+    exit_codes = []
+    for i, m in enumerate(members):
+        if not m.alive():
+            exit_codes.append(m.proc.wait())
+            members[i] = Daemon(f"{name}-m{i}", env)
+    for m in members:
+        m.wait_ready(180)
+    done = wait_judged([ref], total, 180) and wait_judged(members, total, 180)
+    time.sleep(3)
+    want, got = read_all(f"{RUN}-{name}-ref.out"), read_all(f"{RUN}-{name}.out")
+    want_dlq, got_dlq = read_all(f"{RUN}-{name}-ref.dlq"), read_all(f"{RUN}-{name}.dlq")
+    release_diff = None
+    order_diff = None
+    if mode == "input-partitions":
+        # Per partition, the same records (key, value, timestamp, slice offset); how many sit at
+        # another place or release position (an idle flush in either run) is counted apart.
+        diff = compare_partitions(*({p: sorted(v) for p, v in per_partition(o, False).items()} for o in (want, got)))
+        order_diff = compare_partitions(per_partition(want, False), per_partition(got, False))
+        release_diff = compare_partitions(per_partition(want), per_partition(got))
+    else:
+        diff = sum(missing_and_extra(content(want), content(got)))
+    flushes = (ref.metric("dedupd_idle_flushes_total"), sum(m.metric("dedupd_idle_flushes_total") or 0 for m in members))
+    key_diff = sum(missing_and_extra(keys(want), keys(got)))
+    dlq_diff = sum(missing_and_extra(content(want_dlq), content(got_dlq)))
+    dup = twice(got)
+    late = (ref.slice_total(("late",)), sum(m.slice_total(("late",)) for m in members))
+    ref_warn = ref.warnings()
+    ok_stop = all([m.stop() for m in members]) and ref.stop()
+    # SIGTERM must end a member cleanly (exit 0); SIGKILL ends it with -9.
+    unclean = sum(1 for c in exit_codes if c not in (0, -signal.SIGKILL))
+    for w in ref_warn[:5]:
+        say("reference WARN/ERROR:", w)
+    return result(name, done and diff == 0 and dup == 0 and dlq_diff == 0 and unclean == 0 and ok_stop
+                  and not ref_warn,
+                  mode=mode, seed=seed, minutes=args.minutes, kills=actions["kill"], clean_stops=actions["stop"],
+                  starts=actions["start"], records=total, outputs=sum(len(v) for v in want.values()),
+                  differences=diff, order_differences=order_diff, release_position_differences=release_diff,
+                  idle_flushes_ref_members=f"{flushes[0]:.0f}/{flushes[1]:.0f}",
+                  key_count_differences=key_diff, delivered_twice=dup,
+                  repeated_release_positions=repeated_releases(got), dead_letter_differences=dlq_diff,
+                  unclean_exits=unclean, late_ref_members=f"{late[0]}/{late[1]}", judged_all=done,
+                  reference_warnings=len(ref_warn), seconds=round(time.time() - started))
+
+
+def start_process(argv, log, port, within=30):
+    """Starts argv (output appended to `log`) and waits until 127.0.0.1:`port` accepts."""
+    f = open(log, "ab")
+    proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    deadline = time.time() + within
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{argv[0]} exited ({proc.returncode}); see {log}")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit(f"{argv[0]} did not listen on {port}; see {log}")
+
+
+def unwritable(args):
+    """The output topic unwritable for --pause seconds: a Tansu of its own behind
+    scripts/produce_block_proxy.py, which holds back produce requests for the output topic while
+    everything else flows. dedupd must apply back-pressure (stop consuming once its bounded
+    producer queue is full), keep its memory bounded, and lose and duplicate nothing."""
+    global BROKER
+    name = "unwritable"
+    mode = args.mode
+    tansu_port, proxy_port = args.ports
+    os.makedirs(LOGS, exist_ok=True)
+    tansu = start_process([os.path.join(ROOT, "target/tools/tansu"), "broker", "--listener-url",
+                           f"tcp://127.0.0.1:{tansu_port}", "--advertised-listener-url",
+                           f"tcp://127.0.0.1:{proxy_port}", "--silent"], os.path.join(LOGS, "tansu.log"), tansu_port)
+    out_topic = f"{RUN}-{name}.out"
+    proxy = start_process([sys.executable, os.path.join(ROOT, "scripts/produce_block_proxy.py"), "--listen",
+                           str(proxy_port), "--to", f"127.0.0.1:{tansu_port}", "--topic", out_topic],
+                          os.path.join(LOGS, "proxy.log"), proxy_port)
+    BROKER = f"127.0.0.1:{proxy_port}"
+    try:
+        partitions = 4
+        topic, stream = started_stream(name, mode, partitions, 11)
+        env = app_env(f"{RUN}-{name}", topic, mode, partitions)
+        if args.queue:
+            env["DEDUPD__KAFKA__QUEUE_BUFFERING_MAX_MESSAGES"] = str(args.queue)
+        d = Daemon(f"{name}-subject", env)
+        d.wait_ready()
+        time.sleep(8)
+        judged = lambda: d.slice_total(("distinct", "duplicates", "invalid"))
+        say(f"blocking produce requests for {out_topic} for {args.pause} s ({stream.produced} records produced, "
+            f"{judged()} judged, rss {d.rss_kib() / 1024:.1f} MiB)")
+        samples = []  # (seconds, produced, judged, rss MiB, healthz, readyz, alive)
+        proxy.send_signal(signal.SIGUSR1)
+        blocked = time.time()
+        try:
+            while time.time() - blocked < args.pause:
+                samples.append((round(time.time() - blocked), stream.produced, judged(), d.rss_kib() / 1024,
+                                d.get("/healthz")[0], d.get("/readyz")[0], d.alive()))
+                say("  t={}s produced={} judged={} rss_mib={:.1f} healthz={} readyz={} alive={}".format(*samples[-1]))
+                if not d.alive():
+                    break
+                time.sleep(5)
+        finally:
+            proxy.send_signal(signal.SIGUSR2)
+        unblocked = time.time()
+        say(f"unblocked after {unblocked - blocked:.1f} s")
+        # Caught up: every record produced by the moment of unblocking judged.
+        at_unblock = stream.produced
+        caught_up = wait_judged([d], at_unblock, 300)
+        recovery = round(time.time() - unblocked, 1)
+        time.sleep(5)
+        total = stream.finish()
+        done = wait_judged([d], total, 180)
+        time.sleep(3)
+        got = read_all(out_topic)
+        warn = d.warnings()
+        alive = d.alive()
+        clean_exit = d.stop()
+        want, ref_done = reference_of(name, topic, mode, partitions, total)
+        lost, extra = missing_and_extra(content(want), content(got))
+        diff = compare_partitions(per_partition(want), per_partition(got)) if mode == "input-partitions" else None
+        for w in warn[:10]:
+            say("subject WARN/ERROR:", w)
+        during = [x[2] for x in samples]
+        # Back-pressure: judging stopped while blocked (no progress over the last half of the block).
+        stalled = len(during) >= 4 and during[-1] == during[len(during) // 2]
+        rss = [x[3] for x in samples]
+        return result(name, done and ref_done and caught_up and alive and lost == 0 and extra == 0
+                      and twice(got) == 0 and clean_exit,
+                      mode=mode, pause_seconds=args.pause, queue_buffering_max_messages=args.queue or "default",
+                      records=total, outputs=sum(len(v) for v in got.values()), lost=lost, extra=extra,
+                      delivered_twice=twice(got), positional_differences=diff,
+                      judged_at_block=during[0] if during else None, judged_at_unblock=during[-1] if during else None,
+                      produced_at_unblock=at_unblock, judging_stalled=stalled,
+                      rss_mib_first_max=f"{rss[0]:.1f}/{max(rss):.1f}" if rss else None,
+                      healthz_200=f"{sum(1 for x in samples if x[4] == 200)}/{len(samples)}",
+                      readyz_200=f"{sum(1 for x in samples if x[5] == 200)}/{len(samples)}",
+                      recovery_seconds=recovery, alive=alive, warn_lines=len(warn), clean_exit=clean_exit,
+                      judged_all=done, reference_judged_all=ref_done)
+    finally:
+        proxy.kill()
+        tansu.kill()
 
 
 def soak(args):
@@ -636,19 +838,28 @@ def soak(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenario", choices=["kills-ip", "kills-rep", "kills", "broker-pause", "daemon-pause", "soak"])
+    ap.add_argument("scenario",
+                    choices=["kills-ip", "kills-rep", "kills", "broker-pause", "daemon-pause", "storm",
+                             "unwritable", "soak"])
     ap.add_argument("--seed", type=int, help="kill schedule seed (default: from the clock; printed)")
     ap.add_argument("--kills", type=int, default=20)
     ap.add_argument("--disorder", action="store_true",
                     help="kills-rep: also 1%% late records and time jumps (beyond the lateness)")
-    ap.add_argument("--pause", type=float, default=None, help="seconds (broker-pause 30, daemon-pause 15)")
+    ap.add_argument("--pause", type=float, default=None,
+                    help="seconds (broker-pause 30, daemon-pause 15, unwritable 60)")
+    ap.add_argument("--queue", type=int, default=None,
+                    help="unwritable: librdkafka queue.buffering.max.messages (default: dedupd's, 100000)")
+    ap.add_argument("--ports", type=int, nargs=2, default=[19326, 19327], metavar=("TANSU", "PROXY"),
+                    help="unwritable: ports of its own broker and of the proxy")
     ap.add_argument("--mode", default="input-partitions", choices=["input-partitions", "repartition"],
-                    help="broker-pause and daemon-pause: slicing mode")
-    ap.add_argument("--minutes", type=float, default=30.0, help="soak duration")
+                    help="broker-pause, daemon-pause and storm: slicing mode")
+    ap.add_argument("--minutes", type=float, default=None, help="soak (30) or storm (3) duration")
     ap.add_argument("--rate", type=int, default=20000, help="soak input records/s")
     args = ap.parse_args()
+    if args.minutes is None:
+        args.minutes = 3.0 if args.scenario == "storm" else 30.0
     if args.pause is None:
-        args.pause = 30.0 if args.scenario == "broker-pause" else 15.0
+        args.pause = {"broker-pause": 30.0, "unwritable": 60.0}.get(args.scenario, 15.0)
     say(f"run {RUN}, broker {BROKER}, dedupd {DEDUPD}")
     atexit.register(cleanup)
     if args.scenario == "kills":
@@ -656,7 +867,8 @@ def main():
     elif args.scenario in ("kills-ip", "kills-rep"):
         ok = kills(args, "input-partitions" if args.scenario == "kills-ip" else "repartition")
     else:
-        ok = {"broker-pause": broker_pause, "daemon-pause": daemon_pause, "soak": soak}[args.scenario](args)
+        ok = {"broker-pause": broker_pause, "daemon-pause": daemon_pause, "storm": storm,
+              "unwritable": unwritable, "soak": soak}[args.scenario](args)
     sys.exit(0 if ok else 1)
 
 

@@ -11,6 +11,9 @@
 #   broker-pause  the broker SIGSTOPped for --pause (30) s mid-stream (--mode as below)
 #   daemon-pause  one of two group members SIGSTOPped for --pause (15) s > session timeout 6 s
 #                 (--mode input-partitions|repartition)
+#   storm         rebalance storm: 3 members, one killed / stopped / started every 3-5 s for
+#                 --minutes (3) (--mode, --seed); output as an uninterrupted run's
+#   unwritable    the output topic unwritable for --pause (60) s (--queue N, --ports TANSU PROXY)
 #   soak          --minutes (30) at --rate (20000) records/s: RSS and error counters
 #   all           kills, broker-pause, daemon-pause (both modes); not soak
 #
@@ -19,7 +22,7 @@
 # binaries in target/release as they are). Logs: target/faults/<run>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 1 ]] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 if [[ -z ${FAULTS_NO_BUILD:-} ]]; then
   nice -n 19 cargo build --release --locked --quiet --bin dedupd --example daemon_bench
 fi

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
@@ -190,6 +191,10 @@ impl ClientContext for CheckpointProducerContext {
 
     fn error(&self, error: KafkaError, reason: &str) {
         clients::log_client_error(&error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::log_client_message(level, fac, message);
     }
 }
 

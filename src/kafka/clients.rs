@@ -9,6 +9,9 @@
 //! (`stats_raw`) so that none can ever reach the log. A client that is not
 //! polled (the readers, between restores) would otherwise also queue them.
 
+use std::sync::Mutex;
+
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::types::{RDKafkaConfRes, RDKafkaErrorCode};
@@ -28,7 +31,72 @@ pub fn log_client_error(error: &KafkaError, reason: &str) {
     if is_partition_eof(error) {
         log::debug!(target: "rdkafka::client", "librdkafka: end of partition: {reason}");
     } else {
+        // "All brokers are down" says that, not why: keep the reason before it.
+        let code = error.rdkafka_error_code();
+        if code.is_some_and(is_connection_error) && code != Some(RDKafkaErrorCode::AllBrokersDown) {
+            remember_connection_failure(reason);
+        }
         log::error!(target: "rdkafka::client", "librdkafka: {error}: {reason}");
+    }
+}
+
+/// What every client of this daemon does with librdkafka's log lines (each
+/// context's [`ClientContext::log`] calls this): rdkafka's default (the
+/// `log` crate, target `librdkafka`), and a connection failure (`FAIL`:
+/// a refused TLS handshake, a failed SASL authentication, a refused
+/// connection) is remembered for [`with_connection_failure`].
+pub fn log_client_message(level: RDKafkaLogLevel, fac: &str, message: &str) {
+    if fac == "FAIL" {
+        remember_connection_failure(message);
+    }
+    let level = match level {
+        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            log::Level::Error
+        }
+        RDKafkaLogLevel::Warning => log::Level::Warn,
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
+        RDKafkaLogLevel::Debug => log::Level::Debug,
+    };
+    log::log!(target: "librdkafka", level, "librdkafka: {fac} {message}");
+}
+
+/// The last reason librdkafka gave for failing a broker connection, in any
+/// client of this process.
+static LAST_CONNECTION_FAILURE: Mutex<Option<String>> = Mutex::new(None);
+
+fn remember_connection_failure(reason: &str) {
+    *LAST_CONNECTION_FAILURE.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.to_string());
+}
+
+/// Error codes of a client that could not talk to the brokers at all.
+fn is_connection_error(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::BrokerTransportFailure
+            | RDKafkaErrorCode::AllBrokersDown
+            | RDKafkaErrorCode::Authentication
+            | RDKafkaErrorCode::SaslAuthenticationFailed
+            | RDKafkaErrorCode::SSL
+            | RDKafkaErrorCode::Resolve
+            | RDKafkaErrorCode::OperationTimedOut
+            | RDKafkaErrorCode::RequestTimedOut
+    )
+}
+
+/// `context` with, if `error` says the brokers could not be reached, the
+/// last connection failure librdkafka reported. Why: a refused TLS
+/// certificate or a wrong SASL password surfaces in rdkafka's result only
+/// as "Broker transport failure"; the cause ("certificate verify failed",
+/// "Authentication failure … unknown-user") is in librdkafka's log lines,
+/// which scroll by among hundreds of retries. librdkafka never puts a
+/// password into these lines.
+pub fn with_connection_failure(context: String, error: &KafkaError) -> String {
+    if !error.rdkafka_error_code().is_some_and(is_connection_error) {
+        return context;
+    }
+    match LAST_CONNECTION_FAILURE.lock().unwrap_or_else(|p| p.into_inner()).as_deref() {
+        Some(reason) => format!("{context} (last broker connection failure: {reason})"),
+        None => context,
     }
 }
 
@@ -45,6 +113,10 @@ pub struct PlainContext;
 impl ClientContext for PlainContext {
     /// Not asked for (see the module documentation); never logged.
     fn stats_raw(&self, _: &[u8]) {}
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log_client_message(level, fac, message);
+    }
 
     fn error(&self, error: KafkaError, reason: &str) {
         log_client_error(&error, reason);
@@ -333,6 +405,21 @@ mod tests {
         }
         assert_eq!(statistics_interval(&cfg, 2000), "500");
         assert_eq!(statistics_interval(&load(&[]), 2000), "2000");
+    }
+
+    #[test]
+    fn a_failed_connection_is_named_in_the_error_of_a_call_that_needed_it() {
+        use rdkafka::types::RDKafkaErrorCode;
+        let transport = KafkaError::MetadataFetch(RDKafkaErrorCode::BrokerTransportFailure);
+        log_client_message(RDKafkaLogLevel::Error, "FAIL", "ssl://b:9093/bootstrap: certificate verify failed");
+        // "All brokers are down" comes after the cause and must not hide it.
+        log_client_error(&KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "1/1 brokers are down");
+        assert_eq!(
+            with_connection_failure("metadata of t".into(), &transport),
+            "metadata of t (last broker connection failure: ssl://b:9093/bootstrap: certificate verify failed)"
+        );
+        let other = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
+        assert_eq!(with_connection_failure("sending".into(), &other), "sending");
     }
 
     #[test]

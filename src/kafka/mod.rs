@@ -61,6 +61,9 @@ pub(crate) trait Context<T> {
 
 impl<T> Context<T> for Result<T, rdkafka::error::KafkaError> {
     fn context(self, what: impl FnOnce() -> String) -> Result<T, KafkaLayerError> {
-        self.map_err(|source| KafkaLayerError::Client { context: what(), source })
+        self.map_err(|source| KafkaLayerError::Client {
+            context: clients::with_connection_failure(what(), &source),
+            source,
+        })
     }
 }

@@ -37,6 +37,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
@@ -233,6 +234,10 @@ pub struct WorkerContext {
 impl ClientContext for WorkerContext {
     fn error(&self, error: KafkaError, reason: &str) {
         clients::log_client_error(&error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::log_client_message(level, fac, message);
     }
 
     /// Reads only the partitions' end offsets (for the lag gauge); never

@@ -19,7 +19,20 @@ const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Partitions of `topic`, or `None` if it does not exist.
 pub fn partition_count(consumer: &Reader, topic: &str) -> Result<Option<usize>, KafkaLayerError> {
-    let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).context(|| format!("metadata of {topic}"))?;
+    let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).inspect_err(|_| {
+        // rdkafka hands a client's log lines and error events over only when
+        // it is polled: serve them now, so that a connection failure behind
+        // this error (a refused certificate, a wrong password) is known to
+        // its message (clients::with_connection_failure). Nothing is
+        // assigned to this client, so no record is consumed. A poll returns
+        // at each error event; it returns None once 50 ms pass without one.
+        for _ in 0..1000 {
+            if consumer.poll(Duration::from_millis(50)).is_none() {
+                break;
+            }
+        }
+    });
+    let md = md.context(|| format!("metadata of {topic}"))?;
     Ok(md
         .topics()
         .iter()

@@ -49,9 +49,20 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{}", std::process::id(), nanos % 1_000_000_000_000)
 }
 
+/// Client settings for the local test broker. A test against another
+/// broker (TLS, SASL) passes its own to the `*_on` helpers.
+pub fn local_broker() -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", broker());
+    c
+}
+
 pub fn create_topic(topic: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", broker()).create().expect("admin client");
+    create_topic_on(&local_broker(), topic, partitions);
+}
+
+pub fn create_topic_on(broker: &ClientConfig, topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = broker.create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let res = rt
         .block_on(
@@ -62,7 +73,7 @@ pub fn create_topic(topic: &str, partitions: i32) {
         r.expect("topic created");
     }
     // Wait until the metadata shows every partition.
-    let c = reader();
+    let c = reader_on(broker);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let md = c.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
@@ -107,17 +118,20 @@ impl Rec {
 }
 
 pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker())
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create()
-        .expect("producer")
+    producer_on(&local_broker())
+}
+
+pub fn producer_on(broker: &ClientConfig) -> ThreadedProducer<DefaultProducerContext> {
+    broker.clone().set("enable.idempotence", "true").set("linger.ms", "5").create().expect("producer")
 }
 
 /// Produces `records` in order (to their partitions) and waits for delivery.
 pub fn produce(topic: &str, records: &[Rec]) {
-    let p = producer();
+    produce_on(&local_broker(), topic, records);
+}
+
+pub fn produce_on(broker: &ClientConfig, topic: &str, records: &[Rec]) {
+    let p = producer_on(broker);
     for r in records {
         let mut hs = OwnedHeaders::new();
         for (k, v) in &r.headers {
@@ -147,8 +161,12 @@ pub fn produce(topic: &str, records: &[Rec]) {
 }
 
 pub fn reader() -> BaseConsumer {
-    ClientConfig::new()
-        .set("bootstrap.servers", broker())
+    reader_on(&local_broker())
+}
+
+pub fn reader_on(broker: &ClientConfig) -> BaseConsumer {
+    broker
+        .clone()
         .set("group.id", unique("test-reader"))
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -159,7 +177,11 @@ pub fn reader() -> BaseConsumer {
 /// Every record of `topic`, per partition in offset order: reads until no
 /// record has arrived for `quiet`.
 pub fn read_all(topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
-    let c = reader();
+    read_all_on(&local_broker(), topic, quiet)
+}
+
+pub fn read_all_on(broker: &ClientConfig, topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
+    let c = reader_on(broker);
     let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
     let partitions = md.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
     let mut tpl = TopicPartitionList::new();
