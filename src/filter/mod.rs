@@ -13,6 +13,7 @@
 
 pub(crate) mod cells;
 pub mod copy;
+pub mod dynamic;
 pub mod count;
 pub use cells::advise_huge_pages;
 pub mod generation;
