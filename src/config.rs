@@ -235,6 +235,9 @@ pub struct FilterSettings {
     pub tick: Option<u64>,
     /// Most generations per slice.
     pub max_generations: u32,
+    /// Counting cells beside the timers (one byte per cell) so that
+    /// `DELETE /v1/keys/{key}` can forget a key.
+    pub deletable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -551,6 +554,7 @@ slices = 8
 timer_bits = 8
 tick = ""
 max_generations = 12
+deletable = false
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
@@ -797,6 +801,7 @@ impl Settings {
             tick_ms: s.filter.tick,
             max_generations: s.filter.max_generations,
             lateness_ms: Some(s.input.lateness),
+            deletable: s.filter.deletable,
             ..FilterSpec::default()
         };
         filter.resolve().map_err(|e| {

@@ -26,14 +26,22 @@ struct Counting {
     keys: u64,
 }
 
-/// Why [`DynamicBloom::delete`] refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a delete ([`DynamicBloom::delete`], [`super::SlidingFilter::delete`]) refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DeleteRefusal {
     /// No filter holds the key.
+    #[error("the key is not in the window")]
     Absent,
     /// Two or more filters hold the key: deleting from one could leave a
     /// false positive, deleting from all could create false negatives.
+    #[error(
+        "the key is ambiguous: more than one generation holds all of its cells, and deleting it could make \
+         other keys' copies pass (kept; it expires with the window)"
+    )]
     Ambiguous,
+    /// The filter has no counting cells (`filter.deletable = false`).
+    #[error("the filter is not deletable (set filter.deletable = true)")]
+    NotDeletable,
 }
 
 /// Why two DBFs cannot be united.

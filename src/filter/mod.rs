@@ -28,6 +28,7 @@ pub mod snapshot;
 pub mod stable;
 
 pub use copy::FilterCopy;
+pub use dynamic::DeleteRefusal;
 pub use count::{CountFilter, CountKind, CountSpec, CountStats};
 pub use generation::Generation;
 pub use hash::KeyHash;

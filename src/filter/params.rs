@@ -131,6 +131,9 @@ pub struct FilterSpec {
     /// L (design invariant 7); `None` judges it at the clock, as the paper
     /// does.
     pub lateness_ms: Option<u64>,
+    /// Counting cells beside the timers (one saturating 8-bit counter per
+    /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
+    pub deletable: bool,
 }
 
 impl Default for FilterSpec {
@@ -153,6 +156,7 @@ impl Default for FilterSpec {
             seed: DEFAULT_SEED,
             layout: Layout::Standard,
             lateness_ms: None,
+            deletable: false,
         }
     }
 }
@@ -202,6 +206,8 @@ pub struct FilterParams {
     /// Lt: `⌈lateness_ms / tick_ms⌉`, 0 without lateness. Cells are kept
     /// (not swept) for W + Lt ticks, alive for verdicts at the clock for W.
     pub lateness_ticks: u32,
+    /// [`FilterSpec::deletable`]: every generation has a counter per cell.
+    pub deletable: bool,
 }
 
 impl FilterSpec {
@@ -337,6 +343,7 @@ impl FilterSpec {
             layout: self.layout,
             lateness_ms: self.lateness_ms,
             lateness_ticks: lateness_ticks as u32,
+            deletable: self.deletable,
         })
     }
 }
@@ -364,10 +371,13 @@ impl FilterParams {
             Layout::Standard => standard,
             Layout::Blocked => standard + ",layout=blocked256",
         };
-        match self.lateness_ms {
+        let lateness = match self.lateness_ms {
             None => layout,
             Some(l) => format!("{layout},lateness_ms={l}"),
-        }
+        };
+        // Counting cells change the state's layout (a non-deletable
+        // filter's fingerprint is the one it always had).
+        if self.deletable { lateness + ",deletable" } else { lateness }
     }
 
     /// The equal-timers threshold in effect (values below 2 disable it).
