@@ -6,6 +6,7 @@
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 
 pub mod filter;
+pub mod keys;
 pub mod logs;
 pub mod run;
 
@@ -31,6 +32,9 @@ pub enum Command {
     /// Measurements.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Calls to a running daemon's key endpoints.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -51,5 +55,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
+        Command::Keys(command) => keys::run(command),
     }
 }

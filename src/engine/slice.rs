@@ -22,7 +22,7 @@ use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
 use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
-use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
+use crate::filter::{DeleteRefusal, FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -293,6 +293,25 @@ impl SliceState {
         let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
         let time_ms = extracted.time_ms;
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
+    }
+
+    /// Applies a delete request that is the slice log's record at `offset`
+    /// (a control record `DELETE /v1/keys/{key}` wrote there): the key is forgotten at this
+    /// point of the log, so a replay after a restart forgets it at the same
+    /// point and every later verdict is the same. It judges nothing and
+    /// releases nothing; records waiting for the watermark are not in the
+    /// filter yet and are not touched.
+    pub fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
+        self.next_offset = offset + 1;
+        let hash = KeyHash::of(self.filter.params().seed, key);
+        self.filter.delete(&hash)
+    }
+
+    /// [`Self::delete`] while `copy` is in progress.
+    pub fn delete_copying(&mut self, offset: u64, key: &[u8], copy: &mut SliceCopy) -> Result<(), DeleteRefusal> {
+        self.next_offset = offset + 1;
+        let hash = KeyHash::of(self.filter.params().seed, key);
+        self.filter.delete_copying(&hash, &mut copy.filter)
     }
 
     /// Runs `step` on the order buffer and judges what it releases.

@@ -17,6 +17,7 @@
 
 pub mod checkpoint;
 pub mod clients;
+pub mod deletes;
 pub mod headers;
 pub mod join;
 pub mod producer;
