@@ -114,3 +114,63 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
         d.assert_clean_log();
     }
 }
+
+/// A 16-slice daemon judges a stream and stops; `dedupd checkpoint merge`
+/// makes 8 slices of its snapshots; an 8-slice daemon goes on with the
+/// stream: no key seen before the merge is delivered again inside its
+/// window, and new keys are.
+#[test]
+fn merge_16_to_8_mid_stream_forgets_no_key() {
+    let input = unique("merge-in");
+    create_topic(&input, 1);
+    let app = unique("merge");
+    let env16 = app_env(&app, &input, "repartition", 16);
+    let mut before = Daemon::start("merge-16", &env16);
+    before.wait_ready(Duration::from_secs(60));
+    // 800 clicks of 500 keys over 8 s.
+    produce(&input, &clicks(0, 800, 500, BASE_TS, 10));
+    wait_processed(&[&before], 800, Duration::from_secs(60));
+    before.terminate(Duration::from_secs(30));
+    before.assert_clean_log();
+
+    let merge = |from: &str, to: &str| {
+        Command::new(env!("CARGO_BIN_EXE_dedupd"))
+            .current_dir(root())
+            .args(["checkpoint", "merge", "--config", "config/dedupd.toml", "--from", from, "--to", to])
+            .env_remove("DEDUPD_CONFIG")
+            .env("DEDUPD__KAFKA__BROKERS", broker())
+            .envs(env16.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .unwrap()
+    };
+    // Growing is refused with the rule, and writes nothing.
+    let grow = merge("16", "32");
+    assert!(!grow.status.success());
+    assert!(String::from_utf8_lossy(&grow.stderr).contains("below the old one"), "{grow:?}");
+    let done = merge("16", "8");
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{said}\n{}", String::from_utf8_lossy(&done.stderr));
+    assert!(said.contains("slice 3 <- slices [6, 7]"), "{said}");
+
+    let mut env8 = env16.clone();
+    env8.retain(|(k, _)| k != "DEDUPD__FILTER__SLICES");
+    env8.push(("DEDUPD__FILTER__SLICES".into(), "8".into()));
+    let mut after = Daemon::start("merge-8", &env8);
+    after.wait_ready(Duration::from_secs(60));
+    // Every old key again 10 s later (inside the 60 s window), and 300 new keys.
+    let mut again = clicks(800, 500, 500, BASE_TS + 10_000, 10);
+    again.extend((0..300u64).map(|i| click(1300 + i, &format!("new{i}"), BASE_TS + 15_000 + i as i64 * 10, 0)));
+    produce(&input, &again);
+    wait_processed(&[&after], 1600, Duration::from_secs(60));
+    let delivered = delivered_seqs(&format!("{app}.out"));
+    let old_again: Vec<u64> = delivered.iter().copied().filter(|s| (800..1300).contains(s)).collect();
+    assert!(old_again.is_empty(), "keys seen before the merge delivered again: seqs {old_again:?}");
+    let new_keys = delivered.iter().filter(|&&s| s >= 1300).count();
+    assert!(new_keys >= 295, "only {new_keys} of 300 new keys delivered");
+    assert_eq!(delivered.iter().filter(|&&s| s < 800).count(), 500, "the first part: each key once");
+    // The merged slices report the old slices' counts and go on from them.
+    let slices = after.slices().unwrap();
+    assert_eq!(slices.as_array().unwrap().len(), 8, "{slices}");
+    after.terminate(Duration::from_secs(30));
+    after.assert_clean_log();
+}

@@ -5,6 +5,7 @@
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 
+pub mod checkpoint;
 pub mod filter;
 pub mod keys;
 pub mod logs;
@@ -32,6 +33,9 @@ pub enum Command {
     /// Measurements.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Operations on the checkpoints of a stopped daemon.
+    #[command(subcommand)]
+    Checkpoint(checkpoint::CheckpointCommand),
     /// Calls to a running daemon's key endpoints.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
@@ -56,5 +60,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
         Command::Keys(command) => keys::run(command),
+        Command::Checkpoint(command) => checkpoint::run(command),
     }
 }

@@ -20,6 +20,7 @@ pub mod clients;
 pub mod deletes;
 pub mod headers;
 pub mod join;
+pub mod merge;
 pub mod producer;
 pub mod restore;
 pub mod router;

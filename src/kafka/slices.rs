@@ -309,6 +309,15 @@ impl ConsumerContext for WorkerContext {
                 self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
                 for p in partitions {
+                    if p as u32 >= self.deps.cfg.settings.filter.slices {
+                        // Left by `dedupd checkpoint merge`: no key routes
+                        // there any more, and its old snapshot is not a slice.
+                        log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
+                        if let Err(e) = tpl.set_partition_offset(topic, p, Offset::End) {
+                            inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
+                        }
+                        continue;
+                    }
                     match restore(&self.deps, p as u32) {
                         Ok(owned) => {
                             let start = Offset::Offset(owned.state.next_offset as i64);
