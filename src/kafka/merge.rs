@@ -9,19 +9,13 @@
 //! would be lost to the merge. Nothing is written unless every new slice
 //! was built and checked (encoded and decoded under the new parameters).
 
-use std::time::Duration;
-
-use rdkafka::consumer::Consumer;
-
-use super::checkpoint::{CheckpointStore, Manifest, ReadError};
+use super::checkpoint::{CheckpointStore, Manifest, ReadError, ReadFrom, read_partition};
 use super::clients::{self, PlainContext, Reader};
 use super::{Context, KafkaLayerError};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::merge::{merge, sources};
 use crate::engine::slice as slice_codec;
 use crate::filter::FilterParams;
-
-const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What a merge did, per new slice: its old slices and where it starts.
 #[derive(Debug)]
@@ -73,10 +67,13 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
         }
         let state = slice_codec::decode(&bytes, slice, &old_params, old_cfg.order)
             .map_err(|e| fail(format!("slice {slice}: {e}")))?;
-        let (_, end) = reader
-            .fetch_watermarks(&slice_topic, slice as i32, IO_TIMEOUT)
-            .context(|| format!("watermarks of {slice_topic}/{slice}"))?;
-        if state.next_offset != end.max(0) as u64 {
+        // The listed high watermark may be the last batch's base + 1
+        // (Tansu): the end is one past the last record read from there.
+        let mut end = 0;
+        read_partition(&reader, &slice_topic, slice as i32, ReadFrom::Last, |offset, _, _, _| {
+            end = offset as u64 + 1;
+        })?;
+        if state.next_offset < end {
             return Err(fail(format!(
                 "slice {slice}'s snapshot is at offset {} but {slice_topic}/{slice} ends at {end}: stop the daemon \
                  once it has judged everything (it snapshots every slice when it stops), then merge",
