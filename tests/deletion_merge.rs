@@ -98,7 +98,8 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
     wait_processed(&[&with], 1000, Duration::from_secs(60));
     wait_processed(&[&without], 1000, Duration::from_secs(60));
 
-    let (got_with, got_without) = (delivered_seqs(&format!("{with_app}.out")), delivered_seqs(&format!("{without_app}.out")));
+    let (got_with, got_without) =
+        (delivered_seqs(&format!("{with_app}.out")), delivered_seqs(&format!("{without_app}.out")));
     let key_of = |seq: u64| format!("k{}", (seq * 7919) % 300);
     let first_copy_after = |key: &str| (400..1000).find(|&s| key_of(s) == key).unwrap();
     let expected_extra: BTreeSet<u64> = ["k1", "k2"].iter().map(|k| first_copy_after(k)).collect();

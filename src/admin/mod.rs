@@ -94,12 +94,7 @@ impl DeleteBoard {
     }
 
     /// Waits at most `timeout` for the outcome of the request at `offset` of `slice`.
-    pub fn wait(
-        &self,
-        slice: u32,
-        offset: u64,
-        timeout: Duration,
-    ) -> Option<Result<(), crate::filter::DeleteRefusal>> {
+    pub fn wait(&self, slice: u32, offset: u64, timeout: Duration) -> Option<Result<(), crate::filter::DeleteRefusal>> {
         let deadline = Instant::now() + timeout;
         let mut outcomes = self.outcomes.lock().expect("delete board lock");
         loop {

@@ -64,7 +64,11 @@ fn check_params(a: &FilterParams, b: &FilterParams) -> Result<(), MergeError> {
         ("timer_bits", a.timer_bits.to_string(), b.timer_bits.to_string()),
         ("tick_ms", a.tick_ms.to_string(), b.tick_ms.to_string()),
         ("window_ms", a.window_ms.to_string(), b.window_ms.to_string()),
-        ("layout and lateness", format!("{:?} {:?}", a.layout, a.lateness_ms), format!("{:?} {:?}", b.layout, b.lateness_ms)),
+        (
+            "layout and lateness",
+            format!("{:?} {:?}", a.layout, a.lateness_ms),
+            format!("{:?} {:?}", b.layout, b.lateness_ms),
+        ),
         ("deletable", a.deletable.to_string(), b.deletable.to_string()),
     ];
     match fields.into_iter().find(|(_, l, r)| l != r) {

@@ -151,11 +151,7 @@ impl SlidingFilter {
 
     /// [`SlidingFilter::delete`] while `copy` is in progress, as
     /// [`Self::observe_copying`].
-    pub fn delete_copying(
-        &mut self,
-        hash: &super::KeyHash,
-        copy: &mut FilterCopy,
-    ) -> Result<(), super::DeleteRefusal> {
+    pub fn delete_copying(&mut self, hash: &super::KeyHash, copy: &mut FilterCopy) -> Result<(), super::DeleteRefusal> {
         self.delete_telling(hash, copy)
     }
 }
@@ -410,7 +406,13 @@ mod tests {
             let params = FilterSpec { deletable: true, ..spec(8, layout, Growth::Density) }.resolve().unwrap();
             let mut f = SlidingFilter::new(params);
             let (mut rng, mut clock) = (Rng::new(5), 1_000_000u64);
-            drive(&mut f, &mut rng, &mut clock, Drive { events: 20_000, gap: 6, jump_at: None, advance_every: 0 }, None);
+            drive(
+                &mut f,
+                &mut rng,
+                &mut clock,
+                Drive { events: 20_000, gap: 6, jump_at: None, advance_every: 0 },
+                None,
+            );
             let expected = snapshot::encode(&f);
             let mut copy = FilterCopy::begin(&f, Vec::new(), 0, 0, 512);
             let mut deleted = 0;

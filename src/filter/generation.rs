@@ -277,18 +277,18 @@ impl PartialEq for Generation {
         } = self;
         counts == &other.counts
             && (level, m, block, cells, live, inserted, sweep_cursor, sweep_debt, full_at_live, full_at_keys)
-            == (
-                &other.level,
-                &other.m,
-                &other.block,
-                &other.cells,
-                &other.live,
-                &other.inserted,
-                &other.sweep_cursor,
-                &other.sweep_debt,
-                &other.full_at_live,
-                &other.full_at_keys,
-            )
+                == (
+                    &other.level,
+                    &other.m,
+                    &other.block,
+                    &other.cells,
+                    &other.live,
+                    &other.inserted,
+                    &other.sweep_cursor,
+                    &other.sweep_debt,
+                    &other.full_at_live,
+                    &other.full_at_keys,
+                )
     }
 }
 

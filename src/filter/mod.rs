@@ -13,8 +13,8 @@
 
 pub(crate) mod cells;
 pub mod copy;
-pub mod dynamic;
 pub mod count;
+pub mod dynamic;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
@@ -28,8 +28,8 @@ pub mod snapshot;
 pub mod stable;
 
 pub use copy::FilterCopy;
-pub use dynamic::DeleteRefusal;
 pub use count::{CountFilter, CountKind, CountSpec, CountStats};
+pub use dynamic::DeleteRefusal;
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

@@ -331,7 +331,11 @@ impl SlidingFilter {
     }
 
     /// [`Self::delete`], telling `writes` of every cell write first.
-    pub(crate) fn delete_telling<W: CellWrites>(&mut self, hash: &KeyHash, writes: &mut W) -> Result<(), DeleteRefusal> {
+    pub(crate) fn delete_telling<W: CellWrites>(
+        &mut self,
+        hash: &KeyHash,
+        writes: &mut W,
+    ) -> Result<(), DeleteRefusal> {
         if !self.params.deletable {
             return Err(DeleteRefusal::NotDeletable);
         }

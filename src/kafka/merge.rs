@@ -54,7 +54,11 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
     for slice in 0..from {
         let (manifest, bytes) = match store.read_latest(slice) {
             Ok(Some(found)) => found,
-            Ok(None) => return Err(fail(format!("slice {slice} has no snapshot: stop the daemon (it snapshots every slice) and merge then"))),
+            Ok(None) => {
+                return Err(fail(format!(
+                    "slice {slice} has no snapshot: stop the daemon (it snapshots every slice) and merge then"
+                )));
+            }
             Err(ReadError::Kafka(e)) => return Err(e),
             Err(ReadError::Corrupt(_, why)) => return Err(fail(format!("slice {slice}: {why}"))),
         };
