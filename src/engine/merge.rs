@@ -87,17 +87,7 @@ fn unite(filters: Vec<SlidingFilter>, params: &FilterParams, slice: u32) -> Resu
     let mut counters = FilterCounters { equal_timer_counts: vec![0; params.hashes as usize + 1], ..Default::default() };
     for mut f in filters {
         check_params(&f.params, params)?;
-        let c = &f.counters;
-        counters.events += c.events;
-        counters.distinct += c.distinct;
-        counters.duplicates += c.duplicates;
-        counters.late_events += c.late_events;
-        counters.generations_created += c.generations_created;
-        counters.generations_dropped += c.generations_dropped;
-        counters.saturated_inserts += c.saturated_inserts;
-        for (sum, n) in counters.equal_timer_counts.iter_mut().zip(&c.equal_timer_counts) {
-            *sum += n;
-        }
+        counters.add(&f.counters);
         let Some(clock) = clock.filter(|_| f.clock_ms.is_some()) else {
             continue; // never saw an event: nothing to unite
         };
@@ -151,12 +141,7 @@ pub fn merge(
         // Each old slice's counts go to one new slice (the first that takes it).
         let mut counters = SliceCounters::default();
         for s in parts.iter().filter(|s| plan.iter().position(|p| p.contains(&s.slice)) == Some(j as usize)) {
-            let c = &s.counters;
-            counters.distinct += c.distinct;
-            counters.duplicates += c.duplicates;
-            counters.resends += c.resends;
-            counters.invalid += c.invalid;
-            counters.late += c.late;
+            counters.add(&s.counters);
         }
         let marks = OrderMarks {
             max_seen_ms: parts.iter().filter_map(|s| s.order.marks().max_seen_ms).max(),

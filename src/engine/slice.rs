@@ -155,6 +155,17 @@ pub struct SliceCounters {
     pub late: u64,
 }
 
+impl SliceCounters {
+    /// Adds `other`'s counts (slices merged into one).
+    pub fn add(&mut self, other: &SliceCounters) {
+        self.distinct += other.distinct;
+        self.duplicates += other.duplicates;
+        self.resends += other.resends;
+        self.invalid += other.invalid;
+        self.late += other.late;
+    }
+}
+
 /// The state of one slice.
 #[derive(Clone, Debug)]
 pub struct SliceState {

@@ -78,6 +78,26 @@ pub struct FilterCounters {
     pub equal_timer_counts: Vec<u64>,
 }
 
+impl FilterCounters {
+    /// Adds `other`'s counts (for a union of filters); `generations_max`
+    /// is left to the caller, which knows the union's generations.
+    pub fn add(&mut self, other: &FilterCounters) {
+        self.events += other.events;
+        self.distinct += other.distinct;
+        self.duplicates += other.duplicates;
+        self.late_events += other.late_events;
+        self.generations_created += other.generations_created;
+        self.generations_dropped += other.generations_dropped;
+        self.saturated_inserts += other.saturated_inserts;
+        if self.equal_timer_counts.len() < other.equal_timer_counts.len() {
+            self.equal_timer_counts.resize(other.equal_timer_counts.len(), 0);
+        }
+        for (sum, n) in self.equal_timer_counts.iter_mut().zip(&other.equal_timer_counts) {
+            *sum += n;
+        }
+    }
+}
+
 /// The filter of one slice.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SlidingFilter {
