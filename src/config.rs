@@ -244,6 +244,9 @@ pub struct FilterSettings {
     /// rsbf and stable: seed of the filters' PRNG (reservoir draws, random
     /// resets and decrements), part of every snapshot.
     pub seed: u64,
+    /// Counting cells beside the timers (one byte per cell) so that
+    /// `DELETE /v1/keys/{key}` can forget a key.
+    pub deletable: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -567,6 +570,7 @@ tick = ""
 max_generations = 12
 memory = "8MiB"
 seed = 25481510381
+deletable = false
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
@@ -860,6 +864,7 @@ impl Settings {
             tick_ms: s.filter.tick,
             max_generations: s.filter.max_generations,
             lateness_ms: Some(s.input.lateness),
+            deletable: s.filter.deletable,
             ..FilterSpec::default()
         };
         filter.resolve().map_err(|e| {
@@ -872,6 +877,15 @@ impl Settings {
         })?;
         let filter = match count_kind {
             None => filter,
+            // Deleting needs the timer filter's counting cells; a count
+            // kind forgets by itself.
+            Some(kind) if s.filter.deletable => {
+                return Err(invalid(
+                    "filter.deletable",
+                    true,
+                    format!("only the timer kind can delete keys, not filter.kind = {}", kind.as_str()),
+                ));
+            }
             Some(kind) => s.filter.count_spec(kind, filter)?,
         };
         if s.checkpoint.interval == 0 {
@@ -1248,6 +1262,10 @@ mod tests {
         assert!(e.starts_with("invalid setting filter.memory = 17179869184000000000B: at most 1TiB per slice"), "{e}");
         let e = rejected(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__MEMORY", "lots")]);
         assert!(e.contains("filter.memory") && e.contains("`lots` is not a memory size"), "{e}");
+        assert_eq!(
+            rejected(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__DELETABLE", "true")]),
+            "invalid setting filter.deletable = true: only the timer kind can delete keys, not filter.kind = stable"
+        );
     }
 
     #[test]

@@ -66,6 +66,47 @@ pub struct SliceStatus {
 /// Answers `/v1/lookup` for a key.
 pub type LookupFn = Box<dyn Fn(&[u8]) -> serde_json::Value + Send + Sync>;
 
+/// Answers `DELETE /v1/keys/{key}`: an HTTP status and a JSON body. Blocks
+/// until the slice applied the delete (or a time limit).
+pub type DeleteFn = Arc<dyn Fn(&[u8]) -> (StatusCode, serde_json::Value) + Send + Sync>;
+
+/// The outcomes of delete requests, by (slice, slice offset of the request),
+/// posted by the slice worker that applied them and taken by the request
+/// waiting for them.
+#[derive(Default)]
+pub struct DeleteBoard {
+    outcomes: Mutex<BTreeMap<(u32, u64), Result<(), crate::filter::DeleteRefusal>>>,
+    posted: std::sync::Condvar,
+}
+
+/// Outcomes kept for requests that have not come for them (a request that
+/// timed out, a replay after a restart): the oldest are dropped.
+const DELETE_OUTCOMES_KEPT: usize = 1024;
+
+impl DeleteBoard {
+    pub fn post(&self, slice: u32, offset: u64, outcome: Result<(), crate::filter::DeleteRefusal>) {
+        let mut outcomes = self.outcomes.lock().expect("delete board lock");
+        outcomes.insert((slice, offset), outcome);
+        while outcomes.len() > DELETE_OUTCOMES_KEPT {
+            outcomes.pop_first();
+        }
+        self.posted.notify_all();
+    }
+
+    /// Waits at most `timeout` for the outcome of the request at `offset` of `slice`.
+    pub fn wait(&self, slice: u32, offset: u64, timeout: Duration) -> Option<Result<(), crate::filter::DeleteRefusal>> {
+        let deadline = Instant::now() + timeout;
+        let mut outcomes = self.outcomes.lock().expect("delete board lock");
+        loop {
+            if let Some(outcome) = outcomes.remove(&(slice, offset)) {
+                return Some(outcome);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            outcomes = self.posted.wait_timeout(outcomes, left).expect("delete board lock").0;
+        }
+    }
+}
+
 /// Shared between the workers (writers) and the admin endpoint (reader).
 #[derive(Default)]
 pub struct Status {
@@ -76,6 +117,9 @@ pub struct Status {
     pub slices: Mutex<BTreeMap<u32, SliceStatus>>,
     /// Set by the slice workers once they run.
     pub lookup: Mutex<Option<LookupFn>>,
+    /// Set by the slice workers once they run.
+    pub delete: Mutex<Option<DeleteFn>>,
+    pub deletes: DeleteBoard,
     /// When the slice consumer last received anything from a broker, as
     /// librdkafka's statistics tell (None before the first statistics).
     /// A stopped or unreachable broker keeps its connections open without
@@ -238,7 +282,7 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
 /// The endpoints that reveal or change keys. [`router`] puts them behind
 /// the token check and the key-endpoint concurrency limit.
 fn key_routes() -> Router<Shared> {
-    Router::new().route("/v1/lookup", get(lookup))
+    Router::new().route("/v1/lookup", get(lookup)).route("/v1/keys/{*key}", axum::routing::delete(delete_key))
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
@@ -291,6 +335,30 @@ async fn lookup(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Resp
         Ok(Some(value)) => json(&value),
         Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the lookup failed\n"),
+    }
+}
+
+/// `DELETE /v1/keys/{key}` (the key percent-encoded: keys are bytes): the
+/// key's slice applies the delete at its place in the slice log; 200
+/// `{"deleted": true}`, or 409 / 404 with the reason.
+async fn delete_key(State(shared): State<Shared>, uri: axum::http::Uri) -> Response {
+    let key = percent_decode(uri.path().strip_prefix("/v1/keys/").unwrap_or_default());
+    if key.is_empty() {
+        return text(StatusCode::BAD_REQUEST, "usage: DELETE /v1/keys/URL-ENCODED-KEY\n");
+    }
+    let status = shared.status;
+    // Off the async threads: it waits for the broker and the slice worker.
+    // Taken out of the lock: deletes wait for the broker, not for each other.
+    let delete = status.delete.lock().expect("status lock").clone();
+    let answer = tokio::task::spawn_blocking(move || delete.map(|f| f(&key)));
+    match answer.await {
+        Ok(Some((code, body))) => {
+            let mut response = json(&body);
+            *response.status_mut() = code;
+            response
+        }
+        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),
+        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the delete failed\n"),
     }
 }
 

@@ -140,6 +140,10 @@ pub struct FilterArgs {
     /// filling and its false-positive rate rises above the target.
     #[arg(long, default_value_t = 12)]
     pub max_generations: u32,
+    /// Counting cells beside the timers (one byte per cell), as the daemon's
+    /// `filter.deletable` (here for measuring what they cost).
+    #[arg(long)]
+    pub deletable: bool,
     /// How far behind the largest event time seen a record may arrive and
     /// still be judged in event-time order: records wait until the watermark
     /// (largest time - lateness) passes them. Later records are judged at
@@ -185,6 +189,7 @@ impl FilterArgs {
             max_generations: self.max_generations,
             layout: self.layout,
             lateness_ms: Some(if self.time == TimeSpec::Arrival { 0 } else { self.lateness }),
+            deletable: self.deletable,
             ..FilterSpec::default()
         }
     }

@@ -6,7 +6,9 @@
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 //! - `dedupd bench design-space`: the paper's §7 on a simulator (docs/paper-reproduction.md).
 
+pub mod checkpoint;
 pub mod filter;
+pub mod keys;
 pub mod logs;
 pub mod run;
 
@@ -32,6 +34,12 @@ pub enum Command {
     /// Measurements.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Operations on the checkpoints of a stopped daemon.
+    #[command(subcommand)]
+    Checkpoint(checkpoint::CheckpointCommand),
+    /// Calls to a running daemon's key endpoints.
+    #[command(subcommand)]
+    Keys(keys::KeysCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -57,5 +65,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
         Command::Bench(BenchCommand::DesignSpace(args)) => crate::bench::design_space::run(&args),
+        Command::Keys(command) => keys::run(command),
+        Command::Checkpoint(command) => checkpoint::run(command),
     }
 }

@@ -8,6 +8,7 @@
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
 pub mod dedup;
+pub mod merge;
 pub mod order;
 pub mod record;
 pub mod slice;

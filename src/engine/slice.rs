@@ -23,7 +23,7 @@ use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
 use crate::filter::count::{self as count_codec, CountFilter};
 use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
-use crate::filter::{FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
+use crate::filter::{DeleteRefusal, FilterCopy, FilterParams, KeyHash, SlidingFilter, SnapshotError, Verdict};
 
 /// Where the router read a slice record: its input topic, partition and offset.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -154,6 +154,17 @@ pub struct SliceCounters {
     pub invalid: u64,
     /// Records judged after arriving behind the watermark.
     pub late: u64,
+}
+
+impl SliceCounters {
+    /// Adds `other`'s counts (slices merged into one).
+    pub fn add(&mut self, other: &SliceCounters) {
+        self.distinct += other.distinct;
+        self.duplicates += other.duplicates;
+        self.resends += other.resends;
+        self.invalid += other.invalid;
+        self.late += other.late;
+    }
 }
 
 /// The state of one slice.
@@ -298,6 +309,29 @@ impl SliceState {
         let hash = KeyHash::of(self.hash_seed(), &extracted.key);
         let time_ms = extracted.time_ms;
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
+    }
+
+    /// Applies a delete request that is the slice log's record at `offset`
+    /// (a control record `DELETE /v1/keys/{key}` wrote there): the key is forgotten at this
+    /// point of the log, so a replay after a restart forgets it at the same
+    /// point and every later verdict is the same. It judges nothing and
+    /// releases nothing; records waiting for the watermark are not in the
+    /// filter yet and are not touched.
+    pub fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
+        self.next_offset = offset + 1;
+        let hash = KeyHash::of(self.filter.params().seed, key);
+        self.filter.delete(&hash)
+    }
+
+    /// [`Self::delete`] while `copy` is in progress.
+    pub fn delete_copying(&mut self, offset: u64, key: &[u8], copy: &mut SliceCopy) -> Result<(), DeleteRefusal> {
+        self.next_offset = offset + 1;
+        let hash = KeyHash::of(self.filter.params().seed, key);
+        match &mut copy.filter {
+            Copied::Cells(cells) => self.filter.delete_copying(&hash, cells),
+            // A count kind's copy is already whole, and its timer filter idle.
+            Copied::Whole(_) => self.filter.delete(&hash),
+        }
     }
 
     /// Runs `step` on the order buffer and judges what it releases.

@@ -148,6 +148,12 @@ impl SlidingFilter {
     pub fn observe_copying(&mut self, hash: &super::KeyHash, time_ms: u64, copy: &mut FilterCopy) -> super::Verdict {
         self.observe_telling(hash, time_ms, copy)
     }
+
+    /// [`SlidingFilter::delete`] while `copy` is in progress, as
+    /// [`Self::observe_copying`].
+    pub fn delete_copying(&mut self, hash: &super::KeyHash, copy: &mut FilterCopy) -> Result<(), super::DeleteRefusal> {
+        self.delete_telling(hash, copy)
+    }
 }
 
 impl FilterCopy {
@@ -389,6 +395,35 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Deletes while a copy of a deletable filter is in progress: the copy
+    /// is still the filter when it began (cells and counting cells).
+    #[test]
+    fn deletes_during_a_copy_leave_the_copy_as_it_began() {
+        for layout in [Layout::Standard, Layout::Blocked] {
+            let params = FilterSpec { deletable: true, ..spec(8, layout, Growth::Density) }.resolve().unwrap();
+            let mut f = SlidingFilter::new(params);
+            let (mut rng, mut clock) = (Rng::new(5), 1_000_000u64);
+            drive(
+                &mut f,
+                &mut rng,
+                &mut clock,
+                Drive { events: 20_000, gap: 6, jump_at: None, advance_every: 0 },
+                None,
+            );
+            let expected = snapshot::encode(&f);
+            let mut copy = FilterCopy::begin(&f, Vec::new(), 0, 0, 512);
+            let mut deleted = 0;
+            for i in 0..20_000u64 {
+                let hash = KeyHash::of(DEFAULT_SEED, &i.to_le_bytes());
+                deleted += usize::from(f.delete_copying(&hash, &mut copy).is_ok());
+            }
+            assert!(deleted > 100, "{layout:?}: {deleted} deleted");
+            assert!(snapshot::encode(&f) != expected, "{layout:?}: the deletes changed the filter");
+            let (done, _) = sealed(copy, &f);
+            assert!(done == expected, "{layout:?}: the copy differs from the filter when it began");
         }
     }
 

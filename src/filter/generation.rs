@@ -21,6 +21,7 @@
 
 use super::cells::{CellArray, TimerCells, with_cells};
 use super::copy::CellWrites;
+use super::dynamic::COUNTER_MAX;
 use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Positions, Probe};
 use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
@@ -176,6 +177,8 @@ pub(crate) struct StoredGeneration {
     pub inserted: u64,
     pub sweep_cursor: u64,
     pub sweep_debt: u64,
+    /// The counting cells of a deletable filter.
+    pub counts: Option<Vec<u8>>,
 }
 
 impl StoredGeneration {
@@ -244,6 +247,13 @@ pub struct Generation {
     full_at_live: u64,
     /// … or from this many inserted keys (cardinality growth).
     full_at_keys: u64,
+    /// Deletable filters only: per cell, how many inserts set it since it
+    /// was last empty (saturating at [`COUNTER_MAX`], which is then never
+    /// decremented). A cell's timer holds the newest of those inserts, so
+    /// all of them expire with it; a counter is only read while its cell is
+    /// kept, and an insert into an empty or expired cell restarts it at 1,
+    /// so the sweep need not touch the counters.
+    pub(crate) counts: Option<Vec<u8>>,
 }
 
 /// Equal when everything a snapshot stores and everything derived from it
@@ -263,20 +273,22 @@ impl PartialEq for Generation {
             sweep_debt,
             full_at_live,
             full_at_keys,
+            counts,
         } = self;
-        (level, m, block, cells, live, inserted, sweep_cursor, sweep_debt, full_at_live, full_at_keys)
-            == (
-                &other.level,
-                &other.m,
-                &other.block,
-                &other.cells,
-                &other.live,
-                &other.inserted,
-                &other.sweep_cursor,
-                &other.sweep_debt,
-                &other.full_at_live,
-                &other.full_at_keys,
-            )
+        counts == &other.counts
+            && (level, m, block, cells, live, inserted, sweep_cursor, sweep_debt, full_at_live, full_at_keys)
+                == (
+                    &other.level,
+                    &other.m,
+                    &other.block,
+                    &other.cells,
+                    &other.live,
+                    &other.inserted,
+                    &other.sweep_cursor,
+                    &other.sweep_debt,
+                    &other.full_at_live,
+                    &other.full_at_keys,
+                )
     }
 }
 
@@ -284,14 +296,15 @@ impl Generation {
     pub(crate) fn new(level: u8, params: &FilterParams) -> Self {
         let m = params.level_cells(level);
         let cells = CellArray::new(params.timer_bits, m as usize);
-        let stored = StoredGeneration { level, m, cells, inserted: 0, sweep_cursor: 0, sweep_debt: 0 };
+        let counts = params.deletable.then(|| vec![0u8; m as usize]);
+        let stored = StoredGeneration { level, m, cells, inserted: 0, sweep_cursor: 0, sweep_debt: 0, counts };
         Generation::restore(stored, None, params)
     }
 
     /// Rebuilds a generation from its stored fields; the histogram and live
     /// count are derived from the cells, so they cannot disagree with them.
     pub(crate) fn restore(stored: StoredGeneration, now: Option<Now>, params: &FilterParams) -> Self {
-        let StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt } = stored;
+        let StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt, counts } = stored;
         let p = params.level_fpr(level);
         let block = match params.layout {
             Layout::Standard => 0,
@@ -309,6 +322,7 @@ impl Generation {
             sweep_debt,
             full_at_live: (m as f64 * sizing::density_threshold(p, params.hashes)).floor() as u64,
             full_at_keys: sizing::cardinality_threshold(m, params.hashes, p).floor() as u64,
+            counts,
         };
         let (hist, live) = (&mut g.hist, &mut g.live);
         with_cells!(&g.cells, c => {
@@ -363,7 +377,80 @@ impl Generation {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.cells.memory_bytes() + self.hist.len() * 4
+        self.cells.memory_bytes() + self.hist.len() * 4 + self.counts.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Deletable filters: counts one insert of the key into its counting
+    /// cells. Called before the insert sets the timers: a cell that is
+    /// empty or expired until now restarts its count.
+    pub(crate) fn count_insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
+        let mut positions = [0usize; super::params::MAX_HASHES as usize];
+        self.for_each_position_into(hash, k, &mut positions);
+        let Generation { cells, counts, .. } = self;
+        let Some(counts) = counts.as_mut() else { return };
+        with_cells!(&*cells, c => {
+            for &i in &positions[..k as usize] {
+                let old = c.get(i);
+                counts[i] = if old != 0 && !now.is_dead(old) { counts[i].saturating_add(1) } else { 1 };
+            }
+        });
+    }
+
+    /// Whether all k cells of the key are kept (set and not yet expired for
+    /// late events either): the generation may hold the key.
+    pub(crate) fn holds_kept(&self, hash: &KeyHash, k: u32, now: &Now) -> bool {
+        with_positions!(self, hash, positions => with_cells!(&self.cells, c => {
+            positions.take(k as usize).all(|i| {
+                let v = c.get(i);
+                v != 0 && !now.is_dead(v)
+            })
+        }))
+    }
+
+    /// Deletable filters: takes one insert of the key out of its counting
+    /// cells, emptying each cell whose count falls to 0 (no other insert
+    /// still needs it); saturated counts stay. Tells `writes` of each cell
+    /// first. Returns how many cells were emptied.
+    pub(crate) fn uncount<W: CellWrites>(&mut self, hash: &KeyHash, k: u32, now: &Now, writes: &mut W) -> u32 {
+        let mut positions = [0usize; super::params::MAX_HASHES as usize];
+        self.for_each_position_into(hash, k, &mut positions);
+        let positions = &positions[..k as usize];
+        if W::ACTIVE {
+            for &i in positions {
+                writes.cell(self, i);
+            }
+        }
+        let Generation { cells, hist, live, counts, .. } = self;
+        let Some(counts) = counts.as_mut() else { return 0 };
+        let mut emptied = 0;
+        with_cells!(cells, c => {
+            for &i in positions {
+                match counts[i] {
+                    0 | COUNTER_MAX => {}
+                    1 => {
+                        counts[i] = 0;
+                        let old = c.get(i);
+                        if old != 0 && now.is_alive(old) {
+                            hist[old as usize] -= 1;
+                            *live -= 1;
+                        }
+                        c.set(i, 0);
+                        emptied += 1;
+                    }
+                    _ => counts[i] -= 1,
+                }
+            }
+        });
+        emptied
+    }
+
+    /// The key's k cell positions, into `out`.
+    fn for_each_position_into(&self, hash: &KeyHash, k: u32, out: &mut [usize]) {
+        with_positions!(self, hash, positions => {
+            for (o, i) in out.iter_mut().zip(positions.take(k as usize)) {
+                *o = i;
+            }
+        })
     }
 
     /// Tests a key without changing anything.
@@ -525,6 +612,9 @@ impl Generation {
     /// Empties the generation (every cell has expired).
     pub(crate) fn clear(&mut self) {
         self.cells.clear();
+        if let Some(counts) = self.counts.as_mut() {
+            counts.fill(0);
+        }
         self.hist.fill(0);
         self.live = 0;
         self.sweep_cursor = 0;

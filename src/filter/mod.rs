@@ -14,6 +14,7 @@
 pub(crate) mod cells;
 pub mod copy;
 pub mod count;
+pub mod dynamic;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
@@ -28,6 +29,7 @@ pub mod stable;
 
 pub use copy::FilterCopy;
 pub use count::{CountFilter, CountKind, CountSpec, CountStats};
+pub use dynamic::DeleteRefusal;
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

@@ -137,6 +137,9 @@ pub struct FilterSpec {
     /// settings above then size only the idle timer filter the slice keeps
     /// (the daemon makes it the smallest there is).
     pub count: Option<CountSpec>,
+    /// Counting cells beside the timers (one saturating 8-bit counter per
+    /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
+    pub deletable: bool,
 }
 
 impl Default for FilterSpec {
@@ -160,6 +163,7 @@ impl Default for FilterSpec {
             layout: Layout::Standard,
             lateness_ms: None,
             count: None,
+            deletable: false,
         }
     }
 }
@@ -212,6 +216,8 @@ pub struct FilterParams {
     /// [`FilterSpec::count`]: with a count-based kind, it judges and the
     /// fingerprint is its own.
     pub count: Option<CountSpec>,
+    /// [`FilterSpec::deletable`]: every generation has a counter per cell.
+    pub deletable: bool,
 }
 
 impl FilterSpec {
@@ -351,6 +357,7 @@ impl FilterSpec {
             lateness_ms: self.lateness_ms,
             lateness_ticks: lateness_ticks as u32,
             count: self.count.clone(),
+            deletable: self.deletable,
         })
     }
 }
@@ -383,10 +390,13 @@ impl FilterParams {
             Layout::Standard => standard,
             Layout::Blocked => standard + ",layout=blocked256",
         };
-        match self.lateness_ms {
+        let lateness = match self.lateness_ms {
             None => layout,
             Some(l) => format!("{layout},lateness_ms={l}"),
-        }
+        };
+        // Counting cells change the state's layout (a non-deletable
+        // filter's fingerprint is the one it always had).
+        if self.deletable { lateness + ",deletable" } else { lateness }
     }
 
     /// The equal-timers threshold in effect (values below 2 disable it).

@@ -20,6 +20,7 @@
 //! stays bounded, and every such insert is counted as `saturated_inserts`.
 
 use super::copy::{CellWrites, Untold};
+use super::dynamic::DeleteRefusal;
 use super::generation::{AliveTable, Generation, Judged, Now, Run};
 use super::hash::KeyHash;
 use super::params::{FilterParams, Growth, MAX_LEVEL};
@@ -75,6 +76,26 @@ pub struct FilterCounters {
     pub generations_max: u32,
     /// `equal_timer_counts[x]`: duplicates whose largest equal-timer group was x.
     pub equal_timer_counts: Vec<u64>,
+}
+
+impl FilterCounters {
+    /// Adds `other`'s counts (for a union of filters); `generations_max`
+    /// is left to the caller, which knows the union's generations.
+    pub fn add(&mut self, other: &FilterCounters) {
+        self.events += other.events;
+        self.distinct += other.distinct;
+        self.duplicates += other.duplicates;
+        self.late_events += other.late_events;
+        self.generations_created += other.generations_created;
+        self.generations_dropped += other.generations_dropped;
+        self.saturated_inserts += other.saturated_inserts;
+        if self.equal_timer_counts.len() < other.equal_timer_counts.len() {
+            self.equal_timer_counts.resize(other.equal_timer_counts.len(), 0);
+        }
+        for (sum, n) in self.equal_timer_counts.iter_mut().zip(&other.equal_timer_counts) {
+            *sum += n;
+        }
+    }
 }
 
 /// The filter of one slice.
@@ -170,7 +191,9 @@ impl SlidingFilter {
         }
         let mut i = 0;
         while i < events.len() {
-            if self.generations.len() == 1 && self.clock_ms.is_some() {
+            // The run loop does not keep counting cells: a deletable
+            // filter judges every event through `observe`.
+            if self.generations.len() == 1 && self.clock_ms.is_some() && !self.params.deletable {
                 i += self.observe_run(&events[i..], prefetch, out);
                 if i == events.len() {
                     break;
@@ -260,6 +283,7 @@ impl SlidingFilter {
         if W::ACTIVE {
             newest.for_each_position(hash, k, |i| writes.cell(newest, i));
         }
+        newest.count_insert(hash, k, &now);
         newest.insert(hash, k, &now, &self.alive);
         if !at_cap && newest.is_full(growth) {
             let level = self.level_for(self.live_keys() * HEADROOM);
@@ -305,12 +329,50 @@ impl SlidingFilter {
         if W::ACTIVE {
             newest.for_each_position(hash, k, |i| writes.cell(newest, i));
         }
+        newest.count_insert(hash, k, &now);
         newest.insert_late(hash, k, &now, delta);
         if !at_cap && newest.is_full(growth) {
             let level = self.level_for(self.live_keys() * HEADROOM);
             self.push_generation(level);
         }
         Verdict::Distinct
+    }
+
+    /// Forgets a key (deletable filters): when exactly one generation holds
+    /// all k cells of the key (kept, so also for late events), one insert
+    /// is taken out of its counting cells and the cells no other insert
+    /// needs are emptied, so a copy of the key sent next is distinct.
+    /// Refused when no generation or several hold it: deleting from one
+    /// would leave the key present, deleting from all could empty cells
+    /// another key needs (the DBF rule, [`super::dynamic`]). The clock does
+    /// not move.
+    pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
+        self.delete_telling(hash, &mut Untold)
+    }
+
+    /// [`Self::delete`], telling `writes` of every cell write first.
+    pub(crate) fn delete_telling<W: CellWrites>(
+        &mut self,
+        hash: &KeyHash,
+        writes: &mut W,
+    ) -> Result<(), DeleteRefusal> {
+        if !self.params.deletable {
+            return Err(DeleteRefusal::NotDeletable);
+        }
+        if self.clock_ms.is_none() {
+            return Err(DeleteRefusal::Absent);
+        }
+        let now = self.now();
+        let k = self.params.hashes;
+        let mut holding = self.generations.iter().enumerate().filter(|(_, g)| g.holds_kept(hash, k, &now));
+        match (holding.next(), holding.next()) {
+            (None, _) => Err(DeleteRefusal::Absent),
+            (Some(_), Some(_)) => Err(DeleteRefusal::Ambiguous),
+            (Some((at, _)), None) => {
+                self.generations[at].uncount(hash, k, &now, writes);
+                Ok(())
+            }
+        }
     }
 
     /// Tests a key at the current clock without inserting it.
@@ -771,6 +833,84 @@ mod tests {
             }
         }
         assert!(runs >= 30, "growth or saturation in {runs} of 60 streams");
+    }
+
+    fn deletable(spec: FilterSpec) -> SlidingFilter {
+        filter(FilterSpec { deletable: true, ..spec })
+    }
+
+    #[test]
+    fn delete_lets_the_next_copy_through_and_changes_no_other_verdict() {
+        let spec = FilterSpec { window_ms: 10_000, expected_keys: 2_000, tick_ms: Some(100), ..FilterSpec::default() };
+        let (mut plain, mut counting) = (filter(spec.clone()), deletable(spec));
+        let mut rng = crate::filter::random::Rng::new(16);
+        let mut t = 1_000;
+        for _ in 0..1_500 {
+            t += rng.below(3);
+            let k = key(rng.below(1_000));
+            assert_eq!(plain.observe(&k, t), counting.observe(&k, t), "counting cells change no verdict");
+        }
+        // Keys seen so far (all inside the window): delete some, then every
+        // key comes again.
+        let seen: Vec<u64> = (0..1_000).filter(|&i| counting.lookup(&key(i)).duplicate).collect();
+        assert!(seen.len() > 600);
+        let mut deleted = Vec::new();
+        for &i in seen.iter().step_by(10) {
+            match counting.delete(&key(i)) {
+                Ok(()) => deleted.push(i),
+                Err(why) => panic!("key {i}: {why}"),
+            }
+        }
+        assert_eq!(plain.delete(&key(seen[0])), Err(DeleteRefusal::NotDeletable));
+        for &i in &seen {
+            let (p, c) = (plain.observe(&key(i), t), counting.observe(&key(i), t));
+            assert!(!p.is_distinct(), "key {i} without delete");
+            if deleted.contains(&i) {
+                assert!(c.is_distinct(), "deleted key {i} is delivered again");
+            } else {
+                // (The equal-timer count may differ: a deleted key sent
+                // again refreshes the cells it shares.)
+                assert_eq!(p.is_distinct(), c.is_distinct(), "key {i} not deleted: same verdict");
+            }
+        }
+        // Delivered again, a deleted key is in the window again.
+        assert!(counting.lookup(&key(deleted[0])).duplicate);
+        let never = (5_000..).map(key).find(|k| !counting.lookup(k).duplicate).unwrap();
+        assert_eq!(counting.delete(&never), Err(DeleteRefusal::Absent));
+        // Expired keys are absent too.
+        counting.advance(t + 20_000);
+        assert_eq!(counting.delete(&key(seen[1])), Err(DeleteRefusal::Absent));
+    }
+
+    #[test]
+    fn delete_refuses_a_key_two_generations_hold() {
+        let mut f = deletable(FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() });
+        f.observe(&key(1), 10);
+        f.push_generation(0);
+        let now = f.now();
+        let k = f.params.hashes;
+        let (alive, newest) = (f.alive.clone(), f.generations.last_mut().unwrap());
+        newest.count_insert(&key(1), k, &now);
+        newest.insert(&key(1), k, &now, &alive);
+        let before = f.clone();
+        assert_eq!(f.delete(&key(1)), Err(DeleteRefusal::Ambiguous));
+        assert_eq!(f, before, "a refused delete changes nothing");
+    }
+
+    #[test]
+    fn counts_saturate_and_are_never_decremented_past_saturation() {
+        let mut f = deletable(FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() });
+        f.observe(&key(1), 10);
+        let now = f.now();
+        let k = f.params.hashes;
+        let g = &mut f.generations[0];
+        for _ in 0..300 {
+            g.count_insert(&key(1), k, &now);
+        }
+        f.delete(&key(1)).unwrap();
+        // Saturated: the cells stay, so the key stays (no false negative for
+        // the inserts the counter could not count).
+        assert!(f.lookup(&key(1)).duplicate);
     }
 
     #[test]

@@ -17,6 +17,11 @@
 //! checksum: XXH3-64 of everything above, u64
 //! ```
 //!
+//! Version 2 is written by deletable filters only (`filter.deletable`):
+//! the same, with each generation's counting cells after its timer cells
+//! (u64 len = m, then one byte per cell). A non-deletable filter writes
+//! version 1 byte for byte as before, and both versions are read.
+//!
 //! The layout flag in the top bit of the timer width keeps the bytes of a
 //! standard-layout snapshot exactly what they were before layouts existed
 //! (and a build without layouts refuses a blocked snapshot, on its width).
@@ -37,8 +42,10 @@ use super::sliding::{FilterCounters, SlidingFilter};
 
 /// The first bytes of every slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSS";
-/// The format version this build writes and reads.
+/// The format version of a filter without counting cells.
 pub const VERSION: u16 = 1;
+/// The format version of a deletable filter (counting cells per generation).
+pub const VERSION_COUNTING: u16 = 2;
 
 /// Why a snapshot cannot be restored.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -85,7 +92,8 @@ pub(crate) struct Skeleton {
 impl Skeleton {
     pub(crate) fn of(filter: &SlidingFilter) -> Skeleton {
         let p = &filter.params;
-        let mut w = begin(MAGIC, VERSION, 256);
+        let version = if p.deletable { VERSION_COUNTING } else { VERSION };
+        let mut w = begin(MAGIC, version, 256);
         put_u64(&mut w, p.seed);
         put_u64(&mut w, p.cells);
         put_u32(&mut w, p.hashes);
@@ -124,6 +132,12 @@ impl Skeleton {
             let bytes = g.cells.storage().len();
             put_u64(&mut w, bytes as u64);
             cells.push((w.len(), bytes));
+            // The counting cells are copied now, with the rest of the
+            // head: a copy in progress is the state when it began.
+            if let Some(counts) = &g.counts {
+                put_u64(&mut w, counts.len() as u64);
+                w.extend_from_slice(counts);
+            }
         }
         put_u64(&mut w, 0); // the checksum, once the cells are in
         Skeleton { head: w, cells }
@@ -187,6 +201,15 @@ pub fn seal_in_place(envelope: &mut [u8]) {
 /// Checks an envelope's magic, version and checksum (in that order, so the
 /// error says the most useful thing) and returns a reader over its fields.
 pub fn open(bytes: &[u8], magic: [u8; 8], version: u16) -> Result<Reader<'_>, SnapshotError> {
+    open_any(bytes, magic, version..=version).map(|(r, _)| r)
+}
+
+/// [`open`] for any version in `versions`; returns the version too.
+pub fn open_any(
+    bytes: &[u8],
+    magic: [u8; 8],
+    versions: std::ops::RangeInclusive<u16>,
+) -> Result<(Reader<'_>, u16), SnapshotError> {
     const HEADER: usize = 8 + 2;
     if bytes.len() < HEADER + 8 {
         return Err(SnapshotError::Truncated { expected: HEADER + 8, got: bytes.len() });
@@ -195,8 +218,8 @@ pub fn open(bytes: &[u8], magic: [u8; 8], version: u16) -> Result<Reader<'_>, Sn
         return Err(SnapshotError::BadMagic { expected: magic.to_vec(), got: bytes[..8].to_vec() });
     }
     let got = u16::from_le_bytes([bytes[8], bytes[9]]);
-    if got != version {
-        return Err(SnapshotError::UnsupportedVersion { expected: version, got });
+    if !versions.contains(&got) {
+        return Err(SnapshotError::UnsupportedVersion { expected: *versions.end(), got });
     }
     let (body, trailer) = bytes.split_at(bytes.len() - 8);
     let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
@@ -204,12 +227,13 @@ pub fn open(bytes: &[u8], magic: [u8; 8], version: u16) -> Result<Reader<'_>, Sn
     if stored != computed {
         return Err(SnapshotError::ChecksumMismatch { expected: stored, got: computed });
     }
-    Ok(Reader { bytes: body, at: HEADER })
+    Ok((Reader { bytes: body, at: HEADER }, got))
 }
 
 /// Restores a slice from `bytes`, checking it against the configured `params`.
 pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, SnapshotError> {
-    let mut r = open(bytes, MAGIC, VERSION)?;
+    let (mut r, version) = open_any(bytes, MAGIC, VERSION..=VERSION_COUNTING)?;
+    check(version == VERSION_COUNTING, params.deletable, "deletable")?;
     check(r.u64()?, params.seed, "seed")?;
     check(r.u64()?, params.cells, "cells")?;
     check(r.u32()?, params.hashes, "hashes")?;
@@ -281,7 +305,17 @@ pub fn decode(bytes: &[u8], params: &FilterParams) -> Result<SlidingFilter, Snap
                 "a cell holds the time value {max} but the filter has no clock (it never saw an event)"
             )));
         }
-        let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt };
+        let counts = match version {
+            VERSION_COUNTING => {
+                let n = r.u64()?;
+                if n != m {
+                    return Err(SnapshotError::Malformed(format!("{n} counting cells for {m} cells")));
+                }
+                Some(r.take(n as usize)?.to_vec())
+            }
+            _ => None,
+        };
+        let stored = StoredGeneration { level, m, cells, inserted, sweep_cursor, sweep_debt, counts };
         if let Some((at, value, why)) =
             now.as_ref().and_then(|now| stored.first_impossible_cell(now, params.sweep_ticks))
         {
@@ -407,6 +441,34 @@ mod tests {
     /// value above the timer period is refused (the hot loops would index
     /// past their tables).
     #[test]
+    fn deletable_filters_round_trip_with_their_counting_cells() {
+        let params = FilterSpec { deletable: true, ..spec() }.resolve().unwrap();
+        let mut f = SlidingFilter::new(params.clone());
+        for i in 0..2_000u64 {
+            f.observe(&KeyHash::of(7, &i.to_le_bytes()), 1_000 + i);
+        }
+        for i in 0..100u64 {
+            let _ = f.delete(&KeyHash::of(7, &i.to_le_bytes()));
+        }
+        let bytes = encode(&f);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_COUNTING);
+        let mut back = decode(&bytes, &params).unwrap();
+        assert_eq!(back, f);
+        // The restored counts work: deleting goes on exactly as in the original.
+        for i in 100..200u64 {
+            let h = KeyHash::of(7, &i.to_le_bytes());
+            assert_eq!(back.delete(&h), f.delete(&h));
+        }
+        assert_eq!(back, f);
+        // Either way round, a change of `deletable` is refused by name.
+        let plain = spec().resolve().unwrap();
+        let e = decode(&bytes, &plain).unwrap_err();
+        assert!(matches!(e, SnapshotError::ParameterMismatch { parameter: "deletable", .. }), "{e}");
+        let e = decode(&encode(&SlidingFilter::new(plain)), &params).unwrap_err();
+        assert!(matches!(e, SnapshotError::ParameterMismatch { parameter: "deletable", .. }), "{e}");
+    }
+
+    #[test]
     fn refuses_a_cell_value_above_the_period() {
         let spec = FilterSpec { timer_bits: 16, ..spec() };
         let mut f = SlidingFilter::new(spec.resolve().unwrap());
@@ -464,7 +526,7 @@ mod tests {
         let mut version = bytes.clone();
         version[8] = 9;
         let e = decode(&version, params).unwrap_err();
-        assert_eq!(e, SnapshotError::UnsupportedVersion { expected: 1, got: 9 });
+        assert_eq!(e, SnapshotError::UnsupportedVersion { expected: VERSION_COUNTING, got: 9 });
 
         assert!(matches!(decode(&bytes[..5], params), Err(SnapshotError::Truncated { .. })));
         assert!(matches!(decode(&bytes[..bytes.len() - 1], params), Err(SnapshotError::ChecksumMismatch { .. })));

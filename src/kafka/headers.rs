@@ -21,3 +21,7 @@ pub const DETAIL: &str = "dedupd.detail";
 pub const RELEASE: &str = "dedupd.release";
 /// On late-topic records: how far behind the watermark the record arrived, in ms.
 pub const LATE_BY: &str = "dedupd.late_by_ms";
+/// On slice-log records written by `DELETE /v1/keys/{key}`: the record is a
+/// request to forget its record key (the dedup key), applied by the slice
+/// at its place in the log, not an input record. The value is empty.
+pub const DELETE: &str = "dedupd.delete";

@@ -17,8 +17,10 @@
 
 pub mod checkpoint;
 pub mod clients;
+pub mod deletes;
 pub mod headers;
 pub mod join;
+pub mod merge;
 pub mod producer;
 pub mod restore;
 pub mod router;

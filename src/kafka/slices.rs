@@ -314,6 +314,15 @@ impl ConsumerContext for WorkerContext {
                 self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
                 for p in partitions {
+                    if p as u32 >= self.deps.cfg.settings.filter.slices {
+                        // Left by `dedupd checkpoint merge`: no key routes
+                        // there any more, and its old snapshot is not a slice.
+                        log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
+                        if let Err(e) = tpl.set_partition_offset(topic, p, Offset::End) {
+                            inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
+                        }
+                        continue;
+                    }
                     match restore(&self.deps, p as u32) {
                         Ok(owned) => {
                             let start = Offset::Offset(owned.state.next_offset as i64);
@@ -628,6 +637,16 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let join = JoinWatch::new(&deps.cfg, "slice workers", id);
     let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
+    let owner = inner.clone();
+    let delete = super::deletes::delete_fn(
+        &deps.cfg,
+        deps.params.seed,
+        deps.params.deletable,
+        &deps.slice_topic,
+        deps.status.clone(),
+        move |slice| owner.lock().expect("worker lock").slices.contains_key(&slice),
+    )?;
+    *deps.status.delete.lock().expect("status lock") = Some(delete);
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
     // Statistics feed the consumer-lag gauge; no other client asks for them.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
@@ -872,6 +891,18 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     owned.last_arrival = Instant::now();
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    if deps.cfg.slicing == SlicingMode::Repartition && header_list.iter().any(|(k, _)| *k == headers::DELETE) {
+        // A delete request (see `super::deletes`): applied here, in the log's order.
+        let key = msg.key().unwrap_or_default();
+        let outcome = match owned.copying.as_mut() {
+            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
+            None => owned.state.delete(offset, key),
+        };
+        owned.since_checkpoint += 1;
+        super::deletes::posted(&deps.status.deletes, slice, offset, outcome);
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
     let source = match deps.cfg.slicing {
         SlicingMode::Repartition => {
             header_list.iter().find(|(k, _)| *k == headers::SOURCE).and_then(|(_, v)| SourceRef::parse(v))

@@ -1,0 +1,239 @@
+//! Merging slice states to shrink the number of slices (`dedupd checkpoint
+//! merge`): the union of slice filters with identical parameters, as the
+//! Dynamic Bloom Filter paper unites DBFs (Def. 3): the generations are
+//! concatenated, not OR-ed, so each keeps its own size, fill threshold,
+//! sweep position and (deletable filters) counting cells. Pure: the kafka
+//! layer reads and writes the snapshots.
+//!
+//! Which old slices a new slice takes: `H_S(key)` is a multiply-shift of 32
+//! bits of the key hash, so old slice `i` of `S` holds the hash values
+//! `[⌈i·2³²/S⌉, ⌈(i+1)·2³²/S⌉)`, and new slice `j` of `S'` takes every old
+//! slice whose range meets its own (16 → 8: slices 2j and 2j + 1; when `S'`
+//! does not divide `S` an old slice is split between two new ones, and both
+//! take all of it: a false positive more, never a false negative).
+//!
+//! New slice `j` goes on reading partition `j` of the slice log, so its
+//! position, idle-flush log position and output partition are old slice
+//! `j`'s; the filter is the union of its sources; the re-send marks are the
+//! largest of every old slice (a record the router sends again is caught by
+//! whichever slice it now goes to). Old slices must have no record waiting
+//! for the watermark (a merge is for a drained, stopped daemon).
+
+use std::collections::BTreeMap;
+
+use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
+use super::slice::{SliceCounters, SliceState};
+use crate::filter::{FilterCounters, FilterParams, SlidingFilter};
+
+/// Why slice states cannot be merged.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MergeError {
+    #[error("merging {from} slices into {to}: {rule}")]
+    Counts { from: u32, to: u32, rule: &'static str },
+    #[error(
+        "slice {slice} has {waiting} records waiting for the watermark in its snapshot: stop the daemon once it has \
+         judged everything (an idle flush releases them), then merge"
+    )]
+    Waiting { slice: u32, waiting: usize },
+    #[error("the filters differ in {parameter} ({left} and {right}): only filters with identical parameters unite")]
+    Parameters { parameter: &'static str, left: String, right: String },
+    #[error(
+        "slice {slice} holds a filter.kind = {kind} filter: only the timer kind's generations unite (run the \
+         count kinds with their slice count, or start the new slices cold)"
+    )]
+    CountKind { slice: u32, kind: &'static str },
+    #[error("new slice {slice} would hold {generations} generations (at most 64 are restored)")]
+    TooManyGenerations { slice: u32, generations: usize },
+}
+
+/// `sources(from, to)[j]`: the old slices new slice `j` takes.
+pub fn sources(from: u32, to: u32) -> Vec<Vec<u32>> {
+    let new_slice = |x: u64| ((x * u64::from(to)) >> 32) as u32;
+    let mut out = vec![Vec::new(); to as usize];
+    for i in 0..from {
+        let lo = (u64::from(i) << 32).div_ceil(u64::from(from));
+        let hi = (u64::from(i + 1) << 32).div_ceil(u64::from(from)) - 1;
+        for j in new_slice(lo)..=new_slice(hi) {
+            out[j as usize].push(i);
+        }
+    }
+    out
+}
+
+/// The parameters the cells depend on must agree (the cell count of a
+/// level-0 generation may differ: each generation keeps its own size).
+fn check_params(a: &FilterParams, b: &FilterParams) -> Result<(), MergeError> {
+    let fields: [(&'static str, String, String); 7] = [
+        ("seed", format!("{:#x}", a.seed), format!("{:#x}", b.seed)),
+        ("hashes", a.hashes.to_string(), b.hashes.to_string()),
+        ("timer_bits", a.timer_bits.to_string(), b.timer_bits.to_string()),
+        ("tick_ms", a.tick_ms.to_string(), b.tick_ms.to_string()),
+        ("window_ms", a.window_ms.to_string(), b.window_ms.to_string()),
+        (
+            "layout and lateness",
+            format!("{:?} {:?}", a.layout, a.lateness_ms),
+            format!("{:?} {:?}", b.layout, b.lateness_ms),
+        ),
+        ("deletable", a.deletable.to_string(), b.deletable.to_string()),
+    ];
+    match fields.into_iter().find(|(_, l, r)| l != r) {
+        Some((parameter, left, right)) => Err(MergeError::Parameters { parameter, left, right }),
+        None => Ok(()),
+    }
+}
+
+/// The union of `filters` under `params`: every filter moved to the latest
+/// clock among them (their own steps and sweeps, so every cell is where an
+/// uninterrupted filter would have it), then their generations, older ones
+/// first and the newest of each last.
+fn unite(filters: Vec<SlidingFilter>, params: &FilterParams, slice: u32) -> Result<SlidingFilter, MergeError> {
+    let clock = filters.iter().filter_map(SlidingFilter::clock_ms).max();
+    let (mut older, mut newest) = (Vec::new(), Vec::new());
+    let mut counters = FilterCounters { equal_timer_counts: vec![0; params.hashes as usize + 1], ..Default::default() };
+    for mut f in filters {
+        check_params(&f.params, params)?;
+        counters.add(&f.counters);
+        let Some(clock) = clock.filter(|_| f.clock_ms.is_some()) else {
+            continue; // never saw an event: nothing to unite
+        };
+        f.advance(clock);
+        let last = f.generations.pop();
+        older.append(&mut f.generations);
+        newest.extend(last);
+    }
+    older.append(&mut newest);
+    if older.is_empty() {
+        return Ok(SlidingFilter::new(params.clone()));
+    }
+    if older.len() > 64 {
+        return Err(MergeError::TooManyGenerations { slice, generations: older.len() });
+    }
+    counters.generations_max = older.len() as u32;
+    Ok(SlidingFilter::from_parts(params.clone(), clock, older, counters))
+}
+
+/// Merges `old` (old slice `i` at index `i`, all of one filter's
+/// parameters) into `to` slices with `params` (the filter settings for `to`
+/// slices) and `order` (the event-time settings).
+pub fn merge(
+    old: Vec<SliceState>,
+    to: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+) -> Result<Vec<SliceState>, MergeError> {
+    let from = old.len() as u32;
+    if to == 0 || to >= from {
+        return Err(MergeError::Counts { from, to, rule: "the new count must be at least 1 and below the old one" });
+    }
+    for s in &old {
+        if let Some(count) = &s.count {
+            return Err(MergeError::CountKind { slice: s.slice, kind: count.kind().as_str() });
+        }
+        if !s.unfilled.is_empty() || s.order.held().next().is_some() {
+            return Err(MergeError::Waiting { slice: s.slice, waiting: s.unfilled.len().max(s.order.held().count()) });
+        }
+    }
+    let mut resend_marks: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for s in &old {
+        for (input, &offset) in &s.resend_marks {
+            let mark = resend_marks.entry(input.clone()).or_insert(offset);
+            *mark = (*mark).max(offset);
+        }
+    }
+    let plan = sources(from, to);
+    let mut merged = Vec::with_capacity(to as usize);
+    for (j, from_slices) in plan.iter().enumerate() {
+        let j = j as u32;
+        let parts: Vec<&SliceState> = from_slices.iter().map(|&i| &old[i as usize]).collect();
+        let filter = unite(parts.iter().map(|s| s.filter.clone()).collect(), params, j)?;
+        // Each old slice's counts go to one new slice (the first that takes it).
+        let mut counters = SliceCounters::default();
+        for s in parts.iter().filter(|s| plan.iter().position(|p| p.contains(&s.slice)) == Some(j as usize)) {
+            counters.add(&s.counters);
+        }
+        let marks = OrderMarks {
+            max_seen_ms: parts.iter().filter_map(|s| s.order.marks().max_seen_ms).max(),
+            watermark_ms: parts.iter().filter_map(|s| s.order.marks().watermark_ms).max(),
+        };
+        let own = &old[j as usize];
+        merged.push(SliceState {
+            slice: j,
+            filter,
+            next_offset: own.next_offset,
+            resend_marks: resend_marks.clone(),
+            counters,
+            count: None,
+            passthrough: false,
+            order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
+            unfilled: Vec::new(),
+            flushes_next: own.flushes_next,
+        });
+    }
+    Ok(merged)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{FilterSpec, KeyHash};
+
+    #[test]
+    fn every_key_lands_in_a_slice_that_took_its_old_slice() {
+        let mut rng = crate::filter::random::Rng::new(9);
+        for (from, to) in [(16, 8), (16, 4), (16, 6), (7, 3), (8, 1), (5, 4)] {
+            let plan = sources(from, to);
+            if from % to == 0 {
+                // Exact: each old slice goes to one new slice.
+                assert_eq!(plan.iter().map(Vec::len).sum::<usize>(), from as usize, "{from} → {to}");
+            }
+            for _ in 0..20_000 {
+                let h = KeyHash { h1: rng.next_u64(), h2: rng.next_u64() };
+                assert!(plan[h.slice(to) as usize].contains(&h.slice(from)), "{from} → {to}: {h:?}");
+            }
+        }
+        assert_eq!(sources(16, 8)[3], vec![6, 7]);
+    }
+
+    fn params(slices: u32) -> FilterParams {
+        FilterSpec { window_ms: 10_000, expected_keys: 4_000, slices, tick_ms: Some(100), ..FilterSpec::default() }
+            .resolve()
+            .unwrap()
+    }
+
+    /// Keys judged by 16 slices, merged into 8: every key of the window is
+    /// a duplicate in its new slice, and new keys are mostly distinct.
+    #[test]
+    fn merged_slices_remember_every_key() {
+        let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: 600_000, jump_confirmations: 16 };
+        let (p16, p8) = (params(16), params(8));
+        let mut old: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, p16.clone(), 0, order)).collect();
+        let key = |i: u64| KeyHash::of(p16.seed, &i.to_le_bytes());
+        for i in 0..3_000u64 {
+            let h = key(i);
+            // The slices' clocks differ: each sees only its own keys.
+            old[h.slice(16) as usize].filter.observe(&h, 1_000 + i * 2);
+        }
+        old[3].resend_marks.insert(("in".into(), 0), 41);
+        old[12].resend_marks.insert(("in".into(), 0), 77);
+        let merged = merge(old.clone(), 8, &p8, order).unwrap();
+        assert_eq!(merged.len(), 8);
+        for i in 0..3_000u64 {
+            let h = key(i);
+            assert!(merged[h.slice(8) as usize].filter.lookup(&h).duplicate, "key {i} forgotten");
+        }
+        let fresh = (10_000..12_000u64).filter(|&i| merged[key(i).slice(8) as usize].filter.lookup(&key(i)).duplicate);
+        assert!(fresh.count() < 100, "too many false positives");
+        assert!(merged.iter().all(|s| s.resend_marks[&("in".to_string(), 0)] == 77));
+        let total = |states: &[SliceState]| states.iter().map(|s| s.counters.distinct).sum::<u64>();
+        assert_eq!(total(&merged), total(&old));
+        // A merged slice encodes and decodes under the new parameters.
+        let bytes = super::super::slice::encode(&merged[5]);
+        let back = super::super::slice::decode(&bytes, 5, &p8, order).unwrap();
+        assert_eq!(back, merged[5]);
+        // Refusals.
+        assert!(matches!(merge(old.clone(), 16, &p8, order), Err(MergeError::Counts { .. })));
+        let other = FilterSpec { window_ms: 20_000, slices: 8, tick_ms: Some(100), ..FilterSpec::default() };
+        let other = other.resolve().unwrap();
+        assert!(matches!(merge(old, 8, &other, order), Err(MergeError::Parameters { parameter: "window_ms", .. })));
+    }
+}

@@ -1,0 +1,146 @@
+//! `DELETE /v1/keys/{key}`: forgetting a key through the slice log.
+//!
+//! A delete changes the filter, so it must happen at a definite place in
+//! the slice's order (design invariant 1): the endpoint writes a control
+//! record (header [`headers::DELETE`], record key = the dedup key) into
+//! partition `H_S(key)` of the slice log, and the slice applies it when it
+//! reaches it, like any record. A restart that replays the log from an
+//! older snapshot applies it again at the same place, so every verdict
+//! after a crash is the one the uninterrupted run gave; a snapshot taken
+//! after it holds its effect. (A delete applied straight to the filter
+//! would be lost, or applied at another place, by a replay.) The endpoint
+//! then waits for the outcome the slice posts on [`DeleteBoard`].
+
+use std::sync::mpsc::{SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use rdkafka::ClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use serde_json::json;
+
+use super::{Context, KafkaLayerError, clients, headers};
+use crate::admin::{DeleteBoard, DeleteFn};
+use crate::config::{Resolved, SlicingMode};
+use crate::filter::{DeleteRefusal, KeyHash};
+
+/// How long a request waits for the broker, then for the slice: below the
+/// admin endpoint's request timeout (10 s), so the answer says what happened.
+const BROKER_WAIT: Duration = Duration::from_secs(4);
+const SLICE_WAIT: Duration = Duration::from_secs(4);
+
+/// Hands each delivery report to the request waiting for it.
+struct Delivered;
+
+impl ClientContext for Delivered {}
+
+impl ProducerContext for Delivered {
+    type DeliveryOpaque = Box<SyncSender<Result<i64, String>>>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, to: Self::DeliveryOpaque) {
+        use rdkafka::message::Message;
+        let _ = to.send(result.as_ref().map(|m| m.offset()).map_err(|(e, _)| e.to_string()));
+    }
+}
+
+/// The `DELETE /v1/keys/{key}` answer, for [`crate::admin::Status::delete`].
+/// `owns` tells whether this process owns a slice now.
+pub fn delete_fn(
+    cfg: &Resolved,
+    seed: u64,
+    deletable: bool,
+    slice_topic: &str,
+    board: Arc<crate::admin::Status>,
+    owns: impl Fn(u32) -> bool + Send + Sync + 'static,
+) -> Result<DeleteFn, KafkaLayerError> {
+    let id = &cfg.settings.app.id;
+    let producer: BaseProducer<Delivered> = clients::producer(cfg, &format!("{id}-deletes"))
+        .create_with_context(Delivered)
+        .context(|| "creating the delete producer".into())?;
+    let producer = Mutex::new(producer);
+    let (slices, mode, topic) = (cfg.settings.filter.slices, cfg.slicing, slice_topic.to_string());
+    Ok(Arc::new(move |key: &[u8]| {
+        let refuse = |code: StatusCode, reason: &str| (code, json!({ "deleted": false, "reason": reason }));
+        if !deletable {
+            return refuse(StatusCode::CONFLICT, &DeleteRefusal::NotDeletable.to_string());
+        }
+        if mode != SlicingMode::Repartition {
+            return refuse(
+                StatusCode::CONFLICT,
+                "deletes need slicing.mode = \"repartition\": with input-partitions the slice log is the input \
+                 topic, which dedupd does not write to",
+            );
+        }
+        let slice = KeyHash::of(seed, key).slice(slices);
+        let offset = match send(&producer.lock().expect("delete producer lock"), &topic, slice, key) {
+            Ok(offset) => offset,
+            Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("not written to {topic}: {why}")),
+        };
+        let waited = owns(slice).then(|| board.deletes.wait(slice, offset, SLICE_WAIT)).flatten();
+        answer(key, slice, offset, waited)
+    }))
+}
+
+/// Writes the control record; returns its offset once the broker has it.
+fn send(producer: &BaseProducer<Delivered>, topic: &str, slice: u32, key: &[u8]) -> Result<u64, String> {
+    let (tx, rx) = sync_channel(1);
+    let marker = OwnedHeaders::new().insert(Header { key: headers::DELETE, value: Some(&[][..]) });
+    let record = BaseRecord::with_opaque_to(topic, Box::new(tx))
+        .partition(slice as i32)
+        .key(key)
+        .payload(&[][..])
+        .headers(marker);
+    producer.send(record).map_err(|(e, _)| e.to_string())?;
+    producer.flush(BROKER_WAIT).map_err(|e| e.to_string())?;
+    match rx.recv_timeout(Duration::from_millis(100)) {
+        Ok(Ok(offset)) if offset >= 0 => Ok(offset as u64),
+        Ok(Ok(_)) => Err("the broker did not report an offset".into()),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err("no delivery report".into()),
+    }
+}
+
+/// The HTTP answer for the outcome the slice posted (`None`: not known here).
+fn answer(
+    key: &[u8],
+    slice: u32,
+    offset: u64,
+    outcome: Option<Result<(), DeleteRefusal>>,
+) -> (StatusCode, serde_json::Value) {
+    let key = String::from_utf8_lossy(key);
+    match outcome {
+        Some(Ok(())) => (StatusCode::OK, json!({ "deleted": true, "key": key, "slice": slice })),
+        Some(Err(why)) => {
+            let code = match why {
+                DeleteRefusal::Absent => StatusCode::NOT_FOUND,
+                DeleteRefusal::Ambiguous | DeleteRefusal::NotDeletable => StatusCode::CONFLICT,
+            };
+            (code, json!({ "deleted": false, "key": key, "slice": slice, "reason": why.to_string() }))
+        }
+        // Written to the log: the slice's owner applies it when it gets
+        // there, whoever that is; only the outcome is unknown here.
+        None => (
+            StatusCode::ACCEPTED,
+            json!({
+                "deleted": null,
+                "key": key,
+                "slice": slice,
+                "offset": offset,
+                "reason": "queued in the slice log: another member owns the slice, or it is busy; the delete \
+                           applies when the slice reaches it",
+            }),
+        ),
+    }
+}
+
+/// Applies `outcome` bookkeeping on the worker side: posts it for a waiting
+/// request and logs it.
+pub fn posted(board: &DeleteBoard, slice: u32, offset: u64, outcome: Result<(), DeleteRefusal>) {
+    match &outcome {
+        Ok(()) => log::info!("slice {slice}: deleted a key (request at slice offset {offset})"),
+        Err(why) => log::info!("slice {slice}: delete request at slice offset {offset} refused: {why}"),
+    }
+    board.post(slice, offset, outcome);
+}
