@@ -9,10 +9,13 @@
 //!   bursts, undersized filters, timer widths) written as CSV and markdown.
 //! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
 //!   unbounded uniform streams (`dedupd bench stream-kinds`).
+//! - [`spectral`]: the Spectral Bloom Filter's error rates against the
+//!   paper's formulas, and windowed counts against exact ones (`dedupd bench spectral`).
 
 pub mod accuracy;
 pub mod clicks;
 pub mod oracle;
+pub mod spectral;
 pub mod stream_kinds;
 pub mod text;
 pub mod workload;

@@ -4,6 +4,7 @@
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
+//! - `dedupd bench spectral`: Spectral Bloom Filter accuracy (docs/spectral.md).
 
 pub mod filter;
 pub mod logs;
@@ -41,6 +42,9 @@ pub enum BenchCommand {
     /// The count-based kinds (rsbf, stable) and the timer filter at equal
     /// memory on uniform streams, against "ever seen before"; writes CSV.
     StreamKinds(crate::bench::stream_kinds::StreamKindsArgs),
+    /// Spectral Bloom Filters: MS, RM and MI error rates against the paper's
+    /// formulas, and windowed counts against exact ones; prints CSV.
+    Spectral(crate::bench::spectral::SpectralArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -51,5 +55,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
+        Command::Bench(BenchCommand::Spectral(args)) => crate::bench::spectral::run(&args),
     }
 }

@@ -230,6 +230,11 @@ impl Sbf {
         self.min_of(&self.slots(h)).0
     }
 
+    /// Whether the key's minimum is held by two or more of its counters.
+    pub fn is_recurring(&self, h: &KeyHash) -> bool {
+        self.min_of(&self.slots(h)).1
+    }
+
     /// Adds `r` copies to every counter of the key.
     pub fn insert(&mut self, h: &KeyHash, r: u32) {
         let s = self.slots(h);
