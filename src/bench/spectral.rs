@@ -64,6 +64,14 @@ pub struct TableRow {
     pub e_mi: f64,
     /// Keys RM reported below their count (its B_f caveat).
     pub rm_under: f64,
+    /// RM's errors by where the estimate came from: a recurring primary
+    /// minimum, a single minimum of a key never moved to the secondary, or
+    /// the secondary (a moved key), as shares of all keys.
+    pub rm_err_recurring: f64,
+    pub rm_err_unmoved: f64,
+    pub rm_err_moved: f64,
+    /// Mean (estimate − count) over all keys: MS, MI, RM.
+    pub mean_excess: [f64; 3],
 }
 
 fn key(i: u64) -> KeyHash {
@@ -78,6 +86,8 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
     let (mut recurring, mut errors_recurring) = (0u64, 0u64);
     let mut errors = [0u64; 3];
     let mut under_rm = 0u64;
+    let mut rm_err = [0u64; 3];
+    let mut excess = [0u64; 3];
     for seed in 1..=runs {
         let mut filters: Vec<Spectral> = Estimator::ALL
             .iter()
@@ -97,8 +107,17 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
             let h = key(salt | x as u64);
             for (i, filter) in filters.iter().enumerate() {
                 errors[i] += u64::from(filter.query(&h) != f_x);
+                excess[i] += u64::from(filter.query(&h).saturating_sub(f_x));
             }
             under_rm += u64::from(filters[2].query(&h) < f_x);
+            if filters[2].query(&h) != f_x {
+                let source = match (filters[2].primary().is_recurring(&h), filters[2].is_moved(&h)) {
+                    (true, _) => 0,
+                    (false, false) => 1,
+                    (false, true) => 2,
+                };
+                rm_err[source] += 1;
+            }
             if filters[0].primary().is_recurring(&h) {
                 recurring += 1;
                 errors_recurring += u64::from(filters[0].query(&h) != f_x);
@@ -110,6 +129,8 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
     row.e_mi = errors[1] as f64 / total;
     row.e_rm = errors[2] as f64 / total;
     row.rm_under = under_rm as f64 / total;
+    [row.rm_err_recurring, row.rm_err_unmoved, row.rm_err_moved] = rm_err.map(|e| e as f64 / total);
+    row.mean_excess = excess.map(|e| e as f64 / total);
     row.p_recurring = recurring as f64 / total;
     row.p_error_given_recurring = if recurring > 0 { errors_recurring as f64 / recurring as f64 } else { 0.0 };
     let m_s = (m / 2).max(2) as f64;
@@ -193,13 +214,13 @@ pub fn windowed_row(estimator: Estimator, subwindows: u32, records: u64, univers
 
 pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
     println!(
-        "gamma,m,E_b_formula,E_MS,P_R,P_E_given_R,gamma_s,E_bs,E_RM_formula,E_RM,E_MI,MS_over_RM,MS_over_MI,RM_under"
+        "gamma,m,E_b_formula,E_MS,P_R,P_E_given_R,gamma_s,E_bs,E_RM_formula,E_RM,E_MI,MS_over_RM,MS_over_MI,RM_under,RM_err_recurring,RM_err_unmoved,RM_err_moved,excess_MS,excess_MI,excess_RM"
     );
     for &gamma in &args.gammas {
         let r = table_row(args.distinct, args.draws_per_key, args.skew, args.hashes, gamma, args.runs);
         let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.1}", a / b) } else { "inf".into() };
         println!(
-            "{},{},{:.5},{:.5},{:.3},{:.5},{:.3},{:.6},{:.6},{:.6},{:.6},{},{},{:.6}",
+            "{},{},{:.5},{:.5},{:.3},{:.5},{:.3},{:.6},{:.6},{:.6},{:.6},{},{},{:.6},{:.6},{:.6},{:.6},{:.4},{:.4},{:.4}",
             r.gamma,
             r.counters,
             r.e_b_formula,
@@ -214,6 +235,12 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
             ratio(r.e_ms, r.e_rm),
             ratio(r.e_ms, r.e_mi),
             r.rm_under,
+            r.rm_err_recurring,
+            r.rm_err_unmoved,
+            r.rm_err_moved,
+            r.mean_excess[0],
+            r.mean_excess[1],
+            r.mean_excess[2],
         );
     }
     if args.windowed {

@@ -499,6 +499,11 @@ impl Spectral {
         }
     }
 
+    /// RM: whether the key is marked in B_f as moved to the secondary.
+    pub fn is_moved(&self, h: &KeyHash) -> bool {
+        self.secondary.as_ref().is_some_and(|(_, flags)| flags.contains(&salted(h, FLAGS_SALT)))
+    }
+
     /// Removes `r` copies: MS decrements all counters; RM the primary and,
     /// for a moved key (single minimum or flagged), the secondary unless one
     /// of its counters is 0; MI refuses.
