@@ -100,7 +100,11 @@ fn limits_hold_flags_are_complete_and_few_records_are_lost_on_real_text() {
             // reaches T has its key flagged within the last window.
             if before + 1 >= t {
                 let at = last_flag.get(key.as_str());
-                assert!(at.is_some_and(|&a| a + WINDOW_MS > *ts), "{estimator}: seq {seq} count {} unflagged", before + 1);
+                assert!(
+                    at.is_some_and(|&a| a + WINDOW_MS > *ts),
+                    "{estimator}: seq {seq} count {} unflagged",
+                    before + 1
+                );
             }
             let exact_delivers_it = before < n;
             exact_delivers += u64::from(exact_delivers_it);

@@ -271,7 +271,13 @@ mod tests {
         for gamma in [0.7, 1.0, 1.5, 2.0] {
             let r = table_row(1000, 2, 0.5, 5, gamma, 12);
             let rel = (r.e_ms - r.e_b_formula).abs() / r.e_b_formula;
-            assert!(rel < 0.2, "γ = {gamma}: measured {} vs formula {} ({:.0}% off)", r.e_ms, r.e_b_formula, rel * 100.0);
+            assert!(
+                rel < 0.2,
+                "γ = {gamma}: measured {} vs formula {} ({:.0}% off)",
+                r.e_ms,
+                r.e_b_formula,
+                rel * 100.0
+            );
             assert!(r.e_mi <= r.e_ms && r.e_rm <= r.e_ms, "{r:?}");
         }
     }

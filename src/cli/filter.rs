@@ -18,8 +18,8 @@ use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
 };
-use crate::filter::spectral::{DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
 use crate::filter::count::{self, DEFAULT_RNG_SEED};
+use crate::filter::spectral::{DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
 use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
@@ -249,7 +249,9 @@ impl FilterArgs {
         };
         spec.build().map(Some).map_err(|e| match e.setting {
             "hashes" => anyhow::anyhow!("invalid --count-hashes {}: {}", e.value, e.rule),
-            "counters" => anyhow::anyhow!("invalid --count-expected {expected}: gives {} counters, {}", e.value, e.rule),
+            "counters" => {
+                anyhow::anyhow!("invalid --count-expected {expected}: gives {} counters, {}", e.value, e.rule)
+            }
             _ => flag_error(e),
         })
     }

@@ -55,13 +55,22 @@ impl CountingSpec {
                     return Err(ParamError::new(
                         setting,
                         n,
-                        format!("must be at most {max}, the largest count of {}-bit counters", self.params.counter_bits),
+                        format!(
+                            "must be at most {max}, the largest count of {}-bit counters",
+                            self.params.counter_bits
+                        ),
                     ));
                 }
                 _ => {}
             }
         }
-        Ok(CountingStage { spec: self.clone(), counts, flagged: HashMap::new(), pruned_at: 0, stats: CountingStats::default() })
+        Ok(CountingStage {
+            spec: self.clone(),
+            counts,
+            flagged: HashMap::new(),
+            pruned_at: 0,
+            stats: CountingStats::default(),
+        })
     }
 }
 
@@ -194,7 +203,10 @@ mod tests {
     #[test]
     fn settings_are_validated() {
         let e = spec(Estimator::Mi, 1024, Some(300), None).build().unwrap_err();
-        assert_eq!(e.to_string(), "invalid max_per_window = 300: must be at most 255, the largest count of 8-bit counters");
+        assert_eq!(
+            e.to_string(),
+            "invalid max_per_window = 300: must be at most 255, the largest count of 8-bit counters"
+        );
         let e = spec(Estimator::Mi, 1024, None, Some(0)).build().unwrap_err();
         assert_eq!(e.to_string(), "invalid flag_threshold = 0: must be at least 1");
     }

@@ -147,8 +147,9 @@ impl Deduplicator {
     /// and appends to `out` the judgments that are due: unreadable records
     /// at once, the others as the watermark releases them.
     pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
-        let Deduplicator { order, events, released, extractor, seed, passthrough, next_position, count, counting, .. } =
-            self;
+        let Deduplicator {
+            order, events, released, extractor, seed, passthrough, next_position, count, counting, ..
+        } = self;
         for rec in records {
             let position = *next_position;
             *next_position += 1;

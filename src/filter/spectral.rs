@@ -260,7 +260,7 @@ impl Sbf {
     }
 
     fn insert_minimal_at(&mut self, s: &Slots, r: u32) {
-        let target = u64::from(self.min_of(&s).0) + u64::from(r);
+        let target = u64::from(self.min_of(s).0) + u64::from(r);
         for p in s.iter() {
             if u64::from(self.counters.get(p)) < target {
                 self.counters.set(p, target);
@@ -424,9 +424,7 @@ impl SpectralParams {
         let primary = words(self.counters, u64::from(self.counter_bits));
         match self.estimator {
             Estimator::Rm => {
-                primary
-                    + words(self.secondary_counters(), u64::from(self.counter_bits))
-                    + words(self.counters, 4)
+                primary + words(self.secondary_counters(), u64::from(self.counter_bits)) + words(self.counters, 4)
             }
             _ => primary,
         }
