@@ -23,7 +23,7 @@
 
 use super::counting::{CountMark, CountingStage};
 use super::order::{OrderSettings, Released, ReorderBuffer};
-use super::record::{Extractor, InvalidRecord, KeySpec, RecordView};
+use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::{CountFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
@@ -110,7 +110,8 @@ impl Deduplicator {
     /// Adds the counting stage; `count_key` `None` counts by the dedup key
     /// (and replaces the timer filter), else by that key of each record.
     pub fn with_counting(mut self, stage: CountingStage, count_key: Option<KeySpec>) -> Self {
-        let extractor = count_key.map(|key| Extractor { key, ..self.extractor.clone() });
+        // The time comes from the dedup extractor; `arrival` here reads nothing.
+        let extractor = count_key.map(|key| Extractor { key, time: TimeSpec::Arrival, ..self.extractor.clone() });
         self.counting = Some((stage, extractor));
         self
     }
