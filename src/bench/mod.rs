@@ -13,12 +13,15 @@
 //!   (`dedupd bench design-space`, docs/paper-reproduction.md).
 //! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
 //!   unbounded uniform streams (`dedupd bench stream-kinds`).
+//! - [`spectral`]: the Spectral Bloom Filter's error rates against the
+//!   paper's formulas, and windowed counts against exact ones (`dedupd bench spectral`).
 
 pub mod accuracy;
 pub mod clicks;
 pub mod design_space;
 pub mod oracle;
 pub mod sim;
+pub mod spectral;
 pub mod stream_kinds;
 pub mod text;
 pub mod workload;

@@ -15,9 +15,11 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::engine::{
-    Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
+    CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
+    RecordView, TimeSpec,
 };
 use crate::filter::count::{self, DEFAULT_RNG_SEED};
+use crate::filter::spectral::{DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
 use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
@@ -171,6 +173,133 @@ pub struct FilterArgs {
     /// Write run statistics as JSON to this file.
     #[arg(long)]
     pub stats_json: Option<PathBuf>,
+    /// Counting stage (timer kind): let at most N records of a count key
+    /// through per --window; the (N+1)-th and later copies in the window are
+    /// duplicates. Counts are Spectral Bloom Filter estimates, never below
+    /// the true count (see docs/spectral.md).
+    #[arg(long)]
+    pub max_per_window: Option<u64>,
+    /// Counting stage: what records are counted by, `line` or
+    /// `json:/pointer`. Default: the dedup key (--key), and the counting
+    /// stage then replaces the dedup filter; with another key, records are
+    /// deduplicated by --key first and the survivors counted.
+    #[arg(long)]
+    pub count_key: Option<KeySpec>,
+    /// Counting stage: flag the record at which a count key's estimated count
+    /// in the window reaches T; the key is flagged again only a window later.
+    #[arg(long)]
+    pub flag_threshold: Option<u64>,
+    /// Write each flagged record (raw, one per line) to this file.
+    #[arg(long)]
+    pub flags: Option<PathBuf>,
+    /// Counting stage estimator: `mi` (minimal increase, the most accurate),
+    /// `ms` (minimum selection) or `rm` (recurring minimum; see
+    /// docs/spectral.md for its one caveat).
+    #[arg(long, default_value = "mi")]
+    pub estimator: Estimator,
+    /// Counting stage: sub-windows per window (8 to 64). A window's counts
+    /// cover between W and W + W/subwindows of history: more sub-windows,
+    /// less overcount, more memory and work per record.
+    #[arg(long, default_value_t = DEFAULT_SUBWINDOWS)]
+    pub subwindows: u32,
+    /// Counting stage: bits per counter (4, 8, 16 or 32); --max-per-window
+    /// and --flag-threshold must fit.
+    #[arg(long, default_value_t = 8)]
+    pub counter_bits: u8,
+    /// Counting stage: hashes k per key.
+    #[arg(long, default_value_t = 5)]
+    pub count_hashes: u32,
+    /// Counting stage: distinct count keys expected per window (default:
+    /// --expected). Each sub-window filter has counters for 2·E/subwindows
+    /// keys at load γ = nk/m = 0.7 (keys recur across sub-windows).
+    #[arg(long)]
+    pub count_expected: Option<u64>,
+}
+
+impl FilterArgs {
+    /// The counting stage, if --max-per-window or --flag-threshold asks for
+    /// one; errors name the flag, value and rule.
+    pub fn counting_stage(&self) -> anyhow::Result<Option<CountingStage>> {
+        if self.max_per_window.is_none() && self.flag_threshold.is_none() {
+            for (flag, given) in [("--count-key", self.count_key.is_some()), ("--flags", self.flags.is_some())] {
+                if given {
+                    anyhow::bail!("{flag} needs --max-per-window or --flag-threshold");
+                }
+            }
+            return Ok(None);
+        }
+        if self.flags.is_some() && self.flag_threshold.is_none() {
+            anyhow::bail!("--flags needs --flag-threshold");
+        }
+        if self.kind != FilterKind::Timer {
+            anyhow::bail!(
+                "invalid --kind {}: --max-per-window and --flag-threshold work with the timer kind",
+                self.kind.as_str()
+            );
+        }
+        let expected = self.count_expected.unwrap_or(self.expected);
+        let per_sub = (2 * expected).div_ceil(u64::from(self.subwindows.max(1)));
+        let spec = CountingSpec {
+            params: SpectralParams {
+                estimator: self.estimator,
+                counters: counters_for(per_sub, self.count_hashes.max(1), 0.7),
+                hashes: self.count_hashes,
+                counter_bits: self.counter_bits,
+            },
+            window_ms: self.window,
+            subwindows: self.subwindows,
+            max_per_window: self.max_per_window,
+            flag_threshold: self.flag_threshold,
+        };
+        spec.build().map(Some).map_err(|e| match e.setting {
+            "hashes" => anyhow::anyhow!("invalid --count-hashes {}: {}", e.value, e.rule),
+            "counters" => {
+                anyhow::anyhow!("invalid --count-expected {expected}: gives {} counters, {}", e.value, e.rule)
+            }
+            _ => flag_error(e),
+        })
+    }
+}
+
+/// The counting stage's part of the stats JSON.
+#[derive(Debug, Serialize)]
+pub struct CountingStatsJson {
+    pub estimator: &'static str,
+    pub max_per_window: Option<u64>,
+    pub flag_threshold: Option<u64>,
+    /// Whether the stage counts by the dedup key (and replaces the dedup filter).
+    pub counts_dedup_key: bool,
+    /// Records counted, limited (dropped as over the limit) and flagged.
+    pub counted: u64,
+    pub limited: u64,
+    pub flagged: u64,
+    pub subwindows: u32,
+    pub subwindow_ms: u64,
+    pub counters_per_subwindow: u64,
+    pub hashes: u32,
+    pub counter_bits: u8,
+    pub memory_bytes: u64,
+}
+
+impl CountingStatsJson {
+    fn of(stage: &CountingStage, counts_dedup_key: bool) -> Self {
+        let (spec, c, s) = (stage.spec(), stage.counts(), stage.stats());
+        CountingStatsJson {
+            estimator: spec.params.estimator.as_str(),
+            max_per_window: spec.max_per_window,
+            flag_threshold: spec.flag_threshold,
+            counts_dedup_key,
+            counted: s.counted,
+            limited: s.limited,
+            flagged: s.flagged,
+            subwindows: c.subwindows(),
+            subwindow_ms: c.sub_ms(),
+            counters_per_subwindow: spec.params.counters,
+            hashes: spec.params.hashes,
+            counter_bits: spec.params.counter_bits,
+            memory_bytes: c.memory_bytes(),
+        }
+    }
 }
 
 impl FilterArgs {
@@ -290,6 +419,9 @@ pub struct FilterStats {
     /// rsbf and stable: the PRNG seed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// The counting stage (--max-per-window, --flag-threshold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counting: Option<CountingStatsJson>,
 }
 
 pub fn run(args: FilterArgs) -> anyhow::Result<()> {
@@ -309,6 +441,9 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough)
         }
     };
+    if let Some(stage) = args.counting_stage()? {
+        dedup = dedup.with_counting(stage, args.count_key.clone());
+    }
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -316,6 +451,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     };
     let mut duplicates = args.duplicates.as_ref().map(|p| create(p, "duplicates")).transpose()?;
     let mut invalid_out = args.invalid.as_ref().map(|p| create(p, "invalid")).transpose()?;
+    let mut flags_out = args.flags.as_ref().map(|p| create(p, "flags")).transpose()?;
     let stdout = io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let stdin = io::stdin();
@@ -329,8 +465,13 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let mut held = HeldLines::default();
     let mut tally =
         Tally { invalid_by_reason: InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect(), ..Tally::default() };
-    let mut sinks =
-        Sinks { out: &mut out, duplicates: duplicates.as_mut(), invalid: invalid_out.as_mut(), stderr: &mut stderr };
+    let mut sinks = Sinks {
+        out: &mut out,
+        duplicates: duplicates.as_mut(),
+        invalid: invalid_out.as_mut(),
+        flags: flags_out.as_mut(),
+        stderr: &mut stderr,
+    };
 
     let result: io::Result<()> = (|| {
         loop {
@@ -367,8 +508,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("reading stdin or writing the output")?,
     }
-    for w in [duplicates.as_mut(), invalid_out.as_mut()].into_iter().flatten() {
-        w.flush().context("writing the duplicates or invalid file")?;
+    for w in [duplicates.as_mut(), invalid_out.as_mut(), flags_out.as_mut()].into_iter().flatten() {
+        w.flush().context("writing the duplicates, invalid or flags file")?;
     }
     match out.flush() {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
@@ -421,6 +562,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             ones_fraction: None,
             expected_ones_fraction: None,
             seed: None,
+            counting: dedup.counting_stage().map(|s| CountingStatsJson::of(s, args.count_key.is_none())),
         };
         if let Some(count) = dedup.count() {
             // The timer fields describe the idle timer filter: replace or clear them.
@@ -455,6 +597,7 @@ struct Sinks<'a, O: Write, E: Write> {
     out: &'a mut O,
     duplicates: Option<&'a mut BufWriter<File>>,
     invalid: Option<&'a mut BufWriter<File>>,
+    flags: Option<&'a mut BufWriter<File>>,
     stderr: &'a mut E,
 }
 
@@ -477,8 +620,9 @@ struct HeldLines {
     /// The held lines' bytes, back to back; `text[start..]` is live.
     text: Vec<u8>,
     start: usize,
-    /// End of each held line in `text`, and its outcome once judged.
-    lines: VecDeque<(usize, Option<Outcome>)>,
+    /// End of each held line in `text`, and its outcome (and whether it
+    /// was flagged) once judged.
+    lines: VecDeque<(usize, Option<(Outcome, bool)>)>,
     /// Position of the first held line.
     first: u64,
 }
@@ -506,7 +650,8 @@ impl HeldLines {
         sinks: &mut Sinks<'_, O, E>,
     ) -> io::Result<()> {
         for j in judged {
-            self.lines[(j.position - self.first) as usize].1 = Some(j.outcome.clone());
+            let flagged = j.count.is_some_and(|c| c.flagged);
+            self.lines[(j.position - self.first) as usize].1 = Some((j.outcome.clone(), flagged));
             if let Some(late) = j.late_by_ms {
                 tally.late_records += 1;
                 tally.max_late_ms = tally.max_late_ms.max(late);
@@ -520,7 +665,14 @@ impl HeldLines {
             let line_no = self.first + 1;
             self.first += 1;
             tally.records += 1;
-            match outcome.expect("judged") {
+            let (outcome, flagged) = outcome.expect("judged");
+            if let (true, Some(f)) = (flagged, sinks.flags.as_mut()) {
+                f.write_all(line)?;
+                if !line.ends_with(b"\n") {
+                    f.write_all(b"\n")?;
+                }
+            }
+            match outcome {
                 Outcome::Distinct => {
                     tally.distinct += 1;
                     sinks.out.write_all(line)?

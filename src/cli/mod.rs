@@ -5,6 +5,7 @@
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 //! - `dedupd bench design-space`: the paper's §7 on a simulator (docs/paper-reproduction.md).
+//! - `dedupd bench spectral`: Spectral Bloom Filter accuracy (docs/spectral.md).
 
 pub mod checkpoint;
 pub mod filter;
@@ -54,6 +55,9 @@ pub enum BenchCommand {
     /// (FPR, fairness, load), the x-of-k heuristic, pipelining, Bloom trees;
     /// writes CSV (docs/paper-reproduction.md).
     DesignSpace(crate::bench::design_space::DesignSpaceArgs),
+    /// Spectral Bloom Filters: MS, RM and MI error rates against the paper's
+    /// formulas, and windowed counts against exact ones; prints CSV.
+    Spectral(crate::bench::spectral::SpectralArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -67,5 +71,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::DesignSpace(args)) => crate::bench::design_space::run(&args),
         Command::Keys(command) => keys::run(command),
         Command::Checkpoint(command) => checkpoint::run(command),
+        Command::Bench(BenchCommand::Spectral(args)) => crate::bench::spectral::run(&args),
     }
 }

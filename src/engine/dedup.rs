@@ -9,12 +9,21 @@
 //! record, or at [`Deduplicator::finish`]. Processing is deterministic: the
 //! same records in the same order give the same judgments.
 //!
+//! With a counting stage ([`Deduplicator::with_counting`]) every record the
+//! dedup filter lets through is then counted under its count key, at its
+//! event time, in the order of judgment (see [`super::counting`]). When the
+//! count key is the dedup key itself, the counting stage replaces the
+//! timer filter (a limit of N is then "N copies per window", and N = 1 is
+//! dedup by counts); otherwise replays of a dedup key are dropped first and
+//! not counted.
+//!
 //! The count-based kinds (`rsbf`, `stable`) have no window and no notion of
 //! time: their records are judged at once, in arrival order, by the one
 //! [`CountFilter`] (see [`Deduplicator::counting`]).
 
+use super::counting::{CountMark, CountingStage};
 use super::order::{OrderSettings, Released, ReorderBuffer};
-use super::record::{Extractor, InvalidRecord, RecordView};
+use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::{CountFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
@@ -33,6 +42,9 @@ pub struct Judged {
     /// For a record that arrived more than the lateness behind the largest
     /// time seen: by how much it missed the watermark, in ms.
     pub late_by_ms: Option<u64>,
+    /// What the counting stage decided, if there is one and the record
+    /// reached it.
+    pub count: Option<CountMark>,
 }
 
 /// Records in, judgments out, over a sliced filter.
@@ -43,13 +55,27 @@ pub struct Deduplicator {
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
-    order: ReorderBuffer<KeyHash>,
+    /// The counting stage, and the extractor of its count key (`None`: the
+    /// dedup key, and the stage replaces the timer filter).
+    counting: Option<(CountingStage, Option<Extractor>)>,
+    /// The dedup key's hash and the count key's, in event-time order.
+    order: ReorderBuffer<(KeyHash, KeyHash)>,
     /// Position of the next record pushed.
     next_position: u64,
     /// Released events of the current batch, and their positions and lateness.
     events: Vec<Event>,
-    released: Vec<(u64, Option<u64>)>,
+    released: Vec<Release>,
     verdicts: Vec<Verdict>,
+}
+
+/// A released record waiting for its verdict: position, lateness, count
+/// key hash and time.
+#[derive(Clone, Copy)]
+struct Release {
+    position: u64,
+    late_by_ms: Option<u64>,
+    count_hash: KeyHash,
+    time_ms: u64,
 }
 
 impl Deduplicator {
@@ -61,6 +87,7 @@ impl Deduplicator {
             extractor,
             seed,
             passthrough: false,
+            counting: None,
             order: ReorderBuffer::new(order),
             next_position: 0,
             events: Vec::new(),
@@ -78,6 +105,20 @@ impl Deduplicator {
         let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, ..Default::default() };
         let filter = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
         Deduplicator { count: Some(count), ..Deduplicator::new(filter, extractor, order) }
+    }
+
+    /// Adds the counting stage; `count_key` `None` counts by the dedup key
+    /// (and replaces the timer filter), else by that key of each record.
+    pub fn with_counting(mut self, stage: CountingStage, count_key: Option<KeySpec>) -> Self {
+        // The time comes from the dedup extractor; `arrival` here reads nothing.
+        let extractor = count_key.map(|key| Extractor { key, time: TimeSpec::Arrival, ..self.extractor.clone() });
+        self.counting = Some((stage, extractor));
+        self
+    }
+
+    /// The counting stage, if any.
+    pub fn counting_stage(&self) -> Option<&CountingStage> {
+        self.counting.as_ref().map(|(s, _)| s)
     }
 
     /// The count-based filter, for [`Self::counting`].
@@ -107,31 +148,44 @@ impl Deduplicator {
     /// and appends to `out` the judgments that are due: unreadable records
     /// at once, the others as the watermark releases them.
     pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
-        let Deduplicator { order, events, released, extractor, seed, passthrough, next_position, count, .. } = self;
+        let Deduplicator {
+            order, events, released, extractor, seed, passthrough, next_position, count, counting, ..
+        } = self;
         for rec in records {
             let position = *next_position;
             *next_position += 1;
             let x = match extractor.extract(rec, arrival_ms) {
                 Ok(x) => x,
                 Err(e) => {
-                    out.push(Judged { position, outcome: Outcome::Invalid(e), late_by_ms: None });
+                    out.push(Judged { position, outcome: Outcome::Invalid(e), late_by_ms: None, count: None });
                     continue;
                 }
             };
             if *passthrough {
-                out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None });
+                out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None, count: None });
                 continue;
             }
             if let Some(c) = count {
                 let duplicate = c.observe(&KeyHash::of(c.hash_seed(), &x.key));
                 // The count kinds report no equal-timer groups.
                 let outcome = if duplicate { Outcome::Duplicate { equal_timers: 0 } } else { Outcome::Distinct };
-                out.push(Judged { position, outcome, late_by_ms: None });
+                out.push(Judged { position, outcome, late_by_ms: None, count: None });
                 continue;
             }
             let hash = KeyHash::of(*seed, &x.key);
+            let count_hash = match counting {
+                Some((_, Some(e))) => match e.extract(rec, arrival_ms) {
+                    Ok(c) => KeyHash::of(*seed, &c.key),
+                    Err(mut why) => {
+                        why.detail = format!("count key: {}", why.detail);
+                        out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None, count: None });
+                        continue;
+                    }
+                },
+                _ => hash,
+            };
             let jump = order.settings().max_clock_jump_ms;
-            order.push(x.time_ms, position, hash, |r| take(r, events, released, out, jump));
+            order.push(x.time_ms, position, (hash, count_hash), |r| take(r, events, released, out, jump));
         }
         self.judge_released(out);
     }
@@ -146,13 +200,27 @@ impl Deduplicator {
 
     fn judge_released(&mut self, out: &mut Vec<Judged>) {
         self.verdicts.clear();
-        self.filter.observe_batch(&self.events, &mut self.verdicts);
-        for (&(position, late_by_ms), verdict) in self.released.iter().zip(&self.verdicts) {
-            let outcome = match verdict {
+        // A stage counting by the dedup key replaces the timer filter.
+        let replaced = matches!(self.counting, Some((_, None)));
+        if replaced {
+            self.verdicts.resize(self.events.len(), Verdict::Distinct);
+        } else {
+            self.filter.observe_batch(&self.events, &mut self.verdicts);
+        }
+        for (r, verdict) in self.released.iter().zip(&self.verdicts) {
+            let mut outcome = match verdict {
                 Verdict::Distinct => Outcome::Distinct,
                 Verdict::Duplicate { equal_timers } => Outcome::Duplicate { equal_timers: *equal_timers },
             };
-            out.push(Judged { position, outcome, late_by_ms });
+            let mut count = None;
+            if let (Some((stage, _)), Outcome::Distinct) = (self.counting.as_mut(), &outcome) {
+                let mark = stage.judge(&r.count_hash, r.time_ms);
+                if mark.limited {
+                    outcome = Outcome::Duplicate { equal_timers: 0 };
+                }
+                count = Some(mark);
+            }
+            out.push(Judged { position: r.position, outcome, late_by_ms: r.late_by_ms, count });
         }
         self.events.clear();
         self.released.clear();
@@ -161,20 +229,20 @@ impl Deduplicator {
 
 /// Queues a released record for judging, or reports a rejected one.
 fn take(
-    r: Released<KeyHash>,
+    r: Released<(KeyHash, KeyHash)>,
     events: &mut Vec<Event>,
-    released: &mut Vec<(u64, Option<u64>)>,
+    released: &mut Vec<Release>,
     out: &mut Vec<Judged>,
     max_clock_jump_ms: u64,
 ) {
     match r {
-        Released::Judge { time_ms, position, item, late_by_ms } => {
-            events.push(Event { hash: item, time_ms });
-            released.push((position, late_by_ms));
+        Released::Judge { time_ms, position, item: (hash, count_hash), late_by_ms } => {
+            events.push(Event { hash, time_ms });
+            released.push(Release { position, late_by_ms, count_hash, time_ms });
         }
         Released::Reject { time_ms, position, ahead_ms, .. } => {
             let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
-            out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None });
+            out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None, count: None });
         }
     }
 }

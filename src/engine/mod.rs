@@ -4,15 +4,19 @@
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
+//! - [`counting`]: the counting stage — frequency limits and flags from
+//!   windowed Spectral Bloom Filter counts.
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
+pub mod counting;
 pub mod dedup;
 pub mod merge;
 pub mod order;
 pub mod record;
 pub mod slice;
 
+pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};

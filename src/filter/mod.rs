@@ -10,6 +10,8 @@
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
 //! - [`rsbf`], [`stable`] and [`count`]: the count-based kinds (no window),
 //!   the reservoir-sampling and Stable Bloom filters; [`random`]: their seeded PRNG.
+//! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
+//!   windowed counts for frequency limits.
 
 pub(crate) mod cells;
 pub mod copy;
@@ -25,6 +27,7 @@ pub mod sizing;
 pub mod sliced;
 pub mod sliding;
 pub mod snapshot;
+pub mod spectral;
 pub mod stable;
 
 pub use copy::FilterCopy;

@@ -1,0 +1,404 @@
+//! The counting stage: frequency limits and flags over a sliding window of
+//! event time, from windowed Spectral Bloom Filter counts
+//! ([`crate::filter::spectral::WindowedCounts`]) — no key is stored for
+//! counting.
+//!
+//! Every record that reaches the stage is counted under its count key at its
+//! event time (records come in event-time order from the reorder buffer).
+//! - **Limit** N: a record is let through only if the key's estimated count
+//!   in the window *before* it is below N; otherwise it is a duplicate (the
+//!   (N+1)-th copy). Every arrival counts, delivered or not, as an exact
+//!   "N per window" limiter counts. Estimates never fall below the true count
+//!   (MS and MI; RM's rare caveat is in [`crate::filter::spectral`]), so a
+//!   key is never let through more than N times in any window of length W;
+//!   the error is the other way: a key blocked early.
+//! - **Flag** T: the record whose estimated count (itself included) reaches
+//!   T is flagged — copied to the flag output with the estimate. The key is
+//!   then remembered (its 128-bit hash and the time) for one window: its
+//!   later records in that window are counted but not flagged again; once W
+//!   has passed since its flag, its next record at or above T is flagged
+//!   again. The remembered set holds only flagged keys, and a flag needs only
+//!   `estimate >= T` (not a crossing from below, which collisions could
+//!   hide), so a key whose true count reaches T is always flagged: no false
+//!   negatives.
+//!
+//! [`encode`] and [`decode`] carry the stage's whole state (for checkpoints:
+//! the daemon does not run the stage yet).
+
+use std::collections::HashMap;
+
+use crate::filter::KeyHash;
+use crate::filter::params::ParamError;
+use crate::filter::snapshot::{self, SnapshotError, check, put_u32, put_u64};
+use crate::filter::spectral::{Estimator, SpectralParams, WindowedCounts};
+
+/// The first bytes of a counting-stage snapshot.
+pub const MAGIC: [u8; 8] = *b"DEDUPDSB";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+/// What the counting stage does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CountingSpec {
+    pub params: SpectralParams,
+    pub window_ms: u64,
+    pub subwindows: u32,
+    /// The most records of a key let through per window.
+    pub max_per_window: Option<u64>,
+    /// The count at which a key is flagged.
+    pub flag_threshold: Option<u64>,
+}
+
+impl CountingSpec {
+    /// Validates the settings (names are the pipe-mode flags' and the daemon
+    /// settings' common ones) and builds the stage.
+    pub fn build(&self) -> Result<CountingStage, ParamError> {
+        let counts = WindowedCounts::new(self.params, self.window_ms, self.subwindows)?;
+        let max = u64::from(self.params.counter_max());
+        for (setting, v) in [("max_per_window", self.max_per_window), ("flag_threshold", self.flag_threshold)] {
+            match v {
+                Some(0) => return Err(ParamError::new(setting, 0, "must be at least 1")),
+                // A saturated counter reads as its maximum: limits and
+                // thresholds up to it still hold; above it they could not.
+                Some(n) if n > max => {
+                    return Err(ParamError::new(
+                        setting,
+                        n,
+                        format!(
+                            "must be at most {max}, the largest count of {}-bit counters",
+                            self.params.counter_bits
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(CountingStage {
+            spec: self.clone(),
+            counts,
+            flagged: HashMap::new(),
+            pruned_at: 0,
+            stats: CountingStats::default(),
+        })
+    }
+}
+
+/// What the stage decided for one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountMark {
+    /// The key's estimated count in the window, this record included.
+    pub estimate: u64,
+    /// Over the limit: a duplicate.
+    pub limited: bool,
+    /// The record that reaches the flag threshold.
+    pub flagged: bool,
+}
+
+/// The stage's running figures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CountingStats {
+    pub counted: u64,
+    pub limited: u64,
+    pub flagged: u64,
+}
+
+/// Windowed counts plus the keys flagged in the last window.
+#[derive(Clone, Debug)]
+pub struct CountingStage {
+    spec: CountingSpec,
+    counts: WindowedCounts,
+    /// Flagged keys (both hash halves) and when they were flagged.
+    flagged: HashMap<(u64, u64), u64>,
+    /// Time of the last pass dropping flags older than the window.
+    pruned_at: u64,
+    stats: CountingStats,
+}
+
+impl CountingStage {
+    pub fn spec(&self) -> &CountingSpec {
+        &self.spec
+    }
+
+    pub fn counts(&self) -> &WindowedCounts {
+        &self.counts
+    }
+
+    pub fn stats(&self) -> CountingStats {
+        self.stats
+    }
+
+    /// Keys flagged within the last window.
+    pub fn flagged_keys(&self) -> usize {
+        self.flagged.len()
+    }
+
+    /// Counts one record of the count key `h` at `time_ms`.
+    pub fn judge(&mut self, h: &KeyHash, time_ms: u64) -> CountMark {
+        let (before, estimate) = self.counts.observe(h, time_ms);
+        self.stats.counted += 1;
+        let limited = self.spec.max_per_window.is_some_and(|n| before >= n);
+        self.stats.limited += u64::from(limited);
+        let window = self.spec.window_ms;
+        let mut flagged = false;
+        if let Some(t) = self.spec.flag_threshold
+            && estimate >= t
+        {
+            let now = time_ms.max(self.pruned_at);
+            match self.flagged.get(&(h.h1, h.h2)) {
+                Some(&at) if at + window > now => {}
+                _ => {
+                    self.flagged.insert((h.h1, h.h2), now);
+                    flagged = true;
+                    self.stats.flagged += 1;
+                }
+            }
+        }
+        // Once per sub-window: forget flags a window old (they may fire again).
+        if time_ms >= self.pruned_at + self.counts.sub_ms() {
+            self.pruned_at = time_ms;
+            self.flagged.retain(|_, at| *at + window > time_ms);
+        }
+        CountMark { estimate, limited, flagged }
+    }
+
+    /// The key's estimated count in the window ending at the newest time seen.
+    pub fn estimate(&self, h: &KeyHash) -> u64 {
+        self.counts.estimate(h)
+    }
+}
+
+/// Encodes the stage's whole state — the ring's counters, the newest
+/// sub-window, the flagged keys and the figures — so that a restored stage
+/// judges the rest of a stream exactly as one that never stopped (the
+/// checkpoint a daemon would write; in the envelope of [`snapshot`]):
+///
+/// ```text
+/// magic "DEDUPDSB" | version u16 | estimator u8 | counters u64 | hashes u32 | counter_bits u8
+/// window_ms u64 | subwindows u32 | max_per_window u64 | flag_threshold u64 (0 = none)
+/// newest u64 (u64::MAX = none) | pruned_at u64 | counted, limited, flagged u64
+/// flagged keys: u64 n, n × (h1 u64, h2 u64, at u64), sorted
+/// per ring filter, per counter array: u64 n, n × u64 | checksum u64
+/// ```
+pub fn encode(stage: &CountingStage) -> Vec<u8> {
+    let spec = &stage.spec;
+    let mut w = snapshot::begin(MAGIC, VERSION, 128 + stage.counts.memory_bytes() as usize);
+    w.push(spec.params.estimator.tag());
+    put_u64(&mut w, spec.params.counters);
+    put_u32(&mut w, spec.params.hashes);
+    w.push(spec.params.counter_bits);
+    put_u64(&mut w, spec.window_ms);
+    put_u32(&mut w, spec.subwindows);
+    put_u64(&mut w, spec.max_per_window.unwrap_or(0));
+    put_u64(&mut w, spec.flag_threshold.unwrap_or(0));
+    let (ring, newest) = stage.counts.state();
+    put_u64(&mut w, newest.unwrap_or(u64::MAX));
+    put_u64(&mut w, stage.pruned_at);
+    for v in [stage.stats.counted, stage.stats.limited, stage.stats.flagged] {
+        put_u64(&mut w, v);
+    }
+    // Sorted: the same state gives the same bytes.
+    let mut flagged: Vec<_> = stage.flagged.iter().map(|(&(h1, h2), &at)| (h1, h2, at)).collect();
+    flagged.sort_unstable();
+    put_u64(&mut w, flagged.len() as u64);
+    for (h1, h2, at) in flagged {
+        for v in [h1, h2, at] {
+            put_u64(&mut w, v);
+        }
+    }
+    for filter in ring {
+        for array in filter.arrays() {
+            put_u64(&mut w, array.words().len() as u64);
+            for &x in array.words() {
+                put_u64(&mut w, x);
+            }
+        }
+    }
+    snapshot::seal(w)
+}
+
+/// Restores a stage from [`encode`]'s bytes into one built from `spec`,
+/// refusing a snapshot taken with other settings (naming the setting).
+pub fn decode(bytes: &[u8], spec: &CountingSpec) -> Result<CountingStage, SnapshotError> {
+    let mut stage = spec.build().map_err(|e| SnapshotError::Malformed(format!("configured stage: {e}")))?;
+    let mut r = snapshot::open(bytes, MAGIC, VERSION)?;
+    let tag = r.u8()?;
+    let estimator = Estimator::from_tag(tag).map(|e| e.as_str()).unwrap_or("unknown");
+    check(estimator, spec.params.estimator.as_str(), "estimator")?;
+    check(r.u64()?, spec.params.counters, "counters per sub-window")?;
+    check(r.u32()?, spec.params.hashes, "hashes")?;
+    check(r.u8()?, spec.params.counter_bits, "counter_bits")?;
+    check(r.u64()?, spec.window_ms, "window_ms")?;
+    check(r.u32()?, spec.subwindows, "subwindows")?;
+    check(r.u64()?, spec.max_per_window.unwrap_or(0), "max_per_window")?;
+    check(r.u64()?, spec.flag_threshold.unwrap_or(0), "flag_threshold")?;
+    let newest = Some(r.u64()?).filter(|&n| n != u64::MAX);
+    stage.pruned_at = r.u64()?;
+    stage.stats = CountingStats { counted: r.u64()?, limited: r.u64()?, flagged: r.u64()? };
+    let n = r.u64()?;
+    for _ in 0..n {
+        let (h1, h2, at) = (r.u64()?, r.u64()?, r.u64()?);
+        stage.flagged.insert((h1, h2), at);
+    }
+    let (ring, _) = stage.counts.state();
+    // A ring has at least 9 filters, all of one shape.
+    let per_filter = ring[0].arrays().len();
+    let mut arrays = Vec::with_capacity(ring.len());
+    for _ in 0..ring.len() {
+        let mut filter = Vec::with_capacity(per_filter);
+        for _ in 0..per_filter {
+            let words = r.u64()? as usize;
+            let raw =
+                r.take(words.checked_mul(8).ok_or_else(|| SnapshotError::Malformed(format!("{words} words")))?)?;
+            filter.push(raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect());
+        }
+        arrays.push(filter);
+    }
+    r.finish()?;
+    if !stage.counts.restore(newest, arrays) {
+        return Err(SnapshotError::Malformed("counter arrays do not fit the configured filters".into()));
+    }
+    Ok(stage)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::hash::DEFAULT_SEED;
+    use crate::filter::random::Rng;
+    use crate::filter::spectral::Estimator;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    fn spec(estimator: Estimator, counters: u64, max: Option<u64>, flag: Option<u64>) -> CountingSpec {
+        CountingSpec {
+            params: SpectralParams { estimator, counters, hashes: 5, counter_bits: 8 },
+            window_ms: 1000,
+            subwindows: 16,
+            max_per_window: max,
+            flag_threshold: flag,
+        }
+    }
+
+    fn key(i: u64) -> KeyHash {
+        KeyHash::of(DEFAULT_SEED, &i.to_le_bytes())
+    }
+
+    /// An exact limiter and flagger: every key's arrival times in the window.
+    #[derive(Default)]
+    pub struct Exact {
+        times: HashMap<u64, VecDeque<u64>>,
+    }
+
+    impl Exact {
+        /// Counts `x` at `t`; its count in (t - W, t] before this record.
+        pub fn observe(&mut self, x: u64, t: u64, window: u64) -> u64 {
+            let q = self.times.entry(x).or_default();
+            while q.front().is_some_and(|&s| s + window <= t) {
+                q.pop_front();
+            }
+            let before = q.len() as u64;
+            q.push_back(t);
+            before
+        }
+    }
+
+    /// Snapshot and restore mid-stream (every estimator) gives exactly the
+    /// marks of an uninterrupted run; other settings are refused by name.
+    #[test]
+    fn restore_mid_stream_gives_the_uninterrupted_marks() {
+        let zipf = crate::bench::workload::Zipf::new(300, 0.9);
+        let mut rng = Rng::new(3);
+        let mut t = 0;
+        let records: Vec<(u64, u64)> = (0..6000)
+            .map(|_| {
+                t += rng.below(4);
+                (zipf.sample(&mut rng), t)
+            })
+            .collect();
+        for e in Estimator::ALL {
+            let sp = spec(e, 512, Some(3), Some(5));
+            let mut whole = sp.build().unwrap();
+            let want: Vec<CountMark> = records.iter().map(|&(x, t)| whole.judge(&key(x), t)).collect();
+            for cut in [0, 1, 2500, 5999] {
+                let mut s = sp.build().unwrap();
+                let mut got: Vec<CountMark> = records[..cut].iter().map(|&(x, t)| s.judge(&key(x), t)).collect();
+                let bytes = encode(&s);
+                let mut back = decode(&bytes, &sp).unwrap();
+                assert_eq!(encode(&back), bytes, "{e}: re-encoding differs at {cut}");
+                got.extend(records[cut..].iter().map(|&(x, t)| back.judge(&key(x), t)));
+                assert_eq!(got, want, "{e}: marks differ after restore at {cut}");
+            }
+            let bytes = encode(&whole);
+            let e2 = decode(&bytes, &CountingSpec { subwindows: 32, ..sp.clone() }).unwrap_err();
+            assert!(e2.to_string().contains("subwindows"), "{e2}");
+            let mut bad = bytes.clone();
+            let mid = bad.len() / 2;
+            bad[mid] ^= 1;
+            assert!(matches!(decode(&bad, &sp), Err(SnapshotError::ChecksumMismatch { .. })));
+        }
+    }
+
+    #[test]
+    fn settings_are_validated() {
+        let e = spec(Estimator::Mi, 1024, Some(300), None).build().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid max_per_window = 300: must be at most 255, the largest count of 8-bit counters"
+        );
+        let e = spec(Estimator::Mi, 1024, None, Some(0)).build().unwrap_err();
+        assert_eq!(e.to_string(), "invalid flag_threshold = 0: must be at least 1");
+    }
+
+    #[test]
+    fn the_n_plus_first_copy_is_limited_and_the_crossing_one_flagged() {
+        let mut s = spec(Estimator::Mi, 1 << 12, Some(3), Some(4)).build().unwrap();
+        let marks: Vec<CountMark> = (0..6).map(|i| s.judge(&key(1), 10 * i)).collect();
+        assert_eq!(marks.iter().map(|m| m.limited).collect::<Vec<_>>(), [false, false, false, true, true, true]);
+        assert_eq!(marks.iter().map(|m| m.flagged).collect::<Vec<_>>(), [false, false, false, true, false, false]);
+        assert_eq!(marks[3].estimate, 4);
+        // A window later the key is let through and flagged afresh.
+        let later: Vec<CountMark> = (0..4).map(|i| s.judge(&key(1), 2000 + i)).collect();
+        assert!(later.iter().take(3).all(|m| !m.limited));
+        assert!(later[3].flagged && later[3].limited);
+        assert_eq!(s.stats(), CountingStats { counted: 10, limited: 4, flagged: 2 });
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        /// Crowded filters, skewed keys, MS and MI: in every window of length
+        /// W a key is let through at most N times, and every record at which
+        /// a key's exact count reaches T has its key flagged within the last
+        /// window (no false negatives).
+        #[test]
+        fn never_more_than_n_per_window_and_no_missed_flags(
+            seed in any::<u64>(), n in 1u64..6, t in 2u64..12, est in 0usize..2, counters in 64u64..1024,
+        ) {
+            let e = Estimator::ALL[est];
+            let window = 1000;
+            let mut s = spec(e, counters, Some(n), Some(t)).build().unwrap();
+            let mut exact = Exact::default();
+            let mut delivered = Exact::default();
+            let mut last_flag: HashMap<u64, u64> = HashMap::new();
+            let mut rng = Rng::new(seed);
+            let zipf = crate::bench::workload::Zipf::new(200, 0.9);
+            let mut time = 0;
+            for _ in 0..4000 {
+                time += rng.below(8);
+                let x = zipf.sample(&mut rng);
+                let m = s.judge(&key(x), time);
+                let before = exact.observe(x, time, window);
+                if m.flagged {
+                    last_flag.insert(x, time);
+                }
+                if before + 1 >= t {
+                    let at = last_flag.get(&x).copied();
+                    prop_assert!(at.is_some_and(|a| a + window > time), "{e}: key {x} count {} not flagged", before + 1);
+                }
+                if !m.limited {
+                    let d = delivered.observe(x, time, window);
+                    prop_assert!(d < n, "{e}: key {x} delivered {} times in a window, limit {n}", d + 1);
+                }
+            }
+        }
+    }
+}
