@@ -10,6 +10,7 @@
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
 //! - [`rsbf`], [`stable`] and [`count`]: the count-based kinds (no window),
 //!   the reservoir-sampling and Stable Bloom filters; [`random`]: their seeded PRNG.
+//! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
 
 pub(crate) mod cells;
 pub mod copy;
@@ -18,6 +19,7 @@ pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
 pub mod params;
+pub mod provenance;
 pub mod random;
 pub mod rsbf;
 pub mod sizing;
