@@ -4,6 +4,7 @@
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd bench accuracy`: the accuracy experiments (see [`crate::bench`]).
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
+//! - `dedupd bench bloofi`: the provenance indexes against the naive scan (docs/provenance.md).
 
 pub mod filter;
 pub mod logs;
@@ -41,6 +42,9 @@ pub enum BenchCommand {
     /// The count-based kinds (rsbf, stable) and the timer filter at equal
     /// memory on uniform streams, against "ever seen before"; writes CSV.
     StreamKinds(crate::bench::stream_kinds::StreamKindsArgs),
+    /// Which of N Bloom filters hold a key: naive scan, Bloofi and
+    /// Flat-Bloofi in the Bloofi paper's setting; writes CSV.
+    Bloofi(crate::bench::bloofi::BloofiArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -51,5 +55,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Bench(BenchCommand::Accuracy(args)) => crate::bench::accuracy::run(&args),
         Command::Bench(BenchCommand::StreamKinds(args)) => crate::bench::stream_kinds::run(&args),
+        Command::Bench(BenchCommand::Bloofi(args)) => crate::bench::bloofi::run(&args),
     }
 }

@@ -4,11 +4,13 @@
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
+//! - [`provenance`]: which source delivered each key (`[provenance]`).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
 pub mod dedup;
 pub mod order;
+pub mod provenance;
 pub mod record;
 pub mod slice;
 

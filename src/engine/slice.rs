@@ -17,7 +17,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
+use super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
@@ -128,6 +130,9 @@ pub struct Judgment {
     /// For a record that arrived more than the lateness behind the largest
     /// time seen: by how much it missed the watermark, in ms.
     pub late_by_ms: Option<u64>,
+    /// With provenance on: the one source that may have delivered the key
+    /// before this record (then it did: the index has no false negatives).
+    pub first_source: Option<Arc<str>>,
 }
 
 /// What became of a slice record.
@@ -178,6 +183,8 @@ pub struct SliceState {
     /// Idle flushes logged after a slice offset below this one have been
     /// applied (a slice flushes at most once after a record).
     pub flushes_next: u64,
+    /// Which sources delivered which keys (`[provenance]`; `None`: off).
+    pub provenance: Option<SliceProvenance>,
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -194,6 +201,7 @@ impl PartialEq for SliceState {
             && (self.order.marks(), &self.unfilled, self.flushes_next)
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
+            && self.provenance == other.provenance
     }
 }
 
@@ -210,6 +218,16 @@ impl SliceState {
             order: ReorderBuffer::new(order),
             unfilled: Vec::new(),
             flushes_next: 0,
+            provenance: None,
+        }
+    }
+
+    /// Turns provenance on with `setup` (kept if restored with it), or off.
+    pub fn set_provenance(&mut self, setup: Option<&ProvenanceSetup>) {
+        match setup {
+            None => self.provenance = None,
+            Some(setup) if self.provenance.is_none() => self.provenance = Some(SliceProvenance::new(setup)),
+            Some(_) => {}
         }
     }
 
@@ -260,7 +278,7 @@ impl SliceState {
     ) {
         let offset = rec.offset;
         self.next_offset = offset + 1;
-        let now = |verdict| Judgment { offset, verdict, late_by_ms: None };
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None };
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
             // allocating a key per record.
@@ -292,6 +310,11 @@ impl SliceState {
         }
         let hash = KeyHash::of(self.filter.params().seed, &extracted.key);
         let time_ms = extracted.time_ms;
+        if let Some(p) = &mut self.provenance {
+            let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
+            let source = p.setup.source.of(&rec.record, topic);
+            p.arrived(offset, source);
+        }
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
     }
 
@@ -302,11 +325,12 @@ impl SliceState {
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
         mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
-        let SliceState { order, filter, counters, .. } = self;
+        let SliceState { order, filter, counters, provenance, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
+                let first = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms));
                 let verdict = match observe(filter, &item, time_ms) {
                     Verdict::Distinct => {
                         counters.distinct += 1;
@@ -317,12 +341,17 @@ impl SliceState {
                         SliceVerdict::Duplicate { equal_timers }
                     }
                 };
-                out.push(Judgment { offset: position, verdict, late_by_ms });
+                let first_source = first.filter(|_| matches!(verdict, SliceVerdict::Duplicate { .. }));
+                out.push(Judgment { offset: position, verdict, late_by_ms, first_source });
             }
             Released::Reject { time_ms, position, ahead_ms, .. } => {
                 counters.invalid += 1;
+                if let Some(p) = provenance.as_mut() {
+                    p.refused(position);
+                }
                 let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
-                out.push(Judgment { offset: position, verdict: SliceVerdict::Invalid(why), late_by_ms: None });
+                let verdict = SliceVerdict::Invalid(why);
+                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None });
             }
         };
         step(order, &mut judge);
@@ -446,8 +475,9 @@ impl SliceCopy {
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
-/// counter, order marks, flush log position and held offsets).
-pub const VERSION: u16 = 2;
+/// counter, order marks, flush log position and held offsets; 3: the
+/// provenance section). Version 2 snapshots are still read.
+pub const VERSION: u16 = 3;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -491,6 +521,17 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u32(&mut w, *partition as u32);
         put_u64(&mut w, *offset as u64);
     }
+    match &state.provenance {
+        None => w.push(0),
+        Some(p) => {
+            w.push(1);
+            let at = w.len();
+            put_u64(&mut w, 0);
+            p.encode(&mut w);
+            let len = (w.len() - at - 8) as u64;
+            w[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+    }
     put_u64(&mut w, filter_len as u64);
     w
 }
@@ -504,7 +545,23 @@ pub fn decode(
     params: &FilterParams,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    let mut r = filter_snapshot::open(bytes, MAGIC, VERSION)?;
+    decode_with(bytes, slice, params, order, None)
+}
+
+/// [`decode`] with provenance configured as `provenance`: a snapshot taken
+/// without it (or before version 3) restores with an empty provenance
+/// state; one taken with it while it is now off drops that state.
+pub fn decode_with(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+    provenance: Option<&ProvenanceSetup>,
+) -> Result<SliceState, SnapshotError> {
+    let (mut r, has_provenance) = match filter_snapshot::open(bytes, MAGIC, VERSION) {
+        Err(SnapshotError::UnsupportedVersion { got: 2, .. }) => (filter_snapshot::open(bytes, MAGIC, 2)?, false),
+        other => (other?, true),
+    };
     let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
@@ -547,10 +604,26 @@ pub fn decode(
         let offset = r.u64()? as i64;
         resend_marks.insert((topic, partition), offset);
     }
+    let mut restored_provenance = None;
+    if has_provenance {
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()? as usize;
+                let section = r.take(len)?;
+                if let Some(setup) = provenance {
+                    let mut sub = filter_snapshot::Reader::over(section);
+                    restored_provenance = Some(SliceProvenance::decode(&mut sub, setup)?);
+                    sub.finish()?;
+                }
+            }
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
+        }
+    }
     let len = r.u64()? as usize;
     let filter = filter_snapshot::decode(r.take(len)?, params)?;
     r.finish()?;
-    Ok(SliceState {
+    let mut state = SliceState {
         slice,
         filter,
         next_offset,
@@ -560,7 +633,10 @@ pub fn decode(
         order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
         unfilled,
         flushes_next,
-    })
+        provenance: restored_provenance,
+    };
+    state.set_provenance(provenance);
+    Ok(state)
 }
 
 #[cfg(test)]
