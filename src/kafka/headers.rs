@@ -19,5 +19,8 @@ pub const DETAIL: &str = "dedupd.detail";
 /// the record, and its rank in that release). Restore reads it from the last
 /// output record: the judgments up to it are replayed silently.
 pub const RELEASE: &str = "dedupd.release";
+/// On duplicates, with provenance on: the source of the first delivered
+/// copy, when only one source may have delivered the key before.
+pub const FIRST_SOURCE: &str = "dedupd.first_source";
 /// On late-topic records: how far behind the watermark the record arrived, in ms.
 pub const LATE_BY: &str = "dedupd.late_by_ms";
