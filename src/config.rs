@@ -961,6 +961,28 @@ impl Settings {
 mod tests {
     use super::*;
 
+    #[test]
+    fn provenance_is_off_by_default_and_checked() {
+        use crate::engine::provenance::SourceSpec;
+        assert!(load(&[]).unwrap().provenance.is_none());
+        let r = load(&[("DEDUPD__PROVENANCE__SOURCE", "json:/pub"), ("DEDUPD__FILTER__SLICES", "4")]).unwrap();
+        let p = r.provenance.unwrap();
+        assert_eq!(p.source, SourceSpec::Json("/pub".into()));
+        // 100000 keys per source over 4 slices at 1%: 25000 keys, 9.59 bits each, k = 7.
+        assert_eq!((p.spec.bits, p.spec.hashes), (239_627, 7));
+        assert_eq!(p.spec.keep_ms, r.filter.window_ms + r.order.lateness_ms);
+        for (key, value, message) in [
+            ("DEDUPD__PROVENANCE__SOURCE", "pub", "invalid setting provenance.source = pub: unknown provenance source"),
+            ("DEDUPD__PROVENANCE__INDEX", "btree", "invalid setting provenance.index = btree: expected auto, flat or tree"),
+            ("DEDUPD__PROVENANCE__MAX_SOURCES", "0", "invalid setting provenance.max_sources = 0: between 1"),
+            ("DEDUPD__PROVENANCE__FPR", "0.7", "invalid setting provenance.fpr = 0.7: between 0 and 0.5"),
+            ("DEDUPD__PROVENANCE__TREE_ORDER", "1", "invalid setting provenance.tree_order = 1: between 2 and 64"),
+        ] {
+            let e = load(&[("DEDUPD__PROVENANCE__SOURCE", "topic"), (key, value)]).unwrap_err().to_string();
+            assert!(e.starts_with(message), "{e}");
+        }
+    }
+
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Settings::load_from(Some(Path::new("config/dedupd.toml")), env)

@@ -23,6 +23,9 @@ fn provenance(port: u16, key: &str) -> (BTreeSet<String>, f64) {
     let answer = http_request(port, "GET", &format!("/v1/provenance?key={key}"), &[("Authorization", &bearer)])
         .expect("an answer");
     assert_eq!(answer.code, 200, "{}", answer.body);
+    if key == "k0" {
+        eprintln!("GET /v1/provenance?key=k0 -> {}", answer.body);
+    }
     let v: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(v["key"], key, "{v}");
     assert_eq!(v["owned"], true, "{v}");
@@ -90,6 +93,8 @@ fn provenance_lists_every_source_within_its_estimate() {
     assert!(wrong > 0, "a 1% filter lists some wrong source among {negatives} chances");
     assert!(share <= 1.5 * estimate, "wrongly listed share {share:.4} above 1.5 x the estimate {estimate:.4}");
     assert!(share >= estimate / 1.5, "wrongly listed share {share:.4} far below the estimate {estimate:.4}");
+    // A key endpoint: nothing without the token.
+    assert_eq!(http_get(daemon.admin_port, "/v1/provenance?key=k0").unwrap().0, 401);
     // A key never sent is listed for few sources, by chance only.
     let (none, _) = provenance(daemon.admin_port, "never-sent");
     assert!(none.len() < 5, "{none:?}");
