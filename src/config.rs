@@ -933,12 +933,8 @@ impl Settings {
                 ));
             }
         }
-        let provenance = s.provenance.resolve(
-            s.filter.slices,
-            s.filter.window,
-            s.input.lateness,
-            &s.input.topics[0],
-        )?;
+        let provenance =
+            s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
         Ok(Resolved {
             provenance,
             key,
@@ -973,7 +969,11 @@ mod tests {
         assert_eq!(p.spec.keep_ms, r.filter.window_ms + r.order.lateness_ms);
         for (key, value, message) in [
             ("DEDUPD__PROVENANCE__SOURCE", "pub", "invalid setting provenance.source = pub: unknown provenance source"),
-            ("DEDUPD__PROVENANCE__INDEX", "btree", "invalid setting provenance.index = btree: expected auto, flat or tree"),
+            (
+                "DEDUPD__PROVENANCE__INDEX",
+                "btree",
+                "invalid setting provenance.index = btree: expected auto, flat or tree",
+            ),
             ("DEDUPD__PROVENANCE__MAX_SOURCES", "0", "invalid setting provenance.max_sources = 0: between 1"),
             ("DEDUPD__PROVENANCE__FPR", "0.7", "invalid setting provenance.fpr = 0.7: between 0 and 0.5"),
             ("DEDUPD__PROVENANCE__TREE_ORDER", "1", "invalid setting provenance.tree_order = 1: between 2 and 64"),

@@ -23,8 +23,8 @@ fn provenance(port: u16, key: &str) -> (BTreeSet<String>, f64) {
     let answer = http_request(port, "GET", &format!("/v1/provenance?key={key}"), &[("Authorization", &bearer)])
         .expect("an answer");
     assert_eq!(answer.code, 200, "{}", answer.body);
-    if key == "k0" {
-        eprintln!("GET /v1/provenance?key=k0 -> {}", answer.body);
+    if key == "k1" {
+        eprintln!("GET /v1/provenance?key={key} -> {}", answer.body);
     }
     let v: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(v["key"], key, "{v}");

@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
+use super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
 use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
@@ -864,7 +864,12 @@ mod tests {
             let mut out = Vec::new();
             for i in range {
                 let headers = [("src", sources[i].as_bytes())];
-                let record = RecordView { key: Some(&keys[i]), headers: &headers, timestamp_ms: Some(times[i]), ..Default::default() };
+                let record = RecordView {
+                    key: Some(&keys[i]),
+                    headers: &headers,
+                    timestamp_ms: Some(times[i]),
+                    ..Default::default()
+                };
                 s.process(&SliceRecord { offset: i as u64, record, source: None }, &ex, &mut out);
             }
             out
@@ -886,7 +891,11 @@ mod tests {
             .clone()
             .iter()
             .map(|&(o, _)| {
-                let r = RecordView { key: Some(&keys[o as usize]), timestamp_ms: Some(times[o as usize]), ..Default::default() };
+                let r = RecordView {
+                    key: Some(&keys[o as usize]),
+                    timestamp_ms: Some(times[o as usize]),
+                    ..Default::default()
+                };
                 let (t, h) = restored.held_entry(&r, &ex).unwrap();
                 (o, t, h)
             })

@@ -126,6 +126,8 @@ impl SourceIndex for FlatBloofi {
     }
 
     fn memory_bytes(&self) -> usize {
-        self.groups.iter().flatten().map(|g| g.len() * 8).sum::<usize>() + self.id_of.len() * 4 + self.slot_of.len() * 16
+        self.groups.iter().flatten().map(|g| g.len() * 8).sum::<usize>()
+            + self.id_of.len() * 4
+            + self.slot_of.len() * 16
     }
 }

@@ -105,8 +105,8 @@ impl SourceIndex for Naive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::random::Rng;
     use crate::filter::KeyHash;
+    use crate::filter::random::Rng;
 
     const M: usize = 1_000;
     const K: u32 = 3;

@@ -176,7 +176,11 @@ impl Bloofi {
             } else {
                 self.nodes[sib].children.remove(0)
             };
-            if left { self.nodes[n].children.insert(0, c) } else { self.nodes[n].children.push(c) }
+            if left {
+                self.nodes[n].children.insert(0, c)
+            } else {
+                self.nodes[n].children.push(c)
+            }
             self.nodes[c].parent = n;
             self.recompute(sib);
             self.refresh_up(n);
