@@ -117,23 +117,16 @@ pub fn run(a: &BloofiArgs) -> anyhow::Result<()> {
     for &n in &a.filters {
         let mut rows = Vec::new();
         let mut p = Vec::new();
-        rows.push(measure("flat-bloofi", a, n, || {
-            let mut ix = FlatBloofi::new(a.bits);
+        // Inserts the N filters one by one into an empty index.
+        let mut fill = |mut ix: Box<dyn SourceIndex>| {
             (0..n).for_each(|i| ix.insert(i as u32, &filter_of(i, a, &mut p)));
-            Box::new(ix)
-        }));
+            ix
+        };
+        rows.push(measure("flat-bloofi", a, n, || fill(Box::new(FlatBloofi::new(a.bits)))));
         for (name, rule) in [("bloofi", true), ("bloofi-no-saturation-rule", false)] {
-            rows.push(measure(name, a, n, || {
-                let mut ix = Bloofi::new(a.bits, a.order, rule);
-                (0..n).for_each(|i| ix.insert(i as u32, &filter_of(i, a, &mut p)));
-                Box::new(ix)
-            }));
+            rows.push(measure(name, a, n, || fill(Box::new(Bloofi::new(a.bits, a.order, rule)))));
         }
-        rows.push(measure("naive", a, n, || {
-            let mut ix = Naive::new();
-            (0..n).for_each(|i| ix.insert(i as u32, &filter_of(i, a, &mut p)));
-            Box::new(ix)
-        }));
+        rows.push(measure("naive", a, n, || fill(Box::new(Naive::new()))));
         for r in rows {
             eprintln!(
                 "N = {n:>6} {:<26} {:>10.2} checked/query {:>10.2} µs/query {:>6.2} matches {:>12} bytes, built in {:.1} s",

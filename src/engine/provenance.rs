@@ -115,11 +115,11 @@ impl SliceProvenance {
         }
     }
 
-    /// The record at `offset` is judged: returns the one source that may
-    /// have delivered its key before (for `dedupd.first_source`), then
-    /// records its own source.
-    pub fn judged(&mut self, offset: u64, hash: &KeyHash, time_ms: u64) -> Option<Arc<str>> {
-        let first = self.sources.only_source(hash);
+    /// The record at `offset` is judged: for a duplicate, returns the one
+    /// source that may have delivered its key before (for
+    /// `dedupd.first_source`); then records the record's own source.
+    pub fn judged(&mut self, offset: u64, hash: &KeyHash, time_ms: u64, duplicate: bool) -> Option<Arc<str>> {
+        let first = if duplicate { self.sources.only_source(hash) } else { None };
         if let Some(source) = self.pending.remove(&offset) {
             self.sources.record(hash, &source, time_ms);
         }

@@ -330,7 +330,6 @@ impl SliceState {
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
-                let first = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms));
                 let verdict = match observe(filter, &item, time_ms) {
                     Verdict::Distinct => {
                         counters.distinct += 1;
@@ -341,7 +340,8 @@ impl SliceState {
                         SliceVerdict::Duplicate { equal_timers }
                     }
                 };
-                let first_source = first.filter(|_| matches!(verdict, SliceVerdict::Duplicate { .. }));
+                let duplicate = matches!(verdict, SliceVerdict::Duplicate { .. });
+                let first_source = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms, duplicate));
                 out.push(Judgment { offset: position, verdict, late_by_ms, first_source });
             }
             Released::Reject { time_ms, position, ahead_ms, .. } => {

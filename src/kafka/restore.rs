@@ -136,6 +136,11 @@ pub struct Restorer<'a> {
 }
 
 impl Restorer<'_> {
+    /// Decodes a slice snapshot with the configured filter, order and provenance.
+    fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
+        slice_codec::decode_with(bytes, slice, self.params, self.order, self.provenance)
+    }
+
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
         let mut read = ReadStats::default();
         let started = Instant::now();
@@ -157,25 +162,23 @@ impl Restorer<'_> {
                 );
                 (None, Some(m), RestoredFrom::Corrupt(Rejection::Parameters, why))
             }
-            Ok(Some((m, bytes))) => {
-                match slice_codec::decode_with(&bytes, slice, self.params, self.order, self.provenance) {
-                    Ok(mut state) => match self.refill(&mut state) {
-                        Ok(held) => {
-                            let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
-                            (Some((state, held)), Some(m), from)
-                        }
-                        Err(RefillError::Missing(why)) => {
-                            (None, Some(m), RestoredFrom::Corrupt(Rejection::HeldRecord, why))
-                        }
-                        Err(RefillError::Kafka(e)) => return Err(e),
-                    },
-                    Err(e) => {
-                        // Which snapshot: the chunks matched its manifest, the content is what is wrong.
-                        let why = format!("snapshot {} (at slice offset {}): {e}", m.seq, m.offset);
-                        (None, Some(m), RestoredFrom::Corrupt(Rejection::from(&e), why))
+            Ok(Some((m, bytes))) => match self.decode(&bytes, slice) {
+                Ok(mut state) => match self.refill(&mut state) {
+                    Ok(held) => {
+                        let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
+                        (Some((state, held)), Some(m), from)
                     }
+                    Err(RefillError::Missing(why)) => {
+                        (None, Some(m), RestoredFrom::Corrupt(Rejection::HeldRecord, why))
+                    }
+                    Err(RefillError::Kafka(e)) => return Err(e),
+                },
+                Err(e) => {
+                    // Which snapshot: the chunks matched its manifest, the content is what is wrong.
+                    let why = format!("snapshot {} (at slice offset {}): {e}", m.seq, m.offset);
+                    (None, Some(m), RestoredFrom::Corrupt(Rejection::from(&e), why))
                 }
-            }
+            },
             Ok(None) => (None, None, RestoredFrom::Empty),
             Err(ReadError::Corrupt(kind, why)) => (None, None, RestoredFrom::Corrupt(kind, why)),
             Err(ReadError::Kafka(e)) => return Err(e),

@@ -808,8 +808,10 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
                 m.provenance_dropped.with_label_values(&[&label]).inc_by(dropped - owned.published_provenance_dropped);
             }
             owned.published_provenance_dropped = dropped;
-            m.provenance_sources.with_label_values(&[&label]).set(p.sources.live_sources() as i64);
         }
+        // Exported (0) with provenance off too, as every documented metric is.
+        let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+        m.provenance_sources.with_label_values(&[&label]).set(live_sources as i64);
         m.filter_density.with_label_values(&[&label]).set(f.generations().last().map_or(0.0, |g| g.density()));
         m.filter_generations.with_label_values(&[&label]).set(f.generations().len() as i64);
         m.filter_memory_bytes.with_label_values(&[&label]).set(f.memory_bytes() as i64);

@@ -396,11 +396,10 @@ impl Provenance {
     /// Everything the state means, independent of how the indexes are laid
     /// out (a restored tree is built in another order, with the same answers).
     fn content(&self) -> impl PartialEq + '_ {
-        let gens: Vec<(u64, Vec<(u32, Option<Bits>)>)> = self
-            .generations
-            .iter()
-            .map(|g| (g.number, g.ones.keys().map(|&id| (id, g.index.get().filter(id))).collect()))
-            .collect();
+        let filters = |g: &Generation| -> Vec<(u32, Option<Bits>)> {
+            g.ones.keys().map(|&id| (id, g.index.get().filter(id))).collect()
+        };
+        let gens: Vec<_> = self.generations.iter().map(|g| (g.number, filters(g))).collect();
         (&self.spec, &self.names, self.clock_ms, self.dropped, gens)
     }
 }
