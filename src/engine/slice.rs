@@ -613,8 +613,19 @@ pub fn decode_with(
                 let section = r.take(len)?;
                 if let Some(setup) = provenance {
                     let mut sub = filter_snapshot::Reader::over(section);
-                    restored_provenance = Some(SliceProvenance::decode(&mut sub, setup)?);
-                    sub.finish()?;
+                    match SliceProvenance::decode(&mut sub, setup) {
+                        Ok(p) => {
+                            sub.finish()?;
+                            restored_provenance = Some(p);
+                        }
+                        // Provenance resized: it starts over, empty; the
+                        // slice's dedup state is still good, so it is kept.
+                        Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
+                            "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
+                             provenance starts empty"
+                        ),
+                        Err(e) => return Err(e),
+                    }
                 }
             }
             other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
@@ -925,8 +936,13 @@ mod tests {
             let listed = p.query(&KeyHash::of(params().seed, &keys[i])).sources;
             assert!(listed.iter().any(|s| **s == *sources[i]), "record {i}: {} not in {listed:?}", sources[i]);
         }
-        // Provenance turned off: the section is skipped.
+        // Provenance turned off: the section is skipped; resized: it starts
+        // empty and the rest of the slice is restored.
         assert!(decode(&bytes, 2, &params(), order(300)).unwrap().provenance.is_none());
+        let resized = ProvenanceSetup { spec: ProvenanceSpec { bits: 2_048, ..setup.spec.clone() }, ..setup.clone() };
+        let back = decode_with(&bytes, 2, &params(), order(300), Some(&resized)).unwrap();
+        assert_eq!(back.provenance.unwrap().sources.live_sources(), 0);
+        assert_eq!(back.filter, first.filter);
     }
 
     #[test]
