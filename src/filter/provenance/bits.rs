@@ -12,6 +12,19 @@ pub fn positions(hash: &KeyHash, m: usize, k: u32, out: &mut Vec<usize>) {
     out.extend(hash.probe(m as u64).take(k as usize));
 }
 
+/// Most hash functions a provenance filter may use (the settings allow 30).
+pub const MAX_HASHES: usize = 32;
+
+/// [`positions`] on the stack, for the per-record path: the positions are
+/// the first `k` of the array.
+pub fn positions_array(hash: &KeyHash, m: usize, k: u32) -> [usize; MAX_HASHES] {
+    let mut out = [0; MAX_HASHES];
+    for (slot, p) in out.iter_mut().zip(hash.probe(m as u64).take(k as usize)) {
+        *slot = p;
+    }
+    out
+}
+
 /// `m` bits in 64-bit words.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bits {

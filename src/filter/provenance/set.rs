@@ -18,7 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use super::{Bits, Bloofi, FlatBloofi, SourceIndex, positions};
+use super::bits::{MAX_HASHES, positions_array};
+use super::{Bits, Bloofi, FlatBloofi, SourceIndex};
 use crate::filter::KeyHash;
 use crate::filter::snapshot::{Reader, SnapshotError, put_u32, put_u64};
 
@@ -116,7 +117,10 @@ pub struct Provenance {
 }
 
 impl Provenance {
+    /// # Panics
+    /// If `spec.hashes` is above [`MAX_HASHES`] (the settings keep it at most 30).
     pub fn new(spec: ProvenanceSpec) -> Self {
+        assert!(spec.hashes as usize <= MAX_HASHES, "provenance hashes {} above {MAX_HASHES}", spec.hashes);
         Provenance {
             spec,
             names: Vec::new(),
@@ -183,9 +187,8 @@ impl Provenance {
             g.ones.insert(id, 0);
             self.refs[id as usize] += 1;
         }
-        let mut p = Vec::with_capacity(self.spec.hashes as usize);
-        positions(hash, m, self.spec.hashes, &mut p);
-        let newly = g.index.get_mut().add_key(id, &p);
+        let p = positions_array(hash, m, self.spec.hashes);
+        let newly = g.index.get_mut().add_key(id, &p[..self.spec.hashes as usize]);
         *g.ones.get_mut(&id).expect("just added") += u64::from(newly);
         true
     }
@@ -243,11 +246,10 @@ impl Provenance {
 
     /// The ids of the sources that may have delivered the key, ascending.
     fn ids(&self, hash: &KeyHash) -> Vec<u32> {
-        let mut p = Vec::with_capacity(self.spec.hashes as usize);
-        positions(hash, self.spec.bits, self.spec.hashes, &mut p);
+        let p = positions_array(hash, self.spec.bits, self.spec.hashes);
         let mut out = Vec::new();
         for g in &self.generations {
-            g.index.get().query(&p, &mut out);
+            g.index.get().query(&p[..self.spec.hashes as usize], &mut out);
         }
         out.sort_unstable();
         out.dedup();
