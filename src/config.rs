@@ -47,6 +47,88 @@ pub struct Settings {
     pub topics: TopicSettings,
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
+    pub provenance: ProvenanceSettings,
+}
+
+/// Which sources delivered each key (issue 16; docs/provenance.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvenanceSettings {
+    /// Where a record's source comes from: `json:/pointer`, `header:NAME` or
+    /// `topic` (the input topic); empty: provenance off.
+    pub source: String,
+    /// Most sources live at once in one slice; records of further sources
+    /// are not recorded (counted in `dedupd_provenance_dropped_total`).
+    pub max_sources: usize,
+    /// The index over a generation's source filters: `flat` (Flat-Bloofi),
+    /// `tree` (Bloofi) or `auto` (by the number of live sources).
+    pub index: String,
+    /// Distinct keys one source delivers per window, all slices together:
+    /// sizes each source's Bloom filter.
+    pub expected_keys_per_source: u64,
+    /// False-positive rate of one source's filter holding that many keys.
+    pub fpr: f64,
+    /// Order d of the Bloofi tree (2: the cheapest queries, per the paper).
+    pub tree_order: usize,
+}
+
+impl ProvenanceSettings {
+    /// The setup the slices run with, `None` when off. `slices` share a
+    /// source's keys; a generation spans the window and is kept for window +
+    /// lateness after it ends.
+    pub fn resolve(
+        &self,
+        slices: u32,
+        window_ms: u64,
+        lateness_ms: u64,
+        input_topic: &str,
+    ) -> Result<Option<crate::engine::provenance::ProvenanceSetup>, ConfigError> {
+        use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
+        if self.source.is_empty() {
+            return Ok(None);
+        }
+        let source = self.source.parse().map_err(|e| invalid("provenance.source", &self.source, e))?;
+        let index = match self.index.as_str() {
+            "auto" => IndexChoice::Auto,
+            "flat" => IndexChoice::Flat,
+            "tree" => IndexChoice::Tree,
+            other => return Err(invalid("provenance.index", other, "expected auto, flat or tree")),
+        };
+        if !(1..=1_000_000).contains(&self.max_sources) {
+            return Err(invalid("provenance.max_sources", self.max_sources, "between 1 and 1000000"));
+        }
+        if self.expected_keys_per_source == 0 {
+            return Err(invalid("provenance.expected_keys_per_source", 0, "at least 1"));
+        }
+        if !(self.fpr > 0.0 && self.fpr < 0.5) {
+            return Err(invalid("provenance.fpr", self.fpr, "between 0 and 0.5, exclusive"));
+        }
+        if !(2..=64).contains(&self.tree_order) {
+            return Err(invalid("provenance.tree_order", self.tree_order, "between 2 and 64"));
+        }
+        // The classic sizing, per slice: m = -n·ln p / ln²2, k = (m/n)·ln 2.
+        let n = self.expected_keys_per_source.div_ceil(u64::from(slices.max(1))) as f64;
+        let ln2 = std::f64::consts::LN_2;
+        let bits = (-n * self.fpr.ln() / (ln2 * ln2)).ceil().max(64.0);
+        if bits > (1u64 << 32) as f64 {
+            return Err(invalid(
+                "provenance.expected_keys_per_source",
+                self.expected_keys_per_source,
+                "one source's filter in one slice would exceed 2^32 bits: lower it or raise provenance.fpr",
+            ));
+        }
+        let hashes = ((bits / n) * ln2).round().clamp(1.0, 30.0) as u32;
+        let spec = ProvenanceSpec {
+            bits: bits as usize,
+            hashes,
+            generation_ms: window_ms.max(1),
+            keep_ms: window_ms + lateness_ms,
+            max_sources: self.max_sources,
+            index,
+            tree_order: self.tree_order,
+        };
+        Ok(Some(crate::engine::provenance::ProvenanceSetup { source, spec, input_topic: input_topic.to_string() }))
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -598,6 +680,13 @@ timeout = "30s"
 [log]
 format = "text"
 summary_interval = "60s"
+[provenance]
+source = ""
+max_sources = 1000
+index = "auto"
+expected_keys_per_source = 100000
+fpr = 0.01
+tree_order = 2
 "#;
 
 /// A loader holding the built-in defaults, the lowest layer.
@@ -625,6 +714,8 @@ pub struct Resolved {
     pub order: OrderSettings,
     /// `log.format`.
     pub log_format: LogFormat,
+    /// `[provenance]`; `None`: off.
+    pub provenance: Option<crate::engine::provenance::ProvenanceSetup>,
 }
 
 impl Resolved {
@@ -923,7 +1014,10 @@ impl Settings {
                 ));
             }
         }
+        let provenance =
+            s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
         Ok(Resolved {
+            provenance,
             key,
             time,
             filter,
@@ -943,6 +1037,32 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provenance_is_off_by_default_and_checked() {
+        use crate::engine::provenance::SourceSpec;
+        assert!(load(&[]).unwrap().provenance.is_none());
+        let r = load(&[("DEDUPD__PROVENANCE__SOURCE", "json:/pub"), ("DEDUPD__FILTER__SLICES", "4")]).unwrap();
+        let p = r.provenance.unwrap();
+        assert_eq!(p.source, SourceSpec::Json("/pub".into()));
+        // 100000 keys per source over 4 slices at 1%: 25000 keys, 9.59 bits each, k = 7.
+        assert_eq!((p.spec.bits, p.spec.hashes), (239_627, 7));
+        assert_eq!(p.spec.keep_ms, r.filter.window_ms + r.order.lateness_ms);
+        for (key, value, message) in [
+            ("DEDUPD__PROVENANCE__SOURCE", "pub", "invalid setting provenance.source = pub: unknown provenance source"),
+            (
+                "DEDUPD__PROVENANCE__INDEX",
+                "btree",
+                "invalid setting provenance.index = btree: expected auto, flat or tree",
+            ),
+            ("DEDUPD__PROVENANCE__MAX_SOURCES", "0", "invalid setting provenance.max_sources = 0: between 1"),
+            ("DEDUPD__PROVENANCE__FPR", "0.7", "invalid setting provenance.fpr = 0.7: between 0 and 0.5"),
+            ("DEDUPD__PROVENANCE__TREE_ORDER", "1", "invalid setting provenance.tree_order = 1: between 2 and 64"),
+        ] {
+            let e = load(&[("DEDUPD__PROVENANCE__SOURCE", "topic"), (key, value)]).unwrap_err().to_string();
+            assert!(e.starts_with(message), "{e}");
+        }
+    }
 
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));

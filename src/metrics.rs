@@ -24,6 +24,10 @@ pub struct Metrics {
     pub generations_created: IntCounterVec,
     pub generations_dropped: IntCounterVec,
     pub saturated_inserts: IntCounterVec,
+    /// Records whose source was not recorded: `provenance.max_sources` others were live.
+    pub provenance_dropped: IntCounterVec,
+    /// Sources live in a slice's provenance index.
+    pub provenance_sources: IntGaugeVec,
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
     pub checkpoint_duration: Histogram,
@@ -127,6 +131,16 @@ impl Metrics {
             generations_dropped: b.counter(
                 "dedupd_filter_generations_dropped_total",
                 "Generations dropped when expired.",
+                &["slice"],
+            ),
+            provenance_dropped: b.counter(
+                "dedupd_provenance_dropped_total",
+                "Records whose source was not recorded for provenance: provenance.max_sources others were live.",
+                &["slice"],
+            ),
+            provenance_sources: b.int_gauge(
+                "dedupd_provenance_sources",
+                "Sources live in the slice's provenance index.",
                 &["slice"],
             ),
             saturated_inserts: b.counter(
@@ -264,6 +278,7 @@ impl Metrics {
             &self.generations_created,
             &self.generations_dropped,
             &self.saturated_inserts,
+            &self.provenance_dropped,
         ] {
             counter.with_label_values(&[&label]);
         }
@@ -276,6 +291,7 @@ impl Metrics {
         let _ = self.filter_generations.remove_label_values(&[&label]);
         let _ = self.filter_memory_bytes.remove_label_values(&[&label]);
         let _ = self.filter_estimated_fpr.remove_label_values(&[&label]);
+        let _ = self.provenance_sources.remove_label_values(&[&label]);
         let _ = self.checkpoint_bytes.remove_label_values(&[&label]);
         let _ = self.checkpoint_age.remove_label_values(&[&label]);
         let _ = self.consumer_lag.remove_label_values(&[&label]);

@@ -120,6 +120,9 @@ pub struct Status {
     /// Set by the slice workers once they run.
     pub delete: Mutex<Option<DeleteFn>>,
     pub deletes: DeleteBoard,
+    /// Answers `/v1/provenance`; set by the slice workers when
+    /// `[provenance]` is on (else the endpoint answers 404).
+    pub provenance: Mutex<Option<LookupFn>>,
     /// When the slice consumer last received anything from a broker, as
     /// librdkafka's statistics tell (None before the first statistics).
     /// A stopped or unreachable broker keeps its connections open without
@@ -282,7 +285,10 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
 /// The endpoints that reveal or change keys. [`router`] puts them behind
 /// the token check and the key-endpoint concurrency limit.
 fn key_routes() -> Router<Shared> {
-    Router::new().route("/v1/lookup", get(lookup)).route("/v1/keys/{*key}", axum::routing::delete(delete_key))
+    Router::new()
+        .route("/v1/lookup", get(lookup))
+        .route("/v1/keys/{*key}", axum::routing::delete(delete_key))
+        .route("/v1/provenance", get(provenance))
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
@@ -322,15 +328,40 @@ async fn slices(State(shared): State<Shared>) -> Response {
 }
 
 async fn lookup(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    key_answer(shared, query, "/v1/lookup", |s| &s.lookup).await
+}
+
+async fn provenance(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    if shared.provenance_off() {
+        return text(StatusCode::NOT_FOUND, "provenance is off: set provenance.source to turn it on\n");
+    }
+    key_answer(shared, query, "/v1/provenance", |s| &s.provenance).await
+}
+
+impl Shared {
+    /// `/v1/provenance` is not served: the workers run without `[provenance]`.
+    fn provenance_off(&self) -> bool {
+        self.status.lookup.lock().expect("status lock").is_some()
+            && self.status.provenance.lock().expect("status lock").is_none()
+    }
+}
+
+/// Answers a key endpoint with the function `pick` chooses.
+async fn key_answer(
+    shared: Shared,
+    query: Option<String>,
+    path: &str,
+    pick: fn(&Status) -> &Mutex<Option<LookupFn>>,
+) -> Response {
     // Keys are bytes: the query is percent-decoded here, not as UTF-8 text.
     let Some(key) = query.as_deref().and_then(|q| query_param(q, "key")) else {
-        return text(StatusCode::BAD_REQUEST, "usage: /v1/lookup?key=URL-ENCODED-KEY\n");
+        return text(StatusCode::BAD_REQUEST, format!("usage: {path}?key=URL-ENCODED-KEY\n"));
     };
-    // The lookup takes the slice workers' lock, which a worker holds while
+    // The answer takes the slice workers' lock, which a worker holds while
     // it judges a batch: off the async threads, which serve /metrics.
     let status = shared.status;
     let answer =
-        tokio::task::spawn_blocking(move || status.lookup.lock().expect("status lock").as_ref().map(|f| f(&key)));
+        tokio::task::spawn_blocking(move || pick(&status).lock().expect("status lock").as_ref().map(|f| f(&key)));
     match answer.await {
         Ok(Some(value)) => json(&value),
         Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),

@@ -11,12 +11,15 @@
 //!   slices, failures, pipelining, Bloom trees), for `dedupd bench design-space`.
 //! - [`design_space`]: the paper's §7 experiments on the simulator
 //!   (`dedupd bench design-space`, docs/paper-reproduction.md).
+//! - [`bloofi`]: the provenance indexes (naive, Bloofi, Flat-Bloofi) in the
+//!   Bloofi paper's setting (`dedupd bench bloofi`, docs/provenance.md).
 //! - [`stream_kinds`]: RSBF vs SBF vs the timer filter at equal memory on
 //!   unbounded uniform streams (`dedupd bench stream-kinds`).
 //! - [`spectral`]: the Spectral Bloom Filter's error rates against the
 //!   paper's formulas, and windowed counts against exact ones (`dedupd bench spectral`).
 
 pub mod accuracy;
+pub mod bloofi;
 pub mod clicks;
 pub mod design_space;
 pub mod oracle;

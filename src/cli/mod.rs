@@ -6,6 +6,7 @@
 //! - `dedupd bench stream-kinds`: RSBF vs SBF vs the timer filter (docs/rsbf-stable.md).
 //! - `dedupd bench design-space`: the paper's §7 on a simulator (docs/paper-reproduction.md).
 //! - `dedupd bench spectral`: Spectral Bloom Filter accuracy (docs/spectral.md).
+//! - `dedupd bench bloofi`: the provenance indexes against the naive scan (docs/provenance.md).
 
 pub mod checkpoint;
 pub mod filter;
@@ -58,6 +59,9 @@ pub enum BenchCommand {
     /// Spectral Bloom Filters: MS, RM and MI error rates against the paper's
     /// formulas, and windowed counts against exact ones; prints CSV.
     Spectral(crate::bench::spectral::SpectralArgs),
+    /// Which of N Bloom filters hold a key: naive scan, Bloofi and
+    /// Flat-Bloofi in the Bloofi paper's setting; writes CSV.
+    Bloofi(crate::bench::bloofi::BloofiArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -72,5 +76,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Keys(command) => keys::run(command),
         Command::Checkpoint(command) => checkpoint::run(command),
         Command::Bench(BenchCommand::Spectral(args)) => crate::bench::spectral::run(&args),
+        Command::Bench(BenchCommand::Bloofi(args)) => crate::bench::bloofi::run(&args),
     }
 }

@@ -163,6 +163,9 @@ pub fn merge(
             resend_marks: resend_marks.clone(),
             counters,
             count: None,
+            // Which sources saw a key is not merged: a merged slice's
+            // provenance starts empty (docs/deletion-merge.md).
+            provenance: None,
             passthrough: false,
             order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
             unfilled: Vec::new(),

@@ -6,6 +6,7 @@
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
 //! - [`counting`]: the counting stage — frequency limits and flags from
 //!   windowed Spectral Bloom Filter counts.
+//! - [`provenance`]: which source delivered each key (`[provenance]`).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
@@ -13,6 +14,7 @@ pub mod counting;
 pub mod dedup;
 pub mod merge;
 pub mod order;
+pub mod provenance;
 pub mod record;
 pub mod slice;
 

@@ -17,8 +17,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
+use super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::record::{Extractor, InvalidRecord, RecordView};
 use crate::filter::copy::CHUNK_BYTES;
 use crate::filter::count::{self as count_codec, CountFilter};
@@ -129,6 +131,9 @@ pub struct Judgment {
     /// For a record that arrived more than the lateness behind the largest
     /// time seen: by how much it missed the watermark, in ms.
     pub late_by_ms: Option<u64>,
+    /// With provenance on: the one source that may have delivered the key
+    /// before this record (then it did: the index has no false negatives).
+    pub first_source: Option<Arc<str>>,
 }
 
 /// What became of a slice record.
@@ -197,6 +202,8 @@ pub struct SliceState {
     /// Idle flushes logged after a slice offset below this one have been
     /// applied (a slice flushes at most once after a record).
     pub flushes_next: u64,
+    /// Which sources delivered which keys (`[provenance]`; `None`: off).
+    pub provenance: Option<SliceProvenance>,
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -213,6 +220,7 @@ impl PartialEq for SliceState {
             && (self.order.marks(), &self.unfilled, self.flushes_next)
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
+            && self.provenance == other.provenance
     }
 }
 
@@ -230,6 +238,16 @@ impl SliceState {
             order: ReorderBuffer::new(order),
             unfilled: Vec::new(),
             flushes_next: 0,
+            provenance: None,
+        }
+    }
+
+    /// Turns provenance on with `setup` (kept if restored with it), or off.
+    pub fn set_provenance(&mut self, setup: Option<&ProvenanceSetup>) {
+        match setup {
+            None => self.provenance = None,
+            Some(setup) if self.provenance.is_none() => self.provenance = Some(SliceProvenance::new(setup)),
+            Some(_) => {}
         }
     }
 
@@ -276,7 +294,7 @@ impl SliceState {
     ) {
         let offset = rec.offset;
         self.next_offset = offset + 1;
-        let now = |verdict| Judgment { offset, verdict, late_by_ms: None };
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None };
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
             // allocating a key per record.
@@ -308,6 +326,11 @@ impl SliceState {
         }
         let hash = KeyHash::of(self.hash_seed(), &extracted.key);
         let time_ms = extracted.time_ms;
+        if let Some(p) = &mut self.provenance {
+            let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
+            let source = p.setup.source.of(&rec.record, topic);
+            p.arrived(offset, source);
+        }
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
     }
 
@@ -341,7 +364,7 @@ impl SliceState {
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
         mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
-        let SliceState { order, filter, count, counters, .. } = self;
+        let SliceState { order, filter, count, counters, provenance, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
@@ -364,12 +387,18 @@ impl SliceState {
                         SliceVerdict::Duplicate { equal_timers }
                     }
                 };
-                out.push(Judgment { offset: position, verdict, late_by_ms });
+                let duplicate = matches!(verdict, SliceVerdict::Duplicate { .. });
+                let first_source = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms, duplicate));
+                out.push(Judgment { offset: position, verdict, late_by_ms, first_source });
             }
             Released::Reject { time_ms, position, ahead_ms, .. } => {
                 counters.invalid += 1;
+                if let Some(p) = provenance.as_mut() {
+                    p.refused(position);
+                }
                 let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
-                out.push(Judgment { offset: position, verdict: SliceVerdict::Invalid(why), late_by_ms: None });
+                let verdict = SliceVerdict::Invalid(why);
+                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None });
             }
         };
         step(order, &mut judge);
@@ -536,8 +565,9 @@ impl SliceCopy {
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
-/// counter, order marks, flush log position and held offsets).
-pub const VERSION: u16 = 2;
+/// counter, order marks, flush log position and held offsets; 3: the
+/// provenance section). Version 2 snapshots are still read.
+pub const VERSION: u16 = 3;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -599,6 +629,17 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u32(&mut w, *partition as u32);
         put_u64(&mut w, *offset as u64);
     }
+    match &state.provenance {
+        None => w.push(0),
+        Some(p) => {
+            w.push(1);
+            let at = w.len();
+            put_u64(&mut w, 0);
+            p.encode(&mut w);
+            let len = (w.len() - at - 8) as u64;
+            w[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+    }
     put_u64(&mut w, filter_len as u64);
     w
 }
@@ -612,7 +653,23 @@ pub fn decode(
     params: &FilterParams,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    let mut r = filter_snapshot::open(bytes, MAGIC, VERSION)?;
+    decode_with(bytes, slice, params, order, None)
+}
+
+/// [`decode`] with provenance configured as `provenance`: a snapshot taken
+/// without it (or before version 3) restores with an empty provenance
+/// state; one taken with it while it is now off drops that state.
+pub fn decode_with(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+    provenance: Option<&ProvenanceSetup>,
+) -> Result<SliceState, SnapshotError> {
+    let (mut r, has_provenance) = match filter_snapshot::open(bytes, MAGIC, VERSION) {
+        Err(SnapshotError::UnsupportedVersion { got: 2, .. }) => (filter_snapshot::open(bytes, MAGIC, 2)?, false),
+        other => (other?, true),
+    };
     let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
@@ -655,6 +712,33 @@ pub fn decode(
         let offset = r.u64()? as i64;
         resend_marks.insert((topic, partition), offset);
     }
+    let mut restored_provenance = None;
+    if has_provenance {
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()? as usize;
+                let section = r.take(len)?;
+                if let Some(setup) = provenance {
+                    let mut sub = filter_snapshot::Reader::over(section);
+                    match SliceProvenance::decode(&mut sub, setup) {
+                        Ok(p) => {
+                            sub.finish()?;
+                            restored_provenance = Some(p);
+                        }
+                        // Provenance resized: it starts over, empty; the
+                        // slice's dedup state is still good, so it is kept.
+                        Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
+                            "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
+                             provenance starts empty"
+                        ),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
+        }
+    }
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
@@ -675,7 +759,7 @@ pub fn decode(
             None => (filter_snapshot::decode(filter_bytes, params)?, None),
         },
     };
-    Ok(SliceState {
+    let mut state = SliceState {
         slice,
         filter,
         count,
@@ -686,11 +770,16 @@ pub fn decode(
         order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
         unfilled,
         flushes_next,
-    })
+        provenance: restored_provenance,
+    };
+    state.set_provenance(provenance);
+    Ok(state)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
     use crate::filter::FilterSpec;
 
@@ -956,6 +1045,106 @@ mod tests {
             assert!(e.to_string().contains("kind = timer"), "{e}");
             assert_ne!(configured.fingerprint(), count_params(other).fingerprint());
         }
+    }
+
+    /// With provenance on, records held for the watermark keep their source
+    /// across a snapshot: the restored slice's provenance and judgments
+    /// (first sources included) are the uninterrupted one's; every source
+    /// of a key is listed; a snapshot read without provenance drops it.
+    #[test]
+    fn provenance_survives_a_snapshot_with_held_records() {
+        use crate::engine::provenance::{ProvenanceSetup, SourceSpec};
+        use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
+        let setup = ProvenanceSetup {
+            source: SourceSpec::Header("src".into()),
+            spec: ProvenanceSpec {
+                bits: 4_096,
+                hashes: 5,
+                generation_ms: 1_000,
+                keep_ms: 1_300,
+                max_sources: 100,
+                index: IndexChoice::Tree,
+                tree_order: 2,
+            },
+            input_topic: "in".into(),
+        };
+        let ex = extractor();
+        let mut rng = crate::bench::workload::Rng::new(8);
+        let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();
+        let sources: Vec<String> = (0..2_000).map(|_| format!("s{}", rng.below(12))).collect();
+        let times: Vec<i64> = (0..2_000i64).map(|i| 10_000 + i / 4 + rng.below(200) as i64).collect();
+        let feed = |s: &mut SliceState, range: std::ops::Range<usize>| {
+            let mut out = Vec::new();
+            for i in range {
+                let headers = [("src", sources[i].as_bytes())];
+                let record = RecordView {
+                    key: Some(&keys[i]),
+                    headers: &headers,
+                    timestamp_ms: Some(times[i]),
+                    ..Default::default()
+                };
+                s.process(&SliceRecord { offset: i as u64, record, source: None }, &ex, &mut out);
+            }
+            out
+        };
+        let fresh = || {
+            let mut s = SliceState::new(2, params(), 0, order(300));
+            s.set_provenance(Some(&setup));
+            s
+        };
+        let mut whole = fresh();
+        let expected = feed(&mut whole, 0..2_000);
+        let mut first = fresh();
+        let mut got = feed(&mut first, 0..1_100);
+        assert!(!first.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
+        let bytes = encode(&first);
+        let mut restored = decode_with(&bytes, 2, &params(), order(300), Some(&setup)).unwrap();
+        let reread = restored
+            .unfilled
+            .clone()
+            .iter()
+            .map(|&(o, _)| {
+                let r = RecordView {
+                    key: Some(&keys[o as usize]),
+                    timestamp_ms: Some(times[o as usize]),
+                    ..Default::default()
+                };
+                let (t, h) = restored.held_entry(&r, &ex).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        restored.refill(reread).unwrap();
+        assert_eq!(restored, first);
+        got.extend(feed(&mut restored, 1_100..2_000));
+        assert_eq!(got, expected);
+        assert_eq!(restored, whole);
+        // The first sources named are right: the first copy in time order
+        // (ties by offset) of each key judged a duplicate.
+        let mut by_time: Vec<usize> = (0..2_000).collect();
+        by_time.sort_by_key(|&i| (times[i], i));
+        let mut first_of = BTreeMap::new();
+        for &i in &by_time {
+            first_of.entry(keys[i]).or_insert(&sources[i]);
+        }
+        let named: Vec<&Judgment> = expected.iter().filter(|j| j.first_source.is_some()).collect();
+        assert!(named.len() > 100, "{} first sources named", named.len());
+        for j in named {
+            assert_eq!(j.first_source.as_deref(), Some(first_of[&keys[j.offset as usize]].as_str()), "{j:?}");
+        }
+        // Every source of a key judged in the kept generations is listed.
+        let p = &whole.provenance.as_ref().unwrap().sources;
+        let judged: BTreeSet<u64> = expected.iter().map(|j| j.offset).collect();
+        for i in (0..2_000).filter(|&i| judged.contains(&(i as u64)) && times[i] >= 11_000) {
+            let listed = p.query(&KeyHash::of(params().seed, &keys[i])).sources;
+            assert!(listed.iter().any(|s| **s == *sources[i]), "record {i}: {} not in {listed:?}", sources[i]);
+        }
+        // Provenance turned off: the section is skipped; resized: it starts
+        // empty and the rest of the slice is restored.
+        assert!(decode(&bytes, 2, &params(), order(300)).unwrap().provenance.is_none());
+        let resized = ProvenanceSetup { spec: ProvenanceSpec { bits: 2_048, ..setup.spec.clone() }, ..setup.clone() };
+        let back = decode_with(&bytes, 2, &params(), order(300), Some(&resized)).unwrap();
+        assert_eq!(back.provenance.unwrap().sources.live_sources(), 0);
+        assert_eq!(back.filter, first.filter);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!   the reservoir-sampling and Stable Bloom filters; [`random`]: their seeded PRNG.
 //! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
 //!   windowed counts for frequency limits.
+//! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
 
 pub(crate) mod cells;
 pub mod copy;
@@ -21,6 +22,7 @@ pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
 pub mod params;
+pub mod provenance;
 pub mod random;
 pub mod rsbf;
 pub mod sizing;

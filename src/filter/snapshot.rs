@@ -373,6 +373,11 @@ pub struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
+    /// Reads `bytes` from their start (a section already inside an opened envelope).
+    pub fn over(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0 }
+    }
+
     /// Fails unless every byte was read.
     pub fn finish(&self) -> Result<(), SnapshotError> {
         if self.at == self.bytes.len() {

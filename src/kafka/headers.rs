@@ -19,6 +19,9 @@ pub const DETAIL: &str = "dedupd.detail";
 /// the record, and its rank in that release). Restore reads it from the last
 /// output record: the judgments up to it are replayed silently.
 pub const RELEASE: &str = "dedupd.release";
+/// On duplicates, with provenance on: the source of the first delivered
+/// copy, when only one source may have delivered the key before.
+pub const FIRST_SOURCE: &str = "dedupd.first_source";
 /// On late-topic records: how far behind the watermark the record arrived, in ms.
 pub const LATE_BY: &str = "dedupd.late_by_ms";
 /// On slice-log records written by `DELETE /v1/keys/{key}`: the record is a

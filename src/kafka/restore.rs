@@ -22,6 +22,7 @@ use super::checkpoint::{
 use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
 use crate::config::CorruptPolicy;
+use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::filter::FilterParams;
@@ -130,9 +131,16 @@ pub struct Restorer<'a> {
     pub on_corrupt: CorruptPolicy,
     /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
     pub rejected: &'a prometheus::IntCounterVec,
+    /// `[provenance]`, restored with the slice (`None`: off).
+    pub provenance: Option<&'a ProvenanceSetup>,
 }
 
 impl Restorer<'_> {
+    /// Decodes a slice snapshot with the configured filter, order and provenance.
+    fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
+        slice_codec::decode_with(bytes, slice, self.params, self.order, self.provenance)
+    }
+
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
         let mut read = ReadStats::default();
         let started = Instant::now();
@@ -154,7 +162,7 @@ impl Restorer<'_> {
                 );
                 (None, Some(m), RestoredFrom::Corrupt(Rejection::Parameters, why))
             }
-            Ok(Some((m, bytes))) => match slice_codec::decode(&bytes, slice, self.params, self.order) {
+            Ok(Some((m, bytes))) => match self.decode(&bytes, slice) {
                 Ok(mut state) => match self.refill(&mut state) {
                     Ok(held) => {
                         let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
@@ -198,7 +206,9 @@ impl Restorer<'_> {
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                (SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order), BTreeMap::new())
+                let mut fresh = SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order);
+                fresh.set_provenance(self.provenance);
+                (fresh, BTreeMap::new())
             }
         };
         let mut last = None;

@@ -93,6 +93,8 @@ struct Owned {
     published: SliceCounters,
     /// Filter counters already published: generations created, dropped, saturated inserts.
     published_filter: [u64; 3],
+    /// `dedupd_provenance_dropped_total` already published.
+    published_provenance_dropped: u64,
 }
 
 /// Everything the worker loop and its rebalance callbacks share.
@@ -391,6 +393,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
+        provenance: deps.cfg.provenance.as_ref(),
     };
     let mut point = restorer.restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
@@ -407,6 +410,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         copying: None,
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
+        published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         state: point.state,
         replay_until: point.replay_until,
         held: point.held.into_iter().collect(),
@@ -426,11 +430,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
 fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::LookupFn {
     let (deps, inner) = (deps.clone(), inner.clone());
     Box::new(move |key: &[u8]| {
-        let hash = crate::filter::KeyHash::of(deps.params.seed, key);
-        let home = match deps.cfg.slicing {
-            SlicingMode::Repartition => Some(hash.slice(deps.cfg.settings.filter.slices)),
-            SlicingMode::InputPartitions => None,
-        };
+        let (hash, home) = home_slice(&deps, key);
         let inner = inner.lock().expect("worker lock");
         let results: Vec<serde_json::Value> = inner
             .slices
@@ -462,6 +462,47 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
             "slice": home,
             "owned": !results.is_empty(),
             "results": results,
+        })
+    })
+}
+
+/// A key's hash and the slice that judges it: `H_S(key)` in repartition
+/// mode; `None` with input-partitions (the producer's partitioner chose it,
+/// so every owned slice is asked).
+fn home_slice(deps: &Deps, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
+    let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+    let home = match deps.cfg.slicing {
+        SlicingMode::Repartition => Some(hash.slice(deps.cfg.settings.filter.slices)),
+        SlicingMode::InputPartitions => None,
+    };
+    (hash, home)
+}
+
+/// The `/v1/provenance` answer for a key: every source that may have
+/// delivered it inside what the owned slices keep (no false negatives), and
+/// the estimated probability that a source which did not is listed (the
+/// largest over the slices asked).
+fn provenance_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let (hash, home) = home_slice(&deps, key);
+        let inner = inner.lock().expect("worker lock");
+        let mut sources = std::collections::BTreeSet::new();
+        let (mut owned, mut estimated_fpr) = (false, 0.0f64);
+        for (_, o) in inner.slices.iter().filter(|(s, _)| home.is_none_or(|h| h == **s)) {
+            if let Some(p) = &o.state.provenance {
+                owned = true;
+                let answer = p.sources.query(&hash);
+                sources.extend(answer.sources.iter().map(|s| s.to_string()));
+                estimated_fpr = estimated_fpr.max(answer.estimated_fpr);
+            }
+        }
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "sources": sources,
+            "estimated_fpr": estimated_fpr,
+            "slice": home,
+            "owned": owned,
         })
     })
 }
@@ -647,6 +688,9 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         move |slice| owner.lock().expect("worker lock").slices.contains_key(&slice),
     )?;
     *deps.status.delete.lock().expect("status lock") = Some(delete);
+    if deps.cfg.provenance.is_some() {
+        *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(&deps, &inner));
+    }
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
     // Statistics feed the consumer-lag gauge; no other client asks for them.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
@@ -791,6 +835,16 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             }
         }
         owned.published_filter = now;
+        if let Some(p) = &owned.state.provenance {
+            let dropped = p.sources.dropped();
+            if dropped > owned.published_provenance_dropped {
+                m.provenance_dropped.with_label_values(&[&label]).inc_by(dropped - owned.published_provenance_dropped);
+            }
+            owned.published_provenance_dropped = dropped;
+        }
+        // Exported (0) with provenance off too, as every documented metric is.
+        let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+        m.provenance_sources.with_label_values(&[&label]).set(live_sources as i64);
         // A count kind: the fraction of ones (rsbf) or of non-zero cells
         // (stable) stands for the density, its design FPR for the estimate.
         let (density, estimated_fpr, memory_bytes) = match &owned.state.count {
@@ -1069,7 +1123,11 @@ fn emit_one<M: Message>(
         SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = format!("filter;equal_timers={equal_timers}");
-            send(deps, &out.duplicates_topic, slice, msg, &[ids[0], ids[1], (headers::RULE, rule.as_bytes())])
+            let mut extra = vec![ids[0], ids[1], (headers::RULE, rule.as_bytes())];
+            if let Some(first) = &j.first_source {
+                extra.push((headers::FIRST_SOURCE, first.as_bytes()));
+            }
+            send(deps, &out.duplicates_topic, slice, msg, &extra)
         }
         SliceVerdict::Resend if !out.duplicates_topic.is_empty() => {
             send(deps, &out.duplicates_topic, slice, msg, &[ids[0], ids[1], (headers::RULE, b"resend")])
