@@ -14,6 +14,7 @@ mod support;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use dedupd::engine::slice::VERSION as SLICE_SNAPSHOT_VERSION;
 use dedupd::filter::snapshot::seal_in_place;
 use dedupd::kafka::checkpoint::{MANIFEST_VERSION, Manifest};
 use support::*;
@@ -130,7 +131,10 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
                 b[8..10].copy_from_slice(&7u16.to_le_bytes());
                 reseal(&mut b);
                 write_whole(topic, slice, m, &b);
-                ("version", format!("{which}: snapshot format version 7 is not supported (expected 2)"))
+                (
+                    "version",
+                    format!("{which}: snapshot format version 7 is not supported (expected {SLICE_SNAPSHOT_VERSION})"),
+                )
             }
             // A snapshot taken with another hash seed, under a manifest
             // claiming this filter's parameters: the snapshot's own
