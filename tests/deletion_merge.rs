@@ -92,11 +92,18 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
         assert!(answer.body.contains("not in the window"), "{answer:?}");
     }
 
+    // An input record that carries a `dedupd.delete` header of its own (and
+    // the Kafka key k7): a record like any other — judged (a copy of k5),
+    // not taken for a delete request of k7 and not dropped.
+    let mut forged = click(5_000, "k5", BASE_TS + 9_990, 0);
+    forged.key = Some(b"k7".to_vec());
+    forged.headers.push(("dedupd.delete".into(), Vec::new()));
+    produce(&input, &[forged]);
     // Every key again, 10 s later (inside the 60 s window).
     let again = clicks(400, 600, 300, BASE_TS + 10_000, 10);
     produce(&input, &again);
-    wait_processed(&[&with], 1000, Duration::from_secs(60));
-    wait_processed(&[&without], 1000, Duration::from_secs(60));
+    wait_processed(&[&with], 1001, Duration::from_secs(60));
+    wait_processed(&[&without], 1001, Duration::from_secs(60));
 
     let (got_with, got_without) =
         (delivered_seqs(&format!("{with_app}.out")), delivered_seqs(&format!("{without_app}.out")));
@@ -107,8 +114,11 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
     let missing: BTreeSet<u64> = got_without.difference(&got_with).copied().collect();
     assert_eq!(extra, expected_extra, "only the first copy of each deleted key is delivered in addition");
     assert!(missing.is_empty(), "records delivered without the delete but not with it: {missing:?}");
-    // The stream itself was deduplicated: each key once in the first part.
+    // The stream itself was deduplicated: each key once in the first part
+    // (k7 was not forgotten by the forged record, and the forged copy of k5
+    // was not delivered).
     assert_eq!(got_without.len(), 300, "{} distinct keys delivered", got_without.len());
+    assert!(!got_with.contains(&5_000) && !got_without.contains(&5_000));
 
     for d in [&mut with, &mut without] {
         d.terminate(Duration::from_secs(30));

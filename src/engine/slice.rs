@@ -566,7 +566,9 @@ impl SliceCopy {
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
 /// counter, order marks, flush log position and held offsets; 3: the
-/// provenance section). Version 2 snapshots are still read.
+/// provenance section). A slice without provenance is written as version
+/// 2, byte for byte, so the release before provenance can restore it; both
+/// are read.
 pub const VERSION: u16 = 3;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
@@ -603,7 +605,10 @@ fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
 
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
-    let mut w = filter_snapshot::begin(MAGIC, VERSION, 128);
+    // Without provenance the envelope is version 2's, byte for byte, so a
+    // release before provenance can still restore it (a rollback).
+    let version = if state.provenance.is_some() { VERSION } else { 2 };
+    let mut w = filter_snapshot::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
     let c = &state.counters;
@@ -630,7 +635,7 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u64(&mut w, *offset as u64);
     }
     match &state.provenance {
-        None => w.push(0),
+        None => {}
         Some(p) => {
             w.push(1);
             let at = w.len();
@@ -841,6 +846,17 @@ mod tests {
         assert_eq!(one(&mut s, &rec(5, b"d", 14, other), &ex), SliceVerdict::Distinct);
         assert_eq!(s.next_offset, 6);
         assert_eq!(s.counters, SliceCounters { distinct: 4, duplicates: 1, resends: 1, invalid: 0, late: 0 });
+    }
+
+    /// Without provenance the envelope is version 2 (a rollback to the
+    /// release before provenance still restores it); with it, version 3.
+    #[test]
+    fn the_envelope_is_version_2_without_provenance() {
+        let mut s = fresh(0, params());
+        one(&mut s, &rec(0, b"a", 10, None), &extractor());
+        let bytes = encode(&s);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 2);
+        assert_eq!(decode(&bytes, 0, &params(), immediate()).unwrap(), s);
     }
 
     #[test]
@@ -1098,6 +1114,7 @@ mod tests {
         let mut got = feed(&mut first, 0..1_100);
         assert!(!first.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
         let bytes = encode(&first);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION, "with provenance: version 3");
         let mut restored = decode_with(&bytes, 2, &params(), order(300), Some(&setup)).unwrap();
         let reread = restored
             .unfilled

@@ -378,8 +378,13 @@ impl FilterParams {
     pub fn fingerprint(&self) -> String {
         if let Some(count) = &self.count {
             // A count kind's state is its own filter's (the idle timer
-            // filter's is empty by construction); resolve validated it.
-            return count.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", count.kind.as_str()));
+            // filter's is empty by construction); resolve validated it. The
+            // lateness decides which records a snapshot holds, as for timers.
+            let own = count.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", count.kind.as_str()));
+            return match self.lateness_ms {
+                None => own,
+                Some(l) => format!("{own},lateness_ms={l}"),
+            };
         }
         let standard = format!(
             "seed={:#x},cells={},hashes={},timer_bits={},tick_ms={},window_ms={}",

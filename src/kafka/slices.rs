@@ -945,8 +945,16 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     owned.last_arrival = Instant::now();
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    if deps.cfg.slicing == SlicingMode::Repartition && header_list.iter().any(|(k, _)| *k == headers::DELETE) {
-        // A delete request (see `super::deletes`): applied here, in the log's order.
+    // A delete request (see `super::deletes`), applied here, in the log's
+    // order. Only the admin endpoint writes one: it has no router stamp,
+    // while every record the router copies has one — so an input record
+    // that carries a `dedupd.delete` header of its own is judged as the
+    // record it is, never taken for a request (nor dropped).
+    let is_delete = |k: &str| k == headers::DELETE;
+    if deps.cfg.slicing == SlicingMode::Repartition
+        && header_list.iter().any(|(k, _)| is_delete(k))
+        && !header_list.iter().any(|(k, _)| *k == headers::SOURCE)
+    {
         let key = msg.key().unwrap_or_default();
         let outcome = match owned.copying.as_mut() {
             Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
