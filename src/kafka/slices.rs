@@ -950,9 +950,8 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     // while every record the router copies has one — so an input record
     // that carries a `dedupd.delete` header of its own is judged as the
     // record it is, never taken for a request (nor dropped).
-    let is_delete = |k: &str| k == headers::DELETE;
     if deps.cfg.slicing == SlicingMode::Repartition
-        && header_list.iter().any(|(k, _)| is_delete(k))
+        && header_list.iter().any(|(k, _)| *k == headers::DELETE)
         && !header_list.iter().any(|(k, _)| *k == headers::SOURCE)
     {
         let key = msg.key().unwrap_or_default();
