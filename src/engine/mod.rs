@@ -1,6 +1,7 @@
 //! Records in, verdicts out: pure and deterministic, no Kafka.
 //!
 //! - [`record`]: key and time extraction, with typed reasons for unreadable records.
+//! - [`pointer`]: the values at JSON pointers, read in one pass without building the document.
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
@@ -14,6 +15,7 @@ pub mod counting;
 pub mod dedup;
 pub mod merge;
 pub mod order;
+pub mod pointer;
 pub mod provenance;
 pub mod record;
 pub mod slice;

@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
+use super::pointer::{self, Found};
+
 /// One record as the engine sees it, whatever it came from (a line of
 /// stdin, a Kafka message).
 #[derive(Clone, Copy, Debug, Default)]
@@ -188,13 +190,19 @@ impl Extractor {
                 format!("{size} bytes{parts}, the limit is {}", self.max_record_bytes),
             ));
         }
-        let needs_json = matches!(self.key, KeySpec::Json(_)) || matches!(self.time, TimeSpec::Json(_));
-        let json = if needs_json {
-            let v: Value = serde_json::from_slice(record.payload)
-                .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))?;
-            Some(v)
+        let key_pointer = match &self.key {
+            KeySpec::Json(p) => Some(p.as_str()),
+            _ => None,
+        };
+        let time_pointer = match &self.time {
+            TimeSpec::Json(p) => Some(p.as_str()),
+            _ => None,
+        };
+        let [json_key, json_time] = if key_pointer.is_some() || time_pointer.is_some() {
+            pointer::find(record.payload, [key_pointer, time_pointer])
+                .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))?
         } else {
-            None
+            [None, None]
         };
 
         let key: Cow<'a, [u8]> = match &self.key {
@@ -210,20 +218,15 @@ impl Extractor {
                     .map(|(_, v)| *v)
                     .ok_or_else(|| invalid(InvalidReason::MissingKey, format!("no header `{name}`")))?,
             ),
-            KeySpec::Json(pointer) => {
-                let v = json.as_ref().and_then(|j| lookup(j, pointer));
-                match v {
-                    None | Some(Value::Null) => {
-                        return Err(invalid(
-                            InvalidReason::MissingKey,
-                            format!("no value at JSON pointer `{pointer}`"),
-                        ));
-                    }
-                    Some(Value::String(s)) => Cow::Owned(s.as_bytes().to_vec()),
-                    // Numbers, booleans, arrays and objects: their compact JSON text.
-                    Some(other) => Cow::Owned(other.to_string().into_bytes()),
+            KeySpec::Json(pointer) => match json_key {
+                None | Some(Found::Other(Value::Null)) => {
+                    return Err(invalid(InvalidReason::MissingKey, format!("no value at JSON pointer `{pointer}`")));
                 }
-            }
+                Some(Found::Str(Cow::Borrowed(s))) => Cow::Borrowed(s.as_bytes()),
+                Some(Found::Str(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
+                // Numbers, booleans, arrays and objects: their compact JSON text.
+                Some(Found::Other(other)) => Cow::Owned(other.to_string().into_bytes()),
+            },
         };
         if key.is_empty() {
             return Err(invalid(InvalidReason::EmptyKey, "the key is empty"));
@@ -236,50 +239,20 @@ impl Extractor {
                 Some(t) => return Err(invalid(InvalidReason::BadTime, format!("negative record timestamp {t}"))),
                 None => return Err(invalid(InvalidReason::MissingTime, "the record has no timestamp")),
             },
-            TimeSpec::Json(pointer) => match json.as_ref().and_then(|j| lookup(j, pointer)) {
-                None | Some(Value::Null) => {
+            TimeSpec::Json(pointer) => match json_time {
+                None | Some(Found::Other(Value::Null)) => {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
-                Some(v) => epoch_ms(v).ok_or_else(|| {
+                Some(found) => epoch_ms(&found).ok_or_else(|| {
                     invalid(
                         InvalidReason::BadTime,
-                        format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(v)),
+                        format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(&found.to_value())),
                     )
                 })?,
             },
         };
         Ok(Extracted { key, time_ms })
     }
-}
-
-/// [`Value::pointer`] without its two `String`s per token per call: a token
-/// is unescaped (`~1` → `/`, `~0` → `~`) into a new string only if it has a
-/// `~`. Same result for every pointer and value.
-fn lookup<'v>(value: &'v Value, pointer: &str) -> Option<&'v Value> {
-    if pointer.is_empty() {
-        return Some(value);
-    }
-    if !pointer.starts_with('/') {
-        return None;
-    }
-    pointer.split('/').skip(1).try_fold(value, |target, token| {
-        let token: Cow<'_, str> =
-            if token.contains('~') { Cow::Owned(token.replace("~1", "/").replace("~0", "~")) } else { token.into() };
-        match target {
-            Value::Object(map) => map.get(token.as_ref()),
-            Value::Array(list) => array_index(&token).and_then(|i| list.get(i)),
-            _ => None,
-        }
-    })
-}
-
-/// An array index token as [`Value::pointer`] reads it: decimal digits, no
-/// sign, no leading zero.
-fn array_index(token: &str) -> Option<usize> {
-    if token.starts_with('+') || (token.starts_with('0') && token.len() != 1) {
-        return None;
-    }
-    token.parse().ok()
 }
 
 /// Most characters of a value quoted in a detail: the detail travels in a
@@ -298,13 +271,13 @@ fn excerpt(v: &Value) -> String {
 
 /// Epoch milliseconds from a JSON number (fractions are truncated) or a
 /// string of digits.
-fn epoch_ms(v: &Value) -> Option<u64> {
+fn epoch_ms(v: &Found<'_>) -> Option<u64> {
     match v {
-        Value::Number(n) => {
+        Found::Other(Value::Number(n)) => {
             n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
         }
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
+        Found::Str(s) => s.trim().parse().ok(),
+        Found::Other(_) => None,
     }
 }
 
@@ -327,43 +300,6 @@ mod tests {
         assert_eq!(extract(r#"{"id":42,"ts":12.9}"#), Ok((b"42".to_vec(), 12)));
         assert_eq!(extract(r#"{"id":{"x":1},"ts":"77"}"#), Ok((br#"{"x":1}"#.to_vec(), 77)));
         assert_eq!(extract(r#"{"id":"\u00e9","ts":1}"#), Ok(("é".as_bytes().to_vec(), 1)));
-    }
-
-    #[test]
-    fn lookup_is_value_pointer() {
-        let v: Value = serde_json::from_str(
-            r#"{"id":"x","a":{"b":[10,{"c":"d"},[1,2]],"~":1,"/":2,"m~n":3,"":4},"0":5,"01":6,"+1":7,"":{"":8}}"#,
-        )
-        .unwrap();
-        for p in [
-            "",
-            "/",
-            "//",
-            "/id",
-            "/a",
-            "/a/b",
-            "/a/b/0",
-            "/a/b/1/c",
-            "/a/b/2/1",
-            "/a/b/01",
-            "/a/b/+1",
-            "/a/b/3",
-            "/a/b/-",
-            "/a/~0",
-            "/a/~1",
-            "/a/m~0n",
-            "/a/",
-            "/0",
-            "/01",
-            "/+1",
-            "/id/0",
-            "id",
-            "/missing",
-            "/a/b/1/c/x",
-            "/a/~2",
-        ] {
-            assert_eq!(lookup(&v, p), v.pointer(p), "pointer `{p}`");
-        }
     }
 
     #[test]

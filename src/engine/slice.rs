@@ -54,6 +54,49 @@ impl<'a> SourceRef<'a> {
     }
 }
 
+/// The first bytes of a slice-log record's value as the router writes it:
+/// the stamp travels in front of the payload, not in a header. A header
+/// costs librdkafka an allocated list and an entry per record on both sides
+/// of the hop (writing it, parsing it, copying it on, freeing it): about a
+/// tenth of repartition mode's CPU. The value's tail is the input payload,
+/// byte for byte; the input's own headers stay headers.
+pub const FRAME_MAGIC: [u8; 4] = *b"\0dS1";
+
+/// Writes a slice-log value: [`FRAME_MAGIC`], the stamp's length (u16, big
+/// endian), the stamp `topic/partition/offset`, then `payload`. Reuses `buf`.
+pub fn frame_into(buf: &mut Vec<u8>, topic: &str, partition: i32, offset: i64, payload: &[u8]) {
+    let mut stamp = [0u8; STAMP_BYTES];
+    let stamp = SourceRef::stamp(&mut stamp, topic, partition, offset);
+    buf.clear();
+    buf.extend_from_slice(&FRAME_MAGIC);
+    buf.extend_from_slice(&(stamp.len() as u16).to_be_bytes());
+    buf.extend_from_slice(stamp);
+    buf.extend_from_slice(payload);
+}
+
+/// A repartition-mode slice-log record's input position and input payload.
+/// Records written by an earlier release carry the stamp as a
+/// `dedupd.source` header (`source_header`) and the payload as is; the
+/// router removes that header from input records, so a header on a framed
+/// record cannot be forged. A record with neither (a control record) has no
+/// source.
+pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> (Option<SourceRef<'a>>, &'a [u8]) {
+    if let Some(stamp) = source_header {
+        return (SourceRef::parse(stamp), value);
+    }
+    let Some(rest) = value.strip_prefix(&FRAME_MAGIC[..]) else {
+        return (None, value);
+    };
+    let Some((len, rest)) = rest.split_first_chunk::<2>() else {
+        return (None, value);
+    };
+    let len = u16::from_be_bytes(*len) as usize;
+    match (rest.get(..len).and_then(SourceRef::parse), rest.get(len..)) {
+        (Some(source), Some(payload)) => (Some(source), payload),
+        _ => (None, value),
+    }
+}
+
 /// Room for any stamp: a topic name of at most 249 bytes, two `/`, an `i32`
 /// and an `i64` in decimal.
 pub const STAMP_BYTES: usize = 320;
@@ -829,6 +872,25 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_eq!(out[0].offset, r.offset);
         out.pop().unwrap().verdict
+    }
+
+    #[test]
+    fn a_framed_value_gives_back_its_stamp_and_payload() {
+        let mut buf = Vec::new();
+        frame_into(&mut buf, "clicks", 2, 41, br#"{"id":"a"}"#);
+        let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
+        assert_eq!(unframe(None, &buf), (Some(want), &br#"{"id":"a"}"#[..]));
+        // A payload that itself starts like a frame is framed again, and
+        // unframed once.
+        let inner = buf.clone();
+        frame_into(&mut buf, "t", 0, 1, &inner);
+        assert_eq!(unframe(None, &buf).1, &inner[..]);
+        // An earlier release's record: the header's stamp, the value as is.
+        assert_eq!(unframe(Some(b"clicks/2/41"), b"\0dS1xx"), (Some(want), &b"\0dS1xx"[..]));
+        // Control records and broken frames have no source and keep their value.
+        for v in [&b""[..], b"{}", b"\0dS1", b"\0dS1\0", b"\0dS1\0\x09clicks/2", b"\0dS1\0\x03a/b"] {
+            assert_eq!(unframe(None, v), (None, v), "{v:?}");
+        }
     }
 
     #[test]

@@ -3,9 +3,10 @@
 /// On output (and duplicates) records: the slice-log offset of the source
 /// record, decimal. Restore reads it from the last output record.
 pub const SLICE_OFFSET: &str = "dedupd.slice.offset";
-/// On slice records (and passed on), and on every dead letter:
-/// `topic/partition/offset` of the input record (the one the router read, in
-/// repartition mode).
+/// On every dead letter: `topic/partition/offset` of the input record (the
+/// one the router read, in repartition mode). Slice-log records carry the
+/// same stamp in front of their value ([`crate::engine::slice::FRAME_MAGIC`]);
+/// those of releases before 2026-11-25 carried it in this header (still read).
 pub const SOURCE: &str = "dedupd.source";
 /// On duplicates: which rule matched (`filter;equal_timers=N` or `resend`).
 pub const RULE: &str = "dedupd.rule";

@@ -195,26 +195,45 @@ pub fn produce_copy<M: Message>(
     msg: &M,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    let count = msg.headers().map_or(0, |h| h.count());
-    let mut hs = OwnedHeaders::new_with_capacity(count + extra.len());
+    produce_with(producer, topic, partition, msg, msg.payload(), extra, &[])
+}
+
+/// [`produce_copy`] with another payload, and without the headers named in
+/// `skip`. A record that ends up with no header is sent without a header
+/// list (librdkafka allocates one per record otherwise).
+pub fn produce_with<M: Message>(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    msg: &M,
+    payload: Option<&[u8]>,
+    extra: &[(&str, &[u8])],
+    skip: &[&str],
+) -> Result<(), KafkaLayerError> {
+    let mut hs: Option<OwnedHeaders> = None;
     if let Some(h) = msg.headers() {
+        let capacity = h.count() + extra.len();
         for h in h.iter() {
             // Our own headers from an earlier stage are replaced, not repeated.
-            if extra.iter().any(|(k, _)| *k == h.key) {
+            if extra.iter().any(|(k, _)| *k == h.key) || skip.contains(&h.key) {
                 continue;
             }
-            hs = hs.insert(Header { key: h.key, value: h.value });
+            let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(capacity));
+            hs = Some(list.insert(Header { key: h.key, value: h.value }));
         }
     }
     for (k, v) in extra {
-        hs = hs.insert(Header { key: k, value: Some(*v) });
+        let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(extra.len()));
+        hs = Some(list.insert(Header { key: k, value: Some(*v) }));
     }
-    let mut record: BaseRecord<'_, [u8], [u8], ()> =
-        BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs);
+    let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::with_opaque_to(topic, ()).partition(partition);
+    if let Some(hs) = hs {
+        record = record.headers(hs);
+    }
     if let Some(k) = msg.key() {
         record = record.key(k);
     }
-    if let Some(p) = msg.payload() {
+    if let Some(p) = payload {
         record = record.payload(p);
     }
     if let Some(ts) = msg.timestamp().to_millis() {

@@ -21,7 +21,7 @@ use super::checkpoint::{
 };
 use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
-use crate::config::CorruptPolicy;
+use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
@@ -124,6 +124,8 @@ pub struct Restorer<'a> {
     pub order: OrderSettings,
     pub extractor: &'a Extractor,
     pub slice_topic: &'a str,
+    /// How slice-log records hold the input record ([`super::slices::parts`]).
+    pub slicing: SlicingMode,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
     /// Topics whose partition s only slice s writes, with the offset header.
@@ -259,7 +261,7 @@ impl Restorer<'_> {
                     .unwrap_or_default();
                 let view = RecordView {
                     key: m.key(),
-                    payload: m.payload().unwrap_or_default(),
+                    payload: super::slices::parts(self.slicing, m).1.unwrap_or_default(),
                     headers: &header_list,
                     timestamp_ms: m.timestamp().to_millis(),
                 };

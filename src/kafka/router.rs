@@ -1,6 +1,7 @@
 //! Repartition mode's first stage: input records → `<app>.slices`,
-//! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) plus a
-//! `dedupd.source` stamp with the input topic/partition/offset.
+//! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) but
+//! for a stamp with the input topic/partition/offset in front of the payload
+//! ([`crate::engine::slice::FRAME_MAGIC`]).
 //!
 //! Records are routed in event-time order (the time `input.time` reads, the
 //! one the slices judge by — not the Kafka timestamp, which can differ)
@@ -43,9 +44,10 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::join::JoinWatch;
-use super::producer::{OutputProducer, SentMark, produce_copy};
+use super::producer::{OutputProducer, SentMark, produce_copy, produce_with};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
+use crate::engine::slice::frame_into;
 use crate::engine::{Extractor, InvalidRecord, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -61,6 +63,8 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 /// so partitions that advance together are never paused: pausing drops the
 /// prefetched records and costs a fetch round trip to get them again.
 const MAX_BUFFERED: usize = 50_000;
+/// Records taken from the consumer per turn of the router loop (see `run`).
+const POLL_BATCH: usize = 512;
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
 
@@ -351,47 +355,58 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        let polled = consumer.poll(Duration::from_millis(10));
+        // One wait, then whatever librdkafka already holds (up to
+        // POLL_BATCH), handled with one reading of the clocks, one look at
+        // the assignment and one routing pass: per record these cost as much
+        // as reading the record itself.
+        let mut polled = consumer.poll(Duration::from_millis(10));
         let now = Instant::now();
+        let wall_ms = now_ms();
         consumer.context().join.tick(now);
-        match polled {
-            Some(Ok(msg)) => {
-                match input_counters.iter().find(|(t, _)| t == msg.topic()) {
-                    Some((_, c)) => c.inc(),
-                    None => {
-                        let c = deps.metrics.input_counter(msg.topic());
-                        c.inc();
-                        input_counters.push((msg.topic().to_string(), c));
+        let mut taken = 0;
+        while let Some(event) = polled.take() {
+            match event {
+                Ok(msg) => {
+                    match input_counters.iter().find(|(t, _)| t == msg.topic()) {
+                        Some((_, c)) => c.inc(),
+                        None => {
+                            let c = deps.metrics.input_counter(msg.topic());
+                            c.inc();
+                            input_counters.push((msg.topic().to_string(), c));
+                        }
+                    }
+                    observe_since(&received, msg.timestamp().to_millis(), wall_ms);
+                    let target = read(&deps, &msg);
+                    let (topic, partition) = (msg.topic(), msg.partition());
+                    // A handful of lanes: a scan finds one without allocating its key.
+                    let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
+                        Some((_, lane)) => lane,
+                        None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
+                    };
+                    lane.last_arrival = now;
+                    let order = match target {
+                        Ok((_, time)) => lane.order_time(time, &mut latest, jump, deps.cfg.order.jump_confirmations),
+                        Err(_) => i64::MIN,
+                    };
+                    lane.at_end = false;
+                    if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
+                        lane.paused = set_paused(&consumer, topic, partition, true);
+                    }
+                    lane.records.push_back(Read { msg, target, order });
+                }
+                // The event names only the partition: with several input topics it
+                // marks that partition of each (at worst routing a little out of order).
+                Err(KafkaError::PartitionEOF(p)) => {
+                    for lane in lanes.iter_mut().filter(|((_, q), _)| *q == p).map(|(_, l)| l) {
+                        lane.at_end = true;
                     }
                 }
-                observe_since(&received, msg.timestamp().to_millis(), now_ms());
-                let target = read(&deps, &msg);
-                let (topic, partition) = (msg.topic(), msg.partition());
-                // A handful of lanes: a scan finds one without allocating its key.
-                let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
-                    Some((_, lane)) => lane,
-                    None => lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
-                };
-                lane.last_arrival = now;
-                let order = match target {
-                    Ok((_, time)) => lane.order_time(time, &mut latest, jump, deps.cfg.order.jump_confirmations),
-                    Err(_) => i64::MIN,
-                };
-                lane.at_end = false;
-                if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
-                    lane.paused = set_paused(&consumer, topic, partition, true);
-                }
-                lane.records.push_back(Read { msg, target, order });
+                Err(e) => log::warn!("router: consuming: {e}"),
             }
-            // The event names only the partition: with several input topics it
-            // marks that partition of each (at worst routing a little out of order).
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                for lane in lanes.iter_mut().filter(|((_, q), _)| *q == p).map(|(_, l)| l) {
-                    lane.at_end = true;
-                }
+            taken += 1;
+            if taken < POLL_BATCH {
+                polled = consumer.poll(Duration::ZERO);
             }
-            Some(Err(e)) => log::warn!("router: consuming: {e}"),
-            None => {}
         }
         {
             let mut s = shared.lock().expect("router lock");
@@ -402,7 +417,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 lanes.entry(new).or_insert_with(Lane::new);
             }
         }
-        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
+        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, wall_ms, &sent) {
             break Err(e);
         }
         // Acknowledgements are looked at every few milliseconds, not per record.
@@ -446,11 +461,12 @@ fn route_ready<C: ConsumerContext>(
     shared: &Mutex<Shared>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
     now: Instant,
+    wall_ms: i64,
     sent: &Histogram,
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
     let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
-    let mut wall_ms = None;
+    let mut frame = Vec::new();
     let result = loop {
         let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
@@ -464,10 +480,10 @@ fn route_ready<C: ConsumerContext>(
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        if let Err(e) = route(deps, &msg, target) {
+        if let Err(e) = route(deps, &msg, target, &mut frame) {
             break Err(e);
         }
-        observe_since(sent, msg.timestamp().to_millis(), *wall_ms.get_or_insert_with(now_ms));
+        observe_since(sent, msg.timestamp().to_millis(), wall_ms);
         match routed.last_mut() {
             Some((i, next)) if *i == index => *next = msg.offset() + 1,
             _ => routed.push((index, msg.offset() + 1)),
@@ -498,18 +514,24 @@ fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), Inva
 }
 
 /// Sends one input record to its slice, or to the dead-letter topic.
+/// `frame` is a buffer for the slice record's value (reused).
 fn route(
     deps: &RouterDeps,
     msg: &BorrowedMessage<'_>,
     target: Result<(u32, i64), InvalidRecord>,
+    frame: &mut Vec<u8>,
 ) -> Result<(), KafkaLayerError> {
-    let mut buf = [0u8; STAMP_BYTES];
-    let stamp = SourceRef::stamp(&mut buf, msg.topic(), msg.partition(), msg.offset());
     match target {
         Ok((slice, _)) => {
-            produce_copy(&deps.producer, &deps.slice_topic, slice as i32, msg, &[(headers::SOURCE, stamp)])
+            // The stamp goes in front of the payload (see `FRAME_MAGIC`); an
+            // input record's own `dedupd.source` header is dropped, so that
+            // a slice never takes it for a stamp.
+            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), msg.payload().unwrap_or_default());
+            produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[headers::SOURCE])
         }
         Err(why) => {
+            let mut buf = [0u8; STAMP_BYTES];
+            let stamp = SourceRef::stamp(&mut buf, msg.topic(), msg.partition(), msg.offset());
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
             let partition = msg.partition().rem_euclid(deps.slices as i32);
             produce_copy(

@@ -47,11 +47,12 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::checkpoint::{CheckpointStore, Manifest};
 use super::join::JoinWatch;
-use super::producer::{OutputProducer, SentMark, produce_copy, wait_acked};
+use super::producer::{OutputProducer, SentMark, produce_with, wait_acked};
 use super::restore::{RestoredFrom, Restorer, flush_record};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
+use crate::engine::slice::unframe;
 use crate::engine::{
     Extractor, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord,
     SliceState, SliceVerdict, SourceRef, format_into,
@@ -141,6 +142,8 @@ struct Copying {
 /// Bytes of cells copied after each record while a snapshot is copied:
 /// a pause of tens of µs per record; ~500 records copy 123 MiB.
 const COPY_STEP_BYTES: usize = 256 << 10;
+/// Records taken from the consumer per turn of the worker loop (see `run`).
+const POLL_BATCH: usize = 256;
 /// Bytes of cells copied per turn of the worker loop that found no record
 /// (a few ms, faulting in the pages of a new buffer included).
 const IDLE_COPY_BYTES: usize = 4 << 20;
@@ -389,6 +392,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         order: deps.cfg.order,
         extractor: &deps.extractor,
         slice_topic: &deps.slice_topic,
+        slicing: deps.cfg.slicing,
         flush_topic: &deps.flush_topic,
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
@@ -716,24 +720,44 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if let Some(f) = deps.producer.context().failure() {
             break Err(KafkaLayerError::Topology(f));
         }
-        let polled = consumer.poll(Duration::from_millis(100));
-        consumer.context().join.tick(Instant::now());
-        let copy_budget = match polled {
-            Some(Ok(msg)) => {
-                observe_since(&received, msg.timestamp().to_millis(), now_ms());
-                let mut guard = inner.lock().expect("worker lock");
-                if let Err(e) = handle(&deps, &mut guard, &msg) {
-                    break Err(e);
+        // One wait, then whatever librdkafka already holds (up to
+        // POLL_BATCH), with one reading of the clocks: per record, they cost
+        // as much as judging it. The worker lock is taken per record, not
+        // held across a poll: rebalance callbacks run inside `poll` and take it.
+        let mut polled = consumer.poll(Duration::from_millis(100));
+        let now = Instant::now();
+        let wall_ms = now_ms();
+        consumer.context().join.tick(now);
+        let mut events = 0;
+        let mut failed = None;
+        while let Some(event) = polled.take() {
+            match event {
+                Ok(msg) => {
+                    observe_since(&received, msg.timestamp().to_millis(), wall_ms);
+                    let mut guard = inner.lock().expect("worker lock");
+                    if let Err(e) = handle(&deps, &mut guard, &msg, now) {
+                        failed = Some(e);
+                        break;
+                    }
+                    // A snapshot being copied advances by a step per record,
+                    // as before batching: the pause per record stays short.
+                    if let Err(e) = copy_some(&deps, &mut guard, COPY_STEP_BYTES) {
+                        log::warn!("snapshot failed: {e}");
+                    }
                 }
-                COPY_STEP_BYTES
+                Err(e) => log::warn!("consuming {}: {e}", deps.slice_topic),
             }
-            Some(Err(e)) => {
-                log::warn!("consuming {}: {e}", deps.slice_topic);
-                COPY_STEP_BYTES
+            events += 1;
+            if events < POLL_BATCH {
+                polled = consumer.poll(Duration::ZERO);
             }
-            None => IDLE_COPY_BYTES,
-        };
-        if let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), copy_budget) {
+        }
+        if let Some(e) = failed {
+            break Err(e);
+        }
+        if events == 0
+            && let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), IDLE_COPY_BYTES)
+        {
             log::warn!("snapshot failed: {e}");
         }
         let stalled = last_turn.elapsed();
@@ -932,7 +956,7 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
 /// Processes one slice record: takes it in, emits the judgments it
 /// releases, keeps it if it waits, then applies a logged idle flush that
 /// came right after it (replay).
-fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
     let Inner { slices, judged, .. } = inner;
     let Some(owned) = slices.get_mut(&slice) else {
@@ -942,17 +966,18 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
-    owned.last_arrival = Instant::now();
+    owned.last_arrival = now;
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let (source, payload) = parts(deps.cfg.slicing, msg);
     // A delete request (see `super::deletes`), applied here, in the log's
     // order. Only the admin endpoint writes one: it has no router stamp,
     // while every record the router copies has one — so an input record
     // that carries a `dedupd.delete` header of its own is judged as the
     // record it is, never taken for a request (nor dropped).
     if deps.cfg.slicing == SlicingMode::Repartition
+        && source.is_none()
         && header_list.iter().any(|(k, _)| *k == headers::DELETE)
-        && !header_list.iter().any(|(k, _)| *k == headers::SOURCE)
     {
         let key = msg.key().unwrap_or_default();
         let outcome = match owned.copying.as_mut() {
@@ -964,15 +989,9 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
         judged.clear();
         return apply_logged_flushes(deps, owned, judged);
     }
-    let source = match deps.cfg.slicing {
-        SlicingMode::Repartition => {
-            header_list.iter().find(|(k, _)| *k == headers::SOURCE).and_then(|(_, v)| SourceRef::parse(v))
-        }
-        SlicingMode::InputPartitions => None,
-    };
     let record = RecordView {
         key: msg.key(),
-        payload: msg.payload().unwrap_or_default(),
+        payload: payload.unwrap_or_default(),
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
@@ -1149,24 +1168,25 @@ fn emit_one<M: Message>(
                 (headers::DETAIL, why.detail.as_bytes()),
             ];
             // The input record's position: in repartition mode the router's
-            // stamp, which the copy keeps; else this record's own (the slice
-            // log is the input).
+            // stamp; else this record's own (the slice log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let stamped = deps.cfg.slicing == SlicingMode::Repartition
-                && msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::SOURCE));
-            if !stamped {
-                extra.push((
-                    headers::SOURCE,
-                    SourceRef::stamp(&mut stamp_buf, msg.topic(), msg.partition(), msg.offset()),
-                ));
-            }
+            let source = parts(deps.cfg.slicing, msg).0.unwrap_or(SourceRef {
+                topic: msg.topic(),
+                partition: msg.partition(),
+                offset: msg.offset(),
+            });
+            extra.push((
+                headers::SOURCE,
+                SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset),
+            ));
             send(deps, &out.dead_letter_topic, slice, msg, &extra)
         }
     }
 }
 
-/// Sends a copy of `msg` (key, payload, timestamp, headers) to `topic`
-/// partition `slice` with `extra` headers, waiting while the queue is full.
+/// Sends a copy of the input record `msg` holds (key, payload, timestamp,
+/// headers) to `topic` partition `slice` with `extra` headers, waiting while
+/// the queue is full.
 pub fn send<M: Message>(
     deps: &Deps,
     topic: &str,
@@ -1174,7 +1194,26 @@ pub fn send<M: Message>(
     msg: &M,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    produce_copy(&deps.producer, topic, slice as i32, msg, extra)
+    produce_with(&deps.producer, topic, slice as i32, msg, parts(deps.cfg.slicing, msg).1, extra, &[])
+}
+
+/// A slice-log record's input position and the input record's payload: in
+/// repartition mode the router's stamp and the payload behind it
+/// ([`unframe`]); in input-partitions mode the slice log is the input.
+pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> (Option<SourceRef<'_>>, Option<&[u8]>) {
+    match (slicing, msg.payload()) {
+        (SlicingMode::InputPartitions, payload) => (None, payload),
+        (SlicingMode::Repartition, payload) => {
+            let header = msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value);
+            match payload {
+                Some(value) => {
+                    let (source, payload) = unframe(header, value);
+                    (source, Some(payload))
+                }
+                None => (header.and_then(SourceRef::parse), None),
+            }
+        }
+    }
 }
 
 #[cfg(test)]
