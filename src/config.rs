@@ -48,6 +48,97 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
     pub provenance: ProvenanceSettings,
+    pub tier: TierSettings,
+}
+
+/// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
+/// leaf instances in front of one root instance.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSettings {
+    /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
+    /// to `parent_topic`) or `root` (the parent; publishes its verdicts to
+    /// `verdict_topic` in a sparse tree).
+    pub role: String,
+    /// `sparse` (leaves only test, and set their filter from the root's
+    /// verdicts: the root's output is a single-level run's) or `dense`
+    /// (leaves deduplicate on their own; weaker, see docs/tiers.md).
+    pub tree: String,
+    /// A leaf's parent: the topic it forwards records to (the root's input).
+    pub parent_topic: String,
+    /// Sparse tree: the root's verdicts (key hash and event time of every
+    /// record it delivered), written by the root and read by every leaf.
+    pub verdict_topic: String,
+    /// Sparse leaf: the longest a verdict may come behind the leaf's own
+    /// input in event time and still be learned (a later one is skipped: the
+    /// leaf then forwards more, it never drops more). Shorter than
+    /// `filter.window`.
+    #[serde(deserialize_with = "duration_ms")]
+    pub verdict_delay: u64,
+}
+
+impl TierSettings {
+    /// The level, after checking what it needs. `not_timer`: `filter.kind`
+    /// is not the timer filter, whose window the leaves' caches share.
+    fn resolve(&self, s: &Settings, not_timer: bool) -> Result<Tier, ConfigError> {
+        let sparse = match self.tree.as_str() {
+            "sparse" => true,
+            "dense" => false,
+            other => return Err(invalid("tier.tree", other, "expected sparse or dense")),
+        };
+        let tier = match (self.role.as_str(), sparse) {
+            ("single", _) => return Ok(Tier::Single),
+            ("leaf", true) => Tier::SparseLeaf,
+            ("leaf", false) => Tier::DenseLeaf,
+            ("root", true) => Tier::SparseRoot,
+            ("root", false) => Tier::DenseRoot,
+            (other, _) => return Err(invalid("tier.role", other, "expected single, leaf or root")),
+        };
+        if not_timer {
+            return Err(invalid(
+                "filter.kind",
+                &s.filter.kind,
+                format!("tier.role = {} needs the timer filter (the tree shares its window)", self.role),
+            ));
+        }
+        let topic = |setting: &str, name: &str| -> Result<(), ConfigError> {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+                return Err(invalid(
+                    setting,
+                    format!("{name:?}"),
+                    format!("a Kafka topic name (required with tier.role = {}, tier.tree = {})", self.role, self.tree),
+                ));
+            }
+            if s.input.topics.iter().any(|t| t == name) {
+                return Err(invalid(setting, name, "cannot also be an input topic of this instance"));
+            }
+            Ok(())
+        };
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            topic("tier.parent_topic", &self.parent_topic)?;
+        }
+        if sparse {
+            topic("tier.verdict_topic", &self.verdict_topic)?;
+        }
+        if tier == Tier::SparseLeaf && !(1..s.filter.window).contains(&self.verdict_delay) {
+            return Err(invalid(
+                "tier.verdict_delay",
+                format!("{}ms", self.verdict_delay),
+                format!("at least 1ms and shorter than filter.window ({} ms)", s.filter.window),
+            ));
+        }
+        Ok(tier)
+    }
+}
+
+/// A deployment's level (`[tier] role`, `tree`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Single,
+    SparseLeaf,
+    SparseRoot,
+    DenseLeaf,
+    DenseRoot,
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
@@ -687,6 +778,12 @@ index = "auto"
 expected_keys_per_source = 100000
 fpr = 0.01
 tree_order = 2
+[tier]
+role = "single"
+tree = "sparse"
+parent_topic = ""
+verdict_topic = ""
+verdict_delay = "30s"
 "#;
 
 /// A loader holding the built-in defaults, the lowest layer.
@@ -716,6 +813,8 @@ pub struct Resolved {
     pub log_format: LogFormat,
     /// `[provenance]`; `None`: off.
     pub provenance: Option<crate::engine::provenance::ProvenanceSetup>,
+    /// `[tier]`: this instance's level in a multi-level deployment.
+    pub tier: Tier,
 }
 
 impl Resolved {
@@ -1016,7 +1115,14 @@ impl Settings {
         }
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
+        let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
+        let mut settings = self;
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            // A leaf's output is its parent's input.
+            settings.output.topic = settings.tier.parent_topic.clone();
+        }
         Ok(Resolved {
+            tier,
             provenance,
             key,
             time,
@@ -1029,7 +1135,7 @@ impl Settings {
             order_tolerance_ms,
             order,
             log_format,
-            settings: self,
+            settings,
         })
     }
 }
