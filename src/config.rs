@@ -832,6 +832,14 @@ impl Resolved {
     pub fn flush_topic(&self) -> String {
         format!("{}.flushes", self.settings.app.id)
     }
+
+    /// A sparse leaf's cache: the filter the root runs (window, tick, k,
+    /// equal timers, seed), as one filter for all keys, keeping cells for
+    /// `tier.verdict_delay` behind its clock so that late verdicts are set
+    /// at their own time.
+    pub fn leaf_cache(&self) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
+        FilterSpec { slices: 1, lateness_ms: Some(self.settings.tier.verdict_delay), ..self.filter.clone() }.resolve()
+    }
 }
 
 impl FilterSettings {
@@ -1116,6 +1124,14 @@ impl Settings {
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
         let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
+        if tier == Tier::SparseLeaf {
+            let cache = FilterSpec { slices: 1, lateness_ms: Some(s.tier.verdict_delay), ..filter.clone() };
+            cache.resolve().map_err(|e| {
+                let setting =
+                    if e.setting == "lateness" { "tier.verdict_delay".into() } else { format!("filter.{}", e.setting) };
+                invalid(&setting, e.value, format!("{} (a sparse leaf's cache)", e.rule))
+            })?;
+        }
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
             // A leaf's output is its parent's input.

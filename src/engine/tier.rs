@@ -41,7 +41,9 @@ pub enum VerdictError {
     Magic { expected: [u8; 2], got: [u8; 2] },
     #[error("verdict format version {got}, this build reads version {expected}")]
     Version { expected: u8, got: u8 },
-    #[error("verdict hashed with filter.seed {got}, this leaf hashes with {expected}: set the same filter.seed on every level")]
+    #[error(
+        "verdict hashed with filter.seed {got}, this leaf hashes with {expected}: set the same filter.seed on every level"
+    )]
     Seed { expected: u64, got: u64 },
 }
 
