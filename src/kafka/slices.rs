@@ -824,6 +824,11 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
         if c.late > p.late {
             m.late_records.with_label_values(&[&label]).inc_by(c.late - p.late);
         }
+        // A dense leaf resolves its duplicates itself and forwards its distinct records.
+        if deps.cfg.tier == crate::config::Tier::DenseLeaf {
+            m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
+            m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
+        }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         owned.published = c.clone();
         let f = &owned.state.filter;
