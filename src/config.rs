@@ -786,6 +786,14 @@ verdict_topic = ""
 verdict_delay = "30s"
 "#;
 
+/// A sparse leaf's cache parameters: `root`'s filter as one filter for
+/// all keys, with the root's tick (the leaf's verdicts then expire on the
+/// same tick as the root's cells) and lateness `verdict_delay`.
+fn leaf_cache(root: &FilterSpec, verdict_delay: u64) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
+    let tick_ms = Some(root.resolve()?.tick_ms);
+    FilterSpec { slices: 1, lateness_ms: Some(verdict_delay), tick_ms, ..root.clone() }.resolve()
+}
+
 /// A loader holding the built-in defaults, the lowest layer.
 fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
     config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
@@ -838,7 +846,7 @@ impl Resolved {
     /// `tier.verdict_delay` behind its clock so that late verdicts are set
     /// at their own time.
     pub fn leaf_cache(&self) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
-        FilterSpec { slices: 1, lateness_ms: Some(self.settings.tier.verdict_delay), ..self.filter.clone() }.resolve()
+        leaf_cache(&self.filter, self.settings.tier.verdict_delay)
     }
 }
 
@@ -1125,8 +1133,7 @@ impl Settings {
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
         let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
         if tier == Tier::SparseLeaf {
-            let cache = FilterSpec { slices: 1, lateness_ms: Some(s.tier.verdict_delay), ..filter.clone() };
-            cache.resolve().map_err(|e| {
+            leaf_cache(&filter, s.tier.verdict_delay).map_err(|e| {
                 let setting =
                     if e.setting == "lateness" { "tier.verdict_delay".into() } else { format!("filter.{}", e.setting) };
                 invalid(&setting, e.value, format!("{} (a sparse leaf's cache)", e.rule))
@@ -1184,6 +1191,66 @@ mod tests {
             let e = load(&[("DEDUPD__PROVENANCE__SOURCE", "topic"), (key, value)]).unwrap_err().to_string();
             assert!(e.starts_with(message), "{e}");
         }
+    }
+
+    #[test]
+    fn tiers_are_checked_at_start_up() {
+        assert_eq!(load(&[]).unwrap().tier, Tier::Single);
+        let leaf = [
+            ("DEDUPD__TIER__ROLE", "leaf"),
+            ("DEDUPD__TIER__PARENT_TOPIC", "clicks.root"),
+            ("DEDUPD__TIER__VERDICT_TOPIC", "clicks.verdicts"),
+        ];
+        let r = load(&leaf).unwrap();
+        assert_eq!(r.tier, Tier::SparseLeaf);
+        // A leaf's output is its parent's input.
+        assert_eq!(r.settings.output.topic, "clicks.root");
+        // The cache expires on the root's tick, whatever its own lateness.
+        assert_eq!(r.leaf_cache().unwrap().tick_ms, r.filter.resolve().unwrap().tick_ms);
+        assert_eq!(r.leaf_cache().unwrap().lateness_ms, Some(30_000));
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut env = leaf.to_vec();
+            env.extend_from_slice(extra);
+            rejected(&env)
+        };
+        for (extra, message) in [
+            (
+                &[("DEDUPD__TIER__ROLE", "middle")][..],
+                "invalid setting tier.role = middle: expected single, leaf or root",
+            ),
+            (&[("DEDUPD__TIER__TREE", "bushy")][..], "invalid setting tier.tree = bushy: expected sparse or dense"),
+            (&[("DEDUPD__TIER__PARENT_TOPIC", "")][..], "invalid setting tier.parent_topic = \"\": a Kafka topic name"),
+            (
+                &[("DEDUPD__TIER__PARENT_TOPIC", "clicks")][..],
+                "invalid setting tier.parent_topic = clicks: cannot also be",
+            ),
+            (
+                &[("DEDUPD__TIER__VERDICT_TOPIC", "")][..],
+                "invalid setting tier.verdict_topic = \"\": a Kafka topic name",
+            ),
+            (
+                &[("DEDUPD__TIER__VERDICT_DELAY", "10m")][..],
+                "invalid setting tier.verdict_delay = 600000ms: at least 1ms and shorter",
+            ),
+            // 4-bit timers hold the window (6 ticks of 100 s) and 2 s of lateness, not 9 minutes.
+            (
+                &[("DEDUPD__TIER__VERDICT_DELAY", "9m"), ("DEDUPD__FILTER__TIMER_BITS", "4")][..],
+                "invalid setting tier.verdict_delay = ",
+            ),
+            (
+                &[("DEDUPD__FILTER__KIND", "rsbf")][..],
+                "invalid setting filter.kind = rsbf: tier.role = leaf needs the timer filter",
+            ),
+        ] {
+            let e = with(extra);
+            assert!(e.starts_with(message), "{extra:?}: {e}");
+        }
+        // A dense tree needs no verdict topic; a sparse root needs one.
+        assert_eq!(
+            load(&[("DEDUPD__TIER__ROLE", "root"), ("DEDUPD__TIER__TREE", "dense")]).unwrap().tier,
+            Tier::DenseRoot
+        );
+        assert!(rejected(&[("DEDUPD__TIER__ROLE", "root")]).starts_with("invalid setting tier.verdict_topic"));
     }
 
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {

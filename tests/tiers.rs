@@ -294,15 +294,16 @@ fn dense_tree_keeps_its_weaker_guarantee() {
         .collect();
     assert!(uncovered.is_empty(), "records with no delivery of their key within 2W before them: {uncovered:?}");
     // (3) Keys of one region only: the single level's output.
-    let regional = |set: &BTreeSet<u64>| -> BTreeSet<u64> {
-        set.iter().copied().filter(|s| !by_seq[s].key.starts_with("shared")).collect()
+    // Records of keys both regions send, or not.
+    let of_shared = |set: &BTreeSet<u64>, shared: bool| -> BTreeSet<u64> {
+        set.iter().copied().filter(|s| by_seq[s].key.starts_with("shared") == shared).collect()
     };
-    let (only_root, only_single) = difference(&regional(&at_root), &regional(&single));
+    let (only_root, only_single) = difference(&of_shared(&at_root, false), &of_shared(&single, false));
     assert!(
         only_root.len() + only_single.len() <= MISMATCH_BOUND,
         "regional keys: only at the root {only_root:?}, only single-level {only_single:?}"
     );
-    let (shared_root, shared_single) = difference(&at_root, &single);
+    let (shared_root, shared_single) = difference(&of_shared(&at_root, true), &of_shared(&single, true));
     let duplicates_single = RECORDS - single.len() as u64;
     eprintln!(
         "dense tree: {RECORDS} records, {} delivered by the single level and {} by the root; {resolved} lookups \

@@ -25,7 +25,7 @@ use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::clients::{self, PlainContext, Reader};
-use super::producer::{OutputProducer, produce_copy};
+use super::producer::{OutputProducer, produce_copy, send_waiting};
 use super::topics::partition_count;
 use super::{Context, KafkaLayerError};
 use crate::admin::Status;
@@ -72,8 +72,7 @@ impl RootVerdicts {
         slice: u32,
         msg: &M,
     ) -> Result<(), KafkaLayerError> {
-        let headers: Vec<(&str, &[u8])> =
-            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let headers = header_list(msg);
         let view = RecordView {
             key: msg.key(),
             payload: msg.payload().unwrap_or_default(),
@@ -87,27 +86,19 @@ impl RootVerdicts {
             VerdictRecord { seed: self.seed, hash: KeyHash::of(self.seed, &extracted.key), time_ms: extracted.time_ms };
         let bytes = verdict.encode();
         let partition = (slice % self.partitions) as i32;
-        let mut record: BaseRecord<'_, [u8], [u8], ()> =
-            BaseRecord::with_opaque_to(&self.topic, ()).partition(partition).payload(&bytes[..]);
-        record = record.timestamp(extracted.time_ms as i64);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    r,
-                )) => {
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((e, _)) => {
-                    return Err(KafkaLayerError::Client { context: format!("producing to {}", self.topic), source: e });
-                }
-            }
-        }
+        let record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::with_opaque_to(&self.topic, ())
+            .partition(partition)
+            .payload(&bytes[..])
+            .timestamp(extracted.time_ms as i64);
+        send_waiting(producer, record)?;
         metrics.tier_verdicts.with_label_values(&["published"]).inc();
         Ok(())
     }
+}
+
+/// A record's headers as the extractor reads them.
+fn header_list<M: Message>(msg: &M) -> Vec<(&str, &[u8])> {
+    msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
 }
 
 /// Partitions of an existing `topic`.
@@ -204,10 +195,7 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
                 if let Some(i) = topics.iter().position(|t| *t == msg.topic()) {
                     counters[i].inc();
                 }
-                let headers: Vec<(&str, &[u8])> = msg
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                    .unwrap_or_default();
+                let headers = header_list(&msg);
                 let view = RecordView {
                     key: msg.key(),
                     payload: msg.payload().unwrap_or_default(),
