@@ -160,6 +160,26 @@ fn setup(name: &str) -> Setup {
     Setup { verdicts: format!("{app}.verdicts"), app, regions, parent, reference }
 }
 
+/// Starts a `tree` ("sparse" or "dense"): the root, then a leaf per
+/// region, each ready.
+fn start_tree(s: &Setup, tree: &str) -> (Daemon, Vec<Daemon>) {
+    let verdicts = if tree == "sparse" { s.verdicts.as_str() } else { "" };
+    let mut root_env = level_env(&format!("{}-root", s.app), &s.parent, "repartition", 2);
+    tier_env(&mut root_env, "root", tree, "", verdicts);
+    let mut root = Daemon::start(&format!("tiers-{tree}-root"), &root_env);
+    root.wait_ready(Duration::from_secs(60));
+    let leaves = (0..2)
+        .map(|i| {
+            let mut env = level_env(&format!("{}-leaf{i}", s.app), &s.regions[i], "input-partitions", 1);
+            tier_env(&mut env, "leaf", tree, &s.parent, verdicts);
+            let mut leaf = Daemon::start(&format!("tiers-{tree}-leaf{i}"), &env);
+            leaf.wait_ready(Duration::from_secs(60));
+            leaf
+        })
+        .collect();
+    (root, leaves)
+}
+
 /// Mismatches between two outputs, as (only in `a`, only in `b`).
 fn difference(a: &BTreeSet<u64>, b: &BTreeSet<u64>) -> (Vec<u64>, Vec<u64>) {
     (a.difference(b).copied().collect(), b.difference(a).copied().collect())
@@ -170,20 +190,7 @@ fn sparse_tree_root_output_equals_a_single_level_run() {
     let _serial = serial();
     let started = Instant::now();
     let mut s = setup("tiers-sparse");
-    let mut root_env = level_env(&format!("{}-root", s.app), &s.parent, "repartition", 2);
-    tier_env(&mut root_env, "root", "sparse", "", &s.verdicts);
-    let mut root = Daemon::start("tiers-sparse-root", &root_env);
-    root.wait_ready(Duration::from_secs(60));
-    let mut leaves: Vec<Daemon> = (0..2)
-        .map(|i| {
-            let mut env = level_env(&format!("{}-leaf{i}", s.app), &s.regions[i], "input-partitions", 1);
-            tier_env(&mut env, "leaf", "sparse", &s.parent, &s.verdicts);
-            Daemon::start(&format!("tiers-sparse-leaf{i}"), &env)
-        })
-        .collect();
-    for d in leaves.iter_mut() {
-        d.wait_ready(Duration::from_secs(60));
-    }
+    let (root, leaves) = start_tree(&s, "sparse");
     s.reference.wait_ready(Duration::from_secs(60));
 
     let records = stream(18);
@@ -244,19 +251,8 @@ fn dense_tree_keeps_its_weaker_guarantee() {
     let _serial = serial();
     let started = Instant::now();
     let mut s = setup("tiers-dense");
-    let mut root_env = level_env(&format!("{}-root", s.app), &s.parent, "repartition", 2);
-    tier_env(&mut root_env, "root", "dense", "", "");
-    let mut root = Daemon::start("tiers-dense-root", &root_env);
-    let mut leaves: Vec<Daemon> = (0..2)
-        .map(|i| {
-            let mut env = level_env(&format!("{}-leaf{i}", s.app), &s.regions[i], "input-partitions", 1);
-            tier_env(&mut env, "leaf", "dense", &s.parent, "");
-            Daemon::start(&format!("tiers-dense-leaf{i}"), &env)
-        })
-        .collect();
-    for d in leaves.iter_mut().chain([&mut root, &mut s.reference]) {
-        d.wait_ready(Duration::from_secs(60));
-    }
+    let (root, leaves) = start_tree(&s, "dense");
+    s.reference.wait_ready(Duration::from_secs(60));
 
     let records = stream(19);
     produce_paced(&records, [&s.regions[0], &s.regions[1]]);
