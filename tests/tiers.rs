@@ -185,18 +185,32 @@ fn difference(a: &BTreeSet<u64>, b: &BTreeSet<u64>) -> (Vec<u64>, Vec<u64>) {
     (a.difference(b).copied().collect(), b.difference(a).copied().collect())
 }
 
-#[test]
-fn sparse_tree_root_output_equals_a_single_level_run() {
-    let _serial = serial();
-    let started = Instant::now();
-    let mut s = setup("tiers-sparse");
-    let (root, leaves) = start_tree(&s, "sparse");
-    s.reference.wait_ready(Duration::from_secs(60));
+/// One run of a tree beside the single level, after every record is judged.
+struct Run {
+    s: Setup,
+    root: Daemon,
+    leaves: Vec<Daemon>,
+    records: Vec<Sent>,
+    /// The `seq` of the records the root and the single level delivered.
+    at_root: BTreeSet<u64>,
+    single: BTreeSet<u64>,
+    /// Lookups resolved at the leaves and forwarded to the root.
+    resolved: u64,
+    forwarded: u64,
+    started: Instant,
+}
 
-    let records = stream(18);
+/// Starts a `tree` and the reference, sends the stream of `seed` and
+/// waits until everything is judged: every record is resolved at a leaf or
+/// forwarded, and the root and the reference judge all they get (the last
+/// ones after an idle flush).
+fn run_tree(tree: &str, seed: u64) -> Run {
+    let started = Instant::now();
+    let mut s = setup(&format!("tiers-{tree}"));
+    let (root, leaves) = start_tree(&s, tree);
+    s.reference.wait_ready(Duration::from_secs(60));
+    let records = stream(seed);
     produce_paced(&records, [&s.regions[0], &s.regions[1]]);
-    // Every record is resolved at a leaf or forwarded, and the root and the
-    // reference judge all they get (the last ones after an idle flush).
     wait_for("the leaves to look up every record", Duration::from_secs(30), || {
         leaves.iter().map(|d| metric(d, RESOLVED) + metric(d, FORWARDED)).sum::<u64>() == RECORDS
     });
@@ -204,20 +218,48 @@ fn sparse_tree_root_output_equals_a_single_level_run() {
     let resolved: u64 = leaves.iter().map(|d| metric(d, RESOLVED)).sum();
     wait_processed(&[&root], forwarded, Duration::from_secs(30));
     wait_processed(&[&s.reference], RECORDS, Duration::from_secs(30));
-
     let at_root = delivered(&format!("{}-root.out", s.app));
     let single = delivered(&format!("{}-single.out", s.app));
-    let (only_root, only_single) = difference(&at_root, &single);
-    let duplicates_single = RECORDS - single.len() as u64;
+    Run { s, root, leaves, records, at_root, single, resolved, forwarded, started }
+}
+
+impl Run {
+    /// The share of the lookups resolved at the leaves, of all and of the
+    /// single level's duplicates, in %.
+    fn resolved_shares(&self) -> (f64, f64) {
+        let duplicates = RECORDS - self.single.len() as u64;
+        (100.0 * self.resolved as f64 / RECORDS as f64, 100.0 * self.resolved as f64 / duplicates as f64)
+    }
+
+    /// The first forwarded record, whose headers name its leaf.
+    fn first_forwarded(&self) -> Rec {
+        let parent = read_all(&self.s.parent, Duration::from_secs(2));
+        parent.values().flatten().next().expect("records were forwarded").clone()
+    }
+
+    fn assert_clean_logs(&self) {
+        for d in self.leaves.iter().chain([&self.root, &self.s.reference]) {
+            d.assert_clean_log();
+        }
+    }
+}
+
+#[test]
+fn sparse_tree_root_output_equals_a_single_level_run() {
+    let _serial = serial();
+    let run = run_tree("sparse", 18);
+    let Run { at_root, single, resolved, forwarded, .. } = &run;
+    let (only_root, only_single) = difference(at_root, single);
+    let (of_all, of_duplicates) = run.resolved_shares();
     eprintln!(
         "sparse tree: {RECORDS} records, {} delivered by the single level and {} by the root; {resolved} lookups \
          resolved at the leaves ({:.1}% of all, {:.1}% of the duplicates), {forwarded} forwarded; only at the root \
          {only_root:?}, only single-level {only_single:?}; {:.1} s",
         single.len(),
         at_root.len(),
-        100.0 * resolved as f64 / RECORDS as f64,
-        100.0 * resolved as f64 / duplicates_single as f64,
-        started.elapsed().as_secs_f64()
+        of_all,
+        of_duplicates,
+        run.started.elapsed().as_secs_f64()
     );
     assert!(
         only_root.len() + only_single.len() <= MISMATCH_BOUND,
@@ -225,19 +267,16 @@ fn sparse_tree_root_output_equals_a_single_level_run() {
          single-level {only_single:?}"
     );
     // The stream repeats keys within each region: the leaves must resolve some.
-    assert!(resolved > 0, "no lookup resolved at the leaves");
-    assert!(metric(&root, "dedupd_tier_verdicts_total{result=\"published\"}") >= at_root.len() as u64);
-    let applied: u64 = leaves.iter().map(|d| metric(d, "dedupd_tier_verdicts_total{result=\"applied\"}")).sum();
+    assert!(*resolved > 0, "no lookup resolved at the leaves");
+    assert!(metric(&run.root, "dedupd_tier_verdicts_total{result=\"published\"}") >= at_root.len() as u64);
+    let applied: u64 = run.leaves.iter().map(|d| metric(d, "dedupd_tier_verdicts_total{result=\"applied\"}")).sum();
     assert!(applied > 0, "the leaves learned no verdict");
-    // Forwarded records carry the leaf's name.
-    let parent = read_all(&s.parent, Duration::from_secs(2));
-    let first = parent.values().flatten().next().expect("records were forwarded");
+    // Forwarded records carry the leaf's name and their place at the leaf.
+    let first = run.first_forwarded();
     let leaf = String::from_utf8_lossy(first.header("dedupd.tier.leaf").expect("leaf header")).into_owned();
-    assert!(leaf.starts_with(&format!("{}-leaf", s.app)), "{leaf}");
+    assert!(leaf.starts_with(&format!("{}-leaf", run.s.app)), "{leaf}");
     assert!(first.header("dedupd.tier.source").is_some());
-    for d in leaves.iter().chain([&root, &s.reference]) {
-        d.assert_clean_log();
-    }
+    run.assert_clean_logs();
 }
 
 /// In a dense tree every leaf deduplicates on its own: see docs/tiers.md
@@ -249,28 +288,12 @@ fn sparse_tree_root_output_equals_a_single_level_run() {
 #[test]
 fn dense_tree_keeps_its_weaker_guarantee() {
     let _serial = serial();
-    let started = Instant::now();
-    let mut s = setup("tiers-dense");
-    let (root, leaves) = start_tree(&s, "dense");
-    s.reference.wait_ready(Duration::from_secs(60));
-
-    let records = stream(19);
-    produce_paced(&records, [&s.regions[0], &s.regions[1]]);
-    wait_processed(&[&leaves[0], &leaves[1]], RECORDS, Duration::from_secs(30));
-    let forwarded: u64 = leaves.iter().map(|d| metric(d, FORWARDED)).sum();
-    let resolved: u64 = leaves.iter().map(|d| metric(d, RESOLVED)).sum();
-    wait_for("the leaves' metrics", Duration::from_secs(5), || {
-        leaves.iter().map(|d| metric(d, RESOLVED) + metric(d, FORWARDED)).sum::<u64>() == RECORDS
-    });
-    wait_processed(&[&root], forwarded, Duration::from_secs(30));
-    wait_processed(&[&s.reference], RECORDS, Duration::from_secs(30));
-
-    let at_root = delivered(&format!("{}-root.out", s.app));
-    let single = delivered(&format!("{}-single.out", s.app));
+    let run = run_tree("dense", 19);
+    let Run { records, at_root, single, resolved, forwarded, .. } = &run;
     let by_seq: BTreeMap<u64, &Sent> = records.iter().map(|r| (r.seq, r)).collect();
     // Deliveries per key, in event time.
     let mut root_times: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
-    for seq in &at_root {
+    for seq in at_root {
         let r = by_seq[seq];
         root_times.entry(&r.key).or_default().push(r.ts);
     }
@@ -294,30 +317,26 @@ fn dense_tree_keeps_its_weaker_guarantee() {
     let of_shared = |set: &BTreeSet<u64>, shared: bool| -> BTreeSet<u64> {
         set.iter().copied().filter(|s| by_seq[s].key.starts_with("shared") == shared).collect()
     };
-    let (only_root, only_single) = difference(&of_shared(&at_root, false), &of_shared(&single, false));
+    let (only_root, only_single) = difference(&of_shared(at_root, false), &of_shared(single, false));
     assert!(
         only_root.len() + only_single.len() <= MISMATCH_BOUND,
         "regional keys: only at the root {only_root:?}, only single-level {only_single:?}"
     );
-    let (shared_root, shared_single) = difference(&of_shared(&at_root, true), &of_shared(&single, true));
-    let duplicates_single = RECORDS - single.len() as u64;
+    let (shared_root, shared_single) = difference(&of_shared(at_root, true), &of_shared(single, true));
+    let (of_all, of_duplicates) = run.resolved_shares();
     eprintln!(
         "dense tree: {RECORDS} records, {} delivered by the single level and {} by the root; {resolved} lookups \
          resolved at the leaves ({:.1}% of all, {:.1}% of the single level's duplicates), {forwarded} forwarded; \
          shared keys: {} delivered only by the root, {} only by the single level; {:.1} s",
         single.len(),
         at_root.len(),
-        100.0 * resolved as f64 / RECORDS as f64,
-        100.0 * resolved as f64 / duplicates_single as f64,
+        of_all,
+        of_duplicates,
         shared_root.len(),
         shared_single.len(),
-        started.elapsed().as_secs_f64()
+        run.started.elapsed().as_secs_f64()
     );
-    assert!(resolved > 0, "no lookup resolved at the leaves");
-    let parent = read_all(&s.parent, Duration::from_secs(2));
-    let first = parent.values().flatten().next().expect("records were forwarded");
-    assert!(first.header("dedupd.tier.leaf").is_some_and(|l| l.starts_with(s.app.as_bytes())));
-    for d in leaves.iter().chain([&root, &s.reference]) {
-        d.assert_clean_log();
-    }
+    assert!(*resolved > 0, "no lookup resolved at the leaves");
+    assert!(run.first_forwarded().header("dedupd.tier.leaf").is_some_and(|l| l.starts_with(run.s.app.as_bytes())));
+    run.assert_clean_logs();
 }
