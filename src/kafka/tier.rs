@@ -160,7 +160,7 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
     );
 
     let mut last_commit = Instant::now();
-    let mut seed_warned = false;
+    let mut warned_invalid = false;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -178,8 +178,8 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
                 },
                 Err(e) => {
                     invalid.inc();
-                    if !seed_warned {
-                        seed_warned = true;
+                    if !warned_invalid {
+                        warned_invalid = true;
                         log::warn!(
                             "{}/{}@{}: {e}; skipped (the leaf forwards more; further ones are only counted)",
                             msg.topic(),
