@@ -48,6 +48,97 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
     pub provenance: ProvenanceSettings,
+    pub tier: TierSettings,
+}
+
+/// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
+/// leaf instances in front of one root instance.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierSettings {
+    /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
+    /// to `parent_topic`) or `root` (the parent; publishes its verdicts to
+    /// `verdict_topic` in a sparse tree).
+    pub role: String,
+    /// `sparse` (leaves only test, and set their filter from the root's
+    /// verdicts: the root's output is a single-level run's) or `dense`
+    /// (leaves deduplicate on their own; weaker, see docs/tiers.md).
+    pub tree: String,
+    /// A leaf's parent: the topic it forwards records to (the root's input).
+    pub parent_topic: String,
+    /// Sparse tree: the root's verdicts (key hash and event time of every
+    /// record it delivered), written by the root and read by every leaf.
+    pub verdict_topic: String,
+    /// Sparse leaf: the longest a verdict may come behind the leaf's own
+    /// input in event time and still be learned (a later one is skipped: the
+    /// leaf then forwards more, it never drops more). Shorter than
+    /// `filter.window`.
+    #[serde(deserialize_with = "duration_ms")]
+    pub verdict_delay: u64,
+}
+
+impl TierSettings {
+    /// The level, after checking what it needs. `not_timer`: `filter.kind`
+    /// is not the timer filter, whose window the leaves' caches share.
+    fn resolve(&self, s: &Settings, not_timer: bool) -> Result<Tier, ConfigError> {
+        let sparse = match self.tree.as_str() {
+            "sparse" => true,
+            "dense" => false,
+            other => return Err(invalid("tier.tree", other, "expected sparse or dense")),
+        };
+        let tier = match (self.role.as_str(), sparse) {
+            ("single", _) => return Ok(Tier::Single),
+            ("leaf", true) => Tier::SparseLeaf,
+            ("leaf", false) => Tier::DenseLeaf,
+            ("root", true) => Tier::SparseRoot,
+            ("root", false) => Tier::DenseRoot,
+            (other, _) => return Err(invalid("tier.role", other, "expected single, leaf or root")),
+        };
+        if not_timer {
+            return Err(invalid(
+                "filter.kind",
+                &s.filter.kind,
+                format!("tier.role = {} needs the timer filter (the tree shares its window)", self.role),
+            ));
+        }
+        let topic = |setting: &str, name: &str| -> Result<(), ConfigError> {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+                return Err(invalid(
+                    setting,
+                    format!("{name:?}"),
+                    format!("a Kafka topic name (required with tier.role = {}, tier.tree = {})", self.role, self.tree),
+                ));
+            }
+            if s.input.topics.iter().any(|t| t == name) {
+                return Err(invalid(setting, name, "cannot also be an input topic of this instance"));
+            }
+            Ok(())
+        };
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            topic("tier.parent_topic", &self.parent_topic)?;
+        }
+        if sparse {
+            topic("tier.verdict_topic", &self.verdict_topic)?;
+        }
+        if tier == Tier::SparseLeaf && !(1..s.filter.window).contains(&self.verdict_delay) {
+            return Err(invalid(
+                "tier.verdict_delay",
+                format!("{}ms", self.verdict_delay),
+                format!("at least 1ms and shorter than filter.window ({} ms)", s.filter.window),
+            ));
+        }
+        Ok(tier)
+    }
+}
+
+/// A deployment's level (`[tier] role`, `tree`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Single,
+    SparseLeaf,
+    SparseRoot,
+    DenseLeaf,
+    DenseRoot,
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
@@ -687,7 +778,21 @@ index = "auto"
 expected_keys_per_source = 100000
 fpr = 0.01
 tree_order = 2
+[tier]
+role = "single"
+tree = "sparse"
+parent_topic = ""
+verdict_topic = ""
+verdict_delay = "30s"
 "#;
+
+/// A sparse leaf's cache parameters: `root`'s filter as one filter for
+/// all keys, with the root's tick (the leaf's verdicts then expire on the
+/// same tick as the root's cells) and lateness `verdict_delay`.
+fn leaf_cache(root: &FilterSpec, verdict_delay: u64) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
+    let tick_ms = Some(root.resolve()?.tick_ms);
+    FilterSpec { slices: 1, lateness_ms: Some(verdict_delay), tick_ms, ..root.clone() }.resolve()
+}
 
 /// A loader holding the built-in defaults, the lowest layer.
 fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
@@ -716,6 +821,8 @@ pub struct Resolved {
     pub log_format: LogFormat,
     /// `[provenance]`; `None`: off.
     pub provenance: Option<crate::engine::provenance::ProvenanceSetup>,
+    /// `[tier]`: this instance's level in a multi-level deployment.
+    pub tier: Tier,
 }
 
 impl Resolved {
@@ -732,6 +839,14 @@ impl Resolved {
     /// so a replay flushes at the same place (see `kafka::slices`).
     pub fn flush_topic(&self) -> String {
         format!("{}.flushes", self.settings.app.id)
+    }
+
+    /// A sparse leaf's cache: the filter the root runs (window, tick, k,
+    /// equal timers, seed), as one filter for all keys, keeping cells for
+    /// `tier.verdict_delay` behind its clock so that late verdicts are set
+    /// at their own time.
+    pub fn leaf_cache(&self) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
+        leaf_cache(&self.filter, self.settings.tier.verdict_delay)
     }
 }
 
@@ -1016,7 +1131,21 @@ impl Settings {
         }
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
+        let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
+        if tier == Tier::SparseLeaf {
+            leaf_cache(&filter, s.tier.verdict_delay).map_err(|e| {
+                let setting =
+                    if e.setting == "lateness" { "tier.verdict_delay".into() } else { format!("filter.{}", e.setting) };
+                invalid(&setting, e.value, format!("{} (a sparse leaf's cache)", e.rule))
+            })?;
+        }
+        let mut settings = self;
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            // A leaf's output is its parent's input.
+            settings.output.topic = settings.tier.parent_topic.clone();
+        }
         Ok(Resolved {
+            tier,
             provenance,
             key,
             time,
@@ -1029,7 +1158,7 @@ impl Settings {
             order_tolerance_ms,
             order,
             log_format,
-            settings: self,
+            settings,
         })
     }
 }
@@ -1062,6 +1191,66 @@ mod tests {
             let e = load(&[("DEDUPD__PROVENANCE__SOURCE", "topic"), (key, value)]).unwrap_err().to_string();
             assert!(e.starts_with(message), "{e}");
         }
+    }
+
+    #[test]
+    fn tiers_are_checked_at_start_up() {
+        assert_eq!(load(&[]).unwrap().tier, Tier::Single);
+        let leaf = [
+            ("DEDUPD__TIER__ROLE", "leaf"),
+            ("DEDUPD__TIER__PARENT_TOPIC", "clicks.root"),
+            ("DEDUPD__TIER__VERDICT_TOPIC", "clicks.verdicts"),
+        ];
+        let r = load(&leaf).unwrap();
+        assert_eq!(r.tier, Tier::SparseLeaf);
+        // A leaf's output is its parent's input.
+        assert_eq!(r.settings.output.topic, "clicks.root");
+        // The cache expires on the root's tick, whatever its own lateness.
+        assert_eq!(r.leaf_cache().unwrap().tick_ms, r.filter.resolve().unwrap().tick_ms);
+        assert_eq!(r.leaf_cache().unwrap().lateness_ms, Some(30_000));
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut env = leaf.to_vec();
+            env.extend_from_slice(extra);
+            rejected(&env)
+        };
+        for (extra, message) in [
+            (
+                &[("DEDUPD__TIER__ROLE", "middle")][..],
+                "invalid setting tier.role = middle: expected single, leaf or root",
+            ),
+            (&[("DEDUPD__TIER__TREE", "bushy")][..], "invalid setting tier.tree = bushy: expected sparse or dense"),
+            (&[("DEDUPD__TIER__PARENT_TOPIC", "")][..], "invalid setting tier.parent_topic = \"\": a Kafka topic name"),
+            (
+                &[("DEDUPD__TIER__PARENT_TOPIC", "clicks")][..],
+                "invalid setting tier.parent_topic = clicks: cannot also be",
+            ),
+            (
+                &[("DEDUPD__TIER__VERDICT_TOPIC", "")][..],
+                "invalid setting tier.verdict_topic = \"\": a Kafka topic name",
+            ),
+            (
+                &[("DEDUPD__TIER__VERDICT_DELAY", "10m")][..],
+                "invalid setting tier.verdict_delay = 600000ms: at least 1ms and shorter",
+            ),
+            // 4-bit timers hold the window (6 ticks of 100 s) and 2 s of lateness, not 9 minutes.
+            (
+                &[("DEDUPD__TIER__VERDICT_DELAY", "9m"), ("DEDUPD__FILTER__TIMER_BITS", "4")][..],
+                "invalid setting tier.verdict_delay = ",
+            ),
+            (
+                &[("DEDUPD__FILTER__KIND", "rsbf")][..],
+                "invalid setting filter.kind = rsbf: tier.role = leaf needs the timer filter",
+            ),
+        ] {
+            let e = with(extra);
+            assert!(e.starts_with(message), "{extra:?}: {e}");
+        }
+        // A dense tree needs no verdict topic; a sparse root needs one.
+        assert_eq!(
+            load(&[("DEDUPD__TIER__ROLE", "root"), ("DEDUPD__TIER__TREE", "dense")]).unwrap().tier,
+            Tier::DenseRoot
+        );
+        assert!(rejected(&[("DEDUPD__TIER__ROLE", "root")]).starts_with("invalid setting tier.verdict_topic"));
     }
 
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {

@@ -17,6 +17,10 @@ pub struct Metrics {
     pub records: IntCounterVec,
     pub equal_timers: Histogram,
     pub dead_letters: IntCounterVec,
+    /// Multi-level deployments (docs/tiers.md): a leaf's lookups by result.
+    pub tier_lookups: IntCounterVec,
+    /// Verdicts published (root) or read (leaf), by result.
+    pub tier_verdicts: IntCounterVec,
     pub filter_density: GaugeVec,
     pub filter_generations: IntGaugeVec,
     pub filter_memory_bytes: IntGaugeVec,
@@ -106,6 +110,16 @@ impl Metrics {
                 "dedupd_dead_letters_total",
                 "Records sent to the dead-letter topic, by reason.",
                 &["reason"],
+            ),
+            tier_lookups: b.counter(
+                "dedupd_tier_lookups_total",
+                "A leaf's lookups: resolved (dropped at the leaf) or forwarded (to the parent).",
+                &["result"],
+            ),
+            tier_verdicts: b.counter(
+                "dedupd_tier_verdicts_total",
+                "Sparse-tree verdicts: published (root), applied, too_old or invalid (leaf).",
+                &["result"],
             ),
             filter_density: b.gauge(
                 "dedupd_filter_density",
@@ -247,6 +261,12 @@ impl Metrics {
         // alerts see zeros instead of missing series.
         for reason in crate::engine::InvalidReason::ALL {
             m.dead_letters.with_label_values(&[reason.as_str()]);
+        }
+        for result in ["resolved", "forwarded"] {
+            m.tier_lookups.with_label_values(&[result]);
+        }
+        for result in ["published", "applied", "too_old", "invalid"] {
+            m.tier_verdicts.with_label_values(&[result]);
         }
         for source in ["snapshot", "empty", "corrupt"] {
             m.restores.with_label_values(&[source]);

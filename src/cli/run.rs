@@ -16,10 +16,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::logs;
 use crate::admin::{Admin, Status};
-use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode};
+use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::{clients, producer, router, slices, topics};
+use crate::kafka::{clients, producer, router, slices, tier, topics};
 use crate::metrics::Metrics;
 
 /// The `dedupd` binary's allocator: the system allocator, with blocks of
@@ -169,15 +169,29 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
+        verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));
-    let mut worker = tokio::task::spawn_blocking({
+    // A sparse leaf has no slices: its loop takes the workers' place (and the router's).
+    let sparse_leaf = cfg.tier == Tier::SparseLeaf;
+    let mut worker = if sparse_leaf {
+        let leaf = Arc::new(tier::LeafDeps {
+            cfg: cfg.clone(),
+            extractor: extractor.clone(),
+            cache_params: cfg.leaf_cache().expect("validated at load"),
+            producer: producer::output_producer(&cfg, "leaf", None, vec![], 0)?,
+            metrics: metrics.clone(),
+            status: status.clone(),
+        });
+        let stop = worker_stop.clone();
+        tokio::task::spawn_blocking(move || tier::run_leaf(leaf, stop))
+    } else {
         let (deps, stop) = (deps.clone(), worker_stop.clone());
-        move || slices::run(deps, stop)
-    });
+        tokio::task::spawn_blocking(move || slices::run(deps, stop))
+    };
     let router_stop = Arc::new(AtomicBool::new(false));
-    let mut router_task = if cfg.slicing == SlicingMode::Repartition {
+    let mut router_task = if cfg.slicing == SlicingMode::Repartition && !sparse_leaf {
         let rdeps = Arc::new(router::RouterDeps {
             cfg: cfg.clone(),
             extractor,

@@ -8,6 +8,7 @@
 //! - [`counting`]: the counting stage — frequency limits and flags from
 //!   windowed Spectral Bloom Filter counts.
 //! - [`provenance`]: which source delivered each key (`[provenance]`).
+//! - [`tier`]: a sparse Bloom tree's verdict records and leaf cache (docs/tiers.md).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
@@ -19,6 +20,7 @@ pub mod pointer;
 pub mod provenance;
 pub mod record;
 pub mod slice;
+pub mod tier;
 
 pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};

@@ -14,6 +14,7 @@
 //!   output `Y`, replay `X..=Y` silently.
 //! - [`slices`]: the slice workers: group consumer, rebalances, output.
 //! - [`router`]: repartition mode's input → `<app>.slices` stage.
+//! - [`tier`]: multi-level deployments: the sparse leaf loop and the root's verdicts.
 
 pub mod checkpoint;
 pub mod clients;
@@ -25,6 +26,7 @@ pub mod producer;
 pub mod restore;
 pub mod router;
 pub mod slices;
+pub mod tier;
 pub mod topics;
 
 /// Names the calling thread (as `top -H`, `perf` and `/proc/PID/task/*/comm`

@@ -239,20 +239,27 @@ pub fn produce_with<M: Message>(
     if let Some(ts) = msg.timestamp().to_millis() {
         record = record.timestamp(ts);
     }
+    send_waiting(producer, record)?;
+    producer.context().counts.sent(topic, partition);
+    Ok(())
+}
+
+/// Sends `record`, waiting while the producer's queue is full.
+pub fn send_waiting(
+    producer: &OutputProducer,
+    mut record: BaseRecord<'_, [u8], [u8], ()>,
+) -> Result<(), KafkaLayerError> {
     loop {
         match producer.send(record) {
-            Ok(()) => {
-                producer.context().counts.sent(topic, partition);
-                return Ok(());
-            }
+            Ok(()) => return Ok(()),
             // Back-pressure: the queue is bounded, so wait for deliveries.
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 record = r;
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Err((e, _)) => {
+            Err((e, r)) => {
                 return Err(KafkaLayerError::Client {
-                    context: format!("producing to {topic}/{partition}"),
+                    context: format!("producing to {}/{}", r.topic, r.partition.unwrap_or(-1)),
                     source: e,
                 });
             }

@@ -113,6 +113,8 @@ pub struct Deps {
     pub status: Arc<Status>,
     /// Counts input records when the slice log is the input (input-partitions mode).
     pub input_counter: Option<prometheus::IntCounter>,
+    /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
+    pub verdicts: Option<super::tier::RootVerdicts>,
 }
 
 struct Inner {
@@ -846,6 +848,11 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
         if c.late > p.late {
             m.late_records.with_label_values(&[&label]).inc_by(c.late - p.late);
         }
+        // A dense leaf resolves its duplicates itself and forwards its distinct records.
+        if deps.cfg.tier == crate::config::Tier::DenseLeaf {
+            m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
+            m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
+        }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         owned.published = c.clone();
         let f = &owned.state.filter;
@@ -1130,6 +1137,12 @@ fn emit_one<M: Message>(
     if let Some(late) = j.late_by_ms {
         deps.metrics.lateness.observe(late as f64 / 1000.0);
     }
+    // On a replay too: verdicts are at least once, learning one twice changes nothing.
+    if let Some(v) = &deps.verdicts
+        && j.verdict == SliceVerdict::Distinct
+    {
+        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg)?;
+    }
     if silent {
         return Ok(());
     }
@@ -1146,6 +1159,11 @@ fn emit_one<M: Message>(
         send(deps, &out.late_topic, slice, msg, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
     }
     match &j.verdict {
+        // A dense leaf's output is its parent's input: named as this leaf's.
+        SliceVerdict::Distinct if deps.cfg.tier == crate::config::Tier::DenseLeaf => {
+            let leaf = (super::tier::LEAF, deps.cfg.settings.app.id.as_bytes());
+            send(deps, &out.topic, slice, msg, &[ids[0], ids[1], leaf])
+        }
         SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = format!("filter;equal_timers={equal_timers}");

@@ -13,7 +13,7 @@ use rdkafka::consumer::Consumer;
 
 use super::clients::{self, PlainContext, Reader};
 use super::{Context, KafkaLayerError};
-use crate::config::{Resolved, SlicingMode};
+use crate::config::{Resolved, SlicingMode, Tier};
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -79,6 +79,11 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     }
     if cfg.slicing == SlicingMode::Repartition {
         wanted.push((cfg.slice_topic(), slices, vec![]));
+    }
+    // A sparse tree's verdicts: whichever level starts first creates the
+    // topic; any partition count works (slice s writes s mod partitions).
+    if matches!(cfg.tier, Tier::SparseLeaf | Tier::SparseRoot) {
+        wanted.push((s.tier.verdict_topic.clone(), 1, vec![]));
     }
 
     let mut missing = Vec::new();

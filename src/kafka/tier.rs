@@ -1,0 +1,264 @@
+//! Multi-level (Bloom tree) deployments on Kafka (docs/tiers.md).
+//!
+//! - Sparse leaf ([`run_leaf`]): consumes its own input topics, tests each
+//!   record against its [`LeafCache`], drops what the cache resolves and
+//!   forwards the rest unchanged (key, payload, timestamp, headers, plus
+//!   [`LEAF`] and [`LEAF_SOURCE`]) to `tier.parent_topic`; it learns the
+//!   root's deliveries from `tier.verdict_topic`. It replaces the slice
+//!   workers and the router: no slices, no checkpoints (the cache is a
+//!   cache), at-least-once forwarding (a record forwarded twice is judged a
+//!   duplicate of itself by the root).
+//! - Sparse root ([`RootVerdicts`]): a normal instance on the parent topic
+//!   whose slice workers also publish a verdict for every record they
+//!   deliver (at least once: on a replay too; learning one twice is
+//!   idempotent).
+//! - Dense leaf: a normal instance whose output topic is the parent topic;
+//!   its outputs carry [`LEAF`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::clients::{self, PlainContext, Reader};
+use super::producer::{OutputProducer, produce_copy, send_waiting};
+use super::topics::partition_count;
+use super::{Context, KafkaLayerError};
+use crate::admin::Status;
+use crate::config::Resolved;
+use crate::engine::tier::{LeafCache, LeafDecision, Learned, VerdictRecord};
+use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
+use crate::filter::{FilterParams, KeyHash};
+use crate::metrics::Metrics;
+
+/// On forwarded records: the `app.id` of the leaf that forwarded them.
+pub const LEAF: &str = "dedupd.tier.leaf";
+/// On records a sparse leaf forwards: their `topic/partition/offset` at the
+/// leaf (not `dedupd.source`, which the root's router stamps for itself).
+pub const LEAF_SOURCE: &str = "dedupd.tier.source";
+
+/// How often a leaf waits for its forwards and commits its input offsets.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A sparse root's verdict publisher, held by the slice workers.
+pub struct RootVerdicts {
+    pub topic: String,
+    pub seed: u64,
+    /// Partitions of the verdict topic: slice `s` writes `s mod partitions`.
+    pub partitions: u32,
+}
+
+impl RootVerdicts {
+    /// Looks up the verdict topic (created by `topics::ensure`).
+    pub fn new(cfg: &Resolved, seed: u64) -> Result<RootVerdicts, KafkaLayerError> {
+        let topic = cfg.settings.tier.verdict_topic.clone();
+        let partitions = topic_partitions(cfg, &topic)?;
+        Ok(RootVerdicts { topic, seed, partitions })
+    }
+
+    /// Publishes that the record `msg` (judged distinct by `slice`) was
+    /// delivered: its key's hash and its event time, re-read as the slice
+    /// read them (the record was valid, so this cannot fail).
+    pub fn publish<M: Message>(
+        &self,
+        producer: &OutputProducer,
+        extractor: &Extractor,
+        metrics: &Metrics,
+        slice: u32,
+        msg: &M,
+    ) -> Result<(), KafkaLayerError> {
+        let headers = header_list(msg);
+        let view = RecordView {
+            key: msg.key(),
+            payload: msg.payload().unwrap_or_default(),
+            headers: &headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+        };
+        let Ok(extracted) = extractor.extract(&view, 0) else {
+            return Ok(()); // judged distinct, so readable; nothing to tell otherwise
+        };
+        let verdict =
+            VerdictRecord { seed: self.seed, hash: KeyHash::of(self.seed, &extracted.key), time_ms: extracted.time_ms };
+        let bytes = verdict.encode();
+        let partition = (slice % self.partitions) as i32;
+        let record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::with_opaque_to(&self.topic, ())
+            .partition(partition)
+            .payload(&bytes[..])
+            .timestamp(extracted.time_ms as i64);
+        send_waiting(producer, record)?;
+        metrics.tier_verdicts.with_label_values(&["published"]).inc();
+        Ok(())
+    }
+}
+
+/// A record's headers as the extractor reads them.
+fn header_list<M: Message>(msg: &M) -> Vec<(&str, &[u8])> {
+    msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
+}
+
+/// Partitions of an existing `topic`.
+fn topic_partitions(cfg: &Resolved, topic: &str) -> Result<u32, KafkaLayerError> {
+    let probe: Reader = clients::reader(cfg, &format!("{}-tier", cfg.settings.app.id))
+        .create_with_context(PlainContext)
+        .context(|| "creating a metadata client".into())?;
+    match partition_count(&probe, topic)? {
+        Some(n) => Ok(n as u32),
+        None => Err(KafkaLayerError::Topology(format!("the topic {topic} does not exist"))),
+    }
+}
+
+/// What a sparse leaf runs with.
+pub struct LeafDeps {
+    pub cfg: Resolved,
+    pub extractor: Extractor,
+    /// The root's filter parameters with lateness = `tier.verdict_delay`.
+    pub cache_params: FilterParams,
+    pub producer: OutputProducer,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<Status>,
+}
+
+/// The sparse leaf loop; returns when `stop` is set (after its forwards are
+/// acknowledged and its input offsets committed) or on a fatal error.
+pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    super::name_thread("dedupd-leaf");
+    let cfg = &deps.cfg;
+    let (id, tier) = (&cfg.settings.app.id, &cfg.settings.tier);
+    let parent = tier.parent_topic.as_str();
+    let parent_partitions = topic_partitions(cfg, parent)?;
+    let seed = deps.cache_params.seed;
+    let mut cache = LeafCache::new(deps.cache_params.clone(), cfg.order.max_clock_jump_ms);
+
+    // The verdicts from now on: a (re)started leaf's cache starts empty.
+    let verdicts: Reader = clients::reader(cfg, &format!("{id}-leaf-verdicts"))
+        .create_with_context(PlainContext)
+        .context(|| "creating the verdict reader".into())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..topic_partitions(cfg, &tier.verdict_topic)? {
+        tpl.add_partition_offset(&tier.verdict_topic, p as i32, Offset::End)
+            .context(|| format!("assigning {}", tier.verdict_topic))?;
+    }
+    verdicts.assign(&tpl).context(|| format!("assigning {}", tier.verdict_topic))?;
+
+    let input: BaseConsumer<PlainContext> = clients::group_consumer(cfg, id, &format!("{id}-leaf"))
+        .create_with_context(PlainContext)
+        .context(|| "creating the leaf consumer".into())?;
+    let topics: Vec<&str> = cfg.settings.input.topics.iter().map(String::as_str).collect();
+    input.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
+    let counters: Vec<_> = topics.iter().map(|t| deps.metrics.input_counter(t)).collect();
+    let [resolved, forwarded] = ["resolved", "forwarded"].map(|r| deps.metrics.tier_lookups.with_label_values(&[r]));
+    let [applied, too_old, invalid] =
+        ["applied", "too_old", "invalid"].map(|r| deps.metrics.tier_verdicts.with_label_values(&[r]));
+    log::info!(
+        "sparse leaf: {topics:?} → {parent} ({parent_partitions} partitions), learning from {}",
+        tier.verdict_topic
+    );
+
+    let mut last_commit = Instant::now();
+    let mut warned_invalid = false;
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        if let Some(f) = deps.producer.context().failure() {
+            break Err(KafkaLayerError::Topology(f));
+        }
+        // Verdicts first: what the root has delivered resolves more records.
+        while let Some(polled) = verdicts.poll(Duration::ZERO) {
+            let Ok(msg) = polled else { continue }; // end-of-partition events
+            match VerdictRecord::decode(msg.payload().unwrap_or_default(), seed) {
+                Ok(v) => match cache.learn(&v) {
+                    Learned::Applied => applied.inc(),
+                    Learned::TooOld => too_old.inc(),
+                },
+                Err(e) => {
+                    invalid.inc();
+                    if !warned_invalid {
+                        warned_invalid = true;
+                        log::warn!(
+                            "{}/{}@{}: {e}; skipped (the leaf forwards more; further ones are only counted)",
+                            msg.topic(),
+                            msg.partition(),
+                            msg.offset()
+                        );
+                    }
+                }
+            }
+        }
+        match input.poll(Duration::from_millis(50)) {
+            Some(Ok(msg)) => {
+                if let Some(i) = topics.iter().position(|t| *t == msg.topic()) {
+                    counters[i].inc();
+                }
+                let headers = header_list(&msg);
+                let view = RecordView {
+                    key: msg.key(),
+                    payload: msg.payload().unwrap_or_default(),
+                    headers: &headers,
+                    timestamp_ms: msg.timestamp().to_millis(),
+                };
+                // An unreadable record is forwarded as it is: the root
+                // dead-letters it with its reason (nothing is lost here).
+                let hash = deps.extractor.extract(&view, 0).ok().map(|e| (KeyHash::of(seed, &e.key), e.time_ms));
+                let decision = hash.map_or(LeafDecision::Forward, |(h, t)| cache.test(&h, t));
+                if decision == LeafDecision::Resolved {
+                    resolved.inc();
+                } else {
+                    let partition = match hash {
+                        Some((h, _)) => h.slice(parent_partitions) as i32,
+                        None => msg.partition() % parent_partitions as i32,
+                    };
+                    let mut stamp = [0u8; STAMP_BYTES];
+                    let source = SourceRef::stamp(&mut stamp, msg.topic(), msg.partition(), msg.offset());
+                    let extra = [(LEAF, id.as_bytes()), (LEAF_SOURCE, source)];
+                    if let Err(e) = produce_copy(&deps.producer, parent, partition, &msg, &extra) {
+                        break Err(e);
+                    }
+                    forwarded.inc();
+                }
+                // Committed only after the forwards before it are acknowledged ([`commit`]).
+                if let Err(e) = input.store_offset_from_message(&msg) {
+                    log::debug!("storing the offset of {}/{}: {e}", msg.topic(), msg.partition());
+                }
+            }
+            Some(Err(e)) => log::warn!("consuming {topics:?}: {e}"),
+            None => {}
+        }
+        if !deps.status.ready.load(Ordering::Relaxed) && input.assignment().is_ok_and(|a| a.count() > 0) {
+            deps.status.ready.store(true, Ordering::Relaxed);
+            log::info!("sparse leaf: assigned, forwarding");
+        }
+        if last_commit.elapsed() >= COMMIT_EVERY {
+            last_commit = Instant::now();
+            if let Err(e) = commit(&deps.producer, &input, CommitMode::Async) {
+                break Err(e);
+            }
+        }
+    };
+    if result.is_ok() {
+        commit(&deps.producer, &input, CommitMode::Sync)?;
+    }
+    log::info!("sparse leaf: cache of {} bytes at stop", cache.memory_bytes());
+    result
+}
+
+/// At least once: waits until everything forwarded so far is acknowledged,
+/// then commits the stored input offsets (every record before them was
+/// forwarded or resolved).
+fn commit(
+    producer: &OutputProducer,
+    input: &BaseConsumer<PlainContext>,
+    mode: CommitMode,
+) -> Result<(), KafkaLayerError> {
+    producer.flush(FLUSH_TIMEOUT).context(|| "waiting for the forwarded records".into())?;
+    match input.commit_consumer_state(mode) {
+        // Nothing consumed yet.
+        Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
+        other => other.context(|| "committing the leaf's input offsets".into()),
+    }
+}
