@@ -1141,7 +1141,7 @@ fn emit_one<M: Message>(
     if let Some(v) = &deps.verdicts
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg)?;
+        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, parts(deps.cfg.slicing, msg).1)?;
     }
     if silent {
         return Ok(());

@@ -63,7 +63,8 @@ impl RootVerdicts {
 
     /// Publishes that the record `msg` (judged distinct by `slice`) was
     /// delivered: its key's hash and its event time, re-read as the slice
-    /// read them (the record was valid, so this cannot fail).
+    /// read them (the record was valid, so this cannot fail) from `payload`,
+    /// the input payload (`super::slices::parts`).
     pub fn publish<M: Message>(
         &self,
         producer: &OutputProducer,
@@ -71,11 +72,12 @@ impl RootVerdicts {
         metrics: &Metrics,
         slice: u32,
         msg: &M,
+        payload: Option<&[u8]>,
     ) -> Result<(), KafkaLayerError> {
         let headers = header_list(msg);
         let view = RecordView {
             key: msg.key(),
-            payload: msg.payload().unwrap_or_default(),
+            payload: payload.unwrap_or_default(),
             headers: &headers,
             timestamp_ms: msg.timestamp().to_millis(),
         };
