@@ -48,6 +48,121 @@ pub struct Settings {
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
     pub provenance: ProvenanceSettings,
+    pub limit: LimitSettings,
+    pub flag: FlagSettings,
+}
+
+/// Frequency limits (issue 15; docs/spectral.md): at most N records of a
+/// count key per window, counted by windowed Spectral Bloom Filters. The
+/// counting stage runs when `max_per_window` or `flag.threshold` is set;
+/// its settings here serve both. Names are pipe mode's flags'.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    /// The most records of a count key let through per `filter.window`; the
+    /// (N+1)-th and later copies in the window are duplicates. 0: no limit.
+    pub max_per_window: u64,
+    /// What records are counted by: `record-key`, `json:/pointer`,
+    /// `header:NAME` or `payload`; empty: the dedup key (`input.key`), and
+    /// the counting stage then replaces the timer filter.
+    pub count_key: String,
+    /// `mi` (minimal increase, the most accurate), `ms` (minimum selection)
+    /// or `rm` (recurring minimum; may undercount, see docs/spectral.md).
+    pub estimator: String,
+    /// Sub-windows per window (8 to 64): a window's counts cover between W
+    /// and W + W/subwindows of history.
+    pub subwindows: u32,
+    /// Bits per counter (4, 8, 16 or 32); `max_per_window` and
+    /// `flag.threshold` must be at most 2^bits - 1.
+    pub counter_bits: u8,
+    /// Hashes k per count key.
+    pub count_hashes: u32,
+    /// Distinct count keys expected per window, all slices together; 0:
+    /// `filter.expected_keys`. Sizes each sub-window's counters.
+    pub count_expected: u64,
+}
+
+/// Flags (issue 15): the record at which a count key's estimated count in
+/// the window reaches `threshold` is copied to `topic`, exactly once.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagSettings {
+    /// The count at which a key is flagged; 0: no flags. Needs `topic`.
+    pub threshold: u64,
+    /// Where flagged records go (partition = slice, header `dedupd.count`);
+    /// empty: no flags. Needs `threshold`.
+    pub topic: String,
+}
+
+impl Settings {
+    /// The counting stage (`[limit]`, `[flag]`), `None` when neither asks
+    /// for one; errors name the setting, the value and the rule.
+    fn counting(&self) -> Result<Option<crate::engine::limits::CountingSetup>, ConfigError> {
+        use crate::engine::CountingSpec;
+        use crate::filter::spectral::{SpectralParams, counters_for};
+        let (l, f) = (&self.limit, &self.flag);
+        match (f.threshold, f.topic.is_empty()) {
+            (0, false) => return Err(invalid("flag.topic", &f.topic, "needs flag.threshold (at least 1)")),
+            (t, true) if t > 0 => return Err(invalid("flag.threshold", t, "needs flag.topic (where flags go)")),
+            _ => {}
+        }
+        let count_key = match l.count_key.as_str() {
+            "" => None,
+            text => Some(text.parse().map_err(|e| invalid("limit.count_key", text, e))?),
+        };
+        if l.max_per_window == 0 && f.threshold == 0 {
+            if count_key.is_some() {
+                return Err(invalid("limit.count_key", &l.count_key, "needs limit.max_per_window or flag.threshold"));
+            }
+            return Ok(None);
+        }
+        if self.filter.kind != "timer" {
+            return Err(invalid(
+                "filter.kind",
+                &self.filter.kind,
+                "limit.max_per_window and flag.threshold work with the timer kind (the counting stage counts \
+                 over its window)",
+            ));
+        }
+        if self.filter.deletable {
+            return Err(invalid(
+                "filter.deletable",
+                true,
+                "not with limit.max_per_window or flag.threshold: counts cannot be deleted (minimal increase \
+                 refuses it), so a deleted key would still be limited and flagged",
+            ));
+        }
+        let estimator = l.estimator.parse().map_err(|e| invalid("limit.estimator", &l.estimator, e))?;
+        let expected = if l.count_expected == 0 { self.filter.expected_keys } else { l.count_expected };
+        // Per slice: the count keys spread over the slices as dedup keys do.
+        let per_slice = expected.div_ceil(u64::from(self.filter.slices.max(1)));
+        let per_sub = (2 * per_slice).div_ceil(u64::from(l.subwindows.max(1)));
+        let spec = CountingSpec {
+            params: SpectralParams {
+                estimator,
+                counters: counters_for(per_sub, l.count_hashes.max(1), 0.7),
+                hashes: l.count_hashes,
+                counter_bits: l.counter_bits,
+            },
+            window_ms: self.filter.window,
+            subwindows: l.subwindows,
+            max_per_window: (l.max_per_window > 0).then_some(l.max_per_window),
+            flag_threshold: (f.threshold > 0).then_some(f.threshold),
+        };
+        spec.build().map_err(|e| match e.setting {
+            "max_per_window" => invalid("limit.max_per_window", e.value, e.rule),
+            "flag_threshold" => invalid("flag.threshold", e.value, e.rule),
+            "hashes" => invalid("limit.count_hashes", e.value, e.rule),
+            "counters" => invalid(
+                "limit.count_expected",
+                expected,
+                format!("gives {} counters per sub-window, which {}", e.value, e.rule),
+            ),
+            "window" => invalid("filter.window", e.value, e.rule),
+            other => invalid(&format!("limit.{other}"), e.value, e.rule),
+        })?;
+        Ok(Some(crate::engine::limits::CountingSetup { spec, count_key }))
+    }
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
@@ -687,6 +802,17 @@ index = "auto"
 expected_keys_per_source = 100000
 fpr = 0.01
 tree_order = 2
+[limit]
+max_per_window = 0
+count_key = ""
+estimator = "mi"
+subwindows = 16
+counter_bits = 8
+count_hashes = 5
+count_expected = 0
+[flag]
+threshold = 0
+topic = ""
 "#;
 
 /// A loader holding the built-in defaults, the lowest layer.
@@ -716,6 +842,8 @@ pub struct Resolved {
     pub log_format: LogFormat,
     /// `[provenance]`; `None`: off.
     pub provenance: Option<crate::engine::provenance::ProvenanceSetup>,
+    /// The counting stage (`[limit]`, `[flag]`); `None`: off.
+    pub counting: Option<crate::engine::limits::CountingSetup>,
 }
 
 impl Resolved {
@@ -873,6 +1001,7 @@ impl Settings {
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
         topic_name("output.late_topic", &s.output.late_topic, true)?;
+        topic_name("flag.topic", &s.flag.topic, true)?;
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
@@ -1006,7 +1135,7 @@ impl Settings {
         };
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
-            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic {
+            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic {
                 return Err(invalid(
                     "input.topics",
                     t,
@@ -1016,8 +1145,18 @@ impl Settings {
         }
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
+        let counting = s.counting()?;
+        let others = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic, &s.output.duplicates_topic];
+        if !s.flag.topic.is_empty() && (others.contains(&&s.flag.topic) || s.flag.topic == s.output.late_topic) {
+            return Err(invalid(
+                "flag.topic",
+                &s.flag.topic,
+                "a topic of its own: not the output, duplicates, late, dead-letter or checkpoint topic",
+            ));
+        }
         Ok(Resolved {
             provenance,
+            counting,
             key,
             time,
             filter,

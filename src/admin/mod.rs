@@ -123,6 +123,9 @@ pub struct Status {
     /// Answers `/v1/provenance`; set by the slice workers when
     /// `[provenance]` is on (else the endpoint answers 404).
     pub provenance: Mutex<Option<LookupFn>>,
+    /// Answers `/v1/count`; set by the slice workers when the counting
+    /// stage (`[limit]`, `[flag]`) is on (else the endpoint answers 404).
+    pub count: Mutex<Option<LookupFn>>,
     /// When the slice consumer last received anything from a broker, as
     /// librdkafka's statistics tell (None before the first statistics).
     /// A stopped or unreachable broker keeps its connections open without
@@ -289,6 +292,7 @@ fn key_routes() -> Router<Shared> {
         .route("/v1/lookup", get(lookup))
         .route("/v1/keys/{*key}", axum::routing::delete(delete_key))
         .route("/v1/provenance", get(provenance))
+        .route("/v1/count", get(count))
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
@@ -338,7 +342,23 @@ async fn provenance(State(shared): State<Shared>, RawQuery(query): RawQuery) -> 
     key_answer(shared, query, "/v1/provenance", |s| &s.provenance).await
 }
 
+async fn count(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    if shared.counting_off() {
+        return text(
+            StatusCode::NOT_FOUND,
+            "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n",
+        );
+    }
+    key_answer(shared, query, "/v1/count", |s| &s.count).await
+}
+
 impl Shared {
+    /// `/v1/count` is not served: the workers run without a counting stage.
+    fn counting_off(&self) -> bool {
+        self.status.lookup.lock().expect("status lock").is_some()
+            && self.status.count.lock().expect("status lock").is_none()
+    }
+
     /// `/v1/provenance` is not served: the workers run without `[provenance]`.
     fn provenance_off(&self) -> bool {
         self.status.lookup.lock().expect("status lock").is_some()

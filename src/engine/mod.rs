@@ -6,6 +6,7 @@
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
 //! - [`counting`]: the counting stage — frequency limits and flags from
 //!   windowed Spectral Bloom Filter counts.
+//! - [`limits`]: the counting stage run by a slice (`[limit]`, `[flag]`).
 //! - [`provenance`]: which source delivered each key (`[provenance]`).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
@@ -14,6 +15,7 @@ pub mod counting;
 pub mod dedup;
 pub mod merge;
 pub mod order;
+pub mod limits;
 pub mod provenance;
 pub mod record;
 pub mod slice;
