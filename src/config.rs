@@ -1203,6 +1203,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn counting_is_off_by_default_and_checked() {
+        assert!(load(&[]).unwrap().counting.is_none());
+        let r = load(&[
+            ("DEDUPD__LIMIT__MAX_PER_WINDOW", "3"),
+            ("DEDUPD__LIMIT__COUNT_KEY", "json:/ip"),
+            ("DEDUPD__FLAG__THRESHOLD", "10"),
+            ("DEDUPD__FLAG__TOPIC", "clicks.flags"),
+        ])
+        .unwrap();
+        let c = r.counting.unwrap();
+        assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
+        assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
+        assert_eq!(c.spec.window_ms, r.filter.window_ms);
+        let flag = [("DEDUPD__FLAG__THRESHOLD", "5"), ("DEDUPD__FLAG__TOPIC", "f")];
+        for (env, message) in [
+            (&[("DEDUPD__FLAG__THRESHOLD", "5")][..], "invalid setting flag.threshold = 5: needs flag.topic"),
+            (&[("DEDUPD__FLAG__TOPIC", "f")][..], "invalid setting flag.topic = f: needs flag.threshold"),
+            (&[("DEDUPD__LIMIT__COUNT_KEY", "json:/ip")][..], "invalid setting limit.count_key = json:/ip: needs"),
+            (&[("DEDUPD__LIMIT__MAX_PER_WINDOW", "1"), ("DEDUPD__LIMIT__COUNT_KEY", "ip")][..], "invalid setting limit.count_key = ip: unknown key source"),
+            (
+                &[("DEDUPD__LIMIT__MAX_PER_WINDOW", "300")][..],
+                "invalid setting limit.max_per_window = 300: must be at most 255, the largest count of 8-bit counters",
+            ),
+            (
+                &[flag[0], flag[1], ("DEDUPD__LIMIT__COUNTER_BITS", "4"), ("DEDUPD__FLAG__THRESHOLD", "16")][..],
+                "invalid setting flag.threshold = 16: must be at most 15",
+            ),
+            (&[flag[0], flag[1], ("DEDUPD__LIMIT__SUBWINDOWS", "4")][..], "invalid setting limit.subwindows = 4"),
+            (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
+            (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
+            (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
+            (&[flag[0], ("DEDUPD__FLAG__TOPIC", "clicks.distinct")][..], "invalid setting flag.topic = clicks.distinct"),
+            (&[flag[0], ("DEDUPD__FLAG__TOPIC", "no way")][..], "invalid setting flag.topic = \"no way\""),
+        ] {
+            let e = rejected(env);
+            assert!(e.starts_with(message), "{e}");
+        }
+    }
+
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
         Settings::load_from(Some(Path::new("config/dedupd.toml")), env)

@@ -693,7 +693,9 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u64(&mut w, *offset as u64);
     }
     match &state.provenance {
-        None => {}
+        None if version == 2 => {}
+        // Version 4 without provenance: its flag says so.
+        None => w.push(0),
         Some(p) => {
             w.push(1);
             let at = w.len();
