@@ -259,7 +259,7 @@ fn a_killed_run_writes_the_uninterrupted_output_and_flags() {
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     let total = produced.load(Ordering::Relaxed);
-    assert!(total > 3000, "only {total} records were produced");
+    assert!(total >= 2000, "only {total} records were produced");
     for d in [&reference, &crashing] {
         wait_processed(&[d], total, Duration::from_secs(120));
     }
