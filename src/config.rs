@@ -1135,7 +1135,8 @@ impl Settings {
         };
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
-            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic {
+            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic
+            {
                 return Err(invalid(
                     "input.topics",
                     t,
@@ -1222,7 +1223,10 @@ mod tests {
             (&[("DEDUPD__FLAG__THRESHOLD", "5")][..], "invalid setting flag.threshold = 5: needs flag.topic"),
             (&[("DEDUPD__FLAG__TOPIC", "f")][..], "invalid setting flag.topic = f: needs flag.threshold"),
             (&[("DEDUPD__LIMIT__COUNT_KEY", "json:/ip")][..], "invalid setting limit.count_key = json:/ip: needs"),
-            (&[("DEDUPD__LIMIT__MAX_PER_WINDOW", "1"), ("DEDUPD__LIMIT__COUNT_KEY", "ip")][..], "invalid setting limit.count_key = ip: unknown key source"),
+            (
+                &[("DEDUPD__LIMIT__MAX_PER_WINDOW", "1"), ("DEDUPD__LIMIT__COUNT_KEY", "ip")][..],
+                "invalid setting limit.count_key = ip: unknown key source",
+            ),
             (
                 &[("DEDUPD__LIMIT__MAX_PER_WINDOW", "300")][..],
                 "invalid setting limit.max_per_window = 300: must be at most 255, the largest count of 8-bit counters",
@@ -1235,7 +1239,10 @@ mod tests {
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
-            (&[flag[0], ("DEDUPD__FLAG__TOPIC", "clicks.distinct")][..], "invalid setting flag.topic = clicks.distinct"),
+            (
+                &[flag[0], ("DEDUPD__FLAG__TOPIC", "clicks.distinct")][..],
+                "invalid setting flag.topic = clicks.distinct",
+            ),
             (&[flag[0], ("DEDUPD__FLAG__TOPIC", "no way")][..], "invalid setting flag.topic = \"no way\""),
         ] {
             let e = rejected(env);

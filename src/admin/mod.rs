@@ -580,6 +580,26 @@ mod tests {
         assert_eq!(app.oneshot(big).await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
 
+    /// `/v1/count` needs the token; without a counting stage (the workers
+    /// set no answer for it) it is 404 naming the settings; without `key`, 400.
+    #[tokio::test]
+    async fn count_is_not_found_without_a_counting_stage() {
+        let app = app(token(), Duration::ZERO);
+        let auth = format!("Bearer {TOKEN}");
+        assert_eq!(call(&app, "GET", "/v1/count?key=a", None).await.0, StatusCode::UNAUTHORIZED);
+        let (code, _, body) = call(&app, "GET", "/v1/count?key=a", Some(&auth)).await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(body.contains("limit.max_per_window or flag.threshold"), "{body}");
+        let status = Status::new();
+        *status.lookup.lock().unwrap() = Some(Box::new(|_: &[u8]| serde_json::json!({})));
+        *status.count.lock().unwrap() = Some(Box::new(|k: &[u8]| serde_json::json!({ "estimate": k.len() })));
+        let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
+        let (code, _, body) = call(&app, "GET", "/v1/count?key=abc", Some(&auth)).await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), serde_json::json!({ "estimate": 3 }));
+        assert_eq!(call(&app, "GET", "/v1/count", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
+    }
+
     #[tokio::test]
     async fn lookup_is_not_found_when_off() {
         let app = app(KeyEndpoints::Off, Duration::ZERO);

@@ -59,7 +59,11 @@ impl CountingSetup {
 
     /// A stage restored from its snapshot section.
     pub fn restore(&self, bytes: &[u8], dedup: &Extractor) -> Result<SliceCounting, SnapshotError> {
-        Ok(SliceCounting { stage: counting::decode(bytes, &self.spec)?, key: self.extractor(dedup), pending: HashMap::new() })
+        Ok(SliceCounting {
+            stage: counting::decode(bytes, &self.spec)?,
+            key: self.extractor(dedup),
+            pending: HashMap::new(),
+        })
     }
 
     /// The count key's extractor (`None`: the dedup key). Only its key is
@@ -153,7 +157,11 @@ mod tests {
     }
 
     fn extractor() -> Extractor {
-        Extractor { key: "record-key".parse().unwrap(), time: "record-timestamp".parse().unwrap(), max_record_bytes: 100 }
+        Extractor {
+            key: "record-key".parse().unwrap(),
+            time: "record-timestamp".parse().unwrap(),
+            max_record_bytes: 100,
+        }
     }
 
     fn order() -> OrderSettings {
@@ -218,7 +226,10 @@ mod tests {
         let expected = log.feed(&mut whole, 0..4_000);
         let limited = expected.iter().filter(|j| j.count.is_some_and(|m| m.limited)).count();
         let flagged = expected.iter().filter(|j| j.count.is_some_and(|m| m.flagged)).count();
-        let missing = expected.iter().filter(|j| matches!(&j.verdict, SliceVerdict::Invalid(w) if w.detail.starts_with("count key"))).count();
+        let missing = expected
+            .iter()
+            .filter(|j| matches!(&j.verdict, SliceVerdict::Invalid(w) if w.detail.starts_with("count key")))
+            .count();
         assert!(limited > 100 && flagged > 10, "{limited} limited, {flagged} flagged");
         assert_eq!(missing, (0..4_000).filter(|i| i % 97 == 5).count());
         // Replays of a click id are dropped by the timer filter, uncounted.
@@ -266,11 +277,17 @@ mod tests {
     #[test]
     fn counting_by_the_dedup_key_replaces_the_filter() {
         let setup = setup(None);
-        let mut s = SliceState::new(0, params(), 0, OrderSettings { lateness_ms: 0, max_clock_jump_ms: 100_000, jump_confirmations: 1 });
+        let mut s = SliceState::new(
+            0,
+            params(),
+            0,
+            OrderSettings { lateness_ms: 0, max_clock_jump_ms: 100_000, jump_confirmations: 1 },
+        );
         s.set_counting(Some(&setup), &extractor());
         let mut out = Vec::new();
         for i in 0..8u64 {
-            let record = crate::engine::RecordView { key: Some(b"k"), timestamp_ms: Some(100 + i as i64), ..Default::default() };
+            let record =
+                crate::engine::RecordView { key: Some(b"k"), timestamp_ms: Some(100 + i as i64), ..Default::default() };
             s.process(&SliceRecord { offset: i, record, source: None }, &extractor(), &mut out);
         }
         let distinct: Vec<bool> = out.iter().map(|j| j.verdict == SliceVerdict::Distinct).collect();

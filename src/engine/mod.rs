@@ -13,9 +13,9 @@
 
 pub mod counting;
 pub mod dedup;
+pub mod limits;
 pub mod merge;
 pub mod order;
-pub mod limits;
 pub mod provenance;
 pub mod record;
 pub mod slice;

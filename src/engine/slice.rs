@@ -407,9 +407,9 @@ impl SliceState {
                     (None, Some(c)) if c.replaces_filter() => Verdict::Distinct,
                     (None, _) => observe(filter, &item, time_ms),
                 };
-                let mark = counting.as_mut().and_then(|c| {
-                    c.judge(position, &item, time_ms, matches!(verdict, Verdict::Distinct))
-                });
+                let mark = counting
+                    .as_mut()
+                    .and_then(|c| c.judge(position, &item, time_ms, matches!(verdict, Verdict::Distinct)));
                 if mark.is_some_and(|m| m.limited) {
                     verdict = Verdict::Duplicate { equal_timers: 0 };
                 }

@@ -443,6 +443,17 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
             .iter()
             .filter(|(s, _)| home.is_none_or(|h| h == **s))
             .map(|(s, owned)| {
+                // Counting by the dedup key replaces the timer filter: the
+                // next copy is a duplicate once the estimate reaches the limit.
+                if let Some(c) = owned.state.counting.as_ref().filter(|c| c.replaces_filter()) {
+                    let estimate = c.stage.estimate(&hash);
+                    return serde_json::json!({
+                        "slice": s,
+                        "duplicate": c.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
+                        "kind": "counting",
+                        "estimate": estimate,
+                    });
+                }
                 if let Some(count) = &owned.state.count {
                     // No timers: the filter's own test, without its update.
                     return serde_json::json!({
@@ -1142,10 +1153,11 @@ fn emit(
             owned.replay_until = None;
         }
         // Flags have their own replay bound: the flag topic's last record.
-        let flag = j.count.filter(|m| m.flagged).filter(|_| !owned.flag_replay_until.is_some_and(|y| pos <= y));
-        if flag.is_some() {
+        let flag_written = owned.flag_replay_until.is_some_and(|y| pos <= y);
+        if !flag_written {
             owned.flag_replay_until = None;
         }
+        let flag = j.count.filter(|m| m.flagged && !flag_written);
         if j.count.is_some_and(|m| m.limited) {
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
@@ -1174,12 +1186,20 @@ fn emit(
 /// A consumed record, borrowed or owned (held for the watermark), that a
 /// judgment's outputs copy.
 trait MessageRef {
-    fn emit(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, silent: bool) -> Result<(), KafkaLayerError>;
+    fn emit(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, silent: bool)
+    -> Result<(), KafkaLayerError>;
     fn flag(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, count: u64) -> Result<(), KafkaLayerError>;
 }
 
 impl<M: Message> MessageRef for M {
-    fn emit(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, silent: bool) -> Result<(), KafkaLayerError> {
+    fn emit(
+        &self,
+        deps: &Deps,
+        slice: u32,
+        j: &Judgment,
+        pos: ReleasePos,
+        silent: bool,
+    ) -> Result<(), KafkaLayerError> {
         emit_one(deps, slice, j, pos, self, silent)
     }
 
