@@ -438,10 +438,7 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
     Box::new(move |key: &[u8]| {
         let (hash, home) = home_slice(&deps, key);
         let inner = inner.lock().expect("worker lock");
-        let results: Vec<serde_json::Value> = inner
-            .slices
-            .iter()
-            .filter(|(s, _)| home.is_none_or(|h| h == **s))
+        let results: Vec<serde_json::Value> = asked(&inner, home)
             .map(|(s, owned)| {
                 // Counting by the dedup key replaces the timer filter: the
                 // next copy is a duplicate once the estimate reaches the limit.
@@ -493,11 +490,21 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
 fn home_slice(deps: &Deps, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(deps.params.seed, key);
     let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
-    let home = match deps.cfg.slicing {
-        SlicingMode::Repartition if routed_by_key => Some(hash.slice(deps.cfg.settings.filter.slices)),
+    (hash, routed_slice(deps, &hash, routed_by_key))
+}
+
+/// The owned slices a key endpoint asks: `home`, or every one.
+fn asked(inner: &Inner, home: Option<u32>) -> impl Iterator<Item = (&u32, &Owned)> {
+    inner.slices.iter().filter(move |(s, _)| home.is_none_or(|h| h == **s))
+}
+
+/// The slice the router sends a key to, if the router routes by that key
+/// (`routed`) in repartition mode; `None` otherwise (ask every owned slice).
+fn routed_slice(deps: &Deps, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
+    match deps.cfg.slicing {
+        SlicingMode::Repartition if routed => Some(hash.slice(deps.cfg.settings.filter.slices)),
         _ => None,
-    };
-    (hash, home)
+    }
 }
 
 /// The `/v1/count` answer for a count key: its estimated count in the
@@ -509,15 +516,10 @@ fn count_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Lookup
     let (deps, inner) = (deps.clone(), inner.clone());
     Box::new(move |key: &[u8]| {
         let hash = crate::filter::KeyHash::of(deps.params.seed, key);
-        let home = match deps.cfg.slicing {
-            SlicingMode::Repartition => Some(hash.slice(deps.cfg.settings.filter.slices)),
-            SlicingMode::InputPartitions => None,
-        };
+        // The router routes by the count key (the dedup key, or limit.count_key).
+        let home = routed_slice(&deps, &hash, true);
         let inner = inner.lock().expect("worker lock");
-        let results: Vec<serde_json::Value> = inner
-            .slices
-            .iter()
-            .filter(|(s, _)| home.is_none_or(|h| h == **s))
+        let results: Vec<serde_json::Value> = asked(&inner, home)
             .filter_map(|(s, owned)| {
                 let stage = &owned.state.counting.as_ref()?.stage;
                 let counts = stage.counts();
@@ -554,7 +556,7 @@ fn provenance_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::L
         let inner = inner.lock().expect("worker lock");
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
-        for (_, o) in inner.slices.iter().filter(|(s, _)| home.is_none_or(|h| h == **s)) {
+        for (_, o) in asked(&inner, home) {
             if let Some(p) = &o.state.provenance {
                 owned = true;
                 let answer = p.sources.query(&hash);
