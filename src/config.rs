@@ -1147,6 +1147,18 @@ impl Settings {
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
         let counting = s.counting()?;
+        // Counting by the dedup key, the stage judges instead of the timer
+        // filter, which stays empty: the smallest one (as for the count kinds).
+        let filter = match &counting {
+            Some(c) if c.count_key.is_none() => FilterSpec {
+                expected_keys: u64::from(s.filter.slices),
+                total_cells: None,
+                growth: Growth::None,
+                max_generations: 1,
+                ..filter
+            },
+            _ => filter,
+        };
         let others = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic, &s.output.duplicates_topic];
         if !s.flag.topic.is_empty() && (others.contains(&&s.flag.topic) || s.flag.topic == s.output.late_topic) {
             return Err(invalid(
@@ -1218,6 +1230,11 @@ mod tests {
         assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
         assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
         assert_eq!(c.spec.window_ms, r.filter.window_ms);
+        assert_eq!(r.filter.expected_keys, r.settings.filter.expected_keys, "a separate count key keeps the filter");
+        // Counting by the dedup key: the idle timer filter is the smallest.
+        let r = load(&[("DEDUPD__LIMIT__MAX_PER_WINDOW", "3")]).unwrap();
+        assert_eq!(r.filter.expected_keys, u64::from(r.settings.filter.slices));
+        r.filter.resolve().unwrap();
         let flag = [("DEDUPD__FLAG__THRESHOLD", "5"), ("DEDUPD__FLAG__TOPIC", "f")];
         for (env, message) in [
             (&[("DEDUPD__FLAG__THRESHOLD", "5")][..], "invalid setting flag.threshold = 5: needs flag.topic"),

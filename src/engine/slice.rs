@@ -344,9 +344,9 @@ impl SliceState {
             out.push(now(SliceVerdict::Distinct));
             return;
         }
-        let hash = KeyHash::of(self.hash_seed(), &extracted.key);
-        let time_ms = extracted.time_ms;
         let seed = self.hash_seed();
+        let hash = KeyHash::of(seed, &extracted.key);
+        let time_ms = extracted.time_ms;
         if let Some(c) = &mut self.counting
             && let Err(why) = c.arrived(offset, &rec.record, seed)
         {
