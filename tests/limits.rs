@@ -71,18 +71,27 @@ fn n_within(times: &[i64], n: usize, window: i64) -> bool {
     n > 0 && times.len() >= n && times.windows(n).any(|w| w[n - 1] - w[0] < window)
 }
 
+/// A ready daemon `name` in repartition mode, W = 10 s, over a new input
+/// topic of one partition (the router reads it in order, so the stream's
+/// disorder is its jitter, within the lateness; two partitions produced at
+/// once may be read one after the other, far beyond it), with
+/// [`limit_env`] changed by `adjust`. Returns it, its input and its app id.
+fn one_partition_daemon(name: &str, adjust: impl FnOnce(&mut Vec<(String, String)>)) -> (Daemon, String, String) {
+    let input = unique(&format!("clicks-{name}"));
+    create_topic(&input, 1);
+    let app = unique(name);
+    let mut env = limit_env(&app, &input, "repartition", "10s", "2s");
+    adjust(&mut env);
+    let mut daemon = Daemon::start(name, &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    (daemon, input, app)
+}
+
 /// (a), (b), (d) in repartition mode: the router routes by the count key.
 #[test]
 fn limits_and_flags_hold_against_exact_counts() {
     let window = 10_000i64;
-    // One input partition: the router reads it in order, so the stream's
-    // disorder is its jitter, within the lateness (two partitions produced
-    // at once may be read one after the other, far beyond it).
-    let input = unique("clicks-limits");
-    create_topic(&input, 1);
-    let app = unique("limits");
-    let mut daemon = Daemon::start("limits", &limit_env(&app, &input, "repartition", "10s", "2s"));
-    daemon.wait_ready(Duration::from_secs(60));
+    let (mut daemon, input, app) = one_partition_daemon("limits", |_| {});
 
     // 6000 clicks, 20 ms apart (jittered by up to 1 s, within the lateness),
     // over 300 IPs with a skew (a few IPs click hundreds of times, most a
@@ -213,14 +222,10 @@ fn limits_and_flags_hold_against_exact_counts() {
 #[test]
 fn counting_by_the_dedup_key_lets_n_copies_through() {
     let window = 10_000i64;
-    let input = unique("clicks-limits-dedup-key");
-    create_topic(&input, 1);
-    let app = unique("limits-key");
-    let mut env = limit_env(&app, &input, "repartition", "10s", "2s");
-    env.retain(|(k, _)| k != "DEDUPD__LIMIT__COUNT_KEY");
-    env.push(("DEDUPD__INPUT__KEY".into(), "json:/ip".into()));
-    let mut daemon = Daemon::start("limits-key", &env);
-    daemon.wait_ready(Duration::from_secs(60));
+    let (mut daemon, input, app) = one_partition_daemon("limits-key", |env| {
+        env.retain(|(k, _)| k != "DEDUPD__LIMIT__COUNT_KEY");
+        env.push(("DEDUPD__INPUT__KEY".into(), "json:/ip".into()));
+    });
     // 3000 records, 20 ms apart, in time order, over 100 skewed IPs.
     let mut rng = Rng::new(9);
     let mut times: HashMap<String, Vec<i64>> = HashMap::new();
