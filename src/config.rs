@@ -49,6 +49,8 @@ pub struct Settings {
     pub log: LogSettings,
     pub provenance: ProvenanceSettings,
     pub tier: TierSettings,
+    pub limit: LimitSettings,
+    pub flag: FlagSettings,
 }
 
 /// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
@@ -139,6 +141,119 @@ pub enum Tier {
     SparseRoot,
     DenseLeaf,
     DenseRoot,
+}
+
+/// Frequency limits (issue 15; docs/spectral.md): at most N records of a
+/// count key per window, counted by windowed Spectral Bloom Filters. The
+/// counting stage runs when `max_per_window` or `flag.threshold` is set;
+/// its settings here serve both. Names are pipe mode's flags'.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitSettings {
+    /// The most records of a count key let through per `filter.window`; the
+    /// (N+1)-th and later copies in the window are duplicates. 0: no limit.
+    pub max_per_window: u64,
+    /// What records are counted by: `record-key`, `json:/pointer`,
+    /// `header:NAME` or `payload`; empty: the dedup key (`input.key`), and
+    /// the counting stage then replaces the timer filter.
+    pub count_key: String,
+    /// `mi` (minimal increase, the most accurate), `ms` (minimum selection)
+    /// or `rm` (recurring minimum; may undercount, see docs/spectral.md).
+    pub estimator: String,
+    /// Sub-windows per window (8 to 64): a window's counts cover between W
+    /// and W + W/subwindows of history.
+    pub subwindows: u32,
+    /// Bits per counter (4, 8, 16 or 32); `max_per_window` and
+    /// `flag.threshold` must be at most 2^bits - 1.
+    pub counter_bits: u8,
+    /// Hashes k per count key.
+    pub count_hashes: u32,
+    /// Distinct count keys expected per window, all slices together; 0:
+    /// `filter.expected_keys`. Sizes each sub-window's counters.
+    pub count_expected: u64,
+}
+
+/// Flags (issue 15): the record at which a count key's estimated count in
+/// the window reaches `threshold` is copied to `topic`, exactly once.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlagSettings {
+    /// The count at which a key is flagged; 0: no flags. Needs `topic`.
+    pub threshold: u64,
+    /// Where flagged records go (partition = slice, header `dedupd.count`);
+    /// empty: no flags. Needs `threshold`.
+    pub topic: String,
+}
+
+impl Settings {
+    /// The counting stage (`[limit]`, `[flag]`), `None` when neither asks
+    /// for one; errors name the setting, the value and the rule.
+    fn counting(&self) -> Result<Option<crate::engine::limits::CountingSetup>, ConfigError> {
+        use crate::engine::CountingSpec;
+        use crate::filter::spectral::{SpectralParams, counters_for};
+        let (l, f) = (&self.limit, &self.flag);
+        match (f.threshold, f.topic.is_empty()) {
+            (0, false) => return Err(invalid("flag.topic", &f.topic, "needs flag.threshold (at least 1)")),
+            (t, true) if t > 0 => return Err(invalid("flag.threshold", t, "needs flag.topic (where flags go)")),
+            _ => {}
+        }
+        let count_key = match l.count_key.as_str() {
+            "" => None,
+            text => Some(text.parse().map_err(|e| invalid("limit.count_key", text, e))?),
+        };
+        if l.max_per_window == 0 && f.threshold == 0 {
+            if count_key.is_some() {
+                return Err(invalid("limit.count_key", &l.count_key, "needs limit.max_per_window or flag.threshold"));
+            }
+            return Ok(None);
+        }
+        if self.filter.kind != "timer" {
+            return Err(invalid(
+                "filter.kind",
+                &self.filter.kind,
+                "limit.max_per_window and flag.threshold work with the timer kind (the counting stage counts \
+                 over its window)",
+            ));
+        }
+        if self.filter.deletable {
+            return Err(invalid(
+                "filter.deletable",
+                true,
+                "not with limit.max_per_window or flag.threshold: counts cannot be deleted (minimal increase \
+                 refuses it), so a deleted key would still be limited and flagged",
+            ));
+        }
+        let estimator = l.estimator.parse().map_err(|e| invalid("limit.estimator", &l.estimator, e))?;
+        let expected = if l.count_expected == 0 { self.filter.expected_keys } else { l.count_expected };
+        // Per slice: the count keys spread over the slices as dedup keys do.
+        let per_slice = expected.div_ceil(u64::from(self.filter.slices.max(1)));
+        let per_sub = (2 * per_slice).div_ceil(u64::from(l.subwindows.max(1)));
+        let spec = CountingSpec {
+            params: SpectralParams {
+                estimator,
+                counters: counters_for(per_sub, l.count_hashes.max(1), 0.7),
+                hashes: l.count_hashes,
+                counter_bits: l.counter_bits,
+            },
+            window_ms: self.filter.window,
+            subwindows: l.subwindows,
+            max_per_window: (l.max_per_window > 0).then_some(l.max_per_window),
+            flag_threshold: (f.threshold > 0).then_some(f.threshold),
+        };
+        spec.build().map_err(|e| match e.setting {
+            "max_per_window" => invalid("limit.max_per_window", e.value, e.rule),
+            "flag_threshold" => invalid("flag.threshold", e.value, e.rule),
+            "hashes" => invalid("limit.count_hashes", e.value, e.rule),
+            "counters" => invalid(
+                "limit.count_expected",
+                expected,
+                format!("gives {} counters per sub-window, which {}", e.value, e.rule),
+            ),
+            "window" => invalid("filter.window", e.value, e.rule),
+            other => invalid(&format!("limit.{other}"), e.value, e.rule),
+        })?;
+        Ok(Some(crate::engine::limits::CountingSetup { spec, count_key }))
+    }
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
@@ -784,6 +899,17 @@ tree = "sparse"
 parent_topic = ""
 verdict_topic = ""
 verdict_delay = "30s"
+[limit]
+max_per_window = 0
+count_key = ""
+estimator = "mi"
+subwindows = 16
+counter_bits = 8
+count_hashes = 5
+count_expected = 0
+[flag]
+threshold = 0
+topic = ""
 "#;
 
 /// A sparse leaf's cache parameters: `root`'s filter as one filter for
@@ -823,6 +949,8 @@ pub struct Resolved {
     pub provenance: Option<crate::engine::provenance::ProvenanceSetup>,
     /// `[tier]`: this instance's level in a multi-level deployment.
     pub tier: Tier,
+    /// The counting stage (`[limit]`, `[flag]`); `None`: off.
+    pub counting: Option<crate::engine::limits::CountingSetup>,
 }
 
 impl Resolved {
@@ -988,6 +1116,7 @@ impl Settings {
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
         topic_name("output.late_topic", &s.output.late_topic, true)?;
+        topic_name("flag.topic", &s.flag.topic, true)?;
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
@@ -1121,7 +1250,8 @@ impl Settings {
         };
         let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
         for t in &s.input.topics {
-            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic {
+            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic
+            {
                 return Err(invalid(
                     "input.topics",
                     t,
@@ -1131,7 +1261,36 @@ impl Settings {
         }
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
+        let counting = s.counting()?;
+        // Counting by the dedup key, the stage judges instead of the timer
+        // filter, which stays empty: the smallest one (as for the count kinds).
+        let filter = match &counting {
+            Some(c) if c.count_key.is_none() => FilterSpec {
+                expected_keys: u64::from(s.filter.slices),
+                total_cells: None,
+                growth: Growth::None,
+                max_generations: 1,
+                ..filter
+            },
+            _ => filter,
+        };
+        let others = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic, &s.output.duplicates_topic];
+        if !s.flag.topic.is_empty() && (others.contains(&&s.flag.topic) || s.flag.topic == s.output.late_topic) {
+            return Err(invalid(
+                "flag.topic",
+                &s.flag.topic,
+                "a topic of its own: not the output, duplicates, late, dead-letter or checkpoint topic",
+            ));
+        }
         let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
+        if counting.is_some() && tier == Tier::SparseLeaf {
+            // A sparse leaf runs no slices: its limits and flags would never apply.
+            return Err(invalid(
+                "tier.role",
+                &s.tier.role,
+                "a sparse leaf cannot run [limit] or [flag] (set them on the root)",
+            ));
+        }
         if tier == Tier::SparseLeaf {
             leaf_cache(&filter, s.tier.verdict_delay).map_err(|e| {
                 let setting =
@@ -1147,6 +1306,7 @@ impl Settings {
         Ok(Resolved {
             tier,
             provenance,
+            counting,
             key,
             time,
             filter,
@@ -1251,6 +1411,57 @@ mod tests {
             Tier::DenseRoot
         );
         assert!(rejected(&[("DEDUPD__TIER__ROLE", "root")]).starts_with("invalid setting tier.verdict_topic"));
+    }
+
+    #[test]
+    fn counting_is_off_by_default_and_checked() {
+        assert!(load(&[]).unwrap().counting.is_none());
+        let r = load(&[
+            ("DEDUPD__LIMIT__MAX_PER_WINDOW", "3"),
+            ("DEDUPD__LIMIT__COUNT_KEY", "json:/ip"),
+            ("DEDUPD__FLAG__THRESHOLD", "10"),
+            ("DEDUPD__FLAG__TOPIC", "clicks.flags"),
+        ])
+        .unwrap();
+        let c = r.counting.unwrap();
+        assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
+        assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
+        assert_eq!(c.spec.window_ms, r.filter.window_ms);
+        assert_eq!(r.filter.expected_keys, r.settings.filter.expected_keys, "a separate count key keeps the filter");
+        // Counting by the dedup key: the idle timer filter is the smallest.
+        let r = load(&[("DEDUPD__LIMIT__MAX_PER_WINDOW", "3")]).unwrap();
+        assert_eq!(r.filter.expected_keys, u64::from(r.settings.filter.slices));
+        r.filter.resolve().unwrap();
+        let flag = [("DEDUPD__FLAG__THRESHOLD", "5"), ("DEDUPD__FLAG__TOPIC", "f")];
+        for (env, message) in [
+            (&[("DEDUPD__FLAG__THRESHOLD", "5")][..], "invalid setting flag.threshold = 5: needs flag.topic"),
+            (&[("DEDUPD__FLAG__TOPIC", "f")][..], "invalid setting flag.topic = f: needs flag.threshold"),
+            (&[("DEDUPD__LIMIT__COUNT_KEY", "json:/ip")][..], "invalid setting limit.count_key = json:/ip: needs"),
+            (
+                &[("DEDUPD__LIMIT__MAX_PER_WINDOW", "1"), ("DEDUPD__LIMIT__COUNT_KEY", "ip")][..],
+                "invalid setting limit.count_key = ip: unknown key source",
+            ),
+            (
+                &[("DEDUPD__LIMIT__MAX_PER_WINDOW", "300")][..],
+                "invalid setting limit.max_per_window = 300: must be at most 255, the largest count of 8-bit counters",
+            ),
+            (
+                &[flag[0], flag[1], ("DEDUPD__LIMIT__COUNTER_BITS", "4"), ("DEDUPD__FLAG__THRESHOLD", "16")][..],
+                "invalid setting flag.threshold = 16: must be at most 15",
+            ),
+            (&[flag[0], flag[1], ("DEDUPD__LIMIT__SUBWINDOWS", "4")][..], "invalid setting limit.subwindows = 4"),
+            (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
+            (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
+            (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
+            (
+                &[flag[0], ("DEDUPD__FLAG__TOPIC", "clicks.distinct")][..],
+                "invalid setting flag.topic = clicks.distinct",
+            ),
+            (&[flag[0], ("DEDUPD__FLAG__TOPIC", "no way")][..], "invalid setting flag.topic = \"no way\""),
+        ] {
+            let e = rejected(env);
+            assert!(e.starts_with(message), "{e}");
+        }
     }
 
     fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {

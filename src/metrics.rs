@@ -32,6 +32,10 @@ pub struct Metrics {
     pub provenance_dropped: IntCounterVec,
     /// Sources live in a slice's provenance index.
     pub provenance_sources: IntGaugeVec,
+    /// Records the counting stage judged over `limit.max_per_window`.
+    pub limited: IntCounterVec,
+    /// Flag records written to `flag.topic`.
+    pub flagged: IntCounterVec,
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
     pub checkpoint_duration: Histogram,
@@ -155,6 +159,16 @@ impl Metrics {
             provenance_sources: b.int_gauge(
                 "dedupd_provenance_sources",
                 "Sources live in the slice's provenance index.",
+                &["slice"],
+            ),
+            limited: b.counter(
+                "dedupd_limited_records_total",
+                "Records over limit.max_per_window in their window, judged duplicates by the counting stage.",
+                &["slice"],
+            ),
+            flagged: b.counter(
+                "dedupd_flagged_records_total",
+                "Records that reached flag.threshold, copied to flag.topic.",
                 &["slice"],
             ),
             saturated_inserts: b.counter(
@@ -299,6 +313,8 @@ impl Metrics {
             &self.generations_dropped,
             &self.saturated_inserts,
             &self.provenance_dropped,
+            &self.limited,
+            &self.flagged,
         ] {
             counter.with_label_values(&[&label]);
         }

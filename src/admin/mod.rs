@@ -123,6 +123,9 @@ pub struct Status {
     /// Answers `/v1/provenance`; set by the slice workers when
     /// `[provenance]` is on (else the endpoint answers 404).
     pub provenance: Mutex<Option<LookupFn>>,
+    /// Answers `/v1/count`; set by the slice workers when the counting
+    /// stage (`[limit]`, `[flag]`) is on (else the endpoint answers 404).
+    pub count: Mutex<Option<LookupFn>>,
     /// When the slice consumer last received anything from a broker, as
     /// librdkafka's statistics tell (None before the first statistics).
     /// A stopped or unreachable broker keeps its connections open without
@@ -289,6 +292,7 @@ fn key_routes() -> Router<Shared> {
         .route("/v1/lookup", get(lookup))
         .route("/v1/keys/{*key}", axum::routing::delete(delete_key))
         .route("/v1/provenance", get(provenance))
+        .route("/v1/count", get(count))
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
@@ -338,7 +342,23 @@ async fn provenance(State(shared): State<Shared>, RawQuery(query): RawQuery) -> 
     key_answer(shared, query, "/v1/provenance", |s| &s.provenance).await
 }
 
+async fn count(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
+    if shared.counting_off() {
+        return text(
+            StatusCode::NOT_FOUND,
+            "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n",
+        );
+    }
+    key_answer(shared, query, "/v1/count", |s| &s.count).await
+}
+
 impl Shared {
+    /// `/v1/count` is not served: the workers run without a counting stage.
+    fn counting_off(&self) -> bool {
+        self.status.lookup.lock().expect("status lock").is_some()
+            && self.status.count.lock().expect("status lock").is_none()
+    }
+
     /// `/v1/provenance` is not served: the workers run without `[provenance]`.
     fn provenance_off(&self) -> bool {
         self.status.lookup.lock().expect("status lock").is_some()
@@ -558,6 +578,26 @@ mod tests {
             .body(Body::from(vec![b'x'; limits.max_body_bytes + 1]))
             .unwrap();
         assert_eq!(app.oneshot(big).await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    /// `/v1/count` needs the token; without a counting stage (the workers
+    /// set no answer for it) it is 404 naming the settings; without `key`, 400.
+    #[tokio::test]
+    async fn count_is_not_found_without_a_counting_stage() {
+        let app = app(token(), Duration::ZERO);
+        let auth = format!("Bearer {TOKEN}");
+        assert_eq!(call(&app, "GET", "/v1/count?key=a", None).await.0, StatusCode::UNAUTHORIZED);
+        let (code, _, body) = call(&app, "GET", "/v1/count?key=a", Some(&auth)).await;
+        assert_eq!(code, StatusCode::NOT_FOUND);
+        assert!(body.contains("limit.max_per_window or flag.threshold"), "{body}");
+        let status = Status::new();
+        *status.lookup.lock().unwrap() = Some(Box::new(|_: &[u8]| serde_json::json!({})));
+        *status.count.lock().unwrap() = Some(Box::new(|k: &[u8]| serde_json::json!({ "estimate": k.len() })));
+        let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
+        let (code, _, body) = call(&app, "GET", "/v1/count?key=abc", Some(&auth)).await;
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), serde_json::json!({ "estimate": 3 }));
+        assert_eq!(call(&app, "GET", "/v1/count", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
     }
 
     #[tokio::test]

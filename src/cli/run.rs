@@ -119,6 +119,10 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
     if !out.late_topic.is_empty() {
         topics.push(out.late_topic.clone());
     }
+    // Counted like the outputs: a snapshot waits for its flags too.
+    if !cfg.settings.flag.topic.is_empty() {
+        topics.push(cfg.settings.flag.topic.clone());
+    }
     topics.push(cfg.flush_topic());
     topics
 }
@@ -192,9 +196,17 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     };
     let router_stop = Arc::new(AtomicBool::new(false));
     let mut router_task = if cfg.slicing == SlicingMode::Repartition && !sparse_leaf {
+        // With a separate count key the router routes by it: every record
+        // of a count key reaches one slice, so its counts, limit and flags
+        // are the whole stream's (copies of a dedup key carry the same count
+        // key, so they still meet in one slice).
+        let route_key = cfg.counting.as_ref().and_then(|c| c.count_key.clone());
         let rdeps = Arc::new(router::RouterDeps {
             cfg: cfg.clone(),
-            extractor,
+            extractor: match route_key {
+                Some(key) => Extractor { key, ..extractor },
+                None => extractor,
+            },
             slices: slice_count,
             slice_topic: cfg.slice_topic(),
             seed: params.seed,

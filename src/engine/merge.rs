@@ -166,6 +166,9 @@ pub fn merge(
             // Which sources saw a key is not merged: a merged slice's
             // provenance starts empty (docs/deletion-merge.md).
             provenance: None,
+            // Never reached with a counting stage: its snapshots are refused
+            // by `decode` (the slice is configured without it) before this.
+            counting: None,
             passthrough: false,
             order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
             unfilled: Vec::new(),

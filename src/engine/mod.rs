@@ -7,6 +7,7 @@
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
 //! - [`counting`]: the counting stage — frequency limits and flags from
 //!   windowed Spectral Bloom Filter counts.
+//! - [`limits`]: the counting stage run by a slice (`[limit]`, `[flag]`).
 //! - [`provenance`]: which source delivered each key (`[provenance]`).
 //! - [`tier`]: a sparse Bloom tree's verdict records and leaf cache (docs/tiers.md).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
@@ -14,6 +15,7 @@
 
 pub mod counting;
 pub mod dedup;
+pub mod limits;
 pub mod merge;
 pub mod order;
 pub mod pointer;

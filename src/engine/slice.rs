@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
+use super::counting::{self as counting_codec, CountMark};
+use super::limits::{CountingSetup, SliceCounting};
 use super::order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 use super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::record::{Extractor, InvalidRecord, RecordView};
@@ -177,6 +179,9 @@ pub struct Judgment {
     /// With provenance on: the one source that may have delivered the key
     /// before this record (then it did: the index has no false negatives).
     pub first_source: Option<Arc<str>>,
+    /// With a counting stage (`[limit]`, `[flag]`): what it decided, if the
+    /// record was counted. A limited record's verdict is a duplicate.
+    pub count: Option<CountMark>,
 }
 
 /// What became of a slice record.
@@ -247,6 +252,8 @@ pub struct SliceState {
     pub flushes_next: u64,
     /// Which sources delivered which keys (`[provenance]`; `None`: off).
     pub provenance: Option<SliceProvenance>,
+    /// The counting stage (`[limit]`, `[flag]`; `None`: off).
+    pub counting: Option<SliceCounting>,
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -264,6 +271,8 @@ impl PartialEq for SliceState {
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
             && self.provenance == other.provenance
+            && self.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
+                == other.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
     }
 }
 
@@ -282,6 +291,17 @@ impl SliceState {
             unfilled: Vec::new(),
             flushes_next: 0,
             provenance: None,
+            counting: None,
+        }
+    }
+
+    /// Turns the counting stage on with `setup` (kept if restored with it;
+    /// `dedup` is the dedup key's extractor), or off.
+    pub fn set_counting(&mut self, setup: Option<&CountingSetup>, dedup: &Extractor) {
+        match setup {
+            None => self.counting = None,
+            Some(setup) if self.counting.is_none() => self.counting = Some(setup.start(dedup)),
+            Some(_) => {}
         }
     }
 
@@ -337,7 +357,7 @@ impl SliceState {
     ) {
         let offset = rec.offset;
         self.next_offset = offset + 1;
-        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None };
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None };
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
             // allocating a key per record.
@@ -367,8 +387,16 @@ impl SliceState {
             out.push(now(SliceVerdict::Distinct));
             return;
         }
-        let hash = KeyHash::of(self.hash_seed(), &extracted.key);
+        let seed = self.hash_seed();
+        let hash = KeyHash::of(seed, &extracted.key);
         let time_ms = extracted.time_ms;
+        if let Some(c) = &mut self.counting
+            && let Err(why) = c.arrived(offset, &rec.record, seed)
+        {
+            self.counters.invalid += 1;
+            out.push(now(SliceVerdict::Invalid(why)));
+            return;
+        }
         if let Some(p) = &mut self.provenance {
             let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
             let source = p.setup.source.of(&rec.record, topic);
@@ -407,19 +435,27 @@ impl SliceState {
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
         mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
-        let SliceState { order, filter, count, counters, provenance, .. } = self;
+        let SliceState { order, filter, count, counters, provenance, counting, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
-                let verdict = match count {
+                let mut verdict = match (count.as_mut(), counting.as_ref()) {
                     // The count kinds report no equal-timer groups.
-                    Some(c) => match c.observe(&item) {
+                    (Some(c), _) => match c.observe(&item) {
                         true => Verdict::Duplicate { equal_timers: 0 },
                         false => Verdict::Distinct,
                     },
-                    None => observe(filter, &item, time_ms),
+                    // The counting stage judges instead of the timer filter.
+                    (None, Some(c)) if c.replaces_filter() => Verdict::Distinct,
+                    (None, _) => observe(filter, &item, time_ms),
                 };
+                let mark = counting
+                    .as_mut()
+                    .and_then(|c| c.judge(position, &item, time_ms, matches!(verdict, Verdict::Distinct)));
+                if mark.is_some_and(|m| m.limited) {
+                    verdict = Verdict::Duplicate { equal_timers: 0 };
+                }
                 let verdict = match verdict {
                     Verdict::Distinct => {
                         counters.distinct += 1;
@@ -432,16 +468,19 @@ impl SliceState {
                 };
                 let duplicate = matches!(verdict, SliceVerdict::Duplicate { .. });
                 let first_source = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms, duplicate));
-                out.push(Judgment { offset: position, verdict, late_by_ms, first_source });
+                out.push(Judgment { offset: position, verdict, late_by_ms, first_source, count: mark });
             }
             Released::Reject { time_ms, position, ahead_ms, .. } => {
                 counters.invalid += 1;
                 if let Some(p) = provenance.as_mut() {
                     p.refused(position);
                 }
+                if let Some(c) = counting.as_mut() {
+                    c.refused(position);
+                }
                 let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
                 let verdict = SliceVerdict::Invalid(why);
-                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None });
+                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None, count: None });
             }
         };
         step(order, &mut judge);
@@ -453,6 +492,17 @@ impl SliceState {
     pub fn held_entry(&self, record: &RecordView<'_>, extractor: &Extractor) -> Option<(u64, KeyHash)> {
         let x = extractor.extract(record, 0).ok()?;
         Some((x.time_ms, KeyHash::of(self.hash_seed(), &x.key)))
+    }
+
+    /// Puts back the count key of a held record re-read from the log (a
+    /// restored slice, with a separate count key). `false` if it cannot be
+    /// read, which a record that was held could.
+    pub fn refill_count_key(&mut self, offset: u64, record: &RecordView<'_>) -> bool {
+        let seed = self.hash_seed();
+        match &mut self.counting {
+            Some(c) => c.arrived(offset, record, seed).is_ok(),
+            None => true,
+        }
     }
 
     /// The seed keys are hashed with: the judging filter's.
@@ -609,10 +659,14 @@ impl SliceCopy {
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
 /// counter, order marks, flush log position and held offsets; 3: the
-/// provenance section). A slice without provenance is written as version
-/// 2, byte for byte, so the release before provenance can restore it; both
-/// are read.
-pub const VERSION: u16 = 3;
+/// provenance section; 4: the counting stage's section after it). A slice
+/// is written in the oldest version that holds what it has: without
+/// provenance and counting as version 2, byte for byte, so the release
+/// before provenance can restore it; with provenance only as version 3, so
+/// the release before counting can. All three are read.
+pub const VERSION: u16 = 4;
+/// The version of a slice with provenance and no counting stage.
+const VERSION_PROVENANCE: u16 = 3;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -650,7 +704,11 @@ fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     // Without provenance the envelope is version 2's, byte for byte, so a
     // release before provenance can still restore it (a rollback).
-    let version = if state.provenance.is_some() { VERSION } else { 2 };
+    let version = match (&state.provenance, &state.counting) {
+        (_, Some(_)) => VERSION,
+        (Some(_), None) => VERSION_PROVENANCE,
+        (None, None) => 2,
+    };
     let mut w = filter_snapshot::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
@@ -678,7 +736,9 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u64(&mut w, *offset as u64);
     }
     match &state.provenance {
-        None => {}
+        None if version == 2 => {}
+        // Version 4 without provenance: its flag says so.
+        None => w.push(0),
         Some(p) => {
             w.push(1);
             let at = w.len();
@@ -687,6 +747,15 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
             let len = (w.len() - at - 8) as u64;
             w[at..at + 8].copy_from_slice(&len.to_le_bytes());
         }
+    }
+    if let Some(c) = &state.counting {
+        // Version 4: a flag byte (always 1: a slice without the stage is
+        // written as version 2 or 3), the section's length and the stage's
+        // own envelope (`DEDUPDSB`).
+        let section = counting_codec::encode(&c.stage);
+        w.push(1);
+        put_u64(&mut w, section.len() as u64);
+        w.extend_from_slice(&section);
     }
     put_u64(&mut w, filter_len as u64);
     w
@@ -714,10 +783,24 @@ pub fn decode_with(
     order: OrderSettings,
     provenance: Option<&ProvenanceSetup>,
 ) -> Result<SliceState, SnapshotError> {
-    let (mut r, has_provenance) = match filter_snapshot::open(bytes, MAGIC, VERSION) {
-        Err(SnapshotError::UnsupportedVersion { got: 2, .. }) => (filter_snapshot::open(bytes, MAGIC, 2)?, false),
-        other => (other?, true),
-    };
+    decode_full(bytes, slice, params, order, provenance, None)
+}
+
+/// [`decode_with`] with the counting stage configured as `counting` (its
+/// setup and the dedup key's extractor). A snapshot with the stage is
+/// refused by a slice configured without it, and the other way round
+/// (naming `counting`); one with other stage parameters is refused naming
+/// the parameter.
+pub fn decode_full(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+    provenance: Option<&ProvenanceSetup>,
+    counting: Option<(&CountingSetup, &Extractor)>,
+) -> Result<SliceState, SnapshotError> {
+    let (mut r, version) = filter_snapshot::open_any(bytes, MAGIC, 2..=VERSION)?;
+    let has_provenance = version >= VERSION_PROVENANCE;
     let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
@@ -787,6 +870,24 @@ pub fn decode_with(
             other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
         }
     }
+    let mut restored_counting = None;
+    if version >= VERSION {
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()? as usize;
+                let section = r.take(len)?;
+                let Some((setup, dedup)) = counting else {
+                    return Err(counting_mismatch("on", "off"));
+                };
+                restored_counting = Some(setup.restore(section, dedup)?);
+            }
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: counting flag {other}"))),
+        }
+    }
+    if restored_counting.is_none() && counting.is_some() {
+        return Err(counting_mismatch("off", "on"));
+    }
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
@@ -819,9 +920,21 @@ pub fn decode_with(
         unfilled,
         flushes_next,
         provenance: restored_provenance,
+        counting: restored_counting,
     };
     state.set_provenance(provenance);
     Ok(state)
+}
+
+/// A snapshot taken with the counting stage `snapshot` ("on"/"off") read by
+/// a slice configured with it `configured`: counts cannot be made up or
+/// dropped silently (the manifest fingerprint refuses it first).
+fn counting_mismatch(snapshot: &str, configured: &str) -> SnapshotError {
+    SnapshotError::ParameterMismatch {
+        parameter: "counting",
+        snapshot: snapshot.to_string(),
+        configured: configured.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -1176,7 +1289,7 @@ mod tests {
         let mut got = feed(&mut first, 0..1_100);
         assert!(!first.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
         let bytes = encode(&first);
-        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION, "with provenance: version 3");
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_PROVENANCE, "with provenance: version 3");
         let mut restored = decode_with(&bytes, 2, &params(), order(300), Some(&setup)).unwrap();
         let reread = restored
             .unfilled

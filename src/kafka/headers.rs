@@ -29,3 +29,7 @@ pub const LATE_BY: &str = "dedupd.late_by_ms";
 /// request to forget its record key (the dedup key), applied by the slice
 /// at its place in the log, not an input record. The value is empty.
 pub const DELETE: &str = "dedupd.delete";
+/// On flag records (`flag.topic`): the count key's estimated count in the
+/// window when the record reached `flag.threshold`, decimal (never below
+/// the true count with the `mi` and `ms` estimators).
+pub const COUNT: &str = "dedupd.count";

@@ -22,6 +22,7 @@ use super::checkpoint::{
 use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
 use crate::config::{CorruptPolicy, SlicingMode};
+use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
@@ -50,6 +51,10 @@ pub struct ResumePoint {
     pub start: u64,
     /// Judgments up to and including this release position are replayed silently.
     pub replay_until: Option<ReleasePos>,
+    /// Flags up to and including this release position are in the flag
+    /// topic already (its own last record: flags are not ordered with the
+    /// outputs, which go to other partitions).
+    pub flag_replay_until: Option<ReleasePos>,
     pub from: RestoredFrom,
     /// The records waiting for the watermark, re-read from the slice log, by offset.
     pub held: BTreeMap<u64, OwnedMessage>,
@@ -135,12 +140,31 @@ pub struct Restorer<'a> {
     pub rejected: &'a prometheus::IntCounterVec,
     /// `[provenance]`, restored with the slice (`None`: off).
     pub provenance: Option<&'a ProvenanceSetup>,
+    /// The counting stage, restored with the slice (`None`: off).
+    pub counting: Option<&'a CountingSetup>,
+    /// The flag topic (with the counting stage's flags), partition = slice.
+    pub flag_topic: Option<&'a str>,
+}
+
+/// The fingerprint of a slice's snapshot: the filter's parameters and the
+/// counting stage's (a snapshot taken with other ones is refused).
+pub fn fingerprint(params: &FilterParams, counting: Option<&CountingSetup>) -> String {
+    let mut f = params.fingerprint();
+    if let Some(c) = counting {
+        f.push_str(&c.fingerprint());
+    }
+    f
 }
 
 impl Restorer<'_> {
     /// Decodes a slice snapshot with the configured filter, order and provenance.
     fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
-        slice_codec::decode_with(bytes, slice, self.params, self.order, self.provenance)
+        let counting = self.counting.map(|c| (c, self.extractor));
+        slice_codec::decode_full(bytes, slice, self.params, self.order, self.provenance, counting)
+    }
+
+    fn fingerprint(&self) -> String {
+        fingerprint(self.params, self.counting)
     }
 
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
@@ -156,11 +180,11 @@ impl Restorer<'_> {
             read.full_scan.as_ref().map_or(String::new(), |why| format!(" (whole partition: {why})"))
         );
         let (state, manifest, from) = match latest {
-            Ok(Some((m, _))) if m.params != self.params.fingerprint() => {
+            Ok(Some((m, _))) if m.params != self.fingerprint() => {
                 let why = format!(
                     "the snapshot was taken with {} but the filter is configured with {}",
                     m.params,
-                    self.params.fingerprint()
+                    self.fingerprint()
                 );
                 (None, Some(m), RestoredFrom::Corrupt(Rejection::Parameters, why))
             }
@@ -210,6 +234,7 @@ impl Restorer<'_> {
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
                 let mut fresh = SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order);
                 fresh.set_provenance(self.provenance);
+                fresh.set_counting(self.counting, self.extractor);
                 (fresh, BTreeMap::new())
             }
         };
@@ -225,6 +250,10 @@ impl Restorer<'_> {
         // Judgments made before the snapshot are not made again: only a
         // later last output means a silent replay.
         let replay_until = last.filter(|y| y.after + 1 >= start);
+        let flag_replay_until = match self.flag_topic {
+            Some(topic) => last_release(self.reader, topic, slice as i32)?.filter(|y| y.after + 1 >= start),
+            None => None,
+        };
         log::info!(
             "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
              watermark, {} idle flushes to replay{}",
@@ -232,7 +261,7 @@ impl Restorer<'_> {
             flushes.len(),
             replay_until.map_or(String::new(), |y| format!(", silently up to release {y}"))
         );
-        Ok(ResumePoint { state, manifest, start, replay_until, from, held, flushes })
+        Ok(ResumePoint { state, manifest, start, replay_until, flag_replay_until, from, held, flushes })
     }
 
     /// Re-reads from the slice log the records the snapshot says were
@@ -265,7 +294,9 @@ impl Restorer<'_> {
                     headers: &header_list,
                     timestamp_ms: m.timestamp().to_millis(),
                 };
-                if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor) {
+                if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
+                    && state.refill_count_key(offset, &view)
+                {
                     entries.push((offset, time_ms, hash));
                     held.insert(offset, m.detach());
                 }

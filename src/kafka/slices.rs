@@ -78,6 +78,8 @@ struct Owned {
     copying: Option<Copying>,
     /// Judgments up to this release position are replayed silently.
     replay_until: Option<ReleasePos>,
+    /// Flags up to this release position are in the flag topic already.
+    flag_replay_until: Option<ReleasePos>,
     /// The records waiting for the watermark, by slice offset (for output).
     held: HashMap<u64, OwnedMessage>,
     /// Idle flushes logged and not applied yet (a replay): the slice
@@ -225,7 +227,8 @@ fn write_snapshot(
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let manifest = deps.store.write(slice, offset, bytes, &deps.params.fingerprint(), previous)?;
+    let fingerprint = super::restore::fingerprint(&deps.params, deps.cfg.counting.as_ref());
+    let manifest = deps.store.write(slice, offset, bytes, &fingerprint, previous)?;
     Ok((manifest, bytes.len()))
 }
 
@@ -400,6 +403,8 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
         provenance: deps.cfg.provenance.as_ref(),
+        counting: deps.cfg.counting.as_ref(),
+        flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
     };
     let mut point = restorer.restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
@@ -419,6 +424,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         state: point.state,
         replay_until: point.replay_until,
+        flag_replay_until: point.flag_replay_until,
         held: point.held.into_iter().collect(),
         flushes: point.flushes,
         last_arrival: Instant::now(),
@@ -438,11 +444,19 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
     Box::new(move |key: &[u8]| {
         let (hash, home) = home_slice(&deps, key);
         let inner = inner.lock().expect("worker lock");
-        let results: Vec<serde_json::Value> = inner
-            .slices
-            .iter()
-            .filter(|(s, _)| home.is_none_or(|h| h == **s))
+        let results: Vec<serde_json::Value> = asked(&inner, home)
             .map(|(s, owned)| {
+                // Counting by the dedup key replaces the timer filter: the
+                // next copy is a duplicate once the estimate reaches the limit.
+                if let Some(c) = owned.state.counting.as_ref().filter(|c| c.replaces_filter()) {
+                    let estimate = c.stage.estimate(&hash);
+                    return serde_json::json!({
+                        "slice": s,
+                        "duplicate": c.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
+                        "kind": "counting",
+                        "estimate": estimate,
+                    });
+                }
                 if let Some(count) = &owned.state.count {
                     // No timers: the filter's own test, without its update.
                     return serde_json::json!({
@@ -475,13 +489,66 @@ fn lookup_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::Looku
 /// A key's hash and the slice that judges it: `H_S(key)` in repartition
 /// mode; `None` with input-partitions (the producer's partitioner chose it,
 /// so every owned slice is asked).
+///
+/// With a separate count key (`limit.count_key`) the router routes by the
+/// count key, so a dedup key's slice is not known either: every owned slice
+/// is asked.
 fn home_slice(deps: &Deps, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(deps.params.seed, key);
-    let home = match deps.cfg.slicing {
-        SlicingMode::Repartition => Some(hash.slice(deps.cfg.settings.filter.slices)),
-        SlicingMode::InputPartitions => None,
-    };
-    (hash, home)
+    let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
+    (hash, routed_slice(deps, &hash, routed_by_key))
+}
+
+/// The owned slices a key endpoint asks: `home`, or every one.
+fn asked(inner: &Inner, home: Option<u32>) -> impl Iterator<Item = (&u32, &Owned)> {
+    inner.slices.iter().filter(move |(s, _)| home.is_none_or(|h| h == **s))
+}
+
+/// The slice the router sends a key to, if the router routes by that key
+/// (`routed`) in repartition mode; `None` otherwise (ask every owned slice).
+fn routed_slice(deps: &Deps, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
+    match deps.cfg.slicing {
+        SlicingMode::Repartition if routed => Some(hash.slice(deps.cfg.settings.filter.slices)),
+        _ => None,
+    }
+}
+
+/// The `/v1/count` answer for a count key: its estimated count in the
+/// window ending at its slice's newest time. In repartition mode the slice
+/// is `H_S(count key)` (the router routes by the count key); with
+/// input-partitions every owned slice is asked, and `estimate` is the
+/// largest (the others see the key only through collisions).
+fn count_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+        // The router routes by the count key (the dedup key, or limit.count_key).
+        let home = routed_slice(&deps, &hash, true);
+        let inner = inner.lock().expect("worker lock");
+        let results: Vec<serde_json::Value> = asked(&inner, home)
+            .filter_map(|(s, owned)| {
+                let stage = &owned.state.counting.as_ref()?.stage;
+                let counts = stage.counts();
+                // The window ends at the newest sub-window's end.
+                let newest = counts.state().1;
+                Some(serde_json::json!({
+                    "slice": s,
+                    "estimate": stage.estimate(&hash),
+                    "window_ms": counts.window_ms(),
+                    "window_end_ms": newest.map(|n| (n + 1) * counts.sub_ms()),
+                    "subwindow_ms": counts.sub_ms(),
+                }))
+            })
+            .collect();
+        let estimate = results.iter().filter_map(|r| r["estimate"].as_u64()).max();
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "estimate": estimate,
+            "slice": home,
+            "owned": !results.is_empty(),
+            "results": results,
+        })
+    })
 }
 
 /// The `/v1/provenance` answer for a key: every source that may have
@@ -495,7 +562,7 @@ fn provenance_fn(deps: &Arc<Deps>, inner: &Arc<Mutex<Inner>>) -> crate::admin::L
         let inner = inner.lock().expect("worker lock");
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
-        for (_, o) in inner.slices.iter().filter(|(s, _)| home.is_none_or(|h| h == **s)) {
+        for (_, o) in asked(&inner, home) {
             if let Some(p) = &o.state.provenance {
                 owned = true;
                 let answer = p.sources.query(&hash);
@@ -696,6 +763,9 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     *deps.status.delete.lock().expect("status lock") = Some(delete);
     if deps.cfg.provenance.is_some() {
         *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(&deps, &inner));
+    }
+    if deps.cfg.counting.is_some() {
+        *deps.status.count.lock().expect("status lock") = Some(count_fn(&deps, &inner));
     }
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
     // Statistics feed the consumer-lag gauge; no other client asks for them.
@@ -951,8 +1021,9 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     let Inner { slices, judged, .. } = inner;
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
+        let last = owned.state.next_offset.saturating_sub(1);
         let replaying = !owned.flushes.is_empty()
-            || owned.replay_until.is_some_and(|y| y.after >= owned.state.next_offset.saturating_sub(1) && !y.flush);
+            || [owned.replay_until, owned.flag_replay_until].iter().flatten().any(|y| y.after >= last && !y.flush);
         if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
@@ -1109,20 +1180,82 @@ fn emit(
         if !silent {
             owned.replay_until = None;
         }
-        match arriving.filter(|m| m.offset() as u64 == j.offset) {
-            Some(msg) => emit_one(deps, slice, j, pos, msg, silent)?,
+        // Flags have their own replay bound: the flag topic's last record.
+        let flag_written = owned.flag_replay_until.is_some_and(|y| pos <= y);
+        if !flag_written {
+            owned.flag_replay_until = None;
+        }
+        let flag = j.count.filter(|m| m.flagged && !flag_written);
+        if j.count.is_some_and(|m| m.limited) {
+            deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
+        }
+        let held;
+        let msg = match arriving.filter(|m| m.offset() as u64 == j.offset) {
+            Some(msg) => msg as &dyn MessageRef,
             None => {
-                let held = owned.held.remove(&j.offset).ok_or_else(|| {
+                held = owned.held.remove(&j.offset).ok_or_else(|| {
                     KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
                 })?;
-                emit_one(deps, slice, j, pos, &held, silent)?
+                &held as &dyn MessageRef
             }
+        };
+        msg.emit(deps, slice, j, pos, silent)?;
+        if let Some(mark) = flag {
+            msg.flag(deps, slice, j, pos, mark.estimate)?;
+            deps.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if silent {
             deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
         }
     }
     Ok(())
+}
+
+/// A consumed record, borrowed or owned (held for the watermark), that a
+/// judgment's outputs copy.
+trait MessageRef {
+    fn emit(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, silent: bool)
+    -> Result<(), KafkaLayerError>;
+    fn flag(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, count: u64) -> Result<(), KafkaLayerError>;
+}
+
+impl<M: Message> MessageRef for M {
+    fn emit(
+        &self,
+        deps: &Deps,
+        slice: u32,
+        j: &Judgment,
+        pos: ReleasePos,
+        silent: bool,
+    ) -> Result<(), KafkaLayerError> {
+        emit_one(deps, slice, j, pos, self, silent)
+    }
+
+    fn flag(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, count: u64) -> Result<(), KafkaLayerError> {
+        emit_flag(deps, slice, j, pos, self, count)
+    }
+}
+
+/// Copies a flagged record to `flag.topic`, partition = slice, with its
+/// slice offset and release position (as on the outputs: restore reads the
+/// flag topic's last one, so a replay writes no flag twice) and the
+/// estimated count.
+fn emit_flag<M: Message>(
+    deps: &Deps,
+    slice: u32,
+    j: &Judgment,
+    pos: ReleasePos,
+    msg: &M,
+    count: u64,
+) -> Result<(), KafkaLayerError> {
+    let mut offset_buf = [0u8; 20];
+    let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
+    let mut release_buf = [0u8; 48];
+    let release_text = format_into(&mut release_buf, format_args!("{pos}"));
+    let mut count_buf = [0u8; 20];
+    let count_text = format_into(&mut count_buf, format_args!("{count}"));
+    let extra = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text), (headers::COUNT, count_text)];
+    send(deps, &deps.cfg.settings.flag.topic, slice, msg, &extra)
 }
 
 /// Sends what one judgment produces (nothing when `silent`).
@@ -1166,7 +1299,10 @@ fn emit_one<M: Message>(
         }
         SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
-            let rule = format!("filter;equal_timers={equal_timers}");
+            let rule = match j.count {
+                Some(m) if m.limited => format!("limit;count={}", m.estimate),
+                _ => format!("filter;equal_timers={equal_timers}"),
+            };
             let mut extra = vec![ids[0], ids[1], (headers::RULE, rule.as_bytes())];
             if let Some(first) = &j.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));

@@ -72,7 +72,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         (s.checkpoint.topic.clone(), slices, vec![("cleanup.policy", "compact")]),
         (cfg.flush_topic(), slices, vec![]),
     ];
-    for optional in [&s.output.duplicates_topic, &s.output.late_topic] {
+    for optional in [&s.output.duplicates_topic, &s.output.late_topic, &s.flag.topic] {
         if !optional.is_empty() {
             wanted.push((optional.clone(), slices, vec![]));
         }
