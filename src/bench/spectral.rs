@@ -19,7 +19,7 @@ use std::collections::{HashMap, VecDeque};
 use super::workload::{Rng, Zipf};
 use crate::filter::KeyHash;
 use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::spectral::{Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
+use crate::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
 
 /// Flags of `dedupd bench spectral`.
 #[derive(Debug, clap::Args)]
@@ -91,7 +91,13 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
     for seed in 1..=runs {
         let mut filters: Vec<Spectral> = Estimator::ALL
             .iter()
-            .map(|&estimator| Spectral::new(&SpectralParams { estimator, counters: m, hashes: k, counter_bits: 32 }))
+            .map(|&estimator| Spectral::new(&SpectralParams {
+                    estimator,
+                    counters: m,
+                    hashes: k,
+                    counter_bits: 32,
+                    store: CounterKind::Fixed,
+                }))
             .collect();
         let mut exact = vec![0u32; distinct as usize];
         let mut rng = Rng::new(seed);
@@ -179,6 +185,7 @@ pub fn windowed_row(estimator: Estimator, subwindows: u32, records: u64, univers
         counters: crate::filter::spectral::counters_for(per_sub, 5, 0.7),
         hashes: 5,
         counter_bits: 16,
+        store: CounterKind::Fixed,
     };
     let mut w = WindowedCounts::new(params, window_ms, subwindows).expect("valid settings");
     let mut live: VecDeque<(u64, u64)> = VecDeque::new();
