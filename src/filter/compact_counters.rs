@@ -26,13 +26,13 @@
 //! code grows shifts the rest of its group's used bits (at most a few words)
 //! into the slack and moves the later sub-group offsets; nothing outside the
 //! group changes. A group whose slack runs out is relocated to the end of the
-//! bit string with room to grow (`used/4 + 64` bits); its old region becomes a
-//! hole. When holes exceed half the bit string, the whole store is rebuilt
-//! densely (O(N + m)). Cost: O(1) per operation (plus the group's tail shift,
+//! bit string with room to grow (`used/8 + 32` bits); its old region becomes a
+//! hole. When holes exceed a quarter of the bit string, the whole store is
+//! rebuilt densely (O(N + m)). Cost: O(1) per operation (plus the group's tail shift,
 //! bounded by a group's size) and O(group) per relocation; a rebuild happens
-//! only after relocations have left at least as many hole bits as live bits,
-//! each bit of hole having been preceded by a bit of growth, so it is O(1)
-//! amortised per bit of growth.
+//! only after relocations have left hole bits of a third of the live bits,
+//! each relocation having been preceded by growth using up its group's
+//! slack, so a rebuild is O(1) amortised per bit of growth.
 //!
 //! Semantics are those of the fixed-width store ([`super::spectral::Counters`]):
 //! counters saturate at `2^bits - 1`, a saturated counter is never
@@ -93,7 +93,7 @@ fn rebuild_cap(used: u64) -> u64 {
 /// Room given to a relocated group that needs `need` bits.
 #[inline]
 fn relocate_cap(need: u64) -> u64 {
-    need + need / 4 + 64
+    need + need / 8 + 32
 }
 
 #[inline]
@@ -301,7 +301,7 @@ impl CompactCounters {
         let pos = self.locate(i);
         write(&mut self.words, pos, new, code);
         // Only now is every code whole again, so a rebuild can read them.
-        if self.holes * 2 > self.end {
+        if self.holes * 4 > self.end {
             self.rebuild();
         }
     }
