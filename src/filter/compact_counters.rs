@@ -288,17 +288,16 @@ impl CompactCounters {
     /// Sets counter `i` to `v` clamped to the maximum.
     pub fn set(&mut self, i: usize, v: u64) {
         assert!(i < self.len, "counter {i} of {}", self.len);
-        let v = v.min(u64::from(self.max()));
         let pos = self.locate(i);
         let old = skip(&self.words, pos);
-        let (code, new) = encode(v);
-        if new == old {
-            write(&mut self.words, pos, new, code);
-            return;
-        }
-        self.resize_code(i, pos, old, new);
-        // The group may have moved: find the code again.
-        let pos = self.locate(i);
+        self.put(i, pos, old, v);
+    }
+
+    /// Writes `v` (clamped) as counter `i`, whose `old`-bit code is at `pos`:
+    /// one index look-up per update, done by the caller.
+    fn put(&mut self, i: usize, pos: u64, old: u64, v: u64) {
+        let (code, new) = encode(v.min(u64::from(self.max())));
+        let pos = if new == old { pos } else { self.resize_code(i, pos, old, new) };
         write(&mut self.words, pos, new, code);
         // Only now is every code whole again, so a rebuild can read them.
         if self.holes * 4 > self.end {
@@ -308,8 +307,8 @@ impl CompactCounters {
 
     /// Makes room for counter `i`'s code to change from `old` to `new` bits:
     /// shifts the rest of its group, relocating the group if its slack is
-    /// used up.
-    fn resize_code(&mut self, i: usize, pos: u64, old: u64, new: u64) {
+    /// used up. Returns where the code goes now.
+    fn resize_code(&mut self, i: usize, pos: u64, old: u64, new: u64) -> u64 {
         let g = i / GROUP;
         let meta = self.meta[g];
         let start = self.starts[g];
@@ -317,7 +316,7 @@ impl CompactCounters {
         let need = used + new - old;
         let tail_from = pos + old;
         let tail = start + used - tail_from;
-        if need > u64::from(meta.cap) {
+        let pos = if need > u64::from(meta.cap) {
             // Relocate: copy the group to the end with room to grow.
             let cap = relocate_cap(need);
             let to = self.end;
@@ -327,37 +326,46 @@ impl CompactCounters {
             self.starts[g] = to;
             self.meta[g].cap = cap as u16;
             self.end = to + cap;
-            let pos = to + (pos - start);
-            move_bits(&mut self.words, pos + old, pos + new, tail);
+            let moved = to + (pos - start);
+            move_bits(&mut self.words, moved + old, moved + new, tail);
+            moved
         } else {
             move_bits(&mut self.words, tail_from, pos + new, tail);
-        }
+            pos
+        };
         let m = &mut self.meta[g];
         m.used = need as u16;
         for s in (i % GROUP) / SUB + 1..SUBGROUPS {
             m.sub[s - 1] = (i64::from(m.sub[s - 1]) + new as i64 - old as i64) as u16;
         }
+        pos
     }
 
     /// Lays the counters out densely again (every group at its rebuild slack).
     fn rebuild(&mut self) {
-        let values: Vec<u64> = (0..self.len).map(|i| u64::from(self.get(i))).collect();
+        // A sequential decode: no index look-ups.
+        let values: Vec<u64> = self.values().map(u64::from).collect();
         *self = Self::from_values(self.len, self.bits, values);
     }
 
     /// Adds `r` (saturating).
     #[inline]
     pub fn add(&mut self, i: usize, r: u32) {
-        self.set(i, u64::from(self.get(i)) + u64::from(r));
+        assert!(i < self.len, "counter {i} of {}", self.len);
+        let pos = self.locate(i);
+        let (v, old) = decode(&self.words, pos);
+        self.put(i, pos, old, v + u64::from(r));
     }
 
     /// Subtracts `r`, except from a saturated counter (it stays saturated:
     /// its true value is at least the maximum).
     #[inline]
     pub fn sub(&mut self, i: usize, r: u32) {
-        let v = self.get(i);
-        if v != self.max() {
-            self.set(i, u64::from(v.saturating_sub(r)));
+        assert!(i < self.len, "counter {i} of {}", self.len);
+        let pos = self.locate(i);
+        let (v, old) = decode(&self.words, pos);
+        if v != u64::from(self.max()) {
+            self.put(i, pos, old, v.saturating_sub(u64::from(r)));
         }
     }
 
