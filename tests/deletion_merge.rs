@@ -171,7 +171,11 @@ fn deletes_unconfirmed_by_a_silent_broker_answer_202_concurrently_and_apply_late
         let a = a.as_ref().expect("an answer within the client's 5 s");
         assert_eq!(a.code, 202, "{a:?}");
         let body: serde_json::Value = serde_json::from_str(&a.body).unwrap();
-        assert_eq!((&body["deleted"], &body["written"]), (&serde_json::Value::Null, &serde_json::json!("unknown")), "{body}");
+        assert_eq!(
+            (&body["deleted"], &body["written"]),
+            (&serde_json::Value::Null, &serde_json::json!("unknown")),
+            "{body}"
+        );
         assert!(body["reason"].as_str().unwrap().contains("may still be written and applied"), "{body}");
     }
     // Queued, not lost: the records reach the log and the slices apply them.

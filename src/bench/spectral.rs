@@ -108,13 +108,15 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
     for seed in 1..=runs {
         let mut filters: Vec<Spectral> = Estimator::ALL
             .iter()
-            .map(|&estimator| Spectral::new(&SpectralParams {
+            .map(|&estimator| {
+                Spectral::new(&SpectralParams {
                     estimator,
                     counters: m,
                     hashes: k,
                     counter_bits: 32,
                     store: CounterKind::Fixed,
-                }))
+                })
+            })
             .collect();
         let mut exact = vec![0u32; distinct as usize];
         let mut rng = Rng::new(seed);
@@ -270,7 +272,8 @@ pub fn compact_rows(distinct: u64, inserts: u64, rounds: u32, skews: &[f64]) -> 
     use crate::filter::spectral::{Store, counters_for};
     use std::time::Instant;
     let m = counters_for(distinct, 5, 0.7);
-    let params = |counter_bits, store| SpectralParams { estimator: Estimator::Ms, counters: m, hashes: 5, counter_bits, store };
+    let params =
+        |counter_bits, store| SpectralParams { estimator: Estimator::Ms, counters: m, hashes: 5, counter_bits, store };
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -298,7 +301,11 @@ pub fn compact_rows(distinct: u64, inserts: u64, rounds: u32, skews: &[f64]) -> 
             let (mut ins, mut qry) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
             let mut kept = None;
             for round in 0..rounds.max(1) {
-                let order = if round % 2 == 0 { [CounterKind::Fixed, CounterKind::Compact] } else { [CounterKind::Compact, CounterKind::Fixed] };
+                let order = if round % 2 == 0 {
+                    [CounterKind::Fixed, CounterKind::Compact]
+                } else {
+                    [CounterKind::Compact, CounterKind::Fixed]
+                };
                 for kind in order {
                     let (f, i, q) = fill(kind, 32);
                     let (iv, qv) = match kind {

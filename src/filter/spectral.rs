@@ -1146,7 +1146,8 @@ mod tests {
         for e in Estimator::ALL {
             let p = params(e, 256, 8);
             let mut fixed = WindowedCounts::new(p, 1000, 8).unwrap();
-            let mut compact = WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
+            let mut compact =
+                WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
             let zipf = crate::bench::workload::Zipf::new(500, 1.0);
             let mut rng = Rng::new(4);
             let mut t = 0;
@@ -1168,7 +1169,10 @@ mod tests {
                 let want = fixed.estimate(&key(x));
                 assert_eq!((back.estimate(&key(x)), into_fixed.estimate(&key(x))), (want, want), "{e} key {x}");
             }
-            let mut short = ring.iter().map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect()).collect::<Vec<Vec<Vec<u64>>>>();
+            let mut short = ring
+                .iter()
+                .map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect())
+                .collect::<Vec<Vec<Vec<u64>>>>();
             short[3][0].pop();
             assert!(!back.restore(newest, short), "a misfit array is refused");
         }
