@@ -302,19 +302,25 @@ mod tests {
         }
     }
 
+    /// `n` records (key, time) of Zipf(`skew`) keys over 300, times rising
+    /// by 0 to `gap - 1` ms.
+    fn zipf_records(n: usize, skew: f64, seed: u64, gap: u64) -> Vec<(u64, u64)> {
+        let zipf = crate::bench::workload::Zipf::new(300, skew);
+        let mut rng = Rng::new(seed);
+        let mut t = 0;
+        (0..n)
+            .map(|_| {
+                t += rng.below(gap);
+                (zipf.sample(&mut rng), t)
+            })
+            .collect()
+    }
+
     /// Snapshot and restore mid-stream (every estimator) gives exactly the
     /// marks of an uninterrupted run; other settings are refused by name.
     #[test]
     fn restore_mid_stream_gives_the_uninterrupted_marks() {
-        let zipf = crate::bench::workload::Zipf::new(300, 0.9);
-        let mut rng = Rng::new(3);
-        let mut t = 0;
-        let records: Vec<(u64, u64)> = (0..6000)
-            .map(|_| {
-                t += rng.below(4);
-                (zipf.sample(&mut rng), t)
-            })
-            .collect();
+        let records = zipf_records(6000, 0.9, 3, 4);
         for e in Estimator::ALL {
             let sp = spec(e, 512, Some(3), Some(5));
             let mut whole = sp.build().unwrap();
@@ -343,15 +349,7 @@ mod tests {
     /// marks, and a snapshot of one store restores into the other.
     #[test]
     fn compact_counters_round_trip_through_the_snapshot() {
-        let zipf = crate::bench::workload::Zipf::new(300, 1.2);
-        let mut rng = Rng::new(8);
-        let mut t = 0;
-        let records: Vec<(u64, u64)> = (0..5000)
-            .map(|_| {
-                t += rng.below(3);
-                (zipf.sample(&mut rng), t)
-            })
-            .collect();
+        let records = zipf_records(5000, 1.2, 8, 3);
         for e in Estimator::ALL {
             let fixed = spec(e, 256, Some(4), Some(6));
             let mut compact = fixed.clone();
