@@ -189,8 +189,8 @@ impl fmt::Display for CounterKind {
 
 /// A filter's counter vector, of either kind; both saturate at `2^bits - 1`
 /// and never decrement a saturated counter, so every estimate is the same.
-/// (An enum, not a type parameter: the choice is a run-time setting and the
-/// branch is perfectly predicted.)
+/// (An enum, not a type parameter: the choice is a run-time setting, and
+/// the filters above stay one type.)
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Store {
     Fixed(Counters),
