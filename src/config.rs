@@ -171,6 +171,10 @@ pub struct LimitSettings {
     /// Distinct count keys expected per window, all slices together; 0:
     /// `filter.expected_keys`. Sizes each sub-window's counters.
     pub count_expected: u64,
+    /// How counters are kept: `fixed` (every counter `counter_bits` wide,
+    /// the fastest) or `compact` (variable-length codes: less memory on
+    /// skewed keys, slower; docs/spectral.md). Same estimates, same snapshots.
+    pub counters: String,
 }
 
 /// Flags (issue 15): the record at which a count key's estimated count in
@@ -234,6 +238,7 @@ impl Settings {
                 counters: counters_for(per_sub, l.count_hashes.max(1), 0.7),
                 hashes: l.count_hashes,
                 counter_bits: l.counter_bits,
+                store: l.counters.parse().map_err(|e| invalid("limit.counters", &l.counters, e))?,
             },
             window_ms: self.filter.window,
             subwindows: l.subwindows,
@@ -907,6 +912,7 @@ subwindows = 16
 counter_bits = 8
 count_hashes = 5
 count_expected = 0
+counters = "fixed"
 [flag]
 threshold = 0
 topic = ""
@@ -1451,6 +1457,7 @@ mod tests {
             ),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__SUBWINDOWS", "4")][..], "invalid setting limit.subwindows = 4"),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
+            (&[flag[0], flag[1], ("DEDUPD__LIMIT__COUNTERS", "tiny")][..], "invalid setting limit.counters = tiny"),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
             (

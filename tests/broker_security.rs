@@ -14,59 +14,12 @@
 
 mod support;
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use support::*;
-
-/// A process of the test (broker, proxy), killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.0.kill().ok();
-        self.0.wait().ok();
-    }
-}
-
-/// Starts `program args`, its output appended to `log`, and waits until
-/// 127.0.0.1:`port` accepts connections.
-fn start(program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
-    let out = std::fs::File::create(log).unwrap();
-    let child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(out.try_clone().unwrap()))
-        .stderr(Stdio::from(out))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-    let mut p = Proc(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if let Some(status) = p.0.try_wait().unwrap() {
-            panic!("{} exited ({status}):\n{}", program.display(), std::fs::read_to_string(log).unwrap_or_default());
-        }
-        assert!(Instant::now() < deadline, "{} does not listen on {port}", program.display());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    p
-}
-
-/// A Tansu of its own on a free port, advertising `advertised` (its own
-/// port when None); `extra` arguments such as `--authentication`.
-fn tansu(dir: &Path, advertised: Option<u16>, extra: &[&str]) -> (Proc, u16) {
-    broker(); // installs target/tools/tansu (scripts/broker.sh) if missing
-    let port = free_port();
-    let listen = format!("tcp://127.0.0.1:{port}");
-    let advertise = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
-    let mut args = vec!["broker", "--listener-url", &listen, "--advertised-listener-url", &advertise, "--silent"];
-    args.extend_from_slice(extra);
-    let log = dir.join(format!("tansu-{port}.log"));
-    (start(&root().join("target/tools/tansu"), &args, &log, port), port)
-}
 
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl");

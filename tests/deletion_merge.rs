@@ -126,6 +126,66 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
     }
 }
 
+/// A broker that stops answering (SIGSTOP) while deletes are requested:
+/// three concurrent requests each answer 202 "written: unknown" after their
+/// own 4 s wait — not 503 "not written" (the record stays queued and is
+/// delivered later), and not one after another behind a shared lock (the
+/// third would wait ~12 s). Once the broker answers again, all three apply.
+#[test]
+fn deletes_unconfirmed_by_a_silent_broker_answer_202_concurrently_and_apply_later() {
+    let dir = std::env::temp_dir().join(unique("dedupd-del-silent"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (tansu, port) = tansu(&dir, None, &[]);
+    let mut own = rdkafka::ClientConfig::new();
+    own.set("bootstrap.servers", format!("127.0.0.1:{port}"));
+    let input = unique("del-silent-in");
+    create_topic_on(&own, &input, 1);
+    let app = unique("del-silent");
+    let mut env = deletable_env(&app, &input, 2);
+    env.push(("DEDUPD__KAFKA__BROKERS".into(), format!("127.0.0.1:{port}")));
+    let mut d = Daemon::start("delete-silent", &env);
+    d.wait_ready(Duration::from_secs(60));
+    produce_on(&own, &input, &clicks(0, 100, 50, BASE_TS, 10));
+    wait_processed(&[&d], 100, Duration::from_secs(60));
+
+    let signal = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &tansu.0.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig}");
+    };
+    signal("-STOP");
+    let answers: Vec<Option<HttpAnswer>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ["k1", "k2", "k3"]
+            .iter()
+            .map(|key| {
+                let port = d.admin_port;
+                s.spawn(move || {
+                    let auth = format!("Bearer {TOKEN}");
+                    http_request(port, "DELETE", &format!("/v1/keys/{key}"), &[("Authorization", &auth)])
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    signal("-CONT");
+    for a in &answers {
+        let a = a.as_ref().expect("an answer within the client's 5 s");
+        assert_eq!(a.code, 202, "{a:?}");
+        let body: serde_json::Value = serde_json::from_str(&a.body).unwrap();
+        assert_eq!(
+            (&body["deleted"], &body["written"]),
+            (&serde_json::Value::Null, &serde_json::json!("unknown")),
+            "{body}"
+        );
+        assert!(body["reason"].as_str().unwrap().contains("may still be written and applied"), "{body}");
+    }
+    // Queued, not lost: the records reach the log and the slices apply them.
+    wait_for("three deletes applied", Duration::from_secs(60), || {
+        d.log_text().matches(": deleted a key (request at slice offset").count() == 3
+    });
+    d.terminate(Duration::from_secs(30));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// A 16-slice daemon judges a stream and stops; `dedupd checkpoint merge`
 /// makes 8 slices of its snapshots; an 8-slice daemon goes on with the
 /// stream: no key seen before the merge is delivered again inside its

@@ -161,9 +161,28 @@ fn counting_by_another_key_dedups_first() {
     assert_eq!(ids, [0, 1, 4]);
 }
 
+/// `--counters compact` delivers and flags exactly the records the default
+/// fixed-width counters do (the same estimates), and reports its store and
+/// the bytes it holds.
+#[test]
+fn compact_counters_deliver_and_flag_what_fixed_ones_do() {
+    let events = text_stream();
+    let common = ["--max-per-window", "2", "--flag-threshold", "4", "--estimator", "ms", "--counter-bits", "16"];
+    let fixed = run(&events, &[&common[..], &["--counters", "fixed"]].concat());
+    let compact = run(&events, &[&common[..], &["--counters", "compact"]].concat());
+    assert_eq!(fixed.0, compact.0, "delivered records differ");
+    assert_eq!(fixed.1, compact.1, "flagged records differ");
+    assert!(!fixed.0.is_empty() && !fixed.1.is_empty());
+    let (f, c) = (&fixed.2["counting"], &compact.2["counting"]);
+    assert_eq!((f["counters"].as_str(), c["counters"].as_str()), (Some("fixed"), Some("compact")));
+    assert_eq!(f["limited"], c["limited"]);
+    assert!(c["memory_bytes"].as_u64().unwrap() > 0, "{c}");
+}
+
 #[test]
 fn counting_settings_are_refused_with_their_rule() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
+        (&["--max-per-window", "2", "--counters", "tiny"], "unknown counter store `tiny`: expected fixed or compact"),
         (&["--max-per-window", "300"], "invalid --max-per-window 300: must be at most 255"),
         (&["--max-per-window", "2", "--subwindows", "100"], "invalid --subwindows 100: must be 8 to 64"),
         (&["--flags", "x.txt"], "--flags needs --max-per-window or --flag-threshold"),

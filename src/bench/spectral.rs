@@ -12,14 +12,18 @@
 //!    with times: the additive error (estimate − exact) of each record's key
 //!    over the window, by estimator and sub-window count.
 //!
-//! Prints both tables as CSV.
+//! 3. With `--compact`, instead: compact (variable-length) counters against
+//!    fixed-width ones on Zipf streams — bytes held, and the time per insert
+//!    and per query (see [`compact_rows`]).
+//!
+//! Prints the tables as CSV.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::workload::{Rng, Zipf};
 use crate::filter::KeyHash;
 use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::spectral::{Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
+use crate::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
 
 /// Flags of `dedupd bench spectral`.
 #[derive(Debug, clap::Args)]
@@ -46,6 +50,19 @@ pub struct SpectralArgs {
     /// Also measure windowed counts against exact counts.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub windowed: bool,
+    /// Instead of the accuracy tables: memory and speed of compact counters
+    /// against fixed-width ones (run a release build for the timings).
+    #[arg(long)]
+    pub compact: bool,
+    /// --compact: distinct keys n (m = nk/0.7 counters).
+    #[arg(long, default_value_t = 100_000)]
+    pub compact_distinct: u64,
+    /// --compact: inserts per run.
+    #[arg(long, default_value_t = 2_000_000)]
+    pub compact_inserts: u64,
+    /// --compact: timed rounds (fixed and compact alternate in each).
+    #[arg(long, default_value_t = 5)]
+    pub compact_rounds: u32,
 }
 
 /// One γ of Table 1, averaged over runs.
@@ -91,7 +108,15 @@ pub fn table_row(distinct: u64, draws_per_key: u64, skew: f64, k: u32, gamma: f6
     for seed in 1..=runs {
         let mut filters: Vec<Spectral> = Estimator::ALL
             .iter()
-            .map(|&estimator| Spectral::new(&SpectralParams { estimator, counters: m, hashes: k, counter_bits: 32 }))
+            .map(|&estimator| {
+                Spectral::new(&SpectralParams {
+                    estimator,
+                    counters: m,
+                    hashes: k,
+                    counter_bits: 32,
+                    store: CounterKind::Fixed,
+                })
+            })
             .collect();
         let mut exact = vec![0u32; distinct as usize];
         let mut rng = Rng::new(seed);
@@ -179,6 +204,7 @@ pub fn windowed_row(estimator: Estimator, subwindows: u32, records: u64, univers
         counters: crate::filter::spectral::counters_for(per_sub, 5, 0.7),
         hashes: 5,
         counter_bits: 16,
+        store: CounterKind::Fixed,
     };
     let mut w = WindowedCounts::new(params, window_ms, subwindows).expect("valid settings");
     let mut live: VecDeque<(u64, u64)> = VecDeque::new();
@@ -212,7 +238,155 @@ pub fn windowed_row(estimator: Estimator, subwindows: u32, records: u64, univers
     }
 }
 
+/// One Zipf skew of the compact-counter comparison.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactRow {
+    pub skew: f64,
+    pub counters: u64,
+    pub inserts: u64,
+    /// The largest counter, and the bits of the paper's N: Σ ceil(log2(C+1))
+    /// over all counters (each counter's value in binary, nothing else).
+    pub max_counter: u32,
+    pub paper_n_bits: u64,
+    /// Bytes held by compact counters (32-bit range) and what they hold:
+    /// bits of codes, of slack and holes, of index.
+    pub compact_bytes: u64,
+    pub code_bits: u64,
+    pub slack_bits: u64,
+    pub index_bits: u64,
+    /// Fixed-width counters of 4, 8, 16 and 32 bits: bytes, and counters
+    /// saturated (their estimates then differ from unbounded counts).
+    pub fixed: [(u8, u64, u64); 4],
+    /// Median ns per insert and per query (MS), fixed 32-bit and compact,
+    /// over the rounds.
+    pub insert_ns: (f64, f64),
+    pub query_ns: (f64, f64),
+}
+
+/// Compact counters against fixed-width ones: an MS filter of
+/// m = n·k/0.7 counters (k = 5) takes `inserts` Zipf(skew) draws over n
+/// keys, then is queried for all n keys. Each round times the fixed 32-bit
+/// filter and the compact one back to back (alternating which goes first),
+/// so both see the same machine load; the medians over rounds are reported.
+pub fn compact_rows(distinct: u64, inserts: u64, rounds: u32, skews: &[f64]) -> Vec<CompactRow> {
+    use crate::filter::spectral::{Store, counters_for};
+    use std::time::Instant;
+    let m = counters_for(distinct, 5, 0.7);
+    let params =
+        |counter_bits, store| SpectralParams { estimator: Estimator::Ms, counters: m, hashes: 5, counter_bits, store };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    skews
+        .iter()
+        .map(|&skew| {
+            let zipf = Zipf::new(distinct as usize, skew);
+            let mut rng = Rng::new(11);
+            let stream: Vec<KeyHash> = (0..inserts).map(|_| key(zipf.sample(&mut rng))).collect();
+            let queries: Vec<KeyHash> = (0..distinct).map(key).collect();
+            let fill = |store, bits| {
+                let mut f = Spectral::new(&params(bits, store));
+                let t = Instant::now();
+                for h in &stream {
+                    f.insert(h, 1);
+                }
+                let insert = t.elapsed().as_nanos() as f64 / inserts as f64;
+                let t = Instant::now();
+                let sum: u64 = queries.iter().map(|h| u64::from(f.query(h))).sum();
+                let query = t.elapsed().as_nanos() as f64 / distinct as f64;
+                std::hint::black_box(sum);
+                (f, insert, query)
+            };
+            let (mut ins, mut qry) = ((Vec::new(), Vec::new()), (Vec::new(), Vec::new()));
+            let mut kept = None;
+            for round in 0..rounds.max(1) {
+                let order = if round % 2 == 0 {
+                    [CounterKind::Fixed, CounterKind::Compact]
+                } else {
+                    [CounterKind::Compact, CounterKind::Fixed]
+                };
+                for kind in order {
+                    let (f, i, q) = fill(kind, 32);
+                    let (iv, qv) = match kind {
+                        CounterKind::Fixed => (&mut ins.0, &mut qry.0),
+                        CounterKind::Compact => (&mut ins.1, &mut qry.1),
+                    };
+                    iv.push(i);
+                    qv.push(q);
+                    if kind == CounterKind::Compact {
+                        kept = Some(f);
+                    }
+                }
+            }
+            let compact = kept.expect("at least one round");
+            let Store::Compact(c) = compact.primary().counters() else { unreachable!("a compact filter") };
+            let values: Vec<u32> = c.values().collect();
+            let (code_bits, slack_bits, index_bits) = c.breakdown();
+            let fixed = [4u8, 8, 16, 32].map(|bits| {
+                let f = Store::Fixed(crate::filter::spectral::Counters::new(m as usize, bits));
+                let max = f.max();
+                (bits, f.memory_bytes(), values.iter().filter(|&&v| v >= max).count() as u64)
+            });
+            CompactRow {
+                skew,
+                counters: m,
+                inserts,
+                max_counter: values.iter().copied().max().unwrap_or(0),
+                paper_n_bits: values.iter().map(|&v| u64::from(32 - v.leading_zeros())).sum(),
+                compact_bytes: c.memory_bytes(),
+                code_bits,
+                slack_bits,
+                index_bits,
+                fixed,
+                insert_ns: (median(ins.0), median(ins.1)),
+                query_ns: (median(qry.0), median(qry.1)),
+            }
+        })
+        .collect()
+}
+
+fn run_compact(args: &SpectralArgs) {
+    println!(
+        "skew,m,inserts,max_counter,paper_N_bits_per_counter,compact_bytes,compact_bits_per_counter,code_bits,slack_hole_bits,index_bits,fixed4_bytes,fixed4_saturated,fixed8_bytes,fixed8_saturated,fixed16_bytes,fixed16_saturated,fixed32_bytes,insert_ns_fixed32,insert_ns_compact,insert_ratio,query_ns_fixed32,query_ns_compact,query_ratio"
+    );
+    for r in compact_rows(args.compact_distinct, args.compact_inserts, args.compact_rounds, &[0.5, 1.0, 1.5]) {
+        let per = |bits: u64| bits as f64 / r.counters as f64;
+        let f = r.fixed;
+        println!(
+            "{},{},{},{},{:.2},{},{:.2},{},{},{},{},{},{},{},{},{},{},{:.1},{:.1},{:.2},{:.1},{:.1},{:.2}",
+            r.skew,
+            r.counters,
+            r.inserts,
+            r.max_counter,
+            per(r.paper_n_bits),
+            r.compact_bytes,
+            per(r.compact_bytes * 8),
+            r.code_bits,
+            r.slack_bits,
+            r.index_bits,
+            f[0].1,
+            f[0].2,
+            f[1].1,
+            f[1].2,
+            f[2].1,
+            f[2].2,
+            f[3].1,
+            r.insert_ns.0,
+            r.insert_ns.1,
+            r.insert_ns.1 / r.insert_ns.0,
+            r.query_ns.0,
+            r.query_ns.1,
+            r.query_ns.1 / r.query_ns.0,
+        );
+    }
+}
+
 pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
+    if args.compact {
+        run_compact(args);
+        return Ok(());
+    }
     println!(
         "gamma,m,E_b_formula,E_MS,P_R,P_E_given_R,gamma_s,E_bs,E_RM_formula,E_RM,E_MI,MS_over_RM,MS_over_MI,RM_under,RM_err_recurring,RM_err_unmoved,RM_err_moved,excess_MS,excess_MI,excess_RM"
     );

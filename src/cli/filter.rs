@@ -19,7 +19,7 @@ use crate::engine::{
     RecordView, TimeSpec,
 };
 use crate::filter::count::{self, DEFAULT_RNG_SEED};
-use crate::filter::spectral::{DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
+use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
 use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
@@ -206,6 +206,12 @@ pub struct FilterArgs {
     /// and --flag-threshold must fit.
     #[arg(long, default_value_t = 8)]
     pub counter_bits: u8,
+    /// Counting stage: counter store, `fixed` (every counter --counter-bits
+    /// wide) or `compact` (variable-length counters, as long as each value
+    /// needs; saturating at the same maximum). The estimates are the same;
+    /// see docs/spectral.md for memory and speed.
+    #[arg(long, default_value = "fixed")]
+    pub counters: CounterKind,
     /// Counting stage: hashes k per key.
     #[arg(long, default_value_t = 5)]
     pub count_hashes: u32,
@@ -245,6 +251,7 @@ impl FilterArgs {
                 counters: counters_for(per_sub, self.count_hashes.max(1), 0.7),
                 hashes: self.count_hashes,
                 counter_bits: self.counter_bits,
+                store: self.counters,
             },
             window_ms: self.window,
             subwindows: self.subwindows,
@@ -278,6 +285,9 @@ pub struct CountingStatsJson {
     pub counters_per_subwindow: u64,
     pub hashes: u32,
     pub counter_bits: u8,
+    /// `fixed` or `compact`.
+    pub counters: &'static str,
+    /// Bytes held by the counters now (compact counters grow with the counts).
     pub memory_bytes: u64,
 }
 
@@ -297,6 +307,7 @@ impl CountingStatsJson {
             counters_per_subwindow: spec.params.counters,
             hashes: spec.params.hashes,
             counter_bits: spec.params.counter_bits,
+            counters: spec.params.store.as_str(),
             memory_bytes: c.memory_bytes(),
         }
     }

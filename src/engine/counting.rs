@@ -265,13 +265,13 @@ mod tests {
     use super::*;
     use crate::filter::hash::DEFAULT_SEED;
     use crate::filter::random::Rng;
-    use crate::filter::spectral::Estimator;
+    use crate::filter::spectral::{CounterKind, Estimator};
     use proptest::prelude::*;
     use std::collections::VecDeque;
 
     fn spec(estimator: Estimator, counters: u64, max: Option<u64>, flag: Option<u64>) -> CountingSpec {
         CountingSpec {
-            params: SpectralParams { estimator, counters, hashes: 5, counter_bits: 8 },
+            params: SpectralParams { estimator, counters, hashes: 5, counter_bits: 8, store: CounterKind::Fixed },
             window_ms: 1000,
             subwindows: 16,
             max_per_window: max,
@@ -302,19 +302,25 @@ mod tests {
         }
     }
 
+    /// `n` records (key, time) of Zipf(`skew`) keys over 300, times rising
+    /// by 0 to `gap - 1` ms.
+    fn zipf_records(n: usize, skew: f64, seed: u64, gap: u64) -> Vec<(u64, u64)> {
+        let zipf = crate::bench::workload::Zipf::new(300, skew);
+        let mut rng = Rng::new(seed);
+        let mut t = 0;
+        (0..n)
+            .map(|_| {
+                t += rng.below(gap);
+                (zipf.sample(&mut rng), t)
+            })
+            .collect()
+    }
+
     /// Snapshot and restore mid-stream (every estimator) gives exactly the
     /// marks of an uninterrupted run; other settings are refused by name.
     #[test]
     fn restore_mid_stream_gives_the_uninterrupted_marks() {
-        let zipf = crate::bench::workload::Zipf::new(300, 0.9);
-        let mut rng = Rng::new(3);
-        let mut t = 0;
-        let records: Vec<(u64, u64)> = (0..6000)
-            .map(|_| {
-                t += rng.below(4);
-                (zipf.sample(&mut rng), t)
-            })
-            .collect();
+        let records = zipf_records(6000, 0.9, 3, 4);
         for e in Estimator::ALL {
             let sp = spec(e, 512, Some(3), Some(5));
             let mut whole = sp.build().unwrap();
@@ -335,6 +341,32 @@ mod tests {
             let mid = bad.len() / 2;
             bad[mid] ^= 1;
             assert!(matches!(decode(&bad, &sp), Err(SnapshotError::ChecksumMismatch { .. })));
+        }
+    }
+
+    /// Compact counters write the fixed store's snapshot bytes (the format
+    /// is unchanged: version 1), restore mid-stream to the uninterrupted
+    /// marks, and a snapshot of one store restores into the other.
+    #[test]
+    fn compact_counters_round_trip_through_the_snapshot() {
+        let records = zipf_records(5000, 1.2, 8, 3);
+        for e in Estimator::ALL {
+            let fixed = spec(e, 256, Some(4), Some(6));
+            let mut compact = fixed.clone();
+            compact.params.store = CounterKind::Compact;
+            let (mut f, mut c) = (fixed.build().unwrap(), compact.build().unwrap());
+            let cut = 3000;
+            for &(x, t) in &records[..cut] {
+                assert_eq!(f.judge(&key(x), t), c.judge(&key(x), t), "{e}");
+            }
+            let bytes = encode(&c);
+            assert_eq!(bytes, encode(&f), "{e}: compact and fixed snapshots differ");
+            let mut back = decode(&bytes, &compact).unwrap();
+            let mut cross = decode(&bytes, &fixed).unwrap();
+            for &(x, t) in &records[cut..] {
+                let want = f.judge(&key(x), t);
+                assert_eq!((back.judge(&key(x), t), cross.judge(&key(x), t)), (want, want), "{e}");
+            }
         }
     }
 

@@ -146,7 +146,13 @@ mod tests {
     fn setup(count_key: Option<KeySpec>) -> CountingSetup {
         CountingSetup {
             spec: CountingSpec {
-                params: SpectralParams { estimator: Estimator::Mi, counters: 4096, hashes: 5, counter_bits: 8 },
+                params: SpectralParams {
+                    estimator: Estimator::Mi,
+                    counters: 4096,
+                    hashes: 5,
+                    counter_bits: 8,
+                    store: crate::filter::spectral::CounterKind::Compact,
+                },
                 window_ms: 1000,
                 subwindows: 16,
                 max_per_window: Some(3),

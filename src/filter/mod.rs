@@ -15,6 +15,7 @@
 //! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
 
 pub(crate) mod cells;
+pub mod compact_counters;
 pub mod copy;
 pub mod count;
 pub mod dynamic;

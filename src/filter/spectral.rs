@@ -5,6 +5,9 @@
 //! - [`Counters`]: m saturating fixed-width counters (4, 8, 16 or 32 bits)
 //!   packed in `u64` words. A saturated counter stays at its maximum (it is
 //!   never decremented or wrapped), so it still bounds every count above.
+//! - [`Store`]: the counter vector of a filter, either those fixed-width
+//!   counters or compact variable-length ones ([`CompactCounters`], the
+//!   paper's §4), chosen by [`CounterKind`]; the estimates are the same.
 //! - [`Sbf`]: one counter vector with k positions per key (the dedup filter's
 //!   double hashing over one XXH3-128), Minimum Selection (MS) queries,
 //!   insert, delete, union.
@@ -25,8 +28,10 @@
 //!
 //! Pure: no I/O, no clock.
 
+use std::borrow::Cow;
 use std::fmt;
 
+use super::compact_counters::CompactCounters;
 use super::hash::KeyHash;
 use super::params::ParamError;
 
@@ -145,6 +150,156 @@ impl Counters {
     }
 }
 
+/// How a filter keeps its counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum CounterKind {
+    /// [`Counters`]: every counter `counter_bits` wide.
+    #[default]
+    Fixed,
+    /// [`CompactCounters`]: each counter as long as its value needs.
+    Compact,
+}
+
+impl CounterKind {
+    pub const ALL: [CounterKind; 2] = [CounterKind::Fixed, CounterKind::Compact];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CounterKind::Fixed => "fixed",
+            CounterKind::Compact => "compact",
+        }
+    }
+}
+
+impl std::str::FromStr for CounterKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        CounterKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown counter store `{s}`: expected fixed or compact"))
+    }
+}
+
+impl fmt::Display for CounterKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A filter's counter vector, of either kind; both saturate at `2^bits - 1`
+/// and never decrement a saturated counter, so every estimate is the same.
+/// (An enum, not a type parameter: the choice is a run-time setting, and
+/// the filters above stay one type.)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Store {
+    Fixed(Counters),
+    Compact(CompactCounters),
+}
+
+/// Runs `$e` with `$c` bound to the store's counters, whichever kind.
+macro_rules! each {
+    ($store:expr, $c:ident => $e:expr) => {
+        match $store {
+            Store::Fixed($c) => $e,
+            Store::Compact($c) => $e,
+        }
+    };
+}
+
+impl Store {
+    /// `len` zero counters of `bits` (4, 8, 16 or 32) bits' range.
+    pub fn new(kind: CounterKind, len: usize, bits: u8) -> Self {
+        match kind {
+            CounterKind::Fixed => Store::Fixed(Counters::new(len, bits)),
+            CounterKind::Compact => Store::Compact(CompactCounters::new(len, bits)),
+        }
+    }
+
+    pub fn kind(&self) -> CounterKind {
+        match self {
+            Store::Fixed(_) => CounterKind::Fixed,
+            Store::Compact(_) => CounterKind::Compact,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        each!(self, c => c.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn bits(&self) -> u8 {
+        each!(self, c => c.bits())
+    }
+
+    pub fn max(&self) -> u32 {
+        each!(self, c => c.max())
+    }
+
+    #[inline]
+    pub fn get(&self, i: usize) -> u32 {
+        each!(self, c => c.get(i))
+    }
+
+    #[inline]
+    pub fn set(&mut self, i: usize, v: u64) {
+        each!(self, c => c.set(i, v))
+    }
+
+    #[inline]
+    pub fn add(&mut self, i: usize, r: u32) {
+        each!(self, c => c.add(i, r))
+    }
+
+    #[inline]
+    pub fn sub(&mut self, i: usize, r: u32) {
+        each!(self, c => c.sub(i, r))
+    }
+
+    pub fn clear(&mut self) {
+        each!(self, c => c.clear())
+    }
+
+    /// Bytes held (for compact counters: the bit string, slack and index).
+    pub fn memory_bytes(&self) -> u64 {
+        each!(self, c => c.memory_bytes())
+    }
+
+    pub fn saturated(&self) -> u64 {
+        each!(self, c => c.saturated())
+    }
+
+    /// The counters as fixed-width ones: the snapshot form of both kinds, so
+    /// a snapshot does not depend on the store (and either restores it).
+    pub fn to_fixed(&self) -> Cow<'_, Counters> {
+        match self {
+            Store::Fixed(c) => Cow::Borrowed(c),
+            Store::Compact(c) => {
+                let mut f = Counters::new(c.len(), c.bits());
+                for (i, v) in c.values().enumerate() {
+                    f.set(i, u64::from(v));
+                }
+                Cow::Owned(f)
+            }
+        }
+    }
+
+    /// Takes the values of `f` (the same length and width).
+    fn load(&mut self, f: Counters) {
+        *self = match self {
+            Store::Fixed(_) => Store::Fixed(f),
+            Store::Compact(c) => Store::Compact(CompactCounters::from_values(
+                c.len(),
+                c.bits(),
+                (0..f.len()).map(|i| u64::from(f.get(i))),
+            )),
+        };
+    }
+}
+
 /// A key's hash re-mixed with `salt`: independent positions in the
 /// secondary SBF and the flags filter from the one XXH3-128 of the key.
 #[inline]
@@ -182,21 +337,26 @@ impl Slots {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sbf {
     k: u32,
-    counters: Counters,
+    counters: Store,
 }
 
 impl Sbf {
-    /// `m >= 2` counters of `bits` bits, `1..=MAX_HASHES` hashes.
+    /// `m >= 2` fixed-width counters of `bits` bits, `1..=MAX_HASHES` hashes.
     pub fn new(m: usize, k: u32, bits: u8) -> Self {
+        Self::with_store(m, k, bits, CounterKind::Fixed)
+    }
+
+    /// [`Self::new`] with counters of the given kind.
+    pub fn with_store(m: usize, k: u32, bits: u8, kind: CounterKind) -> Self {
         assert!(m >= 2 && (1..=MAX_HASHES).contains(&k));
-        Sbf { k, counters: Counters::new(m, bits) }
+        Sbf { k, counters: Store::new(kind, m, bits) }
     }
 
     pub fn hashes(&self) -> u32 {
         self.k
     }
 
-    pub fn counters(&self) -> &Counters {
+    pub fn counters(&self) -> &Store {
         &self.counters
     }
 
@@ -289,7 +449,7 @@ impl Sbf {
     pub fn union(&mut self, other: &Sbf) -> Result<(), SpectralError> {
         same("counters", self.counters.len(), other.counters.len())?;
         same("hashes", self.k, other.k)?;
-        same("counter bits", self.counters.bits, other.counters.bits)?;
+        same("counter bits", self.counters.bits(), other.counters.bits())?;
         for i in 0..self.counters.len() {
             self.counters.add(i, other.counters.get(i));
         }
@@ -388,8 +548,11 @@ pub struct SpectralParams {
     pub counters: u64,
     /// Hashes k.
     pub hashes: u32,
-    /// Bits per counter: 4, 8, 16 or 32.
+    /// Bits per counter: 4, 8, 16 or 32 (for compact counters, the range:
+    /// they saturate at the same `2^bits - 1`).
     pub counter_bits: u8,
+    /// Fixed-width or compact counters (the same estimates).
+    pub store: CounterKind,
 }
 
 impl SpectralParams {
@@ -418,7 +581,8 @@ impl SpectralParams {
         (self.counters / 2).max(2)
     }
 
-    /// Memory of one filter, in bytes.
+    /// Memory of one filter with fixed-width counters, in bytes (compact
+    /// counters vary: [`Spectral::memory_bytes`]).
     pub fn memory_bytes(&self) -> u64 {
         let words = |n: u64, bits: u64| (n * bits).div_ceil(64) * 8;
         let primary = words(self.counters, u64::from(self.counter_bits));
@@ -447,9 +611,16 @@ impl Spectral {
         let secondary = (params.estimator == Estimator::Rm).then(|| {
             // B_f is one bit per position; stored as 4-bit cells (the
             // narrowest counter width) to reuse the counter code.
-            (Sbf::new(params.secondary_counters() as usize, k, bits), Flags { k, bits: Counters::new(m, 4) })
+            let secondary = Sbf::with_store(params.secondary_counters() as usize, k, bits, params.store);
+            (secondary, Flags { k, bits: Counters::new(m, 4) })
         });
-        Spectral { estimator: params.estimator, primary: Sbf::new(m, k, bits), secondary }
+        Spectral { estimator: params.estimator, primary: Sbf::with_store(m, k, bits, params.store), secondary }
+    }
+
+    /// Bytes held by every counter array.
+    pub fn memory_bytes(&self) -> u64 {
+        let secondary = self.secondary.as_ref().map_or(0, |(s, f)| s.counters.memory_bytes() + f.bits.memory_bytes());
+        self.primary.counters.memory_bytes() + secondary
     }
 
     pub fn estimator(&self) -> Estimator {
@@ -572,29 +743,50 @@ impl Spectral {
         }
     }
 
-    /// Every counter array, primary first (for snapshots).
-    pub fn arrays(&self) -> Vec<&Counters> {
-        let mut v = vec![&self.primary.counters];
+    /// Every counter array, primary first, as fixed-width counters (for
+    /// snapshots: the same bytes whichever store the filter uses).
+    pub fn arrays(&self) -> Vec<Cow<'_, Counters>> {
+        let mut v = vec![self.primary.counters.to_fixed()];
         if let Some((s, f)) = &self.secondary {
-            v.push(&s.counters);
-            v.push(&f.bits);
+            v.push(s.counters.to_fixed());
+            v.push(Cow::Borrowed(&f.bits));
         }
         v
     }
 
     /// Replaces the counter arrays (in [`Self::arrays`]' order); `false` if
     /// their number or sizes do not fit.
-    pub fn set_arrays(&mut self, mut words: Vec<Vec<u64>>) -> bool {
-        let mut slots: Vec<&mut Counters> = vec![&mut self.primary.counters];
+    pub fn set_arrays(&mut self, words: Vec<Vec<u64>>) -> bool {
+        let mut stores: Vec<&mut Store> = vec![&mut self.primary.counters];
+        let mut flags = None;
         if let Some((s, f)) = self.secondary.as_mut() {
-            slots.push(&mut s.counters);
-            slots.push(&mut f.bits);
+            stores.push(&mut s.counters);
+            flags = Some(f);
         }
-        if words.len() != slots.len() || slots.iter().zip(&words).any(|(c, w)| c.words.len() != w.len()) {
+        if words.len() != stores.len() + usize::from(flags.is_some()) {
             return false;
         }
-        for (c, w) in slots.into_iter().zip(words.drain(..)) {
-            c.words = w;
+        let mut words = words.into_iter();
+        // Every array checked before any is replaced: a misfit changes nothing.
+        let Some(loaded) = stores
+            .iter()
+            .zip(words.by_ref())
+            .map(|(st, w)| Counters::from_words(st.len(), st.bits(), w))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return false;
+        };
+        let flag_words = words.next();
+        if let (Some(f), Some(w)) = (&flags, &flag_words)
+            && f.bits.words.len() != w.len()
+        {
+            return false;
+        }
+        for (st, c) in stores.into_iter().zip(loaded) {
+            st.load(c);
+        }
+        if let (Some(f), Some(w)) = (flags, flag_words) {
+            f.bits.words = w;
         }
         true
     }
@@ -660,8 +852,9 @@ impl WindowedCounts {
         self.sub_ms
     }
 
+    /// Bytes held by every sub-window filter's counters.
     pub fn memory_bytes(&self) -> u64 {
-        self.params.memory_bytes() * self.ring.len() as u64
+        self.ring.iter().map(Spectral::memory_bytes).sum()
     }
 
     /// Moves the window forward to `time_ms` (never back), clearing the
@@ -758,7 +951,7 @@ mod tests {
     }
 
     fn params(estimator: Estimator, counters: u64, bits: u8) -> SpectralParams {
-        SpectralParams { estimator, counters, hashes: 5, counter_bits: bits }
+        SpectralParams { estimator, counters, hashes: 5, counter_bits: bits, store: CounterKind::Fixed }
     }
 
     #[test]
@@ -899,6 +1092,90 @@ mod tests {
         let errors: Vec<usize> =
             fs.iter().map(|f| (0..n).filter(|&x| f.query(&key(x)) != exact[x as usize]).count()).collect();
         assert!(errors[1] * 3 < errors[0] * 2 && errors[2] < errors[0], "ms, mi, rm errors: {errors:?}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// The same inserts, deletes and unions on fixed and compact counters
+        /// (every estimator, crowded filters, narrow counters that saturate)
+        /// give the same estimate for every key, the same refusals, and the
+        /// same snapshot arrays.
+        #[test]
+        fn compact_counters_give_the_fixed_estimates(
+            seed in any::<u64>(), bits in prop::sample::select(vec![4u8, 8, 16]), m in 64u64..1500,
+        ) {
+            for e in Estimator::ALL {
+                let p = params(e, m, bits);
+                let mut fixed = Spectral::new(&p);
+                let mut compact = Spectral::new(&SpectralParams { store: CounterKind::Compact, ..p });
+                let mut other = Spectral::new(&p);
+                let mut other_c = Spectral::new(&SpectralParams { store: CounterKind::Compact, ..p });
+                let zipf = crate::bench::workload::Zipf::new(300, 1.1);
+                let mut rng = Rng::new(seed);
+                for _ in 0..3000 {
+                    let x = zipf.sample(&mut rng);
+                    let spread = if rng.below(10) == 0 { 40 } else { 3 };
+                    let r = 1 + rng.below(spread) as u32;
+                    if rng.below(5) == 0 {
+                        prop_assert_eq!(fixed.delete(&key(x), r), compact.delete(&key(x), r), "{} delete", e);
+                    } else {
+                        fixed.insert(&key(x), r);
+                        compact.insert(&key(x), r);
+                    }
+                    let y = zipf.sample(&mut rng);
+                    other.insert(&key(y), 1);
+                    other_c.insert(&key(y), 1);
+                }
+                for x in 0..320 {
+                    prop_assert_eq!(fixed.query(&key(x)), compact.query(&key(x)), "{} key {}", e, x);
+                }
+                fixed.union(&other).unwrap();
+                compact.union(&other_c).unwrap();
+                for x in 0..320 {
+                    prop_assert_eq!(fixed.query(&key(x)), compact.query(&key(x)), "{} union key {}", e, x);
+                }
+                let (fa, ca) = (fixed.arrays(), compact.arrays());
+                prop_assert!(fa.iter().zip(&ca).all(|(a, b)| a.words() == b.words()), "{} arrays differ", e);
+                prop_assert!(compact.memory_bytes() > 0);
+            }
+        }
+    }
+
+    #[test]
+    fn windowed_counts_on_either_store_agree_and_restore() {
+        for e in Estimator::ALL {
+            let p = params(e, 256, 8);
+            let mut fixed = WindowedCounts::new(p, 1000, 8).unwrap();
+            let mut compact =
+                WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
+            let zipf = crate::bench::workload::Zipf::new(500, 1.0);
+            let mut rng = Rng::new(4);
+            let mut t = 0;
+            for _ in 0..20_000 {
+                t += rng.below(3);
+                let x = zipf.sample(&mut rng);
+                assert_eq!(fixed.observe(&key(x), t), compact.observe(&key(x), t), "{e} at {t}");
+            }
+            // The snapshot arrays are the fixed-width form for both stores:
+            // each restores the other's.
+            let (ring, newest) = compact.state();
+            let arrays: Vec<Vec<Vec<u64>>> =
+                ring.iter().map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect()).collect();
+            let mut back = WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
+            assert!(back.restore(newest, arrays.clone()));
+            let mut into_fixed = WindowedCounts::new(p, 1000, 8).unwrap();
+            assert!(into_fixed.restore(newest, arrays));
+            for x in 0..500 {
+                let want = fixed.estimate(&key(x));
+                assert_eq!((back.estimate(&key(x)), into_fixed.estimate(&key(x))), (want, want), "{e} key {x}");
+            }
+            let mut short = ring
+                .iter()
+                .map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect())
+                .collect::<Vec<Vec<Vec<u64>>>>();
+            short[3][0].pop();
+            assert!(!back.restore(newest, short), "a misfit array is refused");
+        }
     }
 
     #[test]

@@ -10,15 +10,26 @@
 //! after it holds its effect. (A delete applied straight to the filter
 //! would be lost, or applied at another place, by a replay.) The endpoint
 //! then waits for the outcome the slice posts on [`DeleteBoard`].
+//!
+//! Requests run concurrently: the producer is a [`ThreadedProducer`] (its
+//! own thread serves delivery reports), and each request waits on its own
+//! channel for its own record's report, holding no lock — a slow broker
+//! delays each request by its own wait, not by the waits queued before it.
+//!
+//! A record the broker has not confirmed within [`BROKER_WAIT`] is still in
+//! the producer's queue and may be written later (librdkafka retries it
+//! until `message.timeout.ms`), and then applied: such a request is answered
+//! 202 Accepted with `"written": "unknown"`, never 503 "not written". 503
+//! means the record was refused or its delivery failed: it will not apply.
 
-use std::sync::mpsc::{SyncSender, sync_channel};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::mpsc::{RecvTimeoutError, SyncSender, sync_channel};
 use std::time::Duration;
 
 use axum::http::StatusCode;
 use rdkafka::ClientContext;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use serde_json::json;
 
 use super::{Context, KafkaLayerError, clients, headers};
@@ -56,10 +67,9 @@ pub fn delete_fn(
     owns: impl Fn(u32) -> bool + Send + Sync + 'static,
 ) -> Result<DeleteFn, KafkaLayerError> {
     let id = &cfg.settings.app.id;
-    let producer: BaseProducer<Delivered> = clients::producer(cfg, &format!("{id}-deletes"))
+    let producer: ThreadedProducer<Delivered> = clients::producer(cfg, &format!("{id}-deletes"))
         .create_with_context(Delivered)
         .context(|| "creating the delete producer".into())?;
-    let producer = Mutex::new(producer);
     let (slices, mode, topic) = (cfg.settings.filter.slices, cfg.slicing, slice_topic.to_string());
     Ok(Arc::new(move |key: &[u8]| {
         let refuse = |code: StatusCode, reason: &str| (code, json!({ "deleted": false, "reason": reason }));
@@ -74,17 +84,32 @@ pub fn delete_fn(
             );
         }
         let slice = KeyHash::of(seed, key).slice(slices);
-        let offset = match send(&producer.lock().expect("delete producer lock"), &topic, slice, key) {
-            Ok(offset) => offset,
-            Err(why) => return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("not written to {topic}: {why}")),
+        let offset = match send(&producer, &topic, slice, key, BROKER_WAIT) {
+            Sent::Written(offset) => offset,
+            Sent::Failed(why) => {
+                return refuse(StatusCode::SERVICE_UNAVAILABLE, &format!("not written to {topic}: {why}"));
+            }
+            Sent::Unconfirmed => return unconfirmed(key, slice, &topic),
         };
         let waited = owns(slice).then(|| board.deletes.wait(slice, offset, SLICE_WAIT)).flatten();
         answer(key, slice, offset, waited)
     }))
 }
 
-/// Writes the control record; returns its offset once the broker has it.
-fn send(producer: &BaseProducer<Delivered>, topic: &str, slice: u32, key: &[u8]) -> Result<u64, String> {
+/// What became of a control record within the wait.
+#[derive(Debug, PartialEq)]
+enum Sent {
+    /// The broker has it, at this offset of the slice's partition.
+    Written(u64),
+    /// Refused or failed: it will not be written.
+    Failed(String),
+    /// No delivery report yet: still queued, it may be written later.
+    Unconfirmed,
+}
+
+/// Writes the control record and waits at most `wait` for its own delivery
+/// report (no lock held: concurrent requests wait side by side).
+fn send(producer: &ThreadedProducer<Delivered>, topic: &str, slice: u32, key: &[u8], wait: Duration) -> Sent {
     let (tx, rx) = sync_channel(1);
     let marker = OwnedHeaders::new().insert(Header { key: headers::DELETE, value: Some(&[][..]) });
     let record = BaseRecord::with_opaque_to(topic, Box::new(tx))
@@ -92,14 +117,35 @@ fn send(producer: &BaseProducer<Delivered>, topic: &str, slice: u32, key: &[u8])
         .key(key)
         .payload(&[][..])
         .headers(marker);
-    producer.send(record).map_err(|(e, _)| e.to_string())?;
-    producer.flush(BROKER_WAIT).map_err(|e| e.to_string())?;
-    match rx.recv_timeout(Duration::from_millis(100)) {
-        Ok(Ok(offset)) if offset >= 0 => Ok(offset as u64),
-        Ok(Ok(_)) => Err("the broker did not report an offset".into()),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err("no delivery report".into()),
+    if let Err((e, _)) = producer.send(record) {
+        return Sent::Failed(e.to_string());
     }
+    match rx.recv_timeout(wait) {
+        Ok(Ok(offset)) if offset >= 0 => Sent::Written(offset as u64),
+        // Written, but where is unknown: the outcome cannot be awaited.
+        Ok(Ok(_)) => Sent::Unconfirmed,
+        Ok(Err(e)) => Sent::Failed(e),
+        Err(RecvTimeoutError::Timeout) => Sent::Unconfirmed,
+        Err(RecvTimeoutError::Disconnected) => Sent::Failed("the producer dropped the record".into()),
+    }
+}
+
+/// 202 for a record the broker has not confirmed in time (module docs).
+fn unconfirmed(key: &[u8], slice: u32, topic: &str) -> (StatusCode, serde_json::Value) {
+    (
+        StatusCode::ACCEPTED,
+        json!({
+            "deleted": null,
+            "written": "unknown",
+            "key": String::from_utf8_lossy(key),
+            "slice": slice,
+            "reason": format!(
+                "the broker has not confirmed the delete request to {topic} within {}s; it stays queued in the \
+                 producer and may still be written and applied",
+                BROKER_WAIT.as_secs()
+            ),
+        }),
+    )
 }
 
 /// The HTTP answer for the outcome the slice posted (`None`: not known here).
