@@ -1149,6 +1149,17 @@ impl Settings {
             "input-partitions" => SlicingMode::InputPartitions,
             other => return Err(invalid("slicing.mode", other, "expected repartition or input-partitions")),
         };
+        // Deletes travel as control records in the slice log, which in
+        // input-partitions mode is the input topic: dedupd cannot write them
+        // there, and the counting cells would double the memory for nothing.
+        if s.filter.deletable && slicing == SlicingMode::InputPartitions {
+            return Err(invalid(
+                "filter.deletable",
+                true,
+                "deletes need slicing.mode = \"repartition\" (with input-partitions the slice log is the input topic, \
+                 which dedupd does not write to)",
+            ));
+        }
         let order_tolerance_ms = parse_duration_ms(&s.slicing.order_tolerance).map_err(|e| {
             invalid(
                 "slicing.order_tolerance",
@@ -1267,6 +1278,13 @@ impl Settings {
         }
         let provenance =
             s.provenance.resolve(s.filter.slices, s.filter.window, s.input.lateness, &s.input.topics[0])?;
+        if provenance.is_some() && passthrough {
+            return Err(invalid(
+                "provenance.source",
+                &s.provenance.source,
+                "filter.kind = \"passthrough\" judges no key, so no source is ever recorded",
+            ));
+        }
         let counting = s.counting()?;
         // Counting by the dedup key, the stage judges instead of the timer
         // filter, which stays empty: the smallest one (as for the count kinds).
@@ -1458,6 +1476,14 @@ mod tests {
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__SUBWINDOWS", "4")][..], "invalid setting limit.subwindows = 4"),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__COUNTERS", "tiny")][..], "invalid setting limit.counters = tiny"),
+            (
+                &[("DEDUPD__FILTER__DELETABLE", "true"), ("DEDUPD__SLICING__MODE", "input-partitions")][..],
+                "invalid setting filter.deletable = true: deletes need slicing.mode",
+            ),
+            (
+                &[("DEDUPD__PROVENANCE__SOURCE", "topic"), ("DEDUPD__FILTER__KIND", "passthrough")][..],
+                "invalid setting provenance.source = topic: filter.kind = \"passthrough\"",
+            ),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
             (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
             (
