@@ -347,6 +347,12 @@ pub struct SlicingSettings {
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).
     pub order_tolerance: String,
+    /// Repartition mode: records a slice may hold back while an input
+    /// partition nobody routes (its router died, the group has not handed
+    /// it over yet) keeps its watermark; beyond this the slice releases as
+    /// if the partition were not there, and counts it
+    /// (`dedupd_hold_overflows_total`). 1 to 100 000 000.
+    pub max_held: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -656,6 +662,7 @@ deletable = false
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
+max_held = 200000
 [output]
 topic = "clicks.distinct"
 duplicates_topic = ""
@@ -688,6 +695,10 @@ expected_keys_per_source = 100000
 fpr = 0.01
 tree_order = 2
 "#;
+
+/// The largest `slicing.max_held`: a slice holding this many records of a
+/// few hundred bytes already needs tens of GB.
+const MAX_HELD_LIMIT: u64 = 100_000_000;
 
 /// A loader holding the built-in defaults, the lowest layer.
 fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
@@ -924,6 +935,13 @@ impl Settings {
                 ),
             ));
         }
+        if !(1..=MAX_HELD_LIMIT).contains(&s.slicing.max_held) {
+            return Err(invalid(
+                "slicing.max_held",
+                s.slicing.max_held,
+                format!("between 1 and {MAX_HELD_LIMIT} (every held record is kept in memory whole)"),
+            ));
+        }
         let max_clock_jump_ms = s.input.max_clock_jump.unwrap_or(s.filter.window);
         if max_clock_jump_ms == 0 {
             return Err(invalid("input.max_clock_jump", "0ms", "at least 1ms (empty: the filter window)"));
@@ -1136,6 +1154,11 @@ mod tests {
                 .starts_with("invalid setting slicing.order_tolerance = 3s: at most input.lateness (2000 ms)"),
         );
         assert_eq!(load(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "1s")]).unwrap().order_tolerance_ms, 1000);
+        assert!(
+            rejected(&[("DEDUPD__SLICING__MAX_HELD", "0")])
+                .starts_with("invalid setting slicing.max_held = 0: between 1 and 100000000"),
+        );
+        assert_eq!(load(&[("DEDUPD__SLICING__MAX_HELD", "5000")]).unwrap().settings.slicing.max_held, 5000);
         assert_eq!(
             rejected(&[("DEDUPD__INPUT__LATENESS", "10m")]),
             "invalid setting input.lateness = 600000ms: shorter than filter.window (600000 ms)"

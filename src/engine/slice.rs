@@ -71,6 +71,60 @@ pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b 
     &buf[..n]
 }
 
+/// A router's announcement, in a *progress record* of the slice log, of
+/// how far it has routed one input partition it owns: the largest event
+/// time routed from it, and whether the partition is idle (at its end with
+/// nothing new for a while: then it holds nobody back). The slices keep
+/// these per input partition and hold their watermark at the slowest
+/// partition that is not idle (see [`SliceState::announce`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub time_ms: u64,
+    pub idle: bool,
+}
+
+impl<'a> Progress<'a> {
+    /// The payload of a progress record: one `topic/partition/time/idle`
+    /// line per input partition (`idle` is `0` or `1`).
+    pub fn encode(entries: &[Progress<'_>]) -> Vec<u8> {
+        let mut text = String::new();
+        for e in entries {
+            text.push_str(&format!("{}/{}/{}/{}\n", e.topic, e.partition, e.time_ms, u8::from(e.idle)));
+        }
+        text.into_bytes()
+    }
+
+    /// Parses a progress record's payload; `None` if any line is not one.
+    pub fn parse_all(payload: &'a [u8]) -> Option<Vec<Progress<'a>>> {
+        let text = std::str::from_utf8(payload).ok()?;
+        text.lines()
+            .map(|line| {
+                let mut parts = line.rsplitn(4, '/');
+                let idle = match parts.next()? {
+                    "0" => false,
+                    "1" => true,
+                    _ => return None,
+                };
+                let time_ms = parts.next()?.parse().ok()?;
+                let partition = parts.next()?.parse().ok()?;
+                let topic = parts.next().filter(|t| !t.is_empty())?;
+                Some(Progress { topic, partition, time_ms, idle })
+            })
+            .collect()
+    }
+}
+
+/// What a slice knows of one input partition's progress (repartition mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InputProgress {
+    /// The largest event time a router announced having routed from it.
+    pub time_ms: u64,
+    /// Announced idle, and no record of it has come since.
+    pub idle: bool,
+}
+
 /// A record of the slice log.
 #[derive(Clone, Copy, Debug)]
 pub struct SliceRecord<'a> {
@@ -204,6 +258,10 @@ pub struct SliceState {
     pub flushes_next: u64,
     /// Which sources delivered which keys (`[provenance]`; `None`: off).
     pub provenance: Option<SliceProvenance>,
+    /// Per input (topic, partition) announced by a router's progress
+    /// record: how far it has been routed (repartition mode; empty
+    /// otherwise). The watermark is held at the slowest one not idle.
+    pub progress: BTreeMap<(String, i32), InputProgress>,
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -221,6 +279,7 @@ impl PartialEq for SliceState {
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
             && self.provenance == other.provenance
+            && (&self.progress, self.order.overflows()) == (&other.progress, other.order.overflows())
     }
 }
 
@@ -239,6 +298,7 @@ impl SliceState {
             unfilled: Vec::new(),
             flushes_next: 0,
             provenance: None,
+            progress: BTreeMap::new(),
         }
     }
 
@@ -285,6 +345,49 @@ impl SliceState {
         self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
     }
 
+    /// Takes in the progress record at `offset` (see [`Progress`]) and
+    /// appends to `out` the judgments it releases (release positions
+    /// `(offset, rank)`). It judges nothing itself.
+    pub fn announce(&mut self, offset: u64, entries: &[Progress<'_>], out: &mut Vec<Judgment>) {
+        self.announce_with(offset, entries, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// [`Self::announce`] while `copy` is in progress.
+    pub fn announce_copying(
+        &mut self,
+        offset: u64,
+        entries: &[Progress<'_>],
+        copy: &mut SliceCopy,
+        out: &mut Vec<Judgment>,
+    ) {
+        self.announce_with(offset, entries, out, |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
+    }
+
+    fn announce_with(
+        &mut self,
+        offset: u64,
+        entries: &[Progress<'_>],
+        out: &mut Vec<Judgment>,
+        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        self.next_offset = offset + 1;
+        for e in entries {
+            let known = self.progress.entry((e.topic.to_string(), e.partition)).or_default();
+            // The largest time wins: an old owner's last announcement may
+            // come after the new owner's first.
+            known.time_ms = known.time_ms.max(e.time_ms);
+            known.idle = e.idle;
+        }
+        let hold = self.hold();
+        self.release(out, |order, emit| order.set_hold(hold, emit), observe)
+    }
+
+    /// The slowest input partition that is not idle: the watermark stays
+    /// the lateness behind it (`None`: nothing holds).
+    pub fn hold(&self) -> Option<u64> {
+        self.progress.values().filter(|p| !p.idle).map(|p| p.time_ms).min()
+    }
+
     fn take(
         &mut self,
         rec: &SliceRecord<'_>,
@@ -309,6 +412,16 @@ impl SliceState {
                 None => {
                     self.resend_marks.insert((src.topic.to_string(), src.partition), src.offset);
                 }
+            }
+            // A record of a partition announced idle: it delivers again,
+            // so it holds the others back again (the hold only goes down:
+            // nothing to release).
+            if let Some((_, p)) =
+                self.progress.iter_mut().find(|((t, p), i)| i.idle && *p == src.partition && t == src.topic)
+            {
+                p.idle = false;
+                let hold = self.hold();
+                self.order.hold_at(hold);
             }
         }
         let extracted = match extractor.extract(&rec.record, 0) {
@@ -428,8 +541,7 @@ impl SliceState {
             let w = Waiting { time_ms, position: offset, item };
             if suspect { suspects.push(w) } else { waiting.push(w) }
         }
-        let settings = *self.order.settings();
-        self.order = ReorderBuffer::restore(settings, self.order.marks(), waiting, suspects);
+        self.order.put_back(waiting, suspects);
         self.unfilled.clear();
         Ok(())
     }
@@ -566,10 +678,12 @@ impl SliceCopy {
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
 /// counter, order marks, flush log position and held offsets; 3: the
-/// provenance section). A slice without provenance is written as version
-/// 2, byte for byte, so the release before provenance can restore it; both
-/// are read.
-pub const VERSION: u16 = 3;
+/// provenance section; 4: the input partitions' progress, for the hold of
+/// repartition mode). A slice is written in the oldest version that holds
+/// it — without progress as version 3, and without provenance either as
+/// version 2, byte for byte — so a release before either can restore it;
+/// all three are read.
+pub const VERSION: u16 = 4;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -607,7 +721,11 @@ fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     // Without provenance the envelope is version 2's, byte for byte, so a
     // release before provenance can still restore it (a rollback).
-    let version = if state.provenance.is_some() { VERSION } else { 2 };
+    let version = match (state.progress.is_empty(), &state.provenance) {
+        (false, _) => VERSION,
+        (true, Some(_)) => 3,
+        (true, None) => 2,
+    };
     let mut w = filter_snapshot::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
@@ -635,6 +753,7 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u64(&mut w, *offset as u64);
     }
     match &state.provenance {
+        None if version >= 3 => w.push(0),
         None => {}
         Some(p) => {
             w.push(1);
@@ -643,6 +762,17 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
             p.encode(&mut w);
             let len = (w.len() - at - 8) as u64;
             w[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+    }
+    if version >= 4 {
+        put_u64(&mut w, state.order.overflows());
+        put_u32(&mut w, state.progress.len() as u32);
+        for ((topic, partition), p) in &state.progress {
+            w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+            w.extend_from_slice(topic.as_bytes());
+            put_u32(&mut w, *partition as u32);
+            put_u64(&mut w, p.time_ms);
+            w.push(u8::from(p.idle));
         }
     }
     put_u64(&mut w, filter_len as u64);
@@ -671,10 +801,7 @@ pub fn decode_with(
     order: OrderSettings,
     provenance: Option<&ProvenanceSetup>,
 ) -> Result<SliceState, SnapshotError> {
-    let (mut r, has_provenance) = match filter_snapshot::open(bytes, MAGIC, VERSION) {
-        Err(SnapshotError::UnsupportedVersion { got: 2, .. }) => (filter_snapshot::open(bytes, MAGIC, 2)?, false),
-        other => (other?, true),
-    };
+    let (mut r, version) = filter_snapshot::open_any(bytes, MAGIC, 2..=VERSION)?;
     let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
@@ -718,7 +845,7 @@ pub fn decode_with(
         resend_marks.insert((topic, partition), offset);
     }
     let mut restored_provenance = None;
-    if has_provenance {
+    if version >= 3 {
         match r.u8()? {
             0 => {}
             1 => {
@@ -742,6 +869,24 @@ pub fn decode_with(
                 }
             }
             other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
+        }
+    }
+    let mut progress = BTreeMap::new();
+    let mut overflows = 0;
+    if version >= 4 {
+        overflows = r.u64()?;
+        for _ in 0..r.u32()? {
+            let len = usize::from(r.u16()?);
+            let topic = String::from_utf8(r.take(len)?.to_vec())
+                .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+            let partition = r.u32()? as i32;
+            let time_ms = r.u64()?;
+            let idle = match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(SnapshotError::Malformed(format!("slice snapshot: idle flag {other}"))),
+            };
+            progress.insert((topic, partition), InputProgress { time_ms, idle });
         }
     }
     let len = r.u64()? as usize;
@@ -776,7 +921,11 @@ pub fn decode_with(
         unfilled,
         flushes_next,
         provenance: restored_provenance,
+        progress,
     };
+    let hold = state.hold();
+    state.order.hold_at(hold);
+    state.order.set_overflows(overflows);
     state.set_provenance(provenance);
     Ok(state)
 }
@@ -1114,7 +1263,7 @@ mod tests {
         let mut got = feed(&mut first, 0..1_100);
         assert!(!first.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
         let bytes = encode(&first);
-        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION, "with provenance: version 3");
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 3, "with provenance: version 3");
         let mut restored = decode_with(&bytes, 2, &params(), order(300), Some(&setup)).unwrap();
         let reread = restored
             .unfilled
@@ -1193,5 +1342,202 @@ mod tests {
         assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
+    }
+
+    /// A slice log of two input partitions (`in/0`, `in/1`): records
+    /// (index into `times`/`keys`) and routers' progress records.
+    #[derive(Clone)]
+    enum Entry {
+        Rec(usize),
+        Announce(Vec<(i32, u64, bool)>),
+    }
+
+    /// Feeds `log[range]` (slice offset = index in `log`); returns every
+    /// judgment as (record index, verdict, late).
+    fn feed_log(
+        s: &mut SliceState,
+        log: &[Entry],
+        range: std::ops::Range<usize>,
+        keys: &[[u8; 8]],
+        times: &[i64],
+    ) -> Vec<(usize, SliceVerdict, bool)> {
+        let ex = extractor();
+        let mut out = Vec::new();
+        for o in range {
+            match &log[o] {
+                Entry::Rec(i) => {
+                    let src = SourceRef { topic: "in", partition: (*i % 2) as i32, offset: *i as i64 };
+                    s.process(&rec(o as u64, &keys[*i], times[*i], Some(src)), &ex, &mut out);
+                }
+                Entry::Announce(a) => {
+                    let entries: Vec<Progress<'_>> = a
+                        .iter()
+                        .map(|&(partition, time_ms, idle)| Progress { topic: "in", partition, time_ms, idle })
+                        .collect();
+                    let bytes = Progress::encode(&entries);
+                    s.announce(o as u64, &Progress::parse_all(&bytes).unwrap(), &mut out);
+                }
+            }
+        }
+        let index = |o: u64| match log[o as usize] {
+            Entry::Rec(i) => i,
+            Entry::Announce(_) => panic!("a progress record was judged"),
+        };
+        out.into_iter().map(|j| (index(j.offset), j.verdict, j.late_by_ms.is_some())).collect()
+    }
+
+    /// Records of partition 1 (odd indices) stop at `from` while its router
+    /// is gone; partition 0 goes on for `gap` records; then partition 1's
+    /// records resume. Routers announce every 20 records, the dead one not
+    /// at all. Returns the log and the log without any announcement.
+    fn storm_log(times: &[i64], from: usize, gap: usize) -> (Vec<Entry>, Vec<Entry>) {
+        let n = times.len();
+        let mut order: Vec<usize> = (0..from).collect();
+        order.extend((from..from + gap).filter(|i| i % 2 == 0));
+        order.extend((from..from + gap).filter(|i| i % 2 == 1));
+        order.extend(from + gap..n);
+        let mut log = Vec::new();
+        let mut max = [0u64; 2];
+        for (k, &i) in order.iter().enumerate() {
+            log.push(Entry::Rec(i));
+            max[i % 2] = max[i % 2].max(times[i] as u64);
+            let dead = k >= from && k < from + gap / 2;
+            if k % 20 == 19 {
+                let mut a = vec![(0, max[0], false)];
+                if !dead {
+                    a.push((1, max[1], false));
+                }
+                log.push(Entry::Announce(a));
+            }
+        }
+        let plain = log.iter().filter(|e| matches!(e, Entry::Rec(_))).cloned().collect();
+        (log, plain)
+    }
+
+    /// The failure of issue 19's rebalance storm, in one slice: an input
+    /// partition's router dies, the other goes on far beyond the lateness,
+    /// then the partition resumes. Without progress records its records are
+    /// late and verdicts differ from the in-order run; with them the slice
+    /// holds and every verdict is the in-order one. A snapshot taken in the
+    /// middle of the hold (version 4) restores it exactly.
+    #[test]
+    fn an_unrouted_partition_holds_the_watermark() {
+        let n = 2_000;
+        let mut rng = crate::bench::workload::Rng::new(19);
+        let keys: Vec<[u8; 8]> = (0..n).map(|_| rng.below(150).to_le_bytes()).collect();
+        let times: Vec<i64> = (0..n as i64).map(|i| 10_000 + i * 5).collect();
+        let in_order: Vec<Entry> = (0..n).map(Entry::Rec).collect();
+        let verdicts = |j: Vec<(usize, SliceVerdict, bool)>| -> BTreeMap<usize, (SliceVerdict, bool)> {
+            j.into_iter().map(|(i, v, late)| (i, (v, late))).collect()
+        };
+        let finish = |s: &mut SliceState, out: &mut Vec<(usize, SliceVerdict, bool)>, log: &[Entry]| {
+            let mut rest = Vec::new();
+            // The end of the input: nothing holds any more.
+            s.order.hold_at(None);
+            s.flush(&mut rest);
+            out.extend(rest.into_iter().map(|j| match log[j.offset as usize] {
+                Entry::Rec(i) => (i, j.verdict, j.late_by_ms.is_some()),
+                Entry::Announce(_) => unreachable!(),
+            }));
+        };
+        let mut reference = SliceState::new(0, params(), 0, order(300));
+        let mut want = feed_log(&mut reference, &in_order, 0..n, &keys, &times);
+        finish(&mut reference, &mut want, &in_order);
+        let want = verdicts(want);
+        assert_eq!(want.len(), n);
+        assert!(want.values().all(|(_, late)| !late));
+
+        // 600 records of partition 0 = 3 s ahead of partition 1, lateness 300 ms.
+        let (log, plain) = storm_log(&times, 600, 1_200);
+        let mut without = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut without, &plain, 0..plain.len(), &keys, &times);
+        finish(&mut without, &mut got, &plain);
+        let late = got.iter().filter(|(_, _, late)| *late).count();
+        assert!(late > 500, "{late} late without the hold");
+        assert_ne!(verdicts(got), want, "the storm changes verdicts without the hold");
+
+        let mut whole = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut whole, &log, 0..log.len(), &keys, &times);
+        let (uninterrupted, at_end) = (got.clone(), whole.clone());
+        finish(&mut whole, &mut got, &log);
+        assert_eq!(verdicts(got), want, "with the hold, every verdict is the in-order one");
+        assert_eq!(whole.order.overflows(), 0);
+
+        // A snapshot in the hold: partition 1 silent, partition 0 far ahead.
+        let mid = log.iter().position(|e| matches!(e, Entry::Rec(i) if *i == 1_400)).unwrap();
+        let mut first = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut first, &log, 0..mid, &keys, &times);
+        assert!(first.order.waiting_len() > 300, "{} waiting", first.order.waiting_len());
+        let bytes = encode(&first);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 4, "progress: version 4");
+        let mut restored = decode(&bytes, 0, &params(), order(300)).unwrap();
+        let reread = restored
+            .unfilled
+            .clone()
+            .iter()
+            .map(|&(o, _)| {
+                let Entry::Rec(i) = log[o as usize] else { panic!("a progress record was held") };
+                let r = rec(o, &keys[i], times[i], None);
+                let (t, h) = restored.held_entry(&r.record, &extractor()).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        restored.refill(reread).unwrap();
+        assert_eq!(restored, first);
+        assert_eq!(restored.hold(), first.hold());
+        got.extend(feed_log(&mut restored, &log, mid..log.len(), &keys, &times));
+        assert_eq!(got, uninterrupted, "the restored slice releases as the uninterrupted one");
+        assert_eq!(restored, at_end);
+    }
+
+    /// An idle partition holds nobody back; a record of it clears the mark.
+    /// The bound releases past the hold and is counted.
+    #[test]
+    fn idle_partitions_and_the_bound() {
+        let keys: Vec<[u8; 8]> = (0..400u64).map(|i| i.to_le_bytes()).collect();
+        let times: Vec<i64> = (0..400i64).map(|i| 10_000 + i * 10).collect();
+        // Partition 1 announced idle at 10 000: only partition 0 (even
+        // indices, announced at 12 000) holds.
+        let mut log = vec![Entry::Announce(vec![(0, 12_000, false), (1, 10_000, true)])];
+        log.extend((0..200).filter(|i| i % 2 == 0).map(Entry::Rec));
+        let mut s = SliceState::new(0, params(), 0, order(100));
+        let out = feed_log(&mut s, &log, 0..log.len(), &keys, &times);
+        assert_eq!(out.len(), 95, "released up to 11 980 - 100");
+        assert_eq!(s.hold(), Some(12_000));
+        // A record of partition 1 clears its idle mark: it holds at its
+        // announced 10 000 again, so nothing more is released.
+        log.push(Entry::Rec(201));
+        assert!(feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times).is_empty());
+        assert_eq!(s.hold(), Some(10_000));
+        assert!(!s.progress[&("in".to_string(), 1)].idle);
+        let before = s.order.waiting_len();
+        log.extend((202..260).filter(|i| i % 2 == 0).map(Entry::Rec));
+        assert!(feed_log(&mut s, &log, log.len() - 29..log.len(), &keys, &times).is_empty());
+        assert_eq!(s.order.waiting_len(), before + 29);
+        assert_eq!(s.order.waiting_len(), 35);
+        // Bounded: at most 30 held, the next record releases past the hold.
+        s.order.set_max_held(30);
+        log.push(Entry::Rec(260));
+        let out = feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times);
+        assert!(!out.is_empty());
+        assert_eq!(s.order.overflows(), 1);
+        // The count is in the snapshot.
+        let back = decode(&encode(&s), 0, &params(), order(100)).unwrap();
+        assert_eq!(back.order.overflows(), 1);
+        assert_eq!(back.progress, s.progress);
+    }
+
+    #[test]
+    fn progress_payloads() {
+        let entries = [
+            Progress { topic: "clicks.v2", partition: 3, time_ms: 1_700_000_000_000, idle: false },
+            Progress { topic: "a/b", partition: 0, time_ms: 0, idle: true },
+        ];
+        let bytes = Progress::encode(&entries);
+        assert_eq!(Progress::parse_all(&bytes).unwrap(), entries);
+        assert_eq!(Progress::parse_all(b"").unwrap(), []);
+        for bad in [&b"t/1/2"[..], b"t/1/2/3", b"/1/2/0", b"t/x/2/0", b"t/1/-2/0", b"\xff/1/2/0"] {
+            assert_eq!(Progress::parse_all(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

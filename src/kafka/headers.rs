@@ -28,3 +28,10 @@ pub const LATE_BY: &str = "dedupd.late_by_ms";
 /// request to forget its record key (the dedup key), applied by the slice
 /// at its place in the log, not an input record. The value is empty.
 pub const DELETE: &str = "dedupd.delete";
+/// On slice-log records a router writes to announce its progress (see
+/// `crate::engine::Progress`): the payload lists, per input partition it
+/// owns, the largest event time routed and whether it is idle. Such a record
+/// has no `dedupd.source` stamp, which every routed input record has, so an
+/// input record that carries this header of its own is judged as the record
+/// it is. The value is empty.
+pub const PROGRESS: &str = "dedupd.progress";

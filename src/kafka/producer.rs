@@ -220,6 +220,32 @@ pub fn produce_copy<M: Message>(
     if let Some(ts) = msg.timestamp().to_millis() {
         record = record.timestamp(ts);
     }
+    send_counted(producer, topic, partition, record)
+}
+
+/// Produces a record the pipeline writes itself (a router's progress
+/// record): one `header` (empty value) and `payload`, no key.
+pub fn produce_control(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    header: &str,
+    payload: &[u8],
+) -> Result<(), KafkaLayerError> {
+    let hs = OwnedHeaders::new_with_capacity(1).insert(Header { key: header, value: Some(&b""[..]) });
+    let record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs).payload(payload);
+    send_counted(producer, topic, partition, record)
+}
+
+/// Sends `record`, waiting while the queue is full (back-pressure), and
+/// counts it as sent (for the acknowledgement marks).
+fn send_counted(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    mut record: BaseRecord<'_, [u8], [u8], ()>,
+) -> Result<(), KafkaLayerError> {
     loop {
         match producer.send(record) {
             Ok(()) => {

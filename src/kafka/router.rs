@@ -26,6 +26,16 @@
 //! (asynchronously) once its mark is acknowledged. Only a rebalance and the
 //! final stop flush the producer and commit synchronously.
 //!
+//! Every `PROGRESS_EVERY`, if it changed, the router announces to every
+//! slice partition how far it has routed each input partition it owns (a
+//! *progress record*, header `dedupd.progress`, see
+//! [`crate::engine::Progress`]): the largest event time routed from it,
+//! and whether it is idle (at its end, nothing new for `IDLE_AFTER`). The
+//! slices hold their watermark at the slowest partition not idle, so when
+//! this router dies, its partitions' records, resumed by another router
+//! once the group notices, still arrive in order (per-input watermarks, as
+//! Flink's; deterministic because they travel in the slice log).
+//!
 //! Buffered records are the consumer's own messages, held until routed (no
 //! copy); a partition is paused (which drops librdkafka's prefetched records
 //! of it) only when it runs far ahead of the others.
@@ -43,10 +53,10 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::join::JoinWatch;
-use super::producer::{OutputProducer, SentMark, produce_copy};
+use super::producer::{OutputProducer, SentMark, produce_control, produce_copy};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
-use crate::engine::{Extractor, InvalidRecord, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{Extractor, InvalidRecord, Progress, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
@@ -61,6 +71,12 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 /// so partitions that advance together are never paused: pausing drops the
 /// prefetched records and costs a fetch round trip to get them again.
 const MAX_BUFFERED: usize = 50_000;
+/// How often the router looks whether its progress changed (and then announces it).
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// A partition at its end that has delivered nothing for this long is
+/// announced idle: it holds no slice back (an idle or empty partition would
+/// otherwise keep every slice's watermark where it stopped).
+const IDLE_AFTER: Duration = Duration::from_millis(500);
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
 
@@ -258,6 +274,9 @@ struct Lane<'c> {
     /// The consumer reported the end of the partition after the last record.
     at_end: bool,
     paused: bool,
+    /// The largest routing time (outliers left out) of a record routed from
+    /// the partition: the progress announced for it.
+    routed_max: Option<i64>,
 }
 
 impl Lane<'_> {
@@ -269,6 +288,18 @@ impl Lane<'_> {
             last_arrival: Instant::now(),
             at_end: false,
             paused: false,
+            routed_max: None,
+        }
+    }
+
+    /// What to announce of this lane: its progress and whether it is idle
+    /// (`None`: nothing routed yet and not idle — nothing to say).
+    fn progress(&self, now: Instant) -> Option<(u64, bool)> {
+        let idle = self.records.is_empty() && self.at_end && now.duration_since(self.last_arrival) >= IDLE_AFTER;
+        let time = self.routed_max.map(|t| u64::try_from(t).unwrap_or(0));
+        match (time, idle) {
+            (None, false) => None,
+            (time, idle) => Some((time.unwrap_or(0), idle)),
         }
     }
 
@@ -347,6 +378,8 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // The time last read from any partition (outliers left out): what a
     // partition's first record is measured against.
     let mut latest: Option<i64> = None;
+    let mut last_progress = Instant::now();
+    let mut announced: Vec<(PartitionId, (u64, bool))> = Vec::new();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -405,6 +438,12 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
             break Err(e);
         }
+        if now.duration_since(last_progress) >= PROGRESS_EVERY {
+            last_progress = now;
+            if let Err(e) = announce(&deps, &lanes, now, &mut announced) {
+                break Err(e);
+            }
+        }
         // Acknowledgements are looked at every few milliseconds, not per record.
         if now.duration_since(last_commit_check) >= COMMIT_CHECK_EVERY {
             last_commit_check = now;
@@ -460,7 +499,10 @@ fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, .. } = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target, order } = lane.records.pop_front().expect("non-empty lane");
+        if target.is_ok() && order != i64::MIN {
+            lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
+        }
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
@@ -482,6 +524,40 @@ fn route_ready<C: ConsumerContext>(
     }
     result
 }
+/// Announces the progress of the owned input partitions to every slice
+/// partition, if it changed since `announced` (the last announcement).
+/// Written after the records it covers, by the same producer, so each
+/// slice sees it after them.
+fn announce(
+    deps: &RouterDeps,
+    lanes: &BTreeMap<PartitionId, Lane<'_>>,
+    now: Instant,
+    announced: &mut Vec<(PartitionId, (u64, bool))>,
+) -> Result<(), KafkaLayerError> {
+    let current: Vec<(&PartitionId, (u64, bool))> =
+        lanes.iter().filter_map(|(id, lane)| lane.progress(now).map(|p| (id, p))).collect();
+    let same = current.len() == announced.len()
+        && current.iter().zip(announced.iter()).all(|(a, b)| *a.0 == b.0 && a.1 == b.1);
+    if same {
+        return Ok(());
+    }
+    let entries: Vec<Progress<'_>> = current
+        .iter()
+        .map(|((topic, partition), (time_ms, idle))| Progress {
+            topic,
+            partition: *partition,
+            time_ms: *time_ms,
+            idle: *idle,
+        })
+        .collect();
+    let payload = Progress::encode(&entries);
+    for slice in 0..deps.slices {
+        produce_control(&deps.producer, &deps.slice_topic, slice as i32, headers::PROGRESS, &payload)?;
+    }
+    *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
+    Ok(())
+}
+
 /// Reads an input record's slice and event time (once, when it arrives).
 fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), InvalidRecord> {
     let header_list: Vec<(&str, &[u8])> =

@@ -53,8 +53,8 @@ use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::{
-    Extractor, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord,
-    SliceState, SliceVerdict, SourceRef, format_into,
+    Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
+    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -95,6 +95,8 @@ struct Owned {
     published_filter: [u64; 3],
     /// `dedupd_provenance_dropped_total` already published.
     published_provenance_dropped: u64,
+    /// `dedupd_hold_overflows_total` already published.
+    published_overflows: u64,
 }
 
 /// Everything the worker loop and its rebalance callbacks share.
@@ -397,6 +399,8 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
     };
     let mut point = restorer.restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
+    let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
+    point.state.order.set_max_held(max_held);
     let source = match point.from {
         RestoredFrom::Snapshot { .. } => "snapshot",
         RestoredFrom::Empty => "empty",
@@ -411,6 +415,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
         published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_overflows: point.state.order.overflows(),
         state: point.state,
         replay_until: point.replay_until,
         held: point.held.into_iter().collect(),
@@ -822,6 +827,18 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
         if c.late > p.late {
             m.late_records.with_label_values(&[&label]).inc_by(c.late - p.late);
         }
+        let overflows = owned.state.order.overflows();
+        if overflows > owned.published_overflows {
+            // Once per publication, not per release: a storm of them is one line.
+            log::warn!(
+                "slice {slice}: held more than slicing.max_held = {} records for an input partition nobody \
+                 routes; released them past it ({} times so far): records of that partition may now arrive late",
+                deps.cfg.settings.slicing.max_held,
+                overflows
+            );
+            m.hold_overflows.with_label_values(&[&label]).inc_by(overflows - owned.published_overflows);
+            owned.published_overflows = overflows;
+        }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         owned.published = c.clone();
         let f = &owned.state.filter;
@@ -942,18 +959,41 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
-    owned.last_arrival = Instant::now();
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let control = |name: &str| {
+        deps.cfg.slicing == SlicingMode::Repartition
+            && header_list.iter().any(|(k, _)| *k == name)
+            && !header_list.iter().any(|(k, _)| *k == headers::SOURCE)
+    };
+    // A router's progress record (see `super::router`): not input, and not
+    // an arrival either — a slice that receives only these is idle, and its
+    // idle flush (up to the hold) is what releases its last records.
+    if control(headers::PROGRESS) {
+        judged.clear();
+        match Progress::parse_all(msg.payload().unwrap_or_default()) {
+            Some(entries) => match owned.copying.as_mut() {
+                Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
+                None => owned.state.announce(offset, &entries, judged),
+            },
+            // Only routers write these: a malformed one is a bug or a
+            // foreign writer; it is skipped (at the same place in a replay).
+            None => {
+                log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
+                owned.state.announce(offset, &[], judged);
+            }
+        }
+        owned.since_checkpoint += 1;
+        emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    owned.last_arrival = Instant::now();
     // A delete request (see `super::deletes`), applied here, in the log's
     // order. Only the admin endpoint writes one: it has no router stamp,
     // while every record the router copies has one — so an input record
     // that carries a `dedupd.delete` header of its own is judged as the
     // record it is, never taken for a request (nor dropped).
-    if deps.cfg.slicing == SlicingMode::Repartition
-        && header_list.iter().any(|(k, _)| *k == headers::DELETE)
-        && !header_list.iter().any(|(k, _)| *k == headers::SOURCE)
-    {
+    if control(headers::DELETE) {
         let key = msg.key().unwrap_or_default();
         let outcome = match owned.copying.as_mut() {
             Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
