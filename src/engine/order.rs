@@ -204,10 +204,18 @@ impl<T> ReorderBuffer<T> {
         held
     }
 
-    /// How far a flush releases: to the largest time seen, or to the hold.
+    /// How far a flush releases: to the largest time seen — unless an
+    /// input holds, which has not said it is idle and may still deliver
+    /// records up to the lateness behind its progress: then no further
+    /// than the watermark already is (the hold is lifted by its progress,
+    /// or by its router announcing it idle, not by the slice's silence,
+    /// which is what a rebalance looks like from here).
     fn flush_limit(&self) -> Option<u64> {
         let max = self.marks.max_seen_ms?;
-        Some(self.hold_ms.map_or(max, |h| h.min(max)))
+        match self.hold_ms {
+            None => Some(max),
+            Some(h) => h.min(max).checked_sub(self.settings.lateness_ms),
+        }
     }
 
     pub fn settings(&self) -> &OrderSettings {
@@ -274,9 +282,8 @@ impl<T> ReorderBuffer<T> {
     }
 
     /// Releases every waiting record, as if the lateness were over (an idle
-    /// input, or its end): the watermark moves to the largest time seen (or
-    /// to the hold, if lower: an input not routed meanwhile may still
-    /// deliver older records).
+    /// input, or its end): the watermark moves to the largest time seen —
+    /// not past the hold's watermark, though (see `flush_limit`).
     /// The first records, held for want of a reference, are settled first;
     /// later suspects stay held: nothing has confirmed or refuted them yet.
     pub fn flush(&mut self, mut emit: impl FnMut(Released<T>)) {
@@ -512,25 +519,25 @@ mod tests {
         let out = run(&mut b, &[(1_000, 0), (1_100, 1), (1_200, 2), (1_300, 3), (1_400, 4), (1_500, 5)]);
         assert!(out.is_empty(), "{out:?}");
         assert_eq!(b.marks().watermark_ms, Some(890), "hold 990 - lateness 100, below every record");
-        // Nothing up to the hold: an idle flush would release nothing.
+        // A flush releases nothing past the hold.
         assert!(!b.flush_pending());
         // The held-back input resumes at 950: in order, not late.
         assert!(run(&mut b, &[(950, 6)]).is_empty());
-        assert!(b.flush_pending());
+        assert!(!b.flush_pending());
         let mut out = Vec::new();
         b.set_hold(Some(1_250), |r| out.push(describe(&r)));
         assert_eq!(out, ["6", "0", "1"], "released up to 1 150");
-        assert!(b.flush_pending());
-        let mut out = Vec::new();
+        assert!(!b.flush_pending());
         b.flush(|r| out.push(describe(&r)));
-        assert_eq!(out, ["2"], "a flush stops at the hold");
-        assert_eq!(b.marks().watermark_ms, Some(1_250));
+        assert_eq!(out, ["6", "0", "1"], "a flush stops at the hold's watermark");
+        assert_eq!(b.marks().watermark_ms, Some(1_150));
         // No hold: back to largest time - lateness, then a flush releases all.
         let mut out = Vec::new();
         b.set_hold(None, |r| out.push(describe(&r)));
-        assert_eq!(out, ["3", "4"]);
+        assert_eq!(out, ["2", "3", "4"]);
+        assert!(b.flush_pending());
         b.flush(|r| out.push(describe(&r)));
-        assert_eq!(out, ["3", "4", "5"]);
+        assert_eq!(out, ["2", "3", "4", "5"]);
         assert_eq!(b.overflows(), 0);
     }
 

@@ -77,21 +77,36 @@ pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b 
 /// nothing new for a while: then it holds nobody back). The slices keep
 /// these per input partition and hold their watermark at the slowest
 /// partition that is not idle (see [`SliceState::announce`]).
+///
+/// A router also lists the input partitions it does not route (or has
+/// nothing to say of yet) with `owned` false: a slice that has not heard
+/// of such a partition then holds at its start (time 0) until its router
+/// announces it — otherwise a router that starts late, or takes a
+/// partition over, would find its records behind a watermark the others
+/// moved on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Progress<'a> {
     pub topic: &'a str,
     pub partition: i32,
     pub time_ms: u64,
     pub idle: bool,
+    /// `false`: only says that the partition exists (`time_ms` and `idle` unused).
+    pub owned: bool,
 }
 
 impl<'a> Progress<'a> {
-    /// The payload of a progress record: one `topic/partition/time/idle`
-    /// line per input partition (`idle` is `0` or `1`).
+    /// The payload of a progress record: one `topic/partition/time/state`
+    /// line per input partition (`state`: `0` routed, `1` idle, `u` not
+    /// routed by this router).
     pub fn encode(entries: &[Progress<'_>]) -> Vec<u8> {
         let mut text = String::new();
         for e in entries {
-            text.push_str(&format!("{}/{}/{}/{}\n", e.topic, e.partition, e.time_ms, u8::from(e.idle)));
+            let state = match (e.owned, e.idle) {
+                (false, _) => "u",
+                (true, false) => "0",
+                (true, true) => "1",
+            };
+            text.push_str(&format!("{}/{}/{}/{state}\n", e.topic, e.partition, e.time_ms));
         }
         text.into_bytes()
     }
@@ -102,15 +117,16 @@ impl<'a> Progress<'a> {
         text.lines()
             .map(|line| {
                 let mut parts = line.rsplitn(4, '/');
-                let idle = match parts.next()? {
-                    "0" => false,
-                    "1" => true,
+                let (owned, idle) = match parts.next()? {
+                    "0" => (true, false),
+                    "1" => (true, true),
+                    "u" => (false, false),
                     _ => return None,
                 };
                 let time_ms = parts.next()?.parse().ok()?;
                 let partition = parts.next()?.parse().ok()?;
                 let topic = parts.next().filter(|t| !t.is_empty())?;
-                Some(Progress { topic, partition, time_ms, idle })
+                Some(Progress { topic, partition, time_ms, idle, owned })
             })
             .collect()
     }
@@ -373,6 +389,9 @@ impl SliceState {
         self.next_offset = offset + 1;
         for e in entries {
             let known = self.progress.entry((e.topic.to_string(), e.partition)).or_default();
+            if !e.owned {
+                continue; // known now (from time 0, not idle) if it was not
+            }
             // The largest time wins: an old owner's last announcement may
             // come after the new owner's first.
             known.time_ms = known.time_ms.max(e.time_ms);
@@ -1372,7 +1391,13 @@ mod tests {
                 Entry::Announce(a) => {
                     let entries: Vec<Progress<'_>> = a
                         .iter()
-                        .map(|&(partition, time_ms, idle)| Progress { topic: "in", partition, time_ms, idle })
+                        .map(|&(partition, time_ms, idle)| Progress {
+                            topic: "in",
+                            partition,
+                            time_ms,
+                            idle,
+                            owned: true,
+                        })
                         .collect();
                     let bytes = Progress::encode(&entries);
                     s.announce(o as u64, &Progress::parse_all(&bytes).unwrap(), &mut out);
@@ -1496,6 +1521,21 @@ mod tests {
     fn idle_partitions_and_the_bound() {
         let keys: Vec<[u8; 8]> = (0..400u64).map(|i| i.to_le_bytes()).collect();
         let times: Vec<i64> = (0..400i64).map(|i| 10_000 + i * 10).collect();
+        // A partition only said to exist holds at its start: nothing goes.
+        let mut s = SliceState::new(0, params(), 0, order(100));
+        let exists = Progress { topic: "in", partition: 1, time_ms: 0, idle: false, owned: false };
+        let mut out = Vec::new();
+        s.announce(0, &[exists], &mut out);
+        assert_eq!(s.hold(), Some(0));
+        let first = vec![Entry::Announce(vec![]), Entry::Rec(0), Entry::Rec(2), Entry::Rec(4), Entry::Rec(6)];
+        assert!(feed_log(&mut s, &first, 1..5, &keys, &times).is_empty());
+        // Once announced, "exists" changes nothing.
+        s.announce(5, &[Progress { owned: true, time_ms: 10_050, ..exists }], &mut out);
+        assert_eq!(s.hold(), Some(10_050));
+        s.announce(6, &[exists], &mut out);
+        assert_eq!(s.hold(), Some(10_050));
+        assert_eq!(out.len(), 0, "the watermark is 9 950: nothing yet");
+
         // Partition 1 announced idle at 10 000: only partition 0 (even
         // indices, announced at 12 000) holds.
         let mut log = vec![Entry::Announce(vec![(0, 12_000, false), (1, 10_000, true)])];
@@ -1530,13 +1570,14 @@ mod tests {
     #[test]
     fn progress_payloads() {
         let entries = [
-            Progress { topic: "clicks.v2", partition: 3, time_ms: 1_700_000_000_000, idle: false },
-            Progress { topic: "a/b", partition: 0, time_ms: 0, idle: true },
+            Progress { topic: "clicks.v2", partition: 3, time_ms: 1_700_000_000_000, idle: false, owned: true },
+            Progress { topic: "a/b", partition: 0, time_ms: 0, idle: true, owned: true },
+            Progress { topic: "c", partition: 9, time_ms: 0, idle: false, owned: false },
         ];
         let bytes = Progress::encode(&entries);
         assert_eq!(Progress::parse_all(&bytes).unwrap(), entries);
         assert_eq!(Progress::parse_all(b"").unwrap(), []);
-        for bad in [&b"t/1/2"[..], b"t/1/2/3", b"/1/2/0", b"t/x/2/0", b"t/1/-2/0", b"\xff/1/2/0"] {
+        for bad in [&b"t/1/2"[..], b"t/1/2/3", b"t/1/2/U", b"/1/2/0", b"t/x/2/0", b"t/1/-2/0", b"\xff/1/2/0"] {
             assert_eq!(Progress::parse_all(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }

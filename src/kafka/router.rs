@@ -379,7 +379,8 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // partition's first record is measured against.
     let mut latest: Option<i64> = None;
     let mut last_progress = Instant::now();
-    let mut announced: Vec<(PartitionId, (u64, bool))> = Vec::new();
+    let mut announced: Vec<(PartitionId, (u64, bool, bool))> = Vec::new();
+    let mut all_partitions = input_partitions(&consumer, &topics, &[]);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -387,6 +388,27 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         let polled = consumer.poll(Duration::from_millis(10));
         let now = Instant::now();
         consumer.context().join.tick(now);
+        // Before the polled event: the rebalance callbacks ran inside this
+        // poll, and the end-of-partition event of a partition just assigned
+        // (at its end) must find its lane — or it would never be announced
+        // idle, and hold every slice until the bound.
+        let reassigned = {
+            let mut s = shared.lock().expect("router lock");
+            let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
+            for gone in s.revoked.drain(..) {
+                lanes.remove(&gone);
+            }
+            for new in s.assigned.drain(..) {
+                lanes.entry(new).or_insert_with(Lane::new);
+            }
+            changed
+        };
+        if reassigned {
+            // Partitions may have been added; and the new owner says what
+            // it knows before it routes anything.
+            all_partitions = input_partitions(&consumer, &topics, &all_partitions);
+            last_progress = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
+        }
         match polled {
             Some(Ok(msg)) => {
                 match input_counters.iter().find(|(t, _)| t == msg.topic()) {
@@ -426,23 +448,14 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
             Some(Err(e)) => log::warn!("router: consuming: {e}"),
             None => {}
         }
-        {
-            let mut s = shared.lock().expect("router lock");
-            for gone in s.revoked.drain(..) {
-                lanes.remove(&gone);
-            }
-            for new in s.assigned.drain(..) {
-                lanes.entry(new).or_insert_with(Lane::new);
+        if now.duration_since(last_progress) >= PROGRESS_EVERY {
+            last_progress = now;
+            if let Err(e) = announce(&deps, &lanes, &all_partitions, now, &mut announced) {
+                break Err(e);
             }
         }
         if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, &sent) {
             break Err(e);
-        }
-        if now.duration_since(last_progress) >= PROGRESS_EVERY {
-            last_progress = now;
-            if let Err(e) = announce(&deps, &lanes, now, &mut announced) {
-                break Err(e);
-            }
         }
         // Acknowledgements are looked at every few milliseconds, not per record.
         if now.duration_since(last_commit_check) >= COMMIT_CHECK_EVERY {
@@ -531,11 +544,19 @@ fn route_ready<C: ConsumerContext>(
 fn announce(
     deps: &RouterDeps,
     lanes: &BTreeMap<PartitionId, Lane<'_>>,
+    all: &[PartitionId],
     now: Instant,
-    announced: &mut Vec<(PartitionId, (u64, bool))>,
+    announced: &mut Vec<(PartitionId, (u64, bool, bool))>,
 ) -> Result<(), KafkaLayerError> {
-    let current: Vec<(&PartitionId, (u64, bool))> =
-        lanes.iter().filter_map(|(id, lane)| lane.progress(now).map(|p| (id, p))).collect();
+    // The owned partitions with something to say, then every other input
+    // partition as only existing (see `Progress::owned`).
+    let mut current: Vec<(&PartitionId, (u64, bool, bool))> =
+        lanes.iter().filter_map(|(id, lane)| lane.progress(now).map(|(time, idle)| (id, (time, idle, true)))).collect();
+    for id in all {
+        if !current.iter().any(|(c, _)| *c == id) {
+            current.push((id, (0, false, false)));
+        }
+    }
     let same = current.len() == announced.len()
         && current.iter().zip(announced.iter()).all(|(a, b)| *a.0 == b.0 && a.1 == b.1);
     if same {
@@ -543,11 +564,12 @@ fn announce(
     }
     let entries: Vec<Progress<'_>> = current
         .iter()
-        .map(|((topic, partition), (time_ms, idle))| Progress {
+        .map(|((topic, partition), (time_ms, idle, owned))| Progress {
             topic,
             partition: *partition,
             time_ms: *time_ms,
             idle: *idle,
+            owned: *owned,
         })
         .collect();
     let payload = Progress::encode(&entries);
@@ -556,6 +578,32 @@ fn announce(
     }
     *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
     Ok(())
+}
+
+/// Every partition of the input topics, from the broker's metadata
+/// (`known` if it cannot be had: a degraded announcement, not an error).
+fn input_partitions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+    known: &[PartitionId],
+) -> Vec<PartitionId> {
+    let mut all = Vec::new();
+    for topic in topics {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+            Ok(md) => {
+                for t in md.topics() {
+                    all.extend(t.partitions().iter().map(|p| (t.name().to_string(), p.id())));
+                }
+            }
+            Err(e) => {
+                log::info!(
+                    "router: the partitions of {topic} are unknown for now ({e}); only owned ones are announced"
+                );
+                return known.to_vec();
+            }
+        }
+    }
+    all
 }
 
 /// Reads an input record's slice and event time (once, when it arrives).

@@ -931,7 +931,11 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// Flushes every owned slice that holds records for the watermark and has
 /// received nothing for the lateness (at least 100 ms): with no more input,
 /// nothing would ever release them. Not during a silent replay, which must
-/// only flush where the original run did (its flushes are logged).
+/// only flush where the original run did (its flushes are logged). Not
+/// past the hold either (repartition mode): a slice that hears only
+/// progress records, or nothing, while an input partition that is not idle
+/// waits for its router (a rebalance), releases nothing that partition
+/// may still come before.
 fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     let idle_after = Duration::from_millis(deps.cfg.order.lateness_ms.max(100));
     let Inner { slices, judged, .. } = inner;
