@@ -401,6 +401,24 @@ impl SliceState {
         self.release(out, |order, emit| order.set_hold(hold, emit), observe)
     }
 
+    /// A record of a known input partition is progress too (it need not
+    /// wait for the next announcement), up to the largest time seen (an
+    /// outlier is not progress), and a partition announced idle delivers
+    /// again: it holds the others back again. The new hold applies to the
+    /// record's own push.
+    fn progress_from_record(&mut self, src: SourceRef<'_>, time_ms: u64) {
+        let Some((_, p)) = self.progress.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic) else {
+            return;
+        };
+        let upto = self.order.marks().max_seen_ms.map_or(0, |m| m.min(time_ms));
+        if p.idle || upto > p.time_ms {
+            p.idle = false;
+            p.time_ms = p.time_ms.max(upto);
+            let hold = self.hold();
+            self.order.hold_at(hold);
+        }
+    }
+
     /// The slowest input partition that is not idle: the watermark stays
     /// the lateness behind it (`None`: nothing holds).
     pub fn hold(&self) -> Option<u64> {
@@ -432,16 +450,6 @@ impl SliceState {
                     self.resend_marks.insert((src.topic.to_string(), src.partition), src.offset);
                 }
             }
-            // A record of a partition announced idle: it delivers again,
-            // so it holds the others back again (the hold only goes down:
-            // nothing to release).
-            if let Some((_, p)) =
-                self.progress.iter_mut().find(|((t, p), i)| i.idle && *p == src.partition && t == src.topic)
-            {
-                p.idle = false;
-                let hold = self.hold();
-                self.order.hold_at(hold);
-            }
         }
         let extracted = match extractor.extract(&rec.record, 0) {
             Ok(x) => x,
@@ -458,6 +466,9 @@ impl SliceState {
         }
         let hash = KeyHash::of(self.hash_seed(), &extracted.key);
         let time_ms = extracted.time_ms;
+        if let Some(src) = rec.source {
+            self.progress_from_record(src, time_ms);
+        }
         if let Some(p) = &mut self.provenance {
             let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
             let source = p.setup.source.of(&rec.record, topic);
@@ -1544,11 +1555,12 @@ mod tests {
         let out = feed_log(&mut s, &log, 0..log.len(), &keys, &times);
         assert_eq!(out.len(), 95, "released up to 11 980 - 100");
         assert_eq!(s.hold(), Some(12_000));
-        // A record of partition 1 clears its idle mark: it holds at its
-        // announced 10 000 again, so nothing more is released.
+        // A record of partition 1 (at 12 010) clears its idle mark, and is
+        // its progress up to the largest time seen (11 980): partition 1
+        // holds again, so the records of partition 0 that follow wait.
         log.push(Entry::Rec(201));
         assert!(feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times).is_empty());
-        assert_eq!(s.hold(), Some(10_000));
+        assert_eq!(s.hold(), Some(11_980));
         assert!(!s.progress[&("in".to_string(), 1)].idle);
         let before = s.order.waiting_len();
         log.extend((202..260).filter(|i| i % 2 == 0).map(Entry::Rec));
