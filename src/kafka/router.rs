@@ -673,6 +673,22 @@ mod tests {
         assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
     }
 
+    /// A lane says nothing before it has routed a record or is idle; it is
+    /// idle only at its end, empty, and silent for `IDLE_AFTER`.
+    #[test]
+    fn a_lane_announces_its_routed_time_and_idleness() {
+        let mut lane = Lane::new();
+        let t0 = lane.last_arrival;
+        assert_eq!(lane.progress(t0), None);
+        lane.at_end = true;
+        assert_eq!(lane.progress(t0), None, "at its end, but not silent for long");
+        assert_eq!(lane.progress(t0 + IDLE_AFTER), Some((0, true)), "an empty partition");
+        lane.routed_max = Some(1_700);
+        assert_eq!(lane.progress(t0 + IDLE_AFTER), Some((1_700, true)));
+        lane.at_end = false;
+        assert_eq!(lane.progress(t0 + IDLE_AFTER * 10), Some((1_700, false)), "not at its end: never idle");
+    }
+
     #[test]
     fn an_outlier_is_routed_in_place_until_confirmed() {
         let y3k = 32_503_680_000_000;
