@@ -975,17 +975,15 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>) -> Result<(
     // idle flush (up to the hold) is what releases its last records.
     if control(headers::PROGRESS) {
         judged.clear();
-        match Progress::parse_all(msg.payload().unwrap_or_default()) {
-            Some(entries) => match owned.copying.as_mut() {
-                Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
-                None => owned.state.announce(offset, &entries, judged),
-            },
-            // Only routers write these: a malformed one is a bug or a
-            // foreign writer; it is skipped (at the same place in a replay).
-            None => {
-                log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
-                owned.state.announce(offset, &[], judged);
-            }
+        // Only routers write these: a malformed one is a bug or a foreign
+        // writer; it announces nothing (at the same place in a replay).
+        let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
+            log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
+            Vec::new()
+        });
+        match owned.copying.as_mut() {
+            Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
+            None => owned.state.announce(offset, &entries, judged),
         }
         owned.since_checkpoint += 1;
         emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
