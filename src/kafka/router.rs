@@ -277,6 +277,8 @@ struct Lane<'c> {
     /// The largest routing time (outliers left out) of a record routed from
     /// the partition: the progress announced for it.
     routed_max: Option<i64>,
+    /// Records routed to the slices from the partition.
+    routed: u64,
 }
 
 impl Lane<'_> {
@@ -289,6 +291,7 @@ impl Lane<'_> {
             at_end: false,
             paused: false,
             routed_max: None,
+            routed: 0,
         }
     }
 
@@ -379,7 +382,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // partition's first record is measured against.
     let mut latest: Option<i64> = None;
     let mut last_progress = Instant::now();
-    let mut announced: Vec<(PartitionId, (u64, bool, bool))> = Vec::new();
+    let mut announced: Vec<(PartitionId, Announced)> = Vec::new();
     let mut all_partitions = input_partitions(&consumer, &topics, &[]);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
@@ -513,8 +516,11 @@ fn route_ready<C: ConsumerContext>(
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
         let Read { msg, target, order } = lane.records.pop_front().expect("non-empty lane");
-        if target.is_ok() && order != i64::MIN {
-            lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
+        if target.is_ok() {
+            lane.routed += 1;
+            if order != i64::MIN {
+                lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
+            }
         }
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
@@ -537,6 +543,12 @@ fn route_ready<C: ConsumerContext>(
     }
     result
 }
+/// What was announced of a partition: time, idle, owned, and how many
+/// records had been routed from it — a record routed from a partition
+/// announced idle clears the mark in its slice, so the next idle
+/// announcement must go out even if it says the same as the last.
+type Announced = (u64, bool, bool, u64);
+
 /// Announces the progress of the owned input partitions to every slice
 /// partition, if it changed since `announced` (the last announcement).
 /// Written after the records it covers, by the same producer, so each
@@ -546,15 +558,17 @@ fn announce(
     lanes: &BTreeMap<PartitionId, Lane<'_>>,
     all: &[PartitionId],
     now: Instant,
-    announced: &mut Vec<(PartitionId, (u64, bool, bool))>,
+    announced: &mut Vec<(PartitionId, Announced)>,
 ) -> Result<(), KafkaLayerError> {
     // The owned partitions with something to say, then every other input
     // partition as only existing (see `Progress::owned`).
-    let mut current: Vec<(&PartitionId, (u64, bool, bool))> =
-        lanes.iter().filter_map(|(id, lane)| lane.progress(now).map(|(time, idle)| (id, (time, idle, true)))).collect();
+    let mut current: Vec<(&PartitionId, Announced)> = lanes
+        .iter()
+        .filter_map(|(id, lane)| lane.progress(now).map(|(time, idle)| (id, (time, idle, true, lane.routed))))
+        .collect();
     for id in all {
         if !current.iter().any(|(c, _)| *c == id) {
-            current.push((id, (0, false, false)));
+            current.push((id, (0, false, false, 0)));
         }
     }
     let same = current.len() == announced.len()
@@ -564,7 +578,7 @@ fn announce(
     }
     let entries: Vec<Progress<'_>> = current
         .iter()
-        .map(|((topic, partition), (time_ms, idle, owned))| Progress {
+        .map(|((topic, partition), (time_ms, idle, owned, _))| Progress {
             topic,
             partition: *partition,
             time_ms: *time_ms,
