@@ -30,7 +30,7 @@
 //! slice partition how far it has routed each input partition it owns (a
 //! *progress record*, header `dedupd.progress`, see
 //! [`crate::engine::Progress`]): the largest event time routed from it,
-//! and whether it is idle (at its end, nothing new for `IDLE_AFTER`). The
+//! and whether it is idle (at its end, nothing new for the lateness, at least `IDLE_AFTER`). The
 //! slices hold their watermark at the slowest partition not idle, so when
 //! this router dies, its partitions' records, resumed by another router
 //! once the group notices, still arrive in order (per-input watermarks, as
@@ -73,9 +73,15 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 const MAX_BUFFERED: usize = 50_000;
 /// How often the router looks whether its progress changed (and then announces it).
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
-/// A partition at its end that has delivered nothing for this long is
-/// announced idle: it holds no slice back (an idle or empty partition would
-/// otherwise keep every slice's watermark where it stopped).
+/// A partition at its end that has delivered nothing for this long — or
+/// for `input.lateness`, if longer — is announced idle: it holds no slice
+/// back (an idle or empty partition would otherwise keep every slice's
+/// watermark where it stopped). Not shorter than the lateness: a slice
+/// flushes only after that much silence anyway, and a partition announced
+/// idle that receives records while its router is gone is not held for
+/// (seen with 0.5 s on a loaded machine: a stream stalling for a moment
+/// made its partitions idle, and the records of those a killed member
+/// owned came 699 late in the CI storm).
 const IDLE_AFTER: Duration = Duration::from_millis(500);
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
@@ -297,8 +303,8 @@ impl Lane<'_> {
 
     /// What to announce of this lane: its progress and whether it is idle
     /// (`None`: nothing routed yet and not idle — nothing to say).
-    fn progress(&self, now: Instant) -> Option<(u64, bool)> {
-        let idle = self.records.is_empty() && self.at_end && now.duration_since(self.last_arrival) >= IDLE_AFTER;
+    fn progress(&self, now: Instant, idle_after: Duration) -> Option<(u64, bool)> {
+        let idle = self.records.is_empty() && self.at_end && now.duration_since(self.last_arrival) >= idle_after;
         let time = self.routed_max.map(|t| u64::try_from(t).unwrap_or(0));
         match (time, idle) {
             (None, false) => None,
@@ -560,11 +566,14 @@ fn announce(
     now: Instant,
     announced: &mut Vec<(PartitionId, Announced)>,
 ) -> Result<(), KafkaLayerError> {
+    let idle_after = IDLE_AFTER.max(Duration::from_millis(deps.cfg.order.lateness_ms));
     // The owned partitions with something to say, then every other input
     // partition as only existing (see `Progress::owned`).
     let mut current: Vec<(&PartitionId, Announced)> = lanes
         .iter()
-        .filter_map(|(id, lane)| lane.progress(now).map(|(time, idle)| (id, (time, idle, true, lane.routed))))
+        .filter_map(|(id, lane)| {
+            lane.progress(now, idle_after).map(|(time, idle)| (id, (time, idle, true, lane.routed)))
+        })
         .collect();
     for id in all {
         if !current.iter().any(|(c, _)| *c == id) {
@@ -693,14 +702,14 @@ mod tests {
     fn a_lane_announces_its_routed_time_and_idleness() {
         let mut lane = Lane::new();
         let t0 = lane.last_arrival;
-        assert_eq!(lane.progress(t0), None);
+        assert_eq!(lane.progress(t0, IDLE_AFTER), None);
         lane.at_end = true;
-        assert_eq!(lane.progress(t0), None, "at its end, but not silent for long");
-        assert_eq!(lane.progress(t0 + IDLE_AFTER), Some((0, true)), "an empty partition");
+        assert_eq!(lane.progress(t0, IDLE_AFTER), None, "at its end, but not silent for long");
+        assert_eq!(lane.progress(t0 + IDLE_AFTER, IDLE_AFTER), Some((0, true)), "an empty partition");
         lane.routed_max = Some(1_700);
-        assert_eq!(lane.progress(t0 + IDLE_AFTER), Some((1_700, true)));
+        assert_eq!(lane.progress(t0 + IDLE_AFTER, IDLE_AFTER), Some((1_700, true)));
         lane.at_end = false;
-        assert_eq!(lane.progress(t0 + IDLE_AFTER * 10), Some((1_700, false)), "not at its end: never idle");
+        assert_eq!(lane.progress(t0 + IDLE_AFTER * 10, IDLE_AFTER), Some((1_700, false)), "not at its end: never idle");
     }
 
     #[test]
