@@ -558,6 +558,12 @@ pub struct SlicingSettings {
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).
     pub order_tolerance: String,
+    /// Repartition mode: records a slice may hold back while an input
+    /// partition nobody routes (its router died, the group has not handed
+    /// it over yet) keeps its watermark; beyond this the slice releases as
+    /// if the partition were not there, and counts it
+    /// (`dedupd_hold_overflows_total`). 1 to 100 000 000.
+    pub max_held: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -867,6 +873,7 @@ deletable = false
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
+max_held = 200000
 [output]
 topic = "clicks.distinct"
 duplicates_topic = ""
@@ -925,6 +932,10 @@ fn leaf_cache(root: &FilterSpec, verdict_delay: u64) -> Result<crate::filter::Fi
     let tick_ms = Some(root.resolve()?.tick_ms);
     FilterSpec { slices: 1, lateness_ms: Some(verdict_delay), tick_ms, ..root.clone() }.resolve()
 }
+
+/// The largest `slicing.max_held`: a slice holding this many records of a
+/// few hundred bytes already needs tens of GB.
+const MAX_HELD_LIMIT: u64 = 100_000_000;
 
 /// A loader holding the built-in defaults, the lowest layer.
 fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
@@ -1183,6 +1194,13 @@ impl Settings {
                      slices put back in order only what is within the lateness",
                     s.input.lateness
                 ),
+            ));
+        }
+        if !(1..=MAX_HELD_LIMIT).contains(&s.slicing.max_held) {
+            return Err(invalid(
+                "slicing.max_held",
+                s.slicing.max_held,
+                format!("between 1 and {MAX_HELD_LIMIT} (every held record is kept in memory whole)"),
             ));
         }
         let max_clock_jump_ms = s.input.max_clock_jump.unwrap_or(s.filter.window);
@@ -1569,6 +1587,11 @@ mod tests {
                 .starts_with("invalid setting slicing.order_tolerance = 3s: at most input.lateness (2000 ms)"),
         );
         assert_eq!(load(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "1s")]).unwrap().order_tolerance_ms, 1000);
+        assert!(
+            rejected(&[("DEDUPD__SLICING__MAX_HELD", "0")])
+                .starts_with("invalid setting slicing.max_held = 0: between 1 and 100000000"),
+        );
+        assert_eq!(load(&[("DEDUPD__SLICING__MAX_HELD", "5000")]).unwrap().settings.slicing.max_held, 5000);
         assert_eq!(
             rejected(&[("DEDUPD__INPUT__LATENESS", "10m")]),
             "invalid setting input.lateness = 600000ms: shorter than filter.window (600000 ms)"

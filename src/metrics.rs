@@ -51,6 +51,7 @@ pub struct Metrics {
     pub lateness: Histogram,
     pub waiting_records: IntGaugeVec,
     pub idle_flushes: IntCounterVec,
+    pub hold_overflows: IntCounterVec,
     pub rebalances: IntCounterVec,
     pub slices_owned: IntGauge,
     pub broker_silence: prometheus::Gauge,
@@ -235,6 +236,12 @@ impl Metrics {
                 "Idle flushes: the slice received nothing for input.lateness and judged the records it held.",
                 &["slice"],
             ),
+            hold_overflows: b.counter(
+                "dedupd_hold_overflows_total",
+                "Releases past an input partition nobody routed, because the slice held more than slicing.max_held \
+                 records.",
+                &["slice"],
+            ),
             rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
             slices_owned: b
                 .register(IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric")),
@@ -307,6 +314,7 @@ impl Metrics {
             &self.replayed,
             &self.late_records,
             &self.idle_flushes,
+            &self.hold_overflows,
             &self.checkpoints,
             &self.checkpoint_failures,
             &self.generations_created,

@@ -173,6 +173,20 @@ pub fn merge(
             order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
             unfilled: Vec::new(),
             flushes_next: own.flushes_next,
+            // The slowest partition's progress of the parts: the merged
+            // slice holds where the most held of them did (the hold only
+            // delays releases; it never judges differently).
+            progress: {
+                let mut progress: BTreeMap<(String, i32), super::slice::InputProgress> = BTreeMap::new();
+                for s in &parts {
+                    for (id, p) in &s.progress {
+                        let e = progress.entry(id.clone()).or_insert(*p);
+                        e.time_ms = e.time_ms.min(p.time_ms);
+                        e.idle &= p.idle;
+                    }
+                }
+                progress
+            },
         });
     }
     Ok(merged)

@@ -22,6 +22,17 @@
 //!   arrive in a row, the stream really jumped (it resumed after a gap) and
 //!   they are all admitted in arrival order.
 //!
+//! **The hold** (repartition mode, per-input watermarks): the caller may
+//! also set a *hold*, the time up to which every input that can still
+//! deliver has progressed (see [`super::slice`]); the watermark then never
+//! passes `min(largest time seen, hold) - lateness`, so records of an input
+//! that nobody routes for a while (its router died and the group has not
+//! handed it over yet) find, when they come, everything newer still
+//! waiting. The hold is bounded: while more than `max_held` records wait,
+//! it is ignored (the watermark goes where it would without it) and each
+//! such release is counted ([`ReorderBuffer::overflows`]). Both follow from
+//! what was pushed and held, so a replay decides the same.
+//!
 //! The first records have no largest time to be measured against: were the
 //! very first one stamped in the year 3000, the clock would start there and
 //! every later record would be late, judged at the clock's edge forever.
@@ -101,11 +112,17 @@ pub struct ReorderBuffer<T> {
     waiting: BinaryHeap<Reverse<Waiting<T>>>,
     /// Records too far ahead, in arrival order, awaiting confirmation.
     suspects: Vec<Waiting<T>>,
+    /// The watermark stays at or below this minus the lateness (`None`: no hold).
+    hold_ms: Option<u64>,
+    /// More records waiting than this: the hold is ignored.
+    max_held: usize,
+    /// Releases the hold's bound forced.
+    overflows: u64,
 }
 
 impl<T> ReorderBuffer<T> {
     pub fn new(settings: OrderSettings) -> Self {
-        ReorderBuffer { settings, marks: OrderMarks::default(), waiting: BinaryHeap::new(), suspects: Vec::new() }
+        Self::restore(settings, OrderMarks::default(), Vec::new(), Vec::new())
     }
 
     /// A buffer as it was: its marks, the records that were waiting and the
@@ -116,7 +133,89 @@ impl<T> ReorderBuffer<T> {
         waiting: impl IntoIterator<Item = Waiting<T>>,
         suspects: Vec<Waiting<T>>,
     ) -> Self {
-        ReorderBuffer { settings, marks, waiting: waiting.into_iter().map(Reverse).collect(), suspects }
+        ReorderBuffer {
+            settings,
+            marks,
+            waiting: waiting.into_iter().map(Reverse).collect(),
+            suspects,
+            hold_ms: None,
+            max_held: usize::MAX,
+            overflows: 0,
+        }
+    }
+
+    /// Puts back the waiting records and suspects of a restored buffer,
+    /// keeping its marks, hold, bound and overflow count.
+    pub fn put_back(&mut self, waiting: impl IntoIterator<Item = Waiting<T>>, suspects: Vec<Waiting<T>>) {
+        self.waiting = waiting.into_iter().map(Reverse).collect();
+        self.suspects = suspects;
+    }
+
+    /// Bounds the hold: while more than `max_held` records wait it is ignored.
+    pub fn set_max_held(&mut self, max_held: usize) {
+        self.max_held = max_held;
+    }
+
+    /// The hold (see the module docs).
+    pub fn hold_ms(&self) -> Option<u64> {
+        self.hold_ms
+    }
+
+    /// Releases the hold's bound forced so far.
+    pub fn overflows(&self) -> u64 {
+        self.overflows
+    }
+
+    /// Restores the overflow count (from a snapshot).
+    pub fn set_overflows(&mut self, overflows: u64) {
+        self.overflows = overflows;
+    }
+
+    /// Sets the hold without releasing anything: for a hold that can only
+    /// have gone down (a lower hold never lowers the watermark).
+    pub fn hold_at(&mut self, hold_ms: Option<u64>) {
+        self.hold_ms = hold_ms;
+    }
+
+    /// Sets the hold and releases what it no longer holds back.
+    pub fn set_hold(&mut self, hold_ms: Option<u64>, mut emit: impl FnMut(Released<T>)) {
+        self.hold_ms = hold_ms;
+        if let Some(to) = self.marks.max_seen_ms.and_then(|max| self.target(max)) {
+            self.raise_watermark(to, &mut emit);
+        }
+    }
+
+    /// Where the watermark goes with `max` the largest time seen: the
+    /// lateness behind `max`, or behind the hold if that is lower and no
+    /// more than `max_held` records wait.
+    fn target(&mut self, max: u64) -> Option<u64> {
+        let free = max.checked_sub(self.settings.lateness_ms);
+        let Some(hold) = self.hold_ms.filter(|&h| h < max) else {
+            return free;
+        };
+        let held = hold.checked_sub(self.settings.lateness_ms);
+        if held >= free {
+            return free;
+        }
+        if self.waiting.len() > self.max_held {
+            self.overflows += 1;
+            return free;
+        }
+        held
+    }
+
+    /// How far a flush releases: to the largest time seen — unless an
+    /// input holds, which has not said it is idle and may still deliver
+    /// records up to the lateness behind its progress: then no further
+    /// than the watermark already is (the hold is lifted by its progress,
+    /// or by its router announcing it idle, not by the slice's silence,
+    /// which is what a rebalance looks like from here).
+    fn flush_limit(&self) -> Option<u64> {
+        let max = self.marks.max_seen_ms?;
+        match self.hold_ms {
+            None => Some(max),
+            Some(h) => h.min(max).checked_sub(self.settings.lateness_ms),
+        }
     }
 
     pub fn settings(&self) -> &OrderSettings {
@@ -177,19 +276,22 @@ impl<T> ReorderBuffer<T> {
     /// Whether a [`Self::flush`] would release anything: records wait for
     /// the watermark, or the first records are held.
     pub fn flush_pending(&self) -> bool {
-        !self.waiting.is_empty() || (self.marks.max_seen_ms.is_none() && !self.suspects.is_empty())
+        let limit = self.flush_limit();
+        self.waiting.peek().is_some_and(|w| limit.is_some_and(|l| w.0.time_ms <= l))
+            || (self.marks.max_seen_ms.is_none() && !self.suspects.is_empty())
     }
 
     /// Releases every waiting record, as if the lateness were over (an idle
-    /// input, or its end): the watermark moves to the largest time seen.
+    /// input, or its end): the watermark moves to the largest time seen —
+    /// not past the hold's watermark, though (see `flush_limit`).
     /// The first records, held for want of a reference, are settled first;
     /// later suspects stay held: nothing has confirmed or refuted them yet.
     pub fn flush(&mut self, mut emit: impl FnMut(Released<T>)) {
         if self.marks.max_seen_ms.is_none() {
             self.settle_first(&mut emit);
         }
-        if let Some(max) = self.marks.max_seen_ms {
-            self.raise_watermark(max, &mut emit);
+        if let Some(limit) = self.flush_limit() {
+            self.raise_watermark(limit, &mut emit);
         }
     }
 
@@ -197,6 +299,7 @@ impl<T> ReorderBuffer<T> {
     /// admitted (no later record can be hurt by the jump) and everything is
     /// released.
     pub fn finish(&mut self, mut emit: impl FnMut(Released<T>)) {
+        self.hold_ms = None;
         if self.marks.max_seen_ms.is_none() {
             self.settle_first(&mut emit);
         }
@@ -247,7 +350,7 @@ impl<T> ReorderBuffer<T> {
         let max = self.marks.max_seen_ms.map_or(record.time_ms, |m| m.max(record.time_ms));
         self.marks.max_seen_ms = Some(max);
         self.waiting.push(Reverse(record));
-        if let Some(watermark) = max.checked_sub(self.settings.lateness_ms) {
+        if let Some(watermark) = self.target(max) {
             self.raise_watermark(watermark, emit);
         }
     }
@@ -400,5 +503,64 @@ mod tests {
             sorted.sort();
             assert_eq!(got, sorted, "lateness {lateness}");
         }
+    }
+
+    /// The hold keeps the watermark behind an input that may still deliver:
+    /// a record that comes from it later, older than the largest time seen
+    /// by more than the lateness, is still in order. Raising the hold
+    /// releases; a flush stops at the hold.
+    #[test]
+    fn the_hold_keeps_the_watermark_behind_it() {
+        let mut b = ReorderBuffer::new(settings(100));
+        let mut out = Vec::new();
+        b.set_hold(Some(990), |r| out.push(describe(&r)));
+        assert!(out.is_empty());
+        // 0@1000 .. 5@1500: without the hold the watermark would be 1 400.
+        let out = run(&mut b, &[(1_000, 0), (1_100, 1), (1_200, 2), (1_300, 3), (1_400, 4), (1_500, 5)]);
+        assert!(out.is_empty(), "{out:?}");
+        assert_eq!(b.marks().watermark_ms, Some(890), "hold 990 - lateness 100, below every record");
+        // A flush releases nothing past the hold.
+        assert!(!b.flush_pending());
+        // The held-back input resumes at 950: in order, not late.
+        assert!(run(&mut b, &[(950, 6)]).is_empty());
+        assert!(!b.flush_pending());
+        let mut out = Vec::new();
+        b.set_hold(Some(1_250), |r| out.push(describe(&r)));
+        assert_eq!(out, ["6", "0", "1"], "released up to 1 150");
+        assert!(!b.flush_pending());
+        b.flush(|r| out.push(describe(&r)));
+        assert_eq!(out, ["6", "0", "1"], "a flush stops at the hold's watermark");
+        assert_eq!(b.marks().watermark_ms, Some(1_150));
+        // No hold: back to largest time - lateness, then a flush releases all.
+        let mut out = Vec::new();
+        b.set_hold(None, |r| out.push(describe(&r)));
+        assert_eq!(out, ["2", "3", "4"]);
+        assert!(b.flush_pending());
+        b.flush(|r| out.push(describe(&r)));
+        assert_eq!(out, ["2", "3", "4", "5"]);
+        assert_eq!(b.overflows(), 0);
+    }
+
+    /// More than `max_held` records waiting: the hold is ignored (released
+    /// as without it) and counted; a record of the held input is then late.
+    #[test]
+    fn the_hold_is_bounded() {
+        let mut b = ReorderBuffer::new(settings(100));
+        b.set_max_held(3);
+        b.set_hold(Some(1_000), |_| unreachable!("nothing waits"));
+        assert!(run(&mut b, &[(1_000, 0), (1_200, 1), (1_300, 2)]).is_empty());
+        assert_eq!(b.waiting_len(), 3);
+        // A fourth: more than 3 wait, released as if there were no hold (to 1 300).
+        assert_eq!(run(&mut b, &[(1_400, 3)]), ["0", "1", "2"]);
+        assert_eq!(b.overflows(), 1);
+        assert_eq!(run(&mut b, &[(950, 4)]), ["4 late 350"]);
+        // Under the bound again, the hold holds: the watermark stays.
+        assert!(run(&mut b, &[(1_500, 5), (1_600, 6)]).is_empty());
+        assert_eq!(b.marks().watermark_ms, Some(1_300));
+        assert_eq!(b.overflows(), 1);
+        // finish ignores the hold: nothing more can come.
+        let mut out = Vec::new();
+        b.finish(|r| out.push(describe(&r)));
+        assert_eq!(out, ["3", "5", "6"]);
     }
 }

@@ -116,6 +116,76 @@ pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b 
     &buf[..n]
 }
 
+/// A router's announcement, in a *progress record* of the slice log, of
+/// how far it has routed one input partition it owns: the largest event
+/// time routed from it, and whether the partition is idle (at its end with
+/// nothing new for a while: then it holds nobody back). The slices keep
+/// these per input partition and hold their watermark at the slowest
+/// partition that is not idle (see [`SliceState::announce`]).
+///
+/// A router also lists the input partitions it does not route (or has
+/// nothing to say of yet) with `owned` false: a slice that has not heard
+/// of such a partition then holds at its start (time 0) until its router
+/// announces it — otherwise a router that starts late, or takes a
+/// partition over, would find its records behind a watermark the others
+/// moved on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub time_ms: u64,
+    pub idle: bool,
+    /// `false`: only says that the partition exists (`time_ms` and `idle` unused).
+    pub owned: bool,
+}
+
+impl<'a> Progress<'a> {
+    /// The payload of a progress record: one `topic/partition/time/state`
+    /// line per input partition (`state`: `0` routed, `1` idle, `u` not
+    /// routed by this router).
+    pub fn encode(entries: &[Progress<'_>]) -> Vec<u8> {
+        let mut text = String::new();
+        for e in entries {
+            let state = match (e.owned, e.idle) {
+                (false, _) => "u",
+                (true, false) => "0",
+                (true, true) => "1",
+            };
+            text.push_str(&format!("{}/{}/{}/{state}\n", e.topic, e.partition, e.time_ms));
+        }
+        text.into_bytes()
+    }
+
+    /// Parses a progress record's payload; `None` if any line is not one.
+    pub fn parse_all(payload: &'a [u8]) -> Option<Vec<Progress<'a>>> {
+        let text = std::str::from_utf8(payload).ok()?;
+        text.lines()
+            .map(|line| {
+                let mut parts = line.rsplitn(4, '/');
+                let (owned, idle) = match parts.next()? {
+                    "0" => (true, false),
+                    "1" => (true, true),
+                    "u" => (false, false),
+                    _ => return None,
+                };
+                let time_ms = parts.next()?.parse().ok()?;
+                let partition = parts.next()?.parse().ok()?;
+                let topic = parts.next().filter(|t| !t.is_empty())?;
+                Some(Progress { topic, partition, time_ms, idle, owned })
+            })
+            .collect()
+    }
+}
+
+/// What a slice knows of one input partition's progress (repartition mode).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InputProgress {
+    /// The largest event time a router announced having routed from it.
+    pub time_ms: u64,
+    /// Announced idle, and no record of it has come since.
+    pub idle: bool,
+}
+
 /// A record of the slice log.
 #[derive(Clone, Copy, Debug)]
 pub struct SliceRecord<'a> {
@@ -254,6 +324,10 @@ pub struct SliceState {
     pub provenance: Option<SliceProvenance>,
     /// The counting stage (`[limit]`, `[flag]`; `None`: off).
     pub counting: Option<SliceCounting>,
+    /// Per input (topic, partition) announced by a router's progress
+    /// record: how far it has been routed (repartition mode; empty
+    /// otherwise). The watermark is held at the slowest one not idle.
+    pub progress: BTreeMap<(String, i32), InputProgress>,
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -273,6 +347,7 @@ impl PartialEq for SliceState {
             && self.provenance == other.provenance
             && self.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
                 == other.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
+            && (&self.progress, self.order.overflows()) == (&other.progress, other.order.overflows())
     }
 }
 
@@ -291,6 +366,7 @@ impl SliceState {
             unfilled: Vec::new(),
             flushes_next: 0,
             provenance: None,
+            progress: BTreeMap::new(),
             counting: None,
         }
     }
@@ -348,6 +424,70 @@ impl SliceState {
         self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
     }
 
+    /// Takes in the progress record at `offset` (see [`Progress`]) and
+    /// appends to `out` the judgments it releases (release positions
+    /// `(offset, rank)`). It judges nothing itself.
+    pub fn announce(&mut self, offset: u64, entries: &[Progress<'_>], out: &mut Vec<Judgment>) {
+        self.announce_with(offset, entries, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// [`Self::announce`] while `copy` is in progress.
+    pub fn announce_copying(
+        &mut self,
+        offset: u64,
+        entries: &[Progress<'_>],
+        copy: &mut SliceCopy,
+        out: &mut Vec<Judgment>,
+    ) {
+        self.announce_with(offset, entries, out, |filter, hash, time_ms| copy.observe(filter, hash, time_ms))
+    }
+
+    fn announce_with(
+        &mut self,
+        offset: u64,
+        entries: &[Progress<'_>],
+        out: &mut Vec<Judgment>,
+        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        self.next_offset = offset + 1;
+        for e in entries {
+            let known = self.progress.entry((e.topic.to_string(), e.partition)).or_default();
+            if !e.owned {
+                continue; // known now (from time 0, not idle) if it was not
+            }
+            // The largest time wins: an old owner's last announcement may
+            // come after the new owner's first.
+            known.time_ms = known.time_ms.max(e.time_ms);
+            known.idle = e.idle;
+        }
+        let hold = self.hold();
+        self.release(out, |order, emit| order.set_hold(hold, emit), observe)
+    }
+
+    /// A record of a known input partition is progress too (it need not
+    /// wait for the next announcement), up to the largest time seen (an
+    /// outlier is not progress), and a partition announced idle delivers
+    /// again: it holds the others back again. The new hold applies to the
+    /// record's own push.
+    fn progress_from_record(&mut self, src: SourceRef<'_>, time_ms: u64) {
+        let Some((_, p)) = self.progress.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic) else {
+            return;
+        };
+        let upto = self.order.marks().max_seen_ms.map_or(0, |m| m.min(time_ms));
+        if p.idle || upto > p.time_ms {
+            p.idle = false;
+            p.time_ms = p.time_ms.max(upto);
+            let hold = self.hold();
+            self.order.hold_at(hold);
+        }
+    }
+
+    /// The slowest input partition that is not idle: the watermark stays
+    /// the lateness behind it (`None`: nothing holds).
+    pub fn hold(&self) -> Option<u64> {
+        self.progress.values().filter(|p| !p.idle).map(|p| p.time_ms).min()
+    }
+
     fn take(
         &mut self,
         rec: &SliceRecord<'_>,
@@ -390,6 +530,9 @@ impl SliceState {
         let seed = self.hash_seed();
         let hash = KeyHash::of(seed, &extracted.key);
         let time_ms = extracted.time_ms;
+        if let Some(src) = rec.source {
+            self.progress_from_record(src, time_ms);
+        }
         if let Some(c) = &mut self.counting
             && let Err(why) = c.arrived(offset, &rec.record, seed)
         {
@@ -521,8 +664,7 @@ impl SliceState {
             let w = Waiting { time_ms, position: offset, item };
             if suspect { suspects.push(w) } else { waiting.push(w) }
         }
-        let settings = *self.order.settings();
-        self.order = ReorderBuffer::restore(settings, self.order.marks(), waiting, suspects);
+        self.order.put_back(waiting, suspects);
         self.unfilled.clear();
         Ok(())
     }
@@ -659,13 +801,16 @@ impl SliceCopy {
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The slice snapshot format version (2: event-time order — lateness
 /// counter, order marks, flush log position and held offsets; 3: the
-/// provenance section; 4: the counting stage's section after it). A slice
-/// is written in the oldest version that holds what it has: without
-/// provenance and counting as version 2, byte for byte, so the release
-/// before provenance can restore it; with provenance only as version 3, so
-/// the release before counting can. All three are read.
-pub const VERSION: u16 = 4;
-/// The version of a slice with provenance and no counting stage.
+/// provenance section; 4: the counting stage's section after it; 5: the
+/// input partitions' progress after that, for the hold of repartition
+/// mode). A slice is written in the oldest version that holds what it has —
+/// without progress as version 4, without counting either as version 3,
+/// and without provenance either as version 2, byte for byte — so a release
+/// before any of them can restore it; all four are read.
+pub const VERSION: u16 = 5;
+/// The version of a slice with a counting stage and no progress.
+const VERSION_COUNTING: u16 = 4;
+/// The version of a slice with provenance and neither counting nor progress.
 const VERSION_PROVENANCE: u16 = 3;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
@@ -704,10 +849,11 @@ fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     // Without provenance the envelope is version 2's, byte for byte, so a
     // release before provenance can still restore it (a rollback).
-    let version = match (&state.provenance, &state.counting) {
-        (_, Some(_)) => VERSION,
-        (Some(_), None) => VERSION_PROVENANCE,
-        (None, None) => 2,
+    let version = match (state.progress.is_empty(), &state.counting, &state.provenance) {
+        (false, _, _) => VERSION,
+        (true, Some(_), _) => VERSION_COUNTING,
+        (true, None, Some(_)) => VERSION_PROVENANCE,
+        (true, None, None) => 2,
     };
     let mut w = filter_snapshot::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
@@ -737,7 +883,7 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     }
     match &state.provenance {
         None if version == 2 => {}
-        // Version 4 without provenance: its flag says so.
+        // Version 3 and later without provenance: its flag says so.
         None => w.push(0),
         Some(p) => {
             w.push(1);
@@ -748,14 +894,29 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
             w[at..at + 8].copy_from_slice(&len.to_le_bytes());
         }
     }
-    if let Some(c) = &state.counting {
-        // Version 4: a flag byte (always 1: a slice without the stage is
-        // written as version 2 or 3), the section's length and the stage's
-        // own envelope (`DEDUPDSB`).
-        let section = counting_codec::encode(&c.stage);
-        w.push(1);
-        put_u64(&mut w, section.len() as u64);
-        w.extend_from_slice(&section);
+    if version >= VERSION_COUNTING {
+        // A flag byte, then (1) the section's length and the stage's own
+        // envelope (`DEDUPDSB`).
+        match &state.counting {
+            None => w.push(0),
+            Some(c) => {
+                let section = counting_codec::encode(&c.stage);
+                w.push(1);
+                put_u64(&mut w, section.len() as u64);
+                w.extend_from_slice(&section);
+            }
+        }
+    }
+    if version >= VERSION {
+        put_u64(&mut w, state.order.overflows());
+        put_u32(&mut w, state.progress.len() as u32);
+        for ((topic, partition), p) in &state.progress {
+            w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+            w.extend_from_slice(topic.as_bytes());
+            put_u32(&mut w, *partition as u32);
+            put_u64(&mut w, p.time_ms);
+            w.push(u8::from(p.idle));
+        }
     }
     put_u64(&mut w, filter_len as u64);
     w
@@ -871,7 +1032,7 @@ pub fn decode_full(
         }
     }
     let mut restored_counting = None;
-    if version >= VERSION {
+    if version >= VERSION_COUNTING {
         match r.u8()? {
             0 => {}
             1 => {
@@ -887,6 +1048,24 @@ pub fn decode_full(
     }
     if restored_counting.is_none() && counting.is_some() {
         return Err(counting_mismatch("off", "on"));
+    }
+    let mut progress = BTreeMap::new();
+    let mut overflows = 0;
+    if version >= VERSION {
+        overflows = r.u64()?;
+        for _ in 0..r.u32()? {
+            let len = usize::from(r.u16()?);
+            let topic = String::from_utf8(r.take(len)?.to_vec())
+                .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+            let partition = r.u32()? as i32;
+            let time_ms = r.u64()?;
+            let idle = match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(SnapshotError::Malformed(format!("slice snapshot: idle flag {other}"))),
+            };
+            progress.insert((topic, partition), InputProgress { time_ms, idle });
+        }
     }
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
@@ -921,7 +1100,11 @@ pub fn decode_full(
         flushes_next,
         provenance: restored_provenance,
         counting: restored_counting,
+        progress,
     };
+    let hold = state.hold();
+    state.order.hold_at(hold);
+    state.order.set_overflows(overflows);
     state.set_provenance(provenance);
     Ok(state)
 }
@@ -1368,5 +1551,225 @@ mod tests {
         assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
+    }
+
+    /// A slice log of two input partitions (`in/0`, `in/1`): records
+    /// (index into `times`/`keys`) and routers' progress records.
+    #[derive(Clone)]
+    enum Entry {
+        Rec(usize),
+        Announce(Vec<(i32, u64, bool)>),
+    }
+
+    /// Feeds `log[range]` (slice offset = index in `log`); returns every
+    /// judgment as (record index, verdict, late).
+    fn feed_log(
+        s: &mut SliceState,
+        log: &[Entry],
+        range: std::ops::Range<usize>,
+        keys: &[[u8; 8]],
+        times: &[i64],
+    ) -> Vec<(usize, SliceVerdict, bool)> {
+        let ex = extractor();
+        let mut out = Vec::new();
+        for o in range {
+            match &log[o] {
+                Entry::Rec(i) => {
+                    let src = SourceRef { topic: "in", partition: (*i % 2) as i32, offset: *i as i64 };
+                    s.process(&rec(o as u64, &keys[*i], times[*i], Some(src)), &ex, &mut out);
+                }
+                Entry::Announce(a) => {
+                    let entries: Vec<Progress<'_>> = a
+                        .iter()
+                        .map(|&(partition, time_ms, idle)| Progress {
+                            topic: "in",
+                            partition,
+                            time_ms,
+                            idle,
+                            owned: true,
+                        })
+                        .collect();
+                    let bytes = Progress::encode(&entries);
+                    s.announce(o as u64, &Progress::parse_all(&bytes).unwrap(), &mut out);
+                }
+            }
+        }
+        let index = |o: u64| match log[o as usize] {
+            Entry::Rec(i) => i,
+            Entry::Announce(_) => panic!("a progress record was judged"),
+        };
+        out.into_iter().map(|j| (index(j.offset), j.verdict, j.late_by_ms.is_some())).collect()
+    }
+
+    /// Records of partition 1 (odd indices) stop at `from` while its router
+    /// is gone; partition 0 goes on for `gap` records; then partition 1's
+    /// records resume. Routers announce every 20 records, the dead one not
+    /// at all. Returns the log and the log without any announcement.
+    fn storm_log(times: &[i64], from: usize, gap: usize) -> (Vec<Entry>, Vec<Entry>) {
+        let n = times.len();
+        let mut order: Vec<usize> = (0..from).collect();
+        order.extend((from..from + gap).filter(|i| i % 2 == 0));
+        order.extend((from..from + gap).filter(|i| i % 2 == 1));
+        order.extend(from + gap..n);
+        let mut log = Vec::new();
+        let mut max = [0u64; 2];
+        for (k, &i) in order.iter().enumerate() {
+            log.push(Entry::Rec(i));
+            max[i % 2] = max[i % 2].max(times[i] as u64);
+            let dead = k >= from && k < from + gap / 2;
+            if k % 20 == 19 {
+                let mut a = vec![(0, max[0], false)];
+                if !dead {
+                    a.push((1, max[1], false));
+                }
+                log.push(Entry::Announce(a));
+            }
+        }
+        let plain = log.iter().filter(|e| matches!(e, Entry::Rec(_))).cloned().collect();
+        (log, plain)
+    }
+
+    /// The failure of issue 19's rebalance storm, in one slice: an input
+    /// partition's router dies, the other goes on far beyond the lateness,
+    /// then the partition resumes. Without progress records its records are
+    /// late and verdicts differ from the in-order run; with them the slice
+    /// holds and every verdict is the in-order one. A snapshot taken in the
+    /// middle of the hold (version 5) restores it exactly.
+    #[test]
+    fn an_unrouted_partition_holds_the_watermark() {
+        let n = 2_000;
+        let mut rng = crate::bench::workload::Rng::new(19);
+        let keys: Vec<[u8; 8]> = (0..n).map(|_| rng.below(150).to_le_bytes()).collect();
+        let times: Vec<i64> = (0..n as i64).map(|i| 10_000 + i * 5).collect();
+        let in_order: Vec<Entry> = (0..n).map(Entry::Rec).collect();
+        let verdicts = |j: Vec<(usize, SliceVerdict, bool)>| -> BTreeMap<usize, (SliceVerdict, bool)> {
+            j.into_iter().map(|(i, v, late)| (i, (v, late))).collect()
+        };
+        let finish = |s: &mut SliceState, out: &mut Vec<(usize, SliceVerdict, bool)>, log: &[Entry]| {
+            let mut rest = Vec::new();
+            // The end of the input: nothing holds any more.
+            s.order.hold_at(None);
+            s.flush(&mut rest);
+            out.extend(rest.into_iter().map(|j| match log[j.offset as usize] {
+                Entry::Rec(i) => (i, j.verdict, j.late_by_ms.is_some()),
+                Entry::Announce(_) => unreachable!(),
+            }));
+        };
+        let mut reference = SliceState::new(0, params(), 0, order(300));
+        let mut want = feed_log(&mut reference, &in_order, 0..n, &keys, &times);
+        finish(&mut reference, &mut want, &in_order);
+        let want = verdicts(want);
+        assert_eq!(want.len(), n);
+        assert!(want.values().all(|(_, late)| !late));
+
+        // 600 records of partition 0 = 3 s ahead of partition 1, lateness 300 ms.
+        let (log, plain) = storm_log(&times, 600, 1_200);
+        let mut without = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut without, &plain, 0..plain.len(), &keys, &times);
+        finish(&mut without, &mut got, &plain);
+        let late = got.iter().filter(|(_, _, late)| *late).count();
+        assert!(late > 500, "{late} late without the hold");
+        assert_ne!(verdicts(got), want, "the storm changes verdicts without the hold");
+
+        let mut whole = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut whole, &log, 0..log.len(), &keys, &times);
+        let (uninterrupted, at_end) = (got.clone(), whole.clone());
+        finish(&mut whole, &mut got, &log);
+        assert_eq!(verdicts(got), want, "with the hold, every verdict is the in-order one");
+        assert_eq!(whole.order.overflows(), 0);
+
+        // A snapshot in the hold: partition 1 silent, partition 0 far ahead.
+        let mid = log.iter().position(|e| matches!(e, Entry::Rec(i) if *i == 1_400)).unwrap();
+        let mut first = SliceState::new(0, params(), 0, order(300));
+        let mut got = feed_log(&mut first, &log, 0..mid, &keys, &times);
+        assert!(first.order.waiting_len() > 300, "{} waiting", first.order.waiting_len());
+        let bytes = encode(&first);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION, "progress: version 5");
+        let mut restored = decode(&bytes, 0, &params(), order(300)).unwrap();
+        let reread = restored
+            .unfilled
+            .clone()
+            .iter()
+            .map(|&(o, _)| {
+                let Entry::Rec(i) = log[o as usize] else { panic!("a progress record was held") };
+                let r = rec(o, &keys[i], times[i], None);
+                let (t, h) = restored.held_entry(&r.record, &extractor()).unwrap();
+                (o, t, h)
+            })
+            .collect();
+        restored.refill(reread).unwrap();
+        assert_eq!(restored, first);
+        assert_eq!(restored.hold(), first.hold());
+        got.extend(feed_log(&mut restored, &log, mid..log.len(), &keys, &times));
+        assert_eq!(got, uninterrupted, "the restored slice releases as the uninterrupted one");
+        assert_eq!(restored, at_end);
+    }
+
+    /// An idle partition holds nobody back; a record of it clears the mark.
+    /// The bound releases past the hold and is counted.
+    #[test]
+    fn idle_partitions_and_the_bound() {
+        let keys: Vec<[u8; 8]> = (0..400u64).map(|i| i.to_le_bytes()).collect();
+        let times: Vec<i64> = (0..400i64).map(|i| 10_000 + i * 10).collect();
+        // A partition only said to exist holds at its start: nothing goes.
+        let mut s = SliceState::new(0, params(), 0, order(100));
+        let exists = Progress { topic: "in", partition: 1, time_ms: 0, idle: false, owned: false };
+        let mut out = Vec::new();
+        s.announce(0, &[exists], &mut out);
+        assert_eq!(s.hold(), Some(0));
+        let first = vec![Entry::Announce(vec![]), Entry::Rec(0), Entry::Rec(2), Entry::Rec(4), Entry::Rec(6)];
+        assert!(feed_log(&mut s, &first, 1..5, &keys, &times).is_empty());
+        // Once announced, "exists" changes nothing.
+        s.announce(5, &[Progress { owned: true, time_ms: 10_050, ..exists }], &mut out);
+        assert_eq!(s.hold(), Some(10_050));
+        s.announce(6, &[exists], &mut out);
+        assert_eq!(s.hold(), Some(10_050));
+        assert_eq!(out.len(), 0, "the watermark is 9 950: nothing yet");
+
+        // Partition 1 announced idle at 10 000: only partition 0 (even
+        // indices, announced at 12 000) holds.
+        let mut log = vec![Entry::Announce(vec![(0, 12_000, false), (1, 10_000, true)])];
+        log.extend((0..200).filter(|i| i % 2 == 0).map(Entry::Rec));
+        let mut s = SliceState::new(0, params(), 0, order(100));
+        let out = feed_log(&mut s, &log, 0..log.len(), &keys, &times);
+        assert_eq!(out.len(), 95, "released up to 11 980 - 100");
+        assert_eq!(s.hold(), Some(12_000));
+        // A record of partition 1 (at 12 010) clears its idle mark, and is
+        // its progress up to the largest time seen (11 980): partition 1
+        // holds again, so the records of partition 0 that follow wait.
+        log.push(Entry::Rec(201));
+        assert!(feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times).is_empty());
+        assert_eq!(s.hold(), Some(11_980));
+        assert!(!s.progress[&("in".to_string(), 1)].idle);
+        let before = s.order.waiting_len();
+        log.extend((202..260).filter(|i| i % 2 == 0).map(Entry::Rec));
+        assert!(feed_log(&mut s, &log, log.len() - 29..log.len(), &keys, &times).is_empty());
+        assert_eq!(s.order.waiting_len(), before + 29);
+        assert_eq!(s.order.waiting_len(), 35);
+        // Bounded: at most 30 held, the next record releases past the hold.
+        s.order.set_max_held(30);
+        log.push(Entry::Rec(260));
+        let out = feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times);
+        assert!(!out.is_empty());
+        assert_eq!(s.order.overflows(), 1);
+        // The count is in the snapshot.
+        let back = decode(&encode(&s), 0, &params(), order(100)).unwrap();
+        assert_eq!(back.order.overflows(), 1);
+        assert_eq!(back.progress, s.progress);
+    }
+
+    #[test]
+    fn progress_payloads() {
+        let entries = [
+            Progress { topic: "clicks.v2", partition: 3, time_ms: 1_700_000_000_000, idle: false, owned: true },
+            Progress { topic: "a/b", partition: 0, time_ms: 0, idle: true, owned: true },
+            Progress { topic: "c", partition: 9, time_ms: 0, idle: false, owned: false },
+        ];
+        let bytes = Progress::encode(&entries);
+        assert_eq!(Progress::parse_all(&bytes).unwrap(), entries);
+        assert_eq!(Progress::parse_all(b"").unwrap(), []);
+        for bad in [&b"t/1/2"[..], b"t/1/2/3", b"t/1/2/U", b"/1/2/0", b"t/x/2/0", b"t/1/-2/0", b"\xff/1/2/0"] {
+            assert_eq!(Progress::parse_all(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }

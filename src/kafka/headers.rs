@@ -33,3 +33,10 @@ pub const DELETE: &str = "dedupd.delete";
 /// window when the record reached `flag.threshold`, decimal (never below
 /// the true count with the `mi` and `ms` estimators).
 pub const COUNT: &str = "dedupd.count";
+/// On slice-log records a router writes to announce its progress (see
+/// `crate::engine::Progress`): the payload lists, per input partition it
+/// owns, the largest event time routed and whether it is idle. Such a record
+/// has no `dedupd.source` stamp, which every routed input record has, so an
+/// input record that carries this header of its own is judged as the record
+/// it is. The value is empty.
+pub const PROGRESS: &str = "dedupd.progress";

@@ -244,6 +244,24 @@ pub fn produce_with<M: Message>(
     Ok(())
 }
 
+/// Produces a record the pipeline writes itself (a router's progress
+/// record): one `header` (empty value) and `payload`, no key; counted as
+/// sent (for the acknowledgement marks).
+pub fn produce_control(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    header: &str,
+    payload: &[u8],
+) -> Result<(), KafkaLayerError> {
+    let hs = OwnedHeaders::new_with_capacity(1).insert(Header { key: header, value: Some(&b""[..]) });
+    let record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs).payload(payload);
+    send_waiting(producer, record)?;
+    producer.context().counts.sent(topic, partition);
+    Ok(())
+}
+
 /// Sends `record`, waiting while the producer's queue is full.
 pub fn send_waiting(
     producer: &OutputProducer,

@@ -27,6 +27,16 @@
 //! (asynchronously) once its mark is acknowledged. Only a rebalance and the
 //! final stop flush the producer and commit synchronously.
 //!
+//! Every `PROGRESS_EVERY`, if it changed, the router announces to every
+//! slice partition how far it has routed each input partition it owns (a
+//! *progress record*, header `dedupd.progress`, see
+//! [`crate::engine::Progress`]): the largest event time routed from it,
+//! and whether it is idle (at its end, nothing new for the lateness, at least `IDLE_AFTER`). The
+//! slices hold their watermark at the slowest partition not idle, so when
+//! this router dies, its partitions' records, resumed by another router
+//! once the group notices, still arrive in order (per-input watermarks, as
+//! Flink's; deterministic because they travel in the slice log).
+//!
 //! Buffered records are the consumer's own messages, held until routed (no
 //! copy); a partition is paused (which drops librdkafka's prefetched records
 //! of it) only when it runs far ahead of the others.
@@ -44,11 +54,11 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::join::JoinWatch;
-use super::producer::{OutputProducer, SentMark, produce_copy, produce_with};
+use super::producer::{OutputProducer, SentMark, produce_control, produce_copy, produce_with};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::slice::frame_into;
-use crate::engine::{Extractor, InvalidRecord, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{Extractor, InvalidRecord, Progress, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
@@ -65,6 +75,18 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 const MAX_BUFFERED: usize = 50_000;
 /// Records taken from the consumer per turn of the router loop (see `run`).
 const POLL_BATCH: usize = 512;
+/// How often the router looks whether its progress changed (and then announces it).
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+/// A partition at its end that has delivered nothing for this long — or
+/// for `input.lateness`, if longer — is announced idle: it holds no slice
+/// back (an idle or empty partition would otherwise keep every slice's
+/// watermark where it stopped). Not shorter than the lateness: a slice
+/// flushes only after that much silence anyway, and a partition announced
+/// idle that receives records while its router is gone is not held for
+/// (seen with 0.5 s on a loaded machine: a stream stalling for a moment
+/// made its partitions idle, and the records of those a killed member
+/// owned came 699 late in the CI storm).
+const IDLE_AFTER: Duration = Duration::from_millis(500);
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
 
@@ -262,6 +284,11 @@ struct Lane<'c> {
     /// The consumer reported the end of the partition after the last record.
     at_end: bool,
     paused: bool,
+    /// The largest routing time (outliers left out) of a record routed from
+    /// the partition: the progress announced for it.
+    routed_max: Option<i64>,
+    /// Records routed to the slices from the partition.
+    routed: u64,
 }
 
 impl Lane<'_> {
@@ -273,6 +300,19 @@ impl Lane<'_> {
             last_arrival: Instant::now(),
             at_end: false,
             paused: false,
+            routed_max: None,
+            routed: 0,
+        }
+    }
+
+    /// What to announce of this lane: its progress and whether it is idle
+    /// (`None`: nothing routed yet and not idle — nothing to say).
+    fn progress(&self, now: Instant, idle_after: Duration) -> Option<(u64, bool)> {
+        let idle = self.records.is_empty() && self.at_end && now.duration_since(self.last_arrival) >= idle_after;
+        let time = self.routed_max.map(|t| u64::try_from(t).unwrap_or(0));
+        match (time, idle) {
+            (None, false) => None,
+            (time, idle) => Some((time.unwrap_or(0), idle)),
         }
     }
 
@@ -351,20 +391,44 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     // The time last read from any partition (outliers left out): what a
     // partition's first record is measured against.
     let mut latest: Option<i64> = None;
+    let mut last_progress = Instant::now();
+    let mut announced: Vec<(PartitionId, Announced)> = Vec::new();
+    let mut all_partitions = input_partitions(&consumer, &topics, &[]);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
         // One wait, then whatever librdkafka already holds (up to
-        // POLL_BATCH), handled with one reading of the clocks, one look at
-        // the assignment and one routing pass: per record these cost as much
-        // as reading the record itself.
+        // POLL_BATCH), handled with one reading of the clocks and one
+        // routing pass: per record these cost as much as reading the record.
         let mut polled = consumer.poll(Duration::from_millis(10));
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
         let mut taken = 0;
-        while let Some(event) = polled.take() {
+        loop {
+            // Before each polled event: the rebalance callbacks ran inside
+            // the poll, and the end-of-partition event of a partition just
+            // assigned (at its end) must find its lane — or it would never be
+            // announced idle, and hold every slice until the bound.
+            let reassigned = {
+                let mut s = shared.lock().expect("router lock");
+                let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
+                for gone in s.revoked.drain(..) {
+                    lanes.remove(&gone);
+                }
+                for new in s.assigned.drain(..) {
+                    lanes.entry(new).or_insert_with(Lane::new);
+                }
+                changed
+            };
+            if reassigned {
+                // Partitions may have been added; and the new owner says what
+                // it knows before it routes anything.
+                all_partitions = input_partitions(&consumer, &topics, &all_partitions);
+                last_progress = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
+            }
+            let Some(event) = polled.take() else { break };
             match event {
                 Ok(msg) => {
                     match input_counters.iter().find(|(t, _)| t == msg.topic()) {
@@ -408,13 +472,10 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 polled = consumer.poll(Duration::ZERO);
             }
         }
-        {
-            let mut s = shared.lock().expect("router lock");
-            for gone in s.revoked.drain(..) {
-                lanes.remove(&gone);
-            }
-            for new in s.assigned.drain(..) {
-                lanes.entry(new).or_insert_with(Lane::new);
+        if now.duration_since(last_progress) >= PROGRESS_EVERY {
+            last_progress = now;
+            if let Err(e) = announce(&deps, &lanes, &all_partitions, now, &mut announced) {
+                break Err(e);
             }
         }
         if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, wall_ms, &sent) {
@@ -476,7 +537,13 @@ fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, .. } = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target, order } = lane.records.pop_front().expect("non-empty lane");
+        if target.is_ok() {
+            lane.routed += 1;
+            if order != i64::MIN {
+                lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
+            }
+        }
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
@@ -498,6 +565,86 @@ fn route_ready<C: ConsumerContext>(
     }
     result
 }
+/// What was announced of a partition: time, idle, owned, and how many
+/// records had been routed from it — a record routed from a partition
+/// announced idle clears the mark in its slice, so the next idle
+/// announcement must go out even if it says the same as the last.
+type Announced = (u64, bool, bool, u64);
+
+/// Announces the progress of the owned input partitions to every slice
+/// partition, if it changed since `announced` (the last announcement).
+/// Written after the records it covers, by the same producer, so each
+/// slice sees it after them.
+fn announce(
+    deps: &RouterDeps,
+    lanes: &BTreeMap<PartitionId, Lane<'_>>,
+    all: &[PartitionId],
+    now: Instant,
+    announced: &mut Vec<(PartitionId, Announced)>,
+) -> Result<(), KafkaLayerError> {
+    let idle_after = IDLE_AFTER.max(Duration::from_millis(deps.cfg.order.lateness_ms));
+    // The owned partitions with something to say, then every other input
+    // partition as only existing (see `Progress::owned`).
+    let mut current: Vec<(&PartitionId, Announced)> = lanes
+        .iter()
+        .filter_map(|(id, lane)| {
+            lane.progress(now, idle_after).map(|(time, idle)| (id, (time, idle, true, lane.routed)))
+        })
+        .collect();
+    for id in all {
+        if !current.iter().any(|(c, _)| *c == id) {
+            current.push((id, (0, false, false, 0)));
+        }
+    }
+    let same = current.len() == announced.len()
+        && current.iter().zip(announced.iter()).all(|(a, b)| *a.0 == b.0 && a.1 == b.1);
+    if same {
+        return Ok(());
+    }
+    let entries: Vec<Progress<'_>> = current
+        .iter()
+        .map(|((topic, partition), (time_ms, idle, owned, _))| Progress {
+            topic,
+            partition: *partition,
+            time_ms: *time_ms,
+            idle: *idle,
+            owned: *owned,
+        })
+        .collect();
+    let payload = Progress::encode(&entries);
+    for slice in 0..deps.slices {
+        produce_control(&deps.producer, &deps.slice_topic, slice as i32, headers::PROGRESS, &payload)?;
+    }
+    *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
+    Ok(())
+}
+
+/// Every partition of the input topics, from the broker's metadata
+/// (`known` if it cannot be had: a degraded announcement, not an error).
+fn input_partitions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topics: &[&str],
+    known: &[PartitionId],
+) -> Vec<PartitionId> {
+    let mut all = Vec::new();
+    for topic in topics {
+        match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+            Ok(md) => {
+                for t in md.topics() {
+                    all.extend(t.partitions().iter().map(|p| (t.name().to_string(), p.id())));
+                }
+            }
+            Err(e) => {
+                log::info!(
+                    "router: the partitions of {topic} are unknown for now ({e}); only owned ones are announced"
+                );
+                return known.to_vec();
+            }
+        }
+    }
+    all
+}
+
 /// Reads an input record's slice and event time (once, when it arrives).
 fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), InvalidRecord> {
     let header_list: Vec<(&str, &[u8])> =
@@ -569,6 +716,22 @@ mod tests {
         assert!(!lane.holds_back(now, 99_999, 0));
         lane.at_end = false;
         assert!(!lane.holds_back(lane.last_arrival + MAX_WAIT, 99_999, 0));
+    }
+
+    /// A lane says nothing before it has routed a record or is idle; it is
+    /// idle only at its end, empty, and silent for `IDLE_AFTER`.
+    #[test]
+    fn a_lane_announces_its_routed_time_and_idleness() {
+        let mut lane = Lane::new();
+        let t0 = lane.last_arrival;
+        assert_eq!(lane.progress(t0, IDLE_AFTER), None);
+        lane.at_end = true;
+        assert_eq!(lane.progress(t0, IDLE_AFTER), None, "at its end, but not silent for long");
+        assert_eq!(lane.progress(t0 + IDLE_AFTER, IDLE_AFTER), Some((0, true)), "an empty partition");
+        lane.routed_max = Some(1_700);
+        assert_eq!(lane.progress(t0 + IDLE_AFTER, IDLE_AFTER), Some((1_700, true)));
+        lane.at_end = false;
+        assert_eq!(lane.progress(t0 + IDLE_AFTER * 10, IDLE_AFTER), Some((1_700, false)), "not at its end: never idle");
     }
 
     #[test]

@@ -54,8 +54,8 @@ use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::slice::unframe;
 use crate::engine::{
-    Extractor, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord,
-    SliceState, SliceVerdict, SourceRef, format_into,
+    Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
+    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -98,6 +98,8 @@ struct Owned {
     published_filter: [u64; 3],
     /// `dedupd_provenance_dropped_total` already published.
     published_provenance_dropped: u64,
+    /// `dedupd_hold_overflows_total` already published.
+    published_overflows: u64,
 }
 
 /// Everything the worker loop and its rebalance callbacks share.
@@ -408,6 +410,8 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
     };
     let mut point = restorer.restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
+    let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
+    point.state.order.set_max_held(max_held);
     let source = match point.from {
         RestoredFrom::Snapshot { .. } => "snapshot",
         RestoredFrom::Empty => "empty",
@@ -422,6 +426,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
         published: point.state.counters.clone(),
         published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_overflows: point.state.order.overflows(),
         state: point.state,
         replay_until: point.replay_until,
         flag_replay_until: point.flag_replay_until,
@@ -923,6 +928,18 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
             m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
         }
+        let overflows = owned.state.order.overflows();
+        if overflows > owned.published_overflows {
+            // Once per publication, not per release: a storm of them is one line.
+            log::warn!(
+                "slice {slice}: held more than slicing.max_held = {} records for an input partition nobody \
+                 routes; released them past it ({} times so far): records of that partition may now arrive late",
+                deps.cfg.settings.slicing.max_held,
+                overflows
+            );
+            m.hold_overflows.with_label_values(&[&label]).inc_by(overflows - owned.published_overflows);
+            owned.published_overflows = overflows;
+        }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         owned.published = c.clone();
         let f = &owned.state.filter;
@@ -1015,7 +1032,11 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// Flushes every owned slice that holds records for the watermark and has
 /// received nothing for the lateness (at least 100 ms): with no more input,
 /// nothing would ever release them. Not during a silent replay, which must
-/// only flush where the original run did (its flushes are logged).
+/// only flush where the original run did (its flushes are logged). Not
+/// past the hold either (repartition mode): a slice that hears only
+/// progress records, or nothing, while an input partition that is not idle
+/// waits for its router (a rebalance), releases nothing that partition
+/// may still come before.
 fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     let idle_after = Duration::from_millis(deps.cfg.order.lateness_ms.max(100));
     let Inner { slices, judged, .. } = inner;
@@ -1044,19 +1065,42 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
-    owned.last_arrival = now;
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let (source, payload) = parts(deps.cfg.slicing, msg);
+    // Control records (a router's progress, a delete request) are written by
+    // dedupd itself into the slice log: they have no router stamp, while
+    // every record the router copies has one — so an input record that
+    // carries such a header of its own is judged as the record it is.
+    let control = |name: &str| {
+        deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+    };
+    // A router's progress record (see `super::router`): not input, and not
+    // an arrival either — a slice that receives only these is idle, and its
+    // idle flush (up to the hold) is what releases its last records.
+    if control(headers::PROGRESS) {
+        judged.clear();
+        // Only routers write these: a malformed one is a bug or a foreign
+        // writer; it announces nothing (at the same place in a replay).
+        let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
+            log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
+            Vec::new()
+        });
+        match owned.copying.as_mut() {
+            Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
+            None => owned.state.announce(offset, &entries, judged),
+        }
+        owned.since_checkpoint += 1;
+        emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    owned.last_arrival = now;
     // A delete request (see `super::deletes`), applied here, in the log's
     // order. Only the admin endpoint writes one: it has no router stamp,
     // while every record the router copies has one — so an input record
     // that carries a `dedupd.delete` header of its own is judged as the
     // record it is, never taken for a request (nor dropped).
-    if deps.cfg.slicing == SlicingMode::Repartition
-        && source.is_none()
-        && header_list.iter().any(|(k, _)| *k == headers::DELETE)
-    {
+    if control(headers::DELETE) {
         let key = msg.key().unwrap_or_default();
         let outcome = match owned.copying.as_mut() {
             Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),

@@ -533,6 +533,20 @@ pub fn keyed_stream(
     produced: Arc<AtomicU64>,
     seed: u64,
 ) -> std::thread::JoinHandle<()> {
+    keyed_stream_with(topic, partitions, stop, produced, seed, true)
+}
+
+/// [`keyed_stream`]; without `late_records`, no record is more than the
+/// lateness (2 s) behind the others: an exact oracle's verdicts then do not
+/// depend on how the records of different partitions interleave.
+pub fn keyed_stream_with(
+    topic: String,
+    partitions: u32,
+    stop: Arc<AtomicBool>,
+    produced: Arc<AtomicU64>,
+    seed: u64,
+    late_records: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut rng = Rng::new(seed);
         let mut seq = 0u64;
@@ -541,7 +555,7 @@ pub fn keyed_stream(
                 .map(|_| {
                     let id = format!("k{}", rng.below(3000));
                     let mut ts = BASE_TS + seq as i64 * 25 + rng.below(1_500) as i64;
-                    if rng.below(100) == 0 {
+                    if rng.below(100) == 0 && late_records {
                         ts -= 3_000 + rng.below(3_000) as i64;
                     } else if rng.below(2_000) == 0 {
                         ts += 86_400_000;
