@@ -132,6 +132,10 @@ struct RouterContext {
     deps: Arc<RouterDeps>,
     shared: Arc<Mutex<Shared>>,
     join: JoinWatch,
+    /// Set by the rebalance callbacks (which run inside `poll`, on the
+    /// router's thread): the loop then looks at `Shared`'s assignment lists,
+    /// and not under the lock for every record.
+    rebalanced: AtomicBool,
 }
 
 impl ClientContext for RouterContext {
@@ -157,6 +161,7 @@ impl ConsumerContext for RouterContext {
                 log::warn!("router: committing before a rebalance: {e}");
             }
             self.shared.lock().expect("router lock").revoked.extend(revoked);
+            self.rebalanced.store(true, Ordering::Relaxed);
         }
     }
 
@@ -167,6 +172,7 @@ impl ConsumerContext for RouterContext {
             self.join.assigned(&named);
             let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
             self.shared.lock().expect("router lock").assigned.extend(assigned);
+            self.rebalanced.store(true, Ordering::Relaxed);
         }
     }
 
@@ -374,7 +380,12 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         config.set("queued.min.messages", PREFETCH);
     }
     let consumer: BaseConsumer<RouterContext> = config
-        .create_with_context(RouterContext { deps: deps.clone(), shared: shared.clone(), join })
+        .create_with_context(RouterContext {
+            deps: deps.clone(),
+            shared: shared.clone(),
+            join,
+            rebalanced: AtomicBool::new(false),
+        })
         .context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
@@ -411,7 +422,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
             // the poll, and the end-of-partition event of a partition just
             // assigned (at its end) must find its lane — or it would never be
             // announced idle, and hold every slice until the bound.
-            let reassigned = {
+            let reassigned = consumer.context().rebalanced.swap(false, Ordering::Relaxed) && {
                 let mut s = shared.lock().expect("router lock");
                 let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
                 for gone in s.revoked.drain(..) {
