@@ -7,7 +7,10 @@
 //!    formulas — `E_b = (1-e^(-γ))^k` for MS, and for RM
 //!    `E_RM = P(R)·P(E|R) + (1-P(R))·E_bs` with the measured share of keys
 //!    with a recurring minimum P(R), the errors among them P(E|R), and the
-//!    secondary's Bloom error `E_bs` at `γ_s = n(1-P(R))k/m_s`.
+//!    secondary's Bloom error `E_bs` at `γ_s = n(1-P(R))k/m_s`; RM's errors
+//!    broken down by cause, and `E_RM` with late detection counted
+//!    ([`rm_rescue_keys_first`]), which the paper's formula leaves out
+//!    (docs/spectral.md, "Why measured E_RM is not the paper's E_RM").
 //! 2. Windowed counts against exact sliding-window counts on a Zipf stream
 //!    with times: the additive error (estimate − exact) of each record's key
 //!    over the window, by estimator and sub-window count.
@@ -200,8 +203,9 @@ pub fn table_row(
         let mut rng = Rng::new(seed);
         // Keys are salted by the seed so every run hashes other keys.
         let salt = seed << 40;
-        let mut draws: Vec<u64> =
-            (0..distinct).chain((0..distinct * draws_per_key.saturating_sub(1)).map(|_| zipf.sample(&mut rng))).collect();
+        let mut draws: Vec<u64> = (0..distinct)
+            .chain((0..distinct * draws_per_key.saturating_sub(1)).map(|_| zipf.sample(&mut rng)))
+            .collect();
         if order == StreamOrder::Shuffled {
             for i in (1..draws.len()).rev() {
                 draws.swap(i, rng.below(i as u64 + 1) as usize);
@@ -281,9 +285,7 @@ pub fn table_row(
     // recurring-minimum part is the paper's (RM's primary is MS's SBF).
     let recurring_part = row.p_recurring * row.p_error_given_recurring;
     row.e_rm_late_formula = match order {
-        StreamOrder::KeysFirst => {
-            recurring_part + (row.e_ms - recurring_part) * (1.0 - rm_rescue_keys_first(gamma, k))
-        }
+        StreamOrder::KeysFirst => recurring_part + (row.e_ms - recurring_part) * (1.0 - rm_rescue_keys_first(gamma, k)),
         StreamOrder::Shuffled => f64::NAN,
     };
     row
