@@ -572,6 +572,12 @@ pub fn run(args: &SpectralArgs) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// Fails unless `measured` is within 20% of `formula`.
+    fn assert_within_20_percent(gamma: f64, what: &str, measured: f64, formula: f64) {
+        let rel = (measured - formula).abs() / formula;
+        assert!(rel < 0.2, "γ = {gamma}: measured {measured} vs {what} {formula} ({:.0}% off)", rel * 100.0);
+    }
+
     /// Minimum Selection's measured error rate is within 20% of the formula
     /// `E_b = (1-e^(-γ))^k` at the paper's k = 5 (n = 1000, several seeds;
     /// γ where errors are frequent enough to measure in a unit test).
@@ -579,14 +585,7 @@ mod tests {
     fn minimum_selection_error_matches_the_formula() {
         for gamma in [0.7, 1.0, 1.5, 2.0] {
             let r = table_row(1000, 2, 0.5, 5, gamma, 12, StreamOrder::KeysFirst);
-            let rel = (r.e_ms - r.e_b_formula).abs() / r.e_b_formula;
-            assert!(
-                rel < 0.2,
-                "γ = {gamma}: measured {} vs formula {} ({:.0}% off)",
-                r.e_ms,
-                r.e_b_formula,
-                rel * 100.0
-            );
+            assert_within_20_percent(gamma, "E_b formula", r.e_ms, r.e_b_formula);
             assert!(r.e_mi <= r.e_ms && r.e_rm <= r.e_ms, "{r:?}");
         }
     }
@@ -599,14 +598,7 @@ mod tests {
     fn recurring_minimum_error_matches_the_late_detection_formula() {
         for gamma in [0.7, 1.0] {
             let r = table_row(1000, 10, 0.5, 5, gamma, 12, StreamOrder::KeysFirst);
-            let rel = (r.e_rm - r.e_rm_late_formula).abs() / r.e_rm_late_formula;
-            assert!(
-                rel < 0.2,
-                "γ = {gamma}: measured {} vs late-detection formula {} ({:.0}% off)",
-                r.e_rm,
-                r.e_rm_late_formula,
-                rel * 100.0
-            );
+            assert_within_20_percent(gamma, "late-detection formula", r.e_rm, r.e_rm_late_formula);
             assert!(r.e_rm > 2.0 * r.e_rm_formula, "γ = {gamma}: {r:?}");
             // The gap is late moves, not the secondary's or B_f's own errors.
             assert!(r.rm_err_late > 0.9 * r.rm_err_moved, "γ = {gamma}: {r:?}");
