@@ -599,6 +599,9 @@ mod tests {
         for gamma in [0.7, 1.0] {
             let r = table_row(1000, 10, 0.5, 5, gamma, 12, StreamOrder::KeysFirst);
             assert_within_20_percent(gamma, "late-detection formula", r.e_rm, r.e_rm_late_formula);
+            // The 20% band alone would pass "RM corrects nothing" (E_RM = E_MS
+            // is 18% off at γ = 0.7): also hold what RM gains over MS.
+            assert_within_20_percent(gamma, "late-detection gain", r.e_ms - r.e_rm, r.e_ms - r.e_rm_late_formula);
             assert!(r.e_rm > 2.0 * r.e_rm_formula, "γ = {gamma}: {r:?}");
             // The gap is late moves, not the secondary's or B_f's own errors.
             assert!(r.rm_err_late > 0.9 * r.rm_err_moved, "γ = {gamma}: {r:?}");
