@@ -694,6 +694,12 @@ impl Spectral {
         self.secondary.as_ref().is_some_and(|(_, flags)| flags.contains(&salted(h, FLAGS_SALT)))
     }
 
+    /// RM: the secondary SBF's estimate for the key (`None` for MS and MI);
+    /// for the accuracy bench's breakdown of RM's errors.
+    pub fn secondary_estimate(&self, h: &KeyHash) -> Option<u32> {
+        self.secondary.as_ref().map(|(s, _)| s.query(&salted(h, SECONDARY_SALT)))
+    }
+
     /// Removes `r` copies: MS decrements all counters; RM the primary and,
     /// for a moved key (flagged in B_f), the secondary unless one of its
     /// counters is below `r`; MI refuses.
