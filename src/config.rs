@@ -1325,6 +1325,28 @@ impl Settings {
             ));
         }
         let tier = s.tier.resolve(s, passthrough || count_kind.is_some())?;
+        if let Some(c) = &counting
+            && c.count_key.is_none()
+        {
+            // Counting by the dedup key replaces the timer filter.
+            if c.spec.max_per_window.is_none() {
+                return Err(invalid(
+                    "flag.threshold",
+                    s.flag.threshold,
+                    "with limit.count_key = \"\" (count by the dedup key) and no limit.max_per_window, every record \
+                     would be delivered (the counting stage replaces the timer filter): set limit.count_key to \
+                     count by another key, or limit.max_per_window",
+                ));
+            }
+            if tier == Tier::SparseRoot {
+                return Err(invalid(
+                    "limit.count_key",
+                    "\"\"",
+                    "a sparse root counting by the dedup key would publish a verdict for each of the first N \
+                     copies, and the leaves would drop the later ones the root lets through: count by another key",
+                ));
+            }
+        }
         if counting.is_some() && tier == Tier::SparseLeaf {
             // A sparse leaf runs no slices: its limits and flags would never apply.
             return Err(invalid(
@@ -1494,6 +1516,7 @@ mod tests {
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__SUBWINDOWS", "4")][..], "invalid setting limit.subwindows = 4"),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__ESTIMATOR", "cm")][..], "invalid setting limit.estimator = cm"),
             (&[flag[0], flag[1], ("DEDUPD__LIMIT__COUNTERS", "tiny")][..], "invalid setting limit.counters = tiny"),
+            (&flag[..], "invalid setting flag.threshold = 5: with limit.count_key = \"\""),
             (
                 &[("DEDUPD__FILTER__DELETABLE", "true"), ("DEDUPD__SLICING__MODE", "input-partitions")][..],
                 "invalid setting filter.deletable = true: deletes need slicing.mode",

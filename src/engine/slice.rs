@@ -63,17 +63,22 @@ impl<'a> SourceRef<'a> {
 /// tenth of repartition mode's CPU. The value's tail is the input payload,
 /// byte for byte; the input's own headers stay headers.
 pub const FRAME_MAGIC: [u8; 4] = *b"\0dS1";
+/// [`FRAME_MAGIC`] of an input record whose value was null (a tombstone):
+/// nothing follows the stamp, and the copies dedupd writes have a null
+/// value again (an empty value would lose the delete for compacted topics).
+pub const FRAME_MAGIC_NULL: [u8; 4] = *b"\0dS0";
 
-/// Writes a slice-log value: [`FRAME_MAGIC`], the stamp's length (u16, big
-/// endian), the stamp `topic/partition/offset`, then `payload`. Reuses `buf`.
-pub fn frame_into(buf: &mut Vec<u8>, topic: &str, partition: i32, offset: i64, payload: &[u8]) {
+/// Writes a slice-log value: [`FRAME_MAGIC`] (or [`FRAME_MAGIC_NULL`]), the
+/// stamp's length (u16, big endian), the stamp `topic/partition/offset`,
+/// then `payload`. Reuses `buf`.
+pub fn frame_into(buf: &mut Vec<u8>, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
     let mut stamp = [0u8; STAMP_BYTES];
     let stamp = SourceRef::stamp(&mut stamp, topic, partition, offset);
     buf.clear();
-    buf.extend_from_slice(&FRAME_MAGIC);
+    buf.extend_from_slice(if payload.is_some() { &FRAME_MAGIC } else { &FRAME_MAGIC_NULL });
     buf.extend_from_slice(&(stamp.len() as u16).to_be_bytes());
     buf.extend_from_slice(stamp);
-    buf.extend_from_slice(payload);
+    buf.extend_from_slice(payload.unwrap_or_default());
 }
 
 /// A repartition-mode slice-log record's input position and input payload.
@@ -82,20 +87,23 @@ pub fn frame_into(buf: &mut Vec<u8>, topic: &str, partition: i32, offset: i64, p
 /// router removes that header from input records, so a header on a framed
 /// record cannot be forged. A record with neither (a control record) has no
 /// source.
-pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> (Option<SourceRef<'a>>, &'a [u8]) {
+pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> (Option<SourceRef<'a>>, Option<&'a [u8]>) {
     if let Some(stamp) = source_header {
-        return (SourceRef::parse(stamp), value);
+        return (SourceRef::parse(stamp), Some(value));
     }
-    let Some(rest) = value.strip_prefix(&FRAME_MAGIC[..]) else {
-        return (None, value);
+    let (rest, null) = match (value.strip_prefix(&FRAME_MAGIC[..]), value.strip_prefix(&FRAME_MAGIC_NULL[..])) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
+        (None, None) => return (None, Some(value)),
     };
     let Some((len, rest)) = rest.split_first_chunk::<2>() else {
-        return (None, value);
+        return (None, Some(value));
     };
     let len = u16::from_be_bytes(*len) as usize;
     match (rest.get(..len).and_then(SourceRef::parse), rest.get(len..)) {
-        (Some(source), Some(payload)) => (Some(source), payload),
-        _ => (None, value),
+        (Some(source), Some([])) if null => (Some(source), None),
+        (Some(source), Some(payload)) if !null => (Some(source), Some(payload)),
+        _ => (None, Some(value)),
     }
 }
 
@@ -450,6 +458,12 @@ impl SliceState {
         observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
         self.next_offset = offset + 1;
+        // Every router names every partition of the input topics it reads:
+        // a topic no longer named (taken out of `input.topics`) would hold
+        // the watermark where it stopped, for good.
+        if !entries.is_empty() {
+            self.progress.retain(|(topic, _), _| entries.iter().any(|e| e.topic == topic));
+        }
         for e in entries {
             let known = self.progress.entry((e.topic.to_string(), e.partition)).or_default();
             if !e.owned {
@@ -1173,19 +1187,25 @@ mod tests {
     #[test]
     fn a_framed_value_gives_back_its_stamp_and_payload() {
         let mut buf = Vec::new();
-        frame_into(&mut buf, "clicks", 2, 41, br#"{"id":"a"}"#);
+        frame_into(&mut buf, "clicks", 2, 41, Some(br#"{"id":"a"}"#));
         let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
-        assert_eq!(unframe(None, &buf), (Some(want), &br#"{"id":"a"}"#[..]));
+        assert_eq!(unframe(None, &buf), (Some(want), Some(&br#"{"id":"a"}"#[..])));
+        // A null value (a tombstone) stays null, an empty one empty.
+        let mut null = Vec::new();
+        frame_into(&mut null, "clicks", 2, 41, None);
+        assert_eq!(unframe(None, &null), (Some(want), None));
+        frame_into(&mut null, "clicks", 2, 41, Some(b""));
+        assert_eq!(unframe(None, &null), (Some(want), Some(&b""[..])));
         // A payload that itself starts like a frame is framed again, and
         // unframed once.
         let inner = buf.clone();
-        frame_into(&mut buf, "t", 0, 1, &inner);
-        assert_eq!(unframe(None, &buf).1, &inner[..]);
+        frame_into(&mut buf, "t", 0, 1, Some(&inner));
+        assert_eq!(unframe(None, &buf).1, Some(&inner[..]));
         // An earlier release's record: the header's stamp, the value as is.
-        assert_eq!(unframe(Some(b"clicks/2/41"), b"\0dS1xx"), (Some(want), &b"\0dS1xx"[..]));
+        assert_eq!(unframe(Some(b"clicks/2/41"), b"\0dS1xx"), (Some(want), Some(&b"\0dS1xx"[..])));
         // Control records and broken frames have no source and keep their value.
         for v in [&b""[..], b"{}", b"\0dS1", b"\0dS1\0", b"\0dS1\0\x09clicks/2", b"\0dS1\0\x03a/b"] {
-            assert_eq!(unframe(None, v), (None, v), "{v:?}");
+            assert_eq!(unframe(None, v), (None, Some(v)), "{v:?}");
         }
     }
 
@@ -1725,6 +1745,14 @@ mod tests {
         s.announce(6, &[exists], &mut out);
         assert_eq!(s.hold(), Some(10_050));
         assert_eq!(out.len(), 0, "the watermark is 9 950: nothing yet");
+        // A topic no router names any more (taken out of input.topics) is
+        // forgotten, or it would hold the watermark where it stopped.
+        let mut gone = SliceState::new(0, params(), 0, order(100));
+        let old = Progress { topic: "old", partition: 0, time_ms: 0, idle: false, owned: false };
+        gone.announce(0, &[old, Progress { owned: true, time_ms: 5_000, ..exists }], &mut out);
+        assert_eq!(gone.hold(), Some(0));
+        gone.announce(1, &[Progress { owned: true, time_ms: 5_000, ..exists }], &mut out);
+        assert_eq!(gone.hold(), Some(5_000));
 
         // Partition 1 announced idle at 10 000: only partition 0 (even
         // indices, announced at 12 000) holds.

@@ -67,9 +67,29 @@ pub struct ResumePoint {
 /// `dedupd.release` header, or for outputs of builds before event-time order
 /// every judgment through its `dedupd.slice.offset`.
 pub fn last_release(reader: &Reader, topic: &str, partition: i32) -> Result<Option<ReleasePos>, KafkaLayerError> {
+    last_release_of(reader, topic, partition, None)
+}
+
+/// [`last_release`], or with `leaf` (a dense tree's leaf, whose output
+/// partitions are shared with the other leaves: `tier.parent_topic`) the
+/// release position of the newest record this leaf wrote there (header
+/// `dedupd.tier.leaf` = its `app.id`). The leaf's records are not the last
+/// of the partition, so it is read from its start.
+pub fn last_release_of(
+    reader: &Reader,
+    topic: &str,
+    partition: i32,
+    leaf: Option<&str>,
+) -> Result<Option<ReleasePos>, KafkaLayerError> {
     let mut last: Option<Option<ReleasePos>> = None;
-    read_partition(reader, topic, partition, ReadFrom::Last, |_, _, _, m| {
+    let from = if leaf.is_some() { ReadFrom::Start } else { ReadFrom::Last };
+    read_partition(reader, topic, partition, from, |_, _, _, m| {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
+        if let Some(id) = leaf
+            && header(super::tier::LEAF) != Some(id.as_bytes())
+        {
+            return;
+        }
         let release = header(headers::RELEASE).and_then(ReleasePos::parse);
         let offset = header(headers::SLICE_OFFSET)
             .and_then(|v| std::str::from_utf8(v).ok())
@@ -138,6 +158,9 @@ pub struct Restorer<'a> {
     pub on_corrupt: CorruptPolicy,
     /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
     pub rejected: &'a prometheus::IntCounterVec,
+    /// A dense tree's leaf: its `app.id`, which its outputs carry in the
+    /// shared parent topic (see [`last_release_of`]); `None` otherwise.
+    pub leaf: Option<&'a str>,
     /// `[provenance]`, restored with the slice (`None`: off).
     pub provenance: Option<&'a ProvenanceSetup>,
     /// The counting stage, restored with the slice (`None`: off).
@@ -240,7 +263,7 @@ impl Restorer<'_> {
         };
         let mut last = None;
         for topic in &self.output_topics {
-            last = last.max(last_release(self.reader, topic, slice as i32)?);
+            last = last.max(last_release_of(self.reader, topic, slice as i32, self.leaf)?);
         }
         let start = state.next_offset;
         // Flushes the snapshot has applied, or that came after a record

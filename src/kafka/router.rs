@@ -295,6 +295,8 @@ struct Lane<'c> {
     routed_max: Option<i64>,
     /// Records routed to the slices from the partition.
     routed: u64,
+    /// Unreadable records sent from the partition to the dead letters.
+    dead_lettered: u64,
 }
 
 impl Lane<'_> {
@@ -308,13 +310,20 @@ impl Lane<'_> {
             paused: false,
             routed_max: None,
             routed: 0,
+            dead_lettered: 0,
         }
     }
 
     /// What to announce of this lane: its progress and whether it is idle
     /// (`None`: nothing routed yet and not idle — nothing to say).
     fn progress(&self, now: Instant, idle_after: Duration) -> Option<(u64, bool)> {
-        let idle = self.records.is_empty() && self.at_end && now.duration_since(self.last_arrival) >= idle_after;
+        // A partition whose every record so far was unreadable (dead-lettered
+        // here) has no time to announce, and holding the slices at its start
+        // would stop them all while its producer keeps writing such records:
+        // with nothing buffered it is idle until a readable record comes.
+        let unreadable_only = self.routed_max.is_none() && self.dead_lettered > 0;
+        let idle = self.records.is_empty()
+            && ((self.at_end && now.duration_since(self.last_arrival) >= idle_after) || unreadable_only);
         let time = self.routed_max.map(|t| u64::try_from(t).unwrap_or(0));
         match (time, idle) {
             (None, false) => None,
@@ -554,6 +563,8 @@ fn route_ready<C: ConsumerContext>(
             if order != i64::MIN {
                 lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
             }
+        } else {
+            lane.dead_lettered += 1;
         }
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
@@ -684,7 +695,7 @@ fn route(
             // The stamp goes in front of the payload (see `FRAME_MAGIC`); an
             // input record's own `dedupd.source` header is dropped, so that
             // a slice never takes it for a stamp.
-            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), msg.payload().unwrap_or_default());
+            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), msg.payload());
             produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[headers::SOURCE])
         }
         Err(why) => {
@@ -743,6 +754,11 @@ mod tests {
         assert_eq!(lane.progress(t0 + IDLE_AFTER, IDLE_AFTER), Some((1_700, true)));
         lane.at_end = false;
         assert_eq!(lane.progress(t0 + IDLE_AFTER * 10, IDLE_AFTER), Some((1_700, false)), "not at its end: never idle");
+        // Only unreadable records so far, none buffered: idle, so a producer
+        // of bad records cannot hold every slice at this partition's start.
+        let mut bad = Lane::new();
+        bad.dead_lettered = 3;
+        assert_eq!(bad.progress(t0, IDLE_AFTER), Some((0, true)));
     }
 
     #[test]

@@ -400,6 +400,7 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         extractor: &deps.extractor,
         slice_topic: &deps.slice_topic,
         slicing: deps.cfg.slicing,
+        leaf: (deps.cfg.tier == crate::config::Tier::DenseLeaf).then_some(deps.cfg.settings.app.id.as_str()),
         flush_topic: &deps.flush_topic,
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
@@ -1404,10 +1405,7 @@ pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> (Option<SourceRef<'_>
         (SlicingMode::Repartition, payload) => {
             let header = msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value);
             match payload {
-                Some(value) => {
-                    let (source, payload) = unframe(header, value);
-                    (source, Some(payload))
-                }
+                Some(value) => unframe(header, value),
                 None => (header.and_then(SourceRef::parse), None),
             }
         }
