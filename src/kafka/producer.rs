@@ -239,14 +239,11 @@ pub fn produce_with<M: Message>(
     if let Some(ts) = msg.timestamp().to_millis() {
         record = record.timestamp(ts);
     }
-    send_waiting(producer, record)?;
-    producer.context().counts.sent(topic, partition);
-    Ok(())
+    send_counted(producer, record)
 }
 
 /// Produces a record the pipeline writes itself (a router's progress
-/// record): one `header` (empty value) and `payload`, no key; counted as
-/// sent (for the acknowledgement marks).
+/// record): one `header` (empty value) and `payload`, no key.
 pub fn produce_control(
     producer: &OutputProducer,
     topic: &str,
@@ -257,6 +254,13 @@ pub fn produce_control(
     let hs = OwnedHeaders::new_with_capacity(1).insert(Header { key: header, value: Some(&b""[..]) });
     let record: BaseRecord<'_, [u8], [u8], ()> =
         BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs).payload(payload);
+    send_counted(producer, record)
+}
+
+/// [`send_waiting`], then counts the record as sent to its topic and
+/// partition (for the acknowledgement marks).
+fn send_counted(producer: &OutputProducer, record: BaseRecord<'_, [u8], [u8], ()>) -> Result<(), KafkaLayerError> {
+    let (topic, partition) = (record.topic, record.partition.unwrap_or(-1));
     send_waiting(producer, record)?;
     producer.context().counts.sent(topic, partition);
     Ok(())
