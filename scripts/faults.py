@@ -710,7 +710,7 @@ def unwritable(args):
     mode = args.mode
     tansu_port, proxy_port = args.ports
     os.makedirs(LOGS, exist_ok=True)
-    tansu = start_process([os.path.join(ROOT, "target/tools/tansu"), "broker", "--listener-url",
+    tansu = start_process([os.path.join(ROOT, "target/tools/nisshi"), "broker", "--listener-url",
                            f"tcp://127.0.0.1:{tansu_port}", "--advertised-listener-url",
                            f"tcp://127.0.0.1:{proxy_port}", "--silent"], os.path.join(LOGS, "tansu.log"), tansu_port)
     out_topic = f"{RUN}-{name}.out"

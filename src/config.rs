@@ -687,7 +687,8 @@ impl AdminSettings {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicSettings {
-    /// Create the topics dedupd owns when they are missing.
+    /// Create the topics dedupd owns when they are missing, with
+    /// `max.message.bytes` = the producers' `message.max.bytes`.
     pub auto_create: bool,
     /// Replication factor of created topics.
     pub replication_factor: i32,

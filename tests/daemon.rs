@@ -146,7 +146,8 @@ fn python_produce(topic: &str, lines: &[serde_json::Value]) {
 #[test]
 fn repartition_external_client_resends_and_bad_input() {
     let input = unique("clicks-raw");
-    create_topic(&input, 3);
+    // Room for the 1.1 MB record below (over the broker's default limit).
+    create_topic_with(&input, 3, &[("max.message.bytes", "5000000")]);
     let app = unique("rep");
     let slices = 4;
     let env = app_env(&app, &input, "repartition", slices);

@@ -135,7 +135,7 @@ fn delete_lets_a_resent_copy_through_and_changes_nothing_else() {
 fn deletes_unconfirmed_by_a_silent_broker_answer_202_concurrently_and_apply_later() {
     let dir = std::env::temp_dir().join(unique("dedupd-del-silent"));
     std::fs::create_dir_all(&dir).unwrap();
-    let (tansu, port) = tansu(&dir, None, &[]);
+    let (broker, port) = own_broker(&dir, &[]);
     let mut own = rdkafka::ClientConfig::new();
     own.set("bootstrap.servers", format!("127.0.0.1:{port}"));
     let input = unique("del-silent-in");
@@ -149,7 +149,7 @@ fn deletes_unconfirmed_by_a_silent_broker_answer_202_concurrently_and_apply_late
     wait_processed(&[&d], 100, Duration::from_secs(60));
 
     let signal = |sig: &str| {
-        let ok = Command::new("kill").args([sig, &tansu.0.id().to_string()]).status().unwrap().success();
+        let ok = Command::new("kill").args([sig, &broker.0.id().to_string()]).status().unwrap().success();
         assert!(ok, "kill {sig}");
     };
     signal("-STOP");

@@ -245,7 +245,12 @@ fn rebalance_storm(mode: &str) {
         }
         if !done() {
             for d in &daemons {
-                eprintln!("{who}: {:?}", d.slices());
+                let log = d.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!("{who}: {:?}\nlast lines of its log:", d.slices());
+                for line in tail.iter().rev() {
+                    eprintln!("  {line}");
+                }
             }
         }
         assert!(done(), "{who}: not every record of {total} judged");

@@ -95,8 +95,24 @@ pub fn with_connection_failure(context: String, error: &KafkaError) -> String {
         return context;
     }
     match LAST_CONNECTION_FAILURE.lock().unwrap_or_else(|p| p.into_inner()).as_deref() {
-        Some(reason) => format!("{context} (last broker connection failure: {reason})"),
+        Some(reason) => match setting_to_check(reason) {
+            Some(hint) => format!("{context} (last broker connection failure: {reason}; {hint})"),
+            None => format!("{context} (last broker connection failure: {reason})"),
+        },
         None => context,
+    }
+}
+
+/// The settings to look at for a connection failure librdkafka reported
+/// (its own wording names them only for some TLS errors, depending on the
+/// OpenSSL error it got).
+fn setting_to_check(reason: &str) -> Option<&'static str> {
+    if reason.contains("certificate verify failed") {
+        Some("check ssl.ca.location: it must hold the CA that signed the broker's certificate")
+    } else if reason.contains("SASL authentication error") || reason.contains("Authentication failure") {
+        Some("check sasl.mechanisms, sasl.username and sasl.password")
+    } else {
+        None
     }
 }
 
@@ -328,14 +344,28 @@ pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
     c
 }
 
+/// The producers' `message.max.bytes` when `[kafka]` does not set it: copies
+/// of records the broker already accepted must not be refused by the
+/// client's own (1 MB) default.
+const LARGEST_RECORD: &str = "104857600";
+
+/// The largest record (batch) dedupd's producers send: `kafka.message.max.bytes`
+/// or [`LARGEST_RECORD`]. The topics dedupd creates accept it (`max.message.bytes`).
+pub fn largest_record(cfg: &Resolved) -> String {
+    cfg.settings
+        .kafka
+        .client_settings()
+        .into_iter()
+        .find(|(k, _)| k == "message.max.bytes")
+        .map_or_else(|| LARGEST_RECORD.to_string(), |(_, v)| v)
+}
+
 /// An idempotent producer: no duplicates from retries, order kept per partition.
 pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Producer);
     c.set("enable.idempotence", "true").set("acks", "all");
-    // Copies of records the broker already accepted must not be refused by
-    // the client's own (1 MB) default: let the broker's limit decide.
     if c.get("message.max.bytes").is_none() {
-        c.set("message.max.bytes", "104857600");
+        c.set("message.max.bytes", LARGEST_RECORD);
     }
     // Bounded memory: librdkafka's default lets a producer queue 1 GiB of
     // records (a snapshot's chunks, or large records). Sends wait (back-pressure)
@@ -416,8 +446,18 @@ mod tests {
         log_client_error(&KafkaError::Global(RDKafkaErrorCode::AllBrokersDown), "1/1 brokers are down");
         assert_eq!(
             with_connection_failure("metadata of t".into(), &transport),
-            "metadata of t (last broker connection failure: ssl://b:9093/bootstrap: certificate verify failed)"
+            "metadata of t (last broker connection failure: ssl://b:9093/bootstrap: certificate verify failed; \
+             check ssl.ca.location: it must hold the CA that signed the broker's certificate)"
         );
+        log_client_message(
+            RDKafkaLogLevel::Error,
+            "FAIL",
+            "sasl_plaintext://b:9092/bootstrap: SASL authentication error",
+        );
+        let why = with_connection_failure("metadata of t".into(), &transport);
+        assert!(why.ends_with("check sasl.mechanisms, sasl.username and sasl.password)"), "{why}");
+        log_client_message(RDKafkaLogLevel::Error, "FAIL", "b:9092/bootstrap: Connection refused");
+        assert!(with_connection_failure("m".into(), &transport).ends_with("Connection refused)"));
         let other = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         assert_eq!(with_connection_failure("sending".into(), &other), "sending");
     }

@@ -1,10 +1,13 @@
 //! Says what a group consumer waits for until its first assignment arrives.
 //!
-//! Joining a consumer group can take a while: the local test broker (Tansu)
-//! assigns partitions only after ~23 s with librdkafka's default
-//! `session.timeout.ms` (~3 s with 6000). A daemon that says nothing
-//! meanwhile looks hung, so the wait is logged at INFO when it begins, every
-//! [`REPORT_EVERY`] while it lasts, and when the assignment arrives.
+//! Joining a consumer group can take a while: a new group waits for the
+//! broker's `group.initial.rebalance.delay.ms` (3 s by Kafka's default), and
+//! a rebalance for every member to rejoin, for one that died until its
+//! session times out (librdkafka's default `session.timeout.ms`: 45 s; the
+//! earlier test broker, Tansu, took ~23 s with it even for a new group). A
+//! daemon that says nothing meanwhile looks hung, so the wait is logged at
+//! INFO when it begins, every [`REPORT_EVERY`] while it lasts, and when the
+//! assignment arrives.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -15,10 +18,10 @@ use crate::config::Resolved;
 /// How often a consumer still without an assignment says so.
 pub const REPORT_EVERY: Duration = Duration::from_secs(5);
 
-/// What to set when the wait is long and `session.timeout.ms` was left at
+/// What to know when the wait is long and `session.timeout.ms` was left at
 /// librdkafka's default.
-pub const SESSION_TIMEOUT_HINT: &str =
-    "with the local test broker set kafka session.timeout.ms = 6000 (DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000)";
+pub const SESSION_TIMEOUT_HINT: &str = "a rebalance waits for every member of the group, for one that died until its \
+     session times out (librdkafka's default kafka session.timeout.ms, 45 s; e.g. DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000)";
 
 /// One group consumer's wait for partitions (the router's, the slice workers').
 /// Shared by its poll loop ([`JoinWatch::tick`]) and its rebalance callback
@@ -128,8 +131,7 @@ mod tests {
         let w = watch(&[]);
         assert_eq!(
             w.waiting_line(Duration::from_millis(10_400)),
-            "router: still waiting for an assignment after 10 s; with the local test broker set kafka \
-             session.timeout.ms = 6000 (DEDUPD__KAFKA__SESSION_TIMEOUT_MS=6000)"
+            format!("router: still waiting for an assignment after 10 s; {SESSION_TIMEOUT_HINT}")
         );
         let w = watch(&[("DEDUPD__KAFKA__SESSION_TIMEOUT_MS", "6000")]);
         assert_eq!(w.waiting_line(Duration::from_secs(5)), "router: still waiting for an assignment after 5 s");

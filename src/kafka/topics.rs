@@ -64,26 +64,37 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         }
     }
 
-    // (topic, partitions, topic configs)
-    type Wanted = (String, usize, Vec<(&'static str, &'static str)>);
+    // (topic, partitions, topic configs). Every topic dedupd creates takes
+    // the largest record its producers send: a broker's default
+    // `max.message.bytes` (Kafka's ~1 MB) would refuse a copy of a larger
+    // input record (which the input topic's own limit allowed) on its way
+    // to the slice, output or dead-letter topic, and a checkpoint chunk of
+    // more than 1 MB.
+    let largest = clients::largest_record(cfg);
+    let sized = |extra: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
+        let mut config = vec![("max.message.bytes", largest.clone())];
+        config.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
+        config
+    };
+    type Wanted = (String, usize, Vec<(&'static str, String)>);
     let mut wanted: Vec<Wanted> = vec![
-        (s.output.topic.clone(), slices, vec![]),
-        (s.output.dead_letter_topic.clone(), slices, vec![]),
-        (s.checkpoint.topic.clone(), slices, vec![("cleanup.policy", "compact")]),
-        (cfg.flush_topic(), slices, vec![]),
+        (s.output.topic.clone(), slices, sized(&[])),
+        (s.output.dead_letter_topic.clone(), slices, sized(&[])),
+        (s.checkpoint.topic.clone(), slices, sized(&[("cleanup.policy", "compact")])),
+        (cfg.flush_topic(), slices, sized(&[])),
     ];
     for optional in [&s.output.duplicates_topic, &s.output.late_topic, &s.flag.topic] {
         if !optional.is_empty() {
-            wanted.push((optional.clone(), slices, vec![]));
+            wanted.push((optional.clone(), slices, sized(&[])));
         }
     }
     if cfg.slicing == SlicingMode::Repartition {
-        wanted.push((cfg.slice_topic(), slices, vec![]));
+        wanted.push((cfg.slice_topic(), slices, sized(&[])));
     }
     // A sparse tree's verdicts: whichever level starts first creates the
     // topic; any partition count works (slice s writes s mod partitions).
     if matches!(cfg.tier, Tier::SparseLeaf | Tier::SparseRoot) {
-        wanted.push((s.tier.verdict_topic.clone(), 1, vec![]));
+        wanted.push((s.tier.verdict_topic.clone(), 1, sized(&[])));
     }
 
     let mut missing = Vec::new();
@@ -116,7 +127,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         .map(|(t, n, config)| {
             let mut nt = NewTopic::new(t, *n as i32, TopicReplication::Fixed(s.topics.replication_factor));
             for (k, v) in config {
-                nt = nt.set(k, v);
+                nt = nt.set(k, v.as_str());
             }
             nt
         })

@@ -61,14 +61,22 @@ pub fn create_topic(topic: &str, partitions: i32) {
     create_topic_on(&local_broker(), topic, partitions);
 }
 
+/// A topic with topic configs, e.g. `max.message.bytes` for records over
+/// the broker's default limit (Kafka's and Nisshi's ~1 MB).
+pub fn create_topic_with(topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    create_topic_configured(&local_broker(), topic, partitions, configs);
+}
+
 pub fn create_topic_on(broker: &ClientConfig, topic: &str, partitions: i32) {
+    create_topic_configured(broker, topic, partitions, &[]);
+}
+
+fn create_topic_configured(broker: &ClientConfig, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
     let admin: AdminClient<DefaultClientContext> = broker.create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let res = rt
-        .block_on(
-            admin.create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &AdminOptions::new()),
-        )
-        .expect("create topics");
+    let new =
+        configs.iter().fold(NewTopic::new(topic, partitions, TopicReplication::Fixed(1)), |t, (k, v)| t.set(k, v));
+    let res = rt.block_on(admin.create_topics(&[new], &AdminOptions::new())).expect("create topics");
     for r in res {
         r.expect("topic created");
     }
@@ -130,8 +138,31 @@ pub fn produce(topic: &str, records: &[Rec]) {
     produce_on(&local_broker(), topic, records);
 }
 
+/// Counts records the broker refused, so that [`produce_on`] cannot lose one
+/// silently (a broker that enforces `max.message.bytes` refuses a whole batch).
+#[derive(Default)]
+pub struct CountingDelivery {
+    failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl rdkafka::ClientContext for CountingDelivery {}
+
+impl rdkafka::producer::ProducerContext for CountingDelivery {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.lock().unwrap().push(e.to_string());
+        }
+    }
+}
+
 pub fn produce_on(broker: &ClientConfig, topic: &str, records: &[Rec]) {
-    let p = producer_on(broker);
+    let p: ThreadedProducer<CountingDelivery> = broker
+        .clone()
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .create_with_context(CountingDelivery::default())
+        .expect("producer");
     for r in records {
         let mut hs = OwnedHeaders::new();
         for (k, v) in &r.headers {
@@ -158,6 +189,14 @@ pub fn produce_on(broker: &ClientConfig, topic: &str, records: &[Rec]) {
         }
     }
     p.flush(Duration::from_secs(30)).expect("flush");
+    let failed = p.context().failed.lock().unwrap();
+    assert!(
+        failed.is_empty(),
+        "{} of {} records to {topic} refused, first: {}",
+        failed.len(),
+        records.len(),
+        failed[0]
+    );
 }
 
 pub fn reader() -> BaseConsumer {
@@ -275,7 +314,9 @@ impl Daemon {
     /// Starts `dedupd ARGS` in `dir` with only the broker, a free admin port,
     /// the log level and `env` set (no `DEDUPD_CONFIG`, librdkafka's default
     /// session timeout). Its output goes to
-    /// `target/test-daemons/NAME-PORT.log`.
+    /// `target/test-daemons/NAME-PORT.log`. `DEDUPD_TEST_RUST_LOG` replaces
+    /// the log level, e.g. `info,librdkafka=debug` with `DEDUPD__KAFKA__DEBUG=cgrp`
+    /// in the environment to see every group join of every daemon.
     pub fn spawn(name: &str, dir: &std::path::Path, args: &[&str], env: &[(String, String)]) -> Daemon {
         let admin_port = free_port();
         let logs = root().join("target/test-daemons");
@@ -289,7 +330,10 @@ impl Daemon {
             .env_remove("DEDUPD__KAFKA__SESSION_TIMEOUT_MS")
             .env("DEDUPD__KAFKA__BROKERS", broker())
             .env("DEDUPD__ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
-            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("DEDUPD_TEST_RUST_LOG").unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
+            )
             .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(Stdio::from(file.try_clone().unwrap()))
             .stderr(Stdio::from(file))
@@ -585,9 +629,15 @@ impl Drop for Proc {
 /// Starts `program args`, its output appended to `log`, and waits until
 /// 127.0.0.1:`port` accepts connections.
 pub fn start(program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
+    start_in(&std::env::current_dir().unwrap(), program, args, log, port)
+}
+
+/// [`start`] in the working directory `dir`.
+pub fn start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
     let out = std::fs::File::create(log).unwrap();
     let child = Command::new(program)
         .args(args)
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::from(out.try_clone().unwrap()))
         .stderr(Stdio::from(out))
@@ -605,15 +655,16 @@ pub fn start(program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
     p
 }
 
-/// A Tansu of its own on a free port, advertising `advertised` (its own
-/// port when None); `extra` arguments such as `--authentication`.
-pub fn tansu(dir: &Path, advertised: Option<u16>, extra: &[&str]) -> (Proc, u16) {
-    broker(); // installs target/tools/tansu (scripts/broker.sh) if missing
+/// A broker (Nisshi) of its own on a free port, working in `dir`, with
+/// `extra` arguments such as `--cert`/`--key` (TLS), `--authentication`
+/// (SASL, which needs `--storage-engine sqlite://NAME.db`, a file in `dir`:
+/// memory storage keeps no users).
+pub fn own_broker(dir: &Path, extra: &[&str]) -> (Proc, u16) {
+    broker(); // installs target/tools/nisshi (scripts/broker.sh) if missing
     let port = free_port();
-    let listen = format!("tcp://127.0.0.1:{port}");
-    let advertise = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
-    let mut args = vec!["broker", "--listener-url", &listen, "--advertised-listener-url", &advertise, "--silent"];
+    let url = format!("tcp://127.0.0.1:{port}");
+    let mut args = vec!["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--silent"];
     args.extend_from_slice(extra);
-    let log = dir.join(format!("tansu-{port}.log"));
-    (start(&root().join("target/tools/tansu"), &args, &log, port), port)
+    let log = dir.join(format!("broker-{port}.log"));
+    (start_in(dir, &root().join("target/tools/nisshi"), &args, &log, port), port)
 }
