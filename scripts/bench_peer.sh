@@ -18,7 +18,8 @@
 # Systems, in this order in each of R rounds (default 3, or ROUNDS), each on a fresh broker
 # holding the same stream (the broker's memory storage slows down as it fills, docs/broker.md):
 #   input-partitions  dedupd, slicing.mode = input-partitions (3 slices = the input partitions)
-#   repartition       dedupd, slicing.mode = repartition, 8 slices
+#   repartition       dedupd, slicing.mode = repartition, 8 slices (or REP_SLICES: 3 compares the
+#                     modes at the same slice count, i.e. the hop alone)
 #   quix              scripts/quix_dedup.py: RocksDB state with a 60 s TTL per key (not with --no-quix)
 # dedupd: window 60 s, filter.expected_keys = 40 000 (the stream's keys per window), the other
 # settings config/dedupd.toml's, key json:/id, time json:/ts (scripts/bench_lib.sh start_daemon).
@@ -38,7 +39,7 @@
 # latter. Logs: target/bench-peer-*.log. Environment: DEDUPD_BROKER_PORT, DEDUPD_BIN_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1
+records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1 rep_slices="${REP_SLICES:-8}"
 while [[ $# -gt 0 ]]; do
   case $1 in
     --records) records=$2; shift 2 ;;
@@ -77,7 +78,7 @@ run_one() { # round system
       pid=$! progress="file:target/$app.progress"
       ;;
     *)
-      local slices=8
+      local slices=$rep_slices
       [[ $system == input-partitions ]] && slices=3
       start_daemon "$app" "$app.in" timer "$slices" "$admin" DEDUPD__SLICING__MODE="$system" \
         DEDUPD__FILTER__EXPECTED_KEYS=40000
@@ -104,10 +105,10 @@ for ((round = 1; round <= rounds; round++)); do
 done
 cat "target/$run-input-partitions-1.produce"
 
-python3 - "$csv" "$md" "$run" <<'PY'
+python3 - "$csv" "$md" "$run" "$rep_slices" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
-names = {"input-partitions": "dedupd input-partitions (3 slices)", "repartition": "dedupd repartition (8 slices)",
+names = {"input-partitions": "dedupd input-partitions (3 slices)", "repartition": f"dedupd repartition ({sys.argv[4]} slices)",
          "quix": "Quix Streams 3.28.1, RocksDB state, 60 s TTL"}
 def span(values, fmt):
     values = [v for v in values if v == v]  # NaN: a run shorter than the system's count steps

@@ -96,7 +96,7 @@ fn restored_suspects_behind_the_clock_are_rejected_without_overflow() {
     let record =
         RecordView { key: Some(b"k"), payload: b"p", timestamp_ms: Some(max_seen as i64), ..Default::default() };
     let mut out = Vec::new();
-    state.process(&SliceRecord { offset, record, source: None }, &ex, &mut out);
+    state.process(&SliceRecord { offset, record, source: None, reading: None }, &ex, &mut out);
     let rejected: Vec<u64> = out
         .iter()
         .filter(|j| matches!(&j.verdict, SliceVerdict::Invalid(e) if e.reason == InvalidReason::TimeJump))

@@ -331,9 +331,7 @@ fn a_killed_run_writes_the_uninterrupted_output_and_flags() {
     let (mut crashing, mut crash_logs) =
         kill_storm("limits-crashing", &env(&crash_app), 3, Duration::from_secs(1), &produced);
     std::thread::sleep(Duration::from_secs(3));
-    // At least 2 000 records however slow the broker's produce path is
-    // (each batch is a new producer: a connection and a producer id).
-    wait_for("2 000 records produced", Duration::from_secs(60), || produced.load(Ordering::Relaxed) >= 2000);
+    wait_produced(&produced, 2000);
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     let total = produced.load(Ordering::Relaxed);

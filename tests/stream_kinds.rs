@@ -83,10 +83,10 @@ fn crash_equivalence(kind: &str, mode: &str) {
     let (mut crashing, mut crash_logs) =
         kill_storm(&format!("{kind}-crashing"), &crash_env, 3, Duration::from_secs(1), &produced);
     std::thread::sleep(Duration::from_secs(3));
+    wait_produced(&produced, 3000);
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
     let total = produced.load(Ordering::Relaxed);
-    assert!(total > 3000, "only {total} records were produced");
 
     for d in [&reference, &other, &crashing] {
         wait_processed(&[d], total, Duration::from_secs(120));

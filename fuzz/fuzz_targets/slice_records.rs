@@ -92,6 +92,7 @@ fuzz_target!(|input: Input| {
                     offset,
                     record: RecordView { key: Some(&key), payload: b"p", timestamp_ms: ts, ..Default::default() },
                     source: src,
+                    reading: None,
                 };
                 steady.process(&rec, &ex, &mut out_a);
                 restored.process(&rec, &ex, &mut out_b);

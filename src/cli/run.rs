@@ -203,6 +203,9 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         let route_key = cfg.counting.as_ref().and_then(|c| c.count_key.clone());
         let rdeps = Arc::new(router::RouterDeps {
             cfg: cfg.clone(),
+            // A count key's hash is not the dedup key's: the slices read the
+            // record again then.
+            hands_on_reading: route_key.is_none(),
             extractor: match route_key {
                 Some(key) => Extractor { key, ..extractor },
                 None => extractor,

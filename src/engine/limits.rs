@@ -201,7 +201,7 @@ mod tests {
                 timestamp_ms: Some(self.times[i]),
                 ..Default::default()
             };
-            f(&SliceRecord { offset: i as u64, record, source: None })
+            f(&SliceRecord { offset: i as u64, record, source: None, reading: None })
         }
 
         fn feed(&self, s: &mut SliceState, range: std::ops::Range<usize>) -> Vec<Judgment> {
@@ -294,7 +294,7 @@ mod tests {
         for i in 0..8u64 {
             let record =
                 crate::engine::RecordView { key: Some(b"k"), timestamp_ms: Some(100 + i as i64), ..Default::default() };
-            s.process(&SliceRecord { offset: i, record, source: None }, &extractor(), &mut out);
+            s.process(&SliceRecord { offset: i, record, source: None, reading: None }, &extractor(), &mut out);
         }
         let distinct: Vec<bool> = out.iter().map(|j| j.verdict == SliceVerdict::Distinct).collect();
         assert_eq!(distinct, [true, true, true, false, false, false, false, false]);

@@ -29,6 +29,6 @@ pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
-    InputProgress, Judgment, Progress, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage, SliceRecord,
-    SliceState, SliceVerdict, SourceRef, format_into,
+    InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
+    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
 };

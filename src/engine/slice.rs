@@ -62,48 +62,128 @@ impl<'a> SourceRef<'a> {
 /// of the hop (writing it, parsing it, copying it on, freeing it): about a
 /// tenth of repartition mode's CPU. The value's tail is the input payload,
 /// byte for byte; the input's own headers stay headers.
+///
+/// Written by earlier releases (and read still): the stamp alone. Since
+/// [`FRAME_MAGIC_READ`], the router's [`Reading`] follows the stamp.
 pub const FRAME_MAGIC: [u8; 4] = *b"\0dS1";
 /// [`FRAME_MAGIC`] of an input record whose value was null (a tombstone):
 /// nothing follows the stamp, and the copies dedupd writes have a null
 /// value again (an empty value would lose the delete for compacted topics).
 pub const FRAME_MAGIC_NULL: [u8; 4] = *b"\0dS0";
+/// A frame with the router's [`Reading`] (32 bytes) between the stamp and
+/// the payload: the slice judges by it instead of reading the key and time
+/// from the payload a second time (the hop's JSON parse and key hash, paid
+/// once per record as in input-partitions mode).
+pub const FRAME_MAGIC_READ: [u8; 4] = *b"\0dS3";
+/// [`FRAME_MAGIC_READ`] of a null value.
+pub const FRAME_MAGIC_READ_NULL: [u8; 4] = *b"\0dS2";
 
-/// Writes a slice-log value: [`FRAME_MAGIC`] (or [`FRAME_MAGIC_NULL`]), the
-/// stamp's length (u16, big endian), the stamp `topic/partition/offset`,
-/// then `payload`. Reuses `buf`.
-pub fn frame_into(buf: &mut Vec<u8>, topic: &str, partition: i32, offset: i64, payload: Option<&[u8]>) {
+/// What the router read of an input record when it routed it: the key's
+/// hash, with the seed it hashed with, and the event time. The same
+/// extractor and the same bytes give the same reading in the slice, so a
+/// slice may take it instead of reading the record again — when its own
+/// hash seed is `seed` (a count kind hashes with its own).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reading {
+    pub seed: u64,
+    pub hash: KeyHash,
+    pub time_ms: u64,
+}
+
+impl Reading {
+    const BYTES: usize = 32;
+
+    fn put(&self, buf: &mut Vec<u8>) {
+        for word in [self.seed, self.hash.h1, self.hash.h2, self.time_ms] {
+            buf.extend_from_slice(&word.to_be_bytes());
+        }
+    }
+
+    fn get(bytes: &[u8; Self::BYTES]) -> Self {
+        let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        Reading { seed: word(0), hash: KeyHash { h1: word(1), h2: word(2) }, time_ms: word(3) }
+    }
+}
+
+/// Writes a slice-log value: the magic ([`FRAME_MAGIC_READ`] with a
+/// `reading`, else [`FRAME_MAGIC`]; their `_NULL` forms for a null
+/// payload), the stamp's length (u16, big endian), the stamp
+/// `topic/partition/offset`, the reading if any, then `payload`. Reuses `buf`.
+pub fn frame_into(
+    buf: &mut Vec<u8>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    reading: Option<&Reading>,
+    payload: Option<&[u8]>,
+) {
     let mut stamp = [0u8; STAMP_BYTES];
     let stamp = SourceRef::stamp(&mut stamp, topic, partition, offset);
     buf.clear();
-    buf.extend_from_slice(if payload.is_some() { &FRAME_MAGIC } else { &FRAME_MAGIC_NULL });
+    buf.extend_from_slice(match (reading.is_some(), payload.is_some()) {
+        (true, true) => &FRAME_MAGIC_READ,
+        (true, false) => &FRAME_MAGIC_READ_NULL,
+        (false, true) => &FRAME_MAGIC,
+        (false, false) => &FRAME_MAGIC_NULL,
+    });
     buf.extend_from_slice(&(stamp.len() as u16).to_be_bytes());
     buf.extend_from_slice(stamp);
+    if let Some(r) = reading {
+        r.put(buf);
+    }
     buf.extend_from_slice(payload.unwrap_or_default());
 }
 
-/// A repartition-mode slice-log record's input position and input payload.
-/// Records written by an earlier release carry the stamp as a
-/// `dedupd.source` header (`source_header`) and the payload as is; the
-/// router removes that header from input records, so a header on a framed
-/// record cannot be forged. A record with neither (a control record) has no
-/// source.
-pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> (Option<SourceRef<'a>>, Option<&'a [u8]>) {
+/// A repartition-mode slice-log record's parts (see [`unframe`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unframed<'a> {
+    /// The input position (`None`: a control record, or a broken frame).
+    pub source: Option<SourceRef<'a>>,
+    /// The input record's payload.
+    pub payload: Option<&'a [u8]>,
+    /// The router's reading, if the frame carries one.
+    pub reading: Option<Reading>,
+}
+
+/// A repartition-mode slice-log record's input position, the router's
+/// reading and the input payload. Records written by an earlier release
+/// carry the stamp as a `dedupd.source` header (`source_header`) and the
+/// payload as is; the router removes that header from input records, so a
+/// header on a framed record cannot be forged. A record with neither (a
+/// control record) has no source.
+pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> Unframed<'a> {
+    let whole = Unframed { source: None, payload: Some(value), reading: None };
     if let Some(stamp) = source_header {
-        return (SourceRef::parse(stamp), Some(value));
+        return Unframed { source: SourceRef::parse(stamp), ..whole };
     }
-    let (rest, null) = match (value.strip_prefix(&FRAME_MAGIC[..]), value.strip_prefix(&FRAME_MAGIC_NULL[..])) {
-        (Some(rest), _) => (rest, false),
-        (None, Some(rest)) => (rest, true),
-        (None, None) => return (None, Some(value)),
+    let Some((magic, rest)) = value.split_first_chunk::<4>() else {
+        return whole;
+    };
+    let (read, null) = match *magic {
+        FRAME_MAGIC => (false, false),
+        FRAME_MAGIC_NULL => (false, true),
+        FRAME_MAGIC_READ => (true, false),
+        FRAME_MAGIC_READ_NULL => (true, true),
+        _ => return whole,
     };
     let Some((len, rest)) = rest.split_first_chunk::<2>() else {
-        return (None, Some(value));
+        return whole;
     };
     let len = u16::from_be_bytes(*len) as usize;
-    match (rest.get(..len).and_then(SourceRef::parse), rest.get(len..)) {
-        (Some(source), Some([])) if null => (Some(source), None),
-        (Some(source), Some(payload)) if !null => (Some(source), Some(payload)),
-        _ => (None, Some(value)),
+    let (Some(source), Some(rest)) = (rest.get(..len).and_then(SourceRef::parse), rest.get(len..)) else {
+        return whole;
+    };
+    let (reading, rest) = match read {
+        false => (None, rest),
+        true => match rest.split_first_chunk::<{ Reading::BYTES }>() {
+            Some((bytes, rest)) => (Some(Reading::get(bytes)), rest),
+            None => return whole,
+        },
+    };
+    match (null, rest) {
+        (true, []) => Unframed { source: Some(source), payload: None, reading },
+        (false, payload) => Unframed { source: Some(source), payload: Some(payload), reading },
+        (true, _) => whole,
     }
 }
 
@@ -202,6 +282,9 @@ pub struct SliceRecord<'a> {
     pub record: RecordView<'a>,
     /// The router's stamp (repartition mode only).
     pub source: Option<SourceRef<'a>>,
+    /// The router's reading of the record (repartition mode, this
+    /// release's routers): judged by it when its seed is the slice's.
+    pub reading: Option<Reading>,
 }
 
 /// Where a judgment comes in the order a slice makes them: released by the
@@ -528,22 +611,25 @@ impl SliceState {
                 }
             }
         }
-        let extracted = match extractor.extract(&rec.record, 0) {
-            Ok(x) => x,
-            Err(e) => {
-                self.counters.invalid += 1;
-                out.push(now(SliceVerdict::Invalid(e)));
-                return;
-            }
+        let seed = self.hash_seed();
+        // The router read this record with the same extractor; its reading
+        // is what reading it again here would give.
+        let (hash, time_ms) = match rec.reading {
+            Some(r) if r.seed == seed => (r.hash, r.time_ms),
+            _ => match extractor.extract(&rec.record, 0) {
+                Ok(x) => (KeyHash::of(seed, &x.key), x.time_ms),
+                Err(e) => {
+                    self.counters.invalid += 1;
+                    out.push(now(SliceVerdict::Invalid(e)));
+                    return;
+                }
+            },
         };
         if self.passthrough {
             self.counters.distinct += 1;
             out.push(now(SliceVerdict::Distinct));
             return;
         }
-        let seed = self.hash_seed();
-        let hash = KeyHash::of(seed, &extracted.key);
-        let time_ms = extracted.time_ms;
         if let Some(src) = rec.source {
             self.progress_from_record(src, time_ms);
         }
@@ -1154,6 +1240,7 @@ mod tests {
             offset,
             record: RecordView { key: Some(key), payload: b"p", timestamp_ms: Some(ts), ..Default::default() },
             source,
+            reading: None,
         }
     }
 
@@ -1184,29 +1271,85 @@ mod tests {
         out.pop().unwrap().verdict
     }
 
+    /// `(source, payload)` of an unframed value that carries no reading.
+    fn bare<'a>(u: Unframed<'a>) -> (Option<SourceRef<'a>>, Option<&'a [u8]>) {
+        assert_eq!(u.reading, None, "{u:?}");
+        (u.source, u.payload)
+    }
+
     #[test]
     fn a_framed_value_gives_back_its_stamp_and_payload() {
         let mut buf = Vec::new();
-        frame_into(&mut buf, "clicks", 2, 41, Some(br#"{"id":"a"}"#));
+        frame_into(&mut buf, "clicks", 2, 41, None, Some(br#"{"id":"a"}"#));
         let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
-        assert_eq!(unframe(None, &buf), (Some(want), Some(&br#"{"id":"a"}"#[..])));
+        assert_eq!(bare(unframe(None, &buf)), (Some(want), Some(&br#"{"id":"a"}"#[..])));
         // A null value (a tombstone) stays null, an empty one empty.
         let mut null = Vec::new();
-        frame_into(&mut null, "clicks", 2, 41, None);
-        assert_eq!(unframe(None, &null), (Some(want), None));
-        frame_into(&mut null, "clicks", 2, 41, Some(b""));
-        assert_eq!(unframe(None, &null), (Some(want), Some(&b""[..])));
+        frame_into(&mut null, "clicks", 2, 41, None, None);
+        assert_eq!(bare(unframe(None, &null)), (Some(want), None));
+        frame_into(&mut null, "clicks", 2, 41, None, Some(b""));
+        assert_eq!(bare(unframe(None, &null)), (Some(want), Some(&b""[..])));
         // A payload that itself starts like a frame is framed again, and
         // unframed once.
         let inner = buf.clone();
-        frame_into(&mut buf, "t", 0, 1, Some(&inner));
-        assert_eq!(unframe(None, &buf).1, Some(&inner[..]));
+        frame_into(&mut buf, "t", 0, 1, None, Some(&inner));
+        assert_eq!(unframe(None, &buf).payload, Some(&inner[..]));
         // An earlier release's record: the header's stamp, the value as is.
-        assert_eq!(unframe(Some(b"clicks/2/41"), b"\0dS1xx"), (Some(want), Some(&b"\0dS1xx"[..])));
+        assert_eq!(bare(unframe(Some(b"clicks/2/41"), b"\0dS1xx")), (Some(want), Some(&b"\0dS1xx"[..])));
         // Control records and broken frames have no source and keep their value.
-        for v in [&b""[..], b"{}", b"\0dS1", b"\0dS1\0", b"\0dS1\0\x09clicks/2", b"\0dS1\0\x03a/b"] {
-            assert_eq!(unframe(None, v), (None, Some(v)), "{v:?}");
+        for v in
+            [&b""[..], b"{}", b"\0dS1", b"\0dS1\0", b"\0dS1\0\x09clicks/2", b"\0dS1\0\x03a/b", b"\0dS3\0\x03a/1/2\0"]
+        {
+            assert_eq!(bare(unframe(None, v)), (None, Some(v)), "{v:?}");
         }
+    }
+
+    #[test]
+    fn a_frame_carries_the_routers_reading_before_the_payload() {
+        let reading = Reading { seed: 7, hash: KeyHash { h1: u64::MAX, h2: 3 }, time_ms: 1_700_000_000_123 };
+        let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
+        let mut buf = Vec::new();
+        for payload in [Some(&br#"{"id":"a"}"#[..]), Some(b""), None] {
+            frame_into(&mut buf, "clicks", 2, 41, Some(&reading), payload);
+            assert_eq!(unframe(None, &buf), Unframed { source: Some(want), payload, reading: Some(reading) });
+            // Cut anywhere inside the reading: not a frame.
+            let cut = 4 + 2 + "clicks/2/41".len() + 31;
+            assert_eq!(bare(unframe(None, &buf[..cut])), (None, Some(&buf[..cut])));
+        }
+    }
+
+    /// The router's reading stands for the slice's own: the same verdicts
+    /// whether a record carries it or is read again; a reading taken with
+    /// another seed (a count kind's) is not used.
+    #[test]
+    fn a_routers_reading_gives_the_verdicts_of_reading_the_record_again() {
+        let ex = extractor();
+        let p = params();
+        let keys: Vec<Vec<u8>> = (0..300u32).map(|i| format!("k{}", i % 97).into_bytes()).collect();
+        let run = |with: Option<u64>| {
+            let mut s = fresh(0, p.clone());
+            let mut verdicts = Vec::new();
+            for (i, key) in keys.iter().enumerate() {
+                let ts = 10 * i as i64;
+                let mut r = rec(i as u64, key, ts, None);
+                r.reading = with.map(|seed| Reading { seed, hash: KeyHash::of(seed, key), time_ms: ts as u64 });
+                verdicts.push(one(&mut s, &r, &ex));
+            }
+            verdicts
+        };
+        let again = run(None);
+        assert!(again.iter().any(|v| matches!(v, SliceVerdict::Duplicate { .. })));
+        assert_eq!(run(Some(p.seed)), again);
+        // A reading whose seed is not the slice's is ignored (read again).
+        assert_eq!(run(Some(p.seed ^ 1)), again);
+        // And it is what the slice judges by: a wrong hash under the slice's
+        // seed changes the verdicts (so the test above can fail).
+        let mut s = fresh(0, p.clone());
+        let mut r = rec(0, b"a", 5, None);
+        one(&mut s, &r, &ex);
+        r.offset = 1;
+        r.reading = Some(Reading { seed: p.seed, hash: KeyHash::of(p.seed, b"b"), time_ms: 6 });
+        assert_eq!(one(&mut s, &r, &ex), SliceVerdict::Distinct);
     }
 
     #[test]
@@ -1477,7 +1620,7 @@ mod tests {
                     timestamp_ms: Some(times[i]),
                     ..Default::default()
                 };
-                s.process(&SliceRecord { offset: i as u64, record, source: None }, &ex, &mut out);
+                s.process(&SliceRecord { offset: i as u64, record, source: None, reading: None }, &ex, &mut out);
             }
             out
         };

@@ -313,7 +313,7 @@ impl Restorer<'_> {
                     .unwrap_or_default();
                 let view = RecordView {
                     key: m.key(),
-                    payload: super::slices::parts(self.slicing, m).1.unwrap_or_default(),
+                    payload: super::slices::parts(self.slicing, m).payload.unwrap_or_default(),
                     headers: &header_list,
                     timestamp_ms: m.timestamp().to_millis(),
                 };

@@ -58,7 +58,7 @@ use super::producer::{OutputProducer, SentMark, produce_control, produce_copy, p
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::slice::frame_into;
-use crate::engine::{Extractor, InvalidRecord, Progress, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{Extractor, InvalidRecord, KeySpec, Progress, Reading, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::Histogram;
@@ -93,7 +93,11 @@ const PREFETCH: &str = "20000";
 /// What the router needs.
 pub struct RouterDeps {
     pub cfg: Resolved,
+    /// What the router reads: the dedup key, or the count key it routes by.
     pub extractor: Extractor,
+    /// `extractor` reads the dedup key (not a count key), so its reading
+    /// is the slices' own and travels in the frame ([`Reading`]).
+    pub hands_on_reading: bool,
     pub slices: u32,
     /// `<app.id>.slices`.
     pub slice_topic: String,
@@ -264,7 +268,7 @@ fn commit_offsets<C: ConsumerContext>(
 /// it cannot be read.
 struct Read<'c> {
     msg: BorrowedMessage<'c>,
-    target: Result<(u32, i64), InvalidRecord>,
+    target: Result<(u32, Reading), InvalidRecord>,
     /// Its place in the routing order (see [`Lane::order_time`]).
     order: i64,
 }
@@ -469,7 +473,9 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                     };
                     lane.last_arrival = now;
                     let order = match target {
-                        Ok((_, time)) => lane.order_time(time, &mut latest, jump, deps.cfg.order.jump_confirmations),
+                        Ok((_, r)) => {
+                            lane.order_time(event_time(&r), &mut latest, jump, deps.cfg.order.jump_confirmations)
+                        }
                         Err(_) => i64::MIN,
                     };
                     lane.at_end = false;
@@ -667,10 +673,22 @@ fn input_partitions<C: ConsumerContext>(
     all
 }
 
-/// Reads an input record's slice and event time (once, when it arrives).
-fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), InvalidRecord> {
-    let header_list: Vec<(&str, &[u8])> =
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+/// A reading's event time as the routing order takes it.
+fn event_time(r: &Reading) -> i64 {
+    i64::try_from(r.time_ms).unwrap_or(i64::MAX)
+}
+
+/// Reads an input record's slice, key hash and event time (once, when it
+/// arrives; the slice takes the reading from the frame).
+fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
+    // Only a key read from a header needs the header list (librdkafka
+    // parses it on each ask).
+    let header_list: Vec<(&str, &[u8])> = match deps.extractor.key {
+        KeySpec::Header(_) => {
+            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
     let view = RecordView {
         key: msg.key(),
         payload: msg.payload().unwrap_or_default(),
@@ -678,8 +696,8 @@ fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), Inva
         timestamp_ms: msg.timestamp().to_millis(),
     };
     let x = deps.extractor.extract(&view, 0)?;
-    let slice = KeyHash::of(deps.seed, &x.key).slice(deps.slices);
-    Ok((slice, i64::try_from(x.time_ms).unwrap_or(i64::MAX)))
+    let hash = KeyHash::of(deps.seed, &x.key);
+    Ok((hash.slice(deps.slices), Reading { seed: deps.seed, hash, time_ms: x.time_ms }))
 }
 
 /// Sends one input record to its slice, or to the dead-letter topic.
@@ -687,15 +705,16 @@ fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, i64), Inva
 fn route(
     deps: &RouterDeps,
     msg: &BorrowedMessage<'_>,
-    target: Result<(u32, i64), InvalidRecord>,
+    target: Result<(u32, Reading), InvalidRecord>,
     frame: &mut Vec<u8>,
 ) -> Result<(), KafkaLayerError> {
     match target {
-        Ok((slice, _)) => {
+        Ok((slice, reading)) => {
             // The stamp goes in front of the payload (see `FRAME_MAGIC`); an
             // input record's own `dedupd.source` header is dropped, so that
             // a slice never takes it for a stamp.
-            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), msg.payload());
+            let reading = deps.hands_on_reading.then_some(&reading);
+            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), reading, msg.payload());
             produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[headers::SOURCE])
         }
         Err(why) => {

@@ -52,7 +52,7 @@ use super::restore::{RestoredFrom, Restorer, flush_record};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{Resolved, SlicingMode};
-use crate::engine::slice::unframe;
+use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
     SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
@@ -1043,14 +1043,29 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     let Inner { slices, judged, .. } = inner;
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
-        let last = owned.state.next_offset.saturating_sub(1);
         let replaying = !owned.flushes.is_empty()
-            || [owned.replay_until, owned.flag_replay_until].iter().flatten().any(|y| y.after >= last && !y.flush);
+            || [owned.replay_until, owned.flag_replay_until]
+                .iter()
+                .flatten()
+                .any(|y| arrivals_to_replay(*y, owned.state.next_offset));
         if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
     }
     Ok(())
+}
+
+/// Whether a silent replay up to the last output `y` still waits for the
+/// arrival of a record, the slice having taken in every record before
+/// `next_offset`. Then an idle flush must wait: its judgments would come
+/// before ones the replay has still to make. Once the record `y` names
+/// has arrived (`y.after < next_offset`), every judgment up to `y` has been
+/// made — a flush now comes after it. (A flush `y` is the logged flushes'
+/// business.) `y.after >= next_offset - 1` here once kept a slice restored
+/// right after its last output from ever flushing its waiting records when
+/// no record came after (a rebalance storm's last restore).
+fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
+    !y.flush && y.after >= next_offset
 }
 
 /// Processes one slice record: takes it in, emits the judgments it
@@ -1068,7 +1083,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     }
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    let (source, payload) = parts(deps.cfg.slicing, msg);
+    let Unframed { source, payload, reading } = parts(deps.cfg.slicing, msg);
     // Control records (a router's progress, a delete request) are written by
     // dedupd itself into the slice log: they have no router stamp, while
     // every record the router copies has one — so an input record that
@@ -1118,7 +1133,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let slice_record = SliceRecord { offset, record, source };
+    let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();
     match owned.copying.as_mut() {
         Some(c) => {
@@ -1319,7 +1334,7 @@ fn emit_one<M: Message>(
     if let Some(v) = &deps.verdicts
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, parts(deps.cfg.slicing, msg).1)?;
+        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, parts(deps.cfg.slicing, msg).payload)?;
     }
     if silent {
         return Ok(());
@@ -1369,7 +1384,7 @@ fn emit_one<M: Message>(
             // The input record's position: in repartition mode the router's
             // stamp; else this record's own (the slice log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let source = parts(deps.cfg.slicing, msg).0.unwrap_or(SourceRef {
+            let source = parts(deps.cfg.slicing, msg).source.unwrap_or(SourceRef {
                 topic: msg.topic(),
                 partition: msg.partition(),
                 offset: msg.offset(),
@@ -1393,20 +1408,20 @@ pub fn send<M: Message>(
     msg: &M,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    produce_with(&deps.producer, topic, slice as i32, msg, parts(deps.cfg.slicing, msg).1, extra, &[])
+    produce_with(&deps.producer, topic, slice as i32, msg, parts(deps.cfg.slicing, msg).payload, extra, &[])
 }
 
-/// A slice-log record's input position and the input record's payload: in
-/// repartition mode the router's stamp and the payload behind it
+/// A slice-log record's input position, the router's reading and the
+/// input record's payload: in repartition mode from the router's frame
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
-pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> (Option<SourceRef<'_>>, Option<&[u8]>) {
+pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
     match (slicing, msg.payload()) {
-        (SlicingMode::InputPartitions, payload) => (None, payload),
+        (SlicingMode::InputPartitions, payload) => Unframed { source: None, payload, reading: None },
         (SlicingMode::Repartition, payload) => {
             let header = msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value);
             match payload {
                 Some(value) => unframe(header, value),
-                None => (header.and_then(SourceRef::parse), None),
+                None => Unframed { source: header.and_then(SourceRef::parse), payload: None, reading: None },
             }
         }
     }
@@ -1415,6 +1430,20 @@ pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> (Option<SourceRef<'_>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_idle_flush_waits_only_for_arrivals_a_replay_has_still_to_judge() {
+        let at = |after, flush| ReleasePos { after, flush, rank: 0 };
+        // Restored at offset 1879 (records 0..=1878 taken in), last output
+        // released by the arrival of 1878: nothing left to replay.
+        assert!(!arrivals_to_replay(at(1878, false), 1879));
+        assert!(!arrivals_to_replay(at(1500, false), 1879));
+        // The last output came from records not read again yet.
+        assert!(arrivals_to_replay(at(1879, false), 1879));
+        assert!(arrivals_to_replay(at(2000, false), 1879));
+        // A flush is replayed from the flush log, not by arrivals.
+        assert!(!arrivals_to_replay(at(2000, true), 1879));
+    }
 
     #[test]
     fn the_lag_gauge_reads_end_offsets_from_librdkafka_statistics() {

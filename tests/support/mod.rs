@@ -512,6 +512,16 @@ pub fn slice_total(daemons: &[&Daemon], fields: &[&str]) -> u64 {
 }
 
 /// Waits until `done()` holds, polling.
+/// Waits until a background producer has written more than `n` records
+/// (`produced` counts them), however slow the broker's produce path is
+/// (the tests' producers open a producer per batch): a kill storm then
+/// always has a stream running through it.
+pub fn wait_produced(produced: &AtomicU64, n: u64) {
+    wait_for(&format!("more than {n} records produced"), Duration::from_secs(60), || {
+        produced.load(Ordering::Relaxed) > n
+    });
+}
+
 pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
     while !done() {
