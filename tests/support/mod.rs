@@ -130,7 +130,14 @@ pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
 }
 
 pub fn producer_on(broker: &ClientConfig) -> ThreadedProducer<DefaultProducerContext> {
-    broker.clone().set("enable.idempotence", "true").set("linger.ms", "5").create().expect("producer")
+    producer_settings(broker).create().expect("producer")
+}
+
+/// The test producers' settings: idempotent, a 5 ms linger.
+fn producer_settings(broker: &ClientConfig) -> ClientConfig {
+    let mut c = broker.clone();
+    c.set("enable.idempotence", "true").set("linger.ms", "5");
+    c
 }
 
 /// Produces `records` in order (to their partitions) and waits for delivery.
@@ -157,12 +164,8 @@ impl rdkafka::producer::ProducerContext for CountingDelivery {
 }
 
 pub fn produce_on(broker: &ClientConfig, topic: &str, records: &[Rec]) {
-    let p: ThreadedProducer<CountingDelivery> = broker
-        .clone()
-        .set("enable.idempotence", "true")
-        .set("linger.ms", "5")
-        .create_with_context(CountingDelivery::default())
-        .expect("producer");
+    let p: ThreadedProducer<CountingDelivery> =
+        producer_settings(broker).create_with_context(CountingDelivery::default()).expect("producer");
     for r in records {
         let mut hs = OwnedHeaders::new();
         for (k, v) in &r.headers {
