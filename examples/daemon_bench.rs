@@ -94,11 +94,17 @@ fn now_ms() -> i64 {
 }
 
 /// The load generator's producer: idempotent, batches of up to 10 000 records.
+/// `DEDUPD_BENCH_LINGER_MS` and `DEDUPD_BENCH_COMPRESSION` override its
+/// `linger.ms` and `compression.type` (the soak sends large compressed batches:
+/// the memory broker's fetch cost grows with the number of batches in a partition).
 fn load_producer(broker: &str, linger_ms: &str) -> ThreadedProducer<AckTimes> {
+    let linger_ms = std::env::var("DEDUPD_BENCH_LINGER_MS").unwrap_or_else(|_| linger_ms.to_string());
+    let compression = std::env::var("DEDUPD_BENCH_COMPRESSION").unwrap_or_else(|_| "none".to_string());
     ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("enable.idempotence", "true")
         .set("linger.ms", linger_ms)
+        .set("compression.type", compression)
         .set("batch.num.messages", "10000")
         .create_with_context(AckTimes::default())
         .expect("producer")

@@ -437,9 +437,28 @@ pub fn now_ms() -> i64 {
 }
 
 /// Observes `now - timestamp_ms` (clamped at 0) in seconds.
-pub fn observe_since(h: &Histogram, timestamp_ms: Option<i64>, now_ms: i64) {
+pub fn observe_since(h: &impl Observer, timestamp_ms: Option<i64>, now_ms: i64) {
     if let Some(ts) = timestamp_ms {
-        h.observe((now_ms - ts).max(0) as f64 / 1000.0);
+        h.record((now_ms - ts).max(0) as f64 / 1000.0);
+    }
+}
+
+/// A histogram observations go into: a shared one, or a loop's local copy
+/// (`Histogram::local`), which its loop flushes once per turn — no atomic
+/// operations per record.
+pub trait Observer {
+    fn record(&self, value: f64);
+}
+
+impl Observer for Histogram {
+    fn record(&self, value: f64) {
+        self.observe(value);
+    }
+}
+
+impl Observer for prometheus::local::LocalHistogram {
+    fn record(&self, value: f64) {
+        self.observe(value);
     }
 }
 

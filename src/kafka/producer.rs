@@ -128,16 +128,20 @@ impl ClientContext for DeliveryWatch {
 impl ProducerContext for DeliveryWatch {
     type DeliveryOpaque = ();
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        if let (Ok(m), Some((topic, histogram))) = (result, &self.latency)
-            && m.topic() == topic
-            && let Some(ts) = m.timestamp().to_millis()
-        {
-            crate::metrics::observe_since(histogram, Some(ts), crate::metrics::now_ms());
-        }
         match result {
-            // Counted after the failure check below could see an earlier
-            // failure of the same partition: reports come in send order.
-            Ok(m) => self.counts.acked(m.topic(), m.partition()),
+            Ok(m) => {
+                // Read once: librdkafka looks the name up, and Rust checks its UTF-8, on each ask.
+                let topic = m.topic();
+                if let Some((timed, histogram)) = &self.latency
+                    && topic == timed
+                    && let Some(ts) = m.timestamp().to_millis()
+                {
+                    crate::metrics::observe_since(histogram, Some(ts), crate::metrics::now_ms());
+                }
+                // Counted after the failure check below could see an earlier
+                // failure of the same partition: reports come in send order.
+                self.counts.acked(topic, m.partition())
+            }
             Err((e, m)) => {
                 let mut f = self.failure.lock().expect("failure lock");
                 if f.is_none() {

@@ -61,7 +61,7 @@ use crate::engine::slice::frame_into;
 use crate::engine::{Extractor, InvalidRecord, KeySpec, Progress, Reading, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
-use prometheus::Histogram;
+use prometheus::local::LocalHistogram;
 
 const COMMIT_EVERY: Duration = Duration::from_millis(500);
 const COMMIT_CHECK_EVERY: Duration = Duration::from_millis(10);
@@ -406,8 +406,9 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     consumer.context().join.joining(&topics);
     let mut lanes: BTreeMap<PartitionId, Lane<'_>> = BTreeMap::new();
     let mut last_candidate = Instant::now();
-    let received = deps.metrics.stage("router_received");
-    let sent = deps.metrics.stage("router_sent");
+    // Local copies, flushed once per turn of the loop (see `Observer`).
+    let received = deps.metrics.stage("router_received").local();
+    let sent = deps.metrics.stage("router_sent").local();
     // Per input topic, found by a scan (a handful of topics): no label lookup per record.
     let mut input_counters: Vec<(String, prometheus::IntCounter)> = Vec::new();
     let mut last_commit_check = Instant::now();
@@ -455,17 +456,18 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
             let Some(event) = polled.take() else { break };
             match event {
                 Ok(msg) => {
-                    match input_counters.iter().find(|(t, _)| t == msg.topic()) {
+                    // Read once: librdkafka looks the name up and Rust checks its UTF-8 on each ask.
+                    let (topic, partition) = (msg.topic(), msg.partition());
+                    match input_counters.iter().find(|(t, _)| t == topic) {
                         Some((_, c)) => c.inc(),
                         None => {
-                            let c = deps.metrics.input_counter(msg.topic());
+                            let c = deps.metrics.input_counter(topic);
                             c.inc();
-                            input_counters.push((msg.topic().to_string(), c));
+                            input_counters.push((topic.to_string(), c));
                         }
                     }
                     observe_since(&received, msg.timestamp().to_millis(), wall_ms);
                     let target = read(&deps, &msg);
-                    let (topic, partition) = (msg.topic(), msg.partition());
                     // A handful of lanes: a scan finds one without allocating its key.
                     let lane = match lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
                         Some((_, lane)) => lane,
@@ -504,7 +506,10 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
                 break Err(e);
             }
         }
-        if let Err(e) = route_ready(&deps, &consumer, &shared, &mut lanes, now, wall_ms, &sent) {
+        let routed = route_ready(&deps, &consumer, &shared, &mut lanes, now, wall_ms, &sent);
+        received.flush();
+        sent.flush();
+        if let Err(e) = routed {
             break Err(e);
         }
         // Acknowledgements are looked at every few milliseconds, not per record.
@@ -549,7 +554,7 @@ fn route_ready<C: ConsumerContext>(
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
     now: Instant,
     wall_ms: i64,
-    sent: &Histogram,
+    sent: &LocalHistogram,
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
     let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
@@ -575,7 +580,7 @@ fn route_ready<C: ConsumerContext>(
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        if let Err(e) = route(deps, &msg, target, &mut frame) {
+        if let Err(e) = route(deps, &msg, &id.0, target, &mut frame) {
             break Err(e);
         }
         observe_since(sent, msg.timestamp().to_millis(), wall_ms);
@@ -700,11 +705,12 @@ fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), 
     Ok((hash.slice(deps.slices), Reading { seed: deps.seed, hash, time_ms: x.time_ms }))
 }
 
-/// Sends one input record to its slice, or to the dead-letter topic.
-/// `frame` is a buffer for the slice record's value (reused).
+/// Sends one input record of `topic` to its slice, or to the dead-letter
+/// topic. `frame` is a buffer for the slice record's value (reused).
 fn route(
     deps: &RouterDeps,
     msg: &BorrowedMessage<'_>,
+    topic: &str,
     target: Result<(u32, Reading), InvalidRecord>,
     frame: &mut Vec<u8>,
 ) -> Result<(), KafkaLayerError> {
@@ -714,12 +720,12 @@ fn route(
             // input record's own `dedupd.source` header is dropped, so that
             // a slice never takes it for a stamp.
             let reading = deps.hands_on_reading.then_some(&reading);
-            frame_into(frame, msg.topic(), msg.partition(), msg.offset(), reading, msg.payload());
+            frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload());
             produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[headers::SOURCE])
         }
         Err(why) => {
             let mut buf = [0u8; STAMP_BYTES];
-            let stamp = SourceRef::stamp(&mut buf, msg.topic(), msg.partition(), msg.offset());
+            let stamp = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset());
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
             let partition = msg.partition().rem_euclid(deps.slices as i32);
             produce_copy(

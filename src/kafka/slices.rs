@@ -787,7 +787,8 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     let mut last_idle_check = Instant::now();
     let mut last_turn = Instant::now();
     let mut snapshots_from = Instant::now();
-    let received = deps.metrics.stage("slice_received");
+    // A local copy, flushed once per turn of the loop (see `Observer`).
+    let received = deps.metrics.stage("slice_received").local();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -830,6 +831,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
                 polled = consumer.poll(Duration::ZERO);
             }
         }
+        received.flush();
         if let Some(e) = failed {
             break Err(e);
         }
@@ -1083,7 +1085,9 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     }
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    let Unframed { source, payload, reading } = parts(deps.cfg.slicing, msg);
+    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
+    let Unframed { source, payload, reading } = framed;
     // Control records (a router's progress, a delete request) are written by
     // dedupd itself into the slice log: they have no router stamp, while
     // every record the router copies has one — so an input record that
@@ -1150,7 +1154,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     if !judged.iter().any(|j| j.offset == offset) {
         owned.held.insert(offset, msg.detach());
     }
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some(msg))?;
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((msg, &framed)))?;
     apply_logged_flushes(deps, owned, judged)
 }
 
@@ -1228,7 +1232,7 @@ fn emit(
     owned: &mut Owned,
     judged: &[Judgment],
     first: ReleasePos,
-    arriving: Option<&BorrowedMessage<'_>>,
+    arriving: Option<(&BorrowedMessage<'_>, &Unframed<'_>)>,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     for (rank, j) in judged.iter().enumerate() {
@@ -1250,18 +1254,18 @@ fn emit(
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
-        let msg = match arriving.filter(|m| m.offset() as u64 == j.offset) {
-            Some(msg) => msg as &dyn MessageRef,
+        let (msg, framed) = match arriving.filter(|(m, _)| m.offset() as u64 == j.offset) {
+            Some((msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
             None => {
                 held = owned.held.remove(&j.offset).ok_or_else(|| {
                     KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
                 })?;
-                &held as &dyn MessageRef
+                (&held as &dyn MessageRef, None)
             }
         };
-        msg.emit(deps, slice, j, pos, silent)?;
+        msg.emit(deps, slice, j, pos, silent, framed)?;
         if let Some(mark) = flag {
-            msg.flag(deps, slice, j, pos, mark.estimate)?;
+            msg.flag(deps, slice, j, pos, mark.estimate, framed)?;
             deps.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if silent {
@@ -1272,11 +1276,27 @@ fn emit(
 }
 
 /// A consumed record, borrowed or owned (held for the watermark), that a
-/// judgment's outputs copy.
+/// judgment's outputs copy; `framed` is its [`parts`] when already read
+/// (the arriving record's, by [`handle`]), else they are read here.
 trait MessageRef {
-    fn emit(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, silent: bool)
-    -> Result<(), KafkaLayerError>;
-    fn flag(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, count: u64) -> Result<(), KafkaLayerError>;
+    fn emit(
+        &self,
+        deps: &Deps,
+        slice: u32,
+        j: &Judgment,
+        pos: ReleasePos,
+        silent: bool,
+        framed: Option<&Unframed<'_>>,
+    ) -> Result<(), KafkaLayerError>;
+    fn flag(
+        &self,
+        deps: &Deps,
+        slice: u32,
+        j: &Judgment,
+        pos: ReleasePos,
+        count: u64,
+        framed: Option<&Unframed<'_>>,
+    ) -> Result<(), KafkaLayerError>;
 }
 
 impl<M: Message> MessageRef for M {
@@ -1287,12 +1307,23 @@ impl<M: Message> MessageRef for M {
         j: &Judgment,
         pos: ReleasePos,
         silent: bool,
+        framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
-        emit_one(deps, slice, j, pos, self, silent)
+        let framed = framed.copied().unwrap_or_else(|| parts(deps.cfg.slicing, self));
+        emit_one(deps, slice, j, pos, self, &framed, silent)
     }
 
-    fn flag(&self, deps: &Deps, slice: u32, j: &Judgment, pos: ReleasePos, count: u64) -> Result<(), KafkaLayerError> {
-        emit_flag(deps, slice, j, pos, self, count)
+    fn flag(
+        &self,
+        deps: &Deps,
+        slice: u32,
+        j: &Judgment,
+        pos: ReleasePos,
+        count: u64,
+        framed: Option<&Unframed<'_>>,
+    ) -> Result<(), KafkaLayerError> {
+        let framed = framed.copied().unwrap_or_else(|| parts(deps.cfg.slicing, self));
+        emit_flag(deps, slice, j, pos, self, framed.payload, count)
     }
 }
 
@@ -1306,6 +1337,7 @@ fn emit_flag<M: Message>(
     j: &Judgment,
     pos: ReleasePos,
     msg: &M,
+    payload: Option<&[u8]>,
     count: u64,
 ) -> Result<(), KafkaLayerError> {
     let mut offset_buf = [0u8; 20];
@@ -1315,18 +1347,21 @@ fn emit_flag<M: Message>(
     let mut count_buf = [0u8; 20];
     let count_text = format_into(&mut count_buf, format_args!("{count}"));
     let extra = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text), (headers::COUNT, count_text)];
-    send(deps, &deps.cfg.settings.flag.topic, slice, msg, &extra)
+    send(deps, &deps.cfg.settings.flag.topic, slice, msg, payload, &extra)
 }
 
-/// Sends what one judgment produces (nothing when `silent`).
+/// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces
+/// (nothing when `silent`).
 fn emit_one<M: Message>(
     deps: &Deps,
     slice: u32,
     j: &Judgment,
     pos: ReleasePos,
     msg: &M,
+    framed: &Unframed<'_>,
     silent: bool,
 ) -> Result<(), KafkaLayerError> {
+    let payload = framed.payload;
     if let Some(late) = j.late_by_ms {
         deps.metrics.lateness.observe(late as f64 / 1000.0);
     }
@@ -1334,7 +1369,7 @@ fn emit_one<M: Message>(
     if let Some(v) = &deps.verdicts
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, parts(deps.cfg.slicing, msg).payload)?;
+        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, payload)?;
     }
     if silent {
         return Ok(());
@@ -1349,15 +1384,15 @@ fn emit_one<M: Message>(
         && !out.late_topic.is_empty()
     {
         let late_text = late.to_string();
-        send(deps, &out.late_topic, slice, msg, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
+        send(deps, &out.late_topic, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
     }
     match &j.verdict {
         // A dense leaf's output is its parent's input: named as this leaf's.
         SliceVerdict::Distinct if deps.cfg.tier == crate::config::Tier::DenseLeaf => {
             let leaf = (super::tier::LEAF, deps.cfg.settings.app.id.as_bytes());
-            send(deps, &out.topic, slice, msg, &[ids[0], ids[1], leaf])
+            send(deps, &out.topic, slice, msg, payload, &[ids[0], ids[1], leaf])
         }
-        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, &ids),
+        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, payload, &ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = match j.count {
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
@@ -1367,10 +1402,10 @@ fn emit_one<M: Message>(
             if let Some(first) = &j.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));
             }
-            send(deps, &out.duplicates_topic, slice, msg, &extra)
+            send(deps, &out.duplicates_topic, slice, msg, payload, &extra)
         }
         SliceVerdict::Resend if !out.duplicates_topic.is_empty() => {
-            send(deps, &out.duplicates_topic, slice, msg, &[ids[0], ids[1], (headers::RULE, b"resend")])
+            send(deps, &out.duplicates_topic, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => {
@@ -1384,7 +1419,7 @@ fn emit_one<M: Message>(
             // The input record's position: in repartition mode the router's
             // stamp; else this record's own (the slice log is the input).
             let mut stamp_buf = [0u8; STAMP_BYTES];
-            let source = parts(deps.cfg.slicing, msg).source.unwrap_or(SourceRef {
+            let source = framed.source.unwrap_or(SourceRef {
                 topic: msg.topic(),
                 partition: msg.partition(),
                 offset: msg.offset(),
@@ -1393,36 +1428,46 @@ fn emit_one<M: Message>(
                 headers::SOURCE,
                 SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset),
             ));
-            send(deps, &out.dead_letter_topic, slice, msg, &extra)
+            send(deps, &out.dead_letter_topic, slice, msg, payload, &extra)
         }
     }
 }
 
-/// Sends a copy of the input record `msg` holds (key, payload, timestamp,
-/// headers) to `topic` partition `slice` with `extra` headers, waiting while
-/// the queue is full.
-pub fn send<M: Message>(
+/// Sends a copy of the input record `msg` holds (key, timestamp, headers;
+/// its input payload `payload`, from [`parts`]) to `topic` partition `slice`
+/// with `extra` headers, waiting while the queue is full.
+fn send<M: Message>(
     deps: &Deps,
     topic: &str,
     slice: u32,
     msg: &M,
+    payload: Option<&[u8]>,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    produce_with(&deps.producer, topic, slice as i32, msg, parts(deps.cfg.slicing, msg).payload, extra, &[])
+    produce_with(&deps.producer, topic, slice as i32, msg, payload, extra, &[])
 }
 
 /// A slice-log record's input position, the router's reading and the
 /// input record's payload: in repartition mode from the router's frame
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
 pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
-    match (slicing, msg.payload()) {
+    let source_header = match slicing {
+        SlicingMode::InputPartitions => None,
+        SlicingMode::Repartition => {
+            msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value)
+        }
+    };
+    parts_with(slicing, msg.payload(), source_header)
+}
+
+/// [`parts`] of a record with value `payload` and `dedupd.source` header
+/// `source_header` (a caller that has the header list at hand).
+fn parts_with<'a>(slicing: SlicingMode, payload: Option<&'a [u8]>, source_header: Option<&'a [u8]>) -> Unframed<'a> {
+    match (slicing, payload) {
         (SlicingMode::InputPartitions, payload) => Unframed { source: None, payload, reading: None },
-        (SlicingMode::Repartition, payload) => {
-            let header = msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value);
-            match payload {
-                Some(value) => unframe(header, value),
-                None => Unframed { source: header.and_then(SourceRef::parse), payload: None, reading: None },
-            }
+        (SlicingMode::Repartition, Some(value)) => unframe(source_header, value),
+        (SlicingMode::Repartition, None) => {
+            Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
         }
     }
 }
