@@ -112,6 +112,15 @@ def read_all(topic, quiet=3.0):
     return out
 
 
+def pid_rss_kib(pid):
+    """Resident memory of process `pid` (VmRSS), KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def broker_pid():
     with open(os.path.join(ROOT, f"target/broker/broker-{PORT}.pid")) as f:
         return int(f.read().strip())
@@ -299,11 +308,7 @@ class Daemon:
             return False
 
     def rss_kib(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return pid_rss_kib(self.proc.pid)
 
     def warnings(self):
         with open(self.log, errors="replace") as f:
@@ -790,13 +795,21 @@ def soak(args):
     env = app_env(f"{RUN}-{name}", topic, "repartition", 8)
     env.update({"DEDUPD__FILTER__EXPECTED_KEYS": "400000", "DEDUPD__CHECKPOINT__INTERVAL": "30s",
                 "DEDUPD__CHECKPOINT__INTERVAL_RECORDS": "1000000"})
+    # Every producer of the pipeline (the driver's, dedupd's router, slices and checkpoints) sends
+    # batches of --linger-ms, compressed: the memory broker lists every stored batch of a
+    # partition on each fetch, so a long run in 5 ms batches slows its fetches to nothing
+    # (docs/broker.md), and it holds every record in memory.
+    batching = {"linger.ms": str(args.linger_ms), "compression.type": args.compression}
+    env.update({f"DEDUPD__KAFKA__{k.upper().replace('.', '_')}": v for k, v in batching.items()})
     d = Daemon(f"{name}-daemon", env)
     d.wait_ready()
     time.sleep(5)
     seconds = int(args.minutes * 60)
     with open(os.path.join(LOGS, "soak-produce.log"), "w") as plog:
         producer = subprocess.Popen([BENCH, "produce", BROKER, topic, str(args.rate * seconds), "3", str(args.rate)],
-                                    stdout=plog, stderr=subprocess.STDOUT)
+                                    stdout=plog, stderr=subprocess.STDOUT,
+                                    env=dict(os.environ, DEDUPD_BENCH_LINGER_MS=batching["linger.ms"],
+                                             DEDUPD_BENCH_COMPRESSION=batching["compression.type"]))
     counters = ["dedupd_dead_letters_total", "dedupd_checkpoint_failures_total", "dedupd_late_records_total",
                 "dedupd_records_total"]
     samples = []  # (seconds, rss MiB, {counter: value})
@@ -804,7 +817,8 @@ def soak(args):
     while producer.poll() is None and d.alive():
         samples.append((round(time.time() - t0), d.rss_kib() / 1024, {c: d.metric(c) for c in counters}))
         s = samples[-1]
-        say(f"t={s[0]}s rss_mib={s[1]:.1f} " + " ".join(f"{k[7:]}={v:.0f}" for k, v in s[2].items() if v is not None))
+        say(f"t={s[0]}s rss_mib={s[1]:.1f} broker_rss_mib={pid_rss_kib(broker_pid()) / 1024:.0f} "
+            + " ".join(f"{k[7:]}={v:.0f}" for k, v in s[2].items() if v is not None))
         time.sleep(10)
     producer.wait()
     judged = wait_judged([d], args.rate * seconds, 120, ("distinct", "duplicates", "invalid", "resends"))
@@ -855,6 +869,10 @@ def main():
                     help="broker-pause, daemon-pause and storm: slicing mode")
     ap.add_argument("--minutes", type=float, default=None, help="soak (30) or storm (3) duration")
     ap.add_argument("--rate", type=int, default=20000, help="soak input records/s")
+    ap.add_argument("--linger-ms", type=int, default=100,
+                    help="soak: linger.ms of every producer in the pipeline (large batches)")
+    ap.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"],
+                    help="soak: compression.type of every producer in the pipeline")
     args = ap.parse_args()
     if args.minutes is None:
         args.minutes = 3.0 if args.scenario == "storm" else 30.0
