@@ -106,6 +106,14 @@ impl Now {
     pub(crate) fn is_dead(&self, value: u32) -> bool {
         (value != 0) & (self.age(value) > self.retain)
     }
+
+    /// Whether a cell holding `value` is set and at most `limit` ticks old:
+    /// what an event judged `limit - W` ticks behind the clock counts as
+    /// set (see `SlidingFilter::observe_late`).
+    #[inline]
+    pub(crate) fn is_within(&self, value: u32, limit: u32) -> bool {
+        value != 0 && self.age(value) <= limit
+    }
 }
 
 /// Which cell values are alive at the current tick: entry `v` is 1 for the
@@ -505,7 +513,7 @@ impl Generation {
         with_positions!(self, hash, positions => with_cells!(&self.cells, c => {
             for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
                 *v = c.get(i);
-                all &= *v != 0 && now.age(*v) <= limit;
+                all &= now.is_within(*v, limit);
             }
         }));
         all.then(|| most_equal(&mut values[..k as usize]))
@@ -515,23 +523,11 @@ impl Generation {
     /// lateness): each cell takes that tick's time unless it holds a later
     /// one. The live count and the alive values' buckets stay exact.
     pub(crate) fn insert_late(&mut self, hash: &KeyHash, k: u32, now: &Now, delta: u32) {
-        let value = now.value_at(now.tick - u64::from(delta));
-        let alive_new = delta <= now.window;
         let Generation { cells, hist, live, .. } = self;
         with_positions!(self, hash, positions => with_cells!(cells, c => {
             for i in positions.take(k as usize) {
-                let old = c.get(i);
-                if old != 0 && now.age(old) <= delta {
-                    continue; // as late or later already
-                }
-                if old != 0 && now.is_alive(old) {
-                    hist[old as usize] -= 1;
-                    *live -= 1;
-                }
-                c.set(i, value);
-                if alive_new {
-                    hist[value as usize] += 1;
-                    *live += 1;
+                if let Some(value) = late_cell(hist, live, c.get(i), now, delta) {
+                    c.set(i, value);
                 }
             }
         }));
@@ -620,6 +616,27 @@ impl Generation {
         self.sweep_cursor = 0;
         self.sweep_debt = 0;
     }
+}
+
+/// The late insert of one cell holding `old`, `delta` ticks behind the
+/// clock (see [`Generation::insert_late`]): the value to store unless the
+/// cell holds one as late or later already, with the live count and the
+/// alive values' buckets kept exact.
+#[inline]
+fn late_cell(hist: &mut [u32], live: &mut u64, old: u32, now: &Now, delta: u32) -> Option<u32> {
+    if now.is_within(old, delta) {
+        return None; // as late or later already
+    }
+    if old != 0 && now.is_alive(old) {
+        hist[old as usize] -= 1;
+        *live -= 1;
+    }
+    let value = now.value_at(now.tick - u64::from(delta));
+    if delta <= now.window {
+        hist[value as usize] += 1;
+        *live += 1;
+    }
+    Some(value)
 }
 
 /// When a generation is full, by its live cells or its inserted keys.

@@ -258,21 +258,54 @@ impl SlidingFilter {
     /// happens (a copy in progress, see [`super::copy`]).
     #[inline]
     pub(crate) fn observe_telling<W: CellWrites>(&mut self, hash: &KeyHash, time_ms: u64, writes: &mut W) -> Verdict {
-        if self.params.lateness_ms.is_some()
-            && let Some(clock) = self.clock_ms
-            && time_ms < clock
-        {
+        if self.is_late_at_own_time(time_ms) {
             return self.observe_late(hash, time_ms, writes);
         }
         self.advance_telling(time_ms, writes);
-        let now = self.now();
-        let k = self.params.hashes;
         self.counters.events += 1;
         if let Some(equal) = self.duplicate_in(hash) {
-            self.counters.duplicates += 1;
-            self.counters.equal_timer_counts[equal as usize] += 1;
-            return Verdict::Duplicate { equal_timers: equal as u8 };
+            return self.count_duplicate(equal);
         }
+        self.insert_event(hash, None, writes)
+    }
+
+    /// Inserts a distinct event into the newest generation: at the clock,
+    /// or `late_delta` ticks behind it ([`Generation::insert_late`]).
+    #[inline]
+    pub(crate) fn insert_event<W: CellWrites>(
+        &mut self,
+        hash: &KeyHash,
+        late_delta: Option<u32>,
+        writes: &mut W,
+    ) -> Verdict {
+        let k = self.params.hashes;
+        self.insert_distinct(|newest, now, alive| {
+            if W::ACTIVE {
+                newest.for_each_position(hash, k, |i| writes.cell(newest, i));
+            }
+            newest.count_insert(hash, k, now);
+            match late_delta {
+                None => newest.insert(hash, k, now, alive),
+                Some(delta) => newest.insert_late(hash, k, now, delta),
+            }
+        })
+    }
+
+    /// Counts a duplicate whose largest equal-timer group is `equal`.
+    #[inline]
+    pub(crate) fn count_duplicate(&mut self, equal: u32) -> Verdict {
+        self.counters.duplicates += 1;
+        self.counters.equal_timer_counts[equal as usize] += 1;
+        Verdict::Duplicate { equal_timers: equal as u8 }
+    }
+
+    /// The second half of test-then-insert for a distinct event: counts it,
+    /// lets `insert` set its cells in the newest generation (at the current
+    /// clock, with its alive table), and adds a generation when that insert
+    /// fills the newest one (at the cap, counts the insert as saturated
+    /// instead). One path for the ordinary and late inserts, so both grow alike.
+    #[inline]
+    pub(crate) fn insert_distinct(&mut self, insert: impl FnOnce(&mut Generation, &Now, &AliveTable)) -> Verdict {
         self.counters.distinct += 1;
         let at_cap = self.generations.len() >= self.params.max_generations as usize;
         let growth = self.params.growth;
@@ -280,16 +313,27 @@ impl SlidingFilter {
         if at_cap && growth != Growth::None && newest.is_full(growth) {
             self.counters.saturated_inserts += 1;
         }
-        if W::ACTIVE {
-            newest.for_each_position(hash, k, |i| writes.cell(newest, i));
-        }
-        newest.count_insert(hash, k, &now);
-        newest.insert(hash, k, &now, &self.alive);
+        insert(newest, &self.now, &self.alive);
         if !at_cap && newest.is_full(growth) {
             let level = self.level_for(self.live_keys() * HEADROOM);
             self.push_generation(level);
         }
         Verdict::Distinct
+    }
+
+    /// Whether an event at `time_ms` is judged at its own time, behind the
+    /// clock (lateness on, and the clock past it): [`Self::observe_late`].
+    #[inline]
+    pub(crate) fn is_late_at_own_time(&self, time_ms: u64) -> bool {
+        self.params.lateness_ms.is_some() && self.clock_ms.is_some_and(|clock| time_ms < clock)
+    }
+
+    /// How many ticks an event at `time_ms` behind the clock is judged
+    /// behind it: its lag, at most the lateness.
+    #[inline]
+    pub(crate) fn late_delta(&self, time_ms: u64) -> u32 {
+        let p = &self.params;
+        (self.now.tick - time_ms / p.tick_ms).min(u64::from(p.lateness_ticks)) as u32
     }
 
     /// Test-then-insert for an event behind the clock, with lateness on
@@ -304,9 +348,8 @@ impl SlidingFilter {
     #[cold]
     fn observe_late<W: CellWrites>(&mut self, hash: &KeyHash, time_ms: u64, writes: &mut W) -> Verdict {
         let now = self.now();
-        let p = &self.params;
-        let (k, equal_min) = (p.hashes, p.equal_timers_min());
-        let delta = (now.tick - time_ms / p.tick_ms).min(u64::from(p.lateness_ticks)) as u32;
+        let (k, equal_min) = (self.params.hashes, self.params.equal_timers_min());
+        let delta = self.late_delta(time_ms);
         self.counters.events += 1;
         self.counters.late_events += 1;
         let limit = now.window + delta;
@@ -314,28 +357,10 @@ impl SlidingFilter {
             if let Some(equal) = g.late_match(hash, k, &now, limit)
                 && equal >= equal_min
             {
-                self.counters.duplicates += 1;
-                self.counters.equal_timer_counts[equal as usize] += 1;
-                return Verdict::Duplicate { equal_timers: equal as u8 };
+                return self.count_duplicate(equal);
             }
         }
-        self.counters.distinct += 1;
-        let at_cap = self.generations.len() >= self.params.max_generations as usize;
-        let growth = self.params.growth;
-        let newest = self.generations.last_mut().expect("never empty");
-        if at_cap && growth != Growth::None && newest.is_full(growth) {
-            self.counters.saturated_inserts += 1;
-        }
-        if W::ACTIVE {
-            newest.for_each_position(hash, k, |i| writes.cell(newest, i));
-        }
-        newest.count_insert(hash, k, &now);
-        newest.insert_late(hash, k, &now, delta);
-        if !at_cap && newest.is_full(growth) {
-            let level = self.level_for(self.live_keys() * HEADROOM);
-            self.push_generation(level);
-        }
-        Verdict::Distinct
+        self.insert_event(hash, Some(delta), writes)
     }
 
     /// Forgets a key (deletable filters): when exactly one generation holds
