@@ -212,6 +212,20 @@ impl<T: Plain + std::fmt::Debug> std::fmt::Debug for Lines<T> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct NibbleCells(Lines<u8>);
 
+/// Cell `i` of 4-bit cells packed two per byte, low nibble first.
+#[inline(always)]
+fn nibble_get(bytes: &[u8], i: usize) -> u32 {
+    u32::from((bytes[i >> 1] >> ((i & 1) << 2)) & 0x0F)
+}
+
+/// Sets cell `i` of 4-bit cells packed two per byte.
+#[inline(always)]
+fn nibble_set(bytes: &mut [u8], i: usize, v: u32) {
+    let shift = (i & 1) << 2;
+    let byte = &mut bytes[i >> 1];
+    *byte = (*byte & !(0x0F << shift)) | ((v as u8 & 0x0F) << shift);
+}
+
 impl TimerCells for NibbleCells {
     #[inline]
     fn cell_addr(&self, i: usize) -> *const u8 {
@@ -219,13 +233,11 @@ impl TimerCells for NibbleCells {
     }
     #[inline]
     fn get(&self, i: usize) -> u32 {
-        u32::from((self.0[i >> 1] >> ((i & 1) << 2)) & 0x0F)
+        nibble_get(&self.0, i)
     }
     #[inline]
     fn set(&mut self, i: usize, v: u32) {
-        let shift = (i & 1) << 2;
-        let byte = &mut self.0[i >> 1];
-        *byte = (*byte & !(0x0F << shift)) | ((v as u8 & 0x0F) << shift);
+        nibble_set(&mut self.0, i, v)
     }
     /// Whole bytes at a time (the low and the high nibbles in byte lanes);
     /// a cell sharing its byte with one outside the range, one at a time.
@@ -509,6 +521,129 @@ impl CellArray {
     }
 }
 
+/// Cells are split between owners ([`CellArray::split_mut`]) only at
+/// multiples of this many: 64 cells of any width are whole bytes and whole
+/// 64-bit words (4-bit cells share bytes, odd widths share words), so two
+/// parts never share a byte or a word of storage.
+pub(crate) const PART_ALIGN: usize = 64;
+
+/// Cells `start..end` of an array on their own, borrowed mutably: the part
+/// one owner reads and writes while other threads hold the other parts
+/// (see [`super::vertical`]). Cells are addressed by their index in the
+/// whole array.
+pub(crate) struct CellsPart<'a> {
+    start: usize,
+    end: usize,
+    cells: PartCells<'a>,
+}
+
+/// The storage of a [`CellsPart`], from its first cell.
+enum PartCells<'a> {
+    Nibble(&'a mut [u8]),
+    Byte(&'a mut [u8]),
+    Half(&'a mut [u16]),
+    Word(&'a mut [u32]),
+    /// The 64-bit words of bit-packed cells, and the width.
+    Packed(&'a mut [u64], usize),
+}
+
+impl CellsPart<'_> {
+    /// Whether cell `i` (of the whole array) is in this part.
+    #[inline(always)]
+    pub(crate) fn holds(&self, i: usize) -> bool {
+        (self.start..self.end).contains(&i)
+    }
+
+    /// Cell `i` (of the whole array; in this part).
+    #[inline]
+    pub(crate) fn get(&self, i: usize) -> u32 {
+        debug_assert!(self.holds(i));
+        let j = i - self.start;
+        match &self.cells {
+            PartCells::Nibble(b) => nibble_get(b, j),
+            PartCells::Byte(c) => u32::from(c[j]),
+            PartCells::Half(c) => u32::from(c[j]),
+            PartCells::Word(c) => c[j],
+            PartCells::Packed(words, w) => BitSlice::<u64, Lsb0>::from_slice(words)[j * w..(j + 1) * w].load_le(),
+        }
+    }
+
+    /// Sets cell `i` (of the whole array; in this part).
+    #[inline]
+    pub(crate) fn set(&mut self, i: usize, v: u32) {
+        debug_assert!(self.holds(i));
+        let j = i - self.start;
+        match &mut self.cells {
+            PartCells::Nibble(b) => nibble_set(b, j, v),
+            PartCells::Byte(c) => c[j] = v as u8,
+            PartCells::Half(c) => c[j] = v as u16,
+            PartCells::Word(c) => c[j] = v,
+            PartCells::Packed(words, w) => {
+                BitSlice::<u64, Lsb0>::from_slice_mut(words)[j * *w..(j + 1) * *w].store_le::<u32>(v)
+            }
+        }
+    }
+
+    /// The address of the byte holding cell `i` (in this part), to prefetch.
+    #[inline]
+    pub(crate) fn cell_addr(&self, i: usize) -> *const u8 {
+        let j = i - self.start;
+        match &self.cells {
+            PartCells::Nibble(b) => b.as_ptr().wrapping_add(j >> 1),
+            PartCells::Byte(c) => c.as_ptr().wrapping_add(j),
+            PartCells::Half(c) => c.as_ptr().wrapping_add(j).cast(),
+            PartCells::Word(c) => c.as_ptr().wrapping_add(j).cast(),
+            PartCells::Packed(words, w) => words.as_ptr().cast::<u8>().wrapping_add(j * w / 8),
+        }
+    }
+}
+
+impl CellArray {
+    /// Splits the array of `m` cells into parts ending at `ends` (ascending,
+    /// the last `m`, every other a multiple of [`PART_ALIGN`]); part n holds
+    /// cells `ends[n-1]..ends[n]` (from 0 for the first).
+    pub(crate) fn split_mut(&mut self, m: usize, ends: &[usize]) -> Vec<CellsPart<'_>> {
+        debug_assert_eq!(ends.last(), Some(&m));
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
+        debug_assert!(ends[..ends.len() - 1].iter().all(|e| e % PART_ALIGN == 0));
+        match self {
+            CellArray::Nibble(c) => split_storage(&mut c.0, ends, |i| i / 2, PartCells::Nibble),
+            CellArray::Byte(c) => split_storage(c, ends, |i| i, PartCells::Byte),
+            CellArray::Half(c) => split_storage(c, ends, |i| i, PartCells::Half),
+            CellArray::Word(c) => split_storage(c, ends, |i| i, PartCells::Word),
+            CellArray::Packed(c) => {
+                let w = c.width;
+                split_storage(c.bits.as_raw_mut_slice(), ends, |i| i * w / 64, |words| PartCells::Packed(words, w))
+            }
+        }
+    }
+}
+
+/// [`CellArray::split_mut`] over one kind of storage: `at(i)` is the
+/// element where cell `i` (a multiple of [`PART_ALIGN`]) starts; the last
+/// part takes the rest of the storage.
+fn split_storage<'a, T>(
+    storage: &'a mut [T],
+    ends: &[usize],
+    at: impl Fn(usize) -> usize,
+    wrap: impl Fn(&'a mut [T]) -> PartCells<'a>,
+) -> Vec<CellsPart<'a>> {
+    let (mut rest, mut taken, mut start) = (storage, 0, 0);
+    let mut parts = Vec::with_capacity(ends.len());
+    for (n, &end) in ends.iter().enumerate() {
+        let here = if n + 1 == ends.len() {
+            std::mem::take(&mut rest)
+        } else {
+            let (here, tail) = std::mem::take(&mut rest).split_at_mut(at(end) - taken);
+            (rest, taken) = (tail, at(end));
+            here
+        };
+        parts.push(CellsPart { start, end, cells: wrap(here) });
+        start = end;
+    }
+    parts
+}
+
 /// Asks the kernel to back `memory` with transparent huge pages (2 MiB on
 /// x86-64) where it spans whole ones, if it is at least 2 MiB. The probes of a
 /// large filter land on random pages: with 4 KiB pages nearly every probe
@@ -636,6 +771,31 @@ mod tests {
                     });
                 }
             }
+        }
+    }
+
+    /// Parts of a split array read and write exactly the array's cells,
+    /// for every storage (nibbles, plain, bit-packed), with parts of every
+    /// size down to empty, and the last part's end not a multiple of 64.
+    #[test]
+    fn split_parts_are_the_array() {
+        for width in [4u8, 5, 8, 12, 16, 31, 32] {
+            let m = 64 * 9 + 37;
+            let ends = [64, 64, 256, 512, m];
+            let (mut whole, mut split) = (CellArray::new(width, m), CellArray::new(width, m));
+            let max = if width == 32 { u32::MAX } else { (1u32 << width) - 1 };
+            let mut parts = split.split_mut(m, &ends);
+            assert_eq!(parts.len(), ends.len());
+            for i in 0..m {
+                let v = (i as u32).wrapping_mul(2_654_435_761) & max;
+                with_cells!(&mut whole, c => c.set(i, v));
+                let owner = parts.iter_mut().find(|p| p.holds(i)).expect("every cell has a part");
+                owner.set(i, v);
+                assert_eq!(owner.get(i), v);
+                assert_eq!(parts.iter().filter(|p| p.holds(i)).count(), 1);
+            }
+            drop(parts);
+            assert_eq!(whole, split, "{width}-bit");
         }
     }
 

@@ -475,6 +475,12 @@ impl Generation {
         with_positions!(self, hash, positions => with_cells!(&self.cells, c => prefetch_cells(c, positions, k)))
     }
 
+    /// The value of cell `i` (< m).
+    #[inline]
+    pub(crate) fn cell(&self, i: usize) -> u32 {
+        with_cells!(&self.cells, c => c.get(i))
+    }
+
     /// Calls `each` with the positions of the key's k cells.
     pub(crate) fn for_each_position(&self, hash: &KeyHash, k: u32, mut each: impl FnMut(usize)) {
         with_positions!(self, hash, positions => positions.take(k as usize).for_each(&mut each))
@@ -531,6 +537,35 @@ impl Generation {
                 }
             }
         }));
+        self.inserted += 1;
+    }
+
+    /// The bookkeeping of [`Self::insert`] for one of the key's cells,
+    /// holding `old`, without writing the cell (its owner writes now's
+    /// value into it later, see [`super::vertical`]). Per cell what
+    /// `set_cells` does for k cells at once: the histogram and the live
+    /// count end up the same (wrapping arithmetic, as there).
+    #[inline]
+    pub(crate) fn account_set(&mut self, old: u32, now: &Now) {
+        let bucket = &mut self.hist[old as usize];
+        *bucket = bucket.wrapping_sub(1);
+        let bucket = &mut self.hist[now.value as usize];
+        *bucket = bucket.wrapping_add(1);
+        self.live = self.live + 1 - u64::from(now.is_alive(old));
+    }
+
+    /// The bookkeeping of [`Self::insert_late`] for one cell holding `old`,
+    /// without writing it: the value its owner is to write, if the cell
+    /// changes.
+    #[inline]
+    pub(crate) fn account_late_set(&mut self, old: u32, now: &Now, delta: u32) -> Option<u32> {
+        late_cell(&mut self.hist, &mut self.live, old, now, delta)
+    }
+
+    /// Counts one key inserted by [`Self::account_set`] or
+    /// [`Self::account_late_set`] (cardinality growth).
+    #[inline]
+    pub(crate) fn account_inserted(&mut self) {
         self.inserted += 1;
     }
 
@@ -871,7 +906,7 @@ fn probe_cells<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>,
 }
 
 /// The size of the largest group of equal values.
-fn most_equal(values: &mut [u32]) -> u32 {
+pub(crate) fn most_equal(values: &mut [u32]) -> u32 {
     values.sort_unstable();
     let (mut best, mut run) = (1, 1);
     for w in values.windows(2) {

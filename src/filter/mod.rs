@@ -4,7 +4,10 @@
 //! - [`cells`]: timer cell arrays, 4 to 32 bits per cell.
 //! - [`generation`]: one sliding timer Bloom filter with an exact live count.
 //! - [`sliding`]: a slice's list of generations, growth and verdicts.
-//! - [`sliced`]: S independent slices chosen by `H_S(key)`.
+//! - [`sliced`]: S independent slices chosen by `H_S(key)` (horizontal slicing).
+//! - [`vertical`]: one slice's filter split into S vertical slices of its
+//!   cells, owned by T threads: parallel and pipelined testing with the
+//!   sequential verdicts.
 //! - [`params`] and [`sizing`]: settings, validation and the papers' formulas.
 //! - [`snapshot`]: the versioned, checksummed binary state of one slice.
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
@@ -32,6 +35,7 @@ pub mod sliding;
 pub mod snapshot;
 pub mod spectral;
 pub mod stable;
+pub mod vertical;
 
 pub use copy::FilterCopy;
 pub use count::{CountFilter, CountKind, CountSpec, CountStats};
@@ -42,3 +46,4 @@ pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};
 pub use sliced::SlicedFilter;
 pub use sliding::{Event, FilterCounters, Lookup, SlidingFilter, Verdict};
 pub use snapshot::SnapshotError;
+pub use vertical::{PipelineStats, VerticalFilter};

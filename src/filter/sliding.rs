@@ -303,7 +303,8 @@ impl SlidingFilter {
     /// lets `insert` set its cells in the newest generation (at the current
     /// clock, with its alive table), and adds a generation when that insert
     /// fills the newest one (at the cap, counts the insert as saturated
-    /// instead). One path for the ordinary and late inserts, so both grow alike.
+    /// instead). One path for the ordinary, late, pipelined and vertically
+    /// sliced inserts ([`super::vertical`]), so all grow alike.
     #[inline]
     pub(crate) fn insert_distinct(&mut self, insert: impl FnOnce(&mut Generation, &Now, &AliveTable)) -> Verdict {
         self.counters.distinct += 1;
@@ -476,8 +477,14 @@ impl SlidingFilter {
         self.retire(writes);
     }
 
-    fn now(&self) -> Now {
+    pub(crate) fn now(&self) -> Now {
         self.now
+    }
+
+    /// The first ms of the next tick: an event at or after it moves the
+    /// clock into a later tick (steps and sweeps the generations).
+    pub(crate) fn next_tick_ms(&self) -> u64 {
+        self.next_tick_ms
     }
 
     /// The equal-timer count of the key in the newest generation that calls
