@@ -4,11 +4,13 @@
 //!
 //! The filter is sized for 10 M keys at 1% FPR (k = 7, 8-bit cells: 96 MiB,
 //! far beyond any cache), standard layout, no growth, a window of 10 M ms at
-//! one event per ms. It is warmed up with 4 M events of the measured key
-//! distribution, then every iteration judges a batch of 4096 events (hashed
-//! beforehand; the clock moves 1 ms per event). Key distributions:
-//! - `uniform`: ids uniform over 20 M (mostly new keys: ~90% distinct);
-//! - `zipf1.2`: Zipf(α = 1.2) ranks over 10 M ids (a few hot keys: ~95% duplicates,
+//! one event per ms. It is warmed up with 12 M events (more than a window) of the measured key
+//! distribution, then every iteration hashes and judges a batch of 4096 events
+//! (the clock moves 1 ms per event). Key distributions:
+//! - `uniform`: ids uniform over 40 M (about 4 in 5 events distinct: the window holds
+//!   ~9 M keys, near the design load);
+//! - `zipf1.2`: Zipf(α = 1.2) ranks over 10 M ids, 4 Mi of them drawn beforehand and
+//!   replayed over a new id space on every pass (a few hot keys: mostly duplicates,
 //!   with many repeats inside one batch).
 //!
 //! Per distribution: `sequential` (`SlidingFilter::observe_batch`, which
@@ -17,8 +19,9 @@
 //! threads, rounds of 2048 events) and `pipelined` (one event at a time,
 //! owners visited in turn; one thread).
 //!
-//! `cargo bench --bench vertical` (about 3 minutes); `DEDUPD_BENCH_QUICK=1`
-//! for short samples. The machines these run on are shared: compare the
+//! `cargo bench --bench vertical` (under 2 minutes); `DEDUPD_BENCH_QUICK=1`
+//! for short samples; `DEDUPD_BENCH_ROUND=N` sets the vertical filter's
+//! events per round (default 2048). The machines these run on are shared: compare the
 //! figures of one run as ratios.
 
 use std::hint::black_box;
@@ -30,9 +33,11 @@ use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict,
 
 const BATCH: usize = 4096;
 const KEYS: u64 = 10_000_000;
-/// Hashed events drawn per distribution, replayed with new times.
-const POOL: usize = 1 << 20;
-const WARM_UP_EVENTS: usize = 4_000_000;
+/// Zipf ranks drawn beforehand (drawing one costs a binary search over
+/// 80 MB), replayed over a new id space on every pass.
+const ZIPF_DRAWS: usize = 4 << 20;
+/// More than one window: the filter is at its steady state when timing starts.
+const WARM_UP_EVENTS: usize = 12_000_000;
 const SLICES: u32 = 8;
 
 fn env_flag(name: &str) -> bool {
@@ -52,20 +57,36 @@ fn filter() -> SlidingFilter {
     SlidingFilter::new(spec.resolve().expect("valid spec"))
 }
 
-/// `POOL` key hashes of a distribution.
-fn hashes(zipf: bool) -> Vec<KeyHash> {
-    let seed = filter().params().seed;
-    let mut rng = Rng::new(if zipf { 12 } else { 11 });
-    let dist = zipf.then(|| Zipf::new(KEYS as usize, 1.2));
-    (0..POOL)
-        .map(|_| {
-            let id = match &dist {
-                Some(z) => z.sample(&mut rng),
-                None => rng.below(2 * KEYS),
-            };
-            KeyHash::of(seed, &id.to_le_bytes())
-        })
-        .collect()
+/// Where a stream's ids come from.
+enum Ids {
+    /// Uniform over `4·KEYS` ids, drawn as the stream goes.
+    Uniform(Rng),
+    /// Zipf ranks drawn beforehand; pass p adds `p << 32` to them.
+    Zipf { ranks: Vec<u32>, next: usize, pass: u64 },
+}
+
+impl Ids {
+    fn new(zipf: bool) -> Self {
+        if !zipf {
+            return Ids::Uniform(Rng::new(11));
+        }
+        let (mut rng, dist) = (Rng::new(12), Zipf::new(KEYS as usize, 1.2));
+        Ids::Zipf { ranks: (0..ZIPF_DRAWS).map(|_| dist.sample(&mut rng) as u32).collect(), next: 0, pass: 0 }
+    }
+
+    fn next(&mut self) -> u64 {
+        match self {
+            Ids::Uniform(rng) => rng.below(4 * KEYS),
+            Ids::Zipf { ranks, next, pass } => {
+                let id = u64::from(ranks[*next]) + (*pass << 32);
+                *next += 1;
+                if *next == ranks.len() {
+                    (*next, *pass) = (0, *pass + 1);
+                }
+                id
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -101,21 +122,22 @@ impl Judge {
     }
 }
 
-struct Stream<'a> {
-    hashes: &'a [KeyHash],
-    next: usize,
+struct Stream {
+    ids: Ids,
+    seed: u64,
     clock: u64,
     events: Vec<Event>,
 }
 
-impl Stream<'_> {
-    /// The next `n` events, 1 ms apart.
+impl Stream {
+    /// The next `n` events, 1 ms apart, hashed (as the daemon hashes each
+    /// record's key before judging it).
     fn batch(&mut self, n: usize) -> &[Event] {
         self.events.clear();
         for _ in 0..n {
             self.clock += 1;
-            self.events.push(Event { hash: self.hashes[self.next], time_ms: self.clock });
-            self.next = (self.next + 1) % self.hashes.len();
+            let hash = KeyHash::of(self.seed, &self.ids.next().to_le_bytes());
+            self.events.push(Event { hash, time_ms: self.clock });
         }
         &self.events
     }
@@ -123,7 +145,6 @@ impl Stream<'_> {
 
 fn vertical_throughput(c: &mut Criterion) {
     for (name, zipf) in [("uniform", false), ("zipf1.2", true)] {
-        let hashes = hashes(zipf);
         let mut group = c.benchmark_group(format!("vertical/{name}"));
         group.throughput(Throughput::Elements(BATCH as u64));
         let variants = [
@@ -133,10 +154,11 @@ fn vertical_throughput(c: &mut Criterion) {
             ("pipelined", Kind::Pipelined),
         ];
         for (variant, kind) in variants {
-            let mut state: Option<(Judge, Stream<'_>, Vec<Verdict>)> = None;
+            let mut state: Option<(Judge, Stream, Vec<Verdict>)> = None;
             group.bench_function(variant, |b| {
                 let (judge, stream, out) = state.get_or_insert_with(|| {
-                    let mut stream = Stream { hashes: &hashes, next: 0, clock: 1_000_000, events: Vec::new() };
+                    let seed = filter().params().seed;
+                    let mut stream = Stream { ids: Ids::new(zipf), seed, clock: 1_000_000, events: Vec::new() };
                     // The warm-up runs sequentially (the same state either way).
                     let mut warm = filter();
                     let mut out = Vec::with_capacity(BATCH);
@@ -146,7 +168,15 @@ fn vertical_throughput(c: &mut Criterion) {
                     }
                     let judge = match kind {
                         Kind::Sequential => Judge::Sequential(warm),
-                        Kind::Vertical(threads) => Judge::Vertical(VerticalFilter::new(warm, SLICES, threads)),
+                        Kind::Vertical(threads) => {
+                            let v = VerticalFilter::new(warm, SLICES, threads);
+                            Judge::Vertical(
+                                match std::env::var("DEDUPD_BENCH_ROUND").ok().and_then(|r| r.parse().ok()) {
+                                    Some(round) => v.with_round_events(round),
+                                    None => v,
+                                },
+                            )
+                        }
                         Kind::Pipelined => Judge::Pipelined(VerticalFilter::new(warm, SLICES, 1)),
                     };
                     (judge, stream, out)
