@@ -165,6 +165,15 @@ pub struct PipelineStats {
 }
 
 impl PipelineStats {
+    /// Adds `other`'s counts (of another batch).
+    pub fn add(&mut self, other: &PipelineStats) {
+        self.lookups += other.lookups;
+        self.messages += other.messages;
+        self.distinct_lookups += other.distinct_lookups;
+        self.distinct_messages += other.distinct_messages;
+        self.max_messages = self.max_messages.max(other.max_messages);
+    }
+
     /// Messages per lookup (0 with no lookup).
     pub fn per_lookup(&self) -> f64 {
         if self.lookups == 0 { 0.0 } else { self.messages as f64 / self.lookups as f64 }

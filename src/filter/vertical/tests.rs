@@ -74,12 +74,7 @@ fn same_as_sequential(
         let batch = &events[i..(i + len).min(events.len())];
         want.extend(batch.iter().map(|e| seq.observe(&e.hash, e.time_ms)));
         if pipelined {
-            let s = vert.observe_pipelined(batch, &mut got);
-            stats.lookups += s.lookups;
-            stats.messages += s.messages;
-            stats.distinct_lookups += s.distinct_lookups;
-            stats.distinct_messages += s.distinct_messages;
-            stats.max_messages = stats.max_messages.max(s.max_messages);
+            stats.add(&vert.observe_pipelined(batch, &mut got));
         } else {
             vert.observe_batch(batch, &mut got);
         }
@@ -275,10 +270,7 @@ fn pipelined_messages_fall_with_the_share_of_new_keys() {
             };
             let s = vert.observe_pipelined(&[Event { hash: key(id), time_ms: 1_000 + t }], &mut out);
             assert!(s.max_messages <= k.min(slices), "{s:?}");
-            stats.lookups += s.lookups;
-            stats.messages += s.messages;
-            stats.distinct_lookups += s.distinct_lookups;
-            stats.distinct_messages += s.distinct_messages;
+            stats.add(&s);
         }
         stats
     };
