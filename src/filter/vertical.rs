@@ -19,8 +19,9 @@
 //! any width are whole bytes and whole words, so no two owners ever share a
 //! byte or a word. (With m/S below 64 some slices own nothing.) Thread t of
 //! T owns the slices `[t·S/T, (t+1)·S/T)` — a contiguous range of cells —
-//! and is the only thread that touches them while a batch is judged: no
-//! locks on cells. T is at most S.
+//! and is the only thread that touches them in the parallel phases (the
+//! caller is thread 0; the sequential steps at tick boundaries, below, run
+//! between the phases): no locks on cells. T is at most S.
 //!
 //! In the **blocked layout** the k cells of a key lie in one block of
 //! [`BLOCK_CELLS`] = 256 cells, and the slice boundaries are rounded to
