@@ -10,6 +10,8 @@
 //! - [`limits`]: the counting stage run by a slice (`[limit]`, `[flag]`).
 //! - [`provenance`]: which source delivered each key (`[provenance]`).
 //! - [`tier`]: a sparse Bloom tree's verdict records and leaf cache (docs/tiers.md).
+//! - [`read_order`]: shared mode's read-order records — which input records
+//!   one slice judged in which order (docs/shared-mode.md).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 
@@ -20,6 +22,7 @@ pub mod merge;
 pub mod order;
 pub mod pointer;
 pub mod provenance;
+pub mod read_order;
 pub mod record;
 pub mod slice;
 pub mod tier;

@@ -502,6 +502,9 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         }
         if now.duration_since(last_progress) >= PROGRESS_EVERY {
             last_progress = now;
+            // What the router holds, for the memory it takes (the soak reads them).
+            deps.metrics.router_buffered.set(lanes.values().map(|l| l.records.len() as i64).sum());
+            deps.metrics.router_producer_queue.set(i64::from(deps.producer.in_flight_count()));
             if let Err(e) = announce(&deps, &lanes, &all_partitions, now, &mut announced) {
                 break Err(e);
             }

@@ -263,6 +263,9 @@ impl ClientContext for WorkerContext {
                     let at = Instant::now().checked_sub(Duration::from_micros(idle as u64));
                     self.deps.status.heard_from_broker(at.unwrap_or_else(Instant::now));
                 }
+                let fetched: i64 =
+                    stats.topics.values().flat_map(|t| t.partitions.values()).map(|p| p.fetchq_size).sum();
+                self.deps.metrics.consumer_queue_bytes.set(fetched);
                 let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
                 let mut highs = self.high_offsets.lock().expect("offsets lock");
                 for (p, part) in &topic.partitions {
@@ -278,10 +281,10 @@ impl ClientContext for WorkerContext {
     }
 }
 
-/// The part of librdkafka's statistics JSON the lag gauge and the broker
-/// silence read:
+/// The part of librdkafka's statistics JSON the lag gauge, the prefetch
+/// gauge and the broker silence read:
 /// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
-/// is skipped by its id).
+/// is skipped by its id) and `.fetchq_size`.
 #[derive(serde::Deserialize)]
 struct HighOffsets {
     #[serde(default)]
@@ -308,6 +311,9 @@ struct TopicOffsets {
 struct PartitionOffsets {
     #[serde(default = "no_offset")]
     hi_offset: i64,
+    /// Bytes fetched ahead and not yet consumed (for `dedupd_consumer_queue_bytes`).
+    #[serde(default)]
+    fetchq_size: i64,
 }
 
 fn no_offset() -> i64 {
