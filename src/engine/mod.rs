@@ -29,7 +29,7 @@ pub mod tier;
 
 pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};
-pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting};
+pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
     InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,

@@ -55,7 +55,7 @@ use crate::config::{Resolved, SlicingMode};
 use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
-    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into, shrink_target,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -913,6 +913,10 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
 /// Publishes counters, gauges and status of the owned slices.
 fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
     let m = &deps.metrics;
+    // Room a backlog left in the buffers is given back here, off the per-record path.
+    if let Some(to) = shrink_target(inner.judged.len(), inner.judged.capacity()) {
+        inner.judged.shrink_to(to);
+    }
     m.producer_queue.set(i64::from(deps.producer.in_flight_count()));
     let mut status = deps.status.slices.lock().expect("status lock");
     for (slice, owned) in inner.slices.iter_mut() {
@@ -950,6 +954,10 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             owned.published_overflows = overflows;
         }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
+        if let Some(to) = shrink_target(owned.held.len(), owned.held.capacity()) {
+            owned.held.shrink_to(to);
+        }
+        owned.state.order.shrink_spare();
         owned.published = c.clone();
         let f = &owned.state.filter;
         let fc = f.counters();
