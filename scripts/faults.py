@@ -37,9 +37,11 @@ line; the figures go into docs/reliability.md):
   soak          (not CI) --minutes at --rate records/s (examples/daemon_bench produce, repartition
                 mode, 8 slices, filter.expected_keys = max(400 000, 30 x rate)): RSS of dedupd
                 and of the broker every 10 s, dead-letter / checkpoint-failure / late-record
-                counters; reports RSS first/last/max, slope and counter growth. Every producer
-                sends large compressed batches (--linger-ms 100, --compression lz4): the memory
-                broker lists every batch of a partition per fetch (docs/broker.md).
+                counters and what dedupd holds (its buffers' gauges, its heap); reports RSS
+                first/last/max, slope, counter growth and a table per five minutes. Every
+                producer sends large compressed batches (--linger-ms 250, --compression lz4):
+                the memory broker lists every batch of a partition per fetch (docs/broker.md);
+                with 100 ms its fetches slowed from minute ~17 (docs/reliability.md, run C).
 
 Environment: DEDUPD_BROKER_PORT (9092), DEDUPD_BIN (target/release/dedupd), DAEMON_BENCH
 (target/release/examples/daemon_bench). Logs: target/faults/<run>/.
@@ -911,7 +913,7 @@ def main():
                     help="broker-pause, daemon-pause and storm: slicing mode")
     ap.add_argument("--minutes", type=float, default=None, help="soak (30) or storm (3) duration")
     ap.add_argument("--rate", type=int, default=20000, help="soak input records/s")
-    ap.add_argument("--linger-ms", type=int, default=100,
+    ap.add_argument("--linger-ms", type=int, default=250,
                     help="soak: linger.ms of every producer in the pipeline (large batches)")
     ap.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                     help="soak: compression.type of every producer in the pipeline")
