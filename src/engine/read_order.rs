@@ -22,9 +22,8 @@
 
 use std::collections::BTreeMap;
 
-use twox_hash::XxHash3_64;
-
-use crate::filter::snapshot::{Reader, put_u32, put_u64, seal};
+use crate::filter::SnapshotError;
+use crate::filter::snapshot::{begin, open_any, put_u32, put_u64, seal};
 
 /// The first bytes of a read-order record.
 pub const MAGIC: [u8; 8] = *b"dedupdRO";
@@ -78,6 +77,20 @@ pub enum ReadOrderError {
          (records of it were lost or written by two owners)"
     )]
     Gap { expected: u64, got: u64 },
+}
+
+/// The envelope's refusals, in this record's words; a field that runs
+/// past the end is malformed.
+impl From<SnapshotError> for ReadOrderError {
+    fn from(e: SnapshotError) -> Self {
+        match e {
+            SnapshotError::BadMagic { expected, got } => ReadOrderError::BadMagic { expected, got },
+            SnapshotError::UnsupportedVersion { expected, got } => ReadOrderError::UnsupportedVersion { expected, got },
+            SnapshotError::Truncated { expected, got } => ReadOrderError::Truncated { expected, got },
+            SnapshotError::ChecksumMismatch { expected, got } => ReadOrderError::ChecksumMismatch { expected, got },
+            other => ReadOrderError::Malformed(other.to_string()),
+        }
+    }
 }
 
 impl ReadOrder {
@@ -141,9 +154,7 @@ impl ReadOrder {
     /// offset, count), checksum.
     pub fn encode(&self) -> Vec<u8> {
         let mut topics: Vec<&str> = Vec::new();
-        let mut w = Vec::with_capacity(32 + self.runs.len() * 18);
-        w.extend_from_slice(&MAGIC);
-        w.extend_from_slice(&VERSION.to_le_bytes());
+        let mut w = begin(MAGIC, VERSION, 16 + self.runs.len() * 18);
         put_u64(&mut w, self.first_position);
         let indices: Vec<u16> = self
             .runs
@@ -174,50 +185,33 @@ impl ReadOrder {
 
     /// Reads a record written by [`Self::encode`], refusing anything else.
     pub fn decode(bytes: &[u8]) -> Result<Self, ReadOrderError> {
-        const HEADER: usize = 8 + 2;
-        if bytes.len() < HEADER + 8 {
-            return Err(ReadOrderError::Truncated { expected: HEADER + 8, got: bytes.len() });
-        }
-        if bytes[..8] != MAGIC {
-            return Err(ReadOrderError::BadMagic { expected: MAGIC.to_vec(), got: bytes[..8].to_vec() });
-        }
-        let version = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if version != VERSION {
-            return Err(ReadOrderError::UnsupportedVersion { expected: VERSION, got: version });
-        }
-        let (body, trailer) = bytes.split_at(bytes.len() - 8);
-        let stored = u64::from_le_bytes(trailer.try_into().expect("8 bytes"));
-        let computed = XxHash3_64::oneshot(body);
-        if stored != computed {
-            return Err(ReadOrderError::ChecksumMismatch { expected: stored, got: computed });
-        }
-        let malformed = |e: crate::filter::SnapshotError| ReadOrderError::Malformed(e.to_string());
-        let mut r = Reader::over(&body[HEADER..]);
-        let first_position = r.u64().map_err(malformed)?;
-        let topic_count = r.u16().map_err(malformed)?;
+        // The snapshots' envelope: magic, version and checksum checked the same way.
+        let (mut r, _) = open_any(bytes, MAGIC, VERSION..=VERSION)?;
+        let first_position = r.u64()?;
+        let topic_count = r.u16()?;
         let mut topics = Vec::with_capacity(usize::from(topic_count));
         for _ in 0..topic_count {
-            let len = r.u16().map_err(malformed)?;
-            let name = r.take(usize::from(len)).map_err(malformed)?;
+            let len = r.u16()?;
+            let name = r.take(usize::from(len))?;
             let name =
                 std::str::from_utf8(name).map_err(|_| ReadOrderError::Malformed("a topic name is not UTF-8".into()))?;
             topics.push(name.to_string());
         }
-        let run_count = r.u32().map_err(malformed)?;
+        let run_count = r.u32()?;
         // Each run takes 18 bytes: a count that cannot fit is refused before allocating for it.
-        if u64::from(run_count) * 18 > body.len() as u64 {
-            return Err(ReadOrderError::Malformed(format!("{run_count} runs cannot fit in {} bytes", body.len())));
+        if u64::from(run_count) * 18 > bytes.len() as u64 {
+            return Err(ReadOrderError::Malformed(format!("{run_count} runs cannot fit in {} bytes", bytes.len())));
         }
         let mut runs = Vec::with_capacity(run_count as usize);
         let mut end = first_position;
         for _ in 0..run_count {
-            let index = r.u16().map_err(malformed)?;
+            let index = r.u16()?;
             let topic = topics
                 .get(usize::from(index))
                 .ok_or_else(|| ReadOrderError::Malformed(format!("run names topic {index} of {}", topics.len())))?;
-            let partition = r.u32().map_err(malformed)? as i32;
-            let first = r.u64().map_err(malformed)?;
-            let count = r.u32().map_err(malformed)?;
+            let partition = r.u32()? as i32;
+            let first = r.u64()?;
+            let count = r.u32()?;
             if partition < 0 || first > i64::MAX as u64 - u64::from(count) || count == 0 {
                 return Err(ReadOrderError::Malformed(format!(
                     "run {topic}/{partition} from offset {first}, {count} records"
@@ -228,7 +222,7 @@ impl ReadOrder {
                 .ok_or_else(|| ReadOrderError::Malformed("virtual positions overflow".into()))?;
             runs.push(Run { topic: topic.clone(), partition, first: first as i64, count });
         }
-        r.finish().map_err(malformed)?;
+        r.finish()?;
         Ok(ReadOrder { first_position, runs })
     }
 }
