@@ -271,7 +271,7 @@ impl SlidingFilter {
 
     /// Inserts a distinct event into the newest generation: at the clock,
     /// or `late_delta` ticks behind it ([`Generation::insert_late`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_event<W: CellWrites>(
         &mut self,
         hash: &KeyHash,
@@ -292,7 +292,7 @@ impl SlidingFilter {
     }
 
     /// Counts a duplicate whose largest equal-timer group is `equal`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn count_duplicate(&mut self, equal: u32) -> Verdict {
         self.counters.duplicates += 1;
         self.counters.equal_timer_counts[equal as usize] += 1;
@@ -305,7 +305,7 @@ impl SlidingFilter {
     /// fills the newest one (at the cap, counts the insert as saturated
     /// instead). One path for the ordinary, late, pipelined and vertically
     /// sliced inserts ([`super::vertical`]), so all grow alike.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_distinct(&mut self, insert: impl FnOnce(&mut Generation, &Now, &AliveTable)) -> Verdict {
         self.counters.distinct += 1;
         let at_cap = self.generations.len() >= self.params.max_generations as usize;
@@ -324,7 +324,7 @@ impl SlidingFilter {
 
     /// Whether an event at `time_ms` is judged at its own time, behind the
     /// clock (lateness on, and the clock past it): [`Self::observe_late`].
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_late_at_own_time(&self, time_ms: u64) -> bool {
         self.params.lateness_ms.is_some() && self.clock_ms.is_some_and(|clock| time_ms < clock)
     }
