@@ -129,6 +129,53 @@ struct Inner {
     writer: Writer,
     /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
     buffer: Option<Vec<u8>>,
+    /// Slices assigned and being restored on the restore thread (their
+    /// partitions paused), with the number of the restore asked for: a
+    /// result for another number (the slice was revoked meanwhile) is dropped.
+    restoring: BTreeMap<u32, u64>,
+    /// Numbers restores.
+    restores_asked: u64,
+    restorer: Restores,
+}
+
+/// A restore asked of the restore thread: the slice and its number.
+struct RestoreJob {
+    slice: u32,
+    id: u64,
+}
+
+/// A restore done by the restore thread.
+struct Restored {
+    slice: u32,
+    id: u64,
+    result: Result<Owned, KafkaLayerError>,
+}
+
+/// The worker's side of the restore thread: restores run there, one after
+/// another, while the worker goes on with the slices it has (see
+/// docs/availability.md, "How deliver and drop can be added", step 1).
+struct Restores {
+    jobs: Option<mpsc::Sender<RestoreJob>>,
+    done: mpsc::Receiver<Restored>,
+}
+
+impl Restores {
+    fn start(deps: Arc<Deps>) -> Restores {
+        let (jobs, job_rx) = mpsc::channel::<RestoreJob>();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("dedupd-restores".into())
+            .spawn(move || {
+                for RestoreJob { slice, id } in job_rx {
+                    let result = restore(&deps, slice);
+                    if done_tx.send(Restored { slice, id, result }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("starting the restore thread");
+        Restores { jobs: Some(jobs), done }
+    }
 }
 
 /// A snapshot being copied (see the module documentation).
@@ -335,32 +382,49 @@ impl ConsumerContext for WorkerContext {
                         }
                         continue;
                     }
-                    match restore(&self.deps, p as u32) {
-                        Ok(owned) => {
-                            let start = Offset::Offset(owned.state.next_offset as i64);
-                            if let Err(e) = tpl.set_partition_offset(&self.deps.slice_topic, p, start) {
-                                inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
-                            }
-                            inner.slices.insert(p as u32, owned);
-                            self.deps.metrics.init_slice(p as u32);
-                        }
-                        Err(e) => {
-                            inner.fatal.get_or_insert(format!("slice {p}: restore failed: {e}"));
-                        }
+                    // Restored on the restore thread; meanwhile the
+                    // partition is assigned paused (at a placeholder offset:
+                    // nothing is fetched), and the worker goes on with its
+                    // other slices. Once restored, the worker seeks the
+                    // partition to the restored offset and resumes it.
+                    inner.restores_asked += 1;
+                    let id = inner.restores_asked;
+                    inner.restoring.insert(p as u32, id);
+                    if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
+                        inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+                    }
+                    let asked = inner
+                        .restorer
+                        .jobs
+                        .as_ref()
+                        .is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
+                    if !asked {
+                        inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
                     }
                 }
                 let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
                 if let Err(e) = result {
                     inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
                 }
+                let waiting = restoring_list(topic, &inner);
+                if waiting.count() > 0
+                    && let Err(e) = consumer.pause(&waiting)
+                {
+                    inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
+                }
                 self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
-                self.deps.status.ready.store(inner.fatal.is_none(), Ordering::Relaxed);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 let lost = consumer.assignment_lost();
                 for p in partitions {
                     let slice = p as u32;
+                    // Not restored yet: nothing to snapshot, its restore is dropped.
+                    if inner.restoring.remove(&slice).is_some() {
+                        log::info!("slice {p}: revoked while being restored");
+                        continue;
+                    }
                     // A lost assignment may already be someone else's: write nothing more.
                     if !lost && let Err(e) = checkpoint_now(&self.deps, &mut inner, slice) {
                         log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
@@ -375,6 +439,7 @@ impl ConsumerContext for WorkerContext {
                     log::warn!("releasing partitions: {e}");
                 }
                 self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
             }
             other => {
                 log::error!("rebalance error: {other:?}");
@@ -383,6 +448,49 @@ impl ConsumerContext for WorkerContext {
                 }
             }
         }
+    }
+}
+
+/// The partitions of the slices being restored.
+fn restoring_list(topic: &str, inner: &Inner) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for &slice in inner.restoring.keys() {
+        tpl.add_partition(topic, slice as i32);
+    }
+    tpl
+}
+
+/// Takes in the restores the restore thread has finished: a restored slice
+/// is owned from now, its partition sought to where it resumes and resumed.
+/// The result of a restore whose slice was revoked meanwhile is dropped.
+fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mut Inner) {
+    while let Ok(Restored { slice, id, result }) = inner.restorer.done.try_recv() {
+        if inner.restoring.get(&slice) != Some(&id) {
+            log::debug!("slice {slice}: a restore finished after the slice was revoked; dropped");
+            continue;
+        }
+        inner.restoring.remove(&slice);
+        match result {
+            Ok(owned) => {
+                let start = Offset::Offset(owned.state.next_offset as i64);
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&deps.slice_topic, slice as i32);
+                let resumed = consumer
+                    .seek(&deps.slice_topic, slice as i32, start, Duration::from_secs(10))
+                    .and_then(|()| consumer.resume(&tpl));
+                if let Err(e) = resumed {
+                    inner.fatal.get_or_insert(format!("slice {slice}: cannot resume it at offset {start:?}: {e}"));
+                    continue;
+                }
+                inner.slices.insert(slice, owned);
+                deps.metrics.init_slice(slice);
+            }
+            Err(e) => {
+                inner.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
+            }
+        }
+        deps.metrics.slices_owned.set(inner.slices.len() as i64);
+        deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
     }
 }
 
@@ -750,8 +858,17 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
-    let inner =
-        Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), judged: Vec::new(), fatal: None, writer, buffer: None }));
+    let restorer = Restores::start(deps.clone());
+    let inner = Arc::new(Mutex::new(Inner {
+        slices: BTreeMap::new(),
+        judged: Vec::new(),
+        fatal: None,
+        writer,
+        buffer: None,
+        restoring: BTreeMap::new(),
+        restores_asked: 0,
+        restorer,
+    }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let id = &deps.cfg.settings.app.id;
     let join = JoinWatch::new(&deps.cfg, "slice workers", id);
@@ -793,8 +910,12 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Some(f) = inner.lock().expect("worker lock").fatal.clone() {
-            break Err(KafkaLayerError::Topology(f));
+        {
+            let mut guard = inner.lock().expect("worker lock");
+            take_restored(&deps, &consumer, &mut guard);
+            if let Some(f) = guard.fatal.clone() {
+                break Err(KafkaLayerError::Topology(f));
+            }
         }
         if let Some(f) = deps.producer.context().failure() {
             break Err(KafkaLayerError::Topology(f));
@@ -898,6 +1019,9 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     for owned in guard.slices.values_mut() {
         owned.since_checkpoint = 0;
     }
+    // A restore in progress is not waited for: its slice was never owned.
+    guard.restoring.clear();
+    guard.restorer.jobs = None;
     drop(guard);
     drop(consumer);
     inner.lock().expect("worker lock").writer.stop();
