@@ -1207,6 +1207,12 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
+    // A logged idle flush due after the slice's last record comes before
+    // this one: a slice restored from a snapshot taken between a record and
+    // the flush after it must not wait for the worker's idle check, which a
+    // record arriving first would overtake (the flush would be skipped, and
+    // the replay would release its records at other positions).
+    apply_logged_flushes(deps, owned, judged)?;
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
