@@ -43,6 +43,7 @@ pub struct Settings {
     pub slicing: SlicingSettings,
     pub output: OutputSettings,
     pub checkpoint: CheckpointSettings,
+    pub availability: AvailabilitySettings,
     pub admin: AdminSettings,
     pub topics: TopicSettings,
     pub shutdown: ShutdownSettings,
@@ -604,6 +605,49 @@ pub struct CheckpointSettings {
     pub on_corrupt: String,
 }
 
+/// A slice that is not available yet (being restored after a rebalance),
+/// paper §3.2 (docs/availability.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailabilitySettings {
+    /// What the records of a slice being restored get: `wait` (held until
+    /// the restore ends, exact), `deliver` (sent to the output at once as
+    /// distinct: possible duplicates) or `drop` (sent to the duplicates
+    /// topic at once: possible misses; needs `output.duplicates_topic`).
+    /// Decisions are logged before their outputs, so restarts replay them.
+    pub policy: String,
+}
+
+/// `availability.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvailabilityPolicy {
+    /// Records of a slice being restored wait for it (exact).
+    Wait,
+    /// They are delivered at once, as distinct.
+    Deliver,
+    /// They go to the duplicates topic at once.
+    Drop,
+}
+
+impl AvailabilityPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AvailabilityPolicy::Wait => "wait",
+            AvailabilityPolicy::Deliver => "deliver",
+            AvailabilityPolicy::Drop => "drop",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "wait" => Some(AvailabilityPolicy::Wait),
+            "deliver" => Some(AvailabilityPolicy::Deliver),
+            "drop" => Some(AvailabilityPolicy::Drop),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
@@ -886,6 +930,8 @@ interval = "30s"
 interval_records = 1000000
 chunk_bytes = 524288
 on_corrupt = "cold-start"
+[availability]
+policy = "wait"
 [admin]
 listen = "127.0.0.1:9464"
 token = ""
@@ -952,6 +998,8 @@ pub struct Resolved {
     pub filter: FilterSpec,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
+    /// `availability.policy`.
+    pub availability: AvailabilityPolicy,
     pub admin_listen: SocketAddr,
     /// `admin.key_endpoints` with its token.
     pub key_endpoints: KeyEndpoints,
@@ -1270,6 +1318,15 @@ impl Settings {
             "fail" => CorruptPolicy::Fail,
             other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
         };
+        let availability = AvailabilityPolicy::parse(&s.availability.policy)
+            .ok_or_else(|| invalid("availability.policy", &s.availability.policy, "expected wait, deliver or drop"))?;
+        if availability == AvailabilityPolicy::Drop && s.output.duplicates_topic.is_empty() {
+            return Err(invalid(
+                "availability.policy",
+                "drop",
+                "needs a non-empty output.duplicates_topic: the records it drops go there (nothing is lost silently)",
+            ));
+        }
         let admin_listen: SocketAddr = s
             .admin
             .listen
@@ -1305,6 +1362,14 @@ impl Settings {
             ));
         }
         let counting = s.counting()?;
+        if availability != AvailabilityPolicy::Wait && counting.is_some() {
+            return Err(invalid(
+                "availability.policy",
+                availability.as_str(),
+                "deliver and drop need the counting stage off ([limit] and [flag] unset): its counts are not kept \
+                 for records decided by the policy",
+            ));
+        }
         // Counting by the dedup key, the stage judges instead of the timer
         // filter, which stays empty: the smallest one (as for the count kinds).
         let filter = match &counting {
@@ -1377,6 +1442,7 @@ impl Settings {
             filter,
             slicing,
             on_corrupt,
+            availability,
             admin_listen,
             key_endpoints,
             passthrough,
@@ -1546,6 +1612,22 @@ mod tests {
 
     fn rejected(env: &[(&str, &str)]) -> String {
         load(env).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_availability_policy_is_checked_at_start_up() {
+        assert_eq!(load(&[]).unwrap().availability, AvailabilityPolicy::Wait);
+        let deliver = load(&[("DEDUPD__AVAILABILITY__POLICY", "deliver")]).unwrap();
+        assert_eq!(deliver.availability, AvailabilityPolicy::Deliver);
+        let e = rejected(&[("DEDUPD__AVAILABILITY__POLICY", "skip")]);
+        assert!(e.contains("availability.policy") && e.contains("skip") && e.contains("wait, deliver or drop"), "{e}");
+        // drop needs somewhere to put what it drops.
+        let e = rejected(&[("DEDUPD__AVAILABILITY__POLICY", "drop"), ("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "")]);
+        assert!(e.contains("availability.policy") && e.contains("output.duplicates_topic"), "{e}");
+        let dropping =
+            load(&[("DEDUPD__AVAILABILITY__POLICY", "drop"), ("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "clicks.dups")])
+                .unwrap();
+        assert_eq!(dropping.availability, AvailabilityPolicy::Drop);
     }
 
     #[test]

@@ -48,10 +48,10 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::checkpoint::{CheckpointStore, Manifest};
 use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_with, wait_acked};
-use super::restore::{RestoredFrom, Restorer, flush_record};
+use super::restore::{PolicyRange, RestoredFrom, Restorer, Sent, flush_record, policy_record, range_of};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
-use crate::config::{Resolved, SlicingMode};
+use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
 use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
@@ -78,6 +78,15 @@ struct Owned {
     copying: Option<Copying>,
     /// Judgments up to this release position are replayed silently.
     replay_until: Option<ReleasePos>,
+    /// Decisions of `availability.policy` up to this release position were
+    /// output already: replayed silently.
+    policy_until: Option<ReleasePos>,
+    /// The last ordinary judgment made (its release position): what a
+    /// policy output names in `dedupd.policy.after`.
+    last_normal: Option<ReleasePos>,
+    /// The policy ranges logged that the slice has not passed yet: their
+    /// records are decided by the logged policy, not judged.
+    ranges: Vec<PolicyRange>,
     /// Flags up to this release position are in the flag topic already.
     flag_replay_until: Option<ReleasePos>,
     /// The records waiting for the watermark, by slice offset (for output).
@@ -133,6 +142,8 @@ struct Inner {
     /// partitions paused), with the number of the restore asked for: a
     /// result for another number (the slice was revoked meanwhile) is dropped.
     restoring: BTreeMap<u32, u64>,
+    /// Slices being restored whose records `availability.policy` decides meanwhile.
+    deciding: BTreeMap<u32, Deciding>,
     /// Numbers restores.
     restores_asked: u64,
     restorer: Restores,
@@ -144,11 +155,29 @@ struct RestoreJob {
     id: u64,
 }
 
-/// A restore done by the restore thread.
-struct Restored {
-    slice: u32,
-    id: u64,
-    result: Result<Owned, KafkaLayerError>,
+/// What the restore thread tells the worker about a restore.
+enum RestoreEvent {
+    /// Where the slice's outputs stopped and the policy ranges logged (read
+    /// first, before the snapshot, when `availability.policy` is not `wait`).
+    Located { slice: u32, id: u64, result: Result<(Sent, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
+    /// The slice, restored.
+    Restored { slice: u32, id: u64, result: Result<Box<Owned>, KafkaLayerError> },
+}
+
+/// A slice being restored whose records `availability.policy` decides
+/// meanwhile (docs/availability.md): each is sent at once, to the output
+/// (`deliver`) or to the duplicates topic (`drop`), once the range of slice
+/// offsets it is in has been logged in the flush log, so that the restore
+/// (and every later one) applies the same decisions.
+struct Deciding {
+    /// The next slice offset expected.
+    next: u64,
+    /// The slice's last ordinary output before (its release position).
+    normal: Option<ReleasePos>,
+    /// Policy outputs were sent up to this release position.
+    sent: Option<ReleasePos>,
+    /// The policy ranges logged, by earlier owners and by this one.
+    ranges: Vec<PolicyRange>,
 }
 
 /// The worker's side of the restore thread: restores run there, one after
@@ -156,7 +185,7 @@ struct Restored {
 /// docs/availability.md, "How deliver and drop can be added", step 1).
 struct Restores {
     jobs: Option<mpsc::Sender<RestoreJob>>,
-    done: mpsc::Receiver<Restored>,
+    done: mpsc::Receiver<RestoreEvent>,
 }
 
 impl Restores {
@@ -167,8 +196,14 @@ impl Restores {
             .name("dedupd-restores".into())
             .spawn(move || {
                 for RestoreJob { slice, id } in job_rx {
-                    let result = restore(&deps, slice);
-                    if done_tx.send(Restored { slice, id, result }).is_err() {
+                    if deps.cfg.availability != AvailabilityPolicy::Wait {
+                        let result = restorer(&deps).locate(slice);
+                        if done_tx.send(RestoreEvent::Located { slice, id, result }).is_err() {
+                            break;
+                        }
+                    }
+                    let result = restore(&deps, slice).map(Box::new);
+                    if done_tx.send(RestoreEvent::Restored { slice, id, result }).is_err() {
                         break;
                     }
                 }
@@ -422,6 +457,7 @@ impl ConsumerContext for WorkerContext {
                     let slice = p as u32;
                     // Not restored yet: nothing to snapshot, its restore is dropped.
                     if inner.restoring.remove(&slice).is_some() {
+                        inner.deciding.remove(&slice);
                         log::info!("slice {p}: revoked while being restored");
                         continue;
                     }
@@ -460,47 +496,100 @@ fn restoring_list(topic: &str, inner: &Inner) -> TopicPartitionList {
     tpl
 }
 
-/// Takes in the restores the restore thread has finished: a restored slice
-/// is owned from now, its partition sought to where it resumes and resumed.
-/// The result of a restore whose slice was revoked meanwhile is dropped.
+/// Takes in what the restore thread has done: a slice located is decided
+/// by `availability.policy` until restored (its partition sought to after
+/// its last output and resumed); a restored slice is owned from now, its
+/// partition sought to where it resumes and resumed. What comes for a
+/// restore whose slice was revoked meanwhile is dropped.
 fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mut Inner) {
-    while let Ok(Restored { slice, id, result }) = inner.restorer.done.try_recv() {
-        if inner.restoring.get(&slice) != Some(&id) {
-            log::debug!("slice {slice}: a restore finished after the slice was revoked; dropped");
-            continue;
-        }
-        inner.restoring.remove(&slice);
-        match result {
-            Ok(owned) => {
-                let start = Offset::Offset(owned.state.next_offset as i64);
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&deps.slice_topic, slice as i32);
-                let resumed = consumer
-                    .seek(&deps.slice_topic, slice as i32, start, Duration::from_secs(10))
-                    .and_then(|()| consumer.resume(&tpl));
-                if let Err(e) = resumed {
-                    inner.fatal.get_or_insert(format!("slice {slice}: cannot resume it at offset {start:?}: {e}"));
+    while let Ok(event) = inner.restorer.done.try_recv() {
+        match event {
+            RestoreEvent::Located { slice, id, result } => {
+                if inner.restoring.get(&slice) != Some(&id) {
                     continue;
                 }
-                inner.slices.insert(slice, owned);
-                deps.metrics.init_slice(slice);
+                match result {
+                    // A slice that never sent an output has nothing to go on from: it waits.
+                    Ok((sent, _, _)) if sent.normal.is_none() => {
+                        log::info!("slice {slice}: no output yet; its records wait for the restore");
+                    }
+                    Ok((sent, snapshot, ranges)) => {
+                        // Records below the snapshot's offset are in it: judged, or
+                        // waiting for the watermark (judged once it is restored).
+                        let next = sent.normal.map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
+                        if let Err(e) = seek_and_resume(deps, consumer, slice, next) {
+                            inner.fatal.get_or_insert(e);
+                            continue;
+                        }
+                        log::info!(
+                            "slice {slice}: being restored; its records from offset {next} are decided by \
+                             availability.policy = {} meanwhile",
+                            deps.cfg.availability.as_str()
+                        );
+                        inner.deciding.insert(slice, Deciding { next, normal: sent.normal, sent: sent.policy, ranges });
+                    }
+                    Err(e) => {
+                        log::warn!("slice {slice}: cannot read where its outputs stopped ({e}); its records wait")
+                    }
+                }
             }
-            Err(e) => {
-                inner.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
+            RestoreEvent::Restored { slice, id, result } => {
+                if inner.restoring.get(&slice) != Some(&id) {
+                    log::debug!("slice {slice}: a restore finished after the slice was revoked; dropped");
+                    continue;
+                }
+                inner.restoring.remove(&slice);
+                let deciding = inner.deciding.remove(&slice);
+                match result {
+                    Ok(mut owned) => {
+                        if let Some(d) = deciding {
+                            for r in d.ranges {
+                                if r.to >= owned.state.next_offset && !owned.ranges.contains(&r) {
+                                    owned.ranges.push(r);
+                                }
+                            }
+                            owned.ranges.sort_by_key(|r| r.from);
+                            owned.policy_until = owned.policy_until.max(d.sent);
+                            log::info!(
+                                "slice {slice}: restored; policy decisions up to offset {} are applied as logged",
+                                d.next.saturating_sub(1)
+                            );
+                        }
+                        if let Err(e) = seek_and_resume(deps, consumer, slice, owned.state.next_offset) {
+                            inner.fatal.get_or_insert(e);
+                            continue;
+                        }
+                        inner.slices.insert(slice, *owned);
+                        deps.metrics.init_slice(slice);
+                    }
+                    Err(e) => {
+                        inner.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
+                    }
+                }
+                deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
             }
         }
-        deps.metrics.slices_owned.set(inner.slices.len() as i64);
-        deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
     }
 }
 
-fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
-    let started = Instant::now();
+/// Seeks the slice's partition to `offset` and resumes it.
+fn seek_and_resume(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, slice: u32, offset: u64) -> Result<(), String> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&deps.slice_topic, slice as i32);
+    consumer
+        .seek(&deps.slice_topic, slice as i32, Offset::Offset(offset as i64), Duration::from_secs(10))
+        .and_then(|()| consumer.resume(&tpl))
+        .map_err(|e| format!("slice {slice}: cannot resume it at offset {offset}: {e}"))
+}
+
+/// The restore of the slices of this process.
+fn restorer(deps: &Deps) -> Restorer<'_> {
     let mut outputs = vec![deps.cfg.settings.output.topic.as_str()];
     if !deps.cfg.settings.output.duplicates_topic.is_empty() {
         outputs.push(deps.cfg.settings.output.duplicates_topic.as_str());
     }
-    let restorer = Restorer {
+    Restorer {
         store: &deps.store,
         reader: &deps.reader,
         params: &deps.params,
@@ -516,8 +605,12 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
         flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
-    };
-    let mut point = restorer.restore(slice)?;
+    }
+}
+
+fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
+    let started = Instant::now();
+    let mut point = restorer(deps).restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
     let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
     point.state.order.set_max_held(max_held);
@@ -538,6 +631,9 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay_until: point.replay_until,
+        policy_until: point.policy_until,
+        last_normal: point.sent_normal,
+        ranges: point.ranges,
         flag_replay_until: point.flag_replay_until,
         held: point.held.into_iter().collect(),
         flushes: point.flushes,
@@ -866,6 +962,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         writer,
         buffer: None,
         restoring: BTreeMap::new(),
+        deciding: BTreeMap::new(),
         restores_asked: 0,
         restorer,
     }));
@@ -1021,6 +1118,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     }
     // A restore in progress is not waited for: its slice was never owned.
     guard.restoring.clear();
+    guard.deciding.clear();
     guard.restorer.jobs = None;
     drop(guard);
     drop(consumer);
@@ -1170,7 +1268,7 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
         let replaying = !owned.flushes.is_empty()
-            || [owned.replay_until, owned.flag_replay_until]
+            || [owned.replay_until, owned.flag_replay_until, owned.policy_until]
                 .iter()
                 .flatten()
                 .any(|y| arrivals_to_replay(*y, owned.state.next_offset));
@@ -1199,9 +1297,12 @@ fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
 /// came right after it (replay).
 fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
-    let Inner { slices, judged, .. } = inner;
+    let Inner { slices, judged, deciding, .. } = inner;
     let Some(owned) = slices.get_mut(&slice) else {
-        return Ok(()); // fetched just before a revocation
+        if let Some(d) = deciding.get_mut(&slice) {
+            return decide_early(deps, d, slice, msg);
+        }
+        return Ok(()); // fetched just before a revocation, or while restoring
     };
     let offset = msg.offset() as u64;
     if offset < owned.state.next_offset {
@@ -1225,6 +1326,13 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     let control = |name: &str| {
         deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
     };
+    // Inside a range of slice offsets logged as decided by
+    // `availability.policy`: records are decided, not judged (see
+    // [`decide_logged`]).
+    owned.ranges.retain(|r| r.to >= offset);
+    if let Some(range) = range_of(&owned.ranges, offset) {
+        return decide_logged(deps, owned, judged, msg, &framed, &header_list, range, now);
+    }
     // A router's progress record (see `super::router`): not input, and not
     // an arrival either — a slice that receives only these is idle, and its
     // idle flush (up to the hold) is what releases its last records.
@@ -1323,31 +1431,7 @@ fn idle_flush(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Res
     let slice = owned.state.slice;
     let after = owned.state.next_offset.saturating_sub(1);
     let payload = flush_record(after);
-    let record: BaseRecord<'_, [u8], [u8], ()> =
-        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload.as_bytes());
-    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
-        slice,
-        detail: format!("writing an idle flush to {}: {e}", deps.flush_topic),
-    })?;
-    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
-    let mark = deps.producer.context().counts().mark(Some(slice as usize));
-    // A broker that does not answer (stopped, unreachable) is waited for:
-    // the flush must be in the log before it applies, and giving up would
-    // stop the daemon. librdkafka bounds the wait (`message.timeout.ms`, 5
-    // minutes by default): then the delivery fails and so does this.
-    let started = Instant::now();
-    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
-        if deps.producer.context().failure().is_some() {
-            return Err(KafkaLayerError::Checkpoint {
-                slice,
-                detail: format!("idle flush after offset {after}: {detail}"),
-            });
-        }
-        log::warn!(
-            "slice {slice}: the idle flush after offset {after} is not acknowledged after {:.0} s; waiting for the broker",
-            started.elapsed().as_secs_f64()
-        );
-    }
+    log_and_wait(deps, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
     owned.since_checkpoint += 1;
     flush_slice(deps, owned, judged)
 }
@@ -1374,6 +1458,7 @@ fn emit(
         if !silent {
             owned.replay_until = None;
         }
+        owned.last_normal = owned.last_normal.max(Some(pos));
         // Flags have their own replay bound: the flag topic's last record.
         let flag_written = owned.flag_replay_until.is_some_and(|y| pos <= y);
         if !flag_written {
@@ -1600,6 +1685,228 @@ fn parts_with<'a>(slicing: SlicingMode, payload: Option<&'a [u8]>, source_header
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
         }
     }
+}
+
+/// Whether a slice-log record is a control record `name` (a router's
+/// progress, a delete request) rather than input: dedupd writes those
+/// without a router stamp, which every routed input record has.
+fn is_control(deps: &Deps, source: Option<SourceRef<'_>>, header_list: &[(&str, &[u8])], name: &str) -> bool {
+    deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+}
+
+/// Slice offsets a policy range logs at once: records arriving for a slice
+/// being restored are decided without a wait for the log most of the time.
+const POLICY_STEP: u64 = 500;
+
+/// Decides a record of a slice being restored by `availability.policy`
+/// (see [`Deciding`]): logs its range first if no range logged holds it.
+/// A router's progress record is skipped (inside a policy range the order
+/// buffer is not moved: nothing is released there), a delete request left
+/// for the restored slice (it releases nothing); a record whose key or time
+/// cannot be read goes to the dead-letter topic at once.
+fn decide_early(deps: &Deps, d: &mut Deciding, slice: u32, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+    let offset = msg.offset() as u64;
+    if offset < d.next {
+        return Ok(());
+    }
+    d.next = offset + 1;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
+    if is_control(deps, framed.source, &header_list, headers::PROGRESS)
+        || is_control(deps, framed.source, &header_list, headers::DELETE)
+    {
+        return Ok(());
+    }
+    let range = match range_of(&d.ranges, offset) {
+        Some(r) => r,
+        None => {
+            let limit = d.ranges.iter().filter(|r| r.from > offset).map(|r| r.from - 1).min();
+            let to = (offset + POLICY_STEP - 1).min(limit.unwrap_or(u64::MAX));
+            let range = PolicyRange { from: offset, to, policy: deps.cfg.availability };
+            log_range(deps, slice, &range)?;
+            d.ranges.push(range);
+            range
+        }
+    };
+    let pos = ReleasePos { after: offset, flush: false, rank: 0 };
+    let silent = d.sent.is_some_and(|y| pos <= y) || d.normal.is_some_and(|y| pos <= y);
+    let record = RecordView {
+        key: msg.key(),
+        payload: framed.payload.unwrap_or_default(),
+        headers: &header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    match deps.extractor.extract(&record, 0) {
+        Ok(_) => {
+            emit_policy(deps, slice, msg, &framed, offset, pos, range.policy, d.normal, silent)?;
+            if !silent {
+                d.sent = Some(pos);
+            }
+        }
+        Err(why) => {
+            let j = Judgment {
+                offset,
+                verdict: SliceVerdict::Invalid(why),
+                late_by_ms: None,
+                first_source: None,
+                count: None,
+            };
+            emit_one(deps, slice, &j, pos, msg, &framed, silent)?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies a logged policy decision to the record at `offset` of a restored
+/// slice (see [`SliceState::decide`]): a replay of a decision made while
+/// it was restored (silent: its output was sent) or, for a range logged
+/// ahead, a decision made now. A router's progress record there is skipped
+/// and a delete request applied, as [`decide_early`] leaves them; a record
+/// whose key or time cannot be read goes to the dead-letter topic.
+#[allow(clippy::too_many_arguments)]
+fn decide_logged(
+    deps: &Deps,
+    owned: &mut Owned,
+    judged: &mut Vec<Judgment>,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    header_list: &[(&str, &[u8])],
+    range: PolicyRange,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    let offset = msg.offset() as u64;
+    owned.since_checkpoint += 1;
+    if is_control(deps, framed.source, header_list, headers::PROGRESS) {
+        owned.state.next_offset = offset + 1;
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    owned.last_arrival = now;
+    if is_control(deps, framed.source, header_list, headers::DELETE) {
+        let key = msg.key().unwrap_or_default();
+        let outcome = match owned.copying.as_mut() {
+            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
+            None => owned.state.delete(offset, key),
+        };
+        super::deletes::posted(&deps.status.deletes, slice, offset, outcome);
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    let record = RecordView {
+        key: msg.key(),
+        payload: framed.payload.unwrap_or_default(),
+        headers: header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    let slice_record = SliceRecord { offset, record, source: framed.source, reading: None };
+    let deliver = range.policy == AvailabilityPolicy::Deliver;
+    let decided = match owned.copying.as_mut() {
+        Some(c) => owned.state.decide(&slice_record, &deps.extractor, deliver, Some(&mut c.copy)),
+        None => owned.state.decide(&slice_record, &deps.extractor, deliver, None),
+    };
+    let pos = ReleasePos { after: offset, flush: false, rank: 0 };
+    let silent = owned.replay_until.is_some_and(|y| pos <= y) || owned.policy_until.is_some_and(|y| pos <= y);
+    if !silent {
+        owned.replay_until = None;
+        owned.policy_until = None;
+    }
+    if decided {
+        emit_policy(deps, slice, msg, framed, offset, pos, range.policy, owned.last_normal, silent)?;
+    } else {
+        owned.state.next_offset = offset + 1;
+        owned.state.counters.invalid += 1;
+        let why = match deps.extractor.extract(&slice_record.record, 0) {
+            Err(why) => why,
+            Ok(_) => unreachable!("decide refuses only a record it cannot read"),
+        };
+        let j =
+            Judgment { offset, verdict: SliceVerdict::Invalid(why), late_by_ms: None, first_source: None, count: None };
+        emit_one(deps, slice, &j, pos, msg, framed, silent)?;
+    }
+    if silent {
+        deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+    }
+    judged.clear();
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// Sends a record decided by `policy`: to the output (`deliver`) or the
+/// duplicates topic (`drop`), with its slice offset, release position,
+/// header `dedupd.policy` and in `dedupd.policy.after` the slice's last
+/// ordinary output before (`normal`) — nothing when `silent`.
+#[allow(clippy::too_many_arguments)]
+fn emit_policy<M: Message>(
+    deps: &Deps,
+    slice: u32,
+    msg: &M,
+    framed: &Unframed<'_>,
+    offset: u64,
+    pos: ReleasePos,
+    policy: AvailabilityPolicy,
+    normal: Option<ReleasePos>,
+    silent: bool,
+) -> Result<(), KafkaLayerError> {
+    if silent {
+        return Ok(());
+    }
+    deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), policy.as_str()]).inc();
+    let out = &deps.cfg.settings.output;
+    let offset_text = offset.to_string();
+    let release_text = pos.to_string();
+    let after_text = normal.map(|y| y.to_string()).unwrap_or_default();
+    let mut extra = vec![
+        (headers::SLICE_OFFSET, offset_text.as_bytes()),
+        (headers::RELEASE, release_text.as_bytes()),
+        (headers::POLICY, policy.as_str().as_bytes()),
+        (headers::POLICY_AFTER, after_text.as_bytes()),
+    ];
+    match policy {
+        AvailabilityPolicy::Drop => {
+            extra.push((headers::RULE, b"policy"));
+            send(deps, &out.duplicates_topic, slice, msg, framed.payload, &extra)
+        }
+        _ => send(deps, &out.topic, slice, msg, framed.payload, &extra),
+    }
+}
+
+/// Writes a policy range to the slice's flush log and waits until the
+/// broker has it: no output of the range is sent before (see [`idle_flush`]).
+fn log_range(deps: &Deps, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
+    log::info!(
+        "slice {slice}: offsets {}..={} decided by availability.policy = {} while it is restored (logged)",
+        range.from,
+        range.to,
+        range.policy.as_str()
+    );
+    log_and_wait(deps, slice, policy_record(range).as_bytes(), &format!("policy range {}..={}", range.from, range.to))
+}
+
+/// Writes `payload` to the slice's flush log and waits until the broker has
+/// it. A broker that does not answer is waited for; librdkafka bounds the
+/// wait (`message.timeout.ms`): then the delivery fails and so does this.
+fn log_and_wait(deps: &Deps, slice: u32, payload: &[u8], what: &str) -> Result<(), KafkaLayerError> {
+    let record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload);
+    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("writing the {what} to {}: {e}", deps.flush_topic),
+    })?;
+    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
+    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    let started = Instant::now();
+    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
+        if deps.producer.context().failure().is_some() {
+            return Err(KafkaLayerError::Checkpoint { slice, detail: format!("{what}: {detail}") });
+        }
+        log::warn!(
+            "slice {slice}: the {what} is not acknowledged after {:.0} s; waiting for the broker",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
