@@ -2,8 +2,12 @@
 //! partition is a slice whose state this process owns until it is revoked.
 //!
 //! Ordering of the exactly-once protocol (design invariant 5):
-//! - on assignment, a slice is restored (snapshot X, last output Y) before a
-//!   single record is fetched, and its partition is assigned at offset X;
+//! - on assignment, a slice's partition is assigned paused and the slice is
+//!   restored (snapshot X, last output Y) on the restore thread while the
+//!   worker goes on with its other slices; once restored, its partition is
+//!   sought to X and resumed (with `availability.policy` `deliver` or `drop`
+//!   its records are decided meanwhile, each range logged first: see
+//!   [`Deciding`] and docs/availability.md);
 //! - records up to Y are replayed silently, later ones are emitted to
 //!   partition s of the output topics with the slice offset in a header;
 //! - a snapshot at offset X is written only after the producer has
