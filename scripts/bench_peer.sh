@@ -36,7 +36,8 @@
 #                too, is judged and the system is stopped) against the exact verdicts
 # Writes target/bench-peer.csv (a row per run) and target/bench-peer.md (ranges over the rounds,
 # and repartition's CPU per record over input-partitions', round by round), and prints the
-# latter. Logs: target/bench-peer-*.log. Environment: DEDUPD_BROKER_PORT, DEDUPD_BIN_DIR.
+# latter. Logs: target/bench-peer-*.log. Environment: DEDUPD_BROKER_PORT, DEDUPD_BIN_DIR, BENCH_ADMIN_PORT
+# (dedupd's admin port, 19520).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1 rep_slices="${REP_SLICES:-8}"
@@ -57,7 +58,7 @@ if [[ $quix == 1 ]]; then
   python3 scripts/quix_dedup.py --install
 fi
 quix_python=target/quix-venv/bin/python
-admin=19520
+admin="${BENCH_ADMIN_PORT:-19520}"
 csv=target/bench-peer.csv md=target/bench-peer.md
 echo "round,system,records,records_per_second,cpu_seconds_per_million,peak_rss_mib,fpr,fnr,outputs,repeated" >"$csv"
 

@@ -35,8 +35,11 @@ line; the figures go into docs/reliability.md):
                 queue, --queue, is full), RSS while blocked, recovery time, and the output against
                 a fresh run over the complete input (none lost, extra or twice).
   soak          (not CI) --minutes at --rate records/s (examples/daemon_bench produce, repartition
-                mode, 8 slices): RSS of dedupd every 10 s, dead-letter / checkpoint-failure /
-                late-record counters; reports RSS first/last/max, slope and counter growth.
+                mode, 8 slices, filter.expected_keys = max(400 000, 30 x rate)): RSS of dedupd
+                and of the broker every 10 s, dead-letter / checkpoint-failure / late-record
+                counters; reports RSS first/last/max, slope and counter growth. Every producer
+                sends large compressed batches (--linger-ms 100, --compression lz4): the memory
+                broker lists every batch of a partition per fetch (docs/broker.md).
 
 Environment: DEDUPD_BROKER_PORT (9092), DEDUPD_BIN (target/release/dedupd), DAEMON_BENCH
 (target/release/examples/daemon_bench). Logs: target/faults/<run>/.
@@ -793,7 +796,10 @@ def soak(args):
     topic = f"{RUN}-{name}.in"
     create_topic(topic, 3)
     env = app_env(f"{RUN}-{name}", topic, "repartition", 8)
-    env.update({"DEDUPD__FILTER__EXPECTED_KEYS": "400000", "DEDUPD__CHECKPOINT__INTERVAL": "30s",
+    # The driver's stream: half new ids, so rate/2 * 60 s distinct keys per window (at least the
+    # 400 000 of the earlier runs).
+    expected_keys = max(400_000, args.rate * 30)
+    env.update({"DEDUPD__FILTER__EXPECTED_KEYS": str(expected_keys), "DEDUPD__CHECKPOINT__INTERVAL": "30s",
                 "DEDUPD__CHECKPOINT__INTERVAL_RECORDS": "1000000"})
     # Every producer of the pipeline (the driver's, dedupd's router, slices and checkpoints) sends
     # batches of --linger-ms, compressed: the memory broker lists every stored batch of a

@@ -50,9 +50,19 @@ impl<'a> SourceRef<'a> {
     }
 
     /// Writes the stamp `topic/partition/offset` into `buf` (no allocation
-    /// per record; a topic name is at most 249 bytes, so the stamp always fits).
+    /// and no `core::fmt` per record; a topic name is at most 249 bytes, so
+    /// the stamp always fits).
+    ///
+    /// # Panics
+    /// If it does not (a topic name longer than Kafka allows).
     pub fn stamp<'b>(buf: &'b mut [u8; STAMP_BYTES], topic: &str, partition: i32, offset: i64) -> &'b [u8] {
-        format_into(buf, format_args!("{topic}/{partition}/{offset}"))
+        let (mut p, mut o) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let mut len = 0;
+        for part in [topic.as_bytes(), b"/", p.format(partition).as_bytes(), b"/", o.format(offset).as_bytes()] {
+            buf[len..len + part.len()].copy_from_slice(part);
+            len += part.len();
+        }
+        &buf[..len]
     }
 }
 
