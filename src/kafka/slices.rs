@@ -2,12 +2,12 @@
 //! partition is a slice whose state this process owns until it is revoked.
 //!
 //! Ordering of the exactly-once protocol (design invariant 5):
-//! - on assignment, a slice's partition is assigned paused and the slice is
-//!   restored (snapshot X, last output Y) on the restore thread while the
-//!   worker goes on with its other slices; once restored, its partition is
-//!   sought to X and resumed (with `availability.policy` `deliver` or `drop`
-//!   its records are decided meanwhile, each range logged first: see
-//!   [`Deciding`] and docs/availability.md);
+//! - on assignment, a slice is restored (snapshot X, last output Y) on the
+//!   restore thread while the worker goes on with its other slices; its
+//!   partition joins the consumer's assignment only once restored, at X
+//!   (with `availability.policy` `deliver` or `drop` it joins earlier, after
+//!   its last output, and its records are decided meanwhile, each range
+//!   logged first: see [`Deciding`] and docs/availability.md);
 //! - records up to Y are replayed silently, later ones are emitted to
 //!   partition s of the output topics with the slice offset in a header;
 //! - a snapshot at offset X is written only after the producer has
@@ -35,7 +35,7 @@
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -142,10 +142,18 @@ struct Inner {
     writer: Writer,
     /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
     buffer: Option<Vec<u8>>,
-    /// Slices assigned and being restored on the restore thread (their
-    /// partitions paused), with the number of the restore asked for: a
-    /// result for another number (the slice was revoked meanwhile) is dropped.
+    /// Slices assigned and being restored on the restore thread, with the
+    /// number of the restore asked for: a result for another number (the
+    /// slice was revoked meanwhile) is dropped.
     restoring: BTreeMap<u32, u64>,
+    /// Slices the group gave this member whose partitions are not in the
+    /// consumer's assignment yet: added (`incremental_assign`) at the offset
+    /// to read from once that is known, left out of the `incremental_unassign`
+    /// of a revocation. (Not assigned paused at a placeholder offset and then
+    /// sought and resumed: librdkafka wakes its fetcher only when a partition
+    /// starts fetching, not when it is resumed, so a resumed partition waited
+    /// up to a second for the fetcher's next turn — docs/availability.md.)
+    unassigned: BTreeSet<u32>,
     /// Slices being restored whose records `availability.policy` decides meanwhile.
     deciding: BTreeMap<u32, Deciding>,
     /// Numbers restores.
@@ -411,25 +419,35 @@ impl ConsumerContext for WorkerContext {
                 self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
                 self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
+                // What the consumer takes now: with cooperative rebalancing
+                // (what `clients::group_consumer` sets), only the partitions
+                // that need no restore.
+                let mut now = TopicPartitionList::new();
                 for p in partitions {
                     if p as u32 >= self.deps.cfg.settings.filter.slices {
                         // Left by `dedupd checkpoint merge`: no key routes
                         // there any more, and its old snapshot is not a slice.
                         log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
-                        if let Err(e) = tpl.set_partition_offset(topic, p, Offset::End) {
+                        let skipped = tpl
+                            .set_partition_offset(topic, p, Offset::End)
+                            .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
+                        if let Err(e) = skipped {
                             inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
                         }
                         continue;
                     }
-                    // Restored on the restore thread; meanwhile the
-                    // partition is assigned paused (at a placeholder offset:
-                    // nothing is fetched), and the worker goes on with its
-                    // other slices. Once restored, the worker seeks the
-                    // partition to the restored offset and resumes it.
+                    // Restored on the restore thread while the worker goes
+                    // on with its other slices. Its partition is assigned
+                    // once the offset to read from is known
+                    // (`take_restored`). Eager rebalancing must assign
+                    // everything at once: there it is assigned paused, at a
+                    // placeholder offset, then sought and resumed.
                     inner.restores_asked += 1;
                     let id = inner.restores_asked;
                     inner.restoring.insert(p as u32, id);
-                    if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
+                    if cooperative {
+                        inner.unassigned.insert(p as u32);
+                    } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
                         inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
                     }
                     let asked = inner
@@ -441,12 +459,13 @@ impl ConsumerContext for WorkerContext {
                         inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
                     }
                 }
-                let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
                 if let Err(e) = result {
                     inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
                 }
                 let waiting = restoring_list(topic, &inner);
-                if waiting.count() > 0
+                if !cooperative
+                    && waiting.count() > 0
                     && let Err(e) = consumer.pause(&waiting)
                 {
                     inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
@@ -457,8 +476,13 @@ impl ConsumerContext for WorkerContext {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 let lost = consumer.assignment_lost();
+                // What the consumer gives up: not the partitions it never took.
+                let mut taken = TopicPartitionList::new();
                 for p in partitions {
                     let slice = p as u32;
+                    if !inner.unassigned.remove(&slice) {
+                        taken.add_partition(&self.deps.slice_topic, p);
+                    }
                     // Not restored yet: nothing to snapshot, its restore is dropped.
                     if inner.restoring.remove(&slice).is_some() {
                         inner.deciding.remove(&slice);
@@ -474,7 +498,7 @@ impl ConsumerContext for WorkerContext {
                         self.deps.metrics.forget_slice(slice);
                     }
                 }
-                let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
                 if let Err(e) = result {
                     log::warn!("releasing partitions: {e}");
                 }
@@ -491,7 +515,7 @@ impl ConsumerContext for WorkerContext {
     }
 }
 
-/// The partitions of the slices being restored.
+/// The partitions of the slices being restored (paused, with eager rebalancing).
 fn restoring_list(topic: &str, inner: &Inner) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::new();
     for &slice in inner.restoring.keys() {
@@ -501,10 +525,10 @@ fn restoring_list(topic: &str, inner: &Inner) -> TopicPartitionList {
 }
 
 /// Takes in what the restore thread has done: a slice located is decided
-/// by `availability.policy` until restored (its partition sought to after
-/// its last output and resumed); a restored slice is owned from now, its
-/// partition sought to where it resumes and resumed. What comes for a
-/// restore whose slice was revoked meanwhile is dropped.
+/// by `availability.policy` until restored (its partition read from after
+/// its last output); a restored slice is owned from now, its partition read
+/// from where it resumes. What comes for a restore whose slice was revoked
+/// meanwhile is dropped.
 fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mut Inner) {
     while let Ok(event) = inner.restorer.done.try_recv() {
         match event {
@@ -521,7 +545,7 @@ fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mu
                         // Records below the snapshot's offset are in it: judged, or
                         // waiting for the watermark (judged once it is restored).
                         let next = sent.normal.map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
-                        if let Err(e) = seek_and_resume(deps, consumer, slice, next) {
+                        if let Err(e) = read_from(deps, consumer, inner, slice, next) {
                             inner.fatal.get_or_insert(e);
                             continue;
                         }
@@ -559,7 +583,7 @@ fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mu
                                 d.next.saturating_sub(1)
                             );
                         }
-                        if let Err(e) = seek_and_resume(deps, consumer, slice, owned.state.next_offset) {
+                        if let Err(e) = read_from(deps, consumer, inner, slice, owned.state.next_offset) {
                             inner.fatal.get_or_insert(e);
                             continue;
                         }
@@ -577,14 +601,37 @@ fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mu
     }
 }
 
-/// Seeks the slice's partition to `offset` and resumes it.
-fn seek_and_resume(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, slice: u32, offset: u64) -> Result<(), String> {
+/// Reads the slice's partition from `offset` on: adds it to the consumer's
+/// assignment there if it is not in it yet (librdkafka's fetcher starts on
+/// it at once), or else seeks it there and resumes it (a partition assigned
+/// paused, with eager rebalancing; a partition read by `availability.policy`
+/// during the restore is not paused and the resume does nothing).
+fn read_from(
+    deps: &Deps,
+    consumer: &BaseConsumer<WorkerContext>,
+    inner: &mut Inner,
+    slice: u32,
+    offset: u64,
+) -> Result<(), String> {
+    let at = Offset::Offset(offset as i64);
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(&deps.slice_topic, slice as i32);
-    consumer
-        .seek(&deps.slice_topic, slice as i32, Offset::Offset(offset as i64), Duration::from_secs(10))
+    let result = tpl.add_partition_offset(&deps.slice_topic, slice as i32, at).and_then(|()| {
+        if inner.unassigned.remove(&slice) {
+            return consumer.incremental_assign(&tpl);
+        }
+        // librdkafka refuses to seek a partition whose fetcher has not
+        // started yet: one assigned a moment ago (`Located`) starts once
+        // the stops of partitions released before it are done.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match consumer.seek(&deps.slice_topic, slice as i32, at, Duration::from_secs(10)) {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                sought => break sought,
+            }
+        }
         .and_then(|()| consumer.resume(&tpl))
-        .map_err(|e| format!("slice {slice}: cannot resume it at offset {offset}: {e}"))
+    });
+    result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
 }
 
 /// The restore of the slices of this process.
@@ -966,6 +1013,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         writer,
         buffer: None,
         restoring: BTreeMap::new(),
+        unassigned: BTreeSet::new(),
         deciding: BTreeMap::new(),
         restores_asked: 0,
         restorer,
