@@ -37,9 +37,11 @@ line; the figures go into docs/reliability.md):
   soak          (not CI) --minutes at --rate records/s (examples/daemon_bench produce, repartition
                 mode, 8 slices, filter.expected_keys = max(400 000, 30 x rate)): RSS of dedupd
                 and of the broker every 10 s, dead-letter / checkpoint-failure / late-record
-                counters; reports RSS first/last/max, slope and counter growth. Every producer
-                sends large compressed batches (--linger-ms 100, --compression lz4): the memory
-                broker lists every batch of a partition per fetch (docs/broker.md).
+                counters and what dedupd holds (its buffers' gauges, its heap); reports RSS
+                first/last/max, slope, counter growth and a table per five minutes. Every
+                producer sends large compressed batches (--linger-ms 250, --compression lz4):
+                the memory broker lists every batch of a partition per fetch (docs/broker.md);
+                with 100 ms its fetches slowed from minute ~17 (docs/reliability.md, run C).
 
 Environment: DEDUPD_BROKER_PORT (9092), DEDUPD_BIN (target/release/dedupd), DAEMON_BENCH
 (target/release/examples/daemon_bench). Logs: target/faults/<run>/.
@@ -283,14 +285,21 @@ class Daemon:
 
     def metric(self, name):
         """Sum of every series of a metric, or None if /metrics does not answer."""
+        return self.metrics([name])[name]
+
+    def metrics(self, names):
+        """{name: sum of its series} from one scrape (values None if /metrics does not answer)."""
         code, body = self.get("/metrics")
         if code != 200:
-            return None
-        total = 0.0
+            return {n: None for n in names}
+        totals = {n: 0.0 for n in names}
         for line in body.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+            # A name with labels (`name{k="v"}`) is that one series; a bare name sums all of them.
+            series = line.rsplit(" ", 1)[0]
+            for name in (series, series.split("{", 1)[0]):
+                if name in totals:
+                    totals[name] += float(line.rsplit(" ", 1)[1])
+        return totals
 
     def signal(self, sig):
         self.proc.send_signal(sig)
@@ -818,13 +827,19 @@ def soak(args):
                                              DEDUPD_BENCH_COMPRESSION=batching["compression.type"]))
     counters = ["dedupd_dead_letters_total", "dedupd_checkpoint_failures_total", "dedupd_late_records_total",
                 "dedupd_records_total"]
-    samples = []  # (seconds, rss MiB, {counter: value})
+    # What dedupd holds, beside its filter: where resident memory can grow when the broker slows.
+    held = ["dedupd_router_buffered_records", "dedupd_router_producer_queue_messages", "dedupd_waiting_records",
+            "dedupd_producer_queue_messages", "dedupd_consumer_queue_bytes", "dedupd_consumer_lag",
+            'dedupd_heap_bytes{kind="allocated"}', 'dedupd_heap_bytes{kind="resident"}']
+    samples = []  # (seconds, rss MiB, {metric: value}, broker RSS MiB)
     t0 = time.time()
     while producer.poll() is None and d.alive():
-        samples.append((round(time.time() - t0), d.rss_kib() / 1024, {c: d.metric(c) for c in counters}))
+        samples.append((round(time.time() - t0), d.rss_kib() / 1024, d.metrics(counters + held),
+                        pid_rss_kib(broker_pid()) / 1024))
         s = samples[-1]
-        say(f"t={s[0]}s rss_mib={s[1]:.1f} broker_rss_mib={pid_rss_kib(broker_pid()) / 1024:.0f} "
-            + " ".join(f"{k[7:]}={v:.0f}" for k, v in s[2].items() if v is not None))
+        say(f"t={s[0]}s rss_mib={s[1]:.1f} broker_rss_mib={s[3]:.0f} "
+            + " ".join(f"{k[7:].replace('_bytes{kind=', '_').replace(chr(34), '').rstrip('}')}={v:.0f}"
+                       for k, v in s[2].items() if v is not None))
         time.sleep(10)
     producer.wait()
     judged = wait_judged([d], args.rate * seconds, 120, ("distinct", "duplicates", "invalid", "resends"))
@@ -843,6 +858,7 @@ def soak(args):
     growth = {c[7:]: (samples[-1][2][c] or 0) - (samples[0][2][c] or 0) for c in counters} if samples else {}
     for w in warn[:10]:
         say("soak WARN/ERROR:", w)
+    soak_table(samples, held)
     with open(os.path.join(LOGS, "soak-produce.log")) as f:
         say("producer:", f.read().strip().replace("\n", " | "))
     errors = growth.get("dead_letters_total", 0) + growth.get("checkpoint_failures_total", 0)
@@ -854,6 +870,28 @@ def soak(args):
                   checkpoint_failures_growth=growth.get("checkpoint_failures_total"),
                   late_growth=growth.get("late_records_total"), records_judged=growth.get("records_total"),
                   judged_all=judged, warn_lines=len(warn), clean_exit=clean)
+
+
+def soak_table(samples, held):
+    """Per 5 minutes: dedupd's resident memory and the maxima of what it held (a Markdown table)."""
+    short = {"dedupd_router_buffered_records": "router held", "dedupd_router_producer_queue_messages": "router queue",
+             "dedupd_waiting_records": "slices held", "dedupd_producer_queue_messages": "output queue",
+             "dedupd_consumer_queue_bytes": "prefetch MiB", "dedupd_consumer_lag": "lag",
+             'dedupd_heap_bytes{kind="allocated"}': "heap allocated MiB",
+             'dedupd_heap_bytes{kind="resident"}': "heap resident MiB"}
+    say("| minutes | dedupd RSS MiB min-max | " + " | ".join(f"{short[h]} max" for h in held) + " | broker RSS GB |")
+    say("|---|---|" + "---:|" * len(held) + "---:|")
+    for start in range(0, (samples[-1][0] // 300 + 1) * 300 if samples else 0, 300):
+        window = [s for s in samples if start <= s[0] < start + 300]
+        if not window:
+            continue
+        rss = [s[1] for s in window]
+        cells = []
+        for h in held:
+            top = max((s[2][h] or 0) for s in window)
+            cells.append(f"{top / 2**20:.1f}" if "_bytes" in h else f"{top:.0f}")
+        say(f"| {start // 60}-{start // 60 + 5} | {min(rss):.0f}-{max(rss):.0f} | " + " | ".join(cells)
+            + f" | {window[-1][3] / 1024:.1f} |")
 
 
 def main():
@@ -875,7 +913,7 @@ def main():
                     help="broker-pause, daemon-pause and storm: slicing mode")
     ap.add_argument("--minutes", type=float, default=None, help="soak (30) or storm (3) duration")
     ap.add_argument("--rate", type=int, default=20000, help="soak input records/s")
-    ap.add_argument("--linger-ms", type=int, default=100,
+    ap.add_argument("--linger-ms", type=int, default=250,
                     help="soak: linger.ms of every producer in the pipeline (large batches)")
     ap.add_argument("--compression", default="lz4", choices=["none", "gzip", "snappy", "lz4", "zstd"],
                     help="soak: compression.type of every producer in the pipeline")

@@ -59,9 +59,40 @@ pub struct Metrics {
     pub broker_silence: prometheus::Gauge,
     pub consumer_lag: IntGaugeVec,
     pub producer_queue: IntGauge,
+    /// Input records the router holds to send them in event-time order.
+    pub router_buffered: IntGauge,
+    /// Slice records in the router's producer queue, not yet acknowledged.
+    pub router_producer_queue: IntGauge,
+    /// Bytes librdkafka has fetched ahead for the slice consumer.
+    pub consumer_queue_bytes: IntGauge,
+    /// The allocator's own account of the heap (`HEAP_KINDS`), read when scraped.
+    pub heap_bytes: IntGaugeVec,
     pub end_to_end_latency: Histogram,
     /// Record timestamp → each stage of the pipeline (`STAGES`).
     pub stage_latency: HistogramVec,
+}
+
+/// What the process's allocator says of its heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapStats {
+    /// Bytes in live allocations (Rust's and librdkafka's alike).
+    pub allocated: u64,
+    /// Bytes of the allocator's pages in memory: `allocated`, plus what it
+    /// keeps (freed but not yet returned, partly used pages, its metadata).
+    pub resident: u64,
+}
+
+/// The `kind` labels of `dedupd_heap_bytes`.
+pub const HEAP_KINDS: [&str; 2] = ["allocated", "resident"];
+
+/// Where [`Metrics::render`] reads [`HeapStats`]: set by the `dedupd` binary
+/// (jemalloc's statistics, `src/main.rs`). The library does not choose the
+/// allocator, so without it the gauges stay 0.
+static HEAP_SOURCE: std::sync::OnceLock<fn() -> Option<HeapStats>> = std::sync::OnceLock::new();
+
+/// Sets where the heap gauges come from (once per process; later calls are ignored).
+pub fn set_heap_source(source: fn() -> Option<HeapStats>) {
+    let _ = HEAP_SOURCE.set(source);
 }
 
 /// The stages of `dedupd_stage_latency_seconds`, in pipeline order.
@@ -265,6 +296,32 @@ impl Metrics {
                 IntGauge::new("dedupd_producer_queue_messages", "Messages in the output producer's queue.")
                     .expect("valid metric"),
             ),
+            router_buffered: b.register(
+                IntGauge::new(
+                    "dedupd_router_buffered_records",
+                    "Input records the router holds to send them in event-time order.",
+                )
+                .expect("valid metric"),
+            ),
+            router_producer_queue: b.register(
+                IntGauge::new(
+                    "dedupd_router_producer_queue_messages",
+                    "Slice records in the router's producer queue, not yet acknowledged.",
+                )
+                .expect("valid metric"),
+            ),
+            consumer_queue_bytes: b.register(
+                IntGauge::new(
+                    "dedupd_consumer_queue_bytes",
+                    "Bytes librdkafka has fetched ahead for the slice consumer.",
+                )
+                .expect("valid metric"),
+            ),
+            heap_bytes: b.int_gauge(
+                "dedupd_heap_bytes",
+                "The allocator's heap: bytes allocated (live) and resident (its pages in memory).",
+                &["kind"],
+            ),
             end_to_end_latency: b.histogram(
                 "dedupd_end_to_end_latency_seconds",
                 "Record timestamp to output acknowledged by the broker.",
@@ -286,6 +343,12 @@ impl Metrics {
         };
         m.slices_owned.set(0);
         m.producer_queue.set(0);
+        m.router_buffered.set(0);
+        m.router_producer_queue.set(0);
+        m.consumer_queue_bytes.set(0);
+        for kind in HEAP_KINDS {
+            m.heap_bytes.with_label_values(&[kind]);
+        }
         // Every bounded label value exists from the start, so dashboards and
         // alerts see zeros instead of missing series.
         for reason in crate::engine::InvalidReason::ALL {
@@ -360,6 +423,11 @@ impl Metrics {
 
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
+        if let Some(heap) = HEAP_SOURCE.get().and_then(|source| source()) {
+            for (kind, bytes) in HEAP_KINDS.iter().zip([heap.allocated, heap.resident]) {
+                self.heap_bytes.with_label_values(&[kind]).set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+        }
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");
         String::from_utf8(out).expect("text exposition is UTF-8")

@@ -45,6 +45,17 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
+/// The capacity to shrink a collection of `len` items to when it has room
+/// for far more (`capacity`): a backlog (a stalled worker, a slow broker)
+/// grows the buffers that hold records, and Rust's collections keep their
+/// largest capacity — after the backlog the memory stays taken though the
+/// records are gone. Far more: over twice the items plus 1024, so a
+/// collection that breathes around its usual size is not reallocated over
+/// and over; to a quarter above what it holds.
+pub fn shrink_target(len: usize, capacity: usize) -> Option<usize> {
+    (capacity > 2 * len + 1024).then_some(len + len / 4)
+}
+
 /// How a buffer orders records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OrderSettings {
@@ -159,6 +170,17 @@ impl<T> ReorderBuffer<T> {
     /// The hold (see the module docs).
     pub fn hold_ms(&self) -> Option<u64> {
         self.hold_ms
+    }
+
+    /// Gives back the room a backlog left: the buffer keeps the capacity of
+    /// the most records it ever held (see [`shrink_target`]).
+    pub fn shrink_spare(&mut self) {
+        if let Some(to) = shrink_target(self.waiting.len(), self.waiting.capacity()) {
+            self.waiting.shrink_to(to);
+        }
+        if let Some(to) = shrink_target(self.suspects.len(), self.suspects.capacity()) {
+            self.suspects.shrink_to(to);
+        }
     }
 
     /// Releases the hold's bound forced so far.
@@ -368,6 +390,26 @@ impl<T> ReorderBuffer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spare_room_is_given_back_after_a_backlog() {
+        assert_eq!(shrink_target(10_000, 28_672), Some(12_500));
+        // Around its usual size, or small: left alone.
+        assert_eq!(shrink_target(10_000, 16_384), None);
+        assert_eq!(shrink_target(0, 1024), None);
+        let mut b =
+            ReorderBuffer::new(OrderSettings { lateness_ms: 1000, max_clock_jump_ms: 1 << 40, jump_confirmations: 1 });
+        let mut released = 0;
+        // Times far apart: each new record passes the watermark of the ones before only at the flush.
+        for i in 0..50_000u64 {
+            b.push(500 + i / 100, i, (), |_| released += 1);
+        }
+        b.flush(|_| released += 1);
+        assert_eq!(released, 50_000);
+        assert!(b.waiting.is_empty() && b.waiting.capacity() >= 50_000);
+        b.shrink_spare();
+        assert!(b.waiting.capacity() < 1024, "capacity {} after the backlog", b.waiting.capacity());
+    }
 
     fn settings(lateness_ms: u64) -> OrderSettings {
         OrderSettings { lateness_ms, max_clock_jump_ms: 10_000, jump_confirmations: 3 }

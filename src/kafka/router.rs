@@ -58,7 +58,9 @@ use super::producer::{OutputProducer, SentMark, produce_control, produce_copy, p
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 use crate::engine::slice::frame_into;
-use crate::engine::{Extractor, InvalidRecord, KeySpec, Progress, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{
+    Extractor, InvalidRecord, KeySpec, Progress, Reading, RecordView, STAMP_BYTES, SourceRef, shrink_target,
+};
 use crate::filter::KeyHash;
 use crate::metrics::{Metrics, now_ms, observe_since};
 use prometheus::local::LocalHistogram;
@@ -502,6 +504,14 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
         }
         if now.duration_since(last_progress) >= PROGRESS_EVERY {
             last_progress = now;
+            // What the router holds, for the memory it takes (the soak reads them).
+            deps.metrics.router_buffered.set(lanes.values().map(|l| l.records.len() as i64).sum());
+            for lane in lanes.values_mut() {
+                if let Some(to) = shrink_target(lane.records.len(), lane.records.capacity()) {
+                    lane.records.shrink_to(to);
+                }
+            }
+            deps.metrics.router_producer_queue.set(i64::from(deps.producer.in_flight_count()));
             if let Err(e) = announce(&deps, &lanes, &all_partitions, now, &mut announced) {
                 break Err(e);
             }

@@ -59,7 +59,7 @@ use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
 use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
-    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into, shrink_target,
 };
 use crate::filter::FilterParams;
 use crate::metrics::{Metrics, now_ms, observe_since};
@@ -357,6 +357,9 @@ impl ClientContext for WorkerContext {
                     let at = Instant::now().checked_sub(Duration::from_micros(idle as u64));
                     self.deps.status.heard_from_broker(at.unwrap_or_else(Instant::now));
                 }
+                let fetched: i64 =
+                    stats.topics.values().flat_map(|t| t.partitions.values()).map(|p| p.fetchq_size).sum();
+                self.deps.metrics.consumer_queue_bytes.set(fetched);
                 let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
                 let mut highs = self.high_offsets.lock().expect("offsets lock");
                 for (p, part) in &topic.partitions {
@@ -372,10 +375,10 @@ impl ClientContext for WorkerContext {
     }
 }
 
-/// The part of librdkafka's statistics JSON the lag gauge and the broker
-/// silence read:
+/// The part of librdkafka's statistics JSON the lag gauge, the prefetch
+/// gauge and the broker silence read:
 /// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
-/// is skipped by its id).
+/// is skipped by its id) and `.fetchq_size`.
 #[derive(serde::Deserialize)]
 struct HighOffsets {
     #[serde(default)]
@@ -402,6 +405,9 @@ struct TopicOffsets {
 struct PartitionOffsets {
     #[serde(default = "no_offset")]
     hi_offset: i64,
+    /// Bytes fetched ahead and not yet consumed (for `dedupd_consumer_queue_bytes`).
+    #[serde(default)]
+    fetchq_size: i64,
 }
 
 fn no_offset() -> i64 {
@@ -1181,6 +1187,10 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
 /// Publishes counters, gauges and status of the owned slices.
 fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
     let m = &deps.metrics;
+    // Room a backlog left in the buffers is given back here, off the per-record path.
+    if let Some(to) = shrink_target(inner.judged.len(), inner.judged.capacity()) {
+        inner.judged.shrink_to(to);
+    }
     m.producer_queue.set(i64::from(deps.producer.in_flight_count()));
     let mut status = deps.status.slices.lock().expect("status lock");
     for (slice, owned) in inner.slices.iter_mut() {
@@ -1218,6 +1228,10 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
             owned.published_overflows = overflows;
         }
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
+        if let Some(to) = shrink_target(owned.held.len(), owned.held.capacity()) {
+            owned.held.shrink_to(to);
+        }
+        owned.state.order.shrink_spare();
         owned.published = c.clone();
         let f = &owned.state.filter;
         let fc = f.counters();

@@ -1,0 +1,387 @@
+//! The read order of shared mode (docs/shared-mode.md): which input
+//! records, in which order, one process handed to its one filter.
+//!
+//! In shared mode one slice judges every input partition. The order in
+//! which the consumer delivers records of different partitions depends on
+//! fetch timing, and verdicts of late records, time-jump suspects and the
+//! release positions of every judgment depend on that order — so it is
+//! written down instead of re-decided: before a batch is judged, one
+//! *read-order record* naming it (runs of consecutive offsets of one input
+//! partition, in the order handed over) is appended to the read-order log.
+//! The *virtual log* is the sequence of input records the read-order log
+//! names; a record's index in it, its *virtual position*, plays the part
+//! of the slice offset everywhere else (snapshot at X, held records,
+//! release positions, replay up to Y). A replay re-reads the read-order log
+//! and the input ranges it names and so meets the same records in the same
+//! order (design invariant 1). Records are small: a batch of hundreds of
+//! input records from a few partitions is a few runs.
+//!
+//! The encoding is versioned and checksummed like the snapshots
+//! ([`crate::filter::snapshot`]): magic, version, the body, XXH3-64 of
+//! everything before it.
+
+use std::collections::BTreeMap;
+
+use crate::filter::SnapshotError;
+use crate::filter::snapshot::{begin, open_any, put_u32, put_u64, seal};
+
+/// The first bytes of a read-order record.
+pub const MAGIC: [u8; 8] = *b"dedupdRO";
+/// The format version this build writes and reads.
+pub const VERSION: u16 = 1;
+
+/// Consecutive offsets of one input partition, handed over in offset order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub topic: String,
+    pub partition: i32,
+    /// The first offset of the run.
+    pub first: i64,
+    /// How many records (at least 1).
+    pub count: u32,
+}
+
+impl Run {
+    /// The offset after the run's last record.
+    pub fn end(&self) -> i64 {
+        self.first + i64::from(self.count)
+    }
+}
+
+/// One read-order record: the virtual position of its first record and the
+/// runs that follow from it, in the order they were judged.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadOrder {
+    pub first_position: u64,
+    pub runs: Vec<Run>,
+}
+
+/// Why a read-order record or a sequence of them cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReadOrderError {
+    #[error("not a dedupd read-order record: expected magic {expected:?}, got {got:?}")]
+    BadMagic { expected: Vec<u8>, got: Vec<u8> },
+    #[error(
+        "read-order record format version {got} is not supported (expected {expected}): read this log with the \
+         dedupd release that wrote it"
+    )]
+    UnsupportedVersion { expected: u16, got: u16 },
+    #[error("read-order record is truncated: expected at least {expected} bytes, got {got}")]
+    Truncated { expected: usize, got: usize },
+    #[error("read-order record is corrupt: checksum expected {expected:#018x}, got {got:#018x}")]
+    ChecksumMismatch { expected: u64, got: u64 },
+    #[error("read-order record is malformed: {0}")]
+    Malformed(String),
+    #[error(
+        "the read-order log has a gap: expected a record starting at virtual position {expected}, got {got} \
+         (records of it were lost or written by two owners)"
+    )]
+    Gap { expected: u64, got: u64 },
+}
+
+/// The envelope's refusals, in this record's words; a field that runs
+/// past the end is malformed.
+impl From<SnapshotError> for ReadOrderError {
+    fn from(e: SnapshotError) -> Self {
+        match e {
+            SnapshotError::BadMagic { expected, got } => ReadOrderError::BadMagic { expected, got },
+            SnapshotError::UnsupportedVersion { expected, got } => ReadOrderError::UnsupportedVersion { expected, got },
+            SnapshotError::Truncated { expected, got } => ReadOrderError::Truncated { expected, got },
+            SnapshotError::ChecksumMismatch { expected, got } => ReadOrderError::ChecksumMismatch { expected, got },
+            other => ReadOrderError::Malformed(other.to_string()),
+        }
+    }
+}
+
+impl ReadOrder {
+    /// How many input records the record names.
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|r| u64::from(r.count)).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The virtual position after its last record.
+    pub fn end_position(&self) -> u64 {
+        self.first_position + self.len()
+    }
+
+    /// Every record it names: (virtual position, topic, partition, offset), in order.
+    pub fn records(&self) -> impl Iterator<Item = (u64, &str, i32, i64)> + '_ {
+        let mut position = self.first_position;
+        self.runs.iter().flat_map(move |run| {
+            let start = position;
+            position += u64::from(run.count);
+            (0..run.count)
+                .map(move |i| (start + u64::from(i), run.topic.as_str(), run.partition, run.first + i64::from(i)))
+        })
+    }
+
+    /// Where the record at virtual `position` was read, if this record names it.
+    pub fn locate(&self, position: u64) -> Option<(&str, i32, i64)> {
+        let mut at = position.checked_sub(self.first_position)?;
+        for run in &self.runs {
+            if at < u64::from(run.count) {
+                return Some((run.topic.as_str(), run.partition, run.first + at as i64));
+            }
+            at -= u64::from(run.count);
+        }
+        None
+    }
+
+    /// Moves `cut` (per input partition, the next offset to read) past the
+    /// records this one names before virtual position `until` (all of them
+    /// when `until` is at or past its end): what a snapshot taken at
+    /// `until` records as the input positions of its cut.
+    pub fn advance_cut(&self, cut: &mut BTreeMap<(String, i32), i64>, until: u64) {
+        let mut position = self.first_position;
+        for run in &self.runs {
+            if position >= until {
+                return;
+            }
+            let taken = (until - position).min(u64::from(run.count));
+            let next = run.first + taken as i64;
+            let entry = cut.entry((run.topic.clone(), run.partition)).or_insert(next);
+            *entry = (*entry).max(next);
+            position += u64::from(run.count);
+        }
+    }
+
+    /// The record's encoding: magic, version, first position, a table of
+    /// the topic names it uses, the runs (topic index, partition, first
+    /// offset, count), checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut topics: Vec<&str> = Vec::new();
+        let mut w = begin(MAGIC, VERSION, 16 + self.runs.len() * 18);
+        put_u64(&mut w, self.first_position);
+        let indices: Vec<u16> = self
+            .runs
+            .iter()
+            .map(|run| {
+                let i = topics.iter().position(|t| *t == run.topic).unwrap_or_else(|| {
+                    topics.push(&run.topic);
+                    topics.len() - 1
+                });
+                u16::try_from(i).expect("fewer than 65 536 input topics")
+            })
+            .collect();
+        w.extend_from_slice(&(topics.len() as u16).to_le_bytes());
+        for topic in &topics {
+            // Kafka topic names are at most 249 bytes.
+            w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+            w.extend_from_slice(topic.as_bytes());
+        }
+        put_u32(&mut w, u32::try_from(self.runs.len()).expect("fewer than 2^32 runs"));
+        for (run, index) in self.runs.iter().zip(indices) {
+            w.extend_from_slice(&index.to_le_bytes());
+            put_u32(&mut w, run.partition as u32);
+            put_u64(&mut w, run.first as u64);
+            put_u32(&mut w, run.count);
+        }
+        seal(w)
+    }
+
+    /// Reads a record written by [`Self::encode`], refusing anything else.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ReadOrderError> {
+        // The snapshots' envelope: magic, version and checksum checked the same way.
+        let (mut r, _) = open_any(bytes, MAGIC, VERSION..=VERSION)?;
+        let first_position = r.u64()?;
+        let topic_count = r.u16()?;
+        let mut topics = Vec::with_capacity(usize::from(topic_count));
+        for _ in 0..topic_count {
+            let len = r.u16()?;
+            let name = r.take(usize::from(len))?;
+            let name =
+                std::str::from_utf8(name).map_err(|_| ReadOrderError::Malformed("a topic name is not UTF-8".into()))?;
+            topics.push(name.to_string());
+        }
+        let run_count = r.u32()?;
+        // Each run takes 18 bytes: a count that cannot fit is refused before allocating for it.
+        if u64::from(run_count) * 18 > bytes.len() as u64 {
+            return Err(ReadOrderError::Malformed(format!("{run_count} runs cannot fit in {} bytes", bytes.len())));
+        }
+        let mut runs = Vec::with_capacity(run_count as usize);
+        let mut end = first_position;
+        for _ in 0..run_count {
+            let index = r.u16()?;
+            let topic = topics
+                .get(usize::from(index))
+                .ok_or_else(|| ReadOrderError::Malformed(format!("run names topic {index} of {}", topics.len())))?;
+            let partition = r.u32()? as i32;
+            let first = r.u64()?;
+            let count = r.u32()?;
+            if partition < 0 || first > i64::MAX as u64 - u64::from(count) || count == 0 {
+                return Err(ReadOrderError::Malformed(format!(
+                    "run {topic}/{partition} from offset {first}, {count} records"
+                )));
+            }
+            end = end
+                .checked_add(u64::from(count))
+                .ok_or_else(|| ReadOrderError::Malformed("virtual positions overflow".into()))?;
+            runs.push(Run { topic: topic.clone(), partition, first: first as i64, count });
+        }
+        r.finish()?;
+        Ok(ReadOrder { first_position, runs })
+    }
+}
+
+/// Checks that `next` continues a log whose records so far end at virtual
+/// position `end` (the first record of a log may start anywhere: the log's
+/// start can have been deleted by retention).
+pub fn check_follows(end: Option<u64>, next: &ReadOrder) -> Result<(), ReadOrderError> {
+    match end {
+        Some(expected) if expected != next.first_position => {
+            Err(ReadOrderError::Gap { expected, got: next.first_position })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Gathers the records handed to the filter into one [`ReadOrder`],
+/// extending the last run while records of its partition follow in offset
+/// order.
+#[derive(Debug)]
+pub struct ReadOrderBuilder {
+    order: ReadOrder,
+}
+
+impl ReadOrderBuilder {
+    /// A builder whose first record will have virtual position `first_position`.
+    pub fn at(first_position: u64) -> Self {
+        ReadOrderBuilder { order: ReadOrder { first_position, runs: Vec::new() } }
+    }
+
+    /// The virtual position the next record handed over gets.
+    pub fn next_position(&self) -> u64 {
+        self.order.end_position()
+    }
+
+    /// Notes the next record handed to the filter; returns its virtual position.
+    pub fn push(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
+        let position = self.next_position();
+        match self.order.runs.last_mut() {
+            Some(run)
+                if run.partition == partition && run.end() == offset && run.topic == topic && run.count < u32::MAX =>
+            {
+                run.count += 1
+            }
+            _ => self.order.runs.push(Run { topic: topic.to_string(), partition, first: offset, count: 1 }),
+        }
+        position
+    }
+
+    /// The record so far (to be written before its records are judged); the
+    /// builder goes on from its end.
+    pub fn take(&mut self) -> ReadOrder {
+        let next = ReadOrder { first_position: self.next_position(), runs: Vec::new() };
+        std::mem::replace(&mut self.order, next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ReadOrder {
+        let mut b = ReadOrderBuilder::at(1000);
+        for (t, p, o) in [("clicks", 0, 5), ("clicks", 0, 6), ("clicks", 2, 40), ("views", 0, 7), ("clicks", 0, 8)] {
+            b.push(t, p, o);
+        }
+        b.take()
+    }
+
+    #[test]
+    fn the_builder_makes_runs_of_consecutive_offsets() {
+        let order = sample();
+        let runs: Vec<(&str, i32, i64, u32)> =
+            order.runs.iter().map(|r| (r.topic.as_str(), r.partition, r.first, r.count)).collect();
+        // Offset 8 does not follow 6 (7 was not handed over): a new run.
+        assert_eq!(runs, [("clicks", 0, 5, 2), ("clicks", 2, 40, 1), ("views", 0, 7, 1), ("clicks", 0, 8, 1)]);
+        assert_eq!((order.first_position, order.len(), order.end_position()), (1000, 5, 1005));
+        let records: Vec<_> = order.records().collect();
+        assert_eq!(records[0], (1000, "clicks", 0, 5));
+        assert_eq!(records[3], (1003, "views", 0, 7));
+        assert_eq!(records[4], (1004, "clicks", 0, 8));
+        for (position, topic, partition, offset) in records {
+            assert_eq!(order.locate(position), Some((topic, partition, offset)));
+        }
+        assert_eq!(order.locate(999), None);
+        assert_eq!(order.locate(1005), None);
+    }
+
+    #[test]
+    fn take_continues_from_the_end() {
+        let mut b = ReadOrderBuilder::at(0);
+        b.push("a", 0, 0);
+        let first = b.take();
+        assert_eq!(b.push("a", 0, 1), 1);
+        let second = b.take();
+        assert_eq!(check_follows(Some(first.end_position()), &second), Ok(()));
+        assert_eq!(check_follows(Some(5), &second), Err(ReadOrderError::Gap { expected: 5, got: 1 }));
+        assert_eq!(check_follows(None, &second), Ok(()));
+    }
+
+    #[test]
+    fn the_cut_is_the_next_offset_per_partition() {
+        let order = sample();
+        let mut cut = BTreeMap::new();
+        order.advance_cut(&mut cut, 1001);
+        assert_eq!(cut, BTreeMap::from([(("clicks".to_string(), 0), 6)]));
+        order.advance_cut(&mut cut, 1005);
+        assert_eq!(
+            cut,
+            BTreeMap::from([
+                (("clicks".to_string(), 0), 9),
+                (("clicks".to_string(), 2), 41),
+                (("views".to_string(), 0), 8)
+            ])
+        );
+    }
+
+    #[test]
+    fn encoding_round_trips_and_damage_is_refused() {
+        let order = sample();
+        let bytes = order.encode();
+        assert_eq!(ReadOrder::decode(&bytes), Ok(order.clone()));
+        // Two topics in the table, four runs of 18 bytes.
+        assert_eq!(bytes.len(), 8 + 2 + 8 + 2 + (2 + 6) + (2 + 5) + 4 + 4 * 18 + 8);
+
+        let mut flipped = bytes.clone();
+        flipped[20] ^= 1;
+        assert!(matches!(ReadOrder::decode(&flipped), Err(ReadOrderError::ChecksumMismatch { .. })));
+        let mut magic = bytes.clone();
+        magic[0] = b'x';
+        assert!(matches!(ReadOrder::decode(&magic), Err(ReadOrderError::BadMagic { .. })));
+        let mut version = bytes.clone();
+        version[8] = 9;
+        assert_eq!(ReadOrder::decode(&version), Err(ReadOrderError::UnsupportedVersion { expected: 1, got: 9 }));
+        assert!(matches!(ReadOrder::decode(&bytes[..10]), Err(ReadOrderError::Truncated { .. })));
+        // A record cut short and re-sealed: the checksum holds, the fields do not.
+        let resealed = seal(bytes[..bytes.len() - 8 - 5].to_vec());
+        assert!(matches!(ReadOrder::decode(&resealed), Err(ReadOrderError::Malformed(_))));
+    }
+
+    #[test]
+    fn impossible_fields_are_refused_after_the_checksum() {
+        let mut w = Vec::new();
+        w.extend_from_slice(&MAGIC);
+        w.extend_from_slice(&VERSION.to_le_bytes());
+        put_u64(&mut w, 0);
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.extend_from_slice(&1u16.to_le_bytes());
+        w.push(b't');
+        let body = w.clone();
+        // A run of zero records, a run naming a missing topic, and a run count that cannot fit.
+        for (index, count, runs) in [(0u16, 0u32, 1u32), (3, 1, 1), (0, 1, u32::MAX)] {
+            let mut w = body.clone();
+            put_u32(&mut w, runs);
+            w.extend_from_slice(&index.to_le_bytes());
+            put_u32(&mut w, 0);
+            put_u64(&mut w, 0);
+            put_u32(&mut w, count);
+            assert!(matches!(ReadOrder::decode(&seal(w)), Err(ReadOrderError::Malformed(_))), "{index} {count} {runs}");
+        }
+    }
+}
