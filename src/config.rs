@@ -549,12 +549,18 @@ pub enum SlicingMode {
     Repartition,
     /// One input topic already partitioned by the dedup key: slice = input partition.
     InputPartitions,
+    /// One slice judges every input partition with no copy of the records:
+    /// the router writes only the order it read them in (read-order
+    /// records, [`crate::engine::read_order`]) into `<app.id>.slices`, and
+    /// the slice re-reads the records it names from the input
+    /// (docs/shared-mode.md).
+    Shared,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
-    /// `repartition` or `input-partitions`.
+    /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
     pub mode: String,
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).
@@ -1023,7 +1029,7 @@ impl Resolved {
     /// The topic the slice workers consume.
     pub fn slice_topic(&self) -> String {
         match self.slicing {
-            SlicingMode::Repartition => format!("{}.slices", self.settings.app.id),
+            SlicingMode::Repartition | SlicingMode::Shared => format!("{}.slices", self.settings.app.id),
             SlicingMode::InputPartitions => self.settings.input.topics[0].clone(),
         }
     }
@@ -1207,8 +1213,19 @@ impl Settings {
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
             "input-partitions" => SlicingMode::InputPartitions,
-            other => return Err(invalid("slicing.mode", other, "expected repartition or input-partitions")),
+            "shared" => SlicingMode::Shared,
+            other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
         };
+        // Shared mode judges every input partition in one slice: its
+        // positions are those of one log, and its outputs one partition.
+        if slicing == SlicingMode::Shared && s.filter.slices != 1 {
+            return Err(invalid(
+                "filter.slices",
+                s.filter.slices,
+                "exactly 1 with slicing.mode = \"shared\" (one slice judges every input partition; \
+                 docs/shared-mode.md)",
+            ));
+        }
         // Deletes travel as control records in the slice log, which in
         // input-partitions mode is the input topic: dedupd cannot write them
         // there, and the counting cells would double the memory for nothing.
@@ -1216,7 +1233,7 @@ impl Settings {
             return Err(invalid(
                 "filter.deletable",
                 true,
-                "deletes need slicing.mode = \"repartition\" (with input-partitions the slice log is the input topic, \
+                "deletes need slicing.mode = \"repartition\" or \"shared\" (with input-partitions the slice log is the input topic, \
                  which dedupd does not write to)",
             ));
         }
@@ -1320,6 +1337,16 @@ impl Settings {
         };
         let availability = AvailabilityPolicy::parse(&s.availability.policy)
             .ok_or_else(|| invalid("availability.policy", &s.availability.policy, "expected wait, deliver or drop"))?;
+        // A shared slice has no other slices to go on with while it is
+        // restored, and its standby takes over all of the input at once.
+        if availability != AvailabilityPolicy::Wait && slicing == SlicingMode::Shared {
+            return Err(invalid(
+                "availability.policy",
+                availability.as_str(),
+                "wait with slicing.mode = \"shared\" (deliver and drop decide by slice-log offsets, which shared \
+                 mode does not have per record)",
+            ));
+        }
         if availability == AvailabilityPolicy::Drop && s.output.duplicates_topic.is_empty() {
             return Err(invalid(
                 "availability.policy",
@@ -1628,6 +1655,20 @@ mod tests {
             load(&[("DEDUPD__AVAILABILITY__POLICY", "drop"), ("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "clicks.dups")])
                 .unwrap();
         assert_eq!(dropping.availability, AvailabilityPolicy::Drop);
+    }
+
+    #[test]
+    fn shared_mode_takes_one_slice_and_waits_for_restores() {
+        let shared = [("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "1")];
+        let r = load(&shared).unwrap();
+        assert_eq!(r.slicing, SlicingMode::Shared);
+        assert_eq!(r.slice_topic(), "dedupd.slices");
+        let e = rejected(&[("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "8")]);
+        assert!(e.contains("filter.slices = 8") && e.contains("exactly 1"), "{e}");
+        let e = rejected(&[shared[0], shared[1], ("DEDUPD__AVAILABILITY__POLICY", "deliver")]);
+        assert!(e.contains("availability.policy = deliver") && e.contains("wait with"), "{e}");
+        let e = rejected(&[("DEDUPD__SLICING__MODE", "sharded")]);
+        assert!(e.contains("repartition, input-partitions or shared"), "{e}");
     }
 
     #[test]

@@ -48,3 +48,8 @@ pub const POLICY: &str = "dedupd.policy";
 /// before the policy decided (empty: none), which restore reads from such a
 /// record at the tail: judgments up to it are replayed silently.
 pub const POLICY_AFTER: &str = "dedupd.policy.after";
+/// On slice-log records a router writes in `slicing.mode = "shared"`: the
+/// payload is a read-order record ([`crate::engine::read_order`]) naming
+/// the input records, in the order the slice is to judge them, that the
+/// router read since its last one. The value of the header is empty.
+pub const READ_ORDER: &str = "dedupd.read_order";

@@ -24,6 +24,7 @@ use super::{Context, KafkaLayerError, headers};
 use crate::config::{AvailabilityPolicy, CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::ProvenanceSetup;
+use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::filter::FilterParams;
@@ -365,7 +366,12 @@ impl Restorer<'_> {
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                let mut fresh = SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order);
+                let low = low.max(0) as u64;
+                let start = match self.slicing {
+                    SlicingMode::Shared => read_order::position(low, 0),
+                    _ => low,
+                };
+                let mut fresh = SliceState::new(slice, self.params.clone(), start, self.order);
                 fresh.set_provenance(self.provenance);
                 fresh.set_counting(self.counting, self.extractor);
                 (fresh, BTreeMap::new())
@@ -410,45 +416,56 @@ impl Restorer<'_> {
         })
     }
 
-    /// Re-reads from the slice log the records the snapshot says were
-    /// waiting, and puts them back into `state`.
+    /// Re-reads from the slice log (shared mode: from the input, where the
+    /// read order says) the records the snapshot says were waiting, and
+    /// puts them back into `state`.
     fn refill(&self, state: &mut SliceState) -> Result<BTreeMap<u64, OwnedMessage>, RefillError> {
         let mut held = BTreeMap::new();
         let wanted: BTreeSet<u64> = state.unfilled.iter().map(|&(o, _)| o).collect();
         let (Some(&first), stop) = (wanted.first(), state.next_offset) else {
             return Ok(held);
         };
-        let mut entries = Vec::new();
-        read_partition_range(
-            self.reader,
-            self.slice_topic,
-            state.slice as i32,
-            first as i64,
-            stop as i64,
-            |o, _, _, m| {
-                let offset = o as u64;
-                if !wanted.contains(&offset) {
-                    return;
-                }
-                let header_list: Vec<(&str, &[u8])> = m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                    .unwrap_or_default();
-                let view = RecordView {
-                    key: m.key(),
-                    payload: super::slices::parts(self.slicing, m).payload.unwrap_or_default(),
-                    headers: &header_list,
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
-                if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
-                    && state.refill_count_key(offset, &view)
-                {
-                    entries.push((offset, time_ms, hash));
-                    held.insert(offset, m.detach());
-                }
-            },
-        )
+        let found = match self.slicing {
+            SlicingMode::Shared => self.reread_named(state.slice, &wanted, first, stop),
+            _ => {
+                let mut found = BTreeMap::new();
+                read_partition_range(
+                    self.reader,
+                    self.slice_topic,
+                    state.slice as i32,
+                    first as i64,
+                    stop as i64,
+                    |o, _, _, m| {
+                        if wanted.contains(&(o as u64)) {
+                            found.insert(o as u64, m.detach());
+                        }
+                    },
+                )
+                .map(|()| found)
+            }
+        }
         .map_err(RefillError::Kafka)?;
+        let mut entries = Vec::new();
+        // In slice-offset order: a count key is put back in arrival order.
+        for (offset, m) in found {
+            let header_list: Vec<(&str, &[u8])> = m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
+                .unwrap_or_default();
+            let view = RecordView {
+                key: m.key(),
+                payload: super::slices::parts(self.slicing, &m).payload.unwrap_or_default(),
+                headers: &header_list,
+                timestamp_ms: m.timestamp().to_millis(),
+            };
+            if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
+                && state.refill_count_key(offset, &view)
+            {
+                entries.push((offset, time_ms, hash));
+                drop(header_list);
+                held.insert(offset, m);
+            }
+        }
         state.refill(entries).map_err(|offset| {
             RefillError::Missing(format!(
                 "the record at offset {offset} of {}/{} was waiting for the watermark when the snapshot was \
@@ -457,6 +474,48 @@ impl Restorer<'_> {
             ))
         })?;
         Ok(held)
+    }
+}
+
+impl Restorer<'_> {
+    /// Shared mode: the input records at the virtual positions `wanted`
+    /// (all in `first..stop`), found through the read-order records that
+    /// name them and read from the input.
+    fn reread_named(
+        &self,
+        slice: u32,
+        wanted: &BTreeSet<u64>,
+        first: u64,
+        stop: u64,
+    ) -> Result<BTreeMap<u64, OwnedMessage>, KafkaLayerError> {
+        // Input partition → offset → the positions it was named at (a
+        // router that re-read its partitions after a crash names some twice).
+        let mut named: BTreeMap<(String, i32), BTreeMap<i64, Vec<u64>>> = BTreeMap::new();
+        let (from, to) = (read_order::log_offset(first), read_order::log_offset(stop.saturating_sub(1)) + 1);
+        read_partition_range(self.reader, self.slice_topic, slice as i32, from as i64, to as i64, |o, _, value, m| {
+            let is_order = m.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER));
+            let Some(Ok(mut order)) = is_order.then(|| ReadOrder::decode(value.unwrap_or_default())) else {
+                return;
+            };
+            order.first_position = read_order::position(o as u64, 0);
+            for (position, topic, partition, offset) in order.records() {
+                if wanted.contains(&position) {
+                    named.entry((topic.to_string(), partition)).or_default().entry(offset).or_default().push(position);
+                }
+            }
+        })?;
+        let mut found = BTreeMap::new();
+        for ((topic, partition), offsets) in &named {
+            let (Some((&low, _)), Some((&high, _))) = (offsets.first_key_value(), offsets.last_key_value()) else {
+                continue;
+            };
+            read_partition_range(self.reader, topic, *partition, low, high + 1, |o, _, _, m| {
+                for &position in offsets.get(&o).into_iter().flatten() {
+                    found.insert(position, m.detach());
+                }
+            })?;
+        }
+        Ok(found)
     }
 }
 

@@ -53,9 +53,11 @@ use super::checkpoint::{CheckpointStore, Manifest};
 use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_with, wait_acked};
 use super::restore::{PolicyRange, RestoredFrom, Restorer, Sent, flush_record, policy_record, range_of};
+use super::shared::InputReader;
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
 use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
+use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
@@ -619,7 +621,7 @@ fn read_from(
     slice: u32,
     offset: u64,
 ) -> Result<(), String> {
-    let at = Offset::Offset(offset as i64);
+    let at = Offset::Offset(log_position(deps, offset) as i64);
     let mut tpl = TopicPartitionList::new();
     let result = tpl.add_partition_offset(&deps.slice_topic, slice as i32, at).and_then(|()| {
         if inner.unassigned.remove(&slice) {
@@ -1053,6 +1055,11 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
     consumer.context().join.joining(&[&deps.slice_topic]);
 
+    // Shared mode: the slice reads the input records the read order names.
+    let mut input = match deps.cfg.slicing {
+        SlicingMode::Shared => Some(InputReader::new(&deps.cfg)?),
+        _ => None,
+    };
     let settings = &deps.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
     let mut last_housekeeping = Instant::now();
@@ -1089,6 +1096,17 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
             match event {
                 Ok(msg) => {
                     observe_since(&received, msg.timestamp().to_millis(), wall_ms);
+                    if let Some(input) = input.as_mut().filter(|_| is_read_order(&msg)) {
+                        if let Err(e) = handle_read_order(&deps, &inner, input, &msg, now) {
+                            failed = Some(e);
+                            break;
+                        }
+                        events += 1;
+                        if events < POLL_BATCH {
+                            polled = consumer.poll(Duration::ZERO);
+                        }
+                        continue;
+                    }
                     let mut guard = inner.lock().expect("worker lock");
                     if let Err(e) = handle(&deps, &mut guard, &msg, now) {
                         failed = Some(e);
@@ -1268,7 +1286,9 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
         m.filter_memory_bytes.with_label_values(&[&label]).set(memory_bytes as i64);
         m.filter_estimated_fpr.with_label_values(&[&label]).set(estimated_fpr);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
-        let lag = high_offsets.get(slice).map_or(0, |&h| (h - owned.state.next_offset as i64).max(0));
+        // Shared mode: read-order records (a router's turn each) not taken in yet.
+        let next = log_position(deps, owned.state.next_offset) as i64;
+        let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(
             *slice,
@@ -1370,7 +1390,9 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
         }
         return Ok(()); // fetched just before a revocation, or while restoring
     };
-    let offset = msg.offset() as u64;
+    // Shared mode: a slice-log record (a router's progress, a delete
+    // request) is at index 0 of its offset's virtual positions.
+    let offset = slice_position(deps, msg.offset() as u64);
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
@@ -1384,14 +1406,12 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
     let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
-    let Unframed { source, payload, reading } = framed;
+    let source = framed.source;
     // Control records (a router's progress, a delete request) are written by
     // dedupd itself into the slice log: they have no router stamp, while
     // every record the router copies has one — so an input record that
     // carries such a header of its own is judged as the record it is.
-    let control = |name: &str| {
-        deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
-    };
+    let control = |name: &str| is_control(deps, source, &header_list, name);
     // Inside a range of slice offsets logged as decided by
     // `availability.policy`: records are decided, not judged (see
     // [`decide_logged`]).
@@ -1431,14 +1451,117 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
             None => owned.state.delete(offset, key),
         };
         owned.since_checkpoint += 1;
-        super::deletes::posted(&deps.status.deletes, slice, offset, outcome);
+        // The admin endpoint waits for the slice-log offset it wrote.
+        super::deletes::posted(&deps.status.deletes, slice, msg.offset() as u64, outcome);
         judged.clear();
         return apply_logged_flushes(deps, owned, judged);
     }
+    // In shared mode the slice log holds only what dedupd writes there
+    // (read-order records are taken by `handle_read_order`).
+    if deps.cfg.slicing == SlicingMode::Shared {
+        log::warn!("slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped", msg.offset());
+        return Ok(());
+    }
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Shared mode: judges the input records the read-order record `msg` names,
+/// in its order, from the first the slice has not taken in yet (a slice
+/// resumes in the middle of one), reading them from the input with `input`.
+/// The worker lock is taken per record: an admin lookup waits for one
+/// record, not for a whole read-order record and its fetches.
+fn handle_read_order(
+    deps: &Deps,
+    inner: &Mutex<Inner>,
+    input: &mut InputReader,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let Some(next) = inner.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
+        return Ok(()); // fetched just before a revocation
+    };
+    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
+        Ok(order) => order,
+        Err(e) => {
+            // Only routers write these: a record that cannot be read is a
+            // bug or a foreign writer, and the records it names are unknown.
+            log::error!(
+                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
+                 records it names are not judged",
+                msg.offset()
+            );
+            return Ok(());
+        }
+    };
+    order.first_position = read_order::position(msg.offset() as u64, 0);
+    let mut run_start = order.first_position;
+    for run in &order.runs {
+        let run_end = run_start + u64::from(run.count);
+        let skip = next.saturating_sub(run_start);
+        if skip < u64::from(run.count) {
+            let first = run.first + skip as i64;
+            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, |offset, record| {
+                let position = run_start + (offset - run.first) as u64;
+                let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
+                let mut guard = inner.lock().expect("worker lock");
+                handle_named(deps, &mut guard, slice, position, record, source, now)?;
+                if let Err(e) = copy_some(deps, &mut guard, COPY_STEP_BYTES) {
+                    log::warn!("snapshot failed: {e}");
+                }
+                Ok(())
+            })?;
+        }
+        run_start = run_end;
+    }
+    Ok(())
+}
+
+/// Shared mode: judges one input record a read-order record names, at
+/// virtual position `offset`; `source` is where it was read.
+fn handle_named(
+    deps: &Deps,
+    inner: &mut Inner,
+    slice: u32,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    source: SourceRef<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let Inner { slices, judged, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(()); // revoked meanwhile
+    };
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    apply_logged_flushes(deps, owned, judged)?;
+    owned.last_arrival = now;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    // The source makes a record named twice (by a router that re-read its
+    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
+    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Judges an input record at slice offset (shared mode: virtual position)
+/// `offset`: emits the judgments it releases, keeps it if it waits, then
+/// applies a logged idle flush that came right after it (replay).
+fn judge(
+    deps: &Deps,
+    owned: &mut Owned,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    header_list: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let Unframed { source, payload, reading } = *framed;
     let record = RecordView {
         key: msg.key(),
         payload: payload.unwrap_or_default(),
-        headers: &header_list,
+        headers: header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
     let slice_record = SliceRecord { offset, record, source, reading };
@@ -1458,7 +1581,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     if !judged.iter().any(|j| j.offset == offset) {
         owned.held.insert(offset, msg.detach());
     }
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((msg, &framed)))?;
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
     apply_logged_flushes(deps, owned, judged)
 }
 
@@ -1512,7 +1635,7 @@ fn emit(
     owned: &mut Owned,
     judged: &[Judgment],
     first: ReleasePos,
-    arriving: Option<(&BorrowedMessage<'_>, &Unframed<'_>)>,
+    arriving: Option<(u64, &BorrowedMessage<'_>, &Unframed<'_>)>,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     for (rank, j) in judged.iter().enumerate() {
@@ -1535,8 +1658,8 @@ fn emit(
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
-        let (msg, framed) = match arriving.filter(|(m, _)| m.offset() as u64 == j.offset) {
-            Some((msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
+        let (msg, framed) = match arriving.filter(|(offset, ..)| *offset == j.offset) {
+            Some((_, msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
             None => {
                 held = owned.held.remove(&j.offset).ok_or_else(|| {
                     KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
@@ -1733,7 +1856,7 @@ fn send<M: Message>(
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
 pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
     let source_header = match slicing {
-        SlicingMode::InputPartitions => None,
+        SlicingMode::InputPartitions | SlicingMode::Shared => None,
         SlicingMode::Repartition => {
             msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value)
         }
@@ -1745,7 +1868,12 @@ pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
 /// `source_header` (a caller that has the header list at hand).
 fn parts_with<'a>(slicing: SlicingMode, payload: Option<&'a [u8]>, source_header: Option<&'a [u8]>) -> Unframed<'a> {
     match (slicing, payload) {
-        (SlicingMode::InputPartitions, payload) => Unframed { source: None, payload, reading: None },
+        // Shared mode: a record held is the input record itself (its own
+        // topic, partition and offset are its source), a slice-log record a
+        // control record.
+        (SlicingMode::InputPartitions | SlicingMode::Shared, payload) => {
+            Unframed { source: None, payload, reading: None }
+        }
         (SlicingMode::Repartition, Some(value)) => unframe(source_header, value),
         (SlicingMode::Repartition, None) => {
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
@@ -1757,7 +1885,32 @@ fn parts_with<'a>(slicing: SlicingMode, payload: Option<&'a [u8]>, source_header
 /// progress, a delete request) rather than input: dedupd writes those
 /// without a router stamp, which every routed input record has.
 fn is_control(deps: &Deps, source: Option<SourceRef<'_>>, header_list: &[(&str, &[u8])], name: &str) -> bool {
-    deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+    deps.cfg.slicing != SlicingMode::InputPartitions && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+}
+
+/// Whether a slice-log record is a router's read-order record (shared mode).
+fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
+    msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
+}
+
+/// The slice offset — in shared mode the virtual position
+/// ([`read_order::position`]) — of the slice-log record at `log_offset`
+/// that is not a read-order record.
+fn slice_position(deps: &Deps, log_offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::position(log_offset, 0),
+        _ => log_offset,
+    }
+}
+
+/// Where in the slice log a slice at slice offset `offset` goes on from
+/// (the inverse of [`slice_position`]; in shared mode the read-order record
+/// that names `offset`, whose records before it are passed over).
+fn log_position(deps: &Deps, offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::log_offset(offset),
+        _ => offset,
+    }
 }
 
 /// Slice offsets a policy range logs at once: records arriving for a slice
