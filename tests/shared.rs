@@ -13,7 +13,9 @@ use support::*;
 
 /// Per output partition, the records (key, value, timestamp), sorted: what
 /// must not change between runs whose slice logs interleave differently.
-fn content(topic: &str) -> BTreeMap<i32, Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>)>> {
+type Content = (Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>);
+
+fn content(topic: &str) -> BTreeMap<i32, Vec<Content>> {
     read_all(topic, Duration::from_secs(3))
         .into_iter()
         .map(|(p, recs)| {
