@@ -24,6 +24,11 @@
 //!   then a tail of 5 s of event time that moves every waiting system past
 //!   the N records; TRUTH_FILE gets the exact event-time verdict of each of
 //!   the N records (one byte each, 1 = duplicate);
+//! - `produce-zipf BROKER TOPIC N TRUTH_FILE ALPHA` writes the same kind of
+//!   stream with skewed keys (issue 18's acceptance run for shared mode):
+//!   each record's key is drawn from Zipf(ALPHA) over 1 000 000 sentences
+//!   (rank r → the r-th text key), so a few keys make most of the stream
+//!   and, partitioned by key, most of one partition;
 //! - `wait PROGRESS N LABEL [PID]` polls how many records a system has judged
 //!   (PROGRESS: a dedupd admin port, or `file:PATH` holding a count) until N
 //!   and reports records/s between the first reading that shows progress and
@@ -185,12 +190,37 @@ const TEXT_TAIL_MS: u64 = 5_000;
 /// Writes the peer benchmark's stream (module doc) and the exact verdicts of its first `n`
 /// records to `truth_path`.
 fn produce_text(broker: &str, topic: &str, n: u64, truth_path: &str) {
+    let dist = KeyDist::Recurring { p_new: TEXT_P_NEW, min_gap_ms: 100, max_gap_ms: 90_000 };
+    produce_keyed(broker, topic, n, truth_path, dist, |id| id, "produce_text")
+}
+
+/// Keys of the Zipf stream: 1 000 000 ranks.
+const ZIPF_UNIVERSE: usize = 1_000_000;
+
+/// `produce-zipf`: the text stream's records with Zipf(`alpha`) keys.
+fn produce_zipf(broker: &str, topic: &str, n: u64, truth_path: &str, alpha: f64) {
+    let dist = KeyDist::Zipf(dedupd::bench::workload::Zipf::new(ZIPF_UNIVERSE, alpha));
+    // Rank 0 is the most frequent key; text keys are numbered from 1.
+    produce_keyed(broker, topic, n, truth_path, dist, |rank| rank + 1, "produce_zipf")
+}
+
+/// Writes `n` records with keys drawn from `dist` (`key_id` maps a draw to
+/// a text key's number), 1 000 per second of event time, then the tail,
+/// and the exact verdicts of the `n` to `truth_path`.
+fn produce_keyed(
+    broker: &str,
+    topic: &str,
+    n: u64,
+    truth_path: &str,
+    dist: KeyDist,
+    key_id: impl Fn(u64) -> u64,
+    label: &str,
+) {
     let corpus = TextCorpus::load().unwrap_or_else(|e| {
         eprintln!("daemon_bench: {e}");
         std::process::exit(2)
     });
     let p = load_producer(broker, "20");
-    let dist = KeyDist::Recurring { p_new: TEXT_P_NEW, min_gap_ms: 100, max_gap_ms: 90_000 };
     let seconds = n.div_ceil(TEXT_RATE) + TEXT_TAIL_MS / 1000 + 1;
     let base: i64 = 1_760_000_000_000; // never 0: librdkafka stamps a timestamp of 0 with "now"
     let mut oracle = ExactWindow::new(TEXT_WINDOW_MS);
@@ -202,7 +232,7 @@ fn produce_text(broker: &str, topic: &str, n: u64, truth_path: &str) {
         if seq >= n && t > last_measured + TEXT_TAIL_MS {
             break;
         }
-        let key = corpus.key(id);
+        let key = corpus.key(key_id(id));
         // The stream comes in time order, so this is the event-time answer (invariant 7).
         let duplicate = oracle.observe(&key, t);
         if seq < n {
@@ -226,7 +256,7 @@ fn produce_text(broker: &str, topic: &str, n: u64, truth_path: &str) {
     let duplicates = truth.iter().filter(|&&d| d == 1).count();
     let window_mean = in_window.iter().sum::<usize>() as f64 / in_window.len().max(1) as f64;
     println!(
-        "produce_text records={n} tail={} seconds={s:.2} records_per_second={:.0} duplicate_share={:.3} \
+        "{label} records={n} tail={} seconds={s:.2} records_per_second={:.0} duplicate_share={:.3} \
          distinct_keys_per_window={window_mean:.0}",
         sent - n,
         sent as f64 / s,
@@ -675,6 +705,7 @@ fn main() {
             a.get(6).map_or(0.0, |r| r.parse().unwrap()),
         ),
         Some("produce-text") => produce_text(&a[2], &a[3], a[4].parse().unwrap(), &a[5]),
+        Some("produce-zipf") => produce_zipf(&a[2], &a[3], a[4].parse().unwrap(), &a[5], a[6].parse().unwrap()),
         Some("consume") => consume(&a[2], &a[3], a[4].parse().unwrap()),
         Some("consume-live") => {
             consume_live(&a[2], &a[3], a[4].parse().unwrap(), a[5].parse().unwrap(), a.get(6).map(String::as_str))
@@ -689,7 +720,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | produce-text BROKER TOPIC N TRUTH_FILE \
-                 | consume BROKER TOPIC PARTITIONS | consume-live BROKER TOPIC PARTITIONS SECONDS \
+                 | produce-zipf BROKER TOPIC N TRUTH_FILE ALPHA | consume BROKER TOPIC PARTITIONS | consume-live BROKER TOPIC PARTITIONS SECONDS \
                  | relay BROKER IN OUT PARTITIONS SECONDS | wait ADMIN_PORT|file:PATH N LABEL [PID] \
                  | check BROKER TOPIC TRUTH_FILE LABEL | latency ADMIN_PORT SECONDS LABEL"
             );

@@ -3,8 +3,9 @@
 # and through a Quix Streams application doing an exact dedup (scripts/quix_dedup.py), on the
 # local broker (docs/performance-daemon.md, "Side by side with a peer").
 #
-#   scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix]
+#   scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix] [--zipf ALPHA] [--systems "A B ..."]
 #   scripts/bench_peer.sh --records 20000 --rounds 1 --no-quix     # a smoke run, ~1 min
+#   scripts/bench_peer.sh --zipf 1.2 --no-quix --systems "repartition shared"   # issue 18's skewed run
 #
 # The stream (daemon_bench produce-text): N records (default 1 000 000, or RECORDS) keyed by a
 # Brown Corpus sentence (scripts/text_corpus.sh), JSON payloads {"seq","id","ts"} with event
@@ -13,14 +14,18 @@
 # 5 s tail; the exact event-time verdicts of the N records are computed as it is written. The
 # input topic is created with retention.ms = retention.bytes = -1: Quix Streams reads the
 # input's retention (DescribeConfigs) for its changelog topic, and Tansu describes only configs
-# set at creation.
+# set at creation. With --zipf ALPHA the keys are instead drawn from Zipf(ALPHA) over 1 000 000
+# text keys (daemon_bench produce-zipf): a few keys make most of the stream, and of one partition.
 #
 # Systems, in this order in each of R rounds (default 3, or ROUNDS), each on a fresh broker
 # holding the same stream (the broker's memory storage slows down as it fills, docs/broker.md):
 #   input-partitions  dedupd, slicing.mode = input-partitions (3 slices = the input partitions)
 #   repartition       dedupd, slicing.mode = repartition, 8 slices (or REP_SLICES: 3 compares the
 #                     modes at the same slice count, i.e. the hop alone)
+#   shared            dedupd, slicing.mode = shared: one slice judges every input partition from
+#                     the routers' read-order records (docs/shared-mode.md)
 #   quix              scripts/quix_dedup.py: RocksDB state with a 60 s TTL per key (not with --no-quix)
+# (--systems picks some of them, in the order given.)
 # dedupd: window 60 s, filter.expected_keys = 40 000 (the stream's keys per window), the other
 # settings config/dedupd.toml's, key json:/id, time json:/ts (scripts/bench_lib.sh start_daemon).
 #
@@ -40,23 +45,33 @@
 # (dedupd's admin port, 19520).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1 rep_slices="${REP_SLICES:-8}"
+records="${RECORDS:-1000000}" rounds="${ROUNDS:-3}" quix=1 rep_slices="${REP_SLICES:-8}" zipf="" chosen=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --records) records=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --no-quix) quix=0; shift ;;
-    *) echo "usage: scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix]" >&2; exit 2 ;;
+    --zipf) zipf=$2; shift 2 ;;
+    --systems) chosen=$2; shift 2 ;;
+    *) echo "usage: scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix] [--zipf ALPHA] [--systems LIST]" >&2
+       exit 2 ;;
   esac
 done
 source scripts/bench_lib.sh
 run="bench-peer-$(date +%s)"
 scripts/text_corpus.sh
-systems=(input-partitions repartition)
-if [[ $quix == 1 ]]; then
-  systems+=(quix)
-  python3 scripts/quix_dedup.py --install
+systems=(input-partitions repartition shared)
+[[ $quix == 1 ]] && systems+=(quix)
+if [[ -n $chosen ]]; then
+  read -r -a systems <<<"$chosen"
 fi
+for system in "${systems[@]}"; do
+  case $system in
+    input-partitions | repartition | shared) ;;
+    quix) python3 scripts/quix_dedup.py --install ;;
+    *) echo "bench_peer.sh: unknown system $system (input-partitions, repartition, shared, quix)" >&2; exit 2 ;;
+  esac
+done
 quix_python=target/quix-venv/bin/python
 admin="${BENCH_ADMIN_PORT:-19520}"
 csv=target/bench-peer.csv md=target/bench-peer.md
@@ -69,7 +84,11 @@ run_one() { # round system
   local round=$1 system=$2 app="$run-$2-$1" truth="target/$run.truth" pid progress out
   fresh_broker
   topic "$app.in" 3 retention.ms=-1 retention.bytes=-1
-  $bench produce-text "$broker" "$app.in" "$records" "$truth" >"target/$app.produce"
+  if [[ -n $zipf ]]; then
+    $bench produce-zipf "$broker" "$app.in" "$records" "$truth" "$zipf" >"target/$app.produce"
+  else
+    $bench produce-text "$broker" "$app.in" "$records" "$truth" >"target/$app.produce"
+  fi
   case $system in
     quix)
       out="$app.out"
@@ -81,6 +100,7 @@ run_one() { # round system
     *)
       local slices=$rep_slices
       [[ $system == input-partitions ]] && slices=3
+      [[ $system == shared ]] && slices=1
       start_daemon "$app" "$app.in" timer "$slices" "$admin" DEDUPD__SLICING__MODE="$system" \
         DEDUPD__FILTER__EXPECTED_KEYS=40000
       pid=$daemon_pid progress=$admin out="$app.out"
@@ -104,13 +124,13 @@ for ((round = 1; round <= rounds; round++)); do
     run_one "$round" "$system"
   done
 done
-cat "target/$run-input-partitions-1.produce"
+cat "target/$run-${systems[0]}-1.produce"
 
-python3 - "$csv" "$md" "$run" "$rep_slices" <<'PY'
+python3 - "$csv" "$md" "$run" "$rep_slices" "$zipf" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 names = {"input-partitions": "dedupd input-partitions (3 slices)", "repartition": f"dedupd repartition ({sys.argv[4]} slices)",
-         "quix": "Quix Streams 3.28.1, RocksDB state, 60 s TTL"}
+         "shared": "dedupd shared (1 slice, no copy)", "quix": "Quix Streams 3.28.1, RocksDB state, 60 s TTL"}
 def span(values, fmt):
     values = [v for v in values if v == v]  # NaN: a run shorter than the system's count steps
     if not values:
@@ -135,9 +155,15 @@ ratios = [f"{cpu[(k, 'repartition')] / cpu[(k, s)]:.2f}×" if cpu[(k, s)] > 0 an
 if ratios:
     lines.append("| repartition / input-partitions, CPU per record (round by round; issue 20 target ≤ 2×) "
                  f"| | {' · '.join(ratios)} | | |")
+speed = {(r["round"], r["system"]): float(r["records_per_second"]) for r in rows}
+faster = [f"{speed[(k, 'shared')] / speed[(k, s)]:.2f}×" for k, s in speed
+          if s == "repartition" and (k, "shared") in speed and speed[(k, s)] > 0]
+if faster:
+    lines.append(f"| shared / repartition, records/s (round by round; issue 18: ≥ 1×) | {' · '.join(faster)} | | | |")
 n = int(rows[0]["records"])
 lines.append("")
-lines.append(f"{n:,} records, {len({r['round'] for r in rows})} round(s); per run: {sys.argv[3]} in target/ "
+stream = f"Zipf(α = {sys.argv[5]}) text keys" if sys.argv[5] else "real-text keys, ~35% copies"
+lines.append(f"{n:,} records ({stream}), {len({r['round'] for r in rows})} round(s); per run: {sys.argv[3]} in target/ "
              "(the rows: target/bench-peer.csv).")
 open(sys.argv[2], "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))

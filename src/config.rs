@@ -43,6 +43,7 @@ pub struct Settings {
     pub slicing: SlicingSettings,
     pub output: OutputSettings,
     pub checkpoint: CheckpointSettings,
+    pub availability: AvailabilitySettings,
     pub admin: AdminSettings,
     pub topics: TopicSettings,
     pub shutdown: ShutdownSettings,
@@ -548,12 +549,18 @@ pub enum SlicingMode {
     Repartition,
     /// One input topic already partitioned by the dedup key: slice = input partition.
     InputPartitions,
+    /// One slice judges every input partition with no copy of the records:
+    /// the router writes only the order it read them in (read-order
+    /// records, [`crate::engine::read_order`]) into `<app.id>.slices`, and
+    /// the slice re-reads the records it names from the input
+    /// (docs/shared-mode.md).
+    Shared,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
-    /// `repartition` or `input-partitions`.
+    /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
     pub mode: String,
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).
@@ -602,6 +609,49 @@ pub struct CheckpointSettings {
     pub chunk_bytes: usize,
     /// What a corrupt or incompatible snapshot does: `cold-start` or `fail`.
     pub on_corrupt: String,
+}
+
+/// A slice that is not available yet (being restored after a rebalance),
+/// paper §3.2 (docs/availability.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AvailabilitySettings {
+    /// What the records of a slice being restored get: `wait` (held until
+    /// the restore ends, exact), `deliver` (sent to the output at once as
+    /// distinct: possible duplicates) or `drop` (sent to the duplicates
+    /// topic at once: possible misses; needs `output.duplicates_topic`).
+    /// Decisions are logged before their outputs, so restarts replay them.
+    pub policy: String,
+}
+
+/// `availability.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvailabilityPolicy {
+    /// Records of a slice being restored wait for it (exact).
+    Wait,
+    /// They are delivered at once, as distinct.
+    Deliver,
+    /// They go to the duplicates topic at once.
+    Drop,
+}
+
+impl AvailabilityPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AvailabilityPolicy::Wait => "wait",
+            AvailabilityPolicy::Deliver => "deliver",
+            AvailabilityPolicy::Drop => "drop",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "wait" => Some(AvailabilityPolicy::Wait),
+            "deliver" => Some(AvailabilityPolicy::Deliver),
+            "drop" => Some(AvailabilityPolicy::Drop),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -886,6 +936,8 @@ interval = "30s"
 interval_records = 1000000
 chunk_bytes = 524288
 on_corrupt = "cold-start"
+[availability]
+policy = "wait"
 [admin]
 listen = "127.0.0.1:9464"
 token = ""
@@ -952,6 +1004,8 @@ pub struct Resolved {
     pub filter: FilterSpec,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
+    /// `availability.policy`.
+    pub availability: AvailabilityPolicy,
     pub admin_listen: SocketAddr,
     /// `admin.key_endpoints` with its token.
     pub key_endpoints: KeyEndpoints,
@@ -975,7 +1029,7 @@ impl Resolved {
     /// The topic the slice workers consume.
     pub fn slice_topic(&self) -> String {
         match self.slicing {
-            SlicingMode::Repartition => format!("{}.slices", self.settings.app.id),
+            SlicingMode::Repartition | SlicingMode::Shared => format!("{}.slices", self.settings.app.id),
             SlicingMode::InputPartitions => self.settings.input.topics[0].clone(),
         }
     }
@@ -1159,8 +1213,19 @@ impl Settings {
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
             "input-partitions" => SlicingMode::InputPartitions,
-            other => return Err(invalid("slicing.mode", other, "expected repartition or input-partitions")),
+            "shared" => SlicingMode::Shared,
+            other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
         };
+        // Shared mode judges every input partition in one slice: its
+        // positions are those of one log, and its outputs one partition.
+        if slicing == SlicingMode::Shared && s.filter.slices != 1 {
+            return Err(invalid(
+                "filter.slices",
+                s.filter.slices,
+                "exactly 1 with slicing.mode = \"shared\" (one slice judges every input partition; \
+                 docs/shared-mode.md)",
+            ));
+        }
         // Deletes travel as control records in the slice log, which in
         // input-partitions mode is the input topic: dedupd cannot write them
         // there, and the counting cells would double the memory for nothing.
@@ -1168,7 +1233,7 @@ impl Settings {
             return Err(invalid(
                 "filter.deletable",
                 true,
-                "deletes need slicing.mode = \"repartition\" (with input-partitions the slice log is the input topic, \
+                "deletes need slicing.mode = \"repartition\" or \"shared\" (with input-partitions the slice log is the input topic, \
                  which dedupd does not write to)",
             ));
         }
@@ -1270,6 +1335,25 @@ impl Settings {
             "fail" => CorruptPolicy::Fail,
             other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
         };
+        let availability = AvailabilityPolicy::parse(&s.availability.policy)
+            .ok_or_else(|| invalid("availability.policy", &s.availability.policy, "expected wait, deliver or drop"))?;
+        // A shared slice has no other slices to go on with while it is
+        // restored, and its standby takes over all of the input at once.
+        if availability != AvailabilityPolicy::Wait && slicing == SlicingMode::Shared {
+            return Err(invalid(
+                "availability.policy",
+                availability.as_str(),
+                "wait with slicing.mode = \"shared\" (deliver and drop decide by slice-log offsets, which shared \
+                 mode does not have per record)",
+            ));
+        }
+        if availability == AvailabilityPolicy::Drop && s.output.duplicates_topic.is_empty() {
+            return Err(invalid(
+                "availability.policy",
+                "drop",
+                "needs a non-empty output.duplicates_topic: the records it drops go there (nothing is lost silently)",
+            ));
+        }
         let admin_listen: SocketAddr = s
             .admin
             .listen
@@ -1305,6 +1389,14 @@ impl Settings {
             ));
         }
         let counting = s.counting()?;
+        if availability != AvailabilityPolicy::Wait && counting.is_some() {
+            return Err(invalid(
+                "availability.policy",
+                availability.as_str(),
+                "deliver and drop need the counting stage off ([limit] and [flag] unset): its counts are not kept \
+                 for records decided by the policy",
+            ));
+        }
         // Counting by the dedup key, the stage judges instead of the timer
         // filter, which stays empty: the smallest one (as for the count kinds).
         let filter = match &counting {
@@ -1377,6 +1469,7 @@ impl Settings {
             filter,
             slicing,
             on_corrupt,
+            availability,
             admin_listen,
             key_endpoints,
             passthrough,
@@ -1546,6 +1639,36 @@ mod tests {
 
     fn rejected(env: &[(&str, &str)]) -> String {
         load(env).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_availability_policy_is_checked_at_start_up() {
+        assert_eq!(load(&[]).unwrap().availability, AvailabilityPolicy::Wait);
+        let deliver = load(&[("DEDUPD__AVAILABILITY__POLICY", "deliver")]).unwrap();
+        assert_eq!(deliver.availability, AvailabilityPolicy::Deliver);
+        let e = rejected(&[("DEDUPD__AVAILABILITY__POLICY", "skip")]);
+        assert!(e.contains("availability.policy") && e.contains("skip") && e.contains("wait, deliver or drop"), "{e}");
+        // drop needs somewhere to put what it drops.
+        let e = rejected(&[("DEDUPD__AVAILABILITY__POLICY", "drop"), ("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "")]);
+        assert!(e.contains("availability.policy") && e.contains("output.duplicates_topic"), "{e}");
+        let dropping =
+            load(&[("DEDUPD__AVAILABILITY__POLICY", "drop"), ("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "clicks.dups")])
+                .unwrap();
+        assert_eq!(dropping.availability, AvailabilityPolicy::Drop);
+    }
+
+    #[test]
+    fn shared_mode_takes_one_slice_and_waits_for_restores() {
+        let shared = [("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "1")];
+        let r = load(&shared).unwrap();
+        assert_eq!(r.slicing, SlicingMode::Shared);
+        assert_eq!(r.slice_topic(), "dedupd.slices");
+        let e = rejected(&[("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "8")]);
+        assert!(e.contains("filter.slices = 8") && e.contains("exactly 1"), "{e}");
+        let e = rejected(&[shared[0], shared[1], ("DEDUPD__AVAILABILITY__POLICY", "deliver")]);
+        assert!(e.contains("availability.policy = deliver") && e.contains("wait with"), "{e}");
+        let e = rejected(&[("DEDUPD__SLICING__MODE", "sharded")]);
+        assert!(e.contains("repartition, input-partitions or shared"), "{e}");
     }
 
     #[test]

@@ -51,6 +51,8 @@ pub struct Metrics {
     pub lateness: Histogram,
     pub waiting_records: IntGaugeVec,
     pub idle_flushes: IntCounterVec,
+    /// Records of a slice being restored decided by `availability.policy`.
+    pub policy_decisions: IntCounterVec,
     pub hold_overflows: IntCounterVec,
     pub rebalances: IntCounterVec,
     pub slices_owned: IntGauge,
@@ -267,6 +269,12 @@ impl Metrics {
                 "Idle flushes: the slice received nothing for input.lateness and judged the records it held.",
                 &["slice"],
             ),
+            policy_decisions: b.counter(
+                "dedupd_policy_decisions_total",
+                "Records decided by availability.policy (deliver or drop) while their slice was being restored, \
+                 replays included.",
+                &["slice", "policy"],
+            ),
             hold_overflows: b.counter(
                 "dedupd_hold_overflows_total",
                 "Releases past an input partition nobody routed, because the slice held more than slicing.max_held \
@@ -372,6 +380,9 @@ impl Metrics {
         let label = slice.to_string();
         for result in ["distinct", "duplicate", "invalid", "resend"] {
             self.records.with_label_values(&[&label, result]);
+        }
+        for policy in ["deliver", "drop"] {
+            self.policy_decisions.with_label_values(&[&label, policy]);
         }
         for counter in [
             &self.replayed,

@@ -195,7 +195,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || slices::run(deps, stop))
     };
     let router_stop = Arc::new(AtomicBool::new(false));
-    let mut router_task = if cfg.slicing == SlicingMode::Repartition && !sparse_leaf {
+    let mut router_task = if cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf {
         // With a separate count key the router routes by it: every record
         // of a count key reaches one slice, so its counts, limit and flags
         // are the whole stream's (copies of a dedup key carry the same count

@@ -9,9 +9,16 @@
 //! *read-order record* naming it (runs of consecutive offsets of one input
 //! partition, in the order handed over) is appended to the read-order log.
 //! The *virtual log* is the sequence of input records the read-order log
-//! names; a record's index in it, its *virtual position*, plays the part
+//! names; a record's place in it, its *virtual position*, plays the part
 //! of the slice offset everywhere else (snapshot at X, held records,
-//! release positions, replay up to Y). A replay re-reads the read-order log
+//! release positions, replay up to Y). The position of the i-th record a
+//! read-order record names is that record's offset in the slice log times
+//! 2^[`INDEX_BITS`] plus i ([`position`]): the slice log's own offsets
+//! order the records, so routers (several may write the log, each for its
+//! input partitions) need not agree on positions, and a slice resumes at
+//! position X by reading the slice log from [`log_offset`]`(X)`. Other
+//! records of the slice log (a router's progress, a delete request) are at
+//! index 0 of their offset. A replay re-reads the read-order log
 //! and the input ranges it names and so meets the same records in the same
 //! order (design invariant 1). Records are small: a batch of hundreds of
 //! input records from a few partitions is a few runs.
@@ -24,6 +31,23 @@ use std::collections::BTreeMap;
 
 use crate::filter::SnapshotError;
 use crate::filter::snapshot::{begin, open_any, put_u32, put_u64, seal};
+
+/// Bits of a virtual position that index the records of one read-order record.
+pub const INDEX_BITS: u32 = 16;
+/// The most records one read-order record may name.
+pub const MAX_RECORDS: u64 = 1 << INDEX_BITS;
+
+/// The virtual position of the `index`-th record named by the read-order
+/// record at `log_offset` of the slice log (`index` below [`MAX_RECORDS`]).
+pub fn position(log_offset: u64, index: u64) -> u64 {
+    debug_assert!(index < MAX_RECORDS && log_offset < 1 << (64 - INDEX_BITS));
+    (log_offset << INDEX_BITS) | index
+}
+
+/// The slice-log offset of the record that names virtual position `position`.
+pub fn log_offset(position: u64) -> u64 {
+    position >> INDEX_BITS
+}
 
 /// The first bytes of a read-order record.
 pub const MAGIC: [u8; 8] = *b"dedupdRO";
@@ -223,6 +247,12 @@ impl ReadOrder {
             runs.push(Run { topic: topic.clone(), partition, first: first as i64, count });
         }
         r.finish()?;
+        if end - first_position > MAX_RECORDS {
+            return Err(ReadOrderError::Malformed(format!(
+                "{} records named, at most {MAX_RECORDS} fit one record's positions",
+                end - first_position
+            )));
+        }
         Ok(ReadOrder { first_position, runs })
     }
 }
@@ -290,6 +320,20 @@ mod tests {
             b.push(t, p, o);
         }
         b.take()
+    }
+
+    #[test]
+    fn positions_follow_the_slice_log_and_index_its_records() {
+        assert_eq!(position(0, 0), 0);
+        assert_eq!(position(3, 5), 3 * MAX_RECORDS + 5);
+        assert_eq!(log_offset(position(3, MAX_RECORDS - 1)), 3);
+        // The last record of one read-order record comes before the first of the next.
+        assert!(position(3, MAX_RECORDS - 1) < position(4, 0));
+        let mut order = sample();
+        order.first_position = position(7, 0);
+        let positions: Vec<u64> = order.records().map(|(p, ..)| p).collect();
+        assert_eq!(positions, (0..5).map(|i| position(7, i)).collect::<Vec<_>>());
+        assert_eq!(order.locate(position(7, 2)), Some(("clicks", 2, 40)));
     }
 
     #[test]

@@ -681,6 +681,60 @@ impl SliceState {
         }
     }
 
+    /// Applies a decision of `availability.policy` (logged in the flush log)
+    /// to the slice log's record `rec`, instead of judging it: `deliver`
+    /// observes its key at its time (inserted unless already in the window:
+    /// the record was delivered) and counts it distinct; `drop` changes
+    /// nothing but the counters. Neither goes through the order buffer: a
+    /// policy record was released at once. The resend mark of its input
+    /// partition moves as for any record. Returns `false`, and changes
+    /// nothing, for a record whose key or time cannot be read ([`Self::policy_applies`]):
+    /// that one is judged as usual. `copy`: a snapshot copy in progress.
+    pub fn decide(
+        &mut self,
+        rec: &SliceRecord<'_>,
+        extractor: &Extractor,
+        deliver: bool,
+        copy: Option<&mut SliceCopy>,
+    ) -> bool {
+        let Ok(x) = extractor.extract(&rec.record, 0) else {
+            return false;
+        };
+        self.next_offset = rec.offset + 1;
+        if let Some(src) = rec.source {
+            let mark = self.resend_marks.entry((src.topic.to_string(), src.partition)).or_insert(src.offset);
+            *mark = (*mark).max(src.offset);
+        }
+        if !deliver {
+            self.counters.duplicates += 1;
+            return true;
+        }
+        self.counters.distinct += 1;
+        if self.passthrough {
+            return true;
+        }
+        let hash = KeyHash::of(self.hash_seed(), &x.key);
+        match (self.count.as_mut(), copy) {
+            (Some(c), _) => {
+                c.observe(&hash);
+            }
+            (None, Some(copy)) => {
+                copy.observe(&mut self.filter, &hash, x.time_ms);
+            }
+            (None, None) => {
+                self.filter.observe(&hash, x.time_ms);
+            }
+        }
+        true
+    }
+
+    /// Whether `availability.policy` decides the record (its key and time
+    /// can be read), for a slice not restored yet: the same rule as
+    /// [`Self::decide`].
+    pub fn policy_applies(record: &RecordView<'_>, extractor: &Extractor) -> bool {
+        extractor.extract(record, 0).is_ok()
+    }
+
     /// Runs `step` on the order buffer and judges what it releases.
     fn release(
         &mut self,

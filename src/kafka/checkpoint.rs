@@ -371,6 +371,46 @@ impl CheckpointStore {
         self.read_full(&reader, slice, stats)
     }
 
+    /// The manifest of the newest snapshot of `slice` from the tail of its
+    /// partition, without its chunks (the same search as
+    /// [`Self::read_latest`]); `None` when the tail has no readable one.
+    pub fn latest_manifest(&self, slice: u32) -> Result<Option<Manifest>, KafkaLayerError> {
+        let reader = self.reader.lock().expect("reader lock");
+        let partition = slice as i32;
+        let topic = &self.topic;
+        let (low, high) = reader
+            .fetch_watermarks(topic, partition, IO_TIMEOUT)
+            .context(|| format!("watermarks of {topic}/{partition}"))?;
+        if high <= low {
+            return Ok(None);
+        }
+        let manifest_key = format!("{slice}/manifest");
+        let (mut start, mut stop, mut span) = (high - 1, None, 1i64);
+        let body = loop {
+            let mut newest = None;
+            let mut hint = None;
+            read_range(&reader, topic, partition, start, stop, high, |offset, key, value, _| {
+                if key == manifest_key.as_bytes() {
+                    newest = Some(value.map(<[u8]>::to_vec));
+                } else if let Some((_, i)) = chunk_key(key, slice)
+                    && hint.is_none()
+                {
+                    hint = Some(offset.saturating_sub(i64::try_from(i).unwrap_or(i64::MAX)).saturating_sub(1));
+                }
+            })?;
+            if let Some(found) = newest {
+                break found;
+            }
+            if start <= low {
+                return Ok(None);
+            }
+            span = span.saturating_mul(4);
+            let next = hint.filter(|&h| h < start).unwrap_or(start.saturating_sub(span)).max(low);
+            (stop, start) = (Some(start), next);
+        };
+        Ok(body.and_then(|b| serde_json::from_slice::<Manifest>(&b).ok()))
+    }
+
     /// Searches backwards for the newest manifest, then reads its chunks.
     ///
     /// The search reads windows of offsets ending where the previous one

@@ -76,10 +76,10 @@ pub fn delete_fn(
         if !deletable {
             return refuse(StatusCode::CONFLICT, &DeleteRefusal::NotDeletable.to_string());
         }
-        if mode != SlicingMode::Repartition {
+        if mode == SlicingMode::InputPartitions {
             return refuse(
                 StatusCode::CONFLICT,
-                "deletes need slicing.mode = \"repartition\": with input-partitions the slice log is the input \
+                "deletes need slicing.mode = \"repartition\" or \"shared\": with input-partitions the slice log is the input \
                  topic, which dedupd does not write to",
             );
         }

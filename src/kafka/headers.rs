@@ -40,3 +40,16 @@ pub const COUNT: &str = "dedupd.count";
 /// input record that carries this header of its own is judged as the record
 /// it is. The value is empty.
 pub const PROGRESS: &str = "dedupd.progress";
+/// On outputs (and duplicates) of records decided by `availability.policy`
+/// while their slice was being restored: `deliver` or `drop`
+/// (docs/availability.md).
+pub const POLICY: &str = "dedupd.policy";
+/// On the same records: the release position of the slice's last output
+/// before the policy decided (empty: none), which restore reads from such a
+/// record at the tail: judgments up to it are replayed silently.
+pub const POLICY_AFTER: &str = "dedupd.policy.after";
+/// On slice-log records a router writes in `slicing.mode = "shared"`: the
+/// payload is a read-order record ([`crate::engine::read_order`]) naming
+/// the input records, in the order the slice is to judge them, that the
+/// router read since its last one. The value of the header is empty.
+pub const READ_ORDER: &str = "dedupd.read_order";

@@ -13,7 +13,9 @@
 //! - [`restore`]: where a slice resumes: newest valid snapshot `X`, last
 //!   output `Y`, replay `X..=Y` silently.
 //! - [`slices`]: the slice workers: group consumer, rebalances, output.
-//! - [`router`]: repartition mode's input → `<app>.slices` stage.
+//! - [`router`]: repartition mode's input → `<app>.slices` stage (shared
+//!   mode: it writes the order it read records in, not the records).
+//! - [`shared`]: shared mode's reader of the input records the read order names.
 //! - [`tier`]: multi-level deployments: the sparse leaf loop and the root's verdicts.
 
 pub mod checkpoint;
@@ -25,6 +27,7 @@ pub mod merge;
 pub mod producer;
 pub mod restore;
 pub mod router;
+pub mod shared;
 pub mod slices;
 pub mod tier;
 pub mod topics;

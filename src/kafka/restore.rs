@@ -21,9 +21,10 @@ use super::checkpoint::{
 };
 use super::clients::Reader;
 use super::{Context, KafkaLayerError, headers};
-use crate::config::{CorruptPolicy, SlicingMode};
+use crate::config::{AvailabilityPolicy, CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::ProvenanceSetup;
+use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::filter::FilterParams;
@@ -51,6 +52,11 @@ pub struct ResumePoint {
     pub start: u64,
     /// Judgments up to and including this release position are replayed silently.
     pub replay_until: Option<ReleasePos>,
+    /// Decisions of `availability.policy` up to this release position were
+    /// output already (replayed silently).
+    pub policy_until: Option<ReleasePos>,
+    /// The last ordinary output's release position (not only after `start`).
+    pub sent_normal: Option<ReleasePos>,
     /// Flags up to and including this release position are in the flag
     /// topic already (its own last record: flags are not ordered with the
     /// outputs, which go to other partitions).
@@ -61,6 +67,8 @@ pub struct ResumePoint {
     /// Idle flushes logged and not in the snapshot: the slice offsets they
     /// came after, oldest first.
     pub flushes: VecDeque<u64>,
+    /// Policy ranges logged that reach the first offset to consume or beyond.
+    pub ranges: Vec<PolicyRange>,
 }
 
 /// The release position of the last record of `topic`/`partition`: its
@@ -81,7 +89,35 @@ pub fn last_release_of(
     partition: i32,
     leaf: Option<&str>,
 ) -> Result<Option<ReleasePos>, KafkaLayerError> {
+    Ok(last_releases_of(reader, topic, partition, leaf)?.normal)
+}
+
+/// What the last record of an output partition says was sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    /// Judgments up to this release position were output.
+    pub normal: Option<ReleasePos>,
+    /// Decisions of `availability.policy` up to this release position were
+    /// output (the last record is one: header `dedupd.policy`).
+    pub policy: Option<ReleasePos>,
+}
+
+impl Sent {
+    pub fn max(self, other: Sent) -> Sent {
+        Sent { normal: self.normal.max(other.normal), policy: self.policy.max(other.policy) }
+    }
+}
+
+/// [`last_release_of`], telling policy outputs apart: a policy output
+/// names in `dedupd.policy.after` the last ordinary output before it.
+pub fn last_releases_of(
+    reader: &Reader,
+    topic: &str,
+    partition: i32,
+    leaf: Option<&str>,
+) -> Result<Sent, KafkaLayerError> {
     let mut last: Option<Option<ReleasePos>> = None;
+    let mut policy_after: Option<Option<ReleasePos>> = None;
     let from = if leaf.is_some() { ReadFrom::Start } else { ReadFrom::Last };
     read_partition(reader, topic, partition, from, |_, _, _, m| {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
@@ -96,11 +132,13 @@ pub fn last_release_of(
             .and_then(|s| s.parse::<u64>().ok())
             .map(ReleasePos::through_arrival);
         last = Some(release.or(offset));
+        policy_after = header(headers::POLICY).map(|_| header(headers::POLICY_AFTER).and_then(ReleasePos::parse));
     })?;
-    match last {
-        None => Ok(None),
-        Some(Some(y)) => Ok(Some(y)),
-        Some(None) => Err(KafkaLayerError::Topology(format!(
+    match (last, policy_after) {
+        (None, _) => Ok(Sent::default()),
+        (Some(Some(y)), None) => Ok(Sent { normal: Some(y), policy: None }),
+        (Some(Some(y)), Some(after)) => Ok(Sent { normal: after, policy: Some(y) }),
+        (Some(None), _) => Err(KafkaLayerError::Topology(format!(
             "the last record of {topic}/{partition} has no {} header: is another application writing to this \
              topic? dedupd needs its output partitions to itself",
             headers::RELEASE
@@ -108,22 +146,53 @@ pub fn last_release_of(
     }
 }
 
-/// The idle flushes logged in `topic`/`partition`: the slice offsets they
-/// came after, in the order written (increasing: a slice flushes at most
-/// once after a record).
-pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<VecDeque<u64>, KafkaLayerError> {
-    let mut flushes = VecDeque::new();
+/// A range of slice offsets whose records `availability.policy` decided
+/// while the slice was being restored (logged in the flush log before any
+/// of their outputs was sent; docs/availability.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyRange {
+    pub from: u64,
+    /// Inclusive.
+    pub to: u64,
+    pub policy: AvailabilityPolicy,
+}
+
+impl PolicyRange {
+    pub fn contains(&self, offset: u64) -> bool {
+        (self.from..=self.to).contains(&offset)
+    }
+}
+
+/// The policy range of `ranges` that holds `offset`, if any.
+pub fn range_of(ranges: &[PolicyRange], offset: u64) -> Option<PolicyRange> {
+    ranges.iter().find(|r| r.contains(offset)).copied()
+}
+
+/// What the flush log of a slice holds.
+#[derive(Debug, Default)]
+pub struct FlushLog {
+    /// The idle flushes: the slice offsets they came after, in the order
+    /// written (increasing: a slice flushes at most once after a record).
+    pub flushes: VecDeque<u64>,
+    /// The policy ranges, in the order written.
+    pub ranges: Vec<PolicyRange>,
+}
+
+/// The idle flushes and policy ranges logged in `topic`/`partition`.
+pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<FlushLog, KafkaLayerError> {
+    let mut log = FlushLog::default();
     let mut bad = None;
     read_partition(reader, topic, partition, ReadFrom::Start, |offset, _, value, _| {
-        match value.and_then(flush_after) {
-            Some(after) => flushes.push_back(after),
+        match value.and_then(parse_flush) {
+            Some(Logged::Flush(after)) => log.flushes.push_back(after),
+            Some(Logged::Range(range)) => log.ranges.push(range),
             None => {
                 bad.get_or_insert(offset);
             }
         }
     })?;
     match bad {
-        None => Ok(flushes),
+        None => Ok(log),
         Some(offset) => Err(KafkaLayerError::Topology(format!(
             "{topic}/{partition} offset {offset} is not a dedupd flush record: is another application writing to \
              this topic?"
@@ -136,9 +205,26 @@ pub fn flush_record(after: u64) -> String {
     format!("{{\"after\":{after}}}")
 }
 
-fn flush_after(payload: &[u8]) -> Option<u64> {
+/// The payload of a policy range record:
+/// `{"policy":"deliver"|"drop","from":<slice offset>,"to":<slice offset>}`.
+pub fn policy_record(range: &PolicyRange) -> String {
+    format!("{{\"policy\":\"{}\",\"from\":{},\"to\":{}}}", range.policy.as_str(), range.from, range.to)
+}
+
+/// A record of the flush log.
+enum Logged {
+    Flush(u64),
+    Range(PolicyRange),
+}
+
+fn parse_flush(payload: &[u8]) -> Option<Logged> {
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    v.get("after")?.as_u64()
+    if let Some(after) = v.get("after") {
+        return after.as_u64().map(Logged::Flush);
+    }
+    let policy = AvailabilityPolicy::parse(v.get("policy")?.as_str()?)?;
+    let (from, to) = (v.get("from")?.as_u64()?, v.get("to")?.as_u64()?);
+    (policy != AvailabilityPolicy::Wait && from <= to).then_some(Logged::Range(PolicyRange { from, to, policy }))
 }
 
 /// Everything restore needs.
@@ -180,6 +266,31 @@ pub fn fingerprint(params: &FilterParams, counting: Option<&CountingSetup>) -> S
 }
 
 impl Restorer<'_> {
+    /// What a slice not restored yet needs to decide records by
+    /// `availability.policy` (cheap: the tails of the output partitions and
+    /// the flush log, no snapshot): the last output's release position and
+    /// the policy ranges logged.
+    ///
+    /// Also the newest snapshot's offset X (its manifest only): records
+    /// below X are in the snapshot (judged, or waiting for the watermark and
+    /// judged after the restore), so the policy decides from X at the
+    /// earliest. `None`: no snapshot found at the tail.
+    pub fn locate(&self, slice: u32) -> Result<(Sent, Option<u64>, Vec<PolicyRange>), KafkaLayerError> {
+        let sent = self.sent(slice)?;
+        let snapshot = self.store.latest_manifest(slice)?.map(|m| m.offset);
+        let log = read_flushes(self.reader, self.flush_topic, slice as i32)?;
+        Ok((sent, snapshot, log.ranges))
+    }
+
+    /// What the slice's output partitions say was sent.
+    fn sent(&self, slice: u32) -> Result<Sent, KafkaLayerError> {
+        let mut sent = Sent::default();
+        for topic in &self.output_topics {
+            sent = sent.max(last_releases_of(self.reader, topic, slice as i32, self.leaf)?);
+        }
+        Ok(sent)
+    }
+
     /// Decodes a slice snapshot with the configured filter, order and provenance.
     fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
         let counting = self.counting.map(|c| (c, self.extractor));
@@ -255,77 +366,106 @@ impl Restorer<'_> {
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                let mut fresh = SliceState::new(slice, self.params.clone(), low.max(0) as u64, self.order);
+                let low = low.max(0) as u64;
+                let start = match self.slicing {
+                    SlicingMode::Shared => read_order::position(low, 0),
+                    _ => low,
+                };
+                let mut fresh = SliceState::new(slice, self.params.clone(), start, self.order);
                 fresh.set_provenance(self.provenance);
                 fresh.set_counting(self.counting, self.extractor);
                 (fresh, BTreeMap::new())
             }
         };
-        let mut last = None;
-        for topic in &self.output_topics {
-            last = last.max(last_release_of(self.reader, topic, slice as i32, self.leaf)?);
-        }
+        let sent = self.sent(slice)?;
+        let last = sent.normal;
         let start = state.next_offset;
         // Flushes the snapshot has applied, or that came after a record
         // before its last one, are in it already.
-        let mut flushes = read_flushes(self.reader, self.flush_topic, slice as i32)?;
+        let FlushLog { mut flushes, mut ranges } = read_flushes(self.reader, self.flush_topic, slice as i32)?;
         flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
+        ranges.retain(|r| r.to >= start);
         // Judgments made before the snapshot are not made again: only a
         // later last output means a silent replay.
         let replay_until = last.filter(|y| y.after + 1 >= start);
+        let policy_until = sent.policy.filter(|y| y.after + 1 >= start);
         let flag_replay_until = match self.flag_topic {
             Some(topic) => last_release(self.reader, topic, slice as i32)?.filter(|y| y.after + 1 >= start),
             None => None,
         };
         log::info!(
             "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
-             watermark, {} idle flushes to replay{}",
+             watermark, {} idle flushes and {} policy ranges to replay{}",
             held.len(),
             flushes.len(),
+            ranges.len(),
             replay_until.map_or(String::new(), |y| format!(", silently up to release {y}"))
         );
-        Ok(ResumePoint { state, manifest, start, replay_until, flag_replay_until, from, held, flushes })
+        Ok(ResumePoint {
+            state,
+            manifest,
+            start,
+            replay_until,
+            policy_until,
+            sent_normal: last,
+            flag_replay_until,
+            from,
+            held,
+            flushes,
+            ranges,
+        })
     }
 
-    /// Re-reads from the slice log the records the snapshot says were
-    /// waiting, and puts them back into `state`.
+    /// Re-reads from the slice log (shared mode: from the input, where the
+    /// read order says) the records the snapshot says were waiting, and
+    /// puts them back into `state`.
     fn refill(&self, state: &mut SliceState) -> Result<BTreeMap<u64, OwnedMessage>, RefillError> {
         let mut held = BTreeMap::new();
         let wanted: BTreeSet<u64> = state.unfilled.iter().map(|&(o, _)| o).collect();
         let (Some(&first), stop) = (wanted.first(), state.next_offset) else {
             return Ok(held);
         };
-        let mut entries = Vec::new();
-        read_partition_range(
-            self.reader,
-            self.slice_topic,
-            state.slice as i32,
-            first as i64,
-            stop as i64,
-            |o, _, _, m| {
-                let offset = o as u64;
-                if !wanted.contains(&offset) {
-                    return;
-                }
-                let header_list: Vec<(&str, &[u8])> = m
-                    .headers()
-                    .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                    .unwrap_or_default();
-                let view = RecordView {
-                    key: m.key(),
-                    payload: super::slices::parts(self.slicing, m).payload.unwrap_or_default(),
-                    headers: &header_list,
-                    timestamp_ms: m.timestamp().to_millis(),
-                };
-                if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
-                    && state.refill_count_key(offset, &view)
-                {
-                    entries.push((offset, time_ms, hash));
-                    held.insert(offset, m.detach());
-                }
-            },
-        )
+        let found = match self.slicing {
+            SlicingMode::Shared => self.reread_named(state.slice, &wanted, first, stop),
+            _ => {
+                let mut found = BTreeMap::new();
+                read_partition_range(
+                    self.reader,
+                    self.slice_topic,
+                    state.slice as i32,
+                    first as i64,
+                    stop as i64,
+                    |o, _, _, m| {
+                        if wanted.contains(&(o as u64)) {
+                            found.insert(o as u64, m.detach());
+                        }
+                    },
+                )
+                .map(|()| found)
+            }
+        }
         .map_err(RefillError::Kafka)?;
+        let mut entries = Vec::new();
+        // In slice-offset order: a count key is put back in arrival order.
+        for (offset, m) in found {
+            let header_list: Vec<(&str, &[u8])> = m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
+                .unwrap_or_default();
+            let view = RecordView {
+                key: m.key(),
+                payload: super::slices::parts(self.slicing, &m).payload.unwrap_or_default(),
+                headers: &header_list,
+                timestamp_ms: m.timestamp().to_millis(),
+            };
+            if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
+                && state.refill_count_key(offset, &view)
+            {
+                entries.push((offset, time_ms, hash));
+                drop(header_list);
+                held.insert(offset, m);
+            }
+        }
         state.refill(entries).map_err(|offset| {
             RefillError::Missing(format!(
                 "the record at offset {offset} of {}/{} was waiting for the watermark when the snapshot was \
@@ -334,6 +474,48 @@ impl Restorer<'_> {
             ))
         })?;
         Ok(held)
+    }
+}
+
+impl Restorer<'_> {
+    /// Shared mode: the input records at the virtual positions `wanted`
+    /// (all in `first..stop`), found through the read-order records that
+    /// name them and read from the input.
+    fn reread_named(
+        &self,
+        slice: u32,
+        wanted: &BTreeSet<u64>,
+        first: u64,
+        stop: u64,
+    ) -> Result<BTreeMap<u64, OwnedMessage>, KafkaLayerError> {
+        // Input partition → offset → the positions it was named at (a
+        // router that re-read its partitions after a crash names some twice).
+        let mut named: BTreeMap<(String, i32), BTreeMap<i64, Vec<u64>>> = BTreeMap::new();
+        let (from, to) = (read_order::log_offset(first), read_order::log_offset(stop.saturating_sub(1)) + 1);
+        read_partition_range(self.reader, self.slice_topic, slice as i32, from as i64, to as i64, |o, _, value, m| {
+            let is_order = m.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER));
+            let Some(Ok(mut order)) = is_order.then(|| ReadOrder::decode(value.unwrap_or_default())) else {
+                return;
+            };
+            order.first_position = read_order::position(o as u64, 0);
+            for (position, topic, partition, offset) in order.records() {
+                if wanted.contains(&position) {
+                    named.entry((topic.to_string(), partition)).or_default().entry(offset).or_default().push(position);
+                }
+            }
+        })?;
+        let mut found = BTreeMap::new();
+        for ((topic, partition), offsets) in &named {
+            let (Some((&low, _)), Some((&high, _))) = (offsets.first_key_value(), offsets.last_key_value()) else {
+                continue;
+            };
+            read_partition_range(self.reader, topic, *partition, low, high + 1, |o, _, _, m| {
+                for &position in offsets.get(&o).into_iter().flatten() {
+                    found.insert(position, m.detach());
+                }
+            })?;
+        }
+        Ok(found)
     }
 }
 

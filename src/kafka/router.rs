@@ -1,7 +1,10 @@
 //! Repartition mode's first stage: input records → `<app>.slices`,
 //! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) but
 //! for a stamp with the input topic/partition/offset in front of the payload
-//! ([`crate::engine::slice::FRAME_MAGIC`]).
+//! ([`crate::engine::slice::FRAME_MAGIC`]). In shared mode
+//! (`slicing.mode = "shared"`, docs/shared-mode.md) it copies nothing: each
+//! turn it writes one read-order record naming the records it routed, in
+//! routing order, to the one slice, which re-reads them from the input.
 //!
 //! Records are routed in event-time order (the time `input.time` reads, the
 //! one the slices judge by — not the Kafka timestamp, which can differ)
@@ -56,7 +59,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_control, produce_copy, produce_with};
 use super::{Context, KafkaLayerError, clients, headers};
-use crate::config::Resolved;
+use crate::config::{Resolved, SlicingMode};
+use crate::engine::read_order::ReadOrderBuilder;
 use crate::engine::slice::frame_into;
 use crate::engine::{
     Extractor, InvalidRecord, KeySpec, Progress, Reading, RecordView, STAMP_BYTES, SourceRef, shrink_target,
@@ -91,6 +95,10 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 const IDLE_AFTER: Duration = Duration::from_millis(500);
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
+/// Shared mode: input records one read-order record names at most (each
+/// turn of the router writes one; a larger turn, several). Well below
+/// [`crate::engine::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
+const READ_ORDER_RECORDS: u64 = 4096;
 
 /// What the router needs.
 pub struct RouterDeps {
@@ -569,6 +577,8 @@ fn route_ready<C: ConsumerContext>(
     let mut routed: Vec<(usize, i64)> = Vec::new();
     let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
     let mut frame = Vec::new();
+    // Shared mode: the records routed are named, not copied (see `write_read_order`).
+    let mut named = (deps.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
     let result = loop {
         let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
@@ -590,7 +600,14 @@ fn route_ready<C: ConsumerContext>(
         if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        if let Err(e) = route(deps, &msg, &id.0, target, &mut frame) {
+        let done = match (named.as_mut(), target) {
+            (Some(names), Ok(_)) => {
+                names.push(&id.0, msg.partition(), msg.offset());
+                if names.next_position() >= READ_ORDER_RECORDS { write_read_order(deps, names) } else { Ok(()) }
+            }
+            (_, target) => route(deps, &msg, &id.0, target, &mut frame),
+        };
+        if let Err(e) = done {
             break Err(e);
         }
         observe_since(sent, msg.timestamp().to_millis(), wall_ms);
@@ -598,6 +615,11 @@ fn route_ready<C: ConsumerContext>(
             Some((i, next)) if *i == index => *next = msg.offset() + 1,
             _ => routed.push((index, msg.offset() + 1)),
         }
+    };
+    // Written before the offsets become pending: a commit waits for its acknowledgement.
+    let result = match (result, named.as_mut()) {
+        (Ok(()), Some(names)) => write_read_order(deps, names),
+        (result, _) => result,
     };
     if !routed.is_empty() {
         let ids: Vec<&PartitionId> = lanes.keys().collect();
@@ -608,6 +630,19 @@ fn route_ready<C: ConsumerContext>(
     }
     result
 }
+/// Shared mode: writes what `names` gathered as one read-order record to
+/// the slice log (partition 0, the one slice), by the producer that writes
+/// the router's progress after it, and starts a new one. The slice judges
+/// the records it names, in its order, re-reading them from the input: the
+/// records themselves are not copied.
+fn write_read_order(deps: &RouterDeps, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
+    let record = std::mem::replace(names, ReadOrderBuilder::at(0)).take();
+    if record.is_empty() {
+        return Ok(());
+    }
+    produce_control(&deps.producer, &deps.slice_topic, 0, headers::READ_ORDER, &record.encode())
+}
+
 /// What was announced of a partition: time, idle, owned, and how many
 /// records had been routed from it — a record routed from a partition
 /// announced idle clears the mark in its slice, so the next idle

@@ -2,8 +2,12 @@
 //! partition is a slice whose state this process owns until it is revoked.
 //!
 //! Ordering of the exactly-once protocol (design invariant 5):
-//! - on assignment, a slice is restored (snapshot X, last output Y) before a
-//!   single record is fetched, and its partition is assigned at offset X;
+//! - on assignment, a slice is restored (snapshot X, last output Y) on the
+//!   restore thread while the worker goes on with its other slices; its
+//!   partition joins the consumer's assignment only once restored, at X
+//!   (with `availability.policy` `deliver` or `drop` it joins earlier, after
+//!   its last output, and its records are decided meanwhile, each range
+//!   logged first: see [`Deciding`] and docs/availability.md);
 //! - records up to Y are replayed silently, later ones are emitted to
 //!   partition s of the output topics with the slice offset in a header;
 //! - a snapshot at offset X is written only after the producer has
@@ -31,7 +35,7 @@
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -48,10 +52,12 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use super::checkpoint::{CheckpointStore, Manifest};
 use super::join::JoinWatch;
 use super::producer::{OutputProducer, SentMark, produce_with, wait_acked};
-use super::restore::{RestoredFrom, Restorer, flush_record};
+use super::restore::{PolicyRange, RestoredFrom, Restorer, Sent, flush_record, policy_record, range_of};
+use super::shared::InputReader;
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{SliceStatus, Status};
-use crate::config::{Resolved, SlicingMode};
+use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
+use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice::{Unframed, unframe};
 use crate::engine::{
     Extractor, Judgment, Progress, RecordView, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
@@ -78,6 +84,15 @@ struct Owned {
     copying: Option<Copying>,
     /// Judgments up to this release position are replayed silently.
     replay_until: Option<ReleasePos>,
+    /// Decisions of `availability.policy` up to this release position were
+    /// output already: replayed silently.
+    policy_until: Option<ReleasePos>,
+    /// The last ordinary judgment made (its release position): what a
+    /// policy output names in `dedupd.policy.after`.
+    last_normal: Option<ReleasePos>,
+    /// The policy ranges logged that the slice has not passed yet: their
+    /// records are decided by the logged policy, not judged.
+    ranges: Vec<PolicyRange>,
     /// Flags up to this release position are in the flag topic already.
     flag_replay_until: Option<ReleasePos>,
     /// The records waiting for the watermark, by slice offset (for output).
@@ -129,6 +144,87 @@ struct Inner {
     writer: Writer,
     /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
     buffer: Option<Vec<u8>>,
+    /// Slices assigned and being restored on the restore thread, with the
+    /// number of the restore asked for: a result for another number (the
+    /// slice was revoked meanwhile) is dropped.
+    restoring: BTreeMap<u32, u64>,
+    /// Slices the group gave this member whose partitions are not in the
+    /// consumer's assignment yet: added (`incremental_assign`) at the offset
+    /// to read from once that is known, left out of the `incremental_unassign`
+    /// of a revocation. (Not assigned paused at a placeholder offset and then
+    /// sought and resumed: librdkafka wakes its fetcher only when a partition
+    /// starts fetching, not when it is resumed, so a resumed partition waited
+    /// up to a second for the fetcher's next turn — docs/availability.md.)
+    unassigned: BTreeSet<u32>,
+    /// Slices being restored whose records `availability.policy` decides meanwhile.
+    deciding: BTreeMap<u32, Deciding>,
+    /// Numbers restores.
+    restores_asked: u64,
+    restorer: Restores,
+}
+
+/// A restore asked of the restore thread: the slice and its number.
+struct RestoreJob {
+    slice: u32,
+    id: u64,
+}
+
+/// What the restore thread tells the worker about a restore.
+enum RestoreEvent {
+    /// Where the slice's outputs stopped and the policy ranges logged (read
+    /// first, before the snapshot, when `availability.policy` is not `wait`).
+    Located { slice: u32, id: u64, result: Result<(Sent, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
+    /// The slice, restored.
+    Restored { slice: u32, id: u64, result: Result<Box<Owned>, KafkaLayerError> },
+}
+
+/// A slice being restored whose records `availability.policy` decides
+/// meanwhile (docs/availability.md): each is sent at once, to the output
+/// (`deliver`) or to the duplicates topic (`drop`), once the range of slice
+/// offsets it is in has been logged in the flush log, so that the restore
+/// (and every later one) applies the same decisions.
+struct Deciding {
+    /// The next slice offset expected.
+    next: u64,
+    /// The slice's last ordinary output before (its release position).
+    normal: Option<ReleasePos>,
+    /// Policy outputs were sent up to this release position.
+    sent: Option<ReleasePos>,
+    /// The policy ranges logged, by earlier owners and by this one.
+    ranges: Vec<PolicyRange>,
+}
+
+/// The worker's side of the restore thread: restores run there, one after
+/// another, while the worker goes on with the slices it has (see
+/// docs/availability.md, "How deliver and drop can be added", step 1).
+struct Restores {
+    jobs: Option<mpsc::Sender<RestoreJob>>,
+    done: mpsc::Receiver<RestoreEvent>,
+}
+
+impl Restores {
+    fn start(deps: Arc<Deps>) -> Restores {
+        let (jobs, job_rx) = mpsc::channel::<RestoreJob>();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("dedupd-restores".into())
+            .spawn(move || {
+                for RestoreJob { slice, id } in job_rx {
+                    if deps.cfg.availability != AvailabilityPolicy::Wait {
+                        let result = restorer(&deps).locate(slice);
+                        if done_tx.send(RestoreEvent::Located { slice, id, result }).is_err() {
+                            break;
+                        }
+                    }
+                    let result = restore(&deps, slice).map(Box::new);
+                    if done_tx.send(RestoreEvent::Restored { slice, id, result }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("starting the restore thread");
+        Restores { jobs: Some(jobs), done }
+    }
 }
 
 /// A snapshot being copied (see the module documentation).
@@ -331,42 +427,76 @@ impl ConsumerContext for WorkerContext {
                 self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
                 self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
                 self.deps.status.ready.store(false, Ordering::Relaxed);
+                // What the consumer takes now: with cooperative rebalancing
+                // (what `clients::group_consumer` sets), only the partitions
+                // that need no restore.
+                let mut now = TopicPartitionList::new();
                 for p in partitions {
                     if p as u32 >= self.deps.cfg.settings.filter.slices {
                         // Left by `dedupd checkpoint merge`: no key routes
                         // there any more, and its old snapshot is not a slice.
                         log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
-                        if let Err(e) = tpl.set_partition_offset(topic, p, Offset::End) {
+                        let skipped = tpl
+                            .set_partition_offset(topic, p, Offset::End)
+                            .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
+                        if let Err(e) = skipped {
                             inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
                         }
                         continue;
                     }
-                    match restore(&self.deps, p as u32) {
-                        Ok(owned) => {
-                            let start = Offset::Offset(owned.state.next_offset as i64);
-                            if let Err(e) = tpl.set_partition_offset(&self.deps.slice_topic, p, start) {
-                                inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
-                            }
-                            inner.slices.insert(p as u32, owned);
-                            self.deps.metrics.init_slice(p as u32);
-                        }
-                        Err(e) => {
-                            inner.fatal.get_or_insert(format!("slice {p}: restore failed: {e}"));
-                        }
+                    // Restored on the restore thread while the worker goes
+                    // on with its other slices. Its partition is assigned
+                    // once the offset to read from is known
+                    // (`take_restored`). Eager rebalancing must assign
+                    // everything at once: there it is assigned paused, at a
+                    // placeholder offset, then sought and resumed.
+                    inner.restores_asked += 1;
+                    let id = inner.restores_asked;
+                    inner.restoring.insert(p as u32, id);
+                    if cooperative {
+                        inner.unassigned.insert(p as u32);
+                    } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
+                        inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+                    }
+                    let asked = inner
+                        .restorer
+                        .jobs
+                        .as_ref()
+                        .is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
+                    if !asked {
+                        inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
                     }
                 }
-                let result = if cooperative { consumer.incremental_assign(tpl) } else { consumer.assign(tpl) };
+                let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
                 if let Err(e) = result {
                     inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
                 }
+                let waiting = restoring_list(topic, &inner);
+                if !cooperative
+                    && waiting.count() > 0
+                    && let Err(e) = consumer.pause(&waiting)
+                {
+                    inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
+                }
                 self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
-                self.deps.status.ready.store(inner.fatal.is_none(), Ordering::Relaxed);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
                 let lost = consumer.assignment_lost();
+                // What the consumer gives up: not the partitions it never took.
+                let mut taken = TopicPartitionList::new();
                 for p in partitions {
                     let slice = p as u32;
+                    if !inner.unassigned.remove(&slice) {
+                        taken.add_partition(&self.deps.slice_topic, p);
+                    }
+                    // Not restored yet: nothing to snapshot, its restore is dropped.
+                    if inner.restoring.remove(&slice).is_some() {
+                        inner.deciding.remove(&slice);
+                        log::info!("slice {p}: revoked while being restored");
+                        continue;
+                    }
                     // A lost assignment may already be someone else's: write nothing more.
                     if !lost && let Err(e) = checkpoint_now(&self.deps, &mut inner, slice) {
                         log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
@@ -376,11 +506,12 @@ impl ConsumerContext for WorkerContext {
                         self.deps.metrics.forget_slice(slice);
                     }
                 }
-                let result = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
+                let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
                 if let Err(e) = result {
                     log::warn!("releasing partitions: {e}");
                 }
                 self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
             }
             other => {
                 log::error!("rebalance error: {other:?}");
@@ -392,13 +523,132 @@ impl ConsumerContext for WorkerContext {
     }
 }
 
-fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
-    let started = Instant::now();
+/// The partitions of the slices being restored (paused, with eager rebalancing).
+fn restoring_list(topic: &str, inner: &Inner) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for &slice in inner.restoring.keys() {
+        tpl.add_partition(topic, slice as i32);
+    }
+    tpl
+}
+
+/// Takes in what the restore thread has done: a slice located is decided
+/// by `availability.policy` until restored (its partition read from after
+/// its last output); a restored slice is owned from now, its partition read
+/// from where it resumes. What comes for a restore whose slice was revoked
+/// meanwhile is dropped.
+fn take_restored(deps: &Deps, consumer: &BaseConsumer<WorkerContext>, inner: &mut Inner) {
+    while let Ok(event) = inner.restorer.done.try_recv() {
+        match event {
+            RestoreEvent::Located { slice, id, result } => {
+                if inner.restoring.get(&slice) != Some(&id) {
+                    continue;
+                }
+                match result {
+                    // A slice that never sent an output has nothing to go on from: it waits.
+                    Ok((sent, _, _)) if sent.normal.is_none() => {
+                        log::info!("slice {slice}: no output yet; its records wait for the restore");
+                    }
+                    Ok((sent, snapshot, ranges)) => {
+                        // Records below the snapshot's offset are in it: judged, or
+                        // waiting for the watermark (judged once it is restored).
+                        let next = sent.normal.map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
+                        if let Err(e) = read_from(deps, consumer, inner, slice, next) {
+                            inner.fatal.get_or_insert(e);
+                            continue;
+                        }
+                        log::info!(
+                            "slice {slice}: being restored; its records from offset {next} are decided by \
+                             availability.policy = {} meanwhile",
+                            deps.cfg.availability.as_str()
+                        );
+                        inner.deciding.insert(slice, Deciding { next, normal: sent.normal, sent: sent.policy, ranges });
+                    }
+                    Err(e) => {
+                        log::warn!("slice {slice}: cannot read where its outputs stopped ({e}); its records wait")
+                    }
+                }
+            }
+            RestoreEvent::Restored { slice, id, result } => {
+                if inner.restoring.get(&slice) != Some(&id) {
+                    log::debug!("slice {slice}: a restore finished after the slice was revoked; dropped");
+                    continue;
+                }
+                inner.restoring.remove(&slice);
+                let deciding = inner.deciding.remove(&slice);
+                match result {
+                    Ok(mut owned) => {
+                        if let Some(d) = deciding {
+                            for r in d.ranges {
+                                if r.to >= owned.state.next_offset && !owned.ranges.contains(&r) {
+                                    owned.ranges.push(r);
+                                }
+                            }
+                            owned.ranges.sort_by_key(|r| r.from);
+                            owned.policy_until = owned.policy_until.max(d.sent);
+                            log::info!(
+                                "slice {slice}: restored; policy decisions up to offset {} are applied as logged",
+                                d.next.saturating_sub(1)
+                            );
+                        }
+                        if let Err(e) = read_from(deps, consumer, inner, slice, owned.state.next_offset) {
+                            inner.fatal.get_or_insert(e);
+                            continue;
+                        }
+                        inner.slices.insert(slice, *owned);
+                        deps.metrics.init_slice(slice);
+                    }
+                    Err(e) => {
+                        inner.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
+                    }
+                }
+                deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Reads the slice's partition from `offset` on: adds it to the consumer's
+/// assignment there if it is not in it yet (librdkafka's fetcher starts on
+/// it at once), or else seeks it there and resumes it (a partition assigned
+/// paused, with eager rebalancing; a partition read by `availability.policy`
+/// during the restore is not paused and the resume does nothing).
+fn read_from(
+    deps: &Deps,
+    consumer: &BaseConsumer<WorkerContext>,
+    inner: &mut Inner,
+    slice: u32,
+    offset: u64,
+) -> Result<(), String> {
+    let at = Offset::Offset(log_position(deps, offset) as i64);
+    let mut tpl = TopicPartitionList::new();
+    let result = tpl.add_partition_offset(&deps.slice_topic, slice as i32, at).and_then(|()| {
+        if inner.unassigned.remove(&slice) {
+            return consumer.incremental_assign(&tpl);
+        }
+        // librdkafka refuses to seek a partition whose fetcher has not
+        // started yet: one assigned a moment ago (`Located`) starts once
+        // the stops of partitions released before it are done.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match consumer.seek(&deps.slice_topic, slice as i32, at, Duration::from_secs(10)) {
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                sought => break sought,
+            }
+        }
+        .and_then(|()| consumer.resume(&tpl))
+    });
+    result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
+}
+
+/// The restore of the slices of this process.
+fn restorer(deps: &Deps) -> Restorer<'_> {
     let mut outputs = vec![deps.cfg.settings.output.topic.as_str()];
     if !deps.cfg.settings.output.duplicates_topic.is_empty() {
         outputs.push(deps.cfg.settings.output.duplicates_topic.as_str());
     }
-    let restorer = Restorer {
+    Restorer {
         store: &deps.store,
         reader: &deps.reader,
         params: &deps.params,
@@ -414,8 +664,12 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
         flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
-    };
-    let mut point = restorer.restore(slice)?;
+    }
+}
+
+fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
+    let started = Instant::now();
+    let mut point = restorer(deps).restore(slice)?;
     point.state.passthrough = deps.cfg.passthrough;
     let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
     point.state.order.set_max_held(max_held);
@@ -436,6 +690,9 @@ fn restore(deps: &Deps, slice: u32) -> Result<Owned, KafkaLayerError> {
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay_until: point.replay_until,
+        policy_until: point.policy_until,
+        last_normal: point.sent_normal,
+        ranges: point.ranges,
         flag_replay_until: point.flag_replay_until,
         held: point.held.into_iter().collect(),
         flushes: point.flushes,
@@ -756,8 +1013,19 @@ fn checkpoint_now(deps: &Deps, inner: &mut Inner, slice: u32) -> Result<(), Kafk
 pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
     let writer = Writer::start(deps.clone());
-    let inner =
-        Arc::new(Mutex::new(Inner { slices: BTreeMap::new(), judged: Vec::new(), fatal: None, writer, buffer: None }));
+    let restorer = Restores::start(deps.clone());
+    let inner = Arc::new(Mutex::new(Inner {
+        slices: BTreeMap::new(),
+        judged: Vec::new(),
+        fatal: None,
+        writer,
+        buffer: None,
+        restoring: BTreeMap::new(),
+        unassigned: BTreeSet::new(),
+        deciding: BTreeMap::new(),
+        restores_asked: 0,
+        restorer,
+    }));
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let id = &deps.cfg.settings.app.id;
     let join = JoinWatch::new(&deps.cfg, "slice workers", id);
@@ -787,6 +1055,11 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
     consumer.context().join.joining(&[&deps.slice_topic]);
 
+    // Shared mode: the slice reads the input records the read order names.
+    let mut input = match deps.cfg.slicing {
+        SlicingMode::Shared => Some(InputReader::new(&deps.cfg)?),
+        _ => None,
+    };
     let settings = &deps.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
     let mut last_housekeeping = Instant::now();
@@ -799,8 +1072,12 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Some(f) = inner.lock().expect("worker lock").fatal.clone() {
-            break Err(KafkaLayerError::Topology(f));
+        {
+            let mut guard = inner.lock().expect("worker lock");
+            take_restored(&deps, &consumer, &mut guard);
+            if let Some(f) = guard.fatal.clone() {
+                break Err(KafkaLayerError::Topology(f));
+            }
         }
         if let Some(f) = deps.producer.context().failure() {
             break Err(KafkaLayerError::Topology(f));
@@ -819,6 +1096,17 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
             match event {
                 Ok(msg) => {
                     observe_since(&received, msg.timestamp().to_millis(), wall_ms);
+                    if let Some(input) = input.as_mut().filter(|_| is_read_order(&msg)) {
+                        if let Err(e) = handle_read_order(&deps, &inner, input, &msg, now) {
+                            failed = Some(e);
+                            break;
+                        }
+                        events += 1;
+                        if events < POLL_BATCH {
+                            polled = consumer.poll(Duration::ZERO);
+                        }
+                        continue;
+                    }
                     let mut guard = inner.lock().expect("worker lock");
                     if let Err(e) = handle(&deps, &mut guard, &msg, now) {
                         failed = Some(e);
@@ -904,6 +1192,10 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
     for owned in guard.slices.values_mut() {
         owned.since_checkpoint = 0;
     }
+    // A restore in progress is not waited for: its slice was never owned.
+    guard.restoring.clear();
+    guard.deciding.clear();
+    guard.restorer.jobs = None;
     drop(guard);
     drop(consumer);
     inner.lock().expect("worker lock").writer.stop();
@@ -994,7 +1286,9 @@ fn publish(deps: &Deps, inner: &mut Inner, high_offsets: &BTreeMap<u32, i64>) {
         m.filter_memory_bytes.with_label_values(&[&label]).set(memory_bytes as i64);
         m.filter_estimated_fpr.with_label_values(&[&label]).set(estimated_fpr);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
-        let lag = high_offsets.get(slice).map_or(0, |&h| (h - owned.state.next_offset as i64).max(0));
+        // Shared mode: read-order records (a router's turn each) not taken in yet.
+        let next = log_position(deps, owned.state.next_offset) as i64;
+        let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(
             *slice,
@@ -1060,7 +1354,7 @@ fn flush_idle(deps: &Deps, inner: &mut Inner) -> Result<(), KafkaLayerError> {
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
         let replaying = !owned.flushes.is_empty()
-            || [owned.replay_until, owned.flag_replay_until]
+            || [owned.replay_until, owned.flag_replay_until, owned.policy_until]
                 .iter()
                 .flatten()
                 .any(|y| arrivals_to_replay(*y, owned.state.next_offset));
@@ -1089,26 +1383,42 @@ fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
 /// came right after it (replay).
 fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
-    let Inner { slices, judged, .. } = inner;
+    let Inner { slices, judged, deciding, .. } = inner;
     let Some(owned) = slices.get_mut(&slice) else {
-        return Ok(()); // fetched just before a revocation
+        if let Some(d) = deciding.get_mut(&slice) {
+            return decide_early(deps, d, slice, msg);
+        }
+        return Ok(()); // fetched just before a revocation, or while restoring
     };
-    let offset = msg.offset() as u64;
+    // Shared mode: a slice-log record (a router's progress, a delete
+    // request) is at index 0 of its offset's virtual positions.
+    let offset = slice_position(deps, msg.offset() as u64);
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
+    // A logged idle flush due after the slice's last record comes before
+    // this one: a slice restored from a snapshot taken between a record and
+    // the flush after it must not wait for the worker's idle check, which a
+    // record arriving first would overtake (the flush would be skipped, and
+    // the replay would release its records at other positions).
+    apply_logged_flushes(deps, owned, judged)?;
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
     let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
-    let Unframed { source, payload, reading } = framed;
+    let source = framed.source;
     // Control records (a router's progress, a delete request) are written by
     // dedupd itself into the slice log: they have no router stamp, while
     // every record the router copies has one — so an input record that
     // carries such a header of its own is judged as the record it is.
-    let control = |name: &str| {
-        deps.cfg.slicing == SlicingMode::Repartition && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
-    };
+    let control = |name: &str| is_control(deps, source, &header_list, name);
+    // Inside a range of slice offsets logged as decided by
+    // `availability.policy`: records are decided, not judged (see
+    // [`decide_logged`]).
+    owned.ranges.retain(|r| r.to >= offset);
+    if let Some(range) = range_of(&owned.ranges, offset) {
+        return decide_logged(deps, owned, judged, msg, &framed, &header_list, range, now);
+    }
     // A router's progress record (see `super::router`): not input, and not
     // an arrival either — a slice that receives only these is idle, and its
     // idle flush (up to the hold) is what releases its last records.
@@ -1141,14 +1451,117 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
             None => owned.state.delete(offset, key),
         };
         owned.since_checkpoint += 1;
-        super::deletes::posted(&deps.status.deletes, slice, offset, outcome);
+        // The admin endpoint waits for the slice-log offset it wrote.
+        super::deletes::posted(&deps.status.deletes, slice, msg.offset() as u64, outcome);
         judged.clear();
         return apply_logged_flushes(deps, owned, judged);
     }
+    // In shared mode the slice log holds only what dedupd writes there
+    // (read-order records are taken by `handle_read_order`).
+    if deps.cfg.slicing == SlicingMode::Shared {
+        log::warn!("slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped", msg.offset());
+        return Ok(());
+    }
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Shared mode: judges the input records the read-order record `msg` names,
+/// in its order, from the first the slice has not taken in yet (a slice
+/// resumes in the middle of one), reading them from the input with `input`.
+/// The worker lock is taken per record: an admin lookup waits for one
+/// record, not for a whole read-order record and its fetches.
+fn handle_read_order(
+    deps: &Deps,
+    inner: &Mutex<Inner>,
+    input: &mut InputReader,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let Some(next) = inner.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
+        return Ok(()); // fetched just before a revocation
+    };
+    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
+        Ok(order) => order,
+        Err(e) => {
+            // Only routers write these: a record that cannot be read is a
+            // bug or a foreign writer, and the records it names are unknown.
+            log::error!(
+                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
+                 records it names are not judged",
+                msg.offset()
+            );
+            return Ok(());
+        }
+    };
+    order.first_position = read_order::position(msg.offset() as u64, 0);
+    let mut run_start = order.first_position;
+    for run in &order.runs {
+        let run_end = run_start + u64::from(run.count);
+        let skip = next.saturating_sub(run_start);
+        if skip < u64::from(run.count) {
+            let first = run.first + skip as i64;
+            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, |offset, record| {
+                let position = run_start + (offset - run.first) as u64;
+                let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
+                let mut guard = inner.lock().expect("worker lock");
+                handle_named(deps, &mut guard, slice, position, record, source, now)?;
+                if let Err(e) = copy_some(deps, &mut guard, COPY_STEP_BYTES) {
+                    log::warn!("snapshot failed: {e}");
+                }
+                Ok(())
+            })?;
+        }
+        run_start = run_end;
+    }
+    Ok(())
+}
+
+/// Shared mode: judges one input record a read-order record names, at
+/// virtual position `offset`; `source` is where it was read.
+fn handle_named(
+    deps: &Deps,
+    inner: &mut Inner,
+    slice: u32,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    source: SourceRef<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let Inner { slices, judged, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(()); // revoked meanwhile
+    };
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    apply_logged_flushes(deps, owned, judged)?;
+    owned.last_arrival = now;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    // The source makes a record named twice (by a router that re-read its
+    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
+    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Judges an input record at slice offset (shared mode: virtual position)
+/// `offset`: emits the judgments it releases, keeps it if it waits, then
+/// applies a logged idle flush that came right after it (replay).
+fn judge(
+    deps: &Deps,
+    owned: &mut Owned,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    header_list: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let Unframed { source, payload, reading } = *framed;
     let record = RecordView {
         key: msg.key(),
         payload: payload.unwrap_or_default(),
-        headers: &header_list,
+        headers: header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
     let slice_record = SliceRecord { offset, record, source, reading };
@@ -1168,7 +1581,7 @@ fn handle(deps: &Deps, inner: &mut Inner, msg: &BorrowedMessage<'_>, now: Instan
     if !judged.iter().any(|j| j.offset == offset) {
         owned.held.insert(offset, msg.detach());
     }
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((msg, &framed)))?;
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
     apply_logged_flushes(deps, owned, judged)
 }
 
@@ -1207,31 +1620,7 @@ fn idle_flush(deps: &Deps, owned: &mut Owned, judged: &mut Vec<Judgment>) -> Res
     let slice = owned.state.slice;
     let after = owned.state.next_offset.saturating_sub(1);
     let payload = flush_record(after);
-    let record: BaseRecord<'_, [u8], [u8], ()> =
-        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload.as_bytes());
-    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
-        slice,
-        detail: format!("writing an idle flush to {}: {e}", deps.flush_topic),
-    })?;
-    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
-    let mark = deps.producer.context().counts().mark(Some(slice as usize));
-    // A broker that does not answer (stopped, unreachable) is waited for:
-    // the flush must be in the log before it applies, and giving up would
-    // stop the daemon. librdkafka bounds the wait (`message.timeout.ms`, 5
-    // minutes by default): then the delivery fails and so does this.
-    let started = Instant::now();
-    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
-        if deps.producer.context().failure().is_some() {
-            return Err(KafkaLayerError::Checkpoint {
-                slice,
-                detail: format!("idle flush after offset {after}: {detail}"),
-            });
-        }
-        log::warn!(
-            "slice {slice}: the idle flush after offset {after} is not acknowledged after {:.0} s; waiting for the broker",
-            started.elapsed().as_secs_f64()
-        );
-    }
+    log_and_wait(deps, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
     owned.since_checkpoint += 1;
     flush_slice(deps, owned, judged)
 }
@@ -1246,7 +1635,7 @@ fn emit(
     owned: &mut Owned,
     judged: &[Judgment],
     first: ReleasePos,
-    arriving: Option<(&BorrowedMessage<'_>, &Unframed<'_>)>,
+    arriving: Option<(u64, &BorrowedMessage<'_>, &Unframed<'_>)>,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     for (rank, j) in judged.iter().enumerate() {
@@ -1258,6 +1647,7 @@ fn emit(
         if !silent {
             owned.replay_until = None;
         }
+        owned.last_normal = owned.last_normal.max(Some(pos));
         // Flags have their own replay bound: the flag topic's last record.
         let flag_written = owned.flag_replay_until.is_some_and(|y| pos <= y);
         if !flag_written {
@@ -1268,8 +1658,8 @@ fn emit(
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
-        let (msg, framed) = match arriving.filter(|(m, _)| m.offset() as u64 == j.offset) {
-            Some((msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
+        let (msg, framed) = match arriving.filter(|(offset, ..)| *offset == j.offset) {
+            Some((_, msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
             None => {
                 held = owned.held.remove(&j.offset).ok_or_else(|| {
                     KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
@@ -1466,7 +1856,7 @@ fn send<M: Message>(
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
 pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
     let source_header = match slicing {
-        SlicingMode::InputPartitions => None,
+        SlicingMode::InputPartitions | SlicingMode::Shared => None,
         SlicingMode::Repartition => {
             msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value)
         }
@@ -1478,12 +1868,264 @@ pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
 /// `source_header` (a caller that has the header list at hand).
 fn parts_with<'a>(slicing: SlicingMode, payload: Option<&'a [u8]>, source_header: Option<&'a [u8]>) -> Unframed<'a> {
     match (slicing, payload) {
-        (SlicingMode::InputPartitions, payload) => Unframed { source: None, payload, reading: None },
+        // Shared mode: a record held is the input record itself (its own
+        // topic, partition and offset are its source), a slice-log record a
+        // control record.
+        (SlicingMode::InputPartitions | SlicingMode::Shared, payload) => {
+            Unframed { source: None, payload, reading: None }
+        }
         (SlicingMode::Repartition, Some(value)) => unframe(source_header, value),
         (SlicingMode::Repartition, None) => {
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
         }
     }
+}
+
+/// Whether a slice-log record is a control record `name` (a router's
+/// progress, a delete request) rather than input: dedupd writes those
+/// without a router stamp, which every routed input record has.
+fn is_control(deps: &Deps, source: Option<SourceRef<'_>>, header_list: &[(&str, &[u8])], name: &str) -> bool {
+    deps.cfg.slicing != SlicingMode::InputPartitions && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+}
+
+/// Whether a slice-log record is a router's read-order record (shared mode).
+fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
+    msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
+}
+
+/// The slice offset — in shared mode the virtual position
+/// ([`read_order::position`]) — of the slice-log record at `log_offset`
+/// that is not a read-order record.
+fn slice_position(deps: &Deps, log_offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::position(log_offset, 0),
+        _ => log_offset,
+    }
+}
+
+/// Where in the slice log a slice at slice offset `offset` goes on from
+/// (the inverse of [`slice_position`]; in shared mode the read-order record
+/// that names `offset`, whose records before it are passed over).
+fn log_position(deps: &Deps, offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::log_offset(offset),
+        _ => offset,
+    }
+}
+
+/// Slice offsets a policy range logs at once: records arriving for a slice
+/// being restored are decided without a wait for the log most of the time.
+const POLICY_STEP: u64 = 500;
+
+/// Decides a record of a slice being restored by `availability.policy`
+/// (see [`Deciding`]): logs its range first if no range logged holds it.
+/// A router's progress record is skipped (inside a policy range the order
+/// buffer is not moved: nothing is released there), a delete request left
+/// for the restored slice (it releases nothing); a record whose key or time
+/// cannot be read goes to the dead-letter topic at once.
+fn decide_early(deps: &Deps, d: &mut Deciding, slice: u32, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+    let offset = msg.offset() as u64;
+    if offset < d.next {
+        return Ok(());
+    }
+    d.next = offset + 1;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
+    if is_control(deps, framed.source, &header_list, headers::PROGRESS)
+        || is_control(deps, framed.source, &header_list, headers::DELETE)
+    {
+        return Ok(());
+    }
+    let range = match range_of(&d.ranges, offset) {
+        Some(r) => r,
+        None => {
+            let limit = d.ranges.iter().filter(|r| r.from > offset).map(|r| r.from - 1).min();
+            let to = (offset + POLICY_STEP - 1).min(limit.unwrap_or(u64::MAX));
+            let range = PolicyRange { from: offset, to, policy: deps.cfg.availability };
+            log_range(deps, slice, &range)?;
+            d.ranges.push(range);
+            range
+        }
+    };
+    let pos = ReleasePos { after: offset, flush: false, rank: 0 };
+    let silent = d.sent.is_some_and(|y| pos <= y) || d.normal.is_some_and(|y| pos <= y);
+    let record = RecordView {
+        key: msg.key(),
+        payload: framed.payload.unwrap_or_default(),
+        headers: &header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    match deps.extractor.extract(&record, 0) {
+        Ok(_) => {
+            emit_policy(deps, slice, msg, &framed, offset, pos, range.policy, d.normal, silent)?;
+            if !silent {
+                d.sent = Some(pos);
+            }
+        }
+        Err(why) => {
+            let j = Judgment {
+                offset,
+                verdict: SliceVerdict::Invalid(why),
+                late_by_ms: None,
+                first_source: None,
+                count: None,
+            };
+            emit_one(deps, slice, &j, pos, msg, &framed, silent)?;
+        }
+    }
+    Ok(())
+}
+
+/// Applies a logged policy decision to the record at `offset` of a restored
+/// slice (see [`SliceState::decide`]): a replay of a decision made while
+/// it was restored (silent: its output was sent) or, for a range logged
+/// ahead, a decision made now. A router's progress record there is skipped
+/// and a delete request applied, as [`decide_early`] leaves them; a record
+/// whose key or time cannot be read goes to the dead-letter topic.
+#[allow(clippy::too_many_arguments)]
+fn decide_logged(
+    deps: &Deps,
+    owned: &mut Owned,
+    judged: &mut Vec<Judgment>,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    header_list: &[(&str, &[u8])],
+    range: PolicyRange,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    let offset = msg.offset() as u64;
+    owned.since_checkpoint += 1;
+    if is_control(deps, framed.source, header_list, headers::PROGRESS) {
+        owned.state.next_offset = offset + 1;
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    owned.last_arrival = now;
+    if is_control(deps, framed.source, header_list, headers::DELETE) {
+        let key = msg.key().unwrap_or_default();
+        let outcome = match owned.copying.as_mut() {
+            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
+            None => owned.state.delete(offset, key),
+        };
+        super::deletes::posted(&deps.status.deletes, slice, offset, outcome);
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    let record = RecordView {
+        key: msg.key(),
+        payload: framed.payload.unwrap_or_default(),
+        headers: header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    let slice_record = SliceRecord { offset, record, source: framed.source, reading: None };
+    let deliver = range.policy == AvailabilityPolicy::Deliver;
+    let decided = match owned.copying.as_mut() {
+        Some(c) => owned.state.decide(&slice_record, &deps.extractor, deliver, Some(&mut c.copy)),
+        None => owned.state.decide(&slice_record, &deps.extractor, deliver, None),
+    };
+    let pos = ReleasePos { after: offset, flush: false, rank: 0 };
+    let silent = owned.replay_until.is_some_and(|y| pos <= y) || owned.policy_until.is_some_and(|y| pos <= y);
+    if !silent {
+        owned.replay_until = None;
+        owned.policy_until = None;
+    }
+    if decided {
+        emit_policy(deps, slice, msg, framed, offset, pos, range.policy, owned.last_normal, silent)?;
+    } else {
+        owned.state.next_offset = offset + 1;
+        owned.state.counters.invalid += 1;
+        let why = match deps.extractor.extract(&slice_record.record, 0) {
+            Err(why) => why,
+            Ok(_) => unreachable!("decide refuses only a record it cannot read"),
+        };
+        let j =
+            Judgment { offset, verdict: SliceVerdict::Invalid(why), late_by_ms: None, first_source: None, count: None };
+        emit_one(deps, slice, &j, pos, msg, framed, silent)?;
+    }
+    if silent {
+        deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+    }
+    judged.clear();
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// Sends a record decided by `policy`: to the output (`deliver`) or the
+/// duplicates topic (`drop`), with its slice offset, release position,
+/// header `dedupd.policy` and in `dedupd.policy.after` the slice's last
+/// ordinary output before (`normal`) — nothing when `silent`.
+#[allow(clippy::too_many_arguments)]
+fn emit_policy<M: Message>(
+    deps: &Deps,
+    slice: u32,
+    msg: &M,
+    framed: &Unframed<'_>,
+    offset: u64,
+    pos: ReleasePos,
+    policy: AvailabilityPolicy,
+    normal: Option<ReleasePos>,
+    silent: bool,
+) -> Result<(), KafkaLayerError> {
+    if silent {
+        return Ok(());
+    }
+    deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), policy.as_str()]).inc();
+    let out = &deps.cfg.settings.output;
+    let offset_text = offset.to_string();
+    let release_text = pos.to_string();
+    let after_text = normal.map(|y| y.to_string()).unwrap_or_default();
+    let mut extra = vec![
+        (headers::SLICE_OFFSET, offset_text.as_bytes()),
+        (headers::RELEASE, release_text.as_bytes()),
+        (headers::POLICY, policy.as_str().as_bytes()),
+        (headers::POLICY_AFTER, after_text.as_bytes()),
+    ];
+    match policy {
+        AvailabilityPolicy::Drop => {
+            extra.push((headers::RULE, b"policy"));
+            send(deps, &out.duplicates_topic, slice, msg, framed.payload, &extra)
+        }
+        _ => send(deps, &out.topic, slice, msg, framed.payload, &extra),
+    }
+}
+
+/// Writes a policy range to the slice's flush log and waits until the
+/// broker has it: no output of the range is sent before (see [`idle_flush`]).
+fn log_range(deps: &Deps, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
+    log::info!(
+        "slice {slice}: offsets {}..={} decided by availability.policy = {} while it is restored (logged)",
+        range.from,
+        range.to,
+        range.policy.as_str()
+    );
+    log_and_wait(deps, slice, policy_record(range).as_bytes(), &format!("policy range {}..={}", range.from, range.to))
+}
+
+/// Writes `payload` to the slice's flush log and waits until the broker has
+/// it. A broker that does not answer is waited for; librdkafka bounds the
+/// wait (`message.timeout.ms`): then the delivery fails and so does this.
+fn log_and_wait(deps: &Deps, slice: u32, payload: &[u8], what: &str) -> Result<(), KafkaLayerError> {
+    let record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload);
+    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("writing the {what} to {}: {e}", deps.flush_topic),
+    })?;
+    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
+    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    let started = Instant::now();
+    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
+        if deps.producer.context().failure().is_some() {
+            return Err(KafkaLayerError::Checkpoint { slice, detail: format!("{what}: {detail}") });
+        }
+        log::warn!(
+            "slice {slice}: the {what} is not acknowledged after {:.0} s; waiting for the broker",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

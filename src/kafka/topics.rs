@@ -88,7 +88,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
             wanted.push((optional.clone(), slices, sized(&[])));
         }
     }
-    if cfg.slicing == SlicingMode::Repartition {
+    if cfg.slicing != SlicingMode::InputPartitions {
         wanted.push((cfg.slice_topic(), slices, sized(&[])));
     }
     // A sparse tree's verdicts: whichever level starts first creates the

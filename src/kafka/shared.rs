@@ -1,0 +1,181 @@
+//! Shared mode's input reader (`slicing.mode = "shared"`,
+//! docs/shared-mode.md): the one slice judges the input records the
+//! routers' read-order records name, in their order, reading them from the
+//! input topics itself — no copy of a record travels through the slice log.
+//!
+//! The reader is a consumer by assignment (no group, no commits): a
+//! partition is added the first time a read-order record names it, and each
+//! partition has a queue of its own (librdkafka's partition queues), so
+//! that a run of one partition is read from that partition's queue alone
+//! and nothing is buffered for the runs of other partitions that come
+//! first. Within a partition the runs go forward: records between two runs
+//! (those a router sent to the dead letters) are read and passed over; a run
+//! behind the queue's position (a router that re-read its partitions after
+//! a crash names them again) or far ahead of it (a restore) is sought.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{BorrowedMessage, Message};
+
+use super::clients::{self, PlainContext};
+use super::{Context, KafkaLayerError};
+use crate::config::Resolved;
+
+/// How long a named record may take to come before the slice gives up (the
+/// process stops; its replacement resumes from the last snapshot).
+const WAIT: Duration = Duration::from_secs(30);
+/// Records passed over by reading rather than by a seek (a seek costs a
+/// fetch round trip and drops what was prefetched).
+const SKIP_BY_READING: i64 = 10_000;
+/// Records prefetched per partition: what one router turn takes of it, many times over.
+const PREFETCH: &str = "20000";
+
+/// One input partition of the reader.
+struct Partition {
+    queue: PartitionQueue<PlainContext>,
+    /// The offset its queue delivers next.
+    next: i64,
+}
+
+/// Reads the input records read-order records name (see the module documentation).
+pub struct InputReader {
+    consumer: Arc<BaseConsumer<PlainContext>>,
+    /// By topic, then partition.
+    partitions: HashMap<String, HashMap<i32, Partition>>,
+    /// Named records that could not be read (gone by retention): logged, counted here.
+    missing: u64,
+}
+
+impl InputReader {
+    pub fn new(cfg: &Resolved) -> Result<Self, KafkaLayerError> {
+        let mut config = clients::reader(cfg, &format!("{}-shared-input", cfg.settings.app.id));
+        // The records are there (a router read them): no end-of-partition events.
+        config.set("enable.partition.eof", "false");
+        // Live, the slice reads the records a moment after the router: the
+        // fetch waits at the end of the partition like the router's does.
+        if config.get("fetch.wait.max.ms").is_none() || config.get("fetch.wait.max.ms") == Some("10") {
+            config.set("fetch.wait.max.ms", "20");
+        }
+        if config.get("fetch.queue.backoff.ms").is_none() {
+            config.set("fetch.queue.backoff.ms", "10");
+        }
+        if config.get("queued.min.messages").is_none() {
+            config.set("queued.min.messages", PREFETCH);
+        }
+        if config.get("queued.max.messages.kbytes").is_none() {
+            config.set("queued.max.messages.kbytes", "16384");
+        }
+        let consumer: BaseConsumer<PlainContext> =
+            config.create_with_context(PlainContext).context(|| "creating the shared input reader".into())?;
+        Ok(InputReader { consumer: Arc::new(consumer), partitions: HashMap::new(), missing: 0 })
+    }
+
+    /// Named records found missing so far.
+    pub fn missing(&self) -> u64 {
+        self.missing
+    }
+
+    /// Calls `each(offset, record)` for the records at offsets
+    /// `first..first + count` of `topic`/`partition`, in offset order. A
+    /// record that is no longer there (deleted by retention before a
+    /// replay reached it) is logged and counted, and passed over.
+    pub fn read_run(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        count: u32,
+        mut each: impl FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+    ) -> Result<(), KafkaLayerError> {
+        let end = first + i64::from(count);
+        self.position(topic, partition, first)?;
+        let Partition { queue, next } =
+            self.partitions.get_mut(topic).and_then(|t| t.get_mut(&partition)).expect("positioned above");
+        let mut deadline = Instant::now() + WAIT;
+        while *next < end {
+            let Some(polled) = queue.poll(Duration::from_millis(100)) else {
+                // Serves the consumer's own events (errors, logs); its
+                // partitions deliver records to their own queues only.
+                if let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
+                    log::warn!(
+                        "shared input: an unexpected record of {}/{} on the main queue",
+                        m.topic(),
+                        m.partition()
+                    );
+                }
+                if Instant::now() > deadline {
+                    return Err(KafkaLayerError::Timeout(format!(
+                        "reading {topic}/{partition} at offset {next} (the slice judges records {first}..{end} of it)"
+                    )));
+                }
+                continue;
+            };
+            let m = polled.context(|| format!("reading {topic}/{partition}"))?;
+            let offset = m.offset();
+            if offset < *next {
+                continue; // delivered before a seek took effect
+            }
+            let expected = (*next).max(first);
+            if offset > expected && expected < end {
+                let gone = offset.min(end) - expected;
+                self.missing += gone as u64;
+                log::error!(
+                    "shared input: {gone} records of {topic}/{partition} from offset {expected} are named by the \
+                     read order but gone from the input (retention?): not judged"
+                );
+            }
+            *next = offset + 1;
+            deadline = Instant::now() + WAIT;
+            if offset >= first && offset < end {
+                each(offset, &m)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the queue of `topic`/`partition` deliver `offset` next (or a
+    /// little before it, passed over by reading).
+    fn position(&mut self, topic: &str, partition: i32, offset: i64) -> Result<(), KafkaLayerError> {
+        let known = self.partitions.get(topic).and_then(|t| t.get(&partition)).map(|p| p.next);
+        match known {
+            Some(next) if next <= offset && offset - next <= SKIP_BY_READING => Ok(()),
+            Some(_) => {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                // librdkafka refuses to seek a partition whose fetcher has not started yet.
+                let sought = loop {
+                    match self.consumer.seek(topic, partition, Offset::Offset(offset), Duration::from_secs(10)) {
+                        Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                        sought => break sought,
+                    }
+                };
+                sought.context(|| format!("seeking {topic}/{partition} to offset {offset}"))?;
+                let p = self.partitions.get_mut(topic).and_then(|t| t.get_mut(&partition)).expect("known");
+                p.next = offset;
+                Ok(())
+            }
+            None => {
+                // Split before it is assigned, so that no record of it reaches the main queue.
+                let queue = self.consumer.split_partition_queue(topic, partition).ok_or_else(|| {
+                    KafkaLayerError::Topology(format!("shared input: no queue for {topic}/{partition}"))
+                })?;
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition_offset(topic, partition, Offset::Offset(offset))
+                    .context(|| "building an assignment".into())?;
+                self.consumer
+                    .incremental_assign(&tpl)
+                    .context(|| format!("assigning {topic}/{partition} at offset {offset}"))?;
+                self.partitions
+                    .entry(topic.to_string())
+                    .or_default()
+                    .insert(partition, Partition { queue, next: offset });
+                Ok(())
+            }
+        }
+    }
+}
