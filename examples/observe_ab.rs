@@ -15,7 +15,8 @@ use dedupd::filter::{FilterSpec, KeyHash, SlidingFilter, Verdict};
 use std::time::Instant;
 
 fn main() {
-    let spec = FilterSpec { window_ms: 60_000, expected_keys: 1_000_000, lateness_ms: Some(2_000), ..FilterSpec::default() };
+    let spec =
+        FilterSpec { window_ms: 60_000, expected_keys: 1_000_000, lateness_ms: Some(2_000), ..FilterSpec::default() };
     let params = spec.resolve().expect("filter settings");
     let seed = SlidingFilter::new(params.clone()).params().seed;
     let mut rng = Rng::new(7);
