@@ -54,6 +54,8 @@ pub struct Metrics {
     /// Records of a slice being restored decided by `availability.policy`.
     pub policy_decisions: IntCounterVec,
     pub hold_overflows: IntCounterVec,
+    /// Shared mode: named input records gone from the input.
+    pub input_missing: IntCounter,
     pub rebalances: IntCounterVec,
     pub slices_owned: IntGauge,
     pub broker_silence: prometheus::Gauge,
@@ -280,6 +282,14 @@ impl Metrics {
                 "Releases past an input partition nobody routed, because the slice held more than slicing.max_held \
                  records.",
                 &["slice"],
+            ),
+            input_missing: b.register(
+                IntCounter::new(
+                    "dedupd_input_missing_records_total",
+                    "Shared mode: input records named by a read-order record that are gone from the input \
+                     (retention) when the slice reads them; not judged.",
+                )
+                .expect("valid metric"),
             ),
             rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
             slices_owned: b

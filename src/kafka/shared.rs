@@ -48,12 +48,13 @@ pub struct InputReader {
     consumer: Arc<BaseConsumer<PlainContext>>,
     /// By topic, then partition.
     partitions: HashMap<String, HashMap<i32, Partition>>,
-    /// Named records that could not be read (gone by retention): logged, counted here.
-    missing: u64,
+    /// Named records that could not be read (gone by retention): logged and counted.
+    missing: prometheus::IntCounter,
 }
 
 impl InputReader {
-    pub fn new(cfg: &Resolved) -> Result<Self, KafkaLayerError> {
+    /// A reader counting the named records it finds gone in `missing`.
+    pub fn new(cfg: &Resolved, missing: prometheus::IntCounter) -> Result<Self, KafkaLayerError> {
         let mut config = clients::reader(cfg, &format!("{}-shared-input", cfg.settings.app.id));
         // The records are there (a router read them): no end-of-partition events.
         config.set("enable.partition.eof", "false");
@@ -73,12 +74,7 @@ impl InputReader {
         }
         let consumer: BaseConsumer<PlainContext> =
             config.create_with_context(PlainContext).context(|| "creating the shared input reader".into())?;
-        Ok(InputReader { consumer: Arc::new(consumer), partitions: HashMap::new(), missing: 0 })
-    }
-
-    /// Named records found missing so far.
-    pub fn missing(&self) -> u64 {
-        self.missing
+        Ok(InputReader { consumer: Arc::new(consumer), partitions: HashMap::new(), missing })
     }
 
     /// Calls `each(offset, record)` for the records at offsets
@@ -124,7 +120,7 @@ impl InputReader {
             let expected = (*next).max(first);
             if offset > expected && expected < end {
                 let gone = offset.min(end) - expected;
-                self.missing += gone as u64;
+                self.missing.inc_by(gone as u64);
                 log::error!(
                     "shared input: {gone} records of {topic}/{partition} from offset {expected} are named by the \
                      read order but gone from the input (retention?): not judged"

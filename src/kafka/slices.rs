@@ -1057,7 +1057,7 @@ pub fn run(deps: Arc<Deps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError
 
     // Shared mode: the slice reads the input records the read order names.
     let mut input = match deps.cfg.slicing {
-        SlicingMode::Shared => Some(InputReader::new(&deps.cfg)?),
+        SlicingMode::Shared => Some(InputReader::new(&deps.cfg, deps.metrics.input_missing.clone())?),
         _ => None,
     };
     let settings = &deps.cfg.settings.checkpoint;
