@@ -10,12 +10,13 @@
 //! polled (the readers, between restores) would otherwise also queue them.
 
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::types::{RDKafkaConfRes, RDKafkaErrorCode};
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::{ClientConfig, ClientContext, Offset};
 
 use crate::config::{REDACTED, Resolved, is_secret_setting};
 
@@ -302,6 +303,13 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky");
+    follow_live(&mut c);
+    c
+}
+
+/// Fetch settings (unless `[kafka]` sets them) of a consumer that follows
+/// records as they arrive: the group consumers and shared mode's input reader.
+fn follow_live(c: &mut ClientConfig) {
     // The broker answers a fetch as soon as data arrives or after this long:
     // librdkafka's 500 ms default would add up to half a second per stage.
     if c.get("fetch.wait.max.ms").is_none() {
@@ -319,29 +327,63 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
     if c.get("queued.max.messages.kbytes").is_none() {
         c.set("queued.max.messages.kbytes", "16384");
     }
-    c
 }
 
 /// A consumer for reading partitions by assignment (checkpoints, the last
 /// output record); it never joins a group or commits. Create it with
 /// [`PlainContext`]: `reader(..).create_with_context(PlainContext)`.
 pub fn reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
+    let mut c = by_assignment(cfg, client_id);
+    // Restores read to the end of a partition: the broker holds a fetch at
+    // the end for up to this long (librdkafka's default: 500 ms per read).
+    if c.get("fetch.wait.max.ms").is_none() {
+        c.set("fetch.wait.max.ms", "10");
+    }
+    c
+}
+
+/// A [`reader`] of input records as they arrive (shared mode's slice reads
+/// the records the routers name a moment after they read them): the group
+/// consumers' fetch settings, no end-of-partition events.
+pub fn input_reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
+    let mut c = by_assignment(cfg, client_id);
+    c.set("enable.partition.eof", "false");
+    follow_live(&mut c);
+    c
+}
+
+/// What every consumer by assignment has: no group membership, no commits.
+fn by_assignment(cfg: &Resolved, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Consumer);
     c.set("group.id", format!("{}.reader", cfg.settings.app.id))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
-    // Restores read to the end of a partition: the broker holds a fetch at
-    // the end for up to this long (librdkafka's default: 500 ms per read).
-    if c.get("fetch.wait.max.ms").is_none() {
-        c.set("fetch.wait.max.ms", "10");
-    }
     // Snapshots come in chunks of `checkpoint.chunk_bytes`: fetch many per round trip.
     if c.get("max.partition.fetch.bytes").is_none() {
         c.set("max.partition.fetch.bytes", "16777216");
     }
     c
+}
+
+/// Seeks `topic`/`partition` of `consumer` to `at`, retrying for up to 10 s
+/// while librdkafka refuses: it refuses to seek a partition whose fetcher
+/// has not started yet (one assigned a moment ago starts once the stops of
+/// partitions released before it are done).
+pub fn seek_started<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    at: Offset,
+) -> KafkaResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match consumer.seek(topic, partition, at, Duration::from_secs(10)) {
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            sought => break sought,
+        }
+    }
 }
 
 /// The producers' `message.max.bytes` when `[kafka]` does not set it: copies

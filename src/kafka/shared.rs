@@ -55,22 +55,9 @@ pub struct InputReader {
 impl InputReader {
     /// A reader counting the named records it finds gone in `missing`.
     pub fn new(cfg: &Resolved, missing: prometheus::IntCounter) -> Result<Self, KafkaLayerError> {
-        let mut config = clients::reader(cfg, &format!("{}-shared-input", cfg.settings.app.id));
-        // The records are there (a router read them): no end-of-partition events.
-        config.set("enable.partition.eof", "false");
-        // Live, the slice reads the records a moment after the router: the
-        // fetch waits at the end of the partition like the router's does.
-        if config.get("fetch.wait.max.ms").is_none() || config.get("fetch.wait.max.ms") == Some("10") {
-            config.set("fetch.wait.max.ms", "20");
-        }
-        if config.get("fetch.queue.backoff.ms").is_none() {
-            config.set("fetch.queue.backoff.ms", "10");
-        }
+        let mut config = clients::input_reader(cfg, &format!("{}-shared-input", cfg.settings.app.id));
         if config.get("queued.min.messages").is_none() {
             config.set("queued.min.messages", PREFETCH);
-        }
-        if config.get("queued.max.messages.kbytes").is_none() {
-            config.set("queued.max.messages.kbytes", "16384");
         }
         let consumer: BaseConsumer<PlainContext> =
             config.create_with_context(PlainContext).context(|| "creating the shared input reader".into())?;
@@ -142,15 +129,8 @@ impl InputReader {
         match known {
             Some(next) if next <= offset && offset - next <= SKIP_BY_READING => Ok(()),
             Some(_) => {
-                let deadline = Instant::now() + Duration::from_secs(10);
-                // librdkafka refuses to seek a partition whose fetcher has not started yet.
-                let sought = loop {
-                    match self.consumer.seek(topic, partition, Offset::Offset(offset), Duration::from_secs(10)) {
-                        Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                        sought => break sought,
-                    }
-                };
-                sought.context(|| format!("seeking {topic}/{partition} to offset {offset}"))?;
+                clients::seek_started(&self.consumer, topic, partition, Offset::Offset(offset))
+                    .context(|| format!("seeking {topic}/{partition} to offset {offset}"))?;
                 let p = self.partitions.get_mut(topic).and_then(|t| t.get_mut(&partition)).expect("known");
                 p.next = offset;
                 Ok(())

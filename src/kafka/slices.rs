@@ -627,17 +627,8 @@ fn read_from(
         if inner.unassigned.remove(&slice) {
             return consumer.incremental_assign(&tpl);
         }
-        // librdkafka refuses to seek a partition whose fetcher has not
-        // started yet: one assigned a moment ago (`Located`) starts once
-        // the stops of partitions released before it are done.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match consumer.seek(&deps.slice_topic, slice as i32, at, Duration::from_secs(10)) {
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-                sought => break sought,
-            }
-        }
-        .and_then(|()| consumer.resume(&tpl))
+        // One assigned a moment ago (`Located`) may not be fetching yet.
+        clients::seek_started(consumer, &deps.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))
     });
     result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
 }
