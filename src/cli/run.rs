@@ -130,22 +130,26 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     clients::check(&cfg)?;
     let params = cfg.filter.resolve().expect("validated at load");
-    let slice_count = topics::ensure(&cfg).await?;
     let metrics = Arc::new(Metrics::new(params.hashes));
     for topic in &cfg.settings.input.topics {
         metrics.input_counter(topic);
     }
     let status = Status::new();
+    // Bound before anything talks to the broker: a taken port fails the
+    // start at once, and `/healthz` answers while the topics are made.
     let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
         .await
         .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
+    // Port 0 asks the system for a free port; this line says which one.
+    let bound = listener.local_addr().unwrap_or(cfg.admin_listen);
     let key_endpoints = match cfg.key_endpoints {
         KeyEndpoints::Off => "off",
         KeyEndpoints::Token(_) => "bearer token required",
     };
-    log::info!("admin endpoint on http://{} (key endpoints such as /v1/lookup: {key_endpoints})", cfg.admin_listen);
+    log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
     let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
+    let slice_count = topics::ensure(&cfg).await?;
 
     let extractor = Extractor {
         key: cfg.key.clone(),

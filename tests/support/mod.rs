@@ -317,14 +317,21 @@ impl Daemon {
     /// Starts `dedupd ARGS` in `dir` with only the broker, a free admin port,
     /// the log level and `env` set (no `DEDUPD_CONFIG`, librdkafka's default
     /// session timeout). Its output goes to
-    /// `target/test-daemons/NAME-PORT.log`. `DEDUPD_TEST_RUST_LOG` replaces
+    /// `target/test-daemons/NAME-PID-N.log`. `DEDUPD_TEST_RUST_LOG` replaces
     /// the log level, e.g. `info,librdkafka=debug` with `DEDUPD__KAFKA__DEBUG=cgrp`
     /// in the environment to see every group join of every daemon.
+    ///
+    /// The admin endpoint listens on port 0 and the daemon's log names the
+    /// port it got: a port picked here and bound later could be taken in
+    /// between (an outgoing connection's ephemeral port once was, in CI).
+    /// So this returns once the daemon has logged its admin address, or
+    /// has exited (its test then sees why).
     pub fn spawn(name: &str, dir: &std::path::Path, args: &[&str], env: &[(String, String)]) -> Daemon {
-        let admin_port = free_port();
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let logs = root().join("target/test-daemons");
         std::fs::create_dir_all(&logs).unwrap();
-        let log = logs.join(format!("{name}-{admin_port}.log"));
+        let log = logs.join(format!("{name}-{}-{n}.log", std::process::id()));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
             .args(args)
@@ -332,7 +339,7 @@ impl Daemon {
             .env_remove("DEDUPD_CONFIG")
             .env_remove("DEDUPD__KAFKA__SESSION_TIMEOUT_MS")
             .env("DEDUPD__KAFKA__BROKERS", broker())
-            .env("DEDUPD__ADMIN__LISTEN", format!("127.0.0.1:{admin_port}"))
+            .env("DEDUPD__ADMIN__LISTEN", "127.0.0.1:0")
             .env(
                 "RUST_LOG",
                 std::env::var("DEDUPD_TEST_RUST_LOG").unwrap_or_else(|_| "info,librdkafka=warn,rdkafka=warn".into()),
@@ -342,7 +349,28 @@ impl Daemon {
             .stderr(Stdio::from(file))
             .spawn()
             .expect("start dedupd");
-        Daemon { child, admin_port, log }
+        let mut daemon = Daemon { child, admin_port: 0, log };
+        daemon.admin_port = daemon.wait_admin_port(Duration::from_secs(60));
+        daemon
+    }
+
+    /// The port of the log line "admin endpoint on http://127.0.0.1:PORT",
+    /// once it is there; 0 if the process exits first (a start-up error).
+    fn wait_admin_port(&mut self, within: Duration) -> u16 {
+        const LINE: &str = "admin endpoint on http://127.0.0.1:";
+        let deadline = Instant::now() + within;
+        loop {
+            let text = self.log_text();
+            if let Some(at) = text.find(LINE) {
+                let digits: String = text[at + LINE.len()..].chars().take_while(char::is_ascii_digit).collect();
+                return digits.parse().unwrap_or_else(|_| panic!("no port after {LINE:?}:\n{text}"));
+            }
+            if self.child.try_wait().unwrap().is_some() {
+                return 0;
+            }
+            assert!(Instant::now() < deadline, "dedupd named no admin port within {within:?}:\n{text}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     pub fn log_text(&self) -> String {
