@@ -23,8 +23,11 @@
 //! which callers treat as "at least that"). RM keeps that bound for every
 //! key except one whose B_f bits all get set by other keys after its own
 //! inserts (a B_f false positive arriving late, ≈ (1-e^(-γ/5k))^k per key,
-//! 3.8·10⁻⁵ at γ = 0.7): the secondary then lacks its earlier copies. Where
-//! an undercount must never happen (limits), prefer MI or MS.
+//! 3.8·10⁻⁵ at γ = 0.7): the secondary then lacks its earlier copies. In
+//! crowded filters it is more: measured on skewed multisets, 1.3–1.5% of
+//! keys on average from γ = 2.2 to 2.8 (the worst filter of 4 000: 9.3%;
+//! test `recurring_minimum_undercounts_rarely`). Where an undercount must
+//! never happen (limits), prefer MI or MS.
 //!
 //! Pure: no I/O, no clock.
 
@@ -1038,11 +1041,50 @@ mod tests {
         // the module docs): rare, counted, bounded here; MS and MI never.
         let under = exact.iter().filter(|&(&x, &n)| f.query(&key(x)) < n).count();
         if e == Estimator::Rm {
-            prop_assert!(under * 20 <= exact.len().max(60), "rm undercounts {under} of {} keys", exact.len());
+            // A bound on the worst case, far above any of 20 000 seeded runs
+            // (9.3%, `recurring_minimum_undercounts_rarely`): random seeds
+            // must not make it flaky. The rate itself is tested there.
+            prop_assert!(under * 100 <= exact.len().max(60) * 15, "rm undercounts {under} of {} keys", exact.len());
         } else {
             prop_assert_eq!(under, 0, "{} undercounts {} of {} keys", e, under, exact.len());
         }
         Ok(())
+    }
+
+    /// RM's undercount rate (the module docs' caveat), over fixed seeds so
+    /// that it cannot flake: the share of keys RM reports below their true
+    /// count, per crowding γ, as a mean and a worst case over 300 filters.
+    /// Measured on 4 000 seeds per γ (2026-11-27): mean 1.3–1.5% and worst
+    /// 7.3–9.3% from γ = 2.2 to 2.8; below γ = 1, none on average.
+    fn rm_undercounts(load: f64, seeds: u64) -> (f64, f64) {
+        let (mut sum, mut worst) = (0.0, 0.0f64);
+        for seed in 0..seeds {
+            let distinct = 50 + (seed * 7919) % 350;
+            let mut f = Spectral::new(&params(Estimator::Rm, counters_for(distinct, 5, load), 16));
+            let mut exact: HashMap<u64, u32> = HashMap::new();
+            let mut rng = Rng::new(seed * 1_000_003 + (load * 10.0) as u64);
+            let zipf = crate::bench::workload::Zipf::new(distinct as usize, 0.8);
+            for _ in 0..distinct as usize * 4 {
+                let x = zipf.sample(&mut rng);
+                let r = 1 + rng.below(3) as u32;
+                f.insert(&key(x), r);
+                *exact.entry(x).or_default() += r;
+            }
+            let under = exact.iter().filter(|&(&x, &n)| f.query(&key(x)) < n).count() as f64 / exact.len() as f64;
+            sum += under;
+            worst = worst.max(under);
+        }
+        (sum / seeds as f64, worst)
+    }
+
+    #[test]
+    fn recurring_minimum_undercounts_rarely() {
+        let (mean, _) = rm_undercounts(0.7, 300);
+        assert!(mean < 0.001, "γ = 0.7: mean undercount share {mean}");
+        for load in [1.5, 2.5, 3.0] {
+            let (mean, worst) = rm_undercounts(load, 300);
+            assert!(mean < 0.025 && worst < 0.12, "γ = {load}: mean {mean}, worst {worst}");
+        }
     }
 
     proptest! {
