@@ -265,3 +265,24 @@ fn a_corrupt_newest_snapshot_is_reported_as_before() {
     let why = corrupt(got, Rejection::Manifest);
     assert!(why.starts_with("slice 3: unreadable manifest: "), "{why}");
 }
+
+/// A producer that the broker fails for good (an idempotent producer's
+/// refused sequence is fatal to it) fails one snapshot write; the next one
+/// goes through a new producer, and restore reads it.
+#[test]
+fn a_write_after_a_fatal_producer_error_goes_through_a_new_producer() {
+    let (_topic, store) = store("ckpt-fatal", 1);
+    let slice = 0;
+    let (last, _) = write_chain(&store, slice, 1, 300);
+    store.fail_producer_for_test();
+    let lost = bytes(9, SNAPSHOT);
+    let failed = store.write(slice, 7000, &lost, PARAMS, Some(&last));
+    assert!(failed.is_err(), "a write on a producer with a fatal error: {failed:?}");
+    let b = bytes(10, SNAPSHOT);
+    let newer = store.write(slice, 8000, &b, PARAMS, Some(&last)).expect("the next write, on a new producer");
+    assert_eq!(newer.seq, last.seq + 1);
+    let (got, _) = read(&store, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, newer);
+    assert!(got_bytes == b);
+}

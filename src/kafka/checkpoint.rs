@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
+use rdkafka::config::ClientConfig;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
@@ -217,11 +218,39 @@ impl ProducerContext for CheckpointProducerContext {
     }
 }
 
+type CheckpointProducer = ThreadedProducer<CheckpointProducerContext>;
+
+/// Queues one checkpoint record, waiting while the producer's queue is full.
+fn send(
+    producer: &CheckpointProducer,
+    mut record: BaseRecord<'_, [u8], [u8], Arc<Deliveries>>,
+) -> Result<(), KafkaLayerError> {
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((e, _)) => {
+                return Err(KafkaLayerError::Client { context: "queueing a checkpoint record".into(), source: e });
+            }
+        }
+    }
+}
+
+fn create_producer(config: &ClientConfig) -> Result<CheckpointProducer, KafkaLayerError> {
+    config.create_with_context(CheckpointProducerContext).context(|| "creating the checkpoint producer".into())
+}
+
 /// Reads and writes slice snapshots.
 pub struct CheckpointStore {
     topic: String,
     chunk_bytes: usize,
-    producer: ThreadedProducer<CheckpointProducerContext>,
+    /// Replaced after a failed write (see [`CheckpointStore::write`]); a
+    /// write in progress keeps the one it started with.
+    producer: Mutex<Arc<CheckpointProducer>>,
+    producer_config: ClientConfig,
     reader: Mutex<Reader>,
 }
 
@@ -233,9 +262,8 @@ impl CheckpointStore {
         Ok(CheckpointStore {
             topic: cfg.settings.checkpoint.topic.clone(),
             chunk_bytes: cfg.settings.checkpoint.chunk_bytes,
-            producer: pc
-                .create_with_context(CheckpointProducerContext)
-                .context(|| "creating the checkpoint producer".into())?,
+            producer: Mutex::new(Arc::new(create_producer(&pc)?)),
+            producer_config: pc,
             reader: Mutex::new(
                 clients::reader(cfg, &format!("{id}-checkpoint-reader"))
                     .create_with_context(PlainContext)
@@ -246,8 +274,68 @@ impl CheckpointStore {
 
     /// Writes `bytes` as slice `slice`'s snapshot at `offset` and returns its
     /// manifest once every part is acknowledged.
+    ///
+    /// After a failed write the next one starts on a new producer: an
+    /// idempotent producer whose sequence numbers the broker refused
+    /// (`OutOfOrderSequenceNumber`, seen once from the test broker under a
+    /// rebalance storm) fails every later write to that partition, so the
+    /// slice would never snapshot again. A new producer has a new producer
+    /// id and starts its sequences afresh; nothing is lost, as a manifest is
+    /// written only after all its chunks are acknowledged.
     pub fn write(
         &self,
+        slice: u32,
+        offset: u64,
+        bytes: &[u8],
+        params: &str,
+        previous: Option<&Manifest>,
+    ) -> Result<Manifest, KafkaLayerError> {
+        let producer = self.producer.lock().expect("producer lock").clone();
+        let written = self.write_with(&producer, slice, offset, bytes, params, previous);
+        if let Err(e) = &written {
+            self.replace_producer(&producer, e);
+        }
+        written
+    }
+
+    /// For tests: raises a fatal error in the current producer (librdkafka's
+    /// `rd_kafka_test_fatal_error`, as an idempotent producer's broker-refused
+    /// sequence would), so that its next write fails.
+    #[doc(hidden)]
+    pub fn fail_producer_for_test(&self) {
+        let producer = self.producer.lock().expect("producer lock").clone();
+        let reason = c"a fatal error raised by a test";
+        // SAFETY: the handle is alive (held by `producer`) and `reason` is a
+        // NUL-terminated string that outlives the call, which copies it.
+        unsafe {
+            rdkafka::bindings::rd_kafka_test_fatal_error(
+                producer.client().native_ptr(),
+                rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                reason.as_ptr(),
+            );
+        }
+    }
+
+    /// Puts a new producer in place of `failed`, unless another write has
+    /// already done so.
+    fn replace_producer(&self, failed: &Arc<CheckpointProducer>, why: &KafkaLayerError) {
+        let mut current = self.producer.lock().expect("producer lock");
+        if !Arc::ptr_eq(&current, failed) {
+            return;
+        }
+        match create_producer(&self.producer_config) {
+            Ok(fresh) => {
+                log::info!("checkpoint producer replaced by a new one after a failed snapshot write ({why})");
+                *current = Arc::new(fresh);
+            }
+            // Kept: the next write tries again with it and, failing, here again.
+            Err(e) => log::warn!("cannot replace the checkpoint producer after a failed write: {e}"),
+        }
+    }
+
+    fn write_with(
+        &self,
+        producer: &CheckpointProducer,
         slice: u32,
         offset: u64,
         bytes: &[u8],
@@ -260,14 +348,15 @@ impl CheckpointStore {
         let delivered = Deliveries::new();
         for (i, chunk) in chunks.iter().enumerate() {
             let key = format!("{slice}/{seq}/{i}");
-            self.send(
+            send(
+                producer,
                 BaseRecord::with_opaque_to(&self.topic, delivered.clone())
                     .partition(partition)
                     .key(key.as_bytes())
                     .payload(*chunk),
             )?;
         }
-        self.producer.flush(IO_TIMEOUT).context(|| format!("writing snapshot chunks of slice {slice}"))?;
+        producer.flush(IO_TIMEOUT).context(|| format!("writing snapshot chunks of slice {slice}"))?;
         // A manifest must never point at a chunk the broker did not take:
         // restore would find the snapshot incomplete and fall back to an
         // older one, or to none.
@@ -294,13 +383,14 @@ impl CheckpointStore {
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");
         let delivered = Deliveries::new();
-        self.send(
+        send(
+            producer,
             BaseRecord::with_opaque_to(&self.topic, delivered.clone())
                 .partition(partition)
                 .key(key.as_bytes())
                 .payload(&body),
         )?;
-        self.producer.flush(IO_TIMEOUT).context(|| format!("writing the manifest of slice {slice}"))?;
+        producer.flush(IO_TIMEOUT).context(|| format!("writing the manifest of slice {slice}"))?;
         if let Some(e) = delivered.failure() {
             return Err(KafkaLayerError::Client {
                 context: format!("writing the manifest of slice {slice}"),
@@ -314,7 +404,8 @@ impl CheckpointStore {
             for i in 0..prev.chunks {
                 let key = format!("{slice}/{}/{i}", prev.seq);
                 // A tombstone: a key with no value.
-                self.send(
+                send(
+                    producer,
                     BaseRecord::<[u8], [u8], _>::with_opaque_to(&self.topic, delivered.clone())
                         .partition(partition)
                         .key(key.as_bytes()),
@@ -322,24 +413,6 @@ impl CheckpointStore {
             }
         }
         Ok(manifest)
-    }
-
-    fn send(&self, mut record: BaseRecord<'_, [u8], [u8], Arc<Deliveries>>) -> Result<(), KafkaLayerError> {
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    r,
-                )) => {
-                    record = r;
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err((e, _)) => {
-                    return Err(KafkaLayerError::Client { context: "queueing a checkpoint record".into(), source: e });
-                }
-            }
-        }
     }
 
     /// The newest complete snapshot of `slice`: its manifest and bytes.
