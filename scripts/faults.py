@@ -53,6 +53,7 @@ import collections
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -200,12 +201,6 @@ class Stream:
 # --- dedupd processes ------------------------------------------------------------------------
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def app_env(app, topic, mode, slices):
     """tests/support/mod.rs `app_env`: topics named after `app`, 60 s window, checkpoints
     every 1 s or 500 records."""
@@ -235,13 +230,16 @@ class Daemon:
 
     def __init__(self, name, env):
         self.name, self.env = name, env
-        self.port = free_port()
+        # Port 0, read back from the log: a port picked here could be taken
+        # (by an outgoing connection's ephemeral port) before dedupd binds it.
+        self.port = None
         os.makedirs(LOGS, exist_ok=True)
         self.log = os.path.join(LOGS, f"{name}.log")
+        self.log_start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         full = dict(os.environ)
         full.pop("DEDUPD_CONFIG", None)
         full.update({
-            "DEDUPD__KAFKA__BROKERS": BROKER, "DEDUPD__ADMIN__LISTEN": f"127.0.0.1:{self.port}",
+            "DEDUPD__KAFKA__BROKERS": BROKER, "DEDUPD__ADMIN__LISTEN": "127.0.0.1:0",
             "DEDUPD__KAFKA__SESSION_TIMEOUT_MS": "6000", "DEDUPD__KAFKA__HEARTBEAT_INTERVAL_MS": "500",
             "RUST_LOG": "info,librdkafka=warn,rdkafka=warn",
         })
@@ -256,6 +254,13 @@ class Daemon:
 
     def get(self, path, timeout=2.0):
         """(status, body) of an admin GET, or (None, error) if it does not answer."""
+        if self.port is None:
+            with open(self.log, "rb") as f:
+                f.seek(self.log_start)
+                found = re.search(rb"admin endpoint on http://127\.0\.0\.1:(\d+)", f.read())
+            if not found:
+                return None, "the admin port is not in the log yet"
+            self.port = int(found.group(1))
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=timeout) as r:
                 return r.status, r.read().decode()
