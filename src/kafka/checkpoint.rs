@@ -243,6 +243,21 @@ fn create_producer(config: &ClientConfig) -> Result<CheckpointProducer, KafkaLay
     config.create_with_context(CheckpointProducerContext).context(|| "creating the checkpoint producer".into())
 }
 
+/// The newest manifest record of a slice's partition, where the backward
+/// search found it.
+struct NewestManifest {
+    /// Its offset.
+    at: i64,
+    /// Its value (`None`: a tombstone).
+    body: Option<Vec<u8>>,
+    /// The start of the window it was found in: records from there on have
+    /// been read.
+    window_start: i64,
+    /// The partition's retained range when the search began.
+    low: i64,
+    high: i64,
+}
+
 /// Reads and writes slice snapshots.
 pub struct CheckpointStore {
     topic: String,
@@ -449,6 +464,27 @@ impl CheckpointStore {
     /// [`Self::read_latest`]); `None` when the tail has no readable one.
     pub fn latest_manifest(&self, slice: u32) -> Result<Option<Manifest>, KafkaLayerError> {
         let reader = self.reader.lock().expect("reader lock");
+        let found = self.find_newest_manifest(&reader, slice, |_, _, _, _| {})?;
+        Ok(found.and_then(|f| f.body).and_then(|b| serde_json::from_slice::<Manifest>(&b).ok()))
+    }
+
+    /// Searches `slice`'s partition backwards for its newest manifest record;
+    /// `None` if there is none. `seen` gets each record read, with the start
+    /// of the window it was read in.
+    ///
+    /// The search reads windows of offsets ending where the previous one
+    /// began, so no manifest can be skipped. The partition's tail is usually
+    /// the previous snapshot's tombstones, and a tombstone (or a chunk of an
+    /// interrupted write) under key `<slice>/<seq>/<i>` tells where its run
+    /// began: `i` records back. The next window reaches there, which lands
+    /// on the manifest without fetching chunk payloads; without such a key
+    /// the windows grow fourfold.
+    fn find_newest_manifest(
+        &self,
+        reader: &Reader,
+        slice: u32,
+        mut seen: impl FnMut(i64, i64, &[u8], Option<&[u8]>),
+    ) -> Result<Option<NewestManifest>, KafkaLayerError> {
         let partition = slice as i32;
         let topic = &self.topic;
         let (low, high) = reader
@@ -458,21 +494,24 @@ impl CheckpointStore {
             return Ok(None);
         }
         let manifest_key = format!("{slice}/manifest");
+        // The listed end may be the last batch's base + 1 (Tansu): the first
+        // window starts there and reads to the real end.
         let (mut start, mut stop, mut span) = (high - 1, None, 1i64);
-        let body = loop {
+        loop {
             let mut newest = None;
             let mut hint = None;
-            read_range(&reader, topic, partition, start, stop, high, |offset, key, value, _| {
+            read_range(reader, topic, partition, start, stop, high, |offset, key, value, _| {
+                seen(start, offset, key, value);
                 if key == manifest_key.as_bytes() {
-                    newest = Some(value.map(<[u8]>::to_vec));
+                    newest = Some((offset, value.map(<[u8]>::to_vec)));
                 } else if let Some((_, i)) = chunk_key(key, slice)
                     && hint.is_none()
                 {
                     hint = Some(offset.saturating_sub(i64::try_from(i).unwrap_or(i64::MAX)).saturating_sub(1));
                 }
             })?;
-            if let Some(found) = newest {
-                break found;
+            if let Some((at, body)) = newest {
+                return Ok(Some(NewestManifest { at, body, window_start: start, low, high }));
             }
             if start <= low {
                 return Ok(None);
@@ -480,62 +519,31 @@ impl CheckpointStore {
             span = span.saturating_mul(4);
             let next = hint.filter(|&h| h < start).unwrap_or(start.saturating_sub(span)).max(low);
             (stop, start) = (Some(start), next);
-        };
-        Ok(body.and_then(|b| serde_json::from_slice::<Manifest>(&b).ok()))
+        }
     }
 
-    /// Searches backwards for the newest manifest, then reads its chunks.
-    ///
-    /// The search reads windows of offsets ending where the previous one
-    /// began, so no manifest can be skipped. The partition's tail is usually
-    /// the previous snapshot's tombstones, and a tombstone (or a chunk of an
-    /// interrupted write) under key `<slice>/<seq>/<i>` tells where its run
-    /// began: `i` records back. The next window reaches there, which lands
-    /// on the manifest without fetching chunk payloads; without such a key
-    /// the windows grow fourfold.
+    /// Finds the newest manifest ([`Self::find_newest_manifest`]), then
+    /// reads its chunks.
     fn read_tail(&self, reader: &Reader, slice: u32, stats: &mut ReadStats) -> Result<Tail, KafkaLayerError> {
         let partition = slice as i32;
         let topic = &self.topic;
-        let (low, high) = reader
-            .fetch_watermarks(topic, partition, IO_TIMEOUT)
-            .context(|| format!("watermarks of {topic}/{partition}"))?;
-        if high <= low {
-            return Ok(Tail::NoManifest);
-        }
-        let manifest_key = format!("{slice}/manifest");
-        // The listed end may be the last batch's base + 1 (Tansu): the first
-        // window starts there and reads to the real end.
-        let mut start = high - 1;
-        let mut stop = None;
-        let mut span: i64 = 1;
         // The chunk records (and tombstones) of the window being read: if it
         // holds the newest manifest, some of them may be its chunks, which
         // need not be fetched again.
         let mut window: Vec<(i64, u64, u64, Option<Vec<u8>>)> = Vec::new();
-        let (manifest_at, body) = loop {
-            let mut newest = None;
-            let mut hint = None;
-            window.clear();
-            read_range(reader, topic, partition, start, stop, high, |offset, key, value, _| {
-                stats.count(key, value);
-                if key == manifest_key.as_bytes() {
-                    newest = Some((offset, value.map(<[u8]>::to_vec)));
-                } else if let Some((seq, i)) = chunk_key(key, slice) {
-                    if hint.is_none() {
-                        hint = Some(offset.saturating_sub(i64::try_from(i).unwrap_or(i64::MAX)).saturating_sub(1));
-                    }
-                    window.push((offset, seq, i, value.map(<[u8]>::to_vec)));
-                }
-            })?;
-            if let Some(found) = newest {
-                break found;
+        let mut window_start = None;
+        let found = self.find_newest_manifest(reader, slice, |start, offset, key, value| {
+            stats.count(key, value);
+            if window_start != Some(start) {
+                window.clear();
+                window_start = Some(start);
             }
-            if start <= low {
-                return Ok(Tail::NoManifest);
+            if let Some((seq, i)) = chunk_key(key, slice) {
+                window.push((offset, seq, i, value.map(<[u8]>::to_vec)));
             }
-            span = span.saturating_mul(4);
-            let next = hint.filter(|&h| h < start).unwrap_or(start.saturating_sub(span)).max(low);
-            (stop, start) = (Some(start), next);
+        })?;
+        let Some(NewestManifest { at: manifest_at, body, window_start: start, low, high }) = found else {
+            return Ok(Tail::NoManifest);
         };
 
         let Some(body) = body else {
