@@ -239,6 +239,20 @@ fn send(
     }
 }
 
+/// Waits until every queued record is answered; the first of `delivered`
+/// that the broker refused is the error.
+fn flush_delivered(
+    producer: &CheckpointProducer,
+    delivered: &Deliveries,
+    what: impl Fn() -> String,
+) -> Result<(), KafkaLayerError> {
+    producer.flush(IO_TIMEOUT).context(&what)?;
+    match delivered.failure() {
+        Some(e) => Err(KafkaLayerError::Client { context: what(), source: e }),
+        None => Ok(()),
+    }
+}
+
 fn create_producer(config: &ClientConfig) -> Result<CheckpointProducer, KafkaLayerError> {
     config.create_with_context(CheckpointProducerContext).context(|| "creating the checkpoint producer".into())
 }
@@ -371,16 +385,10 @@ impl CheckpointStore {
                     .payload(*chunk),
             )?;
         }
-        producer.flush(IO_TIMEOUT).context(|| format!("writing snapshot chunks of slice {slice}"))?;
         // A manifest must never point at a chunk the broker did not take:
         // restore would find the snapshot incomplete and fall back to an
         // older one, or to none.
-        if let Some(e) = delivered.failure() {
-            return Err(KafkaLayerError::Client {
-                context: format!("writing snapshot chunks of slice {slice}"),
-                source: e,
-            });
-        }
+        flush_delivered(producer, &delivered, || format!("writing snapshot chunks of slice {slice}"))?;
         let manifest = Manifest {
             format: MANIFEST_VERSION,
             slice,
@@ -405,13 +413,7 @@ impl CheckpointStore {
                 .key(key.as_bytes())
                 .payload(&body),
         )?;
-        producer.flush(IO_TIMEOUT).context(|| format!("writing the manifest of slice {slice}"))?;
-        if let Some(e) = delivered.failure() {
-            return Err(KafkaLayerError::Client {
-                context: format!("writing the manifest of slice {slice}"),
-                source: e,
-            });
-        }
+        flush_delivered(producer, &delivered, || format!("writing the manifest of slice {slice}"))?;
         if let Some(prev) = previous {
             // Not waited for: a lost tombstone only keeps an old chunk until
             // the next compaction of its key; the snapshot is complete.
