@@ -684,6 +684,11 @@ pub fn start(program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
 
 /// [`start`] in the working directory `dir`.
 pub fn start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16) -> Proc {
+    try_start_in(dir, program, args, log, port).unwrap_or_else(|exit| panic!("{exit}"))
+}
+
+/// [`start_in`], but an early exit is returned (with the log) instead of a panic.
+fn try_start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16) -> Result<Proc, String> {
     let out = std::fs::File::create(log).unwrap();
     let child = Command::new(program)
         .args(args)
@@ -697,12 +702,13 @@ pub fn start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(status) = p.0.try_wait().unwrap() {
-            panic!("{} exited ({status}):\n{}", program.display(), std::fs::read_to_string(log).unwrap_or_default());
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            return Err(format!("{} exited ({status}):\n{text}", program.display()));
         }
         assert!(Instant::now() < deadline, "{} does not listen on {port}", program.display());
         std::thread::sleep(Duration::from_millis(100));
     }
-    p
+    Ok(p)
 }
 
 /// A broker (Nisshi) of its own on a free port, working in `dir`, with
@@ -711,10 +717,20 @@ pub fn start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16
 /// memory storage keeps no users).
 pub fn own_broker(dir: &Path, extra: &[&str]) -> (Proc, u16) {
     broker(); // installs target/tools/nisshi (scripts/broker.sh) if missing
-    let port = free_port();
-    let url = format!("tcp://127.0.0.1:{port}");
-    let mut args = vec!["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--silent"];
-    args.extend_from_slice(extra);
-    let log = dir.join(format!("broker-{port}.log"));
-    (start_in(dir, &root().join("target/tools/nisshi"), &args, &log, port), port)
+    // A free port can be taken before the broker binds it (by an outgoing
+    // connection's ephemeral port): then the broker exits, and another
+    // port is tried.
+    let mut exits = Vec::new();
+    for _ in 0..3 {
+        let port = free_port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut args = vec!["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--silent"];
+        args.extend_from_slice(extra);
+        let log = dir.join(format!("broker-{port}.log"));
+        match try_start_in(dir, &root().join("target/tools/nisshi"), &args, &log, port) {
+            Ok(p) => return (p, port),
+            Err(exit) => exits.push(exit),
+        }
+    }
+    panic!("the broker did not start on three free ports:\n{}", exits.join("\n"))
 }
