@@ -105,26 +105,24 @@ fn policies_on_a_slow_restore_and_a_restart() {
     let mut reference = Daemon::start("avail-reference", &env(&reference_app, &input, "wait"));
     let policies = ["wait", "deliver", "drop"];
     let apps: Vec<String> = policies.iter().map(|p| unique(&format!("avail-{p}"))).collect();
-    let mut first: Vec<Daemon> = policies
-        .iter()
-        .zip(&apps)
-        .map(|(p, app)| Daemon::start(&format!("avail-{p}-a"), &env(app, &input, p)))
-        .collect();
+    // One member of each policy's group, `member` in its name; returns once all are ready.
+    let start_members = |member: &str| -> Vec<Daemon> {
+        let mut started: Vec<Daemon> = policies
+            .iter()
+            .zip(&apps)
+            .map(|(p, app)| Daemon::start(&format!("avail-{p}-{member}"), &env(app, &input, p)))
+            .collect();
+        for d in &mut started {
+            d.wait_ready(Duration::from_secs(120));
+        }
+        started
+    };
+    let mut first = start_members("a");
     reference.wait_ready(Duration::from_secs(120));
-    for d in &mut first {
-        d.wait_ready(Duration::from_secs(120));
-    }
     std::thread::sleep(Duration::from_secs(4));
 
     // A second member: the slices it takes over are restored slowly.
-    let mut second: Vec<Daemon> = policies
-        .iter()
-        .zip(&apps)
-        .map(|(p, app)| Daemon::start(&format!("avail-{p}-b"), &env(app, &input, p)))
-        .collect();
-    for d in &mut second {
-        d.wait_ready(Duration::from_secs(120));
-    }
+    let mut second = start_members("b");
     std::thread::sleep(Duration::from_secs(3));
     // Killed, then restarted: its slices are restored twice more (by the
     // first member, then by the restarted one), through the logged ranges.
@@ -132,14 +130,7 @@ fn policies_on_a_slow_restore_and_a_restart() {
         d.kill();
     }
     std::thread::sleep(Duration::from_secs(8));
-    let mut third: Vec<Daemon> = policies
-        .iter()
-        .zip(&apps)
-        .map(|(p, app)| Daemon::start(&format!("avail-{p}-c"), &env(app, &input, p)))
-        .collect();
-    for d in &mut third {
-        d.wait_ready(Duration::from_secs(120));
-    }
+    let mut third = start_members("c");
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, Ordering::Relaxed);
     producer.join().unwrap();
