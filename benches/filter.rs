@@ -47,7 +47,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 use twox_hash::XxHash3_64;
 

@@ -21,7 +21,7 @@
 
 use std::time::Instant;
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 
 const BATCH: usize = 4096;

@@ -56,9 +56,9 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::oracle::{Confusion, ExactWindow};
-use dedupd::bench::text::TextCorpus;
-use dedupd::bench::workload::{KeyDist, RateProfile, Rng, Stream};
+use dedupd::testkit::oracle::{Confusion, ExactWindow};
+use dedupd::testkit::text::TextCorpus;
+use dedupd::testkit::workload::{KeyDist, RateProfile, Rng, Stream};
 use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -199,7 +199,7 @@ const ZIPF_UNIVERSE: usize = 1_000_000;
 
 /// `produce-zipf`: the text stream's records with Zipf(`alpha`) keys.
 fn produce_zipf(broker: &str, topic: &str, n: u64, truth_path: &str, alpha: f64) {
-    let dist = KeyDist::Zipf(dedupd::bench::workload::Zipf::new(ZIPF_UNIVERSE, alpha));
+    let dist = KeyDist::Zipf(dedupd::testkit::workload::Zipf::new(ZIPF_UNIVERSE, alpha));
     // Rank 0 is the most frequent key; text keys are numbered from 1.
     produce_keyed(broker, topic, n, truth_path, dist, |rank| rank + 1, "produce_zipf")
 }

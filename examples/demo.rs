@@ -11,7 +11,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::clicks::{Click, clicks, confusion, truth};
+use dedupd::testkit::clicks::{Click, clicks, confusion, truth};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;

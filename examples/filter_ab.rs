@@ -12,7 +12,7 @@
 //! of the 5 is printed, with the hash alone, the cost of a tick (the sweep)
 //! and the FPR over all events (every key is new).
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 use std::time::Instant;
 const BATCH: usize = 4096;

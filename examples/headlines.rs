@@ -6,7 +6,7 @@
 
 use std::io::{BufWriter, Write};
 
-use dedupd::bench::workload::{KeyDist, RateProfile, Stream, headline};
+use dedupd::testkit::workload::{KeyDist, RateProfile, Stream, headline};
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);

@@ -10,7 +10,7 @@
 //!
 //! `cargo run --release --example observe_ab`
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::filter::{FilterSpec, KeyHash, SlidingFilter, Verdict};
 use std::time::Instant;
 

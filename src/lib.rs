@@ -8,17 +8,17 @@
 //!   slicing, sizing formulas and the snapshot codec. No I/O, no async.
 //! - [`engine`]: records in, verdicts out — key and time extraction from
 //!   records and batched, deterministic processing over the filter.
-//! - [`bench`]: synthetic workloads, the exact oracle and the accuracy
-//!   experiments behind `dedupd bench accuracy`.
+//! - [`testkit`]: synthetic workloads, real text and the exact oracle, shared
+//!   by the tests, the examples and the lab (`lab/`, the accuracy experiments).
 //! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
 //! - [`units`]: parsing of durations such as `10m`.
 
 pub mod admin;
-pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod filter;
 pub mod kafka;
 pub mod metrics;
+pub mod testkit;
 pub mod units;

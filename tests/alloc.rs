@@ -7,7 +7,7 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
 
 /// Counts the allocations of the current thread (the test harness's other

@@ -6,7 +6,7 @@
 
 mod support;
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use dedupd::config::{Resolved, Settings};
 use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection};
 use support::*;

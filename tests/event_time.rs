@@ -9,9 +9,9 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::clicks::{Click, clicks, confusion, truth};
-use dedupd::bench::oracle::{Confusion, ExactWindow};
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::clicks::{Click, clicks, confusion, truth};
+use dedupd::testkit::oracle::{Confusion, ExactWindow};
+use dedupd::testkit::workload::Rng;
 use rdkafka::producer::{BaseRecord, Producer};
 use support::*;
 

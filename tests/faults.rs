@@ -218,7 +218,7 @@ fn rebalance_storm(mode: &str) {
     let mut members: Vec<Daemon> = (0..3).map(|i| Daemon::start(&format!("storm-m{i}"), &env)).collect();
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
     eprintln!("storm seed {seed}");
-    let mut rng = dedupd::bench::workload::Rng::new(seed);
+    let mut rng = dedupd::testkit::workload::Rng::new(seed);
     let mut stopped = Vec::new(); // members sent SIGTERM, checked for a clean exit at the end
     for step in 0..10 {
         std::thread::sleep(Duration::from_millis(3000 + rng.below(2000)));

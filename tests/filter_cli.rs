@@ -5,9 +5,9 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use dedupd::bench::oracle::{Confusion, ExactWindow};
-use dedupd::bench::text::TextCorpus;
-use dedupd::bench::workload::{KeyDist, RateProfile, Stream, headline};
+use dedupd::testkit::oracle::{Confusion, ExactWindow};
+use dedupd::testkit::text::TextCorpus;
+use dedupd::testkit::workload::{KeyDist, RateProfile, Stream, headline};
 
 struct Run {
     stdout: Vec<u8>,
@@ -165,7 +165,7 @@ fn measure_arrivals(events: &[(u64, String, u64)], expected: &str, growth: &str,
 /// The events in the order they arrive when each is delayed by a uniform
 /// 0..`max_delay_ms` (ties by sequence number).
 fn jittered(events: &[(u64, String, u64)], max_delay_ms: u64, seed: u64) -> Vec<(u64, String, u64)> {
-    let mut rng = dedupd::bench::workload::Rng::new(seed);
+    let mut rng = dedupd::testkit::workload::Rng::new(seed);
     let mut arrivals: Vec<(u64, (u64, String, u64))> =
         events.iter().map(|e| (e.2 + rng.below(max_delay_ms + 1), e.clone())).collect();
     arrivals.sort_by_key(|(arrival, e)| (*arrival, e.0));

@@ -18,8 +18,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use dedupd::bench::oracle::ExactWindow;
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::oracle::ExactWindow;
+use dedupd::testkit::workload::Rng;
 use support::*;
 
 /// Records larger than this are `too_large` (under the test broker's and
@@ -627,9 +627,9 @@ fn kafka_keys_and_timestamps() {
 /// dropped those copies.
 #[test]
 fn a_year_3000_record_changes_no_verdict_of_a_real_text_stream() {
-    use dedupd::bench::oracle::Confusion;
-    use dedupd::bench::text::TextCorpus;
-    use dedupd::bench::workload::{KeyDist, RateProfile, Stream};
+    use dedupd::testkit::oracle::Confusion;
+    use dedupd::testkit::text::TextCorpus;
+    use dedupd::testkit::workload::{KeyDist, RateProfile, Stream};
 
     let corpus = TextCorpus::load().unwrap_or_else(|e| panic!("{e}"));
     let dist = KeyDist::Recurring { p_new: 0.415, min_gap_ms: 100, max_gap_ms: 90_000 };

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use support::*;
 
 const TOKEN: &str = "limits-token-7c1e5a90b3d2";

@@ -7,8 +7,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use dedupd::bench::text::TextCorpus;
-use dedupd::bench::workload::{KeyDist, RateProfile, Stream};
+use dedupd::testkit::text::TextCorpus;
+use dedupd::testkit::workload::{KeyDist, RateProfile, Stream};
 
 const WINDOW_MS: u64 = 60_000;
 

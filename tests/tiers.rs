@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dedupd::bench::workload::Rng;
+use dedupd::testkit::workload::Rng;
 use rdkafka::producer::{BaseRecord, Producer};
 use support::*;
 

@@ -305,7 +305,7 @@ mod tests {
     /// `n` records (key, time) of Zipf(`skew`) keys over 300, times rising
     /// by 0 to `gap - 1` ms.
     fn zipf_records(n: usize, skew: f64, seed: u64, gap: u64) -> Vec<(u64, u64)> {
-        let zipf = crate::bench::workload::Zipf::new(300, skew);
+        let zipf = crate::testkit::workload::Zipf::new(300, skew);
         let mut rng = Rng::new(seed);
         let mut t = 0;
         (0..n)
@@ -412,7 +412,7 @@ mod tests {
             let mut delivered = Exact::default();
             let mut last_flag: HashMap<u64, u64> = HashMap::new();
             let mut rng = Rng::new(seed);
-            let zipf = crate::bench::workload::Zipf::new(200, 0.9);
+            let zipf = crate::testkit::workload::Zipf::new(200, 0.9);
             let mut time = 0;
             for _ in 0..4000 {
                 time += rng.below(8);

@@ -506,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_restored_buffer_continues_identically() {
-        let mut rng = crate::bench::workload::Rng::new(7);
+        let mut rng = crate::testkit::workload::Rng::new(7);
         let records: Vec<(u64, u64)> = (0..2_000u64).map(|i| (10_000 + i * 3 + rng.below(400), i)).collect();
         let mut whole = ReorderBuffer::new(settings(250));
         let expected = run(&mut whole, &records);
@@ -523,7 +523,7 @@ mod tests {
     /// the (time, position) order of the whole input.
     #[test]
     fn bounded_disorder_comes_out_sorted() {
-        let mut rng = crate::bench::workload::Rng::new(11);
+        let mut rng = crate::testkit::workload::Rng::new(11);
         for lateness in [0u64, 1, 50, 500] {
             // Times jittered by less than the lateness around an increasing base.
             let records: Vec<(u64, u64)> =

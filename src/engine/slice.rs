@@ -1526,7 +1526,7 @@ mod tests {
     #[test]
     fn event_time_order_survives_a_snapshot() {
         let ex = extractor();
-        let mut rng = crate::bench::workload::Rng::new(5);
+        let mut rng = crate::testkit::workload::Rng::new(5);
         let keys: Vec<[u8; 8]> = (0..3_000u64).map(|i| (i % 700).to_le_bytes()).collect();
         let times: Vec<i64> = (0..3_000i64).map(|i| 10_000 + i * 2 + rng.below(300) as i64).collect();
         let feed = |s: &mut SliceState, range: std::ops::Range<usize>| {
@@ -1670,7 +1670,7 @@ mod tests {
             input_topic: "in".into(),
         };
         let ex = extractor();
-        let mut rng = crate::bench::workload::Rng::new(8);
+        let mut rng = crate::testkit::workload::Rng::new(8);
         let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();
         let sources: Vec<String> = (0..2_000).map(|_| format!("s{}", rng.below(12))).collect();
         let times: Vec<i64> = (0..2_000i64).map(|i| 10_000 + i / 4 + rng.below(200) as i64).collect();
@@ -1865,7 +1865,7 @@ mod tests {
     #[test]
     fn an_unrouted_partition_holds_the_watermark() {
         let n = 2_000;
-        let mut rng = crate::bench::workload::Rng::new(19);
+        let mut rng = crate::testkit::workload::Rng::new(19);
         let keys: Vec<[u8; 8]> = (0..n).map(|_| rng.below(150).to_le_bytes()).collect();
         let times: Vec<i64> = (0..n as i64).map(|i| 10_000 + i * 5).collect();
         let in_order: Vec<Entry> = (0..n).map(Entry::Rec).collect();

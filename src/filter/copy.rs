@@ -290,7 +290,7 @@ impl CellWrites for FilterCopy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::workload::Rng;
+    use crate::testkit::workload::Rng;
     use crate::filter::hash::DEFAULT_SEED;
     use crate::filter::params::{FilterSpec, Growth, Layout};
     use crate::filter::{KeyHash, snapshot};

@@ -21,7 +21,6 @@
 
 use super::cells::{CellArray, TimerCells, with_cells};
 use super::copy::CellWrites;
-use super::dynamic::COUNTER_MAX;
 use super::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Positions, Probe};
 use super::params::{FilterParams, Growth, Layout};
 use super::sizing;
@@ -46,6 +45,11 @@ macro_rules! with_positions {
 /// Cells the sweep clears in one run (a run is one pass of a vectorised
 /// select; a tick's share is usually a few runs).
 const SWEEP_RUN: usize = 4096;
+
+/// Counters saturate here: a saturated counter is never decremented again
+/// (it may stand for more insertions than it can count), so a delete can
+/// never clear a cell another key still needs.
+pub const COUNTER_MAX: u8 = u8::MAX;
 
 /// The slice clock as the cells see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,7 +21,6 @@ pub(crate) mod cells;
 pub mod compact_counters;
 pub mod copy;
 pub mod count;
-pub mod dynamic;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
@@ -35,15 +34,16 @@ pub mod sliding;
 pub mod snapshot;
 pub mod spectral;
 pub mod stable;
+#[cfg(feature = "vertical")]
 pub mod vertical;
 
 pub use copy::FilterCopy;
 pub use count::{CountFilter, CountKind, CountSpec, CountStats};
-pub use dynamic::DeleteRefusal;
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};
 pub use sliced::SlicedFilter;
-pub use sliding::{Event, FilterCounters, Lookup, SlidingFilter, Verdict};
+pub use sliding::{DeleteRefusal, Event, FilterCounters, Lookup, SlidingFilter, Verdict};
 pub use snapshot::SnapshotError;
+#[cfg(feature = "vertical")]
 pub use vertical::{PipelineStats, VerticalFilter};

@@ -20,13 +20,30 @@
 //! stays bounded, and every such insert is counted as `saturated_inserts`.
 
 use super::copy::{CellWrites, Untold};
-use super::dynamic::DeleteRefusal;
 use super::generation::{AliveTable, Generation, Judged, Now, Run};
 use super::hash::KeyHash;
 use super::params::{FilterParams, Growth, MAX_LEVEL};
 use super::sizing;
 
 /// The verdict on one event.
+/// Why [`SlidingFilter::delete`] refused to remove a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DeleteRefusal {
+    /// No filter holds the key.
+    #[error("the key is not in the window")]
+    Absent,
+    /// Two or more filters hold the key: deleting from one could leave a
+    /// false positive, deleting from all could create false negatives.
+    #[error(
+        "the key is ambiguous: more than one generation holds all of its cells, and deleting it could make \
+         other keys' copies pass (kept; it expires with the window)"
+    )]
+    Ambiguous,
+    /// The filter has no counting cells (`filter.deletable = false`).
+    #[error("the filter is not deletable (set filter.deletable = true)")]
+    NotDeletable,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// First occurrence in the window: deliver it (its timers were set).
@@ -681,7 +698,7 @@ mod tests {
     /// before it), it is a duplicate — whatever the width and layout.
     #[test]
     fn no_false_negative_for_late_events_within_the_lateness() {
-        use crate::bench::workload::Rng;
+        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
         use std::collections::HashMap;
         for bits in [4u8, 8, 16] {
@@ -732,7 +749,7 @@ mod tests {
     /// changes no output.
     #[test]
     fn lateness_changes_nothing_for_ordered_events() {
-        use crate::bench::workload::Rng;
+        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
         for bits in [4u8, 6, 8, 16, 32] {
             for layout in [Layout::Standard, Layout::Blocked] {
@@ -811,7 +828,7 @@ mod tests {
     /// and verdicts of `observe` one event at a time.
     #[test]
     fn observe_batch_is_observe_in_turn() {
-        use crate::bench::workload::Rng;
+        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
         let mut runs = 0;
         for bits in [4u8, 6, 8, 16, 32] {

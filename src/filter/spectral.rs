@@ -1048,7 +1048,7 @@ mod tests {
         let mut f = Spectral::new(&params(e, m, 16));
         let mut exact: HashMap<u64, u32> = HashMap::new();
         let mut rng = Rng::new(seed);
-        let zipf = crate::bench::workload::Zipf::new(distinct as usize, 0.8);
+        let zipf = crate::testkit::workload::Zipf::new(distinct as usize, 0.8);
         for _ in 0..draws {
             let x = zipf.sample(&mut rng);
             let r = 1 + rng.below(3) as u32;
@@ -1124,7 +1124,7 @@ mod tests {
         // γ = 1 with skewed counts: MI and RM make fewer errors than MS.
         let n = 2000u64;
         let m = counters_for(n, 5, 1.0);
-        let zipf = crate::bench::workload::Zipf::new(n as usize, 0.5);
+        let zipf = crate::testkit::workload::Zipf::new(n as usize, 0.5);
         let mut fs: Vec<Spectral> = Estimator::ALL.iter().map(|&e| Spectral::new(&params(e, m, 16))).collect();
         let mut exact = vec![0u32; n as usize];
         let mut rng = Rng::new(9);
@@ -1158,7 +1158,7 @@ mod tests {
                 let mut compact = Spectral::new(&SpectralParams { store: CounterKind::Compact, ..p });
                 let mut other = Spectral::new(&p);
                 let mut other_c = Spectral::new(&SpectralParams { store: CounterKind::Compact, ..p });
-                let zipf = crate::bench::workload::Zipf::new(300, 1.1);
+                let zipf = crate::testkit::workload::Zipf::new(300, 1.1);
                 let mut rng = Rng::new(seed);
                 for _ in 0..3000 {
                     let x = zipf.sample(&mut rng);
@@ -1196,7 +1196,7 @@ mod tests {
             let mut fixed = WindowedCounts::new(p, 1000, 8).unwrap();
             let mut compact =
                 WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
-            let zipf = crate::bench::workload::Zipf::new(500, 1.0);
+            let zipf = crate::testkit::workload::Zipf::new(500, 1.0);
             let mut rng = Rng::new(4);
             let mut t = 0;
             for _ in 0..20_000 {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::bench::workload::{Rng, Zipf};
+use crate::testkit::workload::{Rng, Zipf};
 use crate::filter::hash::DEFAULT_SEED;
 use crate::filter::params::{FilterSpec, Growth};
 use proptest::prelude::*;

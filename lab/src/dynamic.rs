@@ -7,16 +7,13 @@
 //! and small so that its formulas (Eq. 3) and its operations (first-fit
 //! insert, delete only when exactly one filter matches, merge of
 //! under-filled filters, Def. 3 union by concatenation) can be checked, and
-//! so that the deletable timer generations ([`super::generation`]) can be
+//! so that the deletable timer generations (`dedupd::filter::generation`) can be
 //! compared with it.
 
-use super::hash::KeyHash;
-use super::sizing::bloom_fpr;
-
-/// Counters saturate here: a saturated counter is never decremented again
-/// (it may stand for more insertions than it can count), so a delete can
-/// never clear a cell another key still needs.
-pub const COUNTER_MAX: u8 = u8::MAX;
+use dedupd::filter::DeleteRefusal;
+use dedupd::filter::KeyHash;
+use dedupd::filter::generation::COUNTER_MAX;
+use dedupd::filter::sizing::bloom_fpr;
 
 /// One counting Bloom filter of a DBF (an "SBF" in the paper).
 #[derive(Clone, Debug, PartialEq)]
@@ -24,24 +21,6 @@ struct Counting {
     counts: Vec<u8>,
     /// n_r: keys inserted and not deleted.
     keys: u64,
-}
-
-/// Why a delete ([`DynamicBloom::delete`], [`super::SlidingFilter::delete`]) refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum DeleteRefusal {
-    /// No filter holds the key.
-    #[error("the key is not in the window")]
-    Absent,
-    /// Two or more filters hold the key: deleting from one could leave a
-    /// false positive, deleting from all could create false negatives.
-    #[error(
-        "the key is ambiguous: more than one generation holds all of its cells, and deleting it could make \
-         other keys' copies pass (kept; it expires with the window)"
-    )]
-    Ambiguous,
-    /// The filter has no counting cells (`filter.deletable = false`).
-    #[error("the filter is not deletable (set filter.deletable = true)")]
-    NotDeletable,
 }
 
 /// Why two DBFs cannot be united.
@@ -180,7 +159,7 @@ pub fn f_dbf(m: u64, k: u32, c: u64, n: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::random::Rng;
+    use dedupd::filter::random::Rng;
 
     const M: u64 = 1280;
     const K: u32 = 7;

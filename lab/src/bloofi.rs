@@ -21,9 +21,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use crate::filter::KeyHash;
-use crate::filter::provenance::{Bits, Bloofi, FlatBloofi, Naive, SourceIndex, positions};
-use crate::filter::random::Rng;
+use dedupd::filter::KeyHash;
+use dedupd::filter::provenance::{Bits, Bloofi, FlatBloofi, Naive, SourceIndex, positions};
+use dedupd::filter::random::Rng;
 
 /// Flags of `dedupd bench bloofi`.
 #[derive(Debug, clap::Args)]
@@ -64,7 +64,7 @@ struct Row {
     build_s: f64,
 }
 
-const SEED: u64 = crate::filter::hash::DEFAULT_SEED;
+const SEED: u64 = dedupd::filter::hash::DEFAULT_SEED;
 /// Timed passes over the queries; the fastest counts.
 const ROUNDS: usize = 5;
 

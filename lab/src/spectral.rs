@@ -23,10 +23,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use super::workload::{Rng, Zipf};
-use crate::filter::KeyHash;
-use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
+use dedupd::testkit::workload::{Rng, Zipf};
+use dedupd::filter::KeyHash;
+use dedupd::filter::hash::DEFAULT_SEED;
+use dedupd::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
 
 /// Flags of `dedupd bench spectral`.
 #[derive(Debug, clap::Args)]
@@ -327,7 +327,7 @@ pub fn windowed_row(estimator: Estimator, subwindows: u32, records: u64, univers
     };
     let params = SpectralParams {
         estimator,
-        counters: crate::filter::spectral::counters_for(per_sub, 5, 0.7),
+        counters: dedupd::filter::spectral::counters_for(per_sub, 5, 0.7),
         hashes: 5,
         counter_bits: 16,
         store: CounterKind::Fixed,
@@ -395,7 +395,7 @@ pub struct CompactRow {
 /// filter and the compact one back to back (alternating which goes first),
 /// so both see the same machine load; the medians over rounds are reported.
 pub fn compact_rows(distinct: u64, inserts: u64, rounds: u32, skews: &[f64]) -> Vec<CompactRow> {
-    use crate::filter::spectral::{Store, counters_for};
+    use dedupd::filter::spectral::{Store, counters_for};
     use std::time::Instant;
     let m = counters_for(distinct, 5, 0.7);
     let params =
@@ -450,7 +450,7 @@ pub fn compact_rows(distinct: u64, inserts: u64, rounds: u32, skews: &[f64]) -> 
             let values: Vec<u32> = c.values().collect();
             let (code_bits, slack_bits, index_bits) = c.breakdown();
             let fixed = [4u8, 8, 16, 32].map(|bits| {
-                let f = Store::Fixed(crate::filter::spectral::Counters::new(m as usize, bits));
+                let f = Store::Fixed(dedupd::filter::spectral::Counters::new(m as usize, bits));
                 let max = f.max();
                 (bits, f.memory_bytes(), values.iter().filter(|&&v| v >= max).count() as u64)
             });

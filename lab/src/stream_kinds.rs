@@ -24,11 +24,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use super::oracle::Confusion;
-use super::workload::Rng;
-use crate::filter::count::DEFAULT_RNG_SEED;
-use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
+use dedupd::testkit::oracle::Confusion;
+use dedupd::testkit::workload::Rng;
+use dedupd::filter::count::DEFAULT_RNG_SEED;
+use dedupd::filter::hash::DEFAULT_SEED;
+use dedupd::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
 
 /// Flags of `dedupd bench stream-kinds`.
 #[derive(Debug, clap::Args)]

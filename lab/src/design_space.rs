@@ -27,11 +27,11 @@ use anyhow::Context as _;
 use super::accuracy::{Table, f3, r6, row};
 use super::sim::{self, BloomTree, Horizontal, TreeKind, Vertical, cells_for, fail_slices};
 use super::stream_kinds::universe_for;
-use super::text::TextCorpus;
-use super::workload::{Rng, Zipf};
-use crate::filter::KeyHash;
-use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::sizing::{bloom_fpr, horizontal_fpr};
+use dedupd::testkit::text::TextCorpus;
+use dedupd::testkit::workload::{Rng, Zipf};
+use dedupd::filter::KeyHash;
+use dedupd::filter::hash::DEFAULT_SEED;
+use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
 
 /// Flags of `dedupd bench design-space`.
 #[derive(Debug, clap::Args)]
@@ -633,8 +633,8 @@ const AVAIL_SLICES: u32 = 8;
 /// path (and remembers nothing). Each run is compared verdict by verdict
 /// with the exact oracle, so the filter's own errors are not in the counts.
 fn availability(seed: u64, rate: u64) -> Table {
-    use super::oracle::ExactWindow;
-    use super::workload::{KeyDist, RateProfile, Stream};
+    use dedupd::testkit::oracle::ExactWindow;
+    use dedupd::testkit::workload::{KeyDist, RateProfile, Stream};
     let mut t = Table::new(
         "availability.csv",
         &[

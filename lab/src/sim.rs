@@ -10,8 +10,8 @@
 //! positions, and their small departures from independent hashes, are the
 //! ones the daemon would have.
 
-use super::workload::Rng;
-use crate::filter::KeyHash;
+use dedupd::testkit::workload::Rng;
+use dedupd::filter::KeyHash;
 
 /// A plain bit array.
 #[derive(Clone, Debug)]
@@ -453,8 +453,8 @@ impl BloomTree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::hash::DEFAULT_SEED;
-    use crate::filter::sizing::{bloom_fpr, horizontal_fpr};
+    use dedupd::filter::hash::DEFAULT_SEED;
+    use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
 
     fn key(i: u64) -> KeyHash {
         KeyHash::of(DEFAULT_SEED, &i.to_le_bytes())

@@ -28,7 +28,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dedupd::bench::workload::{Rng, Zipf};
+use dedupd::testkit::workload::{Rng, Zipf};
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict, VerticalFilter};
 
 const BATCH: usize = 4096;

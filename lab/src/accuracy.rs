@@ -1,6 +1,6 @@
 //! `dedupd bench accuracy`: the real filter engine against the exact oracle.
 //!
-//! Synthetic streams ([`super::workload`]) go through a [`SlicedFilter`]; every
+//! Synthetic streams ([`dedupd::testkit::workload`]) go through a [`SlicedFilter`]; every
 //! verdict is compared with [`ExactWindow`] (same window semantics: the window
 //! runs from the delivered occurrence, time is the running maximum). "Positive"
 //! means "duplicate": FPR = FP/(FP+TN) is the share of truly distinct events
@@ -30,11 +30,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use super::oracle::{Confusion, ExactWindow};
-use super::workload::{KeyDist, RateProfile, Rng, Stream, Zipf};
-use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::sliced::SlicedStats;
-use crate::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict, sizing};
+use dedupd::testkit::oracle::{Confusion, ExactWindow};
+use dedupd::testkit::workload::{KeyDist, RateProfile, Rng, Stream, Zipf};
+use dedupd::filter::hash::DEFAULT_SEED;
+use dedupd::filter::sliced::SlicedStats;
+use dedupd::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict, sizing};
 
 /// Flags of `dedupd bench accuracy`.
 #[derive(Debug, clap::Args)]
