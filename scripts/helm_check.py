@@ -18,7 +18,7 @@ part switched on) and with a few invalid values that must be refused:
     equals config/dedupd.toml with the default values (but for the in-container admin
     address), and carries the values set (window = "5m", the TLS file paths, the admin
     token file, ...), never a secret;
-  * the Deployment: replicas, probes on /healthz and /readyz at the admin port,
+  * the Deployment: replicas (replicaCount), probes on /healthz and /readyz at the admin port,
     terminationGracePeriodSeconds > shutdown timeout, DEDUPD__ADMIN__LISTEN, non-root and a
     read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS and admin
     token mounts, the config checksum annotation;
@@ -361,7 +361,7 @@ def check_common(c: Checks, schema: Schema, out: dict, docs: dict, values: dict)
     containers = spec.get("containers", [])
     c.eq(len(containers), 1, "one container")
     ctr = containers[0] if containers else {}
-    port = int(values["adminPort"])
+    port = int(values["service"]["port"])
     ports = {p.get("name"): p.get("containerPort") for p in ctr.get("ports", [])}
     c.eq(ports.get("admin"), port, "container port named admin")
     c.eq(ctr.get("args"), ["run", "--config", "/etc/dedupd/dedupd.toml"], "container args")
@@ -453,7 +453,7 @@ def check_toml(c: Checks, tomllib, cm: dict, shipped: dict, values: dict) -> dic
             want = shipped[section][key]
             c.ok(type_name(value) == type_name(want), f"{section}.{key} has the type of config/dedupd.toml",
                  f"{value!r} vs {want!r}")
-    c.eq(conf.get("admin", {}).get("listen"), f"0.0.0.0:{int(values['adminPort'])}", "admin.listen in the container")
+    c.eq(conf.get("admin", {}).get("listen"), f"0.0.0.0:{int(values['service']['port'])}", "admin.listen in the container")
     c.eq(conf.get("shutdown", {}).get("timeout"), f"{int(values['shutdownTimeoutSeconds'])}s", "shutdown.timeout")
     c.eq(conf.get("kafka", {}).get("brokers"), values["kafka"]["brokers"], "kafka.brokers")
     return conf
@@ -477,7 +477,7 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
                  f"chart {got!r}, config/dedupd.toml {want!r}: update config.{section}.{key} in "
                  "helm/dedupd/values.yaml")
     dep = kinds.get("Deployment", {})
-    c.eq(dep.get("spec", {}).get("replicas"), chart_values["replicas"], "replicas default")
+    c.eq(dep.get("spec", {}).get("replicas"), chart_values["replicaCount"], "replicas = replicaCount default")
     env = dep["spec"]["template"]["spec"]["containers"][0].get("env", [])
     c.ok(not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in env), "no secret env without existingSecret")
     c.ok(not conf.get("kafka", {}).keys() - {"brokers"}, "no librdkafka settings by default")
@@ -518,7 +518,7 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     c.eq(admin.get("key_endpoints"), values["admin"]["keyEndpoints"], "admin.keyEndpoints reaches dedupd.toml")
 
     dep = kinds.get("Deployment", {})
-    c.eq(dep.get("spec", {}).get("replicas"), 3, "replicas = 3")
+    c.eq(dep.get("spec", {}).get("replicas"), 3, "replicas = replicaCount 3")
     spec = dep["spec"]["template"]["spec"]
     ctr = spec["containers"][0]
     c.eq(ctr.get("image"), "registry.example.com/dedupd:0.1.0-test", "image")
@@ -573,10 +573,10 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     notes = next((t for p, t in out.items() if p.endswith("NOTES.txt")), "")
     c.ok("3 member(s)" in notes and "12 slice(s)" in notes, "NOTES.txt names members and slices")
 
-    many, _ = render(helm, yaml, {"replicas": 10})
+    many, _ = render(helm, yaml, {"replicaCount": 10})
     notes = next((t for p, t in many.items() if p.endswith("NOTES.txt")), "")
-    c.ok("WARNING: replicas (10) > config.filter.slices (8)" in notes and "2 member(s) will own no slice" in notes,
-         "NOTES.txt warns when replicas > slices")
+    c.ok("WARNING: replicaCount (10) > config.filter.slices (8)" in notes and "2 member(s) will own no slice" in notes,
+         "NOTES.txt warns when replicaCount > slices")
 
     # Values changes roll the pods.
     _, base_docs = render(helm, yaml, None)
@@ -589,7 +589,7 @@ def check_refused(c: Checks, helm, yaml, tomllib) -> None:
     c.scope = "refused"
     tls_base = {"kafka": {"tls": {"enabled": True, "secretName": "s"}}}
     cases = [
-        ({"config": {"admin": {"listen": "0.0.0.0:1"}}}, "adminPort"),
+        ({"config": {"admin": {"listen": "0.0.0.0:1"}}}, "service.port"),
         ({"config": {"shutdown": {"timeout": "10s"}}}, "shutdownTimeoutSeconds"),
         ({"config": {"fitler": {"window": "5m"}}}, "dedupd has no section [fitler]"),
         ({"config": {"kafka": {"brokers": "b:1"}}}, "set kafka.brokers instead"),
@@ -658,7 +658,7 @@ def check_dockerfile(c: Checks, chart_values: dict) -> None:
     text = path.read_text()
     final = text[text.rfind("\nFROM ") :]  # the runtime stage
     c.ok(re.search(r"^USER\s+10001\b", final, re.M) is not None, "runtime stage runs as uid 10001 (runAsUser)")
-    c.ok(re.search(rf"^EXPOSE\s+{int(chart_values['adminPort'])}\b", final, re.M) is not None, "EXPOSE adminPort")
+    c.ok(re.search(rf"^EXPOSE\s+{int(chart_values['service']['port'])}\b", final, re.M) is not None, "EXPOSE service.port")
     c.ok('ENTRYPOINT ["dedupd"]' in final, "ENTRYPOINT dedupd")
     # Without --config, `dedupd run` reads DEDUPD_CONFIG's file, else ./config/dedupd.toml,
     # else /etc/dedupd/dedupd.toml: the image ships the last (the working directory is /).
