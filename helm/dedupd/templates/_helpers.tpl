@@ -228,3 +228,15 @@ unknown top-level values too; this also holds with --skip-schema-validation).
 {{- end -}}
 {{- end -}}
 {{- end }}
+
+{{/*
+A number as PromQL reads it: integers without a fraction (YAML numbers reach templates as
+float64), others as Go prints them (0.02, 1e-05).
+*/}}
+{{- define "dedupd.promNumber" -}}
+{{- if and (or (kindIs "float64" .) (kindIs "float32" .)) (eq (floor .) (float64 .)) -}}
+{{- printf "%.0f" (float64 .) -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end }}
