@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Checks the dedupd Helm chart (helm/dedupd) without a helm binary or a cluster.
 
-    python3 scripts/helm_check.py [-v] [--chart DIR]
+    python3 scripts/helm_check.py [-v] [--chart DIR] [--write-alerts] [--write-schema]
+
+--write-alerts regenerates grafana/alerts.yml from the chart's files/alerts.yml, and
+--write-schema the `config` part of values.schema.json from config/dedupd.toml, before the
+checks.
 
 The chart is rendered by Helm itself: helm-python-sdk (PyPI) wraps Helm's Go SDK in a
 shared library, so templates, sprig functions, .Files.Get, `fail` and `required` behave as
@@ -23,8 +27,18 @@ part switched on) and with a few invalid values that must be refused:
     read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS and admin
     token mounts, the config checksum annotation;
   * Service, ServiceMonitor, PodDisruptionBudget and PrometheusRule select the pods and
-    name the right port; the PrometheusRule carries files/alerts.yml, which must equal
-    grafana/alerts.yml once that exists;
+    name the right port;
+  * values.schema.json: every value of values.yaml and ci/full-values.yaml has a typed entry,
+    its `config` is config/dedupd.toml's sections, settings and types, and `helm template`
+    (and `helm lint`) refuse wrong-typed, unknown and renamed values with a schema error
+    (--set replicaCount=abc, --set-string service.port=x, --set replicas=3, ...);
+  * the NetworkPolicy (networkPolicy.enabled): selects the pods, ingress only to the admin
+    port from networkPolicy.ingress.from, egress to the broker ports (from kafka.brokers or
+    networkPolicy.egress.brokerPorts) and DNS, matches the Kubernetes API schema;
+  * the PrometheusRule is files/alerts.yml with prometheusRule.* substituted: with the
+    defaults it equals grafana/alerts.yml (generated from it: --write-alerts), with other
+    values every series selector has that job and every alert that threshold, runbook_url
+    and label; every alert has for:, a severity and a runbook_url;
   * the Dockerfile agrees with the chart (user 10001, port, config path, entrypoint).
 
 Dependencies go to target/helm-check/ (pinned, nothing is installed into the interpreter):
