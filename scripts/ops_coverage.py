@@ -327,6 +327,7 @@ def selftest(yaml, verbose: bool) -> list[str]:
     inputs = copy.deepcopy(base)
     with_metric(inputs)
     inputs["unshown"] += f"\n{fake}  made up by the selftest, shown nowhere on purpose\n"
+    inputs["metrics_doc"] = None  # (docs/metrics.md does not list the made-up metric)
     problems = [p for p in run_checks(inputs) if fake in p]
     if problems:
         failures.append(f"selftest: a metric listed in grafana/unshown-metrics.txt with a reason fails: {problems}")
