@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Checks the dedupd Helm chart (helm/dedupd) without a helm binary or a cluster.
 
-    python3 scripts/helm_check.py [-v] [--chart DIR]
+    python3 scripts/helm_check.py [-v] [--chart DIR] [--write-alerts] [--write-schema]
+
+--write-alerts regenerates grafana/alerts.yml from the chart's files/alerts.yml, and
+--write-schema the `config` part of values.schema.json from config/dedupd.toml, before the
+checks.
 
 The chart is rendered by Helm itself: helm-python-sdk (PyPI) wraps Helm's Go SDK in a
 shared library, so templates, sprig functions, .Files.Get, `fail` and `required` behave as
@@ -18,13 +22,23 @@ part switched on) and with a few invalid values that must be refused:
     equals config/dedupd.toml with the default values (but for the in-container admin
     address), and carries the values set (window = "5m", the TLS file paths, the admin
     token file, ...), never a secret;
-  * the Deployment: replicas, probes on /healthz and /readyz at the admin port,
+  * the Deployment: replicas (replicaCount), probes on /healthz and /readyz at the admin port,
     terminationGracePeriodSeconds > shutdown timeout, DEDUPD__ADMIN__LISTEN, non-root and a
     read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS and admin
     token mounts, the config checksum annotation;
   * Service, ServiceMonitor, PodDisruptionBudget and PrometheusRule select the pods and
-    name the right port; the PrometheusRule carries files/alerts.yml, which must equal
-    grafana/alerts.yml once that exists;
+    name the right port;
+  * values.schema.json: every value of values.yaml and ci/full-values.yaml has a typed entry,
+    its `config` is config/dedupd.toml's sections, settings and types, and `helm template`
+    (and `helm lint`) refuse wrong-typed, unknown and renamed values with a schema error
+    (--set replicaCount=abc, --set-string service.port=x, --set replicas=3, ...);
+  * the NetworkPolicy (networkPolicy.enabled): selects the pods, ingress only to the admin
+    port from networkPolicy.ingress.from, egress to the broker ports (from kafka.brokers or
+    networkPolicy.egress.brokerPorts) and DNS, matches the Kubernetes API schema;
+  * the PrometheusRule is files/alerts.yml with prometheusRule.* substituted: with the
+    defaults it equals grafana/alerts.yml (generated from it: --write-alerts), with other
+    values every series selector has that job and every alert that threshold, runbook_url
+    and label; every alert has for:, a severity and a runbook_url;
   * the Dockerfile agrees with the chart (user 10001, port, config path, entrypoint).
 
 Dependencies go to target/helm-check/ (pinned, nothing is installed into the interpreter):
@@ -40,6 +54,7 @@ import contextlib
 import copy
 import hashlib
 import importlib
+import json
 import os
 import re
 import subprocess
@@ -53,6 +68,26 @@ CHART = ROOT / "helm" / "dedupd"
 FULL_VALUES = CHART / "ci" / "full-values.yaml"
 SHIPPED_TOML = ROOT / "config" / "dedupd.toml"
 ALERTS_SOURCE = ROOT / "grafana" / "alerts.yml"
+CHART_ALERTS = "files/alerts.yml"
+SCHEMA_FILE = "values.schema.json"
+# grafana/alerts.yml: the chart's files/alerts.yml with the chart's default values, under this header.
+ALERTS_HEADER = """\
+# Prometheus alerting rules for dedupd (metrics: docs/metrics.md; what to do for each alert:
+# docs/operate.md, linked from each alert's runbook_url).
+#
+#   rule_files: [/path/to/dedupd/grafana/alerts.yml]
+#
+# GENERATED from helm/dedupd/files/alerts.yml (the Helm chart's PrometheusRule) with the chart's
+# default values: edit that file, then run `python3 scripts/helm_check.py --write-alerts`.
+# Unit tests: alerts_test.yml (`scripts/prometheus_check.sh rules`). Adjust to the deployment
+# (the chart takes these from prometheusRule.*):
+#   - job="{job}": the scrape job of the dedupd admin endpoints (prometheusRule.job);
+#   - the thresholds (prometheusRule.thresholds): lag floor {consumerLag} records, snapshot age
+#     {checkpointAgeSeconds} s, {checkpointFailures} failed snapshot writes in 10m, estimated FPR {estimatedFpr} (2x the default
+#     filter.fpr = 0.01: set 2x yours), {deadLettersPerSecond} dead letter/s, {brokerSilenceSeconds} s of broker silence, late share {lateRatio};
+#   - runbook_url: {runbookBaseUrl}#<alert name in lower case>
+#     (prometheusRule.runbookBaseUrl: point it at your copy of the docs).
+"""
 CACHE = ROOT / "target" / "helm-check"
 SITE = CACHE / "site"
 
@@ -69,6 +104,7 @@ EXPECTED_KINDS = {
     "PodDisruptionBudget": "policy/v1",
     "ServiceMonitor": "monitoring.coreos.com/v1",
     "PrometheusRule": "monitoring.coreos.com/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
 }
 SCHEMA_MODELS = {
     "Deployment": "V1Deployment",
@@ -76,6 +112,7 @@ SCHEMA_MODELS = {
     "Service": "V1Service",
     "ServiceAccount": "V1ServiceAccount",
     "PodDisruptionBudget": "V1PodDisruptionBudget",
+    "NetworkPolicy": "V1NetworkPolicy",
 }
 
 VERBOSE = False
@@ -272,6 +309,59 @@ class Schema:
                     errors.append(f"{path}.{key}: required field of {typ} is missing")
 
 
+# ---------------------------------------------------------------------------- values schema
+
+# Sections of dedupd.toml the chart renders from other values (and refuses under config).
+CHART_OWNED_SECTIONS = {
+    "admin": "not settable here: the chart renders [admin] from service.port and admin.*",
+    "shutdown": "not settable here: the chart renders [shutdown] from shutdownTimeoutSeconds",
+}
+
+
+def toml_type_schema(value) -> dict:
+    """The JSON Schema of a setting, from its value in config/dedupd.toml."""
+    if isinstance(value, bool):
+        return {"type": "boolean"}
+    if isinstance(value, int):
+        return {"type": "integer"}
+    if isinstance(value, float):
+        return {"type": "number"}
+    if isinstance(value, str):
+        return {"type": "string"}
+    if isinstance(value, list):
+        items = toml_type_schema(value[0]) if value else {}
+        return {"type": "array", "items": items} if items else {"type": "array"}
+    if isinstance(value, dict):
+        return {"type": "object", "properties": {k: toml_type_schema(v) for k, v in value.items()},
+                "additionalProperties": False}
+    raise TypeError(f"unexpected TOML value {value!r}")
+
+
+def config_schema(shipped: dict) -> dict:
+    """values.schema.json's `config`: every section and setting of config/dedupd.toml with its
+    type, nothing else (dedupd refuses unknown settings; the schema says so before the pod
+    crash-loops). [kafka] takes any librdkafka setting; [admin] and [shutdown] are the chart's."""
+    props: dict = {}
+    for section, table in shipped.items():
+        if section in CHART_OWNED_SECTIONS:
+            props[section] = {"description": CHART_OWNED_SECTIONS[section], "type": "object"}
+        elif section == "kafka":
+            props[section] = {
+                "description": "librdkafka settings by their dotted names, or nested maps (kafka.brokers is the "
+                               "chart's own value)",
+                "type": "object",
+                "additionalProperties": {"type": ["string", "number", "boolean", "object"]},
+            }
+        else:
+            props[section] = toml_type_schema(table)
+    return {
+        "description": "dedupd.toml, section by section (config/dedupd.toml documents every setting)",
+        "type": "object",
+        "properties": props,
+        "additionalProperties": False,
+    }
+
+
 # ---------------------------------------------------------------------------- rendering
 
 
@@ -328,6 +418,59 @@ def type_name(v) -> str:
     return type(v).__name__
 
 
+# ---------------------------------------------------------------------------- alerts
+
+
+def prom_number(v) -> str:
+    """A threshold as the chart prints it (dedupd.promNumber: Go's %v, integers without a fraction)."""
+    if isinstance(v, float) and v.is_integer() or isinstance(v, int) and not isinstance(v, bool):
+        return str(int(v))
+    return repr(float(v))
+
+
+def alert_substitutions(chart_values: dict, chart_name: str) -> dict[str, str]:
+    """The ${name} values of files/alerts.yml for `chart_values`, as templates/prometheusrule.yaml
+    computes them (check_alerts compares the two renderings)."""
+    pr = chart_values["prometheusRule"]
+    subs = {"job": pr.get("job") or chart_values.get("nameOverride") or chart_name,
+            "runbookBaseUrl": pr["runbookBaseUrl"]}
+    for name, value in pr["thresholds"].items():
+        if name == "fprFactor":
+            fpr = ((chart_values.get("config") or {}).get("filter") or {}).get("fpr") or 0.01
+            subs["estimatedFpr"] = prom_number(float(value) * float(fpr))
+        else:
+            subs[name] = prom_number(value)
+    return subs
+
+
+def generated_alerts(chart: Path, chart_values: dict, chart_name: str) -> str:
+    """grafana/alerts.yml: the header, then files/alerts.yml from `groups:` on with the defaults."""
+    text = (chart / CHART_ALERTS).read_text()
+    body = text[text.index("\ngroups:") + 1:]
+    subs = alert_substitutions(chart_values, chart_name)
+    for name, value in subs.items():
+        body = body.replace("${%s}" % name, value)
+    left = re.findall(r"\$\{\w*\}", body)
+    if left:
+        raise ValueError(f"{CHART_ALERTS}: no value for {sorted(set(left))}")
+    return ALERTS_HEADER.format(**subs) + body
+
+
+def write_alerts(chart: Path, yaml) -> None:
+    chart_values = yaml.safe_load((chart / "values.yaml").read_text())
+    name = yaml.safe_load((chart / "Chart.yaml").read_text())["name"]
+    ALERTS_SOURCE.write_text(generated_alerts(chart, chart_values, name))
+    say(f"wrote {ALERTS_SOURCE.relative_to(ROOT)}")
+
+
+def write_schema_config(chart: Path, tomllib) -> None:
+    path = chart / SCHEMA_FILE
+    schema = json.loads(path.read_text())
+    schema["properties"]["config"] = config_schema(tomllib.loads(SHIPPED_TOML.read_text()))
+    path.write_text(json.dumps(schema, indent=2) + "\n")
+    say(f"wrote the config part of {path.relative_to(ROOT)} from config/dedupd.toml")
+
+
 # ---------------------------------------------------------------------------- checks
 
 
@@ -361,7 +504,7 @@ def check_common(c: Checks, schema: Schema, out: dict, docs: dict, values: dict)
     containers = spec.get("containers", [])
     c.eq(len(containers), 1, "one container")
     ctr = containers[0] if containers else {}
-    port = int(values["adminPort"])
+    port = int(values["service"]["port"])
     ports = {p.get("name"): p.get("containerPort") for p in ctr.get("ports", [])}
     c.eq(ports.get("admin"), port, "container port named admin")
     c.eq(ctr.get("args"), ["run", "--config", "/etc/dedupd/dedupd.toml"], "container args")
@@ -453,7 +596,7 @@ def check_toml(c: Checks, tomllib, cm: dict, shipped: dict, values: dict) -> dic
             want = shipped[section][key]
             c.ok(type_name(value) == type_name(want), f"{section}.{key} has the type of config/dedupd.toml",
                  f"{value!r} vs {want!r}")
-    c.eq(conf.get("admin", {}).get("listen"), f"0.0.0.0:{int(values['adminPort'])}", "admin.listen in the container")
+    c.eq(conf.get("admin", {}).get("listen"), f"0.0.0.0:{int(values['service']['port'])}", "admin.listen in the container")
     c.eq(conf.get("shutdown", {}).get("timeout"), f"{int(values['shutdownTimeoutSeconds'])}s", "shutdown.timeout")
     c.eq(conf.get("kafka", {}).get("brokers"), values["kafka"]["brokers"], "kafka.brokers")
     return conf
@@ -463,7 +606,7 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
     c.scope = "defaults"
     out, docs = render(helm, yaml, None)
     kinds = check_common(c, schema, out, docs, chart_values)
-    for optional in ("ServiceMonitor", "PrometheusRule", "ServiceAccount"):
+    for optional in ("ServiceMonitor", "PrometheusRule", "ServiceAccount", "NetworkPolicy"):
         c.ok(optional not in kinds, f"no {optional} by default")
     conf = check_toml(c, tomllib, kinds.get("ConfigMap", {}), shipped, chart_values)
     # With the default values the chart's dedupd.toml is config/dedupd.toml, but for the admin
@@ -477,7 +620,7 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
                  f"chart {got!r}, config/dedupd.toml {want!r}: update config.{section}.{key} in "
                  "helm/dedupd/values.yaml")
     dep = kinds.get("Deployment", {})
-    c.eq(dep.get("spec", {}).get("replicas"), chart_values["replicas"], "replicas default")
+    c.eq(dep.get("spec", {}).get("replicas"), chart_values["replicaCount"], "replicas = replicaCount default")
     env = dep["spec"]["template"]["spec"]["containers"][0].get("env", [])
     c.ok(not any("secretKeyRef" in (e.get("valueFrom") or {}) for e in env), "no secret env without existingSecret")
     c.ok(not conf.get("kafka", {}).keys() - {"brokers"}, "no librdkafka settings by default")
@@ -518,7 +661,7 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     c.eq(admin.get("key_endpoints"), values["admin"]["keyEndpoints"], "admin.keyEndpoints reaches dedupd.toml")
 
     dep = kinds.get("Deployment", {})
-    c.eq(dep.get("spec", {}).get("replicas"), 3, "replicas = 3")
+    c.eq(dep.get("spec", {}).get("replicas"), 3, "replicas = replicaCount 3")
     spec = dep["spec"]["template"]["spec"]
     ctr = spec["containers"][0]
     c.eq(ctr.get("image"), "registry.example.com/dedupd:0.1.0-test", "image")
@@ -554,15 +697,17 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
          "ServiceMonitor scrapes admin /metrics", f"{endpoints}")
     c.eq(sm.get("spec", {}).get("namespaceSelector", {}).get("matchNames"), [NAMESPACE], "ServiceMonitor namespace")
     c.eq(svc_labels.get(sm.get("spec", {}).get("jobLabel", "")), "dedupd",
-         'ServiceMonitor jobLabel gives job="dedupd" (what files/alerts.yml selects)')
+         'ServiceMonitor jobLabel gives job="dedupd" (what the PrometheusRule selects by default)')
     c.eq(sm.get("metadata", {}).get("labels", {}).get("release"), "prometheus", "ServiceMonitor additionalLabels")
 
     # PrometheusRule: the groups of files/alerts.yml, verbatim.
     pr = kinds.get("PrometheusRule")
     c.ok(pr is not None, "renders a PrometheusRule")
     groups = (pr or {}).get("spec", {}).get("groups")
-    alerts = yaml.safe_load((CHART / "files" / "alerts.yml").read_text()) or {}
-    c.eq(groups, alerts.get("groups"), "PrometheusRule groups are files/alerts.yml's")
+    alerts = yaml.safe_load(generated_alerts(CHART, values, "dedupd")) or {}
+    c.eq(groups, alerts.get("groups"), "PrometheusRule groups are files/alerts.yml's with these values (FPR 2 x 0.001)")
+    fpr_rule = next((r for g in groups or [] for r in g["rules"] if r.get("alert") == "DedupdFilterFprAboveTarget"), {})
+    c.ok(fpr_rule.get("expr", "").endswith("> 0.002"), "the FPR alert follows config.filter.fpr", fpr_rule.get("expr"))
     rules_ok = bool(groups) and all(
         g.get("name") and g.get("rules") and all((r.get("alert") or r.get("record")) and r.get("expr") for r in g["rules"])
         for g in groups or []
@@ -573,10 +718,10 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     notes = next((t for p, t in out.items() if p.endswith("NOTES.txt")), "")
     c.ok("3 member(s)" in notes and "12 slice(s)" in notes, "NOTES.txt names members and slices")
 
-    many, _ = render(helm, yaml, {"replicas": 10})
+    many, _ = render(helm, yaml, {"replicaCount": 10})
     notes = next((t for p, t in many.items() if p.endswith("NOTES.txt")), "")
-    c.ok("WARNING: replicas (10) > config.filter.slices (8)" in notes and "2 member(s) will own no slice" in notes,
-         "NOTES.txt warns when replicas > slices")
+    c.ok("WARNING: replicaCount (10) > config.filter.slices (8)" in notes and "2 member(s) will own no slice" in notes,
+         "NOTES.txt warns when replicaCount > slices")
 
     # Values changes roll the pods.
     _, base_docs = render(helm, yaml, None)
@@ -589,20 +734,21 @@ def check_refused(c: Checks, helm, yaml, tomllib) -> None:
     c.scope = "refused"
     tls_base = {"kafka": {"tls": {"enabled": True, "secretName": "s"}}}
     cases = [
-        ({"config": {"admin": {"listen": "0.0.0.0:1"}}}, "adminPort"),
+        ({"config": {"admin": {"listen": "0.0.0.0:1"}}}, "service.port"),
         ({"config": {"shutdown": {"timeout": "10s"}}}, "shutdownTimeoutSeconds"),
-        ({"config": {"fitler": {"window": "5m"}}}, "dedupd has no section [fitler]"),
+        ({"config": {"fitler": {"window": "5m"}}}, "additional properties 'fitler' not allowed"),
         ({"config": {"kafka": {"brokers": "b:1"}}}, "set kafka.brokers instead"),
-        ({"config": {"filter": {"window": {"minutes": 5}}}}, "config.filter.window"),
-        ({"kafka": {"brokers": ""}}, "kafka.brokers is required"),
+        ({"config": {"filter": {"window": {"minutes": 5}}}}, "/config/filter/window"),
+        ({"kafka": {"brokers": ""}}, "/kafka/brokers"),
         ({"kafka": {"tls": {"enabled": True}}}, "kafka.tls.secretName"),
         (tls_base, "security.protocol"),
         (deep_merge(tls_base, {"config": {"kafka": {"security.protocol": "SSL"}}, "kafka": {"tls": {"certKey": "c"}}}),
          "kafka.tls.keyKey"),
         ({"kafka": {"existingSecret": "creds"}, "config": {"kafka": {"sasl.password": "x"}}}, "set it in one place"),
-        ({"shutdownTimeoutSeconds": 0}, "shutdownTimeoutSeconds must be at least 1"),
+        ({"shutdownTimeoutSeconds": 0}, "/shutdownTimeoutSeconds"),
         ({"admin": {"keyEndpoints": "token"}}, "admin.keyEndpoints = token needs admin.tokenSecret.name"),
-        ({"admin": {"keyEndpoints": "open"}}, "expected auto, off or token"),
+        ({"admin": {"keyEndpoints": "open"}}, "/admin/keyEndpoints"),
+        ({"networkPolicy": {"enabled": True}, "kafka": {"brokers": "kafka"}}, "has no :port"),
     ]
     for values, message in cases:
         try:
@@ -639,15 +785,223 @@ def check_lint(c: Checks, helm, yaml) -> None:
         c.ok(not problems, f"helm lint --strict with {label}", "; ".join(str(p.get("error")) for p in problems))
 
 
-def check_alerts_mirror(c: Checks) -> None:
+def check_alerts(c: Checks, helm, yaml, chart_values: dict) -> None:
+    """The chart's PrometheusRule: files/alerts.yml with prometheusRule.* substituted; with the
+    defaults it is grafana/alerts.yml (generated from it), with other values every rule selects
+    that job and uses those thresholds; every alert has for:, a severity and a runbook_url."""
     c.scope = "alerts"
-    copy_path = CHART / "files" / "alerts.yml"
-    if ALERTS_SOURCE.exists():
-        c.ok(copy_path.read_bytes() == ALERTS_SOURCE.read_bytes(),
-             "helm/dedupd/files/alerts.yml equals grafana/alerts.yml",
-             "copy it: cp grafana/alerts.yml helm/dedupd/files/alerts.yml")
-    else:
-        say("grafana/alerts.yml does not exist yet: files/alerts.yml is the chart's own placeholder")
+    chart_name = yaml.safe_load((CHART / "Chart.yaml").read_text())["name"]
+    source = (CHART / CHART_ALERTS).read_text()
+    c.ok('job="dedupd"' not in source, f"no hard-coded job=\"dedupd\" in {CHART_ALERTS}")
+    try:
+        want = generated_alerts(CHART, chart_values, chart_name)
+    except ValueError as e:
+        c.ok(False, "grafana/alerts.yml can be generated", str(e))
+        return
+    have = ALERTS_SOURCE.read_text() if ALERTS_SOURCE.exists() else ""
+    c.ok(have == want, "grafana/alerts.yml is files/alerts.yml with the chart's defaults",
+         "run: python3 scripts/helm_check.py --write-alerts")
+
+    def rules_of(values):
+        _, docs = render(helm, yaml, deep_merge({"prometheusRule": {"enabled": True}}, values))
+        groups = by_kind(docs)["PrometheusRule"]["spec"]["groups"]
+        return groups, [r for g in groups for r in g["rules"]]
+
+    groups, rules = rules_of({})
+    file_groups = (yaml.safe_load(have) or {}).get("groups") if have else None
+    c.eq(groups, file_groups, "PrometheusRule with the default values = grafana/alerts.yml")
+    names = [r.get("alert") for r in rules]
+    c.ok(len(names) == len(set(names)) and all(names), "alert names are unique", f"{names}")
+    base = chart_values["prometheusRule"]["runbookBaseUrl"]
+    for r in rules:
+        a = r.get("alert", "?")
+        c.ok(bool(r.get("for")) and re.fullmatch(r"[0-9]+[smh]", str(r.get("for"))) is not None, f"{a} has for:",
+             f"{r.get('for')!r}")
+        c.ok((r.get("labels") or {}).get("severity") in ("critical", "warning", "info"), f"{a} has a severity")
+        ann = r.get("annotations") or {}
+        c.ok(bool(ann.get("summary")) and bool(ann.get("description")), f"{a} has summary and description")
+        c.eq(ann.get("runbook_url"), f"{base}#{a.lower()}", f"{a} runbook_url")
+
+    # Other values: the job label, the thresholds, the runbook base and the extra labels.
+    custom = {
+        "prometheusRule": {
+            "job": "clicks-dedup",
+            "runbookBaseUrl": "https://runbooks.example.com/dedupd.html",
+            "alertLabels": {"team": "streaming"},
+            "thresholds": {"consumerLag": 5000, "checkpointAgeSeconds": 900, "checkpointFailures": 5, "fprFactor": 3,
+                           "deadLettersPerSecond": 0.5, "brokerSilenceSeconds": 45, "lateRatio": 0.05},
+        },
+        "config": {"filter": {"fpr": 0.001}},
+    }
+    _, custom_rules = rules_of(custom)
+    by_name = {r["alert"]: r for r in custom_rules}
+    selectors_ok, bad = True, []
+    for r in custom_rules:
+        expr = r["expr"]
+        # Every series selector names the job (a bare metric name would match other deployments).
+        for m in re.finditer(r"\b(up|dedupd_[a-z0-9_]+)(\{[^}]*\})?", expr):
+            if not m.group(2) or 'job="clicks-dedup"' not in m.group(2):
+                selectors_ok = False
+                bad.append(f"{r['alert']}: {m.group(0)}")
+        c.eq(r["annotations"]["runbook_url"], f"https://runbooks.example.com/dedupd.html#{r['alert'].lower()}",
+             f"prometheusRule.runbookBaseUrl reaches {r['alert']}")
+        c.eq(r["labels"].get("team"), "streaming", f"prometheusRule.alertLabels reach {r['alert']}")
+    c.ok(selectors_ok, "every series selector of every rule has job=prometheusRule.job", "; ".join(bad))
+    c.ok(not any('job="dedupd"' in r["expr"] for r in custom_rules), 'no job="dedupd" left with prometheusRule.job set')
+    for alert, fragment in (("DedupdConsumerLagGrowing", "> 5000"), ("DedupdCheckpointStale", "> 900"),
+                            ("DedupdCheckpointFailures", "> 5"), ("DedupdFilterFprAboveTarget", "> 0.003"),
+                            ("DedupdDeadLetterBurst", "> 0.5"), ("DedupdBrokerSilent", "> 45"),
+                            ("DedupdLateRecords", "> 0.05")):
+        expr = (by_name.get(alert) or {}).get("expr", "")
+        c.ok(re.search(re.escape(fragment) + r"\b(?![.0-9])", expr) is not None,
+             f"{alert} takes its threshold from prometheusRule.thresholds ({fragment})", expr)
+    # The job defaults to nameOverride, like the ServiceMonitor's jobLabel.
+    _, renamed = rules_of({"nameOverride": "dedup-eu"})
+    c.ok(all('job="dedup-eu"' in r["expr"] for r in renamed), "prometheusRule.job defaults to the chart's name")
+
+
+def check_schema(c: Checks, helm, yaml, tomllib, chart_values: dict) -> None:
+    """values.schema.json types every value, matches config/dedupd.toml, and `helm template` /
+    `helm lint` refuse wrong-typed, unknown and renamed values with a schema error."""
+    c.scope = "schema"
+    path = CHART / SCHEMA_FILE
+    if not c.ok(path.exists(), f"{SCHEMA_FILE} exists"):
+        return
+    schema = json.loads(path.read_text())
+    c.eq(schema.get("$schema"), "http://json-schema.org/draft-07/schema#", "JSON Schema draft-07")
+    c.eq(schema.get("additionalProperties"), False, "unknown top-level values are refused")
+    shipped = tomllib.loads(SHIPPED_TOML.read_text())
+    c.eq(schema.get("properties", {}).get("config"), config_schema(shipped),
+         "the schema's config is config/dedupd.toml's sections, settings and types "
+         "(python3 scripts/helm_check.py --write-schema)")
+
+    def node_for(node: dict, key: str):
+        props = node.get("properties") or {}
+        if key in props:
+            return props[key]
+        extra = node.get("additionalProperties")
+        return extra if isinstance(extra, dict) else None
+
+    def covered(value, node: dict, where: str, problems: list[str]) -> None:
+        if not (node.get("type") or node.get("anyOf") or node.get("oneOf")):
+            problems.append(f"{where}: no type")
+            return
+        if isinstance(value, dict) and (node.get("properties") or isinstance(node.get("additionalProperties"), dict)):
+            for k, v in value.items():
+                sub = node_for(node, k)
+                if sub is None:
+                    problems.append(f"{where}.{k}: not in the schema")
+                else:
+                    covered(v, sub, f"{where}.{k}", problems)
+
+    for label, values in (("values.yaml", chart_values), ("ci/full-values.yaml", yaml.safe_load(FULL_VALUES.read_text()))):
+        problems: list[str] = []
+        covered(values, schema, "", problems)
+        c.ok(not problems, f"every value of {label} has a typed schema entry", "; ".join(problems))
+        with helm.Chart.load(str(CHART)) as chart:
+            try:
+                chart.validate_schema(values)
+                c.ok(True, f"{label} validates")
+            except Exception as e:  # noqa: BLE001
+                c.ok(False, f"{label} validates", str(e))
+
+    # (how the values are given, the values, what the schema error must name)
+    cases = [
+        ("--set replicaCount=abc", helm.parse_set_string("replicaCount=abc"), "/replicaCount"),
+        ("--set-string replicaCount=3", helm.parse_set_string_values("replicaCount=3"), "/replicaCount"),
+        ("--set-string service.port=x", helm.parse_set_string_values("service.port=x"), "/service/port"),
+        ("--set service.port=70000", helm.parse_set_string("service.port=70000"), "/service/port"),
+        ("--set image.pullPolicy=Sometimes", helm.parse_set_string("image.pullPolicy=Sometimes"), "/image/pullPolicy"),
+        ("--set config.filter.slices=eight", helm.parse_set_string("config.filter.slices=eight"), "/config/filter/slices"),
+        ("--set config.filter.deletable=maybe", helm.parse_set_string("config.filter.deletable=maybe"),
+         "/config/filter/deletable"),
+        ("--set config.filter.windwo=5m", helm.parse_set_string("config.filter.windwo=5m"), "'windwo'"),
+        ("--set replicas=3", helm.parse_set_string("replicas=3"), "'replicas'"),
+        ("--set adminPort=9464", helm.parse_set_string("adminPort=9464"), "'adminPort'"),
+        ("--set networkPolicy.enabled=yes", helm.parse_set_string("networkPolicy.enabled=yes"), "/networkPolicy/enabled"),
+        ("--set networkPolicy.ingress.from=prometheus", helm.parse_set_string("networkPolicy.ingress.from=prometheus"),
+         "/networkPolicy/ingress/from"),
+        ("--set-string networkPolicy.egress.brokerPorts[0]=x",
+         helm.parse_set_string_values("networkPolicy.egress.brokerPorts[0]=x"), "/networkPolicy/egress/brokerPorts/0"),
+        ("--set prometheusRule.thresholds.consumerLag=lots",
+         helm.parse_set_string("prometheusRule.thresholds.consumerLag=lots"), "/prometheusRule/thresholds/consumerLag"),
+        ("--set prometheusRule.job=a\"b", {"prometheusRule": {"job": 'a"b'}}, "/prometheusRule/job"),
+    ]
+    for how, values, where in cases:
+        try:
+            with native_stderr_captured():
+                render(helm, yaml, values)
+        except Exception as e:  # noqa: BLE001 - HelmValuesError with the schema's message
+            text = str(e)
+            c.ok("schema" in text and where in text, f"helm template {how} fails with a schema error at {where}",
+                 text.strip())
+        else:
+            c.ok(False, f"helm template {how} fails with a schema error at {where}", "it rendered")
+    # helm lint reports the same.
+    with native_stderr_captured():
+        report = helm.lint(str(CHART), helm.parse_set_string("replicaCount=abc"), strict=True, namespace=NAMESPACE)
+    errors = [str(m.get("error")) for m in report.get("messages", []) if m.get("severity", 0) >= 2] + [
+        str(e) for e in report.get("errors", []) or []]
+    c.ok(any("/replicaCount" in e and "want integer" in e for e in errors),
+         "helm lint --set replicaCount=abc reports the schema error", "; ".join(errors) or "no error")
+    # Good values in other forms pass: quoted percentages, an integer given as a float.
+    for how, values in (("podDisruptionBudget.maxUnavailable=50%", {"podDisruptionBudget": {"maxUnavailable": "50%"}}),
+                        ("--set replicaCount=3", helm.parse_set_string("replicaCount=3")),
+                        ("config.filter.fpr=1", {"config": {"filter": {"fpr": 1}}})):
+        try:
+            render(helm, yaml, values)
+            c.ok(True, f"{how} is accepted")
+        except Exception as e:  # noqa: BLE001
+            c.ok(False, f"{how} is accepted", str(e))
+
+
+def check_network_policy(c: Checks, schema: "Schema", helm, yaml) -> None:
+    c.scope = "networkPolicy"
+    full = yaml.safe_load(FULL_VALUES.read_text())
+    np_values = full["networkPolicy"]
+    _, docs = render(helm, yaml, full)
+    kinds = by_kind(docs)
+    np = kinds.get("NetworkPolicy")
+    if not c.ok(np is not None, "full-values renders a NetworkPolicy"):
+        return
+    spec = np.get("spec", {})
+    pod_labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    sel = spec.get("podSelector", {}).get("matchLabels", {})
+    c.ok(bool(sel) and sel.items() <= pod_labels.items(), "NetworkPolicy selects the pods")
+    c.eq(sorted(spec.get("policyTypes", [])), ["Egress", "Ingress"], "policyTypes Ingress and Egress")
+    ingress = spec.get("ingress", [])
+    c.eq(len(ingress), 1, "one ingress rule")
+    rule = ingress[0] if ingress else {}
+    ctr_ports = {p["name"] for p in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    c.eq(rule.get("ports"), [{"port": "admin", "protocol": "TCP"}], "ingress only to the admin port")
+    c.ok("admin" in ctr_ports, "the admin port is a named container port")
+    c.eq(rule.get("from"), np_values["ingress"]["from"], "ingress from networkPolicy.ingress.from")
+    egress = spec.get("egress", [])
+    broker_rule = egress[0] if egress else {}
+    c.eq(broker_rule.get("ports"), [{"port": 9093, "protocol": "TCP"}],
+         "egress to the ports of kafka.brokers (9093, once)")
+    c.eq(broker_rule.get("to"), np_values["egress"].get("brokers") or None, "egress to networkPolicy.egress.brokers")
+    dns = egress[1] if len(egress) > 1 else {}
+    c.eq(sorted((p["port"], p["protocol"]) for p in dns.get("ports", [])), [(53, "TCP"), (53, "UDP")], "egress to DNS")
+    c.eq(dns.get("to"), np_values["egress"]["dns"]["to"], "DNS egress to networkPolicy.egress.dns.to")
+    c.eq(egress[2:], np_values["egress"].get("extra") or [], "networkPolicy.egress.extra appended")
+
+    # Defaults when on: the admin port from anywhere, the broker port of kafka.brokers, DNS anywhere.
+    _, docs = render(helm, yaml, {"networkPolicy": {"enabled": True}})
+    np = by_kind(docs).get("NetworkPolicy", {})
+    errors: list[str] = []
+    schema.validate(np, "V1NetworkPolicy", "NetworkPolicy", errors)
+    c.ok(not errors, "NetworkPolicy with defaults matches the Kubernetes API schema", "; ".join(errors))
+    c.eq(np.get("spec", {}).get("ingress"), [{"ports": [{"port": "admin", "protocol": "TCP"}]}],
+         "ingress.from empty: the admin port from every source, no other port")
+    c.eq([r.get("ports") for r in np.get("spec", {}).get("egress", [])],
+         [[{"port": 9092, "protocol": "TCP"}], [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]],
+         "egress: the broker port of kafka.brokers and DNS")
+    _, docs = render(helm, yaml, {"networkPolicy": {"enabled": True, "egress": {"brokerPorts": [9092, 9094],
+                                                                                "dns": {"enabled": False}}}})
+    egress = by_kind(docs).get("NetworkPolicy", {}).get("spec", {}).get("egress", [])
+    c.eq(egress, [{"ports": [{"port": 9092, "protocol": "TCP"}, {"port": 9094, "protocol": "TCP"}]}],
+         "networkPolicy.egress.brokerPorts and dns.enabled=false")
 
 
 def check_dockerfile(c: Checks, chart_values: dict) -> None:
@@ -658,7 +1012,7 @@ def check_dockerfile(c: Checks, chart_values: dict) -> None:
     text = path.read_text()
     final = text[text.rfind("\nFROM ") :]  # the runtime stage
     c.ok(re.search(r"^USER\s+10001\b", final, re.M) is not None, "runtime stage runs as uid 10001 (runAsUser)")
-    c.ok(re.search(rf"^EXPOSE\s+{int(chart_values['adminPort'])}\b", final, re.M) is not None, "EXPOSE adminPort")
+    c.ok(re.search(rf"^EXPOSE\s+{int(chart_values['service']['port'])}\b", final, re.M) is not None, "EXPOSE service.port")
     c.ok('ENTRYPOINT ["dedupd"]' in final, "ENTRYPOINT dedupd")
     # Without --config, `dedupd run` reads DEDUPD_CONFIG's file, else ./config/dedupd.toml,
     # else /etc/dedupd/dedupd.toml: the image ships the last (the working directory is /).
@@ -674,10 +1028,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="Checks the dedupd Helm chart (see the module docstring).")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every check, and Helm's warnings")
     parser.add_argument("--chart", type=Path, default=CHART, help="chart directory (default: helm/dedupd)")
+    parser.add_argument("--write-alerts", action="store_true",
+                        help="write grafana/alerts.yml from the chart's files/alerts.yml and default values, then check")
+    parser.add_argument("--write-schema", action="store_true",
+                        help="write the config part of values.schema.json from config/dedupd.toml, then check")
     args = parser.parse_args()
     VERBOSE, CHART = args.verbose, args.chart.resolve()
     FULL_VALUES = CHART / "ci" / "full-values.yaml"
     helm, yaml, tomllib = load_dependencies()
+    if args.write_alerts:
+        write_alerts(CHART, yaml)
+    if args.write_schema:
+        write_schema_config(CHART, tomllib)
     schema = Schema(kubernetes_wheel())
     shipped = tomllib.loads(SHIPPED_TOML.read_text())
     chart_values = yaml.safe_load((CHART / "values.yaml").read_text())
@@ -688,7 +1050,9 @@ def main() -> int:
         lambda: check_defaults(c, schema, helm, yaml, tomllib, shipped, chart_values),
         lambda: check_full(c, schema, helm, yaml, tomllib, shipped, chart_values),
         lambda: check_refused(c, helm, yaml, tomllib),
-        lambda: check_alerts_mirror(c),
+        lambda: check_schema(c, helm, yaml, tomllib, chart_values),
+        lambda: check_network_policy(c, schema, helm, yaml),
+        lambda: check_alerts(c, helm, yaml, chart_values),
         lambda: check_dockerfile(c, chart_values),
     )
     for step in steps:

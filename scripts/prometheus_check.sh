@@ -3,8 +3,12 @@
 #
 #   scripts/prometheus_check.sh install          promtool and prometheus (Debian's package) if missing
 #   scripts/prometheus_check.sh rules            promtool check rules grafana/alerts.yml,
-#                                                promtool test rules grafana/alerts_test.yml, and the
-#                                                static dashboard check (below)
+#                                                promtool test rules grafana/alerts_test.yml, the
+#                                                static dashboard check (below), and the coverage
+#                                                check (scripts/ops_coverage.py: every metric of
+#                                                src/metrics.rs on the dashboard, in an alert or in
+#                                                grafana/unshown-metrics.txt; every alert with for:,
+#                                                a runbook_url and tests that fire and do not fire)
 #   scripts/prometheus_check.sh dashboard        static dashboard check only: grafana/dedupd.json is a
 #                                                well-formed dashboard, every metric its queries and the
 #                                                rules name is in docs/metrics.md, and every query is
@@ -28,7 +32,8 @@
 #                         ratio or quantile over a window without events is 0/0)
 #   DEDUPD_PROM_KEEP      live: 1 keeps the temp dir (config, TSDB, log) and prints its path
 #   PROMETHEUS, PROMTOOL  binaries to use (default: from PATH, installed with apt-get if missing)
-#   PYTHON                Python 3 for the JSON work (default python3; stdlib only)
+#   PYTHON                Python 3 for the JSON work (default python3; stdlib only, but for
+#                         ops_coverage.py's PyYAML, installed into target/ops-coverage when missing)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -93,6 +98,8 @@ rules_check() {
   (cd "$(dirname "$ALERTS_TEST")" && "${PROMTOOL:-promtool}" test rules "$(basename "$ALERTS_TEST")") || failed=1
   echo "== dashboard (static)"
   dashboard_check || failed=1
+  echo "== coverage: every metric shown, every alert tested (scripts/ops_coverage.py)"
+  "$PY" "$ROOT/scripts/ops_coverage.py" || failed=1
   if [ "$failed" -ne 0 ]; then
     echo "FAILED: rules"
     return 1

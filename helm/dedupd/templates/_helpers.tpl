@@ -144,7 +144,7 @@ brokers = {{ include "dedupd.tomlValue" (dict "value" (required "kafka.brokers i
 {{- end }}
 
 {{/*
-The [admin] table: the listen address from adminPort; the token only as a file from the
+The [admin] table: the listen address from service.port; the token only as a file from the
 Secret admin.tokenSecret (mounted by the Deployment), never in the ConfigMap.
 */}}
 {{- define "dedupd.adminTable" -}}
@@ -163,7 +163,7 @@ Secret admin.tokenSecret (mounted by the Deployment), never in the ConfigMap.
 {{- $tokenFile = printf "%s/%s" (trimSuffix "/" $admin.tokenSecret.mountPath) $key -}}
 {{- end -}}
 [admin]
-listen = {{ printf "0.0.0.0:%d" (int .Values.adminPort) | toJson }}
+listen = {{ printf "0.0.0.0:%d" (int .Values.service.port) | toJson }}
 token = ""
 token_file = {{ $tokenFile | toJson }}
 key_endpoints = {{ $mode | toJson }}
@@ -180,7 +180,7 @@ The whole dedupd.toml, sections in the order of config/dedupd.toml.
 {{- end -}}
 {{- end -}}
 {{- if hasKey .Values.config "admin" -}}
-{{- fail "config.admin: the chart renders [admin] from adminPort (listen = 0.0.0.0:<adminPort>) and admin.keyEndpoints / admin.tokenSecret" -}}
+{{- fail "config.admin: the chart renders [admin] from service.port (listen = 0.0.0.0:<service.port>) and admin.keyEndpoints / admin.tokenSecret" -}}
 {{- end -}}
 {{- if hasKey .Values.config "shutdown" -}}
 {{- fail "config.shutdown: set shutdownTimeoutSeconds instead (it also sizes terminationGracePeriodSeconds)" -}}
@@ -190,7 +190,7 @@ The whole dedupd.toml, sections in the order of config/dedupd.toml.
 {{- fail "shutdownTimeoutSeconds must be at least 1" -}}
 {{- end -}}
 # dedupd settings rendered by the dedupd Helm chart from its values (config.*, kafka.*,
-# adminPort, admin.*, shutdownTimeoutSeconds). Every setting is documented in config/dedupd.toml.
+# service.port, admin.*, shutdownTimeoutSeconds). Every setting is documented in config/dedupd.toml.
 # Environment variables DEDUPD__SECTION__KEY override this file (secrets arrive that way).
 {{- range $section := $order }}
 {{- if eq $section "kafka" }}
@@ -216,3 +216,27 @@ timeout = {{ printf "%ds" $timeout | toJson }}
 {{- end }}
 {{- end }}
 {{ end }}
+
+{{/*
+Values renamed to Helm's conventions: refused with the new name (values.schema.json refuses
+unknown top-level values too; this also holds with --skip-schema-validation).
+*/}}
+{{- define "dedupd.renamedValues" -}}
+{{- range $old, $new := dict "replicas" "replicaCount" "adminPort" "service.port" -}}
+{{- if hasKey $.Values $old -}}
+{{- fail (printf "%s was renamed %s: set %s instead" $old $new $new) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+A number as PromQL reads it: integers without a fraction (YAML numbers reach templates as
+float64), others as Go prints them (0.02, 1e-05).
+*/}}
+{{- define "dedupd.promNumber" -}}
+{{- if and (or (kindIs "float64" .) (kindIs "float32" .)) (eq (floor .) (float64 .)) -}}
+{{- printf "%.0f" (float64 .) -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end }}
