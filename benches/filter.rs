@@ -40,7 +40,7 @@
 //! `DEDUPD_BENCH_QUICK=1 cargo bench --bench filter` (short samples, under ~3 minutes);
 //! `DEDUPD_BENCH_DRAM=1` adds the 1 GiB size. Filter benches by name as usual, e.g.
 //! `cargo bench --bench filter -- 8MiB`. `scripts/bench_summary.py` turns the results into
-//! the ops/s and ratio tables of `docs/performance.md`.
+//! the ops/s and ratio tables of `docs/dev/performance.md`.
 
 use std::hint::black_box;
 use std::time::Duration;

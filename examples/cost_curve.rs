@@ -16,7 +16,7 @@
 //!   the load through generations, and each event is tested against every
 //!   generation.
 //!
-//! `cargo run --release --example cost_curve > docs/performance/cost.csv`
+//! `cargo run --release --example cost_curve > docs/dev/performance/cost.csv`
 //! (about 4 minutes; needs ~3 GiB of RAM).
 
 use std::time::Instant;

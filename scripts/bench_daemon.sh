@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Daemon end to end on the local broker (issue 5): `dedupd run` in repartition mode on a
-# 3-partition input of small JSON records with 50% duplicates (docs/performance-daemon.md).
+# 3-partition input of small JSON records with 50% duplicates (docs/dev/performance-daemon.md).
 #
 #   scripts/bench_daemon.sh [N] [PART...]       N records (default 10000000)
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side by side with a peer (issue 20): one real-text stream through dedupd in each slicing mode
 # and through a Quix Streams application doing an exact dedup (scripts/quix_dedup.py), on the
-# local broker (docs/performance-daemon.md, "Side by side with a peer").
+# local broker (docs/dev/performance-daemon.md, "Side by side with a peer").
 #
 #   scripts/bench_peer.sh [--records N] [--rounds R] [--no-quix] [--zipf ALPHA] [--systems "A B ..."]
 #   scripts/bench_peer.sh --records 20000 --rounds 1 --no-quix     # a smoke run, ~1 min
@@ -18,7 +18,7 @@
 # text keys (daemon_bench produce-zipf): a few keys make most of the stream, and of one partition.
 #
 # Systems, in this order in each of R rounds (default 3, or ROUNDS), each on a fresh broker
-# holding the same stream (the broker's memory storage slows down as it fills, docs/broker.md):
+# holding the same stream (the broker's memory storage slows down as it fills, docs/dev/broker.md):
 #   input-partitions  dedupd, slicing.mode = input-partitions (3 slices = the input partitions)
 #   repartition       dedupd, slicing.mode = repartition, 8 slices (or REP_SLICES: 3 compares the
 #                     modes at the same slice count, i.e. the hop alone)

@@ -10,11 +10,11 @@
 #   DEDUPD_BROKER_BIN       broker binary to use (default: target/tools/nisshi, built by `install`
 #                          from crates.io's nisshi with its memory and SQLite storage)
 #   DEDUPD_BROKER_CACHE     where that build is kept between clones (default
-#                          ${XDG_CACHE_HOME:-~/.cache}/dedupd); the first build takes ~12 min on 2 cores
+#                          ${XDG_CACHE_HOME:-~/.cache}/dedupd); the first build takes ~22 min on 2 cores
 #   DEDUPD_BROKER_DIR      pid and log files (default target/broker)
 #   DEDUPD_BROKER_TIMEOUT  seconds `start` waits for the broker to answer (default 30)
 #   PYTHON                 interpreter for pip and the readiness probe (default python3)
-# See docs/broker.md for what the broker does and does not do, and why this one.
+# See docs/dev/broker.md for what the broker does and does not do, and why this one.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,7 +30,7 @@ LOG="$DIR/broker-$PORT.log"
 PIP_PKGS=("confluent-kafka>=2.3")
 # The broker: Nisshi (Tansu, renamed upstream) from crates.io, with its memory storage (what the
 # tests and benchmarks run on) and SQLite (libsql: the SASL tests need stored users). Tansu 0.6.0's
-# group coordinator wedged consumer groups (docs/broker.md, "Why Nisshi 0.8.1"). Its packages
+# group coordinator wedged consumer groups (docs/dev/broker.md, "Why Nisshi 0.8.1"). Its packages
 # declare rust-version 1.96 but build with 1.95 (--ignore-rust-version), pinned by its Cargo.lock.
 BROKER_CRATE=nisshi
 BROKER_VERSION=0.8.1
@@ -49,7 +49,7 @@ pip_install() {
 # Builds the broker into $1/bin (once per machine and version; a fresh clone copies it from there).
 build_broker() {
   local cache="$1"
-  say "building $BROKER_CRATE $BROKER_VERSION ($BROKER_FEATURES) from crates.io into $cache (once per machine; ~12 min on 2 cores)"
+  say "building $BROKER_CRATE $BROKER_VERSION ($BROKER_FEATURES) from crates.io into $cache (once per machine; ~22 min on 2 cores)"
   cargo install --quiet --locked --ignore-rust-version --no-default-features --features "$BROKER_FEATURES" \
     --root "$cache" --target-dir "$cache/target" "$BROKER_CRATE@$BROKER_VERSION" ||
     die "building $BROKER_CRATE $BROKER_VERSION failed (see the cargo output above)"

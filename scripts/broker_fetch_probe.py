@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How fast the local broker serves a fetch from one partition of N records written in batches
-of at most B records (docs/broker.md, "Fetch over many small batches").
+of at most B records (docs/dev/broker.md, "Fetch over many small batches").
 
   python3 scripts/broker_fetch_probe.py --broker 127.0.0.1:19490 --records 3000000 --batch 40
 

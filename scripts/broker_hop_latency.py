@@ -7,7 +7,7 @@ it prints p50/p99/max of the hop over the records consumed in that window, the r
 topic holds so far, and the broker's CPU over the window (from /proc, when BROKER_PID is set).
 
 Why: Tansu's memory storage lists every stored batch of a partition on every fetch that has data
-to return (docs/broker.md, finding 10), so if that is what the latency is made of, the hop
+to return (docs/dev/broker.md, finding 10), so if that is what the latency is made of, the hop
 grows with the topic's size at a constant rate, and a fresh topic starts fast again.
 
     BROKER_PID=$(cat target/broker/broker-$DEDUPD_BROKER_PORT.pid) \

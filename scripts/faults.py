@@ -40,7 +40,7 @@ line; the figures go into docs/reliability.md):
                 counters and what dedupd holds (its buffers' gauges, its heap); reports RSS
                 first/last/max, slope, counter growth and a table per five minutes. Every
                 producer sends large compressed batches (--linger-ms 250, --compression lz4):
-                the memory broker lists every batch of a partition per fetch (docs/broker.md);
+                the memory broker lists every batch of a partition per fetch (docs/dev/broker.md);
                 with 100 ms its fetches slowed from minute ~17 (docs/reliability.md, run C).
 
 Environment: DEDUPD_BROKER_PORT (9092), DEDUPD_BIN (target/release/dedupd), DAEMON_BENCH
@@ -818,7 +818,7 @@ def soak(args):
     # Every producer of the pipeline (the driver's, dedupd's router, slices and checkpoints) sends
     # batches of --linger-ms, compressed: the memory broker lists every stored batch of a
     # partition on each fetch, so a long run in 5 ms batches slows its fetches to nothing
-    # (docs/broker.md), and it holds every record in memory.
+    # (docs/dev/broker.md), and it holds every record in memory.
     batching = {"linger.ms": str(args.linger_ms), "compression.type": args.compression}
     env.update({f"DEDUPD__KAFKA__{k.upper().replace('.', '_')}": v for k, v in batching.items()})
     d = Daemon(f"{name}-daemon", env)

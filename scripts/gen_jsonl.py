@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a JSONL stream for measuring `dedupd filter` (docs/performance.md):
+"""Writes a JSONL stream for measuring `dedupd filter` (docs/dev/performance.md):
 
     python3 scripts/gen_jsonl.py RECORDS > events.jsonl
 

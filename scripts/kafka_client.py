@@ -23,7 +23,7 @@ consume: assigns the partitions (no consumer group, nothing committed), reads fr
 (--from-beginning) or from the current end, stops after --until-idle seconds without a new record
 (or at --max records) and prints the records sorted by (partition, offset).
 
-Tansu quirk handled here (docs/broker.md): its ListOffsets "latest" is the base offset of the
+Tansu quirk handled here (docs/dev/broker.md): its ListOffsets "latest" is the base offset of the
 partition's last batch + 1, not the end. The end is found by fetching up to end-of-partition;
 `watermarks` prints that end as "high" (and what ListOffsets said as "listed_high" if different).
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the CSV files of `dedupd bench accuracy` as PNGs next to them.
 
-Usage: scripts/plot_accuracy.py [DIR]   (default: docs/accuracy)
+Usage: scripts/plot_accuracy.py [DIR]   (default: docs/dev/accuracy)
 
 Needs matplotlib (`pip install matplotlib`); reads only the CSV files, so it
 can be re-run without re-running the experiments.
@@ -167,7 +167,7 @@ def timer_widths(d):
 
 
 def main():
-    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/accuracy")
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dev/accuracy")
     for plot in (slicing, equal_timers, growth_bursts, undersized, timer_widths):
         plot(d)
         print(f"{plot.__name__}: done", file=sys.stderr)

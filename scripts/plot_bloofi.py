@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Draws docs/provenance/bloofi.csv (from `dedupd bench bloofi`) as bloofi.png beside it:
+"""Draws docs/dev/provenance/bloofi.csv (from `dedupd bench bloofi`) as bloofi.png beside it:
 filters checked per query and query time against N, for the naive scan, Bloofi with and
 without the saturation rule, and Flat-Bloofi, with the Bloofi paper's figures marked.
 
-Usage: scripts/plot_bloofi.py [DIR]   (default: docs/provenance)
+Usage: scripts/plot_bloofi.py [DIR]   (default: docs/dev/provenance)
 
 Needs matplotlib (`pip install matplotlib`).
 """
@@ -29,7 +29,7 @@ STYLE = {
 
 
 def main():
-    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/provenance")
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dev/provenance")
     rows = defaultdict(list)
     with open(d / "bloofi.csv", newline="") as f:
         for r in csv.DictReader(f):

@@ -3,7 +3,7 @@
 as two PNGs next to it: time per event and memory against filter size, and
 against window population.
 
-    scripts/plot_cost.py [CSV]     (default: docs/performance/cost.csv)
+    scripts/plot_cost.py [CSV]     (default: docs/dev/performance/cost.csv)
 
 Needs matplotlib; reads only the CSV, so it can be re-run without re-measuring.
 """
@@ -22,7 +22,7 @@ CACHES = [("L1d 48 KiB", 48 << 10), ("L2 1 MiB", 1 << 20), ("L3 32 MiB", 32 << 2
 
 
 def main():
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/performance/cost.csv")
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dev/performance/cost.csv")
     rows = list(csv.DictReader(path.open()))
     size = [r for r in rows if r["curve"] == "size"]
     pop = [r for r in rows if r["curve"] == "population"]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the CSV files of `dedupd bench design-space` as PNGs next to them.
 
-Usage: scripts/plot_design_space.py [DIR]   (default: docs/paper-reproduction)
+Usage: scripts/plot_design_space.py [DIR]   (default: docs/dev/paper-reproduction)
 
 Needs matplotlib; reads only the CSV files.
   fig1.png   (a) FPR with f of 40 slices failed, (b) S_f against f
@@ -166,7 +166,7 @@ def fig12(d):
 
 
 def main():
-    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/paper-reproduction")
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dev/paper-reproduction")
     fig1(d)
     fig5(d)
     fig7c(d)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the CSV files of `dedupd bench stream-kinds` as PNGs next to them.
 
-Usage: scripts/plot_stream_kinds.py [DIR]   (default: docs/rsbf-stable)
+Usage: scripts/plot_stream_kinds.py [DIR]   (default: docs/dev/rsbf-stable)
 
 Needs matplotlib (`pip install matplotlib`); reads only the CSV files.
   rates.png        FNR and FPR against memory, per share of distinct records
@@ -86,7 +86,7 @@ def along(d, column, name, ylabel, kinds):
 
 
 def main():
-    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/rsbf-stable")
+    d = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/dev/rsbf-stable")
     rates(d)
     along(d, "ones_fraction", "convergence.png", "fraction of ones / non-zero", ["rsbf", "stable", "stable-matched"])
     along(d, "fnr", "stretch_fnr.png", "FNR in each 1%", ["rsbf", "stable", "stable-matched"])

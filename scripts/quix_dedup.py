@@ -13,7 +13,7 @@ the exact event-time answer that dedupd's verdicts are measured against (src/ben
 
 Everything else is Quix's defaults (at-least-once, a changelog topic for the state, a commit
 every 5 s, JSON values), except session.timeout.ms = 6000: with librdkafka's default the local
-test broker takes over 20 s to assign partitions (docs/broker.md).
+test broker takes over 20 s to assign partitions (docs/dev/broker.md).
 
 --progress-file: the number of records judged so far, rewritten every 1000 records, for
 `daemon_bench wait file:PATH` to time the run from outside.

@@ -5,14 +5,14 @@
 // malloc that was 20-25% of the daemon's CPU and left free memory in
 // per-thread arenas (which the daemon used to hand back with malloc_trim
 // every 5 s). jemalloc: -24-28% CPU per record in both slicing modes
-// (docs/performance-daemon.md §7).
+// (docs/dev/performance-daemon.md §7).
 #[cfg(target_os = "linux")]
 use tikv_jemalloc_sys::mallctl;
 
 /// jemalloc's settings, read at its start (`malloc_conf` in its manual):
 /// freed pages go back to the kernel after 1 s instead of 10 s, so the
 /// resident size follows the live heap: peak RSS 100 instead of 197 MiB
-/// (input-partitions) at the same CPU per record (docs/performance-daemon.md
+/// (input-partitions) at the same CPU per record (docs/dev/performance-daemon.md
 /// §7). Two arenas as well (`narenas:2`) cost 25% more CPU.
 #[cfg(target_os = "linux")]
 #[unsafe(export_name = "malloc_conf")]

@@ -40,10 +40,10 @@ use dedupd::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Ve
 #[derive(Debug, clap::Args)]
 pub struct AccuracyArgs {
     /// Directory for the CSV files, one (or two) per experiment.
-    #[arg(long, default_value = "docs/accuracy")]
+    #[arg(long, default_value = "docs/dev/accuracy")]
     pub out: PathBuf,
     /// The markdown report with tables and comments.
-    #[arg(long, default_value = "docs/accuracy.md")]
+    #[arg(long, default_value = "docs/dev/accuracy.md")]
     pub report: PathBuf,
     /// Much smaller streams: a smoke test that runs in seconds.
     #[arg(long)]

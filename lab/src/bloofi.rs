@@ -50,7 +50,7 @@ pub struct BloofiArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Directory for bloofi.csv.
-    #[arg(long, default_value = "docs/provenance")]
+    #[arg(long, default_value = "docs/dev/provenance")]
     pub out: PathBuf,
 }
 

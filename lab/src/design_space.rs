@@ -49,7 +49,7 @@ pub struct DesignSpaceArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Directory for the CSV files and summary.md.
-    #[arg(long, default_value = "docs/paper-reproduction")]
+    #[arg(long, default_value = "docs/dev/paper-reproduction")]
     pub out: PathBuf,
 }
 
@@ -621,7 +621,7 @@ fn top_down(data: &[Dataset]) -> Table {
 // (restoring after a rebalance), against the exact answer.
 
 /// One slice of 8 is unavailable from `AT_MS` for each of these durations
-/// (5 s: the measured restore of a 1 GiB filter, docs/performance-daemon.md).
+/// (5 s: the measured restore of a 1 GiB filter, docs/dev/performance-daemon.md).
 const OUTAGES_MS: [u64; 5] = [500, 1_000, 5_000, 10_000, 30_000];
 const AT_MS: u64 = 120_000;
 const AVAIL_WINDOW_MS: u64 = 60_000;

@@ -49,7 +49,7 @@ pub struct StreamKindsArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Directory for the CSV files.
-    #[arg(long, default_value = "docs/rsbf-stable")]
+    #[arg(long, default_value = "docs/dev/rsbf-stable")]
     pub out: PathBuf,
 }
 

@@ -804,7 +804,7 @@ const WHOLE_BLOCK_LINES: usize = 4;
 /// 8-bit cells: 2 and 4 lines, of which a key touches ~2 and ~3.5) is
 /// prefetched one line at a time — a prefetch per line instead of one per
 /// cell, so fewer prefetches wait for the same line. Measured at 1 GiB,
-/// 8-bit (docs/performance.md): +13% on average over 7 alternating runs,
+/// 8-bit (docs/dev/performance.md): +13% on average over 7 alternating runs,
 /// +40% in a bare loop of the same accesses, within noise in criterion.
 /// A wider block (8 lines of 16-bit cells, ~4.4 of them touched) and the
 /// standard layout are prefetched cell by cell.

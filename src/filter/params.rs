@@ -51,7 +51,7 @@ pub enum Layout {
     /// 4-bit cells, 4 of 8-bit): at most that many cache misses per key
     /// instead of up to k, for a higher FPR at equal memory because blocks
     /// fill unevenly (with k = 7 at the 1% design point, 1.31× the standard
-    /// layout's in theory; measured in docs/performance.md).
+    /// layout's in theory; measured in docs/dev/performance.md).
     Blocked,
 }
 

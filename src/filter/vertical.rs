@@ -105,7 +105,7 @@
 //! `bench::sim::Vertical::pipelined_messages`, on the timer filter.) The
 //! verdicts and state are again the sequential filter's.
 //!
-//! See docs/vertical-slicing.md for the measured throughput.
+//! See docs/dev/vertical-slicing.md for the measured throughput.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
