@@ -1,18 +1,20 @@
 # syntax=docker/dockerfile:1
 # dedupd image: docker build -t dedupd:0.1.0 .   (docs/deploy.md)
 #
-# CARGO_FEATURES: extra cargo features. The default, rdkafka/ssl, builds librdkafka with
-# OpenSSL: TLS (security.protocol SSL / SASL_SSL) and SASL SCRAM / OAUTHBEARER. Without it
-# (--build-arg CARGO_FEATURES=) librdkafka is built with --disable-ssl, as a plain
-# `cargo build` is today: PLAINTEXT and SASL_PLAINTEXT with PLAIN only.
+# CARGO_FEATURES: extra cargo features, passed as --features to both cargo builds below. TLS
+# does not depend on it: Cargo.toml always enables rdkafka's `ssl` feature, so every build,
+# a plain `cargo build` included, links librdkafka against OpenSSL (security.protocol
+# PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL; SASL PLAIN, SCRAM and OAUTHBEARER). The
+# default, rdkafka/ssl, only names that feature again: --build-arg CARGO_FEATURES= builds the
+# same binary.
 ARG CARGO_FEATURES=rdkafka/ssl
 
 FROM rust:1-bookworm AS build
 ARG CARGO_FEATURES
 # rdkafka-sys builds librdkafka from its bundled source with librdkafka's own configure and
-# make (no cmake): make, gcc/g++, pkg-config, zlib (the libz feature) and, for rdkafka/ssl,
-# the OpenSSL headers. rust:1-bookworm ships all of them; listed so a change of base image
-# fails here rather than inside the librdkafka build.
+# make (no cmake): make, gcc/g++, pkg-config, zlib (the libz feature) and the OpenSSL
+# headers (rdkafka's ssl feature, always on). rust:1-bookworm ships all of them; listed so a
+# change of base image fails here rather than inside the librdkafka build.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends make gcc g++ pkg-config python3 zlib1g-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
