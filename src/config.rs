@@ -32,8 +32,16 @@ fn invalid(setting: &str, value: impl fmt::Display, rule: impl Into<String>) -> 
     ConfigError::Invalid { setting: setting.to_string(), value: value.to_string(), rule: rule.into() }
 }
 
-/// All settings.
+/// All settings, one struct per section.
+///
+/// Test builds derive `Serialize` on these structs: the test
+/// `config/dedupd.toml documents every setting` enumerates the settings
+/// they accept from the serialised defaults, so a new field fails it until
+/// `config/dedupd.toml` documents it. Serialise every field (no
+/// `skip_serializing*`), and give a new field's type a
+/// `#[cfg_attr(test, derive(serde::Serialize))]` too.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub app: AppSettings,
@@ -57,6 +65,7 @@ pub struct Settings {
 /// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
 /// leaf instances in front of one root instance.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct TierSettings {
     /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
@@ -149,6 +158,7 @@ pub enum Tier {
 /// counting stage runs when `max_per_window` or `flag.threshold` is set;
 /// its settings here serve both. Names are pipe mode's flags'.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct LimitSettings {
     /// The most records of a count key let through per `filter.window`; the
@@ -181,6 +191,7 @@ pub struct LimitSettings {
 /// Flags (issue 15): the record at which a count key's estimated count in
 /// the window reaches `threshold` is copied to `topic`, exactly once.
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct FlagSettings {
     /// The count at which a key is flagged; 0: no flags. Needs `topic`.
@@ -264,6 +275,7 @@ impl Settings {
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct ProvenanceSettings {
     /// Where a record's source comes from: `json:/pointer`, `header:NAME` or
@@ -344,6 +356,7 @@ impl ProvenanceSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct AppSettings {
     /// Consumer group of the slice workers, and prefix of the internal topics.
@@ -352,6 +365,7 @@ pub struct AppSettings {
 
 /// A scalar librdkafka setting as written in the file or the environment.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(untagged)]
 pub enum Scalar {
     Bool(bool),
@@ -372,6 +386,7 @@ impl fmt::Display for Scalar {
 }
 
 #[derive(Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 pub struct KafkaSettings {
     /// Bootstrap brokers, `host:port[,host:port…]`.
     pub brokers: String,
@@ -385,6 +400,7 @@ pub struct KafkaSettings {
 /// A pass-through value. The settings loader reads a quoted dotted key such
 /// as `"session.timeout.ms"` as nested tables, so nesting is folded back.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(untagged)]
 pub enum ClientValue {
     Scalar(Scalar),
@@ -440,6 +456,7 @@ pub fn is_secret_setting(name: &str) -> bool {
 /// A setting value that never appears in logs, error messages or `Debug`
 /// output (the admin bearer token): all three show [`REDACTED`].
 #[derive(Clone, Default, PartialEq, Eq)]
+#[cfg_attr(test, derive(serde::Serialize))]
 pub struct Secret(String);
 
 impl Secret {
@@ -478,6 +495,7 @@ impl<'de> Deserialize<'de> for Secret {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct InputSettings {
     /// Topics to deduplicate.
@@ -503,6 +521,7 @@ pub struct InputSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
     /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
@@ -558,6 +577,7 @@ pub enum SlicingMode {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
     /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
@@ -574,6 +594,7 @@ pub struct SlicingSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct OutputSettings {
     /// Distinct records, partition = slice.
@@ -596,6 +617,7 @@ pub enum CorruptPolicy {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSettings {
     /// Compacted topic holding slice snapshots, partition = slice.
@@ -614,6 +636,7 @@ pub struct CheckpointSettings {
 /// A slice that is not available yet (being restored after a rebalance),
 /// paper §3.2 (docs/availability.md).
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct AvailabilitySettings {
     /// What the records of a slice being restored get: `wait` (held until
@@ -655,6 +678,7 @@ impl AvailabilityPolicy {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
     /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`,
@@ -735,6 +759,7 @@ impl AdminSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct TopicSettings {
     /// Create the topics dedupd owns when they are missing, with
@@ -745,6 +770,7 @@ pub struct TopicSettings {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownSettings {
     /// Longest time a graceful shutdown may take before the daemon exits anyway.
@@ -762,6 +788,7 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
     /// `text` or `json`; the level filter is `RUST_LOG` (default `info`).
@@ -1843,29 +1870,119 @@ mod tests {
         assert!(rejected(&[("DEDUPD__LOG__SUMMARY_INTERVAL", "often")]).contains("often"));
     }
 
-    /// Every built-in setting appears, in its section, in the shipped
-    /// config/dedupd.toml (which documents each one).
-    #[test]
-    fn every_setting_is_in_the_shipped_file() {
-        let shipped = std::fs::read_to_string("config/dedupd.toml").unwrap();
-        let sections = |text: &str| -> Vec<(String, String)> {
-            let mut section = String::new();
-            let mut keys = Vec::new();
-            for line in text.lines().map(str::trim) {
-                if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-                    section = name.to_string();
-                } else if let Some((key, _)) = line.split_once(" = ")
-                    && !line.starts_with('#')
-                {
-                    keys.push((section.clone(), key.to_string()));
+    /// Every setting the structs accept, as `section.key`: the built-in
+    /// defaults alone (no file, no environment, not validated) deserialised
+    /// into [`Settings`] and serialised back to JSON (the structs derive
+    /// `Serialize` in test builds), every leaf of that tree. The keys are the
+    /// structs' fields, whatever `DEFAULTS` lists: a field with
+    /// `#[serde(default)]` that `DEFAULTS` leaves out is there too, and one
+    /// without a default that `DEFAULTS` leaves out fails the load, naming it.
+    /// `Option` fields serialise as `null` into JSON (TOML would drop them),
+    /// so they are leaves like any other; the same goes for an optional
+    /// sub-table, whose own keys are then not seen. `[kafka]`'s pass-through
+    /// map is empty in the defaults, so only its own field (`brokers`) shows.
+    fn accepted_settings() -> BTreeMap<String, serde_json::Value> {
+        let settings: Settings = defaults()
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .unwrap_or_else(|e| panic!("the built-in defaults (DEFAULTS) do not load: {e}"));
+        leaves(&serde_json::to_value(&settings).unwrap())
+    }
+
+    /// The leaves of `value` by their dotted paths (`filter.window`); tables
+    /// are walked into, everything else (arrays, `null`) is a leaf.
+    fn leaves(value: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+        fn walk(path: &str, value: &serde_json::Value, out: &mut BTreeMap<String, serde_json::Value>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (key, inner) in map {
+                        walk(&if path.is_empty() { key.clone() } else { format!("{path}.{key}") }, inner, out);
+                    }
+                }
+                leaf => {
+                    out.insert(path.to_string(), leaf.clone());
                 }
             }
-            keys
-        };
-        let documented = sections(&shipped);
-        for (section, key) in sections(DEFAULTS) {
-            assert!(documented.contains(&(section.clone(), key.clone())), "config/dedupd.toml lacks [{section}] {key}");
         }
+        let mut out = BTreeMap::new();
+        walk("", value, &mut out);
+        out
+    }
+
+    /// What config/dedupd.toml says about one setting.
+    struct Entry {
+        /// The line right above its `key = ...` line is a comment.
+        comment_above: bool,
+        /// The comment lines of its paragraph (since the previous blank line or
+        /// section header) before its line.
+        paragraph: Vec<String>,
+    }
+
+    /// The settings config/dedupd.toml sets, read as TOML by the settings
+    /// loader (commented-out lines are examples, not entries), and what its
+    /// lines say about each `section.key`.
+    fn documented_settings(text: &str) -> (BTreeMap<String, serde_json::Value>, BTreeMap<String, Entry>) {
+        let parsed: serde_json::Value = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .and_then(|c| c.try_deserialize())
+            .unwrap_or_else(|e| panic!("config/dedupd.toml is not valid TOML: {e}"));
+        let mut entries = BTreeMap::new();
+        let (mut section, mut paragraph, mut comment_above) = (String::new(), Vec::new(), false);
+        for line in text.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                (section, paragraph) = (name.to_string(), Vec::new());
+            } else if line.is_empty() {
+                paragraph.clear();
+            } else if let Some(comment) = line.strip_prefix('#') {
+                paragraph.push(comment.trim().to_string());
+            } else if let Some((key, _)) = line.split_once('=') {
+                entries
+                    .insert(format!("{section}.{}", key.trim()), Entry { comment_above, paragraph: paragraph.clone() });
+            }
+            comment_above = line.starts_with('#');
+        }
+        (leaves(&parsed), entries)
+    }
+
+    /// config/dedupd.toml, the reference of the settings, cannot drift from
+    /// the structs: it sets every setting they accept, each with a comment,
+    /// and no setting they do not accept (`deny_unknown_fields` refuses
+    /// those too when the file is loaded, but not in `[kafka]`, which passes
+    /// any key to librdkafka: the file shows those only as comments).
+    #[test]
+    fn config_dedupd_toml_documents_every_setting() {
+        let accepted = accepted_settings();
+        // 68 settings in 16 sections today; `Option` fields (`filter.tick`) are there as `null`.
+        assert!(accepted.len() > 60 && accepted.get("filter.tick") == Some(&serde_json::Value::Null), "{accepted:?}");
+        let text = std::fs::read_to_string("config/dedupd.toml").unwrap();
+        let (documented, entries) = documented_settings(&text);
+        let undocumented: Vec<&String> = accepted.keys().filter(|k| !documented.contains_key(*k)).collect();
+        assert!(
+            undocumented.is_empty(),
+            "settings dedupd accepts that config/dedupd.toml does not document: {undocumented:?}; add each to \
+             its section there as `key = <default>` under a comment saying what it does"
+        );
+        let unknown: Vec<&String> = documented.keys().filter(|k| !accepted.contains_key(*k)).collect();
+        assert!(
+            unknown.is_empty(),
+            "config/dedupd.toml sets {unknown:?}, which dedupd does not accept (librdkafka pass-through \
+             settings in [kafka] go there only as commented-out examples)"
+        );
+        for setting in documented.keys() {
+            let key = setting.rsplit('.').next().unwrap();
+            let Some(entry) = entries.get(setting) else {
+                panic!("config/dedupd.toml: {setting} is not written as a `{key} = ...` line under its [section]");
+            };
+            // A comment right above it, or one in its paragraph that names it
+            // (`max_clock_jump` and `jump_confirmations` share one).
+            assert!(
+                entry.comment_above || entry.paragraph.iter().any(|c| c.contains(key)),
+                "config/dedupd.toml: {setting} has no comment saying what it does"
+            );
+        }
+        // And the file loads as it stands: no unknown key, no invalid value.
+        load(&[]).unwrap();
     }
 
     #[test]
