@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 use twox_hash::XxHash3_64;
 
 /// Events per timed iteration.

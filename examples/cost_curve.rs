@@ -21,8 +21,8 @@
 
 use std::time::Instant;
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 
 const BATCH: usize = 4096;
 /// Timed events per point (at least).

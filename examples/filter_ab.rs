@@ -12,8 +12,8 @@
 //! of the 5 is printed, with the hash alone, the cost of a tick (the sweep)
 //! and the FPR over all events (every key is new).
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 use std::time::Instant;
 const BATCH: usize = 4096;
 fn keys(rng: &mut Rng, n: usize) -> Vec<[u8; 16]> {

@@ -10,8 +10,8 @@
 //!
 //! `cargo run --release --example observe_ab`
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::{FilterSpec, KeyHash, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 use std::time::Instant;
 
 fn main() {

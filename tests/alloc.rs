@@ -7,8 +7,8 @@
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::cell::Cell;
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::{Event, FilterSpec, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 
 /// Counts the allocations of the current thread (the test harness's other
 /// threads allocate too).

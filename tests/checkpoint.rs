@@ -6,9 +6,9 @@
 
 mod support;
 
-use dedupd::testkit::workload::Rng;
 use dedupd::config::{Resolved, Settings};
 use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection};
+use dedupd::testkit::workload::Rng;
 use support::*;
 use twox_hash::XxHash3_64;
 

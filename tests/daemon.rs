@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use dedupd::testkit::workload::Rng;
 use dedupd::engine::ReleasePos;
+use dedupd::testkit::workload::Rng;
 use support::*;
 
 /// What an output record must keep identical between runs: key, value,

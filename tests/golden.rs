@@ -4,9 +4,9 @@
 //! either is a change of semantics (restored snapshots would continue
 //! differently), so these digests may only change with a new snapshot version.
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::snapshot;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict};
+use dedupd::testkit::workload::Rng;
 use twox_hash::XxHash3_64;
 
 /// XXH3-64 of the verdicts and of the final snapshot of one stream: keys

@@ -28,8 +28,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use dedupd::testkit::workload::{Rng, Zipf};
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict, VerticalFilter};
+use dedupd::testkit::workload::{Rng, Zipf};
 
 const BATCH: usize = 4096;
 const KEYS: u64 = 10_000_000;

@@ -30,11 +30,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use dedupd::testkit::oracle::{Confusion, ExactWindow};
-use dedupd::testkit::workload::{KeyDist, RateProfile, Rng, Stream, Zipf};
 use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::sliced::SlicedStats;
 use dedupd::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict, sizing};
+use dedupd::testkit::oracle::{Confusion, ExactWindow};
+use dedupd::testkit::workload::{KeyDist, RateProfile, Rng, Stream, Zipf};
 
 /// Flags of `dedupd bench accuracy`.
 #[derive(Debug, clap::Args)]

@@ -27,11 +27,11 @@ use anyhow::Context as _;
 use super::accuracy::{Table, f3, r6, row};
 use super::sim::{self, BloomTree, Horizontal, TreeKind, Vertical, cells_for, fail_slices};
 use super::stream_kinds::universe_for;
-use dedupd::testkit::text::TextCorpus;
-use dedupd::testkit::workload::{Rng, Zipf};
 use dedupd::filter::KeyHash;
 use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
+use dedupd::testkit::text::TextCorpus;
+use dedupd::testkit::workload::{Rng, Zipf};
 
 /// Flags of `dedupd bench design-space`.
 #[derive(Debug, clap::Args)]

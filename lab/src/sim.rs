@@ -10,8 +10,8 @@
 //! positions, and their small departures from independent hashes, are the
 //! ones the daemon would have.
 
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::KeyHash;
+use dedupd::testkit::workload::Rng;
 
 /// A plain bit array.
 #[derive(Clone, Debug)]

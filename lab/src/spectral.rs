@@ -23,10 +23,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use dedupd::testkit::workload::{Rng, Zipf};
 use dedupd::filter::KeyHash;
 use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
+use dedupd::testkit::workload::{Rng, Zipf};
 
 /// Flags of `dedupd bench spectral`.
 #[derive(Debug, clap::Args)]

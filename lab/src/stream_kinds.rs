@@ -24,11 +24,11 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use dedupd::testkit::oracle::Confusion;
-use dedupd::testkit::workload::Rng;
 use dedupd::filter::count::DEFAULT_RNG_SEED;
 use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
+use dedupd::testkit::oracle::Confusion;
+use dedupd::testkit::workload::Rng;
 
 /// Flags of `dedupd bench stream-kinds`.
 #[derive(Debug, clap::Args)]

@@ -521,12 +521,14 @@ impl CellArray {
     }
 }
 
+#[cfg(feature = "vertical")]
 /// Cells are split between owners ([`CellArray::split_mut`]) only at
 /// multiples of this many: 64 cells of any width are whole bytes and whole
 /// 64-bit words (4-bit cells share bytes, odd widths share words), so two
 /// parts never share a byte or a word of storage.
 pub(crate) const PART_ALIGN: usize = 64;
 
+#[cfg(feature = "vertical")]
 /// Cells `start..end` of an array on their own, borrowed mutably: the part
 /// one owner reads and writes while other threads hold the other parts
 /// (see [`super::vertical`]). Cells are addressed by their index in the
@@ -537,6 +539,7 @@ pub(crate) struct CellsPart<'a> {
     cells: PartCells<'a>,
 }
 
+#[cfg(feature = "vertical")]
 /// The storage of a [`CellsPart`], from its first cell.
 enum PartCells<'a> {
     Nibble(&'a mut [u8]),
@@ -547,6 +550,7 @@ enum PartCells<'a> {
     Packed(&'a mut [u64], usize),
 }
 
+#[cfg(feature = "vertical")]
 impl CellsPart<'_> {
     /// Whether cell `i` (of the whole array) is in this part.
     #[inline(always)]
@@ -598,6 +602,7 @@ impl CellsPart<'_> {
     }
 }
 
+#[cfg(feature = "vertical")]
 impl CellArray {
     /// Splits the array of `m` cells into parts ending at `ends` (ascending,
     /// the last `m`, every other a multiple of [`PART_ALIGN`]); part n holds
@@ -619,6 +624,7 @@ impl CellArray {
     }
 }
 
+#[cfg(feature = "vertical")]
 /// [`CellArray::split_mut`] over one kind of storage: `at(i)` is the
 /// element where cell `i` (a multiple of [`PART_ALIGN`]) starts; the last
 /// part takes the rest of the storage.
@@ -774,6 +780,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "vertical")]
     /// Parts of a split array read and write exactly the array's cells,
     /// for every storage (nibbles, plain, bit-packed), with parts of every
     /// size down to empty, and the last part's end not a multiple of 64.

@@ -290,10 +290,10 @@ impl CellWrites for FilterCopy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::workload::Rng;
     use crate::filter::hash::DEFAULT_SEED;
     use crate::filter::params::{FilterSpec, Growth, Layout};
     use crate::filter::{KeyHash, snapshot};
+    use crate::testkit::workload::Rng;
 
     /// Finishes `copy` and seals it: the snapshot bytes, and the buffer.
     fn sealed(copy: FilterCopy, f: &SlidingFilter) -> (Vec<u8>, Vec<u8>) {

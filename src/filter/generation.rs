@@ -480,6 +480,7 @@ impl Generation {
     }
 
     /// The value of cell `i` (< m).
+    #[cfg(feature = "vertical")]
     #[inline]
     pub(crate) fn cell(&self, i: usize) -> u32 {
         with_cells!(&self.cells, c => c.get(i))
@@ -544,6 +545,7 @@ impl Generation {
         self.inserted += 1;
     }
 
+    #[cfg(feature = "vertical")]
     /// The bookkeeping of [`Self::insert`] for one of the key's cells,
     /// holding `old`, without writing the cell (its owner writes now's
     /// value into it later, see [`super::vertical`]). Per cell what
@@ -558,6 +560,7 @@ impl Generation {
         self.live = self.live + 1 - u64::from(now.is_alive(old));
     }
 
+    #[cfg(feature = "vertical")]
     /// The bookkeeping of [`Self::insert_late`] for one cell holding `old`,
     /// without writing it: the value its owner is to write, if the cell
     /// changes.
@@ -566,6 +569,7 @@ impl Generation {
         late_cell(&mut self.hist, &mut self.live, old, now, delta)
     }
 
+    #[cfg(feature = "vertical")]
     /// Counts one key inserted by [`Self::account_set`] or
     /// [`Self::account_late_set`] (cardinality growth).
     #[inline]

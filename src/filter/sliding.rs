@@ -498,6 +498,7 @@ impl SlidingFilter {
         self.now
     }
 
+    #[cfg(feature = "vertical")]
     /// The first ms of the next tick: an event at or after it moves the
     /// clock into a later tick (steps and sweeps the generations).
     pub(crate) fn next_tick_ms(&self) -> u64 {
@@ -698,8 +699,8 @@ mod tests {
     /// before it), it is a duplicate — whatever the width and layout.
     #[test]
     fn no_false_negative_for_late_events_within_the_lateness() {
-        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
+        use crate::testkit::workload::Rng;
         use std::collections::HashMap;
         for bits in [4u8, 8, 16] {
             for layout in [Layout::Standard, Layout::Blocked] {
@@ -749,8 +750,8 @@ mod tests {
     /// changes no output.
     #[test]
     fn lateness_changes_nothing_for_ordered_events() {
-        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
+        use crate::testkit::workload::Rng;
         for bits in [4u8, 6, 8, 16, 32] {
             for layout in [Layout::Standard, Layout::Blocked] {
                 for (growth, equal_timers) in [(Growth::Density, 0), (Growth::Cardinality, 3)] {
@@ -828,8 +829,8 @@ mod tests {
     /// and verdicts of `observe` one event at a time.
     #[test]
     fn observe_batch_is_observe_in_turn() {
-        use crate::testkit::workload::Rng;
         use crate::filter::params::Layout;
+        use crate::testkit::workload::Rng;
         let mut runs = 0;
         for bits in [4u8, 6, 8, 16, 32] {
             for layout in [Layout::Standard, Layout::Blocked] {

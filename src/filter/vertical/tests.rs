@@ -1,7 +1,7 @@
 use super::*;
-use crate::testkit::workload::{Rng, Zipf};
 use crate::filter::hash::DEFAULT_SEED;
 use crate::filter::params::{FilterSpec, Growth};
+use crate::testkit::workload::{Rng, Zipf};
 use proptest::prelude::*;
 
 fn key(i: u64) -> KeyHash {
