@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Checks Cargo.lock against the RustSec advisory database with cargo-audit, offline (issue 19).
+# Checks the lock files against the RustSec advisory database with cargo-audit (offline for the
+# advisories; the yanked check reads crates.io's index, which `cargo fetch` brings).
 #
 #   scripts/audit.sh            check Cargo.lock and fuzz/Cargo.lock (CI: .ci/run); exit 1 on
 #                               any finding not ignored in .cargo/audit.toml, or if a lock file
 #                               names a crate the vendored advisories were not taken for
+#   scripts/audit.sh --install  only install cargo-audit if it is missing (CI builds it in the
+#                               background while the lints run)
 #   scripts/audit.sh --refresh  first re-take the vendored advisories from a local mirror
 #
 # The database: CI has no network beyond package registries, so the advisories of the crates in
@@ -56,7 +59,17 @@ refresh() {
     "$(ls "$VENDOR/crates" | wc -l) of $(wc -l <"$VENDOR/CRATES") crates (database $commit, $date)"
 }
 
-if [[ ${1:-} == --refresh ]]; then
+install_cargo_audit() {
+  cargo audit --version >/dev/null 2>&1 && return 0
+  say "installing cargo-audit $CARGO_AUDIT_VERSION (crates.io)"
+  # No binary scanning (the default feature): only lock files are audited here.
+  cargo install --locked --quiet --no-default-features cargo-audit --version "$CARGO_AUDIT_VERSION"
+}
+
+if [[ ${1:-} == --install ]]; then
+  install_cargo_audit
+  exit 0
+elif [[ ${1:-} == --refresh ]]; then
   refresh
 elif [[ -d $MIRROR && -f $VENDOR/SNAPSHOT ]] &&
   [[ "$(git --git-dir="$MIRROR" rev-parse HEAD)" != "$(sed -n 's/^commit //p' "$VENDOR/SNAPSHOT")" ]]; then
@@ -69,10 +82,13 @@ missing="$(comm -23 <(lock_crates) "$VENDOR/CRATES")"
 [[ -z $missing ]] || die "${LOCKS[*]} name crates the vendored advisories were not looked up for:" \
   "$(echo "$missing" | tr '\n' ' ')— run scripts/audit.sh --refresh where the database is, and commit $VENDOR"
 
-if ! cargo audit --version >/dev/null 2>&1; then
-  say "installing cargo-audit $CARGO_AUDIT_VERSION (crates.io)"
-  nice -n 19 cargo install --locked --quiet cargo-audit --version "$CARGO_AUDIT_VERSION"
-fi
+install_cargo_audit
+# The yanked check looks every crate up in cargo's copy of the crates.io index: fetch each lock
+# file's crates first, or the crates that no build here downloads (the fuzz targets') are
+# reported as "not found" and go unchecked.
+for lock in "${LOCKS[@]}"; do
+  cargo fetch --locked --quiet --manifest-path "$(dirname "$lock")/Cargo.toml"
+done
 
 db="$(mktemp -d)"
 trap 'rm -rf "$db"' EXIT
@@ -87,6 +103,13 @@ say "crates in ${LOCKS[*]}: $(lock_crates | wc -l), with advisories on record: $
 # unless .cargo/audit.toml ignores them with a reason.
 status=0
 for lock in "${LOCKS[@]}"; do
-  cargo audit --db "$db" --no-fetch --stale --deny warnings --file "$lock" || status=1
+  out="$(cargo audit --db "$db" --no-fetch --stale --deny warnings --file "$lock" 2>&1)" || status=1
+  echo "$out"
+  # A check cargo-audit could not run (e.g. "couldn't check if the package is yanked") is printed
+  # as an error but does not change its exit code: fail on it rather than pass unchecked.
+  if grep -q 'error:' <<<"$out"; then
+    say "$lock: cargo-audit reported an error (above); the audit is not complete"
+    status=1
+  fi
 done
 exit $status
