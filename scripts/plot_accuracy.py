@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the CSV files of `dedupd bench accuracy` as PNGs next to them.
+"""Draws the CSV files of `dedupd-lab accuracy` as PNGs next to them.
 
 Usage: scripts/plot_accuracy.py [DIR]   (default: docs/dev/accuracy)
 

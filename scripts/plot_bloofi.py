@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws docs/dev/provenance/bloofi.csv (from `dedupd bench bloofi`) as bloofi.png beside it:
+"""Draws docs/dev/provenance/bloofi.csv (from `dedupd-lab bloofi`) as bloofi.png beside it:
 filters checked per query and query time against N, for the naive scan, Bloofi with and
 without the saturation rule, and Flat-Bloofi, with the Bloofi paper's figures marked.
 

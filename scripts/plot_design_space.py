@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the CSV files of `dedupd bench design-space` as PNGs next to them.
+"""Draws the CSV files of `dedupd-lab design-space` as PNGs next to them.
 
 Usage: scripts/plot_design_space.py [DIR]   (default: docs/dev/paper-reproduction)
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws the CSV files of `dedupd bench stream-kinds` as PNGs next to them.
+"""Draws the CSV files of `dedupd-lab stream-kinds` as PNGs next to them.
 
 Usage: scripts/plot_stream_kinds.py [DIR]   (default: docs/dev/rsbf-stable)
 

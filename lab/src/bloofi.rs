@@ -1,4 +1,4 @@
-//! `dedupd bench bloofi`: the all-membership query over N Bloom filters —
+//! `dedupd-lab bloofi`: the all-membership query over N Bloom filters —
 //! the naive scan, Bloofi with and without the saturation rule, and
 //! Flat-Bloofi — in the Bloofi paper's default setting (§7.1, Table 1):
 //! m = 100,992 bits, k = 7, n = 100 elements per filter, disjoint data
@@ -25,7 +25,7 @@ use dedupd::filter::KeyHash;
 use dedupd::filter::provenance::{Bits, Bloofi, FlatBloofi, Naive, SourceIndex, positions};
 use dedupd::filter::random::Rng;
 
-/// Flags of `dedupd bench bloofi`.
+/// Flags of `dedupd-lab bloofi`.
 #[derive(Debug, clap::Args)]
 pub struct BloofiArgs {
     /// Numbers of filters N.

@@ -1,4 +1,4 @@
-//! `dedupd bench design-space`: the experiments of one-is-enough §7 that
+//! `dedupd-lab design-space`: the experiments of one-is-enough §7 that
 //! the accuracy report does not cover, run on the simulator ([`super::sim`]):
 //! Fig. 1 (failures, S_f), Fig. 5 (FPR, fairness and load share against
 //! the number of slices; the x-of-k heuristic), Fig. 7c (pipelining),
@@ -33,7 +33,7 @@ use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
 use dedupd::testkit::text::TextCorpus;
 use dedupd::testkit::workload::{Rng, Zipf};
 
-/// Flags of `dedupd bench design-space`.
+/// Flags of `dedupd-lab design-space`.
 #[derive(Debug, clap::Args)]
 pub struct DesignSpaceArgs {
     /// Events per stream (the paper's data sets hold 100,000).
@@ -187,7 +187,7 @@ pub fn run(args: &DesignSpaceArgs) -> anyhow::Result<()> {
         availability(args.seed, AVAIL_RATE),
     ];
     let mut summary = format!(
-        "# design-space tables\n\n`dedupd bench design-space --events {} --distinct {} --seed {}`\n\n",
+        "# design-space tables\n\n`dedupd-lab design-space --events {} --distinct {} --seed {}`\n\n",
         args.events, args.distinct, args.seed
     );
     for d in &data {

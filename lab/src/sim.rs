@@ -1,5 +1,5 @@
 //! A pure, seeded simulator of the paper's distributed Bloom filters
-//! (one-is-enough §3 and §6), for `dedupd bench design-space`: plain bit
+//! (one-is-enough §3 and §6), for `dedupd-lab design-space`: plain bit
 //! filters (no timers, no Kafka), sliced horizontally (Def. 1) or vertically
 //! (Def. 2), with failed slices, pipelined and parallel lookups, the x-of-k
 //! fault-tolerance heuristic, and Bloom trees (dense and sparse, top-down

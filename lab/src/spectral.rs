@@ -1,4 +1,4 @@
-//! `dedupd bench spectral`: the Spectral Bloom Filter's accuracy.
+//! `dedupd-lab spectral`: the Spectral Bloom Filter's accuracy.
 //!
 //! 1. The paper's Table 1 setting (Cohen and Matias, §3.2): k = 5, n = 1000
 //!    distinct keys, Zipf skew 0.5, RM's secondary SBF of m/2 counters, γ =
@@ -28,7 +28,7 @@ use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::spectral::{CounterKind, Estimator, Spectral, SpectralParams, WindowedCounts, bloom_error};
 use dedupd::testkit::workload::{Rng, Zipf};
 
-/// Flags of `dedupd bench spectral`.
+/// Flags of `dedupd-lab spectral`.
 #[derive(Debug, clap::Args)]
 pub struct SpectralArgs {
     /// Distinct keys n.

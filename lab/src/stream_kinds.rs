@@ -1,4 +1,4 @@
-//! `dedupd bench stream-kinds`: the count-based kinds (RSBF, SBF) and the
+//! `dedupd-lab stream-kinds`: the count-based kinds (RSBF, SBF) and the
 //! timer filter at equal memory on uniform streams with a given share of
 //! distinct records, against the exact answer "was this key ever seen
 //! before" (the question RSBF and SBF approximate: no window).
@@ -30,7 +30,7 @@ use dedupd::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyH
 use dedupd::testkit::oracle::Confusion;
 use dedupd::testkit::workload::Rng;
 
-/// Flags of `dedupd bench stream-kinds`.
+/// Flags of `dedupd-lab stream-kinds`.
 #[derive(Debug, clap::Args)]
 pub struct StreamKindsArgs {
     /// Records per stream.

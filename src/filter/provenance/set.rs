@@ -33,7 +33,7 @@ pub enum IndexChoice {
 }
 
 /// With `index = "auto"`, a new generation uses the Bloofi tree when at least
-/// this many sources are live. `dedupd bench bloofi` (docs/provenance.md), in
+/// this many sources are live. `dedupd-lab bloofi` (docs/provenance.md), in
 /// the paper's setting on this machine: Flat-Bloofi answers faster up to
 /// 5,000 filters, Bloofi from 10,000. Per-source filters of a live stream
 /// hold more keys and overlap more than the paper's disjoint ones, which
