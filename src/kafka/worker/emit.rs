@@ -68,7 +68,7 @@ pub(super) fn emit(
 /// A consumed record, borrowed or owned (held for the watermark), that a
 /// judgment's outputs copy; `framed` is its [`parts`] when already read
 /// (the arriving record's, by [`super::records::handle`]), else they are read here.
-pub(super) trait MessageRef {
+trait MessageRef {
     fn emit(
         &self,
         deps: &WorkerSetup,
@@ -121,7 +121,7 @@ impl<M: Message> MessageRef for M {
 /// slice offset and release position (as on the outputs: restore reads the
 /// flag topic's last one, so a replay writes no flag twice) and the
 /// estimated count.
-pub(super) fn emit_flag<M: Message>(
+fn emit_flag<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
     j: &Judgment,

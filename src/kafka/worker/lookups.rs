@@ -64,7 +64,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
 /// With a separate count key (`limit.count_key`) the router routes by the
 /// count key, so a dedup key's slice is not known either: every owned slice
 /// is asked.
-pub(super) fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
+fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(deps.params.seed, key);
     let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
     (hash, routed_slice(deps, &hash, routed_by_key))
@@ -77,7 +77,7 @@ pub(super) fn asked(inner: &WorkerState, home: Option<u32>) -> impl Iterator<Ite
 
 /// The slice the router sends a key to, if the router routes by that key
 /// (`routed`) in repartition mode; `None` otherwise (ask every owned slice).
-pub(super) fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
+fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
     match deps.cfg.slicing {
         SlicingMode::Repartition if routed => Some(hash.slice(deps.cfg.settings.filter.slices)),
         _ => None,

@@ -38,7 +38,7 @@ pub(super) struct Deciding {
 
 /// Slice offsets a policy range logs at once: records arriving for a slice
 /// being restored are decided without a wait for the log most of the time.
-pub(super) const POLICY_STEP: u64 = 500;
+const POLICY_STEP: u64 = 500;
 
 /// Decides a record of a slice being restored by `availability.policy`
 /// (see [`Deciding`]): logs its range first if no range logged holds it.
@@ -185,7 +185,7 @@ pub(super) fn decide_logged(
 /// header `dedupd.policy` and in `dedupd.policy.after` the slice's last
 /// ordinary output before (`normal`) — nothing when `silent`.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn emit_policy<M: Message>(
+fn emit_policy<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
     msg: &M,
@@ -221,7 +221,7 @@ pub(super) fn emit_policy<M: Message>(
 
 /// Writes a policy range to the slice's flush log and waits until the
 /// broker has it: no output of the range is sent before (see [`super::records::idle_flush`]).
-pub(super) fn log_range(deps: &WorkerSetup, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
+fn log_range(deps: &WorkerSetup, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
     log::info!(
         "slice {slice}: offsets {}..={} decided by availability.policy = {} while it is restored (logged)",
         range.from,

@@ -55,7 +55,7 @@ pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<
 /// business.) `y.after >= next_offset - 1` here once kept a slice restored
 /// right after its last output from ever flushing its waiting records when
 /// no record came after (a rebalance storm's last restore).
-pub(super) fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
+fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
     !y.flush && y.after >= next_offset
 }
 
@@ -205,7 +205,7 @@ pub(super) fn handle_read_order(
 
 /// Shared mode: judges one input record a read-order record names, at
 /// virtual position `offset`; `source` is where it was read.
-pub(super) fn handle_named(
+fn handle_named(
     deps: &WorkerSetup,
     inner: &mut WorkerState,
     slice: u32,
@@ -293,11 +293,7 @@ pub(super) fn apply_logged_flushes(
 
 /// Judges every record the slice holds for the watermark (an idle flush,
 /// already logged) and emits the judgments.
-pub(super) fn flush_slice(
-    deps: &WorkerSetup,
-    owned: &mut OwnedSlice,
-    judged: &mut Vec<Judgment>,
-) -> Result<(), KafkaLayerError> {
+fn flush_slice(deps: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
     judged.clear();
     match owned.copying.as_mut() {
         Some(c) => owned.state.flush_copying(&mut c.copy, judged),
@@ -343,7 +339,7 @@ pub(super) fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
 /// The slice offset — in shared mode the virtual position
 /// ([`read_order::position`]) — of the slice-log record at `log_offset`
 /// that is not a read-order record.
-pub(super) fn slice_position(deps: &WorkerSetup, log_offset: u64) -> u64 {
+fn slice_position(deps: &WorkerSetup, log_offset: u64) -> u64 {
     match deps.cfg.slicing {
         SlicingMode::Shared => read_order::position(log_offset, 0),
         _ => log_offset,

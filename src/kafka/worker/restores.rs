@@ -156,7 +156,7 @@ pub(super) fn take_restored(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerCo
 /// it at once), or else seeks it there and resumes it (a partition assigned
 /// paused, with eager rebalancing; a partition read by `availability.policy`
 /// during the restore is not paused and the resume does nothing).
-pub(super) fn read_from(
+fn read_from(
     deps: &WorkerSetup,
     consumer: &BaseConsumer<WorkerContext>,
     inner: &mut WorkerState,

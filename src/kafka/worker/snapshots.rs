@@ -104,7 +104,7 @@ impl Writer {
 
 /// The checkpoint writer's work: waits until the slice's outputs up to the
 /// snapshot are acknowledged, then writes the snapshot.
-pub(super) fn write_snapshot(
+fn write_snapshot(
     deps: &WorkerSetup,
     slice: u32,
     offset: u64,
@@ -162,7 +162,7 @@ pub(super) fn copy_some(deps: &WorkerSetup, inner: &mut WorkerState, budget: usi
 /// Finishes the slice's snapshot copy (whatever is left, at once) and hands
 /// it to the checkpoint writer. `releasing`: the slice is being released or
 /// the process is stopping, so the copy could not wait (logged as such).
-pub(super) fn hand_over(
+fn hand_over(
     deps: &WorkerSetup,
     writer: &mut Writer,
     owned: &mut OwnedSlice,
@@ -198,7 +198,7 @@ pub(super) fn hand_over(
 }
 
 /// Takes in a written snapshot; returns its error, if any.
-pub(super) fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
+fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
     inner.writer.outstanding -= 1;
     inner.buffer = Some(written.buffer);
     let slice = written.slice;
