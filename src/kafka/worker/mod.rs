@@ -7,7 +7,7 @@
 //!   partition joins the consumer's assignment only once restored, at X
 //!   (with `availability.policy` `deliver` or `drop` it joins earlier, after
 //!   its last output, and its records are decided meanwhile, each range
-//!   logged first: see [`Deciding`] and docs/availability.md);
+//!   logged first: see `Deciding` in `policy.rs` and docs/availability.md);
 //! - records up to Y are replayed silently, later ones are emitted to
 //!   partition s of the output topics with the slice offset in a header;
 //! - a snapshot at offset X is written only after the producer has
@@ -17,7 +17,7 @@
 //!   waits for the write.
 //!
 //! Snapshots do not stop the worker: a snapshot is copied *while the slice
-//! goes on* (copy-on-write, [`SliceState::begin_copy`]): its encoding is laid
+//! goes on* (copy-on-write, [`crate::engine::SliceState::begin_copy`]): its encoding is laid
 //! out at once but for the filter's cells (bytes), then the cells are copied
 //! into it in 64 KiB chunks — a few after each record, more when the worker
 //! is idle, and any chunk about to be written before it is written — so the
@@ -35,23 +35,23 @@
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 //!
-//! Where things are:
-//! - [`context`]: [`WorkerSetup`] (what the worker is started with), the
+//! Where things are (files of this folder):
+//! - `context.rs`: [`WorkerSetup`] (what the worker is started with), the
 //!   state the loop and the rebalance callbacks share under the worker
-//!   lock ([`context::WorkerState`], one [`context::OwnedSlice`] per slice),
-//!   and the rebalance callbacks.
-//! - [`restores`]: the restore thread; assigned slices join the worker
-//!   through [`restores::take_restored`].
-//! - [`records`]: the per-record path. A record polled by [`run`] goes to
-//!   [`records::handle`] (or, in shared mode, [`records::handle_read_order`]);
-//!   an input record is judged by [`records::judge`], a record of a slice
-//!   being restored or of a policy range is decided by [`policy`]; the
-//!   judgments go to [`emit`]. Idle flushes are here too.
-//! - [`emit`]: the outputs, flags and verdicts of a judgment.
-//! - [`policy`]: `availability.policy`'s decisions while a slice is restored.
-//! - [`snapshots`]: the snapshot copy and the checkpoint writer thread.
-//! - [`lookups`]: the admin endpoint's key lookups.
-//! - [`publish`]: metrics and status of the owned slices.
+//!   lock (`WorkerState`, one `OwnedSlice` per slice), and the rebalance
+//!   callbacks of [`WorkerContext`].
+//! - `restores.rs`: the restore thread; assigned slices join the worker
+//!   through `take_restored`.
+//! - `records.rs`: the per-record path. A record polled by [`run`] goes to
+//!   `handle` (in shared mode a read-order record to `handle_read_order`);
+//!   an input record is judged by `judge`, a record of a slice being
+//!   restored or of a policy range is decided in `policy.rs`; the
+//!   judgments go to `emit.rs`. Idle flushes are here too.
+//! - `emit.rs`: the outputs, flags and verdicts of a judgment.
+//! - `policy.rs`: `availability.policy`'s decisions while a slice is restored.
+//! - `snapshots.rs`: the snapshot copy and the checkpoint writer thread.
+//! - `lookups.rs`: the admin endpoint's key lookups.
+//! - `publish.rs`: metrics and status of the owned slices.
 //!
 //! This file holds the loop ([`run`]): poll, handle each record, advance
 //! the snapshot being copied, then the housekeeping (idle flushes,
