@@ -53,7 +53,7 @@ start_daemon() {
     DEDUPD__FILTER__EXPECTED_KEYS=400000 DEDUPD__OUTPUT__TOPIC="$app.out" \
     DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$app.dlq" DEDUPD__CHECKPOINT__TOPIC="$app.ckpt" \
     DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin" \
-    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::slices=debug,dedupd::cli::run=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
+    RUST_LOG="${RUST_LOG:-info,dedupd::kafka::worker=debug,dedupd::cli::run=debug,librdkafka=error,rdkafka=error}" ${DAEMON_ENV:-} "$@" \
     nice -n "${DAEMON_NICE:-0}" "$dedupd_bin" run --config "$config" >>"target/$app.log" 2>&1 &
   daemon_pid=$!
 }

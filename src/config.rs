@@ -1063,7 +1063,7 @@ impl Resolved {
 
     /// The log of idle flushes, partition = slice: a slice whose input goes
     /// quiet judges its waiting records after writing a flush record here,
-    /// so a replay flushes at the same place (see `kafka::slices`).
+    /// so a replay flushes at the same place (see `kafka::worker`).
     pub fn flush_topic(&self) -> String {
         format!("{}.flushes", self.settings.app.id)
     }

@@ -19,7 +19,7 @@ use crate::admin::{Admin, Status};
 use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::{clients, producer, router, slices, tier, topics};
+use crate::kafka::{clients, producer, router, tier, topics, worker};
 use crate::metrics::Metrics;
 
 /// The `dedupd` binary's allocator: the system allocator, with blocks of
@@ -157,7 +157,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         max_record_bytes: cfg.settings.input.max_record_bytes,
     };
     let id = cfg.settings.app.id.clone();
-    let deps = Arc::new(slices::Deps {
+    let deps = Arc::new(worker::WorkerSetup {
         params: params.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
@@ -196,7 +196,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || tier::run_leaf(leaf, stop))
     } else {
         let (deps, stop) = (deps.clone(), worker_stop.clone());
-        tokio::task::spawn_blocking(move || slices::run(deps, stop))
+        tokio::task::spawn_blocking(move || worker::run(deps, stop))
     };
     let router_stop = Arc::new(AtomicBool::new(false));
     let mut router_task = if cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf {

@@ -12,7 +12,14 @@
 //!   compacted checkpoint topic.
 //! - [`restore`]: where a slice resumes: newest valid snapshot `X`, last
 //!   output `Y`, replay `X..=Y` silently.
-//! - [`slices`]: the slice workers: group consumer, rebalances, output.
+//! - [`slice_log`]: how a slice-log record holds its input record (read by
+//!   the workers and by the restore's replay).
+//! - [`worker`]: the slice workers: group consumer, rebalances, restores,
+//!   snapshots, the per-record path and output (its own map is in
+//!   `worker/mod.rs`).
+//! - [`deletes`]: `DELETE /v1/keys/{key}` through the slice log.
+//! - [`merge`]: `dedupd checkpoint merge`: the snapshots of fewer slices
+//!   merged into those of a new `filter.slices`.
 //! - [`router`]: repartition mode's input → `<app>.slices` stage (shared
 //!   mode: it writes the order it read records in, not the records).
 //! - [`shared`]: shared mode's reader of the input records the read order names.
@@ -28,9 +35,10 @@ pub mod producer;
 pub mod restore;
 pub mod router;
 pub mod shared;
-pub mod slices;
+pub mod slice_log;
 pub mod tier;
 pub mod topics;
+pub mod worker;
 
 /// Names the calling thread (as `top -H`, `perf` and `/proc/PID/task/*/comm`
 /// show it; at most 15 bytes), so the CPU of each stage can be told apart.

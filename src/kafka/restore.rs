@@ -235,7 +235,7 @@ pub struct Restorer<'a> {
     pub order: OrderSettings,
     pub extractor: &'a Extractor,
     pub slice_topic: &'a str,
-    /// How slice-log records hold the input record ([`super::slices::parts`]).
+    /// How slice-log records hold the input record ([`super::slice_log::parts`]).
     pub slicing: SlicingMode,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
@@ -454,7 +454,7 @@ impl Restorer<'_> {
                 .unwrap_or_default();
             let view = RecordView {
                 key: m.key(),
-                payload: super::slices::parts(self.slicing, &m).payload.unwrap_or_default(),
+                payload: super::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
             };

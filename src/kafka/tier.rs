@@ -64,7 +64,7 @@ impl RootVerdicts {
     /// Publishes that the record `msg` (judged distinct by `slice`) was
     /// delivered: its key's hash and its event time, re-read as the slice
     /// read them (the record was valid, so this cannot fail) from `payload`,
-    /// the input payload (`super::slices::parts`).
+    /// the input payload (`super::slice_log::parts`).
     pub fn publish<M: Message>(
         &self,
         producer: &OutputProducer,

@@ -1,0 +1,334 @@
+//! The state the slice worker loop and its rebalance callbacks share, and
+//! the consumer context whose callbacks run the rebalance protocol: an
+//! assigned slice is handed to the restore thread, a revoked one is
+//! snapshotted and released (see the module map in [`super`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::OwnedMessage;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::policy::Deciding;
+use super::restores::{RestoreJob, Restores, restoring_list};
+use super::snapshots::{Copying, Writer, checkpoint_now};
+use crate::admin::Status;
+use crate::config::Resolved;
+use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceState};
+use crate::filter::FilterParams;
+use crate::kafka::checkpoint::{CheckpointStore, Manifest};
+use crate::kafka::clients;
+use crate::kafka::join::JoinWatch;
+use crate::kafka::producer::OutputProducer;
+use crate::kafka::restore::PolicyRange;
+use crate::metrics::Metrics;
+
+/// A slice this member owns: its state, what its replay and its policy
+/// decisions have reached, the records it holds, its snapshot bookkeeping.
+pub(super) struct OwnedSlice {
+    pub(super) state: SliceState,
+    /// A snapshot being copied while the slice goes on.
+    pub(super) copying: Option<Copying>,
+    /// Judgments up to this release position are replayed silently.
+    pub(super) replay_until: Option<ReleasePos>,
+    /// Decisions of `availability.policy` up to this release position were
+    /// output already: replayed silently.
+    pub(super) policy_until: Option<ReleasePos>,
+    /// The last ordinary judgment made (its release position): what a
+    /// policy output names in `dedupd.policy.after`.
+    pub(super) last_normal: Option<ReleasePos>,
+    /// The policy ranges logged that the slice has not passed yet: their
+    /// records are decided by the logged policy, not judged.
+    pub(super) ranges: Vec<PolicyRange>,
+    /// Flags up to this release position are in the flag topic already.
+    pub(super) flag_replay_until: Option<ReleasePos>,
+    /// The records waiting for the watermark, by slice offset (for output).
+    pub(super) held: HashMap<u64, OwnedMessage>,
+    /// Idle flushes logged and not applied yet (a replay): the slice
+    /// offsets they came after.
+    pub(super) flushes: VecDeque<u64>,
+    /// When the slice last received a record (or was restored).
+    pub(super) last_arrival: Instant,
+    pub(super) manifest: Option<Manifest>,
+    pub(super) since_checkpoint: u64,
+    pub(super) last_checkpoint: Instant,
+    /// A snapshot of this slice is being copied or written.
+    pub(super) writing: bool,
+    /// Counters already published to the metrics.
+    pub(super) published: SliceCounters,
+    /// Filter counters already published: generations created, dropped, saturated inserts.
+    pub(super) published_filter: [u64; 3],
+    /// `dedupd_provenance_dropped_total` already published.
+    pub(super) published_provenance_dropped: u64,
+    /// `dedupd_hold_overflows_total` already published.
+    pub(super) published_overflows: u64,
+}
+
+/// What the slice worker is started with: the resolved settings, the
+/// clients and the metrics (built by `dedupd run`, read-only afterwards).
+pub struct WorkerSetup {
+    pub cfg: Resolved,
+    pub params: FilterParams,
+    pub extractor: Extractor,
+    pub slice_topic: String,
+    /// The idle flush log, partition = slice.
+    pub flush_topic: String,
+    pub producer: OutputProducer,
+    pub store: CheckpointStore,
+    pub reader: clients::Reader,
+    pub metrics: Arc<Metrics>,
+    pub status: Arc<Status>,
+    /// Counts input records when the slice log is the input (input-partitions mode).
+    pub input_counter: Option<prometheus::IntCounter>,
+    /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
+    pub verdicts: Option<crate::kafka::tier::RootVerdicts>,
+}
+
+/// What the worker loop, its rebalance callbacks and the admin lookups
+/// share under the worker lock: the owned slices and the slices being restored.
+pub(super) struct WorkerState {
+    pub(super) slices: BTreeMap<u32, OwnedSlice>,
+    /// Judgments of the record being handled (reused).
+    pub(super) judged: Vec<Judgment>,
+    pub(super) fatal: Option<String>,
+    pub(super) writer: Writer,
+    /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
+    pub(super) buffer: Option<Vec<u8>>,
+    /// Slices assigned and being restored on the restore thread, with the
+    /// number of the restore asked for: a result for another number (the
+    /// slice was revoked meanwhile) is dropped.
+    pub(super) restoring: BTreeMap<u32, u64>,
+    /// Slices the group gave this member whose partitions are not in the
+    /// consumer's assignment yet: added (`incremental_assign`) at the offset
+    /// to read from once that is known, left out of the `incremental_unassign`
+    /// of a revocation. (Not assigned paused at a placeholder offset and then
+    /// sought and resumed: librdkafka wakes its fetcher only when a partition
+    /// starts fetching, not when it is resumed, so a resumed partition waited
+    /// up to a second for the fetcher's next turn — docs/availability.md.)
+    pub(super) unassigned: BTreeSet<u32>,
+    /// Slices being restored whose records `availability.policy` decides meanwhile.
+    pub(super) deciding: BTreeMap<u32, Deciding>,
+    /// Numbers restores.
+    pub(super) restores_asked: u64,
+    pub(super) restorer: Restores,
+}
+
+/// The consumer context: rebalances restore and release slices.
+pub struct WorkerContext {
+    pub(super) deps: Arc<WorkerSetup>,
+    pub(super) inner: Arc<Mutex<WorkerState>>,
+    /// End of each slice partition as librdkafka's statistics last saw it.
+    pub(super) high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
+    pub(super) join: JoinWatch,
+}
+
+impl ClientContext for WorkerContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::log_client_message(level, fac, message);
+    }
+
+    /// Reads only the partitions' end offsets (for the lag gauge); never
+    /// logs the statistics (rdkafka's default `stats` logs all of them at INFO).
+    fn stats_raw(&self, statistics: &[u8]) {
+        match serde_json::from_slice::<HighOffsets>(statistics) {
+            Ok(stats) => {
+                // The freshest connection (rxidle: microseconds since it last
+                // received; -1 before its first answer) says when a broker last answered.
+                if let Some(idle) = stats.brokers.values().filter(|b| b.rxidle >= 0).map(|b| b.rxidle).min() {
+                    let at = Instant::now().checked_sub(Duration::from_micros(idle as u64));
+                    self.deps.status.heard_from_broker(at.unwrap_or_else(Instant::now));
+                }
+                let fetched: i64 =
+                    stats.topics.values().flat_map(|t| t.partitions.values()).map(|p| p.fetchq_size).sum();
+                self.deps.metrics.consumer_queue_bytes.set(fetched);
+                let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
+                let mut highs = self.high_offsets.lock().expect("offsets lock");
+                for (p, part) in &topic.partitions {
+                    if let Ok(p) = p.parse::<u32>()
+                        && part.hi_offset >= 0
+                    {
+                        highs.insert(p, part.hi_offset);
+                    }
+                }
+            }
+            Err(e) => log::debug!("librdkafka statistics without partition offsets: {e}"),
+        }
+    }
+}
+
+/// The part of librdkafka's statistics JSON the lag gauge, the prefetch
+/// gauge and the broker silence read:
+/// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
+/// is skipped by its id) and `.fetchq_size`.
+#[derive(serde::Deserialize)]
+struct HighOffsets {
+    #[serde(default)]
+    topics: HashMap<String, TopicOffsets>,
+    /// For `dedupd_broker_silence_seconds` and `/readyz`.
+    #[serde(default)]
+    brokers: HashMap<String, BrokerIdle>,
+}
+
+/// `brokers.<name>.rxidle`: microseconds since the connection last received.
+#[derive(serde::Deserialize)]
+struct BrokerIdle {
+    #[serde(default = "no_offset")]
+    rxidle: i64,
+}
+
+#[derive(serde::Deserialize)]
+struct TopicOffsets {
+    #[serde(default)]
+    partitions: HashMap<String, PartitionOffsets>,
+}
+
+#[derive(serde::Deserialize)]
+struct PartitionOffsets {
+    #[serde(default = "no_offset")]
+    hi_offset: i64,
+    /// Bytes fetched ahead and not yet consumed (for `dedupd_consumer_queue_bytes`).
+    #[serde(default)]
+    fetchq_size: i64,
+}
+
+fn no_offset() -> i64 {
+    -1
+}
+
+impl ConsumerContext for WorkerContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let mut inner = self.inner.lock().expect("worker lock");
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let topic = self.deps.slice_topic.as_str();
+                self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
+                self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
+                self.deps.status.ready.store(false, Ordering::Relaxed);
+                // What the consumer takes now: with cooperative rebalancing
+                // (what `clients::group_consumer` sets), only the partitions
+                // that need no restore.
+                let mut now = TopicPartitionList::new();
+                for p in partitions {
+                    if p as u32 >= self.deps.cfg.settings.filter.slices {
+                        // Left by `dedupd checkpoint merge`: no key routes
+                        // there any more, and its old snapshot is not a slice.
+                        log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
+                        let skipped = tpl
+                            .set_partition_offset(topic, p, Offset::End)
+                            .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
+                        if let Err(e) = skipped {
+                            inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
+                        }
+                        continue;
+                    }
+                    // Restored on the restore thread while the worker goes
+                    // on with its other slices. Its partition is assigned
+                    // once the offset to read from is known
+                    // (`take_restored`). Eager rebalancing must assign
+                    // everything at once: there it is assigned paused, at a
+                    // placeholder offset, then sought and resumed.
+                    inner.restores_asked += 1;
+                    let id = inner.restores_asked;
+                    inner.restoring.insert(p as u32, id);
+                    if cooperative {
+                        inner.unassigned.insert(p as u32);
+                    } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
+                        inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+                    }
+                    let asked = inner
+                        .restorer
+                        .jobs
+                        .as_ref()
+                        .is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
+                    if !asked {
+                        inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
+                    }
+                }
+                let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
+                if let Err(e) = result {
+                    inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
+                }
+                let waiting = restoring_list(topic, &inner);
+                if !cooperative
+                    && waiting.count() > 0
+                    && let Err(e) = consumer.pause(&waiting)
+                {
+                    inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
+                }
+                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
+                let lost = consumer.assignment_lost();
+                // What the consumer gives up: not the partitions it never took.
+                let mut taken = TopicPartitionList::new();
+                for p in partitions {
+                    let slice = p as u32;
+                    if !inner.unassigned.remove(&slice) {
+                        taken.add_partition(&self.deps.slice_topic, p);
+                    }
+                    // Not restored yet: nothing to snapshot, its restore is dropped.
+                    if inner.restoring.remove(&slice).is_some() {
+                        inner.deciding.remove(&slice);
+                        log::info!("slice {p}: revoked while being restored");
+                        continue;
+                    }
+                    // A lost assignment may already be someone else's: write nothing more.
+                    if !lost && let Err(e) = checkpoint_now(&self.deps, &mut inner, slice) {
+                        log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
+                    }
+                    if inner.slices.remove(&slice).is_some() {
+                        self.deps.status.slices.lock().expect("status lock").remove(&slice);
+                        self.deps.metrics.forget_slice(slice);
+                    }
+                }
+                let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
+                if let Err(e) = result {
+                    log::warn!("releasing partitions: {e}");
+                }
+                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+            }
+            other => {
+                log::error!("rebalance error: {other:?}");
+                if !cooperative {
+                    let _ = consumer.unassign();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lag_gauge_reads_end_offsets_from_librdkafka_statistics() {
+        // Trimmed from a real statistics event of the slice consumer.
+        let json = br#"{"name":"app-slices#consumer-1","type":"consumer","msg_cnt":0,
+            "brokers":{"127.0.0.1:9092/1":{"state":"UP"}},
+            "topics":{"app.slices":{"topic":"app.slices","partitions":{
+                "0":{"partition":0,"hi_offset":120,"lo_offset":0},
+                "1":{"partition":1,"hi_offset":-1001},
+                "-1":{"partition":-1,"hi_offset":-1001}}}}}"#;
+        let stats: HighOffsets = serde_json::from_slice(json).unwrap();
+        let parts = &stats.topics["app.slices"].partitions;
+        assert_eq!(parts["0"].hi_offset, 120);
+        assert_eq!(parts["1"].hi_offset, -1001);
+        assert!(serde_json::from_slice::<HighOffsets>(br#"{"name":"x"}"#).unwrap().topics.is_empty());
+    }
+}

@@ -1,0 +1,152 @@
+//! The admin endpoint's key lookups (`/v1/lookup`, `/v1/count`,
+//! `/v1/provenance`), answered from the owned slices under the worker lock.
+
+use std::sync::{Arc, Mutex};
+
+use super::context::{OwnedSlice, WorkerSetup, WorkerState};
+use crate::config::SlicingMode;
+
+/// The `/v1/lookup` answer for a key: the verdict it would get now, without
+/// inserting it. In repartition mode the key's slice is `H_S(key)`; with
+/// input-partitions the producer's partitioner chose it, so every owned
+/// slice is asked.
+pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let (hash, home) = home_slice(&deps, key);
+        let inner = inner.lock().expect("worker lock");
+        let results: Vec<serde_json::Value> = asked(&inner, home)
+            .map(|(s, owned)| {
+                // Counting by the dedup key replaces the timer filter: the
+                // next copy is a duplicate once the estimate reaches the limit.
+                if let Some(c) = owned.state.counting.as_ref().filter(|c| c.replaces_filter()) {
+                    let estimate = c.stage.estimate(&hash);
+                    return serde_json::json!({
+                        "slice": s,
+                        "duplicate": c.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
+                        "kind": "counting",
+                        "estimate": estimate,
+                    });
+                }
+                if let Some(count) = &owned.state.count {
+                    // No timers: the filter's own test, without its update.
+                    return serde_json::json!({
+                        "slice": s,
+                        "duplicate": count.contains(&hash),
+                        "kind": count.kind().as_str(),
+                        "hashes": count.stats().hashes,
+                    });
+                }
+                let l = owned.state.filter.lookup(&hash);
+                serde_json::json!({
+                    "slice": s,
+                    "duplicate": l.duplicate,
+                    "alive_cells": l.alive_cells,
+                    "hashes": deps.params.hashes,
+                    "equal_timers": l.equal_timers,
+                    "clock_ms": owned.state.filter.clock_ms(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "slice": home,
+            "owned": !results.is_empty(),
+            "results": results,
+        })
+    })
+}
+
+/// A key's hash and the slice that judges it: `H_S(key)` in repartition
+/// mode; `None` with input-partitions (the producer's partitioner chose it,
+/// so every owned slice is asked).
+///
+/// With a separate count key (`limit.count_key`) the router routes by the
+/// count key, so a dedup key's slice is not known either: every owned slice
+/// is asked.
+fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
+    let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+    let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
+    (hash, routed_slice(deps, &hash, routed_by_key))
+}
+
+/// The owned slices a key endpoint asks: `home`, or every one.
+pub(super) fn asked(inner: &WorkerState, home: Option<u32>) -> impl Iterator<Item = (&u32, &OwnedSlice)> {
+    inner.slices.iter().filter(move |(s, _)| home.is_none_or(|h| h == **s))
+}
+
+/// The slice the router sends a key to, if the router routes by that key
+/// (`routed`) in repartition mode; `None` otherwise (ask every owned slice).
+fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
+    match deps.cfg.slicing {
+        SlicingMode::Repartition if routed => Some(hash.slice(deps.cfg.settings.filter.slices)),
+        _ => None,
+    }
+}
+
+/// The `/v1/count` answer for a count key: its estimated count in the
+/// window ending at its slice's newest time. In repartition mode the slice
+/// is `H_S(count key)` (the router routes by the count key); with
+/// input-partitions every owned slice is asked, and `estimate` is the
+/// largest (the others see the key only through collisions).
+pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+        // The router routes by the count key (the dedup key, or limit.count_key).
+        let home = routed_slice(&deps, &hash, true);
+        let inner = inner.lock().expect("worker lock");
+        let results: Vec<serde_json::Value> = asked(&inner, home)
+            .filter_map(|(s, owned)| {
+                let stage = &owned.state.counting.as_ref()?.stage;
+                let counts = stage.counts();
+                // The window ends at the newest sub-window's end.
+                let newest = counts.state().1;
+                Some(serde_json::json!({
+                    "slice": s,
+                    "estimate": stage.estimate(&hash),
+                    "window_ms": counts.window_ms(),
+                    "window_end_ms": newest.map(|n| (n + 1) * counts.sub_ms()),
+                    "subwindow_ms": counts.sub_ms(),
+                }))
+            })
+            .collect();
+        let estimate = results.iter().filter_map(|r| r["estimate"].as_u64()).max();
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "estimate": estimate,
+            "slice": home,
+            "owned": !results.is_empty(),
+            "results": results,
+        })
+    })
+}
+
+/// The `/v1/provenance` answer for a key: every source that may have
+/// delivered it inside what the owned slices keep (no false negatives), and
+/// the estimated probability that a source which did not is listed (the
+/// largest over the slices asked).
+pub(super) fn provenance_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
+    let (deps, inner) = (deps.clone(), inner.clone());
+    Box::new(move |key: &[u8]| {
+        let (hash, home) = home_slice(&deps, key);
+        let inner = inner.lock().expect("worker lock");
+        let mut sources = std::collections::BTreeSet::new();
+        let (mut owned, mut estimated_fpr) = (false, 0.0f64);
+        for (_, o) in asked(&inner, home) {
+            if let Some(p) = &o.state.provenance {
+                owned = true;
+                let answer = p.sources.query(&hash);
+                sources.extend(answer.sources.iter().map(|s| s.to_string()));
+                estimated_fpr = estimated_fpr.max(answer.estimated_fpr);
+            }
+        }
+        serde_json::json!({
+            "key": String::from_utf8_lossy(key),
+            "sources": sources,
+            "estimated_fpr": estimated_fpr,
+            "slice": home,
+            "owned": owned,
+        })
+    })
+}

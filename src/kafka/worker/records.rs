@@ -1,0 +1,376 @@
+//! The per-record path: a slice-log record is taken in (judged, or a
+//! router's progress, a delete request, a read-order record, a record of a
+//! policy range), its judgments emitted ([`super::emit`]); and the idle
+//! flushes that release what waits for the watermark.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+
+use super::context::{OwnedSlice, WorkerSetup, WorkerState};
+use super::emit::emit;
+use super::policy::{decide_early, decide_logged, log_and_wait};
+use super::snapshots::{COPY_STEP_BYTES, copy_some};
+use crate::config::SlicingMode;
+use crate::engine::read_order::{self, ReadOrder};
+use crate::engine::slice::Unframed;
+use crate::engine::{Judgment, Progress, RecordView, ReleasePos, SliceRecord, SourceRef};
+use crate::kafka::restore::{flush_record, range_of};
+use crate::kafka::shared::InputReader;
+use crate::kafka::slice_log::parts_with;
+use crate::kafka::{KafkaLayerError, headers};
+
+/// Flushes every owned slice that holds records for the watermark and has
+/// received nothing for the lateness (at least 100 ms): with no more input,
+/// nothing would ever release them. Not during a silent replay, which must
+/// only flush where the original run did (its flushes are logged). Not
+/// past the hold either (repartition mode): a slice that hears only
+/// progress records, or nothing, while an input partition that is not idle
+/// waits for its router (a rebalance), releases nothing that partition
+/// may still come before.
+pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<(), KafkaLayerError> {
+    let idle_after = Duration::from_millis(deps.cfg.order.lateness_ms.max(100));
+    let WorkerState { slices, judged, .. } = inner;
+    for owned in slices.values_mut() {
+        apply_logged_flushes(deps, owned, judged)?;
+        let replaying = !owned.flushes.is_empty()
+            || [owned.replay_until, owned.flag_replay_until, owned.policy_until]
+                .iter()
+                .flatten()
+                .any(|y| arrivals_to_replay(*y, owned.state.next_offset));
+        if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
+            idle_flush(deps, owned, judged)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a silent replay up to the last output `y` still waits for the
+/// arrival of a record, the slice having taken in every record before
+/// `next_offset`. Then an idle flush must wait: its judgments would come
+/// before ones the replay has still to make. Once the record `y` names
+/// has arrived (`y.after < next_offset`), every judgment up to `y` has been
+/// made — a flush now comes after it. (A flush `y` is the logged flushes'
+/// business.) `y.after >= next_offset - 1` here once kept a slice restored
+/// right after its last output from ever flushing its waiting records when
+/// no record came after (a rebalance storm's last restore).
+fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
+    !y.flush && y.after >= next_offset
+}
+
+/// Processes one slice record: takes it in, emits the judgments it
+/// releases, keeps it if it waits, then applies a logged idle flush that
+/// came right after it (replay).
+pub(super) fn handle(
+    deps: &WorkerSetup,
+    inner: &mut WorkerState,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let WorkerState { slices, judged, deciding, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        if let Some(d) = deciding.get_mut(&slice) {
+            return decide_early(deps, d, slice, msg);
+        }
+        return Ok(()); // fetched just before a revocation, or while restoring
+    };
+    // Shared mode: a slice-log record (a router's progress, a delete
+    // request) is at index 0 of its offset's virtual positions.
+    let offset = slice_position(deps, msg.offset() as u64);
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    // A logged idle flush due after the slice's last record comes before
+    // this one: a slice restored from a snapshot taken between a record and
+    // the flush after it must not wait for the worker's idle check, which a
+    // record arriving first would overtake (the flush would be skipped, and
+    // the replay would release its records at other positions).
+    apply_logged_flushes(deps, owned, judged)?;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
+    let source = framed.source;
+    // Control records (a router's progress, a delete request) are written by
+    // dedupd itself into the slice log: they have no router stamp, while
+    // every record the router copies has one — so an input record that
+    // carries such a header of its own is judged as the record it is.
+    let control = |name: &str| is_control(deps, source, &header_list, name);
+    // Inside a range of slice offsets logged as decided by
+    // `availability.policy`: records are decided, not judged (see
+    // [`super::policy::decide_logged`]).
+    owned.ranges.retain(|r| r.to >= offset);
+    if let Some(range) = range_of(&owned.ranges, offset) {
+        return decide_logged(deps, owned, judged, msg, &framed, &header_list, range, now);
+    }
+    // A router's progress record (see `crate::kafka::router`): not input, and not
+    // an arrival either — a slice that receives only these is idle, and its
+    // idle flush (up to the hold) is what releases its last records.
+    if control(headers::PROGRESS) {
+        judged.clear();
+        // Only routers write these: a malformed one is a bug or a foreign
+        // writer; it announces nothing (at the same place in a replay).
+        let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
+            log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
+            Vec::new()
+        });
+        match owned.copying.as_mut() {
+            Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
+            None => owned.state.announce(offset, &entries, judged),
+        }
+        owned.since_checkpoint += 1;
+        emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    owned.last_arrival = now;
+    // A delete request (see `crate::kafka::deletes`), applied here, in the log's
+    // order. Only the admin endpoint writes one: it has no router stamp,
+    // while every record the router copies has one — so an input record
+    // that carries a `dedupd.delete` header of its own is judged as the
+    // record it is, never taken for a request (nor dropped).
+    if control(headers::DELETE) {
+        let key = msg.key().unwrap_or_default();
+        let outcome = match owned.copying.as_mut() {
+            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
+            None => owned.state.delete(offset, key),
+        };
+        owned.since_checkpoint += 1;
+        // The admin endpoint waits for the slice-log offset it wrote.
+        crate::kafka::deletes::posted(&deps.status.deletes, slice, msg.offset() as u64, outcome);
+        judged.clear();
+        return apply_logged_flushes(deps, owned, judged);
+    }
+    // In shared mode the slice log holds only what dedupd writes there
+    // (read-order records are taken by `handle_read_order`).
+    if deps.cfg.slicing == SlicingMode::Shared {
+        log::warn!("slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped", msg.offset());
+        return Ok(());
+    }
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Shared mode: judges the input records the read-order record `msg` names,
+/// in its order, from the first the slice has not taken in yet (a slice
+/// resumes in the middle of one), reading them from the input with `input`.
+/// The worker lock is taken per record: an admin lookup waits for one
+/// record, not for a whole read-order record and its fetches.
+pub(super) fn handle_read_order(
+    deps: &WorkerSetup,
+    inner: &Mutex<WorkerState>,
+    input: &mut InputReader,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let Some(next) = inner.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
+        return Ok(()); // fetched just before a revocation
+    };
+    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
+        Ok(order) => order,
+        Err(e) => {
+            // Only routers write these: a record that cannot be read is a
+            // bug or a foreign writer, and the records it names are unknown.
+            log::error!(
+                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
+                 records it names are not judged",
+                msg.offset()
+            );
+            return Ok(());
+        }
+    };
+    order.first_position = read_order::position(msg.offset() as u64, 0);
+    let mut run_start = order.first_position;
+    for run in &order.runs {
+        let run_end = run_start + u64::from(run.count);
+        let skip = next.saturating_sub(run_start);
+        if skip < u64::from(run.count) {
+            let first = run.first + skip as i64;
+            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, |offset, record| {
+                let position = run_start + (offset - run.first) as u64;
+                let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
+                let mut guard = inner.lock().expect("worker lock");
+                handle_named(deps, &mut guard, slice, position, record, source, now)?;
+                if let Err(e) = copy_some(deps, &mut guard, COPY_STEP_BYTES) {
+                    log::warn!("snapshot failed: {e}");
+                }
+                Ok(())
+            })?;
+        }
+        run_start = run_end;
+    }
+    Ok(())
+}
+
+/// Shared mode: judges one input record a read-order record names, at
+/// virtual position `offset`; `source` is where it was read.
+fn handle_named(
+    deps: &WorkerSetup,
+    inner: &mut WorkerState,
+    slice: u32,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    source: SourceRef<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, judged, .. } = inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(()); // revoked meanwhile
+    };
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    apply_logged_flushes(deps, owned, judged)?;
+    owned.last_arrival = now;
+    let header_list: Vec<(&str, &[u8])> =
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    // The source makes a record named twice (by a router that re-read its
+    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
+    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+}
+
+/// Judges an input record at slice offset (shared mode: virtual position)
+/// `offset`: emits the judgments it releases, keeps it if it waits, then
+/// applies a logged idle flush that came right after it (replay).
+pub(super) fn judge(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    header_list: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let Unframed { source, payload, reading } = *framed;
+    let record = RecordView {
+        key: msg.key(),
+        payload: payload.unwrap_or_default(),
+        headers: header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    let slice_record = SliceRecord { offset, record, source, reading };
+    judged.clear();
+    match owned.copying.as_mut() {
+        Some(c) => {
+            c.records += 1;
+            owned.state.process_copying(&slice_record, &deps.extractor, &mut c.copy, judged)
+        }
+        None => owned.state.process(&slice_record, &deps.extractor, judged),
+    }
+    owned.since_checkpoint += 1;
+    if let Some(input) = &deps.input_counter {
+        input.inc();
+    }
+    // No judgment of its own: it waits for the watermark.
+    if !judged.iter().any(|j| j.offset == offset) {
+        owned.held.insert(offset, msg.detach());
+    }
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// Applies the logged idle flushes due after the slice's last record (a
+/// replay flushes where the original run did).
+pub(super) fn apply_logged_flushes(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+) -> Result<(), KafkaLayerError> {
+    let last = owned.state.next_offset.checked_sub(1);
+    while let Some(&after) = owned.flushes.front() {
+        if Some(after) > last {
+            break;
+        }
+        owned.flushes.pop_front();
+        if Some(after) == last {
+            flush_slice(deps, owned, judged)?;
+        }
+    }
+    Ok(())
+}
+
+/// Judges every record the slice holds for the watermark (an idle flush,
+/// already logged) and emits the judgments.
+fn flush_slice(deps: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+    judged.clear();
+    match owned.copying.as_mut() {
+        Some(c) => owned.state.flush_copying(&mut c.copy, judged),
+        None => owned.state.flush(judged),
+    }
+    let after = owned.state.next_offset.saturating_sub(1);
+    deps.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    emit(deps, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
+}
+
+/// Writes an idle flush of the slice to its flush log, waits until the
+/// broker has it, then applies it: a restart replays it at the same place.
+pub(super) fn idle_flush(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+) -> Result<(), KafkaLayerError> {
+    let slice = owned.state.slice;
+    let after = owned.state.next_offset.saturating_sub(1);
+    let payload = flush_record(after);
+    log_and_wait(deps, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
+    owned.since_checkpoint += 1;
+    flush_slice(deps, owned, judged)
+}
+
+/// Whether a slice-log record is a control record `name` (a router's
+/// progress, a delete request) rather than input: dedupd writes those
+/// without a router stamp, which every routed input record has.
+pub(super) fn is_control(
+    deps: &WorkerSetup,
+    source: Option<SourceRef<'_>>,
+    header_list: &[(&str, &[u8])],
+    name: &str,
+) -> bool {
+    deps.cfg.slicing != SlicingMode::InputPartitions && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
+}
+
+/// Whether a slice-log record is a router's read-order record (shared mode).
+pub(super) fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
+    msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
+}
+
+/// The slice offset — in shared mode the virtual position
+/// ([`read_order::position`]) — of the slice-log record at `log_offset`
+/// that is not a read-order record.
+fn slice_position(deps: &WorkerSetup, log_offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::position(log_offset, 0),
+        _ => log_offset,
+    }
+}
+
+/// Where in the slice log a slice at slice offset `offset` goes on from
+/// (the inverse of [`slice_position`]; in shared mode the read-order record
+/// that names `offset`, whose records before it are passed over).
+pub(super) fn log_position(deps: &WorkerSetup, offset: u64) -> u64 {
+    match deps.cfg.slicing {
+        SlicingMode::Shared => read_order::log_offset(offset),
+        _ => offset,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_idle_flush_waits_only_for_arrivals_a_replay_has_still_to_judge() {
+        let at = |after, flush| ReleasePos { after, flush, rank: 0 };
+        // Restored at offset 1879 (records 0..=1878 taken in), last output
+        // released by the arrival of 1878: nothing left to replay.
+        assert!(!arrivals_to_replay(at(1878, false), 1879));
+        assert!(!arrivals_to_replay(at(1500, false), 1879));
+        // The last output came from records not read again yet.
+        assert!(arrivals_to_replay(at(1879, false), 1879));
+        assert!(arrivals_to_replay(at(2000, false), 1879));
+        // A flush is replayed from the flush log, not by arrivals.
+        assert!(!arrivals_to_replay(at(2000, true), 1879));
+    }
+}

@@ -1,0 +1,286 @@
+//! The checkpoint writer: a snapshot of a slice is copied while the slice
+//! goes on (a step after each record, more when the worker is idle), then
+//! written by the writer thread once the outputs before it are acknowledged
+//! (see the module documentation of [`super`]).
+
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::Producer;
+
+use super::context::{OwnedSlice, WorkerSetup, WorkerState};
+use crate::engine::{SliceCopy, SliceImage};
+use crate::kafka::KafkaLayerError;
+use crate::kafka::checkpoint::Manifest;
+use crate::kafka::producer::{SentMark, wait_acked};
+
+/// How long a write (a snapshot, a flush-log record) waits for the broker
+/// to acknowledge what was sent before it, at a time.
+pub(super) const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// A snapshot that stops its slice's worker longer than this is logged as a warning.
+const STALL_WARNING: Duration = Duration::from_millis(100);
+
+/// A snapshot being copied (see the module documentation).
+pub(super) struct Copying {
+    pub(super) copy: SliceCopy,
+    /// What had been sent to the slice's output partitions when it was taken.
+    pub(super) mark: SentMark,
+    pub(super) previous: Option<Manifest>,
+    /// When the snapshot was taken.
+    pub(super) taken: Instant,
+    /// The longest the copy has stopped the worker at once.
+    pub(super) longest_pause: Duration,
+    /// Records judged while it was copied.
+    pub(super) records: u64,
+}
+
+/// Bytes of cells copied after each record while a snapshot is copied:
+/// a pause of tens of µs per record; ~500 records copy 123 MiB.
+pub(super) const COPY_STEP_BYTES: usize = 256 << 10;
+/// Bytes of cells copied per turn of the worker loop that found no record
+/// (a few ms, faulting in the pages of a new buffer included).
+pub(super) const IDLE_COPY_BYTES: usize = 4 << 20;
+
+/// A snapshot for the checkpoint writer.
+pub(super) struct Job {
+    pub(super) slice: u32,
+    /// The slice offset it was taken at.
+    pub(super) offset: u64,
+    pub(super) image: SliceImage,
+    /// What had been sent to the slice's output partitions when it was taken.
+    pub(super) mark: SentMark,
+    pub(super) previous: Option<Manifest>,
+    /// When the snapshot was taken.
+    pub(super) taken: Instant,
+}
+
+/// What became of a [`Job`].
+pub(super) struct Written {
+    pub(super) slice: u32,
+    pub(super) result: Result<(Manifest, usize), KafkaLayerError>,
+    /// The buffer, back for the next snapshot.
+    pub(super) buffer: Vec<u8>,
+    /// From taken to written.
+    pub(super) took: Duration,
+}
+
+/// The worker's side of the checkpoint writer thread.
+pub(super) struct Writer {
+    pub(super) jobs: Option<mpsc::Sender<Job>>,
+    pub(super) written: mpsc::Receiver<Written>,
+    /// Jobs sent and not yet answered.
+    pub(super) outstanding: usize,
+    pub(super) thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Writer {
+    pub(super) fn start(deps: Arc<WorkerSetup>) -> Writer {
+        let (jobs, job_rx) = mpsc::channel::<Job>();
+        let (done, written) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("dedupd-checkpoints".into())
+            .spawn(move || {
+                for job in job_rx {
+                    let Job { slice, offset, mut image, mark, previous, taken } = job;
+                    let result = write_snapshot(&deps, slice, offset, image.seal(), &mark, previous.as_ref());
+                    let took = taken.elapsed();
+                    if done.send(Written { slice, result, buffer: image.into_buffer(), took }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("starting the checkpoint writer thread");
+        Writer { jobs: Some(jobs), written, outstanding: 0, thread: Some(thread) }
+    }
+
+    /// Stops the thread after the jobs already sent.
+    pub(super) fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The checkpoint writer's work: waits until the slice's outputs up to the
+/// snapshot are acknowledged, then writes the snapshot.
+fn write_snapshot(
+    deps: &WorkerSetup,
+    slice: u32,
+    offset: u64,
+    bytes: &[u8],
+    mark: &SentMark,
+    previous: Option<&Manifest>,
+) -> Result<(Manifest, usize), KafkaLayerError> {
+    wait_acked(&deps.producer, mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
+        slice,
+        detail: format!("outputs before the snapshot: {detail}"),
+    })?;
+    let fingerprint = crate::kafka::restore::fingerprint(&deps.params, deps.cfg.counting.as_ref());
+    let manifest = deps.store.write(slice, offset, bytes, &fingerprint, previous)?;
+    Ok((manifest, bytes.len()))
+}
+
+/// Takes a snapshot of the slice: begins a copy of its state (everything
+/// but the filter's cells now; the cells while the slice goes on).
+pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, owned: &mut OwnedSlice) {
+    let taken = Instant::now();
+    let slice = owned.state.slice;
+    let copy = owned.state.begin_copy(buffer.take().unwrap_or_default());
+    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    log::debug!(
+        "slice {slice}: snapshot at offset {} taken, {} bytes of cells to copy",
+        copy.offset(),
+        copy.bytes_left()
+    );
+    owned.copying = Some(Copying {
+        copy,
+        mark,
+        previous: owned.manifest.clone(),
+        taken,
+        longest_pause: taken.elapsed(),
+        records: 0,
+    });
+    owned.writing = true;
+    owned.since_checkpoint = 0;
+}
+
+/// Copies up to `budget` more bytes of the snapshot being copied, if any,
+/// and hands it to the writer once complete.
+pub(super) fn copy_some(deps: &WorkerSetup, inner: &mut WorkerState, budget: usize) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, writer, .. } = inner;
+    let Some(owned) = slices.values_mut().find(|o| o.copying.is_some()) else {
+        return Ok(());
+    };
+    let c = owned.copying.as_mut().expect("found copying");
+    let started = Instant::now();
+    let complete = c.copy.advance(&owned.state, budget);
+    c.longest_pause = c.longest_pause.max(started.elapsed());
+    if complete { hand_over(deps, writer, owned, false) } else { Ok(()) }
+}
+
+/// Finishes the slice's snapshot copy (whatever is left, at once) and hands
+/// it to the checkpoint writer. `releasing`: the slice is being released or
+/// the process is stopping, so the copy could not wait (logged as such).
+fn hand_over(
+    deps: &WorkerSetup,
+    writer: &mut Writer,
+    owned: &mut OwnedSlice,
+    releasing: bool,
+) -> Result<(), KafkaLayerError> {
+    let Some(Copying { copy, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
+        return Ok(());
+    };
+    let slice = owned.state.slice;
+    let (started, offset) = (Instant::now(), copy.offset());
+    let image = copy.finish(&owned.state);
+    let longest_pause = longest_pause.max(started.elapsed());
+    let jobs = writer
+        .jobs
+        .as_ref()
+        .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
+    jobs.send(Job { slice, offset, image, mark, previous, taken })
+        .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
+    writer.outstanding += 1;
+    let line = format!(
+        "slice {slice}: snapshot at offset {offset} copied{} in {:.1} ms alongside {records} records, longest_pause_ms={:.2}",
+        if releasing { " at release" } else { "" },
+        taken.elapsed().as_secs_f64() * 1000.0,
+        longest_pause.as_secs_f64() * 1000.0
+    );
+    if longest_pause > STALL_WARNING && !releasing {
+        log::warn!("{line}");
+    } else {
+        log::debug!("{line}");
+    }
+    deps.metrics.checkpoint_stall.observe(longest_pause.as_secs_f64());
+    Ok(())
+}
+
+/// Takes in a written snapshot; returns its error, if any.
+fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
+    inner.writer.outstanding -= 1;
+    inner.buffer = Some(written.buffer);
+    let slice = written.slice;
+    let label = slice.to_string();
+    let owned = inner.slices.get_mut(&slice);
+    match written.result {
+        Ok((manifest, bytes)) => {
+            log::debug!(
+                "slice {slice}: snapshot at offset {} written, bytes={bytes} write_ms={:.0}",
+                manifest.offset,
+                written.took.as_secs_f64() * 1000.0
+            );
+            deps.metrics.checkpoints.with_label_values(&[&label]).inc();
+            deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
+            deps.metrics.checkpoint_duration.observe(written.took.as_secs_f64());
+            if let Some(owned) = owned {
+                owned.writing = false;
+                owned.manifest = Some(manifest);
+                owned.last_checkpoint = Instant::now();
+            }
+            None
+        }
+        Err(e) => {
+            deps.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+            if let Some(owned) = owned {
+                owned.writing = false;
+                // Due again: the records it covered are not in any snapshot.
+                owned.since_checkpoint += 1;
+            }
+            Some(e)
+        }
+    }
+}
+
+/// Takes in every snapshot written so far, without waiting.
+pub(super) fn apply_written(deps: &WorkerSetup, inner: &mut WorkerState) {
+    while let Ok(w) = inner.writer.written.try_recv() {
+        let slice = w.slice;
+        if let Some(e) = apply(deps, inner, w) {
+            log::warn!("slice {slice}: snapshot failed: {e}");
+        }
+    }
+}
+
+/// Waits until no snapshot of `slice` is being written; returns the error
+/// of the one it waited for, if it failed.
+pub(super) fn wait_written(deps: &WorkerSetup, inner: &mut WorkerState, slice: u32) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, writer, .. } = &mut *inner;
+    if let Some(owned) = slices.get_mut(&slice) {
+        hand_over(deps, writer, owned, true)?;
+    }
+    let mut failure = Ok(());
+    while inner.slices.get(&slice).is_some_and(|o| o.writing) {
+        let w = inner.writer.written.recv_timeout(FLUSH_TIMEOUT * 2).map_err(|_| KafkaLayerError::Checkpoint {
+            slice,
+            detail: "the checkpoint writer did not answer".into(),
+        })?;
+        let of = w.slice;
+        if let Some(e) = apply(deps, inner, w) {
+            if of == slice {
+                failure = Err(e);
+            } else {
+                log::warn!("slice {of}: snapshot failed: {e}");
+            }
+        }
+    }
+    failure
+}
+
+/// Snapshots `slice` and waits until the snapshot is written (on release and
+/// shutdown). A slice snapshotted since its last record needs no new one.
+pub(super) fn checkpoint_now(deps: &WorkerSetup, inner: &mut WorkerState, slice: u32) -> Result<(), KafkaLayerError> {
+    // A failed write in flight leaves the slice due: it is retried here.
+    let _ = wait_written(deps, inner, slice);
+    let WorkerState { slices, buffer, .. } = &mut *inner;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(());
+    };
+    if owned.since_checkpoint == 0 && owned.manifest.is_some() {
+        return Ok(());
+    }
+    // Copied at once by `wait_written`: the slice is being released.
+    begin_snapshot(deps, buffer, owned);
+    wait_written(deps, inner, slice)
+}
