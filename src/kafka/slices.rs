@@ -652,6 +652,7 @@ fn restorer(deps: &Deps) -> Restorer<'_> {
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
+        bounds_ignored: &deps.metrics.restore_bounds_ignored,
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
         flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
@@ -1819,10 +1820,10 @@ fn emit_one<M: Message>(
                 partition: msg.partition(),
                 offset: msg.offset(),
             });
-            extra.push((
-                headers::SOURCE,
-                SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset),
-            ));
+            // No stamp for a topic name longer than Kafka allows (never panics).
+            if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
+                extra.push((headers::SOURCE, stamp));
+            }
             send(deps, &out.dead_letter_topic, slice, msg, payload, &extra)
         }
     }
