@@ -28,6 +28,16 @@ pub enum ConfigError {
     Load(String),
 }
 
+/// The rule for a header read from input records (`header:NAME`).
+const RESERVED_HEADER_RULE: &str =
+    "a header whose name does not start with \"dedupd.\" (dedupd removes those from input records)";
+
+/// The longest topic name Kafka allows, in bytes.
+const MAX_TOPIC_BYTES: usize = crate::engine::slice::MAX_TOPIC_BYTES;
+
+/// The default checkpoint topic is `<app.id>` and this.
+const CHECKPOINT_SUFFIX: &str = ".checkpoints";
+
 fn invalid(setting: &str, value: impl fmt::Display, rule: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { setting: setting.to_string(), value: value.to_string(), rule: rule.into() }
 }
@@ -312,6 +322,11 @@ impl ProvenanceSettings {
             return Ok(None);
         }
         let source = self.source.parse().map_err(|e| invalid("provenance.source", &self.source, e))?;
+        if let crate::engine::provenance::SourceSpec::Header(name) = &source
+            && crate::kafka::headers::is_reserved(name)
+        {
+            return Err(invalid("provenance.source", &self.source, RESERVED_HEADER_RULE));
+        }
         let index = match self.index.as_str() {
             "auto" => IndexChoice::Auto,
             "flat" => IndexChoice::Flat,
@@ -958,7 +973,7 @@ duplicates_topic = ""
 dead_letter_topic = "clicks.dead-letter"
 late_topic = ""
 [checkpoint]
-topic = "dedupd.checkpoints"
+topic = ""
 interval = "30s"
 interval_records = 1000000
 chunk_bytes = 524288
@@ -1123,6 +1138,13 @@ impl FilterSettings {
 }
 
 impl Settings {
+    /// `checkpoint.topic` when it is empty: `<app.id>.checkpoints`. Snapshots
+    /// belong to one application (their manifests name it, and restore
+    /// refuses another's), so the default never shares a topic between two.
+    pub fn default_checkpoint_topic(&self) -> String {
+        format!("{}{CHECKPOINT_SUFFIX}", self.app.id)
+    }
+
     /// Loads defaults < `file` (if given) < the environment, then validates.
     pub fn load(file: Option<&Path>) -> Result<Resolved, ConfigError> {
         Self::load_from(file, std::env::vars())
@@ -1178,7 +1200,11 @@ impl Settings {
     }
 
     /// Checks every rule and derives the typed settings.
-    pub fn validate(self) -> Result<Resolved, ConfigError> {
+    pub fn validate(mut self) -> Result<Resolved, ConfigError> {
+        // The checkpoint topic belongs to one application: by default its own.
+        if self.checkpoint.topic.is_empty() {
+            self.checkpoint.topic = self.default_checkpoint_topic();
+        }
         let s = &self;
         let topic_name = |setting: &str, name: &str, optional: bool| -> Result<(), ConfigError> {
             if name.is_empty() && optional {
@@ -1216,8 +1242,24 @@ impl Settings {
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
         topic_name("output.late_topic", &s.output.late_topic, true)?;
         topic_name("flag.topic", &s.flag.topic, true)?;
+        if s.checkpoint.topic == s.default_checkpoint_topic() && s.checkpoint.topic.len() > MAX_TOPIC_BYTES {
+            return Err(invalid(
+                "app.id",
+                format!("{:?}", s.app.id),
+                format!(
+                    "at most {} characters while checkpoint.topic is empty (its default, \"<app.id>.checkpoints\", \
+                     is a Kafka topic name of at most {MAX_TOPIC_BYTES})",
+                    MAX_TOPIC_BYTES - CHECKPOINT_SUFFIX.len()
+                ),
+            ));
+        }
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
+        if let KeySpec::Header(name) = &key
+            && crate::kafka::headers::is_reserved(name)
+        {
+            return Err(invalid("input.key", &s.input.key, RESERVED_HEADER_RULE));
+        }
         let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
         if time == TimeSpec::Arrival {
             return Err(invalid(
@@ -1710,6 +1752,33 @@ mod tests {
         assert_eq!(r.slicing, SlicingMode::Repartition);
         assert_eq!(r.slice_topic(), "dedupd.slices");
         assert_eq!(s.checkpoint.interval, 30_000);
+    }
+
+    /// Two applications left on the default checkpoint settings do not
+    /// share a checkpoint topic.
+    #[test]
+    fn the_checkpoint_topic_defaults_to_the_applications_own() {
+        assert_eq!(load(&[]).unwrap().settings.checkpoint.topic, "dedupd.checkpoints");
+        let other = load(&[("DEDUPD__APP__ID", "fraud-b")]).unwrap();
+        assert_eq!(other.settings.checkpoint.topic, "fraud-b.checkpoints");
+        let explicit = load(&[("DEDUPD__APP__ID", "fraud-b"), ("DEDUPD__CHECKPOINT__TOPIC", "shared.cp")]).unwrap();
+        assert_eq!(explicit.settings.checkpoint.topic, "shared.cp");
+        // The default is a topic name too: an app id too long for it is refused by name.
+        let e = rejected(&[("DEDUPD__APP__ID", &"a".repeat(238))]);
+        assert!(e.contains("app.id") && e.contains("at most 237") && e.contains("checkpoint.topic"), "{e}");
+        assert!(load(&[("DEDUPD__APP__ID", &"a".repeat(237))]).is_ok());
+        assert!(load(&[("DEDUPD__APP__ID", &"a".repeat(238)), ("DEDUPD__CHECKPOINT__TOPIC", "x")]).is_ok());
+    }
+
+    /// dedupd removes `dedupd.*` headers from input records, so none can be
+    /// where the key or the source is read.
+    #[test]
+    fn reserved_headers_are_not_read_from_input() {
+        let e = rejected(&[("DEDUPD__INPUT__KEY", "header:dedupd.policy")]);
+        assert!(e.contains("input.key") && e.contains("\"dedupd.\""), "{e}");
+        assert_eq!(load(&[("DEDUPD__INPUT__KEY", "header:click")]).unwrap().key, KeySpec::Header("click".into()));
+        let e = rejected(&[("DEDUPD__PROVENANCE__SOURCE", "header:dedupd.source")]);
+        assert!(e.contains("provenance.source") && e.contains("\"dedupd.\""), "{e}");
     }
 
     #[test]

@@ -45,6 +45,9 @@ pub struct Metrics {
     pub restores: IntCounterVec,
     /// Snapshots restore refused, by `kafka::checkpoint::Rejection`.
     pub checkpoint_rejected: IntCounterVec,
+    /// Policy bounds restore read from an output's last record and ignored
+    /// (not written by dedupd: `kafka::restore`).
+    pub restore_bounds_ignored: IntCounter,
     pub restore_duration: Histogram,
     pub replayed: IntCounterVec,
     pub late_records: IntCounterVec,
@@ -239,6 +242,14 @@ impl Metrics {
                 "dedupd_checkpoint_rejected_total",
                 "Snapshots a restore refused, by what was wrong with them.",
                 &["reason"],
+            ),
+            restore_bounds_ignored: b.register(
+                IntCounter::new(
+                    "dedupd_restore_bounds_ignored_total",
+                    "Availability-policy headers a restore found on an output's last record that dedupd did not \
+                     write (beyond the slice log's end, or malformed), ignored.",
+                )
+                .expect("valid metric"),
             ),
             restore_duration: b.histogram(
                 "dedupd_restore_duration_seconds",

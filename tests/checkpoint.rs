@@ -102,6 +102,7 @@ fn old_manifest(slice: u32, seq: u64, b: &[u8]) -> Manifest {
         written_at_ms: 1,
         params: PARAMS.into(),
         first_chunk_offset: None,
+        app: None,
     }
 }
 

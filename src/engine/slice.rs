@@ -39,32 +39,41 @@ pub struct SourceRef<'a> {
 
 impl<'a> SourceRef<'a> {
     /// Parses the router's `topic/partition/offset` stamp (topic names cannot
-    /// contain `/`).
+    /// contain `/`). A topic name longer than Kafka allows
+    /// ([`MAX_TOPIC_BYTES`]) is no stamp the router wrote (a forged or
+    /// damaged frame): refused, so every source parsed here can be stamped
+    /// again ([`SourceRef::stamp`]).
     pub fn parse(stamp: &'a [u8]) -> Option<Self> {
         let text = std::str::from_utf8(stamp).ok()?;
         let mut parts = text.rsplitn(3, '/');
         let offset = parts.next()?.parse().ok()?;
         let partition = parts.next()?.parse().ok()?;
         let topic = parts.next()?;
-        (!topic.is_empty()).then_some(SourceRef { topic, partition, offset })
+        (!topic.is_empty() && topic.len() <= MAX_TOPIC_BYTES).then_some(SourceRef { topic, partition, offset })
     }
 
     /// Writes the stamp `topic/partition/offset` into `buf` (no allocation
-    /// and no `core::fmt` per record; a topic name is at most 249 bytes, so
-    /// the stamp always fits).
-    ///
-    /// # Panics
-    /// If it does not (a topic name longer than Kafka allows).
-    pub fn stamp<'b>(buf: &'b mut [u8; STAMP_BYTES], topic: &str, partition: i32, offset: i64) -> &'b [u8] {
+    /// and no `core::fmt` per record) and returns it; `None`, and nothing
+    /// written, when `topic` is longer than Kafka allows
+    /// ([`MAX_TOPIC_BYTES`]): such a name can only come from a forged or
+    /// damaged record, and never makes this panic.
+    pub fn stamp<'b>(buf: &'b mut [u8; STAMP_BYTES], topic: &str, partition: i32, offset: i64) -> Option<&'b [u8]> {
+        if topic.len() > MAX_TOPIC_BYTES {
+            return None;
+        }
         let (mut p, mut o) = (itoa::Buffer::new(), itoa::Buffer::new());
         let mut len = 0;
         for part in [topic.as_bytes(), b"/", p.format(partition).as_bytes(), b"/", o.format(offset).as_bytes()] {
-            buf[len..len + part.len()].copy_from_slice(part);
+            // Always room (see `STAMP_BYTES`); checked all the same.
+            buf.get_mut(len..len + part.len())?.copy_from_slice(part);
             len += part.len();
         }
-        &buf[..len]
+        Some(&buf[..len])
     }
 }
+
+/// The longest topic name Kafka allows, in bytes.
+pub const MAX_TOPIC_BYTES: usize = 249;
 
 /// The first bytes of a slice-log record's value as the router writes it:
 /// the stamp travels in front of the payload, not in a header. A header
@@ -119,6 +128,10 @@ impl Reading {
 /// `reading`, else [`FRAME_MAGIC`]; their `_NULL` forms for a null
 /// payload), the stamp's length (u16, big endian), the stamp
 /// `topic/partition/offset`, the reading if any, then `payload`. Reuses `buf`.
+///
+/// `None` (and `buf` left empty) when `topic` is longer than Kafka allows
+/// ([`SourceRef::stamp`]).
+#[must_use]
 pub fn frame_into(
     buf: &mut Vec<u8>,
     topic: &str,
@@ -126,10 +139,10 @@ pub fn frame_into(
     offset: i64,
     reading: Option<&Reading>,
     payload: Option<&[u8]>,
-) {
+) -> Option<()> {
     let mut stamp = [0u8; STAMP_BYTES];
-    let stamp = SourceRef::stamp(&mut stamp, topic, partition, offset);
     buf.clear();
+    let stamp = SourceRef::stamp(&mut stamp, topic, partition, offset)?;
     buf.extend_from_slice(match (reading.is_some(), payload.is_some()) {
         (true, true) => &FRAME_MAGIC_READ,
         (true, false) => &FRAME_MAGIC_READ_NULL,
@@ -142,6 +155,7 @@ pub fn frame_into(
         r.put(buf);
     }
     buf.extend_from_slice(payload.unwrap_or_default());
+    Some(())
 }
 
 /// A repartition-mode slice-log record's parts (see [`unframe`]).
@@ -197,8 +211,8 @@ pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> Unframed
     }
 }
 
-/// Room for any stamp: a topic name of at most 249 bytes, two `/`, an `i32`
-/// and an `i64` in decimal.
+/// Room for any stamp: a topic name of at most [`MAX_TOPIC_BYTES`], two
+/// `/`, an `i32` and an `i64` in decimal.
 pub const STAMP_BYTES: usize = 320;
 
 /// Formats `args` into `buf` and returns the bytes written, without
@@ -1344,19 +1358,19 @@ mod tests {
     #[test]
     fn a_framed_value_gives_back_its_stamp_and_payload() {
         let mut buf = Vec::new();
-        frame_into(&mut buf, "clicks", 2, 41, None, Some(br#"{"id":"a"}"#));
+        frame_into(&mut buf, "clicks", 2, 41, None, Some(br#"{"id":"a"}"#)).unwrap();
         let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
         assert_eq!(bare(unframe(None, &buf)), (Some(want), Some(&br#"{"id":"a"}"#[..])));
         // A null value (a tombstone) stays null, an empty one empty.
         let mut null = Vec::new();
-        frame_into(&mut null, "clicks", 2, 41, None, None);
+        frame_into(&mut null, "clicks", 2, 41, None, None).unwrap();
         assert_eq!(bare(unframe(None, &null)), (Some(want), None));
-        frame_into(&mut null, "clicks", 2, 41, None, Some(b""));
+        frame_into(&mut null, "clicks", 2, 41, None, Some(b"")).unwrap();
         assert_eq!(bare(unframe(None, &null)), (Some(want), Some(&b""[..])));
         // A payload that itself starts like a frame is framed again, and
         // unframed once.
         let inner = buf.clone();
-        frame_into(&mut buf, "t", 0, 1, None, Some(&inner));
+        frame_into(&mut buf, "t", 0, 1, None, Some(&inner)).unwrap();
         assert_eq!(unframe(None, &buf).payload, Some(&inner[..]));
         // An earlier release's record: the header's stamp, the value as is.
         assert_eq!(bare(unframe(Some(b"clicks/2/41"), b"\0dS1xx")), (Some(want), Some(&b"\0dS1xx"[..])));
@@ -1374,7 +1388,7 @@ mod tests {
         let want = SourceRef { topic: "clicks", partition: 2, offset: 41 };
         let mut buf = Vec::new();
         for payload in [Some(&br#"{"id":"a"}"#[..]), Some(b""), None] {
-            frame_into(&mut buf, "clicks", 2, 41, Some(&reading), payload);
+            frame_into(&mut buf, "clicks", 2, 41, Some(&reading), payload).unwrap();
             assert_eq!(unframe(None, &buf), Unframed { source: Some(want), payload, reading: Some(reading) });
             // Cut anywhere inside the reading: not a frame.
             let cut = 4 + 2 + "clicks/2/41".len() + 31;
@@ -1768,16 +1782,44 @@ mod tests {
     #[test]
     fn source_stamps() {
         let mut buf = [0u8; STAMP_BYTES];
-        let stamp = SourceRef::stamp(&mut buf, "clicks.v2", 7, 12345);
+        let stamp = SourceRef::stamp(&mut buf, "clicks.v2", 7, 12345).unwrap();
         assert_eq!(SourceRef::parse(stamp), Some(SourceRef { topic: "clicks.v2", partition: 7, offset: 12345 }));
         // The longest stamp fits.
         let topic = "t".repeat(249);
-        let stamp = SourceRef::stamp(&mut buf, &topic, i32::MIN, i64::MIN).to_vec();
+        let stamp = SourceRef::stamp(&mut buf, &topic, i32::MIN, i64::MIN).unwrap().to_vec();
         assert_eq!(stamp, format!("{topic}/{}/{}", i32::MIN, i64::MIN).as_bytes());
+        assert_eq!(SourceRef::parse(&stamp).map(|s| s.topic), Some(&topic[..]));
         let mut digits = [0u8; 20];
         assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
+    }
+
+    /// A topic name longer than Kafka allows (only a forged or damaged record
+    /// carries one) is refused, never a panic: no stamp is written, none is
+    /// parsed, and a frame naming one is no frame.
+    #[test]
+    fn a_topic_name_longer_than_kafka_allows_is_refused_not_a_panic() {
+        let mut buf = [0u8; STAMP_BYTES];
+        for len in [250, 300, 320, 1000, 65_535] {
+            let topic = "t".repeat(len);
+            assert_eq!(SourceRef::stamp(&mut buf, &topic, i32::MAX, i64::MAX), None, "{len}");
+            assert_eq!(SourceRef::stamp(&mut buf, &topic, 0, 0), None, "{len}");
+            let stamp = format!("{topic}/1/2");
+            assert_eq!(SourceRef::parse(stamp.as_bytes()), None, "{len}");
+            // A forged slice-log frame with that stamp, as only a writer
+            // other than the router could put into the slice log.
+            let mut forged = FRAME_MAGIC.to_vec();
+            forged.extend_from_slice(&(stamp.len() as u16).to_be_bytes());
+            forged.extend_from_slice(stamp.as_bytes());
+            forged.extend_from_slice(b"not json");
+            assert_eq!(bare(unframe(None, &forged)), (None, Some(&forged[..])), "{len}");
+            // The same stamp in an earlier release's header.
+            assert_eq!(unframe(Some(stamp.as_bytes()), b"{}").source, None, "{len}");
+            let mut frame = vec![1, 2, 3];
+            assert_eq!(frame_into(&mut frame, &topic, 0, 0, None, Some(b"{}")), None, "{len}");
+            assert!(frame.is_empty());
+        }
     }
 
     /// A slice log of two input partitions (`in/0`, `in/1`): records

@@ -70,6 +70,11 @@ pub struct Manifest {
     /// checks it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_chunk_offset: Option<u64>,
+    /// The `app.id` of the application that wrote the snapshot: restore
+    /// refuses another application's ([`CheckpointStore::check_owner`]).
+    /// Manifests written before this field existed lack it, and are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<String>,
 }
 
 /// Why a stored snapshot could not be read back.
@@ -101,10 +106,13 @@ pub enum Rejection {
     Malformed,
     /// A record the snapshot held for the watermark can no longer be read from the slice log.
     HeldRecord,
+    /// Written by another application (its manifest names another `app.id`):
+    /// never restored, whatever `checkpoint.on_corrupt` says.
+    Application,
 }
 
 impl Rejection {
-    pub const ALL: [Rejection; 7] = [
+    pub const ALL: [Rejection; 8] = [
         Rejection::Manifest,
         Rejection::MissingChunk,
         Rejection::Checksum,
@@ -112,6 +120,7 @@ impl Rejection {
         Rejection::Parameters,
         Rejection::Malformed,
         Rejection::HeldRecord,
+        Rejection::Application,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -123,6 +132,7 @@ impl Rejection {
             Rejection::Parameters => "parameters",
             Rejection::Malformed => "malformed",
             Rejection::HeldRecord => "held_record",
+            Rejection::Application => "application",
         }
     }
 }
@@ -275,6 +285,8 @@ struct NewestManifest {
 /// Reads and writes slice snapshots.
 pub struct CheckpointStore {
     topic: String,
+    /// `app.id`: named in every manifest written, checked in every one read.
+    app: String,
     chunk_bytes: usize,
     /// Replaced after a failed write (see [`CheckpointStore::write`]); a
     /// write in progress keeps the one it started with.
@@ -290,6 +302,7 @@ impl CheckpointStore {
         pc.set("message.max.bytes", (cfg.settings.checkpoint.chunk_bytes + 64 * 1024).to_string());
         Ok(CheckpointStore {
             topic: cfg.settings.checkpoint.topic.clone(),
+            app: id.clone(),
             chunk_bytes: cfg.settings.checkpoint.chunk_bytes,
             producer: Mutex::new(Arc::new(create_producer(&pc)?)),
             producer_config: pc,
@@ -402,6 +415,7 @@ impl CheckpointStore {
                 .map_or(0, |d| d.as_millis() as u64),
             params: params.to_string(),
             first_chunk_offset: delivered.first_offset(),
+            app: Some(self.app.clone()),
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");
@@ -430,6 +444,17 @@ impl CheckpointStore {
             }
         }
         Ok(manifest)
+    }
+
+    /// Whether the snapshot of `manifest` is this application's: refused,
+    /// with an error naming both applications and the way out, when its
+    /// manifest names another `app.id` (two applications writing one
+    /// checkpoint topic would restore each other's state, and compaction
+    /// would keep only one of their manifests per slice). A manifest that
+    /// names none, written by a release before manifests named their
+    /// application, is taken with a warning: an upgrade keeps its state.
+    pub fn check_owner(&self, manifest: &Manifest) -> Result<(), KafkaLayerError> {
+        owner_check(&self.topic, &self.app, manifest)
     }
 
     /// The newest complete snapshot of `slice`: its manifest and bytes.
@@ -464,10 +489,15 @@ impl CheckpointStore {
     /// The manifest of the newest snapshot of `slice` from the tail of its
     /// partition, without its chunks (the same search as
     /// [`Self::read_latest`]); `None` when the tail has no readable one.
+    /// Another application's manifest is an error ([`Self::check_owner`]).
     pub fn latest_manifest(&self, slice: u32) -> Result<Option<Manifest>, KafkaLayerError> {
         let reader = self.reader.lock().expect("reader lock");
         let found = self.find_newest_manifest(&reader, slice, |_, _, _, _| {})?;
-        Ok(found.and_then(|f| f.body).and_then(|b| serde_json::from_slice::<Manifest>(&b).ok()))
+        let manifest = found.and_then(|f| f.body).and_then(|b| serde_json::from_slice::<Manifest>(&b).ok());
+        if let Some(m) = &manifest {
+            self.check_owner(m)?;
+        }
+        Ok(manifest)
     }
 
     /// Searches `slice`'s partition backwards for its newest manifest record;
@@ -680,6 +710,30 @@ impl CheckpointStore {
     }
 }
 
+/// [`CheckpointStore::check_owner`] for application `app` reading `topic`.
+fn owner_check(topic: &str, app: &str, manifest: &Manifest) -> Result<(), KafkaLayerError> {
+    match manifest.app.as_deref() {
+        Some(owner) if owner == app => Ok(()),
+        Some(owner) => Err(KafkaLayerError::Checkpoint {
+            slice: manifest.slice,
+            detail: format!(
+                "the newest snapshot in {topic} (snapshot {} at slice offset {}) belongs to application {owner:?}, \
+                 not to this one, {app:?}: two applications share the checkpoint topic. Give each its own: set \
+                 checkpoint.topic (empty, the default, is \"<app.id>.checkpoints\")",
+                manifest.seq, manifest.offset
+            ),
+        }),
+        None => {
+            log::warn!(
+                "slice {}: the snapshot's manifest in {topic} names no application (written by an earlier \
+                 release); taken as {app:?}'s. Its next snapshot names it",
+                manifest.slice
+            );
+            Ok(())
+        }
+    }
+}
+
 /// What the tail of a checkpoint partition gave.
 enum Tail {
     Found(Manifest, Vec<u8>),
@@ -834,7 +888,29 @@ mod tests {
             written_at_ms: 1,
             params: "p".into(),
             first_chunk_offset,
+            app: None,
         }
+    }
+
+    /// A snapshot of another application is refused with an error naming
+    /// both and what to set; one that names none (an earlier release's) is
+    /// taken; the application is written into every new manifest.
+    #[test]
+    fn a_manifest_of_another_application_is_refused() {
+        let mut m = manifest(Some(41));
+        m.app = Some("fraud-a".into());
+        let e = owner_check("shared.checkpoints", "fraud-b", &m).unwrap_err().to_string();
+        assert!(e.contains("slice 3") && e.contains("shared.checkpoints"), "{e}");
+        assert!(e.contains("\"fraud-a\"") && e.contains("\"fraud-b\""), "{e}");
+        assert!(e.contains("set checkpoint.topic"), "{e}");
+        assert!(owner_check("shared.checkpoints", "fraud-a", &m).is_ok());
+        m.app = None;
+        assert!(owner_check("shared.checkpoints", "fraud-b", &m).is_ok());
+        let mut named = manifest(Some(41));
+        named.app = Some("fraud-a".into());
+        let text = serde_json::to_string(&named).unwrap();
+        assert!(text.ends_with(r#","first_chunk_offset":41,"app":"fraud-a"}"#), "{text}");
+        assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), named);
     }
 
     #[test]

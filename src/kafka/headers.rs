@@ -1,4 +1,18 @@
 //! Header names dedupd writes. They are part of the output contract.
+//!
+//! Every name starts with [`PREFIX`], and a header of that prefix on an
+//! input record is removed where the record enters (the router's copy into
+//! the slice log, and every copy to an output, [`super::producer::produce_with`]):
+//! what dedupd reads back from its own topics at restore steers the
+//! protocol, so nothing a producer of the input writes may look like it.
+
+/// The prefix of every header dedupd writes, reserved to it.
+pub const PREFIX: &str = "dedupd.";
+
+/// Whether `name` is reserved to dedupd ([`PREFIX`]).
+pub fn is_reserved(name: &str) -> bool {
+    name.starts_with(PREFIX)
+}
 
 /// On output (and duplicates) records: the slice-log offset of the source
 /// record, decimal. Restore reads it from the last output record.

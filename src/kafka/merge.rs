@@ -62,6 +62,7 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
             Err(ReadError::Kafka(e)) => return Err(e),
             Err(ReadError::Corrupt(_, why)) => return Err(fail(format!("slice {slice}: {why}"))),
         };
+        store.check_owner(&manifest)?;
         if manifest.params != old_params.fingerprint() {
             return Err(fail(format!(
                 "slice {slice}'s snapshot was taken with {} but the settings for {from} slices give {}",

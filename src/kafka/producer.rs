@@ -23,7 +23,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::{Context, KafkaLayerError, clients};
+use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
 /// Records delivery failures (the worker loop turns the first into a stop)
@@ -205,6 +205,13 @@ pub fn produce_copy<M: Message>(
 /// [`produce_copy`] with another payload, and without the headers named in
 /// `skip`. A record that ends up with no header is sent without a header
 /// list (librdkafka allocates one per record otherwise).
+///
+/// Headers named `dedupd.*` ([`headers::PREFIX`]) are never copied from
+/// `msg`: only those in `extra`, which dedupd writes itself, are sent. `msg`
+/// is an input record (or the router's copy of one), and restore trusts what
+/// it reads back from dedupd's headers on the outputs (the replay bound,
+/// `dedupd.policy.after`), so an input record carrying such a header of its
+/// own must not be able to steer it.
 pub fn produce_with<M: Message>(
     producer: &OutputProducer,
     topic: &str,
@@ -219,7 +226,7 @@ pub fn produce_with<M: Message>(
         let capacity = h.count() + extra.len();
         for h in h.iter() {
             // Our own headers from an earlier stage are replaced, not repeated.
-            if extra.iter().any(|(k, _)| *k == h.key) || skip.contains(&h.key) {
+            if !copied(h.key, skip) || extra.iter().any(|(k, _)| *k == h.key) {
                 continue;
             }
             let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(capacity));
@@ -244,6 +251,13 @@ pub fn produce_with<M: Message>(
         record = record.timestamp(ts);
     }
     send_counted(producer, record)
+}
+
+/// Whether an input record's header `name` is copied: never a reserved
+/// `dedupd.*` one (dedupd's own from an earlier stage are replaced by
+/// `extra`, and one an input producer wrote is dropped), nor one in `skip`.
+fn copied(name: &str, skip: &[&str]) -> bool {
+    !headers::is_reserved(name) && !skip.contains(&name)
 }
 
 /// Produces a record the pipeline writes itself (a router's progress
@@ -290,5 +304,32 @@ pub fn send_waiting(
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_input_headers_are_never_copied() {
+        for name in [
+            headers::POLICY,
+            headers::POLICY_AFTER,
+            headers::RELEASE,
+            headers::SLICE_OFFSET,
+            headers::SOURCE,
+            headers::DELETE,
+            headers::PROGRESS,
+            headers::READ_ORDER,
+            super::super::tier::LEAF,
+            "dedupd.anything.new",
+        ] {
+            assert!(!copied(name, &[]), "{name} copied");
+        }
+        for name in ["trace-id", "dedupd", "Dedupd.policy", "x.dedupd.policy", "feed"] {
+            assert!(copied(name, &[]), "{name} dropped");
+        }
+        assert!(!copied("feed", &["feed"]));
     }
 }

@@ -110,16 +110,67 @@ impl Sent {
 
 /// [`last_release_of`], telling policy outputs apart: a policy output
 /// names in `dedupd.policy.after` the last ordinary output before it.
+///
+/// Unchecked: [`Restorer`] checks the positions against the slice log.
 pub fn last_releases_of(
     reader: &Reader,
     topic: &str,
     partition: i32,
     leaf: Option<&str>,
 ) -> Result<Sent, KafkaLayerError> {
-    let mut last: Option<Option<ReleasePos>> = None;
-    let mut policy_after: Option<Option<ReleasePos>> = None;
+    Ok(last_output(reader, topic, partition, leaf)?.map_or_else(Sent::default, |last| last.sent()))
+}
+
+/// What the last record of an output partition (a dense leaf's: its own
+/// last one there) says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastOutput {
+    /// Its offset in the output partition.
+    pub offset: i64,
+    /// Its own release position (`dedupd.release`; `dedupd.slice.offset`
+    /// from builds before event-time order). dedupd writes it on every
+    /// output, replacing any header of that name the input record had.
+    pub release: ReleasePos,
+    /// Its availability-policy headers, if it has `dedupd.policy`.
+    pub policy: Option<PolicyHeaders>,
+}
+
+/// The `dedupd.policy` and `dedupd.policy.after` headers of an output record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyHeaders {
+    /// `dedupd.policy`, if `deliver` or `drop` (the only values dedupd writes).
+    pub policy: Option<AvailabilityPolicy>,
+    /// `dedupd.policy.after`: `None` if missing or unreadable, `Some(None)`
+    /// if empty (no ordinary output before the policy decided).
+    pub after: Option<Option<ReleasePos>>,
+}
+
+impl LastOutput {
+    /// What was sent, as the record says.
+    pub fn sent(&self) -> Sent {
+        match &self.policy {
+            None => Sent { normal: Some(self.release), policy: None },
+            Some(p) => Sent { normal: p.after.flatten(), policy: Some(self.release) },
+        }
+    }
+
+    /// The record taken as an ordinary output, whatever policy headers it has.
+    fn ordinary(&self) -> Sent {
+        Sent { normal: Some(self.release), policy: None }
+    }
+}
+
+/// The last record of `topic`/`partition` (with `leaf`, the last one that
+/// leaf wrote there); `None` if there is none.
+pub fn last_output(
+    reader: &Reader,
+    topic: &str,
+    partition: i32,
+    leaf: Option<&str>,
+) -> Result<Option<LastOutput>, KafkaLayerError> {
+    let mut last: Option<(i64, Option<ReleasePos>, Option<PolicyHeaders>)> = None;
     let from = if leaf.is_some() { ReadFrom::Start } else { ReadFrom::Last };
-    read_partition(reader, topic, partition, from, |_, _, _, m| {
+    read_partition(reader, topic, partition, from, |offset, _, _, m| {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
         if let Some(id) = leaf
             && header(super::tier::LEAF) != Some(id.as_bytes())
@@ -127,18 +178,26 @@ pub fn last_releases_of(
             return;
         }
         let release = header(headers::RELEASE).and_then(ReleasePos::parse);
-        let offset = header(headers::SLICE_OFFSET)
+        let slice_offset = header(headers::SLICE_OFFSET)
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|s| s.parse::<u64>().ok())
             .map(ReleasePos::through_arrival);
-        last = Some(release.or(offset));
-        policy_after = header(headers::POLICY).map(|_| header(headers::POLICY_AFTER).and_then(ReleasePos::parse));
+        let policy = header(headers::POLICY).map(|value| PolicyHeaders {
+            policy: std::str::from_utf8(value)
+                .ok()
+                .and_then(AvailabilityPolicy::parse)
+                .filter(|p| *p != AvailabilityPolicy::Wait),
+            after: header(headers::POLICY_AFTER).and_then(|v| match v {
+                [] => Some(None),
+                v => ReleasePos::parse(v).map(Some),
+            }),
+        });
+        last = Some((offset, release.or(slice_offset), policy));
     })?;
-    match (last, policy_after) {
-        (None, _) => Ok(Sent::default()),
-        (Some(Some(y)), None) => Ok(Sent { normal: Some(y), policy: None }),
-        (Some(Some(y)), Some(after)) => Ok(Sent { normal: after, policy: Some(y) }),
-        (Some(None), _) => Err(KafkaLayerError::Topology(format!(
+    match last {
+        None => Ok(None),
+        Some((offset, Some(release), policy)) => Ok(Some(LastOutput { offset, release, policy })),
+        Some((_, None, _)) => Err(KafkaLayerError::Topology(format!(
             "the last record of {topic}/{partition} has no {} header: is another application writing to this \
              topic? dedupd needs its output partitions to itself",
             headers::RELEASE
@@ -253,6 +312,18 @@ pub struct Restorer<'a> {
     pub counting: Option<&'a CountingSetup>,
     /// The flag topic (with the counting stage's flags), partition = slice.
     pub flag_topic: Option<&'a str>,
+    /// `dedupd_restore_bounds_ignored_total` ([`Restorer::checked`]).
+    pub bounds_ignored: &'a prometheus::IntCounter,
+}
+
+/// The end of a slice's log, read when a position needs it.
+#[derive(Default)]
+struct LogEnd {
+    /// The listed high watermark: a lower bound of the end (Tansu lists the
+    /// last batch's base offset + 1).
+    listed: Option<u64>,
+    /// One past the last record, read from the listed end's record on.
+    exact: Option<u64>,
 }
 
 /// The fingerprint of a slice's snapshot: the filter's parameters and the
@@ -285,10 +356,104 @@ impl Restorer<'_> {
     /// What the slice's output partitions say was sent.
     fn sent(&self, slice: u32) -> Result<Sent, KafkaLayerError> {
         let mut sent = Sent::default();
+        let mut end = LogEnd::default();
         for topic in &self.output_topics {
-            sent = sent.max(last_releases_of(self.reader, topic, slice as i32, self.leaf)?);
+            if let Some(last) = last_output(self.reader, topic, slice as i32, self.leaf)? {
+                sent = sent.max(self.checked(slice, topic, &last, &mut end)?);
+            }
         }
         Ok(sent)
+    }
+
+    /// What `last`, the last record of `topic`/`slice`, says was sent, once
+    /// its positions are checked against the slice log: every output is
+    /// judged from a record of the slice log, so a position at or beyond the
+    /// log's end was not written by this slice.
+    ///
+    /// - Its own release position beyond the end: refused with an error.
+    ///   dedupd writes that header on every output (an input record's own is
+    ///   replaced), so it is not forged by an input; the outputs belong to
+    ///   another log (the slice topic deleted and created again, another
+    ///   application writing this output topic). Obeying it would keep the
+    ///   slice silent until its log reached that position (everything lost);
+    ///   ignoring it would deliver again what the partition holds already.
+    ///   Only an operator can tell which is right.
+    /// - Its `dedupd.policy.after` beyond the end, or policy headers dedupd
+    ///   does not write (another value than `deliver`/`drop`, no or an
+    ///   unreadable `dedupd.policy.after`): ignored with a WARN and
+    ///   `dedupd_restore_bounds_ignored_total`, and the record taken as the
+    ///   ordinary output its own release says it is. Such headers come from
+    ///   an input record: releases that copied input headers to the outputs
+    ///   copied these too (they are removed now, [`super::producer::produce_with`]).
+    ///   Refusing would stop the slice for good, since nothing but a new
+    ///   output replaces the partition's last record; obeying would keep it
+    ///   silent (an input record carrying `dedupd.policy.after:
+    ///   9000000000000000/0` made its slice drop everything after it).
+    fn checked(&self, slice: u32, topic: &str, last: &LastOutput, end: &mut LogEnd) -> Result<Sent, KafkaLayerError> {
+        if let Some(end) = self.beyond_end(slice, last.release, end)? {
+            return Err(KafkaLayerError::Topology(format!(
+                "slice {slice}: the last record of {topic}/{slice} (offset {}) was released at {}, beyond the end of \
+                 the slice log {}/{slice} (offset {end}): these outputs were not judged from this log (was {} \
+                 deleted and created again, or does another application write {topic}?); refusing to replay up to \
+                 a position the log does not have",
+                last.offset, last.release, self.slice_topic, self.slice_topic
+            )));
+        }
+        let Some(policy) = &last.policy else {
+            return Ok(last.sent());
+        };
+        let why = match (policy.policy, policy.after) {
+            (None, _) => Some("a dedupd.policy value dedupd does not write".to_string()),
+            (_, None) => Some("no readable dedupd.policy.after".to_string()),
+            (Some(_), Some(Some(after))) => self
+                .beyond_end(slice, after, end)?
+                .map(|end| format!("dedupd.policy.after {after} beyond the end of the slice log (offset {end})")),
+            (Some(_), Some(None)) => None,
+        };
+        let Some(why) = why else {
+            return Ok(last.sent());
+        };
+        self.bounds_ignored.inc();
+        log::warn!(
+            "slice {slice}: the last record of {topic}/{slice} (offset {}) has {why}: its availability-policy \
+             headers are not dedupd's (an input record's own, copied by an earlier release); ignored, the record \
+             is taken as the ordinary output released at {}",
+            last.offset,
+            last.release
+        );
+        Ok(last.ordinary())
+    }
+
+    /// The end of the slice log if `pos` lies at or beyond it, else `None`.
+    fn beyond_end(&self, slice: u32, pos: ReleasePos, end: &mut LogEnd) -> Result<Option<u64>, KafkaLayerError> {
+        let offset = match self.slicing {
+            SlicingMode::Shared => read_order::log_offset(pos.after),
+            _ => pos.after,
+        };
+        let listed = match end.listed {
+            Some(listed) => listed,
+            None => {
+                let (_, high) = self
+                    .reader
+                    .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
+                    .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
+                *end.listed.insert(high.max(0) as u64)
+            }
+        };
+        if offset < listed {
+            return Ok(None);
+        }
+        let exact = match end.exact {
+            Some(exact) => exact,
+            None => {
+                let mut exact = listed;
+                read_partition(self.reader, self.slice_topic, slice as i32, ReadFrom::Last, |o, _, _, _| {
+                    exact = exact.max(o as u64 + 1);
+                })?;
+                *end.exact.insert(exact)
+            }
+        };
+        Ok((offset >= exact).then_some(exact))
     }
 
     /// Decodes a slice snapshot with the configured filter, order and provenance.
@@ -313,6 +478,14 @@ impl Restorer<'_> {
             started.elapsed().as_secs_f64() * 1000.0,
             read.full_scan.as_ref().map_or(String::new(), |why| format!(" (whole partition: {why})"))
         );
+        // Another application's snapshot: never restored (neither is a
+        // cold start right, which would soon replace its manifest with ours).
+        if let Ok(Some((m, _))) = &latest
+            && let Err(e) = self.store.check_owner(m)
+        {
+            self.rejected.with_label_values(&[Rejection::Application.as_str()]).inc();
+            return Err(e);
+        }
         let (state, manifest, from) = match latest {
             Ok(Some((m, _))) if m.params != self.fingerprint() => {
                 let why = format!(
@@ -389,8 +562,15 @@ impl Restorer<'_> {
         // later last output means a silent replay.
         let replay_until = last.filter(|y| y.after + 1 >= start);
         let policy_until = sent.policy.filter(|y| y.after + 1 >= start);
+        // A flag's own release position; flags never carry policy headers.
         let flag_replay_until = match self.flag_topic {
-            Some(topic) => last_release(self.reader, topic, slice as i32)?.filter(|y| y.after + 1 >= start),
+            Some(topic) => match last_output(self.reader, topic, slice as i32, None)? {
+                Some(last) => {
+                    self.checked(slice, topic, &LastOutput { policy: None, ..last.clone() }, &mut LogEnd::default())?;
+                    Some(last.release).filter(|y| y.after + 1 >= start)
+                }
+                None => None,
+            },
             None => None,
         };
         log::info!(

@@ -1,7 +1,8 @@
 //! Repartition mode's first stage: input records → `<app>.slices`,
 //! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) but
 //! for a stamp with the input topic/partition/offset in front of the payload
-//! ([`crate::engine::slice::FRAME_MAGIC`]). In shared mode
+//! ([`crate::engine::slice::FRAME_MAGIC`]), and without the headers named
+//! `dedupd.*` (reserved to dedupd: [`super::headers`]). In shared mode
 //! (`slicing.mode = "shared"`, docs/shared-mode.md) it copies nothing: each
 //! turn it writes one read-order record naming the records it routed, in
 //! routing order, to the one slice, which re-reads them from the input.
@@ -761,29 +762,27 @@ fn route(
 ) -> Result<(), KafkaLayerError> {
     match target {
         Ok((slice, reading)) => {
-            // The stamp goes in front of the payload (see `FRAME_MAGIC`); an
-            // input record's own `dedupd.source` header is dropped, so that
-            // a slice never takes it for a stamp.
+            // The stamp goes in front of the payload (see `FRAME_MAGIC`). The
+            // input record's own `dedupd.*` headers are not copied
+            // (`produce_with`): a slice never takes one for a stamp, a
+            // progress record or a delete request, and none reaches an output.
             let reading = deps.hands_on_reading.then_some(&reading);
-            frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload());
-            produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[headers::SOURCE])
+            frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload()).ok_or_else(|| {
+                // Input topics are named in `input.topics`, which allows no longer name.
+                KafkaLayerError::Topology(format!("input topic {topic:?} has a name longer than Kafka allows"))
+            })?;
+            produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[])
         }
         Err(why) => {
             let mut buf = [0u8; STAMP_BYTES];
-            let stamp = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset());
             deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
             let partition = msg.partition().rem_euclid(deps.slices as i32);
-            produce_copy(
-                &deps.producer,
-                &deps.cfg.settings.output.dead_letter_topic,
-                partition,
-                msg,
-                &[
-                    (headers::REASON, why.reason.as_str().as_bytes()),
-                    (headers::DETAIL, why.detail.as_bytes()),
-                    (headers::SOURCE, stamp),
-                ],
-            )
+            let mut extra =
+                vec![(headers::REASON, why.reason.as_str().as_bytes()), (headers::DETAIL, why.detail.as_bytes())];
+            if let Some(stamp) = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset()) {
+                extra.push((headers::SOURCE, stamp));
+            }
+            produce_copy(&deps.producer, &deps.cfg.settings.output.dead_letter_topic, partition, msg, &extra)
         }
     }
 }

@@ -216,9 +216,11 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
                         None => msg.partition() % parent_partitions as i32,
                     };
                     let mut stamp = [0u8; STAMP_BYTES];
+                    // No source for a topic name longer than Kafka allows (never panics).
                     let source = SourceRef::stamp(&mut stamp, msg.topic(), msg.partition(), msg.offset());
-                    let extra = [(LEAF, id.as_bytes()), (LEAF_SOURCE, source)];
-                    if let Err(e) = produce_copy(&deps.producer, parent, partition, &msg, &extra) {
+                    let extra = [(LEAF, id.as_bytes()), (LEAF_SOURCE, source.unwrap_or_default())];
+                    let extra = &extra[..if source.is_some() { 2 } else { 1 }];
+                    if let Err(e) = produce_copy(&deps.producer, parent, partition, &msg, extra) {
                         break Err(e);
                     }
                     forwarded.inc();

@@ -214,10 +214,10 @@ pub(super) fn emit_one<M: Message>(
                 partition: msg.partition(),
                 offset: msg.offset(),
             });
-            extra.push((
-                headers::SOURCE,
-                SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset),
-            ));
+            // No stamp for a topic name longer than Kafka allows (never panics).
+            if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
+                extra.push((headers::SOURCE, stamp));
+            }
             send(deps, &out.dead_letter_topic, slice, msg, payload, &extra)
         }
     }

@@ -194,6 +194,7 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         output_topics: outputs,
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
+        bounds_ignored: &deps.metrics.restore_bounds_ignored,
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
         flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
