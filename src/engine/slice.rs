@@ -702,7 +702,7 @@ impl SliceState {
     /// nothing but the counters. Neither goes through the order buffer: a
     /// policy record was released at once. The resend mark of its input
     /// partition moves as for any record. Returns `false`, and changes
-    /// nothing, for a record whose key or time cannot be read ([`Self::policy_applies`]):
+    /// nothing, for a record whose key or time cannot be read:
     /// that one is judged as usual. `copy`: a snapshot copy in progress.
     pub fn decide(
         &mut self,
@@ -740,13 +740,6 @@ impl SliceState {
             }
         }
         true
-    }
-
-    /// Whether `availability.policy` decides the record (its key and time
-    /// can be read), for a slice not restored yet: the same rule as
-    /// [`Self::decide`].
-    pub fn policy_applies(record: &RecordView<'_>, extractor: &Extractor) -> bool {
-        extractor.extract(record, 0).is_ok()
     }
 
     /// Runs `step` on the order buffer and judges what it releases.
