@@ -71,27 +71,6 @@ pub struct ResumePoint {
     pub ranges: Vec<PolicyRange>,
 }
 
-/// The release position of the last record of `topic`/`partition`: its
-/// `dedupd.release` header, or for outputs of builds before event-time order
-/// every judgment through its `dedupd.slice.offset`.
-pub fn last_release(reader: &Reader, topic: &str, partition: i32) -> Result<Option<ReleasePos>, KafkaLayerError> {
-    last_release_of(reader, topic, partition, None)
-}
-
-/// [`last_release`], or with `leaf` (a dense tree's leaf, whose output
-/// partitions are shared with the other leaves: `tier.parent_topic`) the
-/// release position of the newest record this leaf wrote there (header
-/// `dedupd.tier.leaf` = its `app.id`). The leaf's records are not the last
-/// of the partition, so it is read from its start.
-pub fn last_release_of(
-    reader: &Reader,
-    topic: &str,
-    partition: i32,
-    leaf: Option<&str>,
-) -> Result<Option<ReleasePos>, KafkaLayerError> {
-    Ok(last_releases_of(reader, topic, partition, leaf)?.normal)
-}
-
 /// What the last record of an output partition says was sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Sent {
@@ -106,19 +85,6 @@ impl Sent {
     pub fn max(self, other: Sent) -> Sent {
         Sent { normal: self.normal.max(other.normal), policy: self.policy.max(other.policy) }
     }
-}
-
-/// [`last_release_of`], telling policy outputs apart: a policy output
-/// names in `dedupd.policy.after` the last ordinary output before it.
-///
-/// Unchecked: [`Restorer`] checks the positions against the slice log.
-pub fn last_releases_of(
-    reader: &Reader,
-    topic: &str,
-    partition: i32,
-    leaf: Option<&str>,
-) -> Result<Sent, KafkaLayerError> {
-    Ok(last_output(reader, topic, partition, leaf)?.map_or_else(Sent::default, |last| last.sent()))
 }
 
 /// What the last record of an output partition (a dense leaf's: its own
@@ -304,7 +270,7 @@ pub struct Restorer<'a> {
     /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
     pub rejected: &'a prometheus::IntCounterVec,
     /// A dense tree's leaf: its `app.id`, which its outputs carry in the
-    /// shared parent topic (see [`last_release_of`]); `None` otherwise.
+    /// shared parent topic (see [`last_output`]); `None` otherwise.
     pub leaf: Option<&'a str>,
     /// `[provenance]`, restored with the slice (`None`: off).
     pub provenance: Option<&'a ProvenanceSetup>,
