@@ -10,8 +10,10 @@
 //! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
 //!   compacted checkpoint topic.
-//! - [`restore`]: where a slice resumes: newest valid snapshot `X`, last
-//!   output `Y`, replay `X..=Y` silently.
+//! - [`replay`]: how far each topic a slice writes holds its records (the
+//!   replay bound of each).
+//! - [`restore`]: where a slice resumes: newest valid snapshot `X`, each
+//!   topic's replay bound `Y`, replay from `X` writing nothing twice.
 //! - [`slice_log`]: how a slice-log record holds its input record (read by
 //!   the workers and by the restore's replay).
 //! - [`worker`]: the slice workers: group consumer, rebalances, restores,
@@ -32,6 +34,7 @@ pub mod headers;
 pub mod join;
 pub mod merge;
 pub mod producer;
+pub mod replay;
 pub mod restore;
 pub mod router;
 pub mod shared;

@@ -3,12 +3,14 @@
 //! Load the newest valid snapshot (taken at slice offset X); re-read from
 //! the slice log the records that were waiting for the watermark at X (the
 //! snapshot lists their offsets); read the idle flushes logged since the
-//! snapshot; read the last output record of partition s (its release
-//! position Y). Then replay from X without emitting every judgment up to Y,
-//! and go on. Because the engine is deterministic, the replay rebuilds
-//! exactly the state an uninterrupted run had, and the output continues
-//! exactly where it stopped. Without a usable snapshot the slice starts
-//! from the beginning of its retained log, also silently up to Y.
+//! snapshot; read the tail of partition s of each topic the slice writes
+//! (the highest release position there: that topic's bound Y, see
+//! [`super::replay`]). Then replay from X, writing a judgment's record to a
+//! topic only beyond that topic's Y, and go on. Because the engine is
+//! deterministic, the replay rebuilds exactly the state an uninterrupted
+//! run had, and each topic continues exactly where it stopped. Without a
+//! usable snapshot the slice starts from the beginning of its retained log,
+//! also silently up to each Y.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -20,6 +22,7 @@ use super::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
 };
 use super::clients::Reader;
+use super::replay::{Destination, ReplayBounds, Sent};
 use super::{Context, KafkaLayerError, headers};
 use crate::config::{AvailabilityPolicy, CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
@@ -50,17 +53,9 @@ pub struct ResumePoint {
     pub manifest: Option<Manifest>,
     /// The first slice offset to consume.
     pub start: u64,
-    /// Judgments up to and including this release position are replayed silently.
-    pub replay_until: Option<ReleasePos>,
-    /// Decisions of `availability.policy` up to this release position were
-    /// output already (replayed silently).
-    pub policy_until: Option<ReleasePos>,
-    /// The last ordinary output's release position (not only after `start`).
-    pub sent_normal: Option<ReleasePos>,
-    /// Flags up to and including this release position are in the flag
-    /// topic already (its own last record: flags are not ordered with the
-    /// outputs, which go to other partitions).
-    pub flag_replay_until: Option<ReleasePos>,
+    /// How far each topic the slice writes holds its records: judgments up
+    /// to there are replayed without writing them there again.
+    pub bounds: ReplayBounds,
     pub from: RestoredFrom,
     /// The records waiting for the watermark, re-read from the slice log, by offset.
     pub held: BTreeMap<u64, OwnedMessage>,
@@ -71,31 +66,20 @@ pub struct ResumePoint {
     pub ranges: Vec<PolicyRange>,
 }
 
-/// What the last record of an output partition says was sent.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sent {
-    /// Judgments up to this release position were output.
-    pub normal: Option<ReleasePos>,
-    /// Decisions of `availability.policy` up to this release position were
-    /// output (the last record is one: header `dedupd.policy`).
-    pub policy: Option<ReleasePos>,
-}
+/// How many records at the end of a partition restore reads for its
+/// highest release position ([`read_tail`]): enough to reach past the
+/// writes a member that woke up from a long pause delivers late (what its
+/// producer held: it judges nothing after its slices were taken).
+pub const TAIL_RECORDS: i64 = 1000;
 
-impl Sent {
-    pub fn max(self, other: Sent) -> Sent {
-        Sent { normal: self.normal.max(other.normal), policy: self.policy.max(other.policy) }
-    }
-}
-
-/// What the last record of an output partition (a dense leaf's: its own
-/// last one there) says.
+/// A record a slice wrote to one of its topics, as its headers say.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LastOutput {
-    /// Its offset in the output partition.
+pub struct Written {
+    /// Its offset in the topic's partition.
     pub offset: i64,
     /// Its own release position (`dedupd.release`; `dedupd.slice.offset`
     /// from builds before event-time order). dedupd writes it on every
-    /// output, replacing any header of that name the input record had.
+    /// record, replacing any header of that name the input record had.
     pub release: ReleasePos,
     /// Its availability-policy headers, if it has `dedupd.policy`.
     pub policy: Option<PolicyHeaders>,
@@ -111,8 +95,8 @@ pub struct PolicyHeaders {
     pub after: Option<Option<ReleasePos>>,
 }
 
-impl LastOutput {
-    /// What was sent, as the record says.
+impl Written {
+    /// What the partition holds up to this record, as the record says.
     pub fn sent(&self) -> Sent {
         match &self.policy {
             None => Sent { normal: Some(self.release), policy: None },
@@ -120,55 +104,96 @@ impl LastOutput {
         }
     }
 
-    /// The record taken as an ordinary output, whatever policy headers it has.
+    /// The record taken as an ordinary judgment's, whatever policy headers it has.
     fn ordinary(&self) -> Sent {
         Sent { normal: Some(self.release), policy: None }
     }
 }
 
-/// The last record of `topic`/`partition` (with `leaf`, the last one that
-/// leaf wrote there); `None` if there is none.
-pub fn last_output(
+/// The records a slice wrote in the tail of `topic`/`partition`, oldest
+/// first: the last [`TAIL_RECORDS`] records, or further back until one is
+/// found when `shared_with_router` (the router's dead letters, which carry
+/// no release position, are passed over). With `leaf` (a dense tree's leaf,
+/// whose parent topic other leaves write too), the whole partition, the
+/// records that name this leaf.
+pub fn read_tail(
     reader: &Reader,
     topic: &str,
     partition: i32,
     leaf: Option<&str>,
-) -> Result<Option<LastOutput>, KafkaLayerError> {
-    let mut last: Option<(i64, Option<ReleasePos>, Option<PolicyHeaders>)> = None;
-    let from = if leaf.is_some() { ReadFrom::Start } else { ReadFrom::Last };
-    read_partition(reader, topic, partition, from, |offset, _, _, m| {
+    shared_with_router: bool,
+) -> Result<Vec<Written>, KafkaLayerError> {
+    let mut scan = TailScan { leaf, shared_with_router, found: Vec::new(), unmarked: None };
+    if leaf.is_some() {
+        read_partition(reader, topic, partition, ReadFrom::Start, |o, _, _, m| scan.take(o, m))?;
+    } else {
+        let (low, high) = reader
+            .fetch_watermarks(topic, partition, IO_TIMEOUT)
+            .context(|| format!("watermarks of {topic}/{partition}"))?;
+        let mut start = (high - TAIL_RECORDS).max(low);
+        read_partition(reader, topic, partition, ReadFrom::Offset(start), |o, _, _, m| scan.take(o, m))?;
+        // Back window by window past the records no slice wrote.
+        while scan.found.is_empty() && scan.unmarked.is_none() && shared_with_router && start > low {
+            let stop = start;
+            start = (stop - TAIL_RECORDS).max(low);
+            read_partition_range(reader, topic, partition, start, stop, |o, _, _, m| scan.take(o, m))?;
+        }
+    }
+    match scan.unmarked {
+        None => Ok(scan.found),
+        Some(offset) => Err(KafkaLayerError::Topology(format!(
+            "the record at offset {offset} of {topic}/{partition} has no {} header: is another application \
+             writing to this topic? dedupd needs its output partitions to itself",
+            headers::RELEASE
+        ))),
+    }
+}
+
+/// What [`read_tail`] has found so far.
+struct TailScan<'a> {
+    leaf: Option<&'a str>,
+    shared_with_router: bool,
+    found: Vec<Written>,
+    /// The first record without a release position, where only slices write.
+    unmarked: Option<i64>,
+}
+
+impl TailScan<'_> {
+    fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
-        if let Some(id) = leaf
+        if let Some(id) = self.leaf
             && header(super::tier::LEAF) != Some(id.as_bytes())
         {
             return;
         }
-        let release = header(headers::RELEASE).and_then(ReleasePos::parse);
-        let slice_offset = header(headers::SLICE_OFFSET)
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(ReleasePos::through_arrival);
-        let policy = header(headers::POLICY).map(|value| PolicyHeaders {
-            policy: std::str::from_utf8(value)
-                .ok()
-                .and_then(AvailabilityPolicy::parse)
-                .filter(|p| *p != AvailabilityPolicy::Wait),
-            after: header(headers::POLICY_AFTER).and_then(|v| match v {
-                [] => Some(None),
-                v => ReleasePos::parse(v).map(Some),
-            }),
-        });
-        last = Some((offset, release.or(slice_offset), policy));
-    })?;
-    match last {
-        None => Ok(None),
-        Some((offset, Some(release), policy)) => Ok(Some(LastOutput { offset, release, policy })),
-        Some((_, None, _)) => Err(KafkaLayerError::Topology(format!(
-            "the last record of {topic}/{partition} has no {} header: is another application writing to this \
-             topic? dedupd needs its output partitions to itself",
-            headers::RELEASE
-        ))),
+        match written(offset, &header) {
+            Some(w) => self.found.push(w),
+            None if self.shared_with_router => {}
+            None => {
+                self.unmarked.get_or_insert(offset);
+            }
+        }
     }
+}
+
+/// What a record's headers (`header`) say it is, if a slice wrote it.
+fn written<'h>(offset: i64, header: &impl Fn(&str) -> Option<&'h [u8]>) -> Option<Written> {
+    let release = header(headers::RELEASE).and_then(ReleasePos::parse);
+    let slice_offset = header(headers::SLICE_OFFSET)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(ReleasePos::through_arrival);
+    let policy = header(headers::POLICY).map(|value| PolicyHeaders {
+        policy: std::str::from_utf8(value)
+            .ok()
+            .and_then(AvailabilityPolicy::parse)
+            .filter(|p| *p != AvailabilityPolicy::Wait),
+        after: header(headers::POLICY_AFTER).and_then(|v| match v {
+            [] => Some(None),
+            v => ReleasePos::parse(v).map(Some),
+        }),
+    });
+    Some(Written { offset, release: release.or(slice_offset)?, policy })
 }
 
 /// A range of slice offsets whose records `availability.policy` decided
@@ -264,20 +289,19 @@ pub struct Restorer<'a> {
     pub slicing: SlicingMode,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
-    /// Topics whose partition s only slice s writes, with the offset header.
-    pub output_topics: Vec<&'a str>,
+    /// The topics the slices write (partition = slice), each with its
+    /// replay bound ([`ReplayBounds`]); those not set are left out.
+    pub destinations: Vec<(Destination, &'a str)>,
     pub on_corrupt: CorruptPolicy,
     /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
     pub rejected: &'a prometheus::IntCounterVec,
     /// A dense tree's leaf: its `app.id`, which its outputs carry in the
-    /// shared parent topic (see [`last_output`]); `None` otherwise.
+    /// shared parent topic (see [`read_tail`]); `None` otherwise.
     pub leaf: Option<&'a str>,
     /// `[provenance]`, restored with the slice (`None`: off).
     pub provenance: Option<&'a ProvenanceSetup>,
     /// The counting stage, restored with the slice (`None`: off).
     pub counting: Option<&'a CountingSetup>,
-    /// The flag topic (with the counting stage's flags), partition = slice.
-    pub flag_topic: Option<&'a str>,
     /// `dedupd_restore_bounds_ignored_total` ([`Restorer::checked`]).
     pub bounds_ignored: &'a prometheus::IntCounter,
 }
@@ -305,33 +329,49 @@ pub fn fingerprint(params: &FilterParams, counting: Option<&CountingSetup>) -> S
 impl Restorer<'_> {
     /// What a slice not restored yet needs to decide records by
     /// `availability.policy` (cheap: the tails of the output partitions and
-    /// the flush log, no snapshot): the last output's release position and
-    /// the policy ranges logged.
+    /// the flush log, no snapshot): how far each topic holds the slice's
+    /// records, and the policy ranges logged.
     ///
     /// Also the newest snapshot's offset X (its manifest only): records
     /// below X are in the snapshot (judged, or waiting for the watermark and
     /// judged after the restore), so the policy decides from X at the
     /// earliest. `None`: no snapshot found at the tail.
-    pub fn locate(&self, slice: u32) -> Result<(Sent, Option<u64>, Vec<PolicyRange>), KafkaLayerError> {
-        let sent = self.sent(slice)?;
+    pub fn locate(&self, slice: u32) -> Result<(ReplayBounds, Option<u64>, Vec<PolicyRange>), KafkaLayerError> {
+        let bounds = self.bounds(slice)?;
         let snapshot = self.store.latest_manifest(slice)?.map(|m| m.offset);
         let log = read_flushes(self.reader, self.flush_topic, slice as i32)?;
-        Ok((sent, snapshot, log.ranges))
+        Ok((bounds, snapshot, log.ranges))
     }
 
-    /// What the slice's output partitions say was sent.
-    fn sent(&self, slice: u32) -> Result<Sent, KafkaLayerError> {
-        let mut sent = Sent::default();
+    /// How far each topic the slice writes holds its records: the highest
+    /// positions in the tail of its partition ([`read_tail`]), each checked
+    /// against the slice log ([`Restorer::checked`]).
+    pub fn bounds(&self, slice: u32) -> Result<ReplayBounds, KafkaLayerError> {
+        let mut bounds = ReplayBounds::default();
         let mut end = LogEnd::default();
-        for topic in &self.output_topics {
-            if let Some(last) = last_output(self.reader, topic, slice as i32, self.leaf)? {
-                sent = sent.max(self.checked(slice, topic, &last, &mut end)?);
+        // A topic two settings name is read once.
+        let mut read: Vec<(&str, Sent)> = Vec::new();
+        for &(dest, topic) in &self.destinations {
+            if let Some(&(_, sent)) = read.iter().find(|(t, _)| *t == topic) {
+                bounds.raise(dest, sent);
+                continue;
             }
+            // Only the output topic is a dense leaf's parent's input, shared by leaves.
+            let leaf = self.leaf.filter(|_| dest == Destination::Output);
+            let mut sent = Sent::default();
+            for mut record in read_tail(self.reader, topic, slice as i32, leaf, dest.shared_with_router())? {
+                if dest == Destination::Flags {
+                    record.policy = None; // flags never carry policy headers
+                }
+                sent = sent.max(self.checked(slice, topic, &record, &mut end)?);
+            }
+            read.push((topic, sent));
+            bounds.raise(dest, sent);
         }
-        Ok(sent)
+        Ok(bounds)
     }
 
-    /// What `last`, the last record of `topic`/`slice`, says was sent, once
+    /// What `last`, a record in the tail of `topic`/`slice`, says was sent, once
     /// its positions are checked against the slice log: every output is
     /// judged from a record of the slice log, so a position at or beyond the
     /// log's end was not written by this slice.
@@ -351,14 +391,14 @@ impl Restorer<'_> {
     ///   ordinary output its own release says it is. Such headers come from
     ///   an input record: releases that copied input headers to the outputs
     ///   copied these too (they are removed now, [`super::producer::produce_with`]).
-    ///   Refusing would stop the slice for good, since nothing but a new
-    ///   output replaces the partition's last record; obeying would keep it
+    ///   Refusing would stop the slice for good, since nothing but new
+    ///   outputs move such a record out of the tail; obeying would keep it
     ///   silent (an input record carrying `dedupd.policy.after:
     ///   9000000000000000/0` made its slice drop everything after it).
-    fn checked(&self, slice: u32, topic: &str, last: &LastOutput, end: &mut LogEnd) -> Result<Sent, KafkaLayerError> {
+    fn checked(&self, slice: u32, topic: &str, last: &Written, end: &mut LogEnd) -> Result<Sent, KafkaLayerError> {
         if let Some(end) = self.beyond_end(slice, last.release, end)? {
             return Err(KafkaLayerError::Topology(format!(
-                "slice {slice}: the last record of {topic}/{slice} (offset {}) was released at {}, beyond the end of \
+                "slice {slice}: the record of {topic}/{slice} (offset {}) was released at {}, beyond the end of \
                  the slice log {}/{slice} (offset {end}): these outputs were not judged from this log (was {} \
                  deleted and created again, or does another application write {topic}?); refusing to replay up to \
                  a position the log does not have",
@@ -381,7 +421,7 @@ impl Restorer<'_> {
         };
         self.bounds_ignored.inc();
         log::warn!(
-            "slice {slice}: the last record of {topic}/{slice} (offset {}) has {why}: its availability-policy \
+            "slice {slice}: the record of {topic}/{slice} (offset {}) has {why}: its availability-policy \
              headers are not dedupd's (an input record's own, copied by an earlier release); ignored, the record \
              is taken as the ordinary output released at {}",
             last.offset,
@@ -516,50 +556,25 @@ impl Restorer<'_> {
                 (fresh, BTreeMap::new())
             }
         };
-        let sent = self.sent(slice)?;
-        let last = sent.normal;
+        let bounds = self.bounds(slice)?;
         let start = state.next_offset;
         // Flushes the snapshot has applied, or that came after a record
         // before its last one, are in it already.
         let FlushLog { mut flushes, mut ranges } = read_flushes(self.reader, self.flush_topic, slice as i32)?;
         flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
         ranges.retain(|r| r.to >= start);
-        // Judgments made before the snapshot are not made again: only a
-        // later last output means a silent replay.
-        let replay_until = last.filter(|y| y.after + 1 >= start);
-        let policy_until = sent.policy.filter(|y| y.after + 1 >= start);
-        // A flag's own release position; flags never carry policy headers.
-        let flag_replay_until = match self.flag_topic {
-            Some(topic) => match last_output(self.reader, topic, slice as i32, None)? {
-                Some(last) => {
-                    self.checked(slice, topic, &LastOutput { policy: None, ..last.clone() }, &mut LogEnd::default())?;
-                    Some(last.release).filter(|y| y.after + 1 >= start)
-                }
-                None => None,
-            },
-            None => None,
-        };
         log::info!(
             "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
              watermark, {} idle flushes and {} policy ranges to replay{}",
             held.len(),
             flushes.len(),
             ranges.len(),
-            replay_until.map_or(String::new(), |y| format!(", silently up to release {y}"))
+            bounds
+                .highest()
+                .filter(|y| y.after + 1 >= start)
+                .map_or(String::new(), |y| format!(", silently up to release {y} where written"))
         );
-        Ok(ResumePoint {
-            state,
-            manifest,
-            start,
-            replay_until,
-            policy_until,
-            sent_normal: last,
-            flag_replay_until,
-            from,
-            held,
-            flushes,
-            ranges,
-        })
+        Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges })
     }
 
     /// Re-reads from the slice log (shared mode: from the input, where the

@@ -42,3 +42,50 @@ pub(crate) fn parts_with<'a>(
         }
     }
 }
+
+/// What a slice-log record is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// An input record (repartition mode: the router's copy of one).
+    Input,
+    /// A router's progress record ([`crate::engine::Progress`]).
+    Progress,
+    /// A delete request written by the admin endpoint ([`super::deletes`]).
+    Delete,
+}
+
+/// A slice-log record read once, where the worker takes it: its kind, its
+/// headers and its input parts ([`parts`]).
+pub struct LogRecord<'m> {
+    pub kind: Kind,
+    pub headers: Vec<(&'m str, &'m [u8])>,
+    pub framed: Unframed<'m>,
+}
+
+impl<'m> LogRecord<'m> {
+    /// Reads `msg`. Control records (progress, delete requests) are written
+    /// by dedupd itself into the slice log without a router stamp, while
+    /// every record the router copies has one — so an input record that
+    /// carries such a header of its own is the input record it is (and the
+    /// router removes `dedupd.*` headers from input records anyway). In
+    /// input-partitions mode the slice log is the input: every record is one.
+    pub fn read<M: Message>(slicing: SlicingMode, msg: &'m M) -> Self {
+        let headers: Vec<(&str, &[u8])> =
+            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+        let framed = parts_with(slicing, msg.payload(), source_header);
+        let control = |name: &str| {
+            slicing != SlicingMode::InputPartitions
+                && framed.source.is_none()
+                && headers.iter().any(|(k, _)| *k == name)
+        };
+        let kind = if control(headers::PROGRESS) {
+            Kind::Progress
+        } else if control(headers::DELETE) {
+            Kind::Delete
+        } else {
+            Kind::Input
+        };
+        LogRecord { kind, headers, framed }
+    }
+}

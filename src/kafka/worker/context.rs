@@ -26,6 +26,7 @@ use crate::kafka::checkpoint::{CheckpointStore, Manifest};
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
 use crate::kafka::producer::OutputProducer;
+use crate::kafka::replay::ReplayBounds;
 use crate::kafka::restore::PolicyRange;
 use crate::metrics::Metrics;
 
@@ -35,19 +36,17 @@ pub(super) struct OwnedSlice {
     pub(super) state: SliceState,
     /// A snapshot being copied while the slice goes on.
     pub(super) copying: Option<Copying>,
-    /// Judgments up to this release position are replayed silently.
-    pub(super) replay_until: Option<ReleasePos>,
-    /// Decisions of `availability.policy` up to this release position were
-    /// output already: replayed silently.
-    pub(super) policy_until: Option<ReleasePos>,
-    /// The last ordinary judgment made (its release position): what a
-    /// policy output names in `dedupd.policy.after`.
-    pub(super) last_normal: Option<ReleasePos>,
+    /// How far each topic the slice writes holds its records (read at
+    /// restore, raised by the decisions of `availability.policy` made
+    /// meanwhile): judgments up to there are replayed without writing them
+    /// there again.
+    pub(super) replay: ReplayBounds,
+    /// The last judgment made (its release position): with `replay`, what
+    /// a policy output names in `dedupd.policy.after`.
+    pub(super) last_judged: Option<ReleasePos>,
     /// The policy ranges logged that the slice has not passed yet: their
     /// records are decided by the logged policy, not judged.
     pub(super) ranges: Vec<PolicyRange>,
-    /// Flags up to this release position are in the flag topic already.
-    pub(super) flag_replay_until: Option<ReleasePos>,
     /// The records waiting for the watermark, by slice offset (for output).
     pub(super) held: HashMap<u64, OwnedMessage>,
     /// Idle flushes logged and not applied yet (a replay): the slice
@@ -117,6 +116,24 @@ pub(super) struct WorkerState {
     /// Numbers restores.
     pub(super) restores_asked: u64,
     pub(super) restorer: Restores,
+}
+
+impl WorkerState {
+    /// Owns nothing yet; starts the checkpoint writer and the restore thread.
+    pub(super) fn new(deps: &Arc<WorkerSetup>) -> Self {
+        WorkerState {
+            slices: BTreeMap::new(),
+            judged: Vec::new(),
+            fatal: None,
+            writer: Writer::start(deps.clone()),
+            buffer: None,
+            restoring: BTreeMap::new(),
+            unassigned: BTreeSet::new(),
+            deciding: BTreeMap::new(),
+            restores_asked: 0,
+            restorer: Restores::start(deps.clone()),
+        }
+    }
 }
 
 /// The consumer context: rebalances restore and release slices.
@@ -205,6 +222,10 @@ fn no_offset() -> i64 {
     -1
 }
 
+/// The rebalance protocol, as rust-rdkafka's `ConsumerContext` runs its
+/// own: the callback takes the worker lock, hands the partitions to
+/// [`WorkerContext::on_assign`] or [`WorkerContext::on_revoke`], then says
+/// how many slices are owned and whether the member is ready.
 impl ConsumerContext for WorkerContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
@@ -212,102 +233,125 @@ impl ConsumerContext for WorkerContext {
         let mut inner = self.inner.lock().expect("worker lock");
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                let topic = self.deps.slice_topic.as_str();
-                self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
-                self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
-                self.deps.status.ready.store(false, Ordering::Relaxed);
-                // What the consumer takes now: with cooperative rebalancing
-                // (what `clients::group_consumer` sets), only the partitions
-                // that need no restore.
-                let mut now = TopicPartitionList::new();
-                for p in partitions {
-                    if p as u32 >= self.deps.cfg.settings.filter.slices {
-                        // Left by `dedupd checkpoint merge`: no key routes
-                        // there any more, and its old snapshot is not a slice.
-                        log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
-                        let skipped = tpl
-                            .set_partition_offset(topic, p, Offset::End)
-                            .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
-                        if let Err(e) = skipped {
-                            inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
-                        }
-                        continue;
-                    }
-                    // Restored on the restore thread while the worker goes
-                    // on with its other slices. Its partition is assigned
-                    // once the offset to read from is known
-                    // (`take_restored`). Eager rebalancing must assign
-                    // everything at once: there it is assigned paused, at a
-                    // placeholder offset, then sought and resumed.
-                    inner.restores_asked += 1;
-                    let id = inner.restores_asked;
-                    inner.restoring.insert(p as u32, id);
-                    if cooperative {
-                        inner.unassigned.insert(p as u32);
-                    } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
-                        inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
-                    }
-                    let asked = inner
-                        .restorer
-                        .jobs
-                        .as_ref()
-                        .is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
-                    if !asked {
-                        inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
-                    }
-                }
-                let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
-                if let Err(e) = result {
-                    inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
-                }
-                let waiting = restoring_list(topic, &inner);
-                if !cooperative
-                    && waiting.count() > 0
-                    && let Err(e) = consumer.pause(&waiting)
-                {
-                    inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
-                }
-                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
-                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+                self.on_assign(consumer, &mut inner, tpl, partitions, cooperative)
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
-                let lost = consumer.assignment_lost();
-                // What the consumer gives up: not the partitions it never took.
-                let mut taken = TopicPartitionList::new();
-                for p in partitions {
-                    let slice = p as u32;
-                    if !inner.unassigned.remove(&slice) {
-                        taken.add_partition(&self.deps.slice_topic, p);
-                    }
-                    // Not restored yet: nothing to snapshot, its restore is dropped.
-                    if inner.restoring.remove(&slice).is_some() {
-                        inner.deciding.remove(&slice);
-                        log::info!("slice {p}: revoked while being restored");
-                        continue;
-                    }
-                    // A lost assignment may already be someone else's: write nothing more.
-                    if !lost && let Err(e) = checkpoint_now(&self.deps, &mut inner, slice) {
-                        log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
-                    }
-                    if inner.slices.remove(&slice).is_some() {
-                        self.deps.status.slices.lock().expect("status lock").remove(&slice);
-                        self.deps.metrics.forget_slice(slice);
-                    }
-                }
-                let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
-                if let Err(e) = result {
-                    log::warn!("releasing partitions: {e}");
-                }
-                self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
-                self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+                self.on_revoke(consumer, &mut inner, partitions, cooperative)
             }
             other => {
                 log::error!("rebalance error: {other:?}");
                 if !cooperative {
                     let _ = consumer.unassign();
                 }
+                return;
             }
+        }
+        self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
+        self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+    }
+}
+
+impl WorkerContext {
+    /// Slices assigned: each is handed to the restore thread; its partition
+    /// is consumed once restored (`take_restored`).
+    fn on_assign(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        inner: &mut WorkerState,
+        tpl: &mut TopicPartitionList,
+        partitions: Vec<i32>,
+        cooperative: bool,
+    ) {
+        let topic = self.deps.slice_topic.as_str();
+        self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
+        self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
+        self.deps.status.ready.store(false, Ordering::Relaxed);
+        // What the consumer takes now: with cooperative rebalancing
+        // (what `clients::group_consumer` sets), only the partitions
+        // that need no restore.
+        let mut now = TopicPartitionList::new();
+        for p in partitions {
+            if p as u32 >= self.deps.cfg.settings.filter.slices {
+                // Left by `dedupd checkpoint merge`: no key routes
+                // there any more, and its old snapshot is not a slice.
+                log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
+                let skipped = tpl
+                    .set_partition_offset(topic, p, Offset::End)
+                    .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
+                if let Err(e) = skipped {
+                    inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
+                }
+                continue;
+            }
+            // Restored on the restore thread while the worker goes
+            // on with its other slices. Its partition is assigned
+            // once the offset to read from is known
+            // (`take_restored`). Eager rebalancing must assign
+            // everything at once: there it is assigned paused, at a
+            // placeholder offset, then sought and resumed.
+            inner.restores_asked += 1;
+            let id = inner.restores_asked;
+            inner.restoring.insert(p as u32, id);
+            if cooperative {
+                inner.unassigned.insert(p as u32);
+            } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
+                inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+            }
+            let asked =
+                inner.restorer.jobs.as_ref().is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
+            if !asked {
+                inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
+            }
+        }
+        let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
+        if let Err(e) = result {
+            inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
+        }
+        let waiting = restoring_list(topic, inner);
+        if !cooperative
+            && waiting.count() > 0
+            && let Err(e) = consumer.pause(&waiting)
+        {
+            inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
+        }
+    }
+
+    /// Slices revoked: each is snapshotted (unless the assignment was lost:
+    /// it may be another member's already) and released.
+    fn on_revoke(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        inner: &mut WorkerState,
+        partitions: Vec<i32>,
+        cooperative: bool,
+    ) {
+        self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        let lost = consumer.assignment_lost();
+        // What the consumer gives up: not the partitions it never took.
+        let mut taken = TopicPartitionList::new();
+        for p in partitions {
+            let slice = p as u32;
+            if !inner.unassigned.remove(&slice) {
+                taken.add_partition(&self.deps.slice_topic, p);
+            }
+            // Not restored yet: nothing to snapshot, its restore is dropped.
+            if inner.restoring.remove(&slice).is_some() {
+                inner.deciding.remove(&slice);
+                log::info!("slice {p}: revoked while being restored");
+                continue;
+            }
+            // A lost assignment may already be someone else's: write nothing more.
+            if !lost && let Err(e) = checkpoint_now(&self.deps, inner, slice) {
+                log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
+            }
+            if inner.slices.remove(&slice).is_some() {
+                self.deps.status.slices.lock().expect("status lock").remove(&slice);
+                self.deps.metrics.forget_slice(slice);
+            }
+        }
+        let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
+        if let Err(e) = result {
+            log::warn!("releasing partitions: {e}");
         }
     }
 }

@@ -1,20 +1,21 @@
 //! What a judgment sends: its outputs (output, duplicates, dead-letter and
-//! late topics), its flag, a sparse tree's verdict — or nothing, in a
-//! silent replay.
+//! late topics), its flag, a sparse tree's verdict — each record only to a
+//! topic that does not hold it yet, in a replay ([`ReplayBounds`]).
 
 use rdkafka::message::{BorrowedMessage, Message};
 
 use super::context::{OwnedSlice, WorkerSetup};
 use crate::engine::slice::Unframed;
-use crate::engine::{Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
+use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
 use crate::kafka::producer::produce_with;
+use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::slice_log::parts;
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Emits the judgments of one release (an arrival, or a flush) whose
 /// first position is `first`: outputs go to partition `slice` of the
 /// output topics, with the record's slice offset and release position;
-/// judgments up to the restored slice's last output are replayed silently.
+/// in a replay, a record goes only to the topics that do not hold it yet.
 /// `arriving` is the record whose arrival released them, if any.
 pub(super) fn emit(
     deps: &WorkerSetup,
@@ -29,17 +30,10 @@ pub(super) fn emit(
         if let SliceVerdict::Duplicate { equal_timers } = j.verdict {
             deps.metrics.equal_timers.observe(f64::from(equal_timers));
         }
-        let silent = owned.replay_until.is_some_and(|y| pos <= y);
-        if !silent {
-            owned.replay_until = None;
-        }
-        owned.last_normal = owned.last_normal.max(Some(pos));
-        // Flags have their own replay bound: the flag topic's last record.
-        let flag_written = owned.flag_replay_until.is_some_and(|y| pos <= y);
-        if !flag_written {
-            owned.flag_replay_until = None;
-        }
-        let flag = j.count.filter(|m| m.flagged && !flag_written);
+        owned.last_judged = Some(pos);
+        // Past every topic's bound, nothing is asked per topic (the usual case).
+        let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
+        let flag = j.count.filter(|m| m.flagged && !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
         if j.count.is_some_and(|m| m.limited) {
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
@@ -53,12 +47,12 @@ pub(super) fn emit(
                 (&held as &dyn MessageRef, None)
             }
         };
-        msg.emit(deps, slice, j, pos, silent, framed)?;
+        msg.emit(deps, slice, j, pos, replay, framed)?;
         if let Some(mark) = flag {
             msg.flag(deps, slice, j, pos, mark.estimate, framed)?;
             deps.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
-        if silent {
+        if replay.and_then(ReplayBounds::highest).is_some_and(|y| pos <= y) {
             deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
         }
     }
@@ -75,7 +69,7 @@ trait MessageRef {
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
-        silent: bool,
+        replay: Option<&ReplayBounds>,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError>;
     fn flag(
@@ -96,11 +90,11 @@ impl<M: Message> MessageRef for M {
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
-        silent: bool,
+        replay: Option<&ReplayBounds>,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
         let framed = framed.copied().unwrap_or_else(|| parts(deps.cfg.slicing, self));
-        emit_one(deps, slice, j, pos, self, &framed, silent)
+        emit_one(deps, slice, j, pos, self, &framed, replay)
     }
 
     fn flag(
@@ -140,8 +134,9 @@ fn emit_flag<M: Message>(
     send(deps, &deps.cfg.settings.flag.topic, slice, msg, payload, &extra)
 }
 
-/// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces
-/// (nothing when `silent`).
+/// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
+/// to each topic that does not hold it yet (`replay`: the slice's bounds,
+/// `None` once past them all).
 pub(super) fn emit_one<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
@@ -149,7 +144,7 @@ pub(super) fn emit_one<M: Message>(
     pos: ReleasePos,
     msg: &M,
     framed: &Unframed<'_>,
-    silent: bool,
+    replay: Option<&ReplayBounds>,
 ) -> Result<(), KafkaLayerError> {
     let payload = framed.payload;
     if let Some(late) = j.late_by_ms {
@@ -161,9 +156,7 @@ pub(super) fn emit_one<M: Message>(
     {
         v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, payload)?;
     }
-    if silent {
-        return Ok(());
-    }
+    let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
     let out = &deps.cfg.settings.output;
     let mut offset_buf = [0u8; 20];
     let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
@@ -172,11 +165,15 @@ pub(super) fn emit_one<M: Message>(
     let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
     if let Some(late) = j.late_by_ms
         && !out.late_topic.is_empty()
+        && !written(Destination::Late)
     {
         let late_text = late.to_string();
         send(deps, &out.late_topic, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
     }
     match &j.verdict {
+        SliceVerdict::Distinct if written(Destination::Output) => Ok(()),
+        SliceVerdict::Duplicate { .. } | SliceVerdict::Resend if written(Destination::Duplicates) => Ok(()),
+        SliceVerdict::Invalid(_) if written(Destination::DeadLetters) => Ok(()),
         // A dense leaf's output is its parent's input: named as this leaf's.
         SliceVerdict::Distinct if deps.cfg.tier == crate::config::Tier::DenseLeaf => {
             let leaf = (crate::kafka::tier::LEAF, deps.cfg.settings.app.id.as_bytes());
@@ -198,29 +195,35 @@ pub(super) fn emit_one<M: Message>(
             send(deps, &out.duplicates_topic, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
-        SliceVerdict::Invalid(why) => {
-            deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
-            let mut extra = vec![
-                ids[0],
-                ids[1],
-                (headers::REASON, why.reason.as_str().as_bytes()),
-                (headers::DETAIL, why.detail.as_bytes()),
-            ];
-            // The input record's position: in repartition mode the router's
-            // stamp; else this record's own (the slice log is the input).
-            let mut stamp_buf = [0u8; STAMP_BYTES];
-            let source = framed.source.unwrap_or(SourceRef {
-                topic: msg.topic(),
-                partition: msg.partition(),
-                offset: msg.offset(),
-            });
-            // No stamp for a topic name longer than Kafka allows (never panics).
-            if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
-                extra.push((headers::SOURCE, stamp));
-            }
-            send(deps, &out.dead_letter_topic, slice, msg, payload, &extra)
-        }
+        SliceVerdict::Invalid(why) => dead_letter(deps, slice, why, msg, framed, &ids),
     }
+}
+
+/// Sends `msg`, which cannot be judged (`why`), to the dead-letter topic
+/// with its reason, where it was read, and `ids` (its slice offset and
+/// release position; a policy decision's headers too).
+pub(super) fn dead_letter<M: Message>(
+    deps: &WorkerSetup,
+    slice: u32,
+    why: &InvalidRecord,
+    msg: &M,
+    framed: &Unframed<'_>,
+    ids: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+    let mut extra = ids.to_vec();
+    extra.push((headers::REASON, why.reason.as_str().as_bytes()));
+    extra.push((headers::DETAIL, why.detail.as_bytes()));
+    // The input record's position: in repartition mode the router's
+    // stamp; else this record's own (the slice log is the input).
+    let mut stamp_buf = [0u8; STAMP_BYTES];
+    let source =
+        framed.source.unwrap_or(SourceRef { topic: msg.topic(), partition: msg.partition(), offset: msg.offset() });
+    // No stamp for a topic name longer than Kafka allows (never panics).
+    if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
+        extra.push((headers::SOURCE, stamp));
+    }
+    send(deps, &deps.cfg.settings.output.dead_letter_topic, slice, msg, framed.payload, &extra)
 }
 
 /// Sends a copy of the input record `msg` holds (key, timestamp, headers;

@@ -8,8 +8,9 @@
 //!   (with `availability.policy` `deliver` or `drop` it joins earlier, after
 //!   its last output, and its records are decided meanwhile, each range
 //!   logged first: see `Deciding` in `policy.rs` and docs/availability.md);
-//! - records up to Y are replayed silently, later ones are emitted to
-//!   partition s of the output topics with the slice offset in a header;
+//! - each judgment's record goes to partition s of its topic, with its slice
+//!   offset and release position, unless that topic's replay bound Y
+//!   (`crate::kafka::replay`) says the partition holds it already;
 //! - a snapshot at offset X is written only after the producer has
 //!   acknowledged every output of the slice sent so far (so every output
 //!   below X);
@@ -40,22 +41,28 @@
 //!   state the loop and the rebalance callbacks share under the worker
 //!   lock (`WorkerState`, one `OwnedSlice` per slice), and the rebalance
 //!   callbacks of [`WorkerContext`].
+//!   `on_assign` and `on_revoke` are the protocol's two hooks.
 //! - `restores.rs`: the restore thread; assigned slices join the worker
 //!   through `take_restored`.
 //! - `records.rs`: the per-record path. A record polled by [`run`] goes to
-//!   `handle` (in shared mode a read-order record to `handle_read_order`);
-//!   an input record is judged by `judge`, a record of a slice being
-//!   restored or of a policy range is decided in `policy.rs`; the
-//!   judgments go to `emit.rs`. Idle flushes are here too.
+//!   `handle` (in shared mode a read-order record to `handle_read_order`),
+//!   which reads it once (`crate::kafka::slice_log::LogRecord`: input,
+//!   progress or delete request) and takes it in as what it is: an input
+//!   record is judged by `judge`, a record of a slice being restored or of
+//!   a policy range is decided in `policy.rs`; the judgments go to
+//!   `emit.rs`. Idle flushes are here too.
 //! - `emit.rs`: the outputs, flags and verdicts of a judgment.
 //! - `policy.rs`: `availability.policy`'s decisions while a slice is restored.
 //! - `snapshots.rs`: the snapshot copy and the checkpoint writer thread.
 //! - `lookups.rs`: the admin endpoint's key lookups.
 //! - `publish.rs`: metrics and status of the owned slices.
+//! - `stall.rs`: the worker standing still (a stopped process): what it
+//!   polls on waking is not handled until the group has had time to take
+//!   its slices away.
 //!
-//! This file holds the loop ([`run`]): poll, handle each record, advance
-//! the snapshot being copied, then the housekeeping (idle flushes,
-//! snapshots due, metrics).
+//! This file holds the loop ([`run`]): take in the restored slices, one
+//! turn (poll, take in each record, advancing the snapshot being copied),
+//! then the housekeeping (idle flushes, the snapshot due, metrics).
 
 mod context;
 mod emit;
@@ -65,25 +72,27 @@ mod publish;
 mod records;
 mod restores;
 mod snapshots;
+mod stall;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::Producer;
 
 use context::WorkerState;
 pub use context::{WorkerContext, WorkerSetup};
 use lookups::{count_fn, lookup_fn, provenance_fn};
-use publish::{after_stall, publish};
+use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
-use restores::{Restores, take_restored};
+use restores::take_restored;
 use snapshots::{
-    COPY_STEP_BYTES, IDLE_COPY_BYTES, Writer, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
+    COPY_STEP_BYTES, IDLE_COPY_BYTES, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
 };
+use stall::{SETTLE, StallWatch, Turn, seek_back};
 
 use super::join::JoinWatch;
 use super::shared::InputReader;
@@ -91,13 +100,6 @@ use super::{Context, KafkaLayerError, clients};
 use crate::config::SlicingMode;
 use crate::metrics::{now_ms, observe_since};
 
-/// A gap this long between two turns of the worker loop means the worker
-/// itself stood still (a stopped process, a starved CPU, a long GC-like
-/// pause), not that its slices received nothing. A turn normally takes one
-/// poll (100 ms) plus one record's work.
-const WORKER_STALL: Duration = Duration::from_secs(1);
-/// After such a stall, no snapshot starts for this long (see [`after_stall`]).
-const STALL_SETTLE: Duration = Duration::from_secs(2);
 /// Records taken from the consumer per turn of the worker loop (see `run`).
 const POLL_BATCH: usize = 256;
 /// How often the worker looks for idle slices with records waiting.
@@ -107,25 +109,27 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 /// every owned slice) or on a fatal error.
 pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
-    let writer = Writer::start(deps.clone());
-    let restorer = Restores::start(deps.clone());
-    let inner = Arc::new(Mutex::new(WorkerState {
-        slices: BTreeMap::new(),
-        judged: Vec::new(),
-        fatal: None,
-        writer,
-        buffer: None,
-        restoring: BTreeMap::new(),
-        unassigned: BTreeSet::new(),
-        deciding: BTreeMap::new(),
-        restores_asked: 0,
-        restorer,
-    }));
+    let inner = Arc::new(Mutex::new(WorkerState::new(&deps)));
+    serve_admin(&deps, &inner)?;
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
-    let id = &deps.cfg.settings.app.id;
-    let join = JoinWatch::new(&deps.cfg, "slice workers", id);
-    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
-    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(&deps, &inner));
+    let consumer = subscribe(&deps, &inner, &high_offsets)?;
+    let mut worker = Loop::new(deps.clone(), inner.clone(), high_offsets)?;
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        let turn = worker.take_restored(&consumer).and_then(|()| worker.turn(&consumer));
+        if let Err(e) = turn.and_then(|()| worker.housekeeping()) {
+            break Err(e);
+        }
+    };
+    shut_down(&deps, &inner, consumer, &result);
+    result
+}
+
+/// Gives the admin endpoint its key lookups and deletes, answered from this worker's slices.
+fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Result<(), KafkaLayerError> {
+    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(deps, inner));
     let owner = inner.clone();
     let delete = super::deletes::delete_fn(
         &deps.cfg,
@@ -137,11 +141,23 @@ pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
     )?;
     *deps.status.delete.lock().expect("status lock") = Some(delete);
     if deps.cfg.provenance.is_some() {
-        *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(&deps, &inner));
+        *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(deps, inner));
     }
     if deps.cfg.counting.is_some() {
-        *deps.status.count.lock().expect("status lock") = Some(count_fn(&deps, &inner));
+        *deps.status.count.lock().expect("status lock") = Some(count_fn(deps, inner));
     }
+    Ok(())
+}
+
+/// The slice consumer, subscribed: its context runs the rebalance protocol.
+fn subscribe(
+    deps: &Arc<WorkerSetup>,
+    inner: &Arc<Mutex<WorkerState>>,
+    high_offsets: &Arc<Mutex<BTreeMap<u32, i64>>>,
+) -> Result<BaseConsumer<WorkerContext>, KafkaLayerError> {
+    let id = &deps.cfg.settings.app.id;
+    let join = JoinWatch::new(&deps.cfg, "slice workers", id);
+    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
     // Statistics feed the consumer-lag gauge; no other client asks for them.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
@@ -149,140 +165,208 @@ pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
         config.create_with_context(context).context(|| "creating the slice consumer".into())?;
     consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
     consumer.context().join.joining(&[&deps.slice_topic]);
+    Ok(consumer)
+}
 
-    // Shared mode: the slice reads the input records the read order names.
-    let mut input = match deps.cfg.slicing {
-        SlicingMode::Shared => Some(InputReader::new(&deps.cfg, deps.metrics.input_missing.clone())?),
-        _ => None,
-    };
-    let settings = &deps.cfg.settings.checkpoint;
-    let interval = Duration::from_millis(settings.interval);
-    let mut last_housekeeping = Instant::now();
-    let mut last_idle_check = Instant::now();
-    let mut last_turn = Instant::now();
-    let mut snapshots_from = Instant::now();
-    // A local copy, flushed once per turn of the loop (see `Observer`).
-    let received = deps.metrics.stage("slice_received").local();
-    let result = loop {
-        if stop.load(Ordering::Relaxed) {
-            break Ok(());
+/// The worker loop's own state between turns.
+struct Loop {
+    deps: Arc<WorkerSetup>,
+    inner: Arc<Mutex<WorkerState>>,
+    high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
+    /// Shared mode: the slice reads the input records the read order names.
+    input: Option<InputReader>,
+    stall: StallWatch,
+    /// No snapshot starts before this (after a stall).
+    snapshots_from: Instant,
+    last_housekeeping: Instant,
+    last_idle_check: Instant,
+    /// Whether the last turn took in nothing: a snapshot being copied then
+    /// advances by more than a step.
+    idle: bool,
+    /// A local copy, flushed once per turn of the loop (see `Observer`).
+    received: prometheus::local::LocalHistogram,
+}
+
+impl Loop {
+    fn new(
+        deps: Arc<WorkerSetup>,
+        inner: Arc<Mutex<WorkerState>>,
+        high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
+    ) -> Result<Self, KafkaLayerError> {
+        let input = match deps.cfg.slicing {
+            SlicingMode::Shared => Some(InputReader::new(&deps.cfg, deps.metrics.input_missing.clone())?),
+            _ => None,
+        };
+        let received = deps.metrics.stage("slice_received").local();
+        let now = Instant::now();
+        Ok(Loop {
+            deps,
+            inner,
+            high_offsets,
+            input,
+            stall: StallWatch::new(),
+            snapshots_from: now,
+            last_housekeeping: now,
+            last_idle_check: now,
+            idle: false,
+            received,
+        })
+    }
+
+    /// Takes in the slices the restore thread has restored; a fatal error
+    /// of the rebalance callbacks or of the producer ends the loop.
+    fn take_restored(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
+        let mut guard = self.inner.lock().expect("worker lock");
+        take_restored(&self.deps, consumer, &mut guard);
+        match guard.fatal.clone().or_else(|| self.deps.producer.context().failure()) {
+            Some(f) => Err(KafkaLayerError::Topology(f)),
+            None => Ok(()),
         }
-        {
-            let mut guard = inner.lock().expect("worker lock");
-            take_restored(&deps, &consumer, &mut guard);
-            if let Some(f) = guard.fatal.clone() {
-                break Err(KafkaLayerError::Topology(f));
-            }
-        }
-        if let Some(f) = deps.producer.context().failure() {
-            break Err(KafkaLayerError::Topology(f));
-        }
-        // One wait, then whatever librdkafka already holds (up to
-        // POLL_BATCH), with one reading of the clocks: per record, they cost
-        // as much as judging it. The worker lock is taken per record, not
-        // held across a poll: rebalance callbacks run inside `poll` and take it.
+    }
+
+    /// One turn: one wait, then whatever librdkafka already holds (up to
+    /// [`POLL_BATCH`]), with one reading of the clocks: per record, they
+    /// cost as much as judging it. The worker lock is taken per record,
+    /// not held across a poll: rebalance callbacks run inside `poll` and take it.
+    fn turn(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
         let mut polled = consumer.poll(Duration::from_millis(100));
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
+        // A stall is seen before what was polled is handled (see `stall.rs`).
+        // (The worker lock is let go before the match: polls inside it run
+        // the rebalance callbacks, which take it.)
+        let turn = self.stall.polled(&mut self.inner.lock().expect("worker lock"), now);
+        match turn {
+            Turn::Handle => {}
+            Turn::Settle => {
+                self.snapshots_from = now + SETTLE;
+                for _ in 0..POLL_BATCH {
+                    match polled.take() {
+                        Some(_) => polled = consumer.poll(Duration::ZERO),
+                        None => break,
+                    }
+                }
+                return Ok(());
+            }
+            Turn::Resume => {
+                // What was polled with the seeks pending is read again after them.
+                drop(polled.take());
+                seek_back(&self.deps, consumer, &mut self.inner.lock().expect("worker lock"));
+                return Ok(());
+            }
+        }
         let mut events = 0;
-        let mut failed = None;
+        let mut result = Ok(());
         while let Some(event) = polled.take() {
             match event {
                 Ok(msg) => {
-                    observe_since(&received, msg.timestamp().to_millis(), wall_ms);
-                    if let Some(input) = input.as_mut().filter(|_| is_read_order(&msg)) {
-                        if let Err(e) = handle_read_order(&deps, &inner, input, &msg, now) {
-                            failed = Some(e);
-                            break;
-                        }
-                        events += 1;
-                        if events < POLL_BATCH {
-                            polled = consumer.poll(Duration::ZERO);
-                        }
-                        continue;
-                    }
-                    let mut guard = inner.lock().expect("worker lock");
-                    if let Err(e) = handle(&deps, &mut guard, &msg, now) {
-                        failed = Some(e);
-                        break;
-                    }
-                    // A snapshot being copied advances by a step per record,
-                    // as before batching: the pause per record stays short.
-                    if let Err(e) = copy_some(&deps, &mut guard, COPY_STEP_BYTES) {
-                        log::warn!("snapshot failed: {e}");
-                    }
+                    observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
+                    result = self.take(&msg, now);
                 }
-                Err(e) => log::warn!("consuming {}: {e}", deps.slice_topic),
+                Err(e) => log::warn!("consuming {}: {e}", self.deps.slice_topic),
             }
             events += 1;
+            if result.is_err() {
+                break;
+            }
             if events < POLL_BATCH {
                 polled = consumer.poll(Duration::ZERO);
             }
         }
-        received.flush();
-        if let Some(e) = failed {
-            break Err(e);
+        self.received.flush();
+        self.idle = events == 0;
+        result
+    }
+
+    /// Takes in one slice-log record.
+    fn take(&mut self, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
+        if let Some(input) = self.input.as_mut().filter(|_| is_read_order(msg)) {
+            return handle_read_order(&self.deps, &self.inner, input, msg, now);
         }
-        if events == 0
-            && let Err(e) = copy_some(&deps, &mut inner.lock().expect("worker lock"), IDLE_COPY_BYTES)
+        let mut guard = self.inner.lock().expect("worker lock");
+        handle(&self.deps, &mut guard, msg, now)?;
+        // A snapshot being copied advances by a step per record: the pause
+        // per record stays short.
+        if let Err(e) = copy_some(&self.deps, &mut guard, COPY_STEP_BYTES) {
+            log::warn!("snapshot failed: {e}");
+        }
+        Ok(())
+    }
+
+    /// What the worker does between turns: copies more of a snapshot when
+    /// idle, flushes idle slices, starts the snapshot due, publishes metrics.
+    fn housekeeping(&mut self) -> Result<(), KafkaLayerError> {
+        let deps = &self.deps;
+        if self.idle
+            && let Err(e) = copy_some(deps, &mut self.inner.lock().expect("worker lock"), IDLE_COPY_BYTES)
         {
             log::warn!("snapshot failed: {e}");
         }
-        let stalled = last_turn.elapsed();
-        last_turn = Instant::now();
-        if stalled >= WORKER_STALL {
-            after_stall(&mut inner.lock().expect("worker lock"), stalled);
-            snapshots_from = last_turn + STALL_SETTLE;
+        if self.stall.turn_ended(&mut self.inner.lock().expect("worker lock")) {
+            self.snapshots_from = Instant::now() + SETTLE;
         }
-        if last_idle_check.elapsed() >= IDLE_CHECK_EVERY {
-            last_idle_check = Instant::now();
-            if let Err(e) = flush_idle(&deps, &mut inner.lock().expect("worker lock")) {
-                break Err(e);
+        if self.last_idle_check.elapsed() >= IDLE_CHECK_EVERY && !self.stall.settling() {
+            self.last_idle_check = Instant::now();
+            flush_idle(deps, &mut self.inner.lock().expect("worker lock"))?;
+        }
+        if self.last_housekeeping.elapsed() >= Duration::from_millis(200) {
+            self.last_housekeeping = Instant::now();
+            let mut guard = self.inner.lock().expect("worker lock");
+            apply_written(deps, &mut guard);
+            if Instant::now() >= self.snapshots_from {
+                start_due_snapshot(deps, &mut guard);
             }
+            publish(deps, &mut guard, &self.high_offsets.lock().expect("offsets lock"));
         }
-        if last_housekeeping.elapsed() >= Duration::from_millis(200) {
-            last_housekeeping = Instant::now();
-            let mut guard = inner.lock().expect("worker lock");
-            apply_written(&deps, &mut guard);
-            let WorkerState { slices, writer, buffer, .. } = &mut *guard;
-            // The most overdue slice first; one snapshot in the writer's hands at a time.
-            let due = slices
-                .values()
-                .filter(|o| !o.writing && o.since_checkpoint > 0)
-                .filter(|o| {
-                    (settings.interval_records > 0 && o.since_checkpoint >= settings.interval_records)
-                        || o.last_checkpoint.elapsed() >= interval
-                })
-                .min_by_key(|o| o.last_checkpoint)
-                .map(|o| o.state.slice);
-            let in_progress = writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some());
-            let settled = Instant::now() >= snapshots_from;
-            if !in_progress
-                && settled
-                && let Some(owned) = due.and_then(|s| slices.get_mut(&s))
-            {
-                begin_snapshot(&deps, buffer, owned);
-            }
-            publish(&deps, &mut guard, &high_offsets.lock().expect("offsets lock"));
-        }
-    };
+        Ok(())
+    }
+}
 
-    // Graceful stop: snapshot every slice, then leave the group.
+/// Starts the snapshot of the most overdue slice, if one is due (by
+/// `checkpoint.interval` or `checkpoint.interval_records`): one snapshot
+/// in the writer's hands at a time.
+fn start_due_snapshot(deps: &WorkerSetup, inner: &mut WorkerState) {
+    let settings = &deps.cfg.settings.checkpoint;
+    let interval = Duration::from_millis(settings.interval);
+    let WorkerState { slices, writer, buffer, .. } = inner;
+    if writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some()) {
+        return;
+    }
+    let due = slices
+        .values_mut()
+        .filter(|o| !o.writing && o.since_checkpoint > 0)
+        .filter(|o| {
+            (settings.interval_records > 0 && o.since_checkpoint >= settings.interval_records)
+                || o.last_checkpoint.elapsed() >= interval
+        })
+        .min_by_key(|o| o.last_checkpoint);
+    if let Some(owned) = due {
+        begin_snapshot(deps, buffer, owned);
+    }
+}
+
+/// Graceful stop: snapshot every slice (after a failure, only the writes
+/// in flight finish), then leave the group.
+fn shut_down(
+    deps: &WorkerSetup,
+    inner: &Mutex<WorkerState>,
+    consumer: BaseConsumer<WorkerContext>,
+    result: &Result<(), KafkaLayerError>,
+) {
     let mut guard = inner.lock().expect("worker lock");
     let owned: Vec<u32> = guard.slices.keys().copied().collect();
     for slice in owned {
-        // After a failure only the writes in flight finish.
         let done = if result.is_ok() {
-            checkpoint_now(&deps, &mut guard, slice)
+            checkpoint_now(deps, &mut guard, slice)
         } else {
-            wait_written(&deps, &mut guard, slice)
+            wait_written(deps, &mut guard, slice)
         };
         if let Err(e) = done {
             log::warn!("slice {slice}: snapshot on shutdown failed: {e}");
         }
     }
-    publish(&deps, &mut guard, &BTreeMap::new());
+    publish(deps, &mut guard, &BTreeMap::new());
     // Nothing left to snapshot on the revocation that closing triggers.
     for owned in guard.slices.values_mut() {
         owned.since_checkpoint = 0;
@@ -294,5 +378,4 @@ pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
     drop(guard);
     drop(consumer);
     inner.lock().expect("worker lock").writer.stop();
-    result
 }

@@ -5,19 +5,20 @@
 
 use std::time::Instant;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 
 use super::context::{OwnedSlice, WorkerSetup};
-use super::emit::{emit_one, send};
-use super::records::{apply_logged_flushes, is_control};
+use super::emit::{dead_letter, send};
+use super::records::{apply_logged_flushes, take_delete};
 use super::snapshots::FLUSH_TIMEOUT;
 use crate::config::AvailabilityPolicy;
 use crate::engine::slice::Unframed;
-use crate::engine::{Judgment, RecordView, ReleasePos, SliceRecord, SliceVerdict};
+use crate::engine::{InvalidRecord, Judgment, RecordView, ReleasePos, SliceRecord};
 use crate::kafka::producer::wait_acked;
+use crate::kafka::replay::{Destination, ReplayBounds, Sent};
 use crate::kafka::restore::{PolicyRange, policy_record, range_of};
-use crate::kafka::slice_log::parts_with;
+use crate::kafka::slice_log::{Kind, LogRecord};
 use crate::kafka::{KafkaLayerError, headers};
 
 /// A slice being restored whose records `availability.policy` decides
@@ -28,10 +29,9 @@ use crate::kafka::{KafkaLayerError, headers};
 pub(super) struct Deciding {
     /// The next slice offset expected.
     pub(super) next: u64,
-    /// The slice's last ordinary output before (its release position).
-    pub(super) normal: Option<ReleasePos>,
-    /// Policy outputs were sent up to this release position.
-    pub(super) sent: Option<ReleasePos>,
+    /// How far each topic holds the slice's records: read before, raised
+    /// by each decision sent.
+    pub(super) bounds: ReplayBounds,
     /// The policy ranges logged, by earlier owners and by this one.
     pub(super) ranges: Vec<PolicyRange>,
 }
@@ -51,21 +51,17 @@ pub(super) fn decide_early(
     d: &mut Deciding,
     slice: u32,
     msg: &BorrowedMessage<'_>,
+    record: &LogRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     let offset = msg.offset() as u64;
     if offset < d.next {
         return Ok(());
     }
     d.next = offset + 1;
-    let header_list: Vec<(&str, &[u8])> =
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
-    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
-    if is_control(deps, framed.source, &header_list, headers::PROGRESS)
-        || is_control(deps, framed.source, &header_list, headers::DELETE)
-    {
+    if record.kind != Kind::Input {
         return Ok(());
     }
+    let framed = &record.framed;
     let range = match range_of(&d.ranges, offset) {
         Some(r) => r,
         None => {
@@ -78,32 +74,31 @@ pub(super) fn decide_early(
         }
     };
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
-    let silent = d.sent.is_some_and(|y| pos <= y) || d.normal.is_some_and(|y| pos <= y);
-    let record = RecordView {
+    let view = RecordView {
         key: msg.key(),
         payload: framed.payload.unwrap_or_default(),
-        headers: &header_list,
+        headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    match deps.extractor.extract(&record, 0) {
-        Ok(_) => {
-            emit_policy(deps, slice, msg, &framed, offset, pos, range.policy, d.normal, silent)?;
-            if !silent {
-                d.sent = Some(pos);
-            }
-        }
-        Err(why) => {
-            let j = Judgment {
-                offset,
-                verdict: SliceVerdict::Invalid(why),
-                late_by_ms: None,
-                first_source: None,
-                count: None,
-            };
-            emit_one(deps, slice, &j, pos, msg, &framed, silent)?;
-        }
+    let unreadable = deps.extractor.extract(&view, 0).err();
+    let dest = destination(range.policy, unreadable.is_some());
+    if !d.bounds.holds_decision(dest, pos) {
+        let after = d.bounds.policy_after(dest, None);
+        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref() };
+        send_decision(deps, slice, msg, framed, &decision)?;
+        d.bounds.raise(dest, Sent { normal: None, policy: Some(pos) });
     }
     Ok(())
+}
+
+/// Where a decision of `policy` goes: the output (`deliver`) or the
+/// duplicates topic (`drop`); an unreadable record to the dead letters.
+fn destination(policy: AvailabilityPolicy, unreadable: bool) -> Destination {
+    match policy {
+        _ if unreadable => Destination::DeadLetters,
+        AvailabilityPolicy::Drop => Destination::Duplicates,
+        _ => Destination::Output,
+    }
 }
 
 /// Applies a logged policy decision to the record at `offset` of a restored
@@ -118,99 +113,100 @@ pub(super) fn decide_logged(
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     msg: &BorrowedMessage<'_>,
-    framed: &Unframed<'_>,
-    header_list: &[(&str, &[u8])],
+    record: &LogRecord<'_>,
     range: PolicyRange,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     let offset = msg.offset() as u64;
+    let framed = &record.framed;
+    match record.kind {
+        Kind::Progress => {
+            owned.since_checkpoint += 1;
+            owned.state.next_offset = offset + 1;
+            judged.clear();
+            return apply_logged_flushes(deps, owned, judged);
+        }
+        Kind::Delete => {
+            owned.last_arrival = now;
+            return take_delete(deps, owned, judged, offset, msg);
+        }
+        Kind::Input => {}
+    }
     owned.since_checkpoint += 1;
-    if is_control(deps, framed.source, header_list, headers::PROGRESS) {
-        owned.state.next_offset = offset + 1;
-        judged.clear();
-        return apply_logged_flushes(deps, owned, judged);
-    }
     owned.last_arrival = now;
-    if is_control(deps, framed.source, header_list, headers::DELETE) {
-        let key = msg.key().unwrap_or_default();
-        let outcome = match owned.copying.as_mut() {
-            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
-            None => owned.state.delete(offset, key),
-        };
-        crate::kafka::deletes::posted(&deps.status.deletes, slice, offset, outcome);
-        judged.clear();
-        return apply_logged_flushes(deps, owned, judged);
-    }
-    let record = RecordView {
+    let view = RecordView {
         key: msg.key(),
         payload: framed.payload.unwrap_or_default(),
-        headers: header_list,
+        headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let slice_record = SliceRecord { offset, record, source: framed.source, reading: None };
+    let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;
     let decided = match owned.copying.as_mut() {
         Some(c) => owned.state.decide(&slice_record, &deps.extractor, deliver, Some(&mut c.copy)),
         None => owned.state.decide(&slice_record, &deps.extractor, deliver, None),
     };
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
-    let silent = owned.replay_until.is_some_and(|y| pos <= y) || owned.policy_until.is_some_and(|y| pos <= y);
-    if !silent {
-        owned.replay_until = None;
-        owned.policy_until = None;
-    }
-    if decided {
-        emit_policy(deps, slice, msg, framed, offset, pos, range.policy, owned.last_normal, silent)?;
+    let unreadable = if decided {
+        None
     } else {
         owned.state.next_offset = offset + 1;
         owned.state.counters.invalid += 1;
-        let why = match deps.extractor.extract(&slice_record.record, 0) {
-            Err(why) => why,
-            Ok(_) => unreachable!("decide refuses only a record it cannot read"),
-        };
-        let j =
-            Judgment { offset, verdict: SliceVerdict::Invalid(why), late_by_ms: None, first_source: None, count: None };
-        emit_one(deps, slice, &j, pos, msg, framed, silent)?;
-    }
-    if silent {
+        deps.extractor.extract(&slice_record.record, 0).err()
+    };
+    let dest = destination(range.policy, !decided);
+    if owned.replay.holds_decision(dest, pos) {
         deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+    } else {
+        let after = owned.replay.policy_after(dest, owned.last_judged);
+        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref() };
+        send_decision(deps, slice, msg, framed, &decision)?;
     }
     judged.clear();
     apply_logged_flushes(deps, owned, judged)
 }
 
-/// Sends a record decided by `policy`: to the output (`deliver`) or the
-/// duplicates topic (`drop`), with its slice offset, release position,
-/// header `dedupd.policy` and in `dedupd.policy.after` the slice's last
-/// ordinary output before (`normal`) — nothing when `silent`.
-#[allow(clippy::too_many_arguments)]
-fn emit_policy<M: Message>(
+/// A decision of `availability.policy` about one record.
+struct Decision<'a> {
+    /// The record's slice offset.
+    offset: u64,
+    pos: ReleasePos,
+    policy: AvailabilityPolicy,
+    /// What the partition it goes to holds of ordinary judgments before it
+    /// (`dedupd.policy.after`; see [`ReplayBounds::policy_after`]).
+    after: Option<ReleasePos>,
+    /// Why the record cannot be read, if it cannot: it goes to the dead letters.
+    unreadable: Option<&'a InvalidRecord>,
+}
+
+/// Sends a record decided by the policy: to the output (`deliver`), the
+/// duplicates topic (`drop`) or, unreadable, the dead letters, with its
+/// slice offset, release position, header `dedupd.policy` and
+/// `dedupd.policy.after` (a later restore tells these records from the
+/// ordinary ones by them: see [`crate::kafka::replay`]).
+fn send_decision<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
     msg: &M,
     framed: &Unframed<'_>,
-    offset: u64,
-    pos: ReleasePos,
-    policy: AvailabilityPolicy,
-    normal: Option<ReleasePos>,
-    silent: bool,
+    d: &Decision<'_>,
 ) -> Result<(), KafkaLayerError> {
-    if silent {
-        return Ok(());
-    }
-    deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), policy.as_str()]).inc();
     let out = &deps.cfg.settings.output;
-    let offset_text = offset.to_string();
-    let release_text = pos.to_string();
-    let after_text = normal.map(|y| y.to_string()).unwrap_or_default();
+    let offset_text = d.offset.to_string();
+    let release_text = d.pos.to_string();
+    let after_text = d.after.map(|y| y.to_string()).unwrap_or_default();
     let mut extra = vec![
         (headers::SLICE_OFFSET, offset_text.as_bytes()),
         (headers::RELEASE, release_text.as_bytes()),
-        (headers::POLICY, policy.as_str().as_bytes()),
+        (headers::POLICY, d.policy.as_str().as_bytes()),
         (headers::POLICY_AFTER, after_text.as_bytes()),
     ];
-    match policy {
+    if let Some(why) = d.unreadable {
+        return dead_letter(deps, slice, why, msg, framed, &extra);
+    }
+    deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
+    match d.policy {
         AvailabilityPolicy::Drop => {
             extra.push((headers::RULE, b"policy"));
             send(deps, &out.duplicates_topic, slice, msg, framed.payload, &extra)

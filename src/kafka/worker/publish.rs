@@ -3,7 +3,6 @@
 //! what the worker does after it stood still.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
 
@@ -105,7 +104,11 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
             SliceStatus {
                 slice: *slice,
                 next_offset: owned.state.next_offset,
-                replaying_until: owned.replay_until.map(|y| y.to_string()),
+                replaying_until: owned
+                    .replay
+                    .highest()
+                    .filter(|y| y.after >= owned.state.next_offset)
+                    .map(|y| y.to_string()),
                 clock_ms: f.clock_ms(),
                 generations: f.generations().len(),
                 density,
@@ -120,29 +123,5 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
                 last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
             },
         );
-    }
-}
-
-/// After the worker stood still for `stalled`: its slices did not go idle
-/// meanwhile, the worker did. Without this, every slice holding records
-/// would look idle on waking and be flushed at once; if the process was
-/// stopped beyond `session.timeout.ms`, the group has given its slices to
-/// another member by then, and those flushes (their outputs and their
-/// records in the flush log, which later restores replay) would be a
-/// zombie's writes: measured 14 outputs delivered twice by
-/// `scripts/faults.sh daemon-pause` before this. Idleness and the snapshot
-/// count again from now (and the worker loop starts no snapshot for
-/// [`super::STALL_SETTLE`]), which gives librdkafka the time to learn from the
-/// coordinator that the assignment is lost (it asks at once on waking) and
-/// revoke it before this process writes for those slices again.
-pub(super) fn after_stall(inner: &mut WorkerState, stalled: Duration) {
-    log::info!(
-        "slice workers: stood still for {:.1} s (a stopped process or a starved CPU); idle flushes and snapshots \
-         count from now",
-        stalled.as_secs_f64()
-    );
-    let now = Instant::now();
-    for owned in inner.slices.values_mut() {
-        owned.last_arrival = now;
     }
 }

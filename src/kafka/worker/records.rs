@@ -18,7 +18,7 @@ use crate::engine::slice::Unframed;
 use crate::engine::{Judgment, Progress, RecordView, ReleasePos, SliceRecord, SourceRef};
 use crate::kafka::restore::{flush_record, range_of};
 use crate::kafka::shared::InputReader;
-use crate::kafka::slice_log::parts_with;
+use crate::kafka::slice_log::{Kind, LogRecord};
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Flushes every owned slice that holds records for the watermark and has
@@ -34,11 +34,8 @@ pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<
     let WorkerState { slices, judged, .. } = inner;
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
-        let replaying = !owned.flushes.is_empty()
-            || [owned.replay_until, owned.flag_replay_until, owned.policy_until]
-                .iter()
-                .flatten()
-                .any(|y| arrivals_to_replay(*y, owned.state.next_offset));
+        let replaying =
+            !owned.flushes.is_empty() || owned.replay.all().any(|y| arrivals_to_replay(y, owned.state.next_offset));
         if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
@@ -59,9 +56,11 @@ fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
     !y.flush && y.after >= next_offset
 }
 
-/// Processes one slice record: takes it in, emits the judgments it
-/// releases, keeps it if it waits, then applies a logged idle flush that
-/// came right after it (replay).
+/// Processes one slice-log record: reads it once ([`LogRecord`]), then
+/// takes it in as what it is — an input record judged, a router's progress,
+/// a delete request, or a record a policy range decides — and emits the
+/// judgments it releases; then applies a logged idle flush that came right
+/// after it (replay).
 pub(super) fn handle(
     deps: &WorkerSetup,
     inner: &mut WorkerState,
@@ -71,10 +70,10 @@ pub(super) fn handle(
     let slice = msg.partition() as u32;
     let WorkerState { slices, judged, deciding, .. } = inner;
     let Some(owned) = slices.get_mut(&slice) else {
-        if let Some(d) = deciding.get_mut(&slice) {
-            return decide_early(deps, d, slice, msg);
-        }
-        return Ok(()); // fetched just before a revocation, or while restoring
+        return match deciding.get_mut(&slice) {
+            Some(d) => decide_early(deps, d, slice, msg, &LogRecord::read(deps.cfg.slicing, msg)),
+            None => Ok(()), // fetched just before a revocation, or while restoring
+        };
     };
     // Shared mode: a slice-log record (a router's progress, a delete
     // request) is at index 0 of its offset's virtual positions.
@@ -88,67 +87,79 @@ pub(super) fn handle(
     // record arriving first would overtake (the flush would be skipped, and
     // the replay would release its records at other positions).
     apply_logged_flushes(deps, owned, judged)?;
-    let header_list: Vec<(&str, &[u8])> =
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
-    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
-    let framed = parts_with(deps.cfg.slicing, msg.payload(), source_header);
-    let source = framed.source;
-    // Control records (a router's progress, a delete request) are written by
-    // dedupd itself into the slice log: they have no router stamp, while
-    // every record the router copies has one — so an input record that
-    // carries such a header of its own is judged as the record it is.
-    let control = |name: &str| is_control(deps, source, &header_list, name);
+    let record = LogRecord::read(deps.cfg.slicing, msg);
     // Inside a range of slice offsets logged as decided by
-    // `availability.policy`: records are decided, not judged (see
-    // [`super::policy::decide_logged`]).
+    // `availability.policy`: records are decided, not judged.
     owned.ranges.retain(|r| r.to >= offset);
     if let Some(range) = range_of(&owned.ranges, offset) {
-        return decide_logged(deps, owned, judged, msg, &framed, &header_list, range, now);
+        return decide_logged(deps, owned, judged, msg, &record, range, now);
     }
-    // A router's progress record (see `crate::kafka::router`): not input, and not
-    // an arrival either — a slice that receives only these is idle, and its
-    // idle flush (up to the hold) is what releases its last records.
-    if control(headers::PROGRESS) {
-        judged.clear();
-        // Only routers write these: a malformed one is a bug or a foreign
-        // writer; it announces nothing (at the same place in a replay).
-        let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
-            log::warn!("slice {slice}: the progress record at offset {offset} cannot be read; skipped");
-            Vec::new()
-        });
-        match owned.copying.as_mut() {
-            Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
-            None => owned.state.announce(offset, &entries, judged),
+    match record.kind {
+        Kind::Progress => take_progress(deps, owned, judged, offset, msg),
+        Kind::Delete => {
+            owned.last_arrival = now;
+            take_delete(deps, owned, judged, offset, msg)
         }
-        owned.since_checkpoint += 1;
-        emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
-        return apply_logged_flushes(deps, owned, judged);
+        // In shared mode the slice log holds only what dedupd writes there
+        // (read-order records are taken by `handle_read_order`).
+        Kind::Input if deps.cfg.slicing == SlicingMode::Shared => {
+            log::warn!(
+                "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
+                msg.offset()
+            );
+            Ok(())
+        }
+        Kind::Input => {
+            owned.last_arrival = now;
+            judge(deps, owned, judged, offset, msg, &record.framed, &record.headers)
+        }
     }
-    owned.last_arrival = now;
-    // A delete request (see `crate::kafka::deletes`), applied here, in the log's
-    // order. Only the admin endpoint writes one: it has no router stamp,
-    // while every record the router copies has one — so an input record
-    // that carries a `dedupd.delete` header of its own is judged as the
-    // record it is, never taken for a request (nor dropped).
-    if control(headers::DELETE) {
-        let key = msg.key().unwrap_or_default();
-        let outcome = match owned.copying.as_mut() {
-            Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
-            None => owned.state.delete(offset, key),
-        };
-        owned.since_checkpoint += 1;
-        // The admin endpoint waits for the slice-log offset it wrote.
-        crate::kafka::deletes::posted(&deps.status.deletes, slice, msg.offset() as u64, outcome);
-        judged.clear();
-        return apply_logged_flushes(deps, owned, judged);
+}
+
+/// A router's progress record (see `crate::kafka::router`): not input, and
+/// not an arrival either — a slice that receives only these is idle, and
+/// its idle flush (up to the hold) is what releases its last records.
+fn take_progress(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+) -> Result<(), KafkaLayerError> {
+    judged.clear();
+    // Only routers write these: a malformed one is a bug or a foreign
+    // writer; it announces nothing (at the same place in a replay).
+    let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
+        log::warn!("slice {}: the progress record at offset {offset} cannot be read; skipped", owned.state.slice);
+        Vec::new()
+    });
+    match owned.copying.as_mut() {
+        Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
+        None => owned.state.announce(offset, &entries, judged),
     }
-    // In shared mode the slice log holds only what dedupd writes there
-    // (read-order records are taken by `handle_read_order`).
-    if deps.cfg.slicing == SlicingMode::Shared {
-        log::warn!("slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped", msg.offset());
-        return Ok(());
-    }
-    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+    owned.since_checkpoint += 1;
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// A delete request (see `crate::kafka::deletes`), applied here, in the
+/// log's order; the admin endpoint waits for the slice-log offset it wrote.
+pub(super) fn take_delete(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+) -> Result<(), KafkaLayerError> {
+    let key = msg.key().unwrap_or_default();
+    let outcome = match owned.copying.as_mut() {
+        Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
+        None => owned.state.delete(offset, key),
+    };
+    owned.since_checkpoint += 1;
+    crate::kafka::deletes::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
+    judged.clear();
+    apply_logged_flushes(deps, owned, judged)
 }
 
 /// Shared mode: judges the input records the read-order record `msg` names,
@@ -317,18 +328,6 @@ pub(super) fn idle_flush(
     log_and_wait(deps, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
     owned.since_checkpoint += 1;
     flush_slice(deps, owned, judged)
-}
-
-/// Whether a slice-log record is a control record `name` (a router's
-/// progress, a delete request) rather than input: dedupd writes those
-/// without a router stamp, which every routed input record has.
-pub(super) fn is_control(
-    deps: &WorkerSetup,
-    source: Option<SourceRef<'_>>,
-    header_list: &[(&str, &[u8])],
-    name: &str,
-) -> bool {
-    deps.cfg.slicing != SlicingMode::InputPartitions && source.is_none() && header_list.iter().any(|(k, _)| *k == name)
 }
 
 /// Whether a slice-log record is a router's read-order record (shared mode).

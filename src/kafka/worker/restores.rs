@@ -14,7 +14,8 @@ use super::context::{OwnedSlice, WorkerContext, WorkerSetup, WorkerState};
 use super::policy::Deciding;
 use super::records::log_position;
 use crate::config::AvailabilityPolicy;
-use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer, Sent};
+use crate::kafka::replay::{Destination, ReplayBounds};
+use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer};
 use crate::kafka::{KafkaLayerError, clients};
 
 /// A restore asked of the restore thread: the slice and its number.
@@ -27,7 +28,7 @@ pub(super) struct RestoreJob {
 pub(super) enum RestoreEvent {
     /// Where the slice's outputs stopped and the policy ranges logged (read
     /// first, before the snapshot, when `availability.policy` is not `wait`).
-    Located { slice: u32, id: u64, result: Result<(Sent, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
+    Located { slice: u32, id: u64, result: Result<(ReplayBounds, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
     /// The slice, restored.
     Restored { slice: u32, id: u64, result: Result<Box<OwnedSlice>, KafkaLayerError> },
 }
@@ -88,13 +89,13 @@ pub(super) fn take_restored(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerCo
                 }
                 match result {
                     // A slice that never sent an output has nothing to go on from: it waits.
-                    Ok((sent, _, _)) if sent.normal.is_none() => {
+                    Ok((bounds, _, _)) if bounds.highest().is_none() => {
                         log::info!("slice {slice}: no output yet; its records wait for the restore");
                     }
-                    Ok((sent, snapshot, ranges)) => {
+                    Ok((bounds, snapshot, ranges)) => {
                         // Records below the snapshot's offset are in it: judged, or
                         // waiting for the watermark (judged once it is restored).
-                        let next = sent.normal.map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
+                        let next = bounds.highest().map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
                         if let Err(e) = read_from(deps, consumer, inner, slice, next) {
                             inner.fatal.get_or_insert(e);
                             continue;
@@ -104,7 +105,7 @@ pub(super) fn take_restored(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerCo
                              availability.policy = {} meanwhile",
                             deps.cfg.availability.as_str()
                         );
-                        inner.deciding.insert(slice, Deciding { next, normal: sent.normal, sent: sent.policy, ranges });
+                        inner.deciding.insert(slice, Deciding { next, bounds, ranges });
                     }
                     Err(e) => {
                         log::warn!("slice {slice}: cannot read where its outputs stopped ({e}); its records wait")
@@ -127,7 +128,7 @@ pub(super) fn take_restored(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerCo
                                 }
                             }
                             owned.ranges.sort_by_key(|r| r.from);
-                            owned.policy_until = owned.policy_until.max(d.sent);
+                            owned.replay.merge(&d.bounds);
                             log::info!(
                                 "slice {slice}: restored; policy decisions up to offset {} are applied as logged",
                                 d.next.saturating_sub(1)
@@ -156,7 +157,7 @@ pub(super) fn take_restored(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerCo
 /// it at once), or else seeks it there and resumes it (a partition assigned
 /// paused, with eager rebalancing; a partition read by `availability.policy`
 /// during the restore is not paused and the resume does nothing).
-fn read_from(
+pub(super) fn read_from(
     deps: &WorkerSetup,
     consumer: &BaseConsumer<WorkerContext>,
     inner: &mut WorkerState,
@@ -177,10 +178,6 @@ fn read_from(
 
 /// The restore of the slices of this process.
 pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
-    let mut outputs = vec![deps.cfg.settings.output.topic.as_str()];
-    if !deps.cfg.settings.output.duplicates_topic.is_empty() {
-        outputs.push(deps.cfg.settings.output.duplicates_topic.as_str());
-    }
     Restorer {
         store: &deps.store,
         reader: &deps.reader,
@@ -191,13 +188,15 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         slicing: deps.cfg.slicing,
         leaf: (deps.cfg.tier == crate::config::Tier::DenseLeaf).then_some(deps.cfg.settings.app.id.as_str()),
         flush_topic: &deps.flush_topic,
-        output_topics: outputs,
+        destinations: Destination::ALL
+            .into_iter()
+            .filter_map(|dest| Some((dest, dest.topic(&deps.cfg.settings)?)))
+            .collect(),
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
         bounds_ignored: &deps.metrics.restore_bounds_ignored,
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
-        flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
     }
 }
 
@@ -223,11 +222,9 @@ pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kafk
         published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         published_overflows: point.state.order.overflows(),
         state: point.state,
-        replay_until: point.replay_until,
-        policy_until: point.policy_until,
-        last_normal: point.sent_normal,
+        replay: point.bounds,
+        last_judged: None,
         ranges: point.ranges,
-        flag_replay_until: point.flag_replay_until,
         held: point.held.into_iter().collect(),
         flushes: point.flushes,
         last_arrival: Instant::now(),
