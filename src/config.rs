@@ -515,6 +515,13 @@ impl<'de> Deserialize<'de> for Secret {
 pub struct InputSettings {
     /// Topics to deduplicate.
     pub topics: Vec<String>,
+    /// Where reading starts for an input partition this application has no
+    /// position in yet (no committed offset, no snapshot): `earliest` (the
+    /// oldest retained record: nothing is skipped on a first deployment) or
+    /// `latest` (only records written after the daemon starts). A position
+    /// once kept is resumed whatever this says. librdkafka's
+    /// `auto.offset.reset` in `[kafka]` must not contradict it.
+    pub start: String,
     /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
     pub key: String,
     /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
@@ -533,6 +540,36 @@ pub struct InputSettings {
     /// Suspects in a row that confirm a jump of the stream's time; a suspect
     /// not confirmed goes to the dead-letter topic (`time_jump`).
     pub jump_confirmations: u32,
+}
+
+/// `input.start`: where reading starts in an input partition the
+/// application has no position in yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputStart {
+    /// The oldest retained record.
+    Earliest,
+    /// The end: only records written from now on.
+    Latest,
+}
+
+impl InputStart {
+    /// The value of librdkafka's `auto.offset.reset` that means the same.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputStart::Earliest => "earliest",
+            InputStart::Latest => "latest",
+        }
+    }
+
+    /// What a librdkafka `auto.offset.reset` value means (its aliases
+    /// included); `None` for `error`, which starts nowhere.
+    fn of_offset_reset(value: &str) -> Option<Self> {
+        match value {
+            "earliest" | "smallest" | "beginning" => Some(InputStart::Earliest),
+            "latest" | "largest" | "end" => Some(InputStart::Latest),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -942,6 +979,7 @@ id = "dedupd"
 brokers = "localhost:9092"
 [input]
 topics = ["clicks"]
+start = "earliest"
 key = "record-key"
 time = "record-timestamp"
 max_record_bytes = 1048576
@@ -1041,6 +1079,8 @@ fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
 #[derive(Debug, Clone)]
 pub struct Resolved {
     pub settings: Settings,
+    /// `input.start`.
+    pub input_start: InputStart,
     pub key: KeySpec,
     pub time: TimeSpec,
     pub filter: FilterSpec,
@@ -1236,6 +1276,27 @@ impl Settings {
         }
         for t in &s.input.topics {
             topic_name("input.topics", t, false)?;
+        }
+        let input_start = match s.input.start.as_str() {
+            "earliest" => InputStart::Earliest,
+            "latest" => InputStart::Latest,
+            other => return Err(invalid("input.start", other, "expected earliest or latest")),
+        };
+        // The group consumers that read the input set auto.offset.reset
+        // from input.start: a [kafka] value saying otherwise would be
+        // silently overridden.
+        if let Some((_, reset)) = s.kafka.client_settings().into_iter().find(|(k, _)| k == "auto.offset.reset")
+            && InputStart::of_offset_reset(&reset) != Some(input_start)
+        {
+            return Err(invalid(
+                "kafka.auto.offset.reset",
+                &reset,
+                format!(
+                    "contradicts input.start = {} (where dedupd starts reading an input partition it has no \
+                     position in): set input.start (earliest or latest) and remove kafka.auto.offset.reset",
+                    input_start.as_str()
+                ),
+            ));
         }
         topic_name("output.topic", &s.output.topic, false)?;
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
@@ -1530,6 +1591,7 @@ impl Settings {
             settings.output.topic = settings.tier.parent_topic.clone();
         }
         Ok(Resolved {
+            input_start,
             tier,
             provenance,
             counting,
@@ -2052,6 +2114,41 @@ mod tests {
         }
         // And the file loads as it stands: no unknown key, no invalid value.
         load(&[]).unwrap();
+    }
+
+    /// `input.start`, and a librdkafka `auto.offset.reset` that says
+    /// otherwise (in any of its spellings) refused naming both.
+    #[test]
+    fn input_start_is_checked_against_auto_offset_reset() {
+        assert_eq!(load(&[]).unwrap().input_start, InputStart::Earliest);
+        assert_eq!(load(&[("DEDUPD__INPUT__START", "latest")]).unwrap().input_start, InputStart::Latest);
+        assert_eq!(
+            rejected(&[("DEDUPD__INPUT__START", "newest")]),
+            "invalid setting input.start = newest: expected earliest or latest"
+        );
+        for (start, reset) in
+            [("earliest", "earliest"), ("earliest", "smallest"), ("latest", "latest"), ("latest", "end")]
+        {
+            let r = load(&[("DEDUPD__INPUT__START", start), ("DEDUPD__KAFKA__AUTO_OFFSET_RESET", reset)]).unwrap();
+            assert_eq!(r.input_start.as_str(), start);
+        }
+        let rule = "(where dedupd starts reading an input partition it has no position in): set input.start \
+                    (earliest or latest) and remove kafka.auto.offset.reset";
+        assert_eq!(
+            rejected(&[("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "latest")]),
+            format!("invalid setting kafka.auto.offset.reset = latest: contradicts input.start = earliest {rule}")
+        );
+        assert_eq!(
+            rejected(&[("DEDUPD__INPUT__START", "latest"), ("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "error")]),
+            format!("invalid setting kafka.auto.offset.reset = error: contradicts input.start = latest {rule}")
+        );
+        // Written in the file as librdkafka's dotted name.
+        let file = "[input]\nstart = \"latest\"\n[kafka]\n\"auto.offset.reset\" = \"smallest\"\n";
+        let e = Settings::load_from_str(file, Vec::new()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid setting kafka.auto.offset.reset = smallest: contradicts input.start = latest"),
+            "{e}"
+        );
     }
 
     #[test]

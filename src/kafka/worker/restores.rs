@@ -198,6 +198,8 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
         flag_topic: Some(deps.cfg.settings.flag.topic.as_str()).filter(|t| !t.is_empty()),
+        start_at_end: deps.cfg.slicing == crate::config::SlicingMode::InputPartitions
+            && deps.cfg.input_start == crate::config::InputStart::Latest,
     }
 }
 
