@@ -817,7 +817,8 @@ pub struct TopicSettings {
     /// Create the topics dedupd owns when they are missing, with
     /// `max.message.bytes` = the producers' `message.max.bytes`.
     pub auto_create: bool,
-    /// Replication factor of created topics.
+    /// Replication factor of created topics; -1: the broker's default
+    /// (`default.replication.factor`).
     pub replication_factor: i32,
 }
 
@@ -1025,7 +1026,7 @@ token_file = ""
 key_endpoints = "auto"
 [topics]
 auto_create = true
-replication_factor = 1
+replication_factor = -1
 [shutdown]
 timeout = "30s"
 [log]
@@ -1490,8 +1491,12 @@ impl Settings {
             .parse()
             .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
         let key_endpoints = s.admin.key_endpoints()?;
-        if s.topics.replication_factor < 1 {
-            return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
+        if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
+            return Err(invalid(
+                "topics.replication_factor",
+                s.topics.replication_factor,
+                "-1 (the broker's default.replication.factor) or 1 to 32767",
+            ));
         }
         let log_format = match s.log.format.as_str() {
             "text" => LogFormat::Text,
@@ -2149,6 +2154,21 @@ mod tests {
             e.starts_with("invalid setting kafka.auto.offset.reset = smallest: contradicts input.start = latest"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_replication_factor_is_the_brokers_unless_set() {
+        assert_eq!(load(&[]).unwrap().settings.topics.replication_factor, -1);
+        assert_eq!(load(&[("DEDUPD__TOPICS__REPLICATION_FACTOR", "3")]).unwrap().settings.topics.replication_factor, 3);
+        for bad in ["0", "-2", "32768"] {
+            assert_eq!(
+                rejected(&[("DEDUPD__TOPICS__REPLICATION_FACTOR", bad)]),
+                format!(
+                    "invalid setting topics.replication_factor = {bad}: -1 (the broker's default.replication.factor) \
+                     or 1 to 32767"
+                )
+            );
+        }
     }
 
     #[test]

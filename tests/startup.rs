@@ -8,6 +8,8 @@ mod support;
 use std::path::Path;
 use std::time::Duration;
 
+use rdkafka::consumer::Consumer;
+
 use support::*;
 
 /// A new, empty working directory (canonical: the daemon's messages show its real path).
@@ -74,6 +76,38 @@ fn runs_from_any_directory_on_the_environment_alone() {
         warnings_and_errors(&log).into_iter().filter(|l| !l.contains("REQTMOUT [thrd:GroupCoordinator]")).collect();
     assert!(unexpected.is_empty(), "WARN/ERROR lines:\n{}", unexpected.join("\n"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The topics dedupd creates take the broker's default replication factor
+/// (CreateTopics with -1) unless `topics.replication_factor` sets one. The
+/// test broker accepts -1 and creates them with its default, 1; asked for 2,
+/// it keeps 2 (it accepts more replicas than it has brokers, and lists
+/// itself twice).
+#[test]
+fn created_topics_take_the_brokers_default_replication_factor() {
+    let input = unique("clicks-replication");
+    create_topic(&input, 2);
+    for (factor, replicas, said) in
+        [(None, 1, "the broker's default replication factor".to_string()), (Some(2), 2, "replication factor 2".into())]
+    {
+        let app = unique("replication");
+        let mut env = app_env(&app, &input, "repartition", 2);
+        if let Some(f) = factor {
+            env.push(("DEDUPD__TOPICS__REPLICATION_FACTOR".into(), f.to_string()));
+        }
+        let mut daemon = Daemon::start("replication", &env);
+        for topic in [format!("{app}.out"), format!("{app}.ckpt"), format!("{app}.slices")] {
+            daemon.wait_log(&format!("created topic {topic} (2 partitions, {said})"), Duration::from_secs(60));
+            let md = reader().fetch_metadata(Some(&topic), Duration::from_secs(10)).unwrap();
+            let t = md.topics().iter().find(|t| t.name() == topic).unwrap();
+            assert_eq!(t.partitions().len(), 2, "{topic}");
+            for p in t.partitions() {
+                assert_eq!(p.replicas().len(), replicas, "{topic}/{}: replicas {:?}", p.id(), p.replicas());
+            }
+        }
+        assert!(daemon.terminate(Duration::from_secs(40)).success(), "{}", daemon.log_text());
+        daemon.assert_clean_log();
+    }
 }
 
 #[test]
