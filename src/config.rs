@@ -871,6 +871,36 @@ fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, 
 /// The environment variable that names the settings file when `--config` does not.
 pub const CONFIG_ENV: &str = "DEDUPD_CONFIG";
 
+/// The environment variable of the admin bearer token: `admin.token` for
+/// the daemon, and the token `dedupd keys` sends. The settings' own
+/// variable, `DEDUPD__ADMIN__TOKEN`, is read too.
+pub const ADMIN_TOKEN_ENV: &str = "DEDUPD_ADMIN_TOKEN";
+
+/// The settings' own environment variable of `admin.token`.
+const ADMIN_TOKEN_SETTING_ENV: &str = "DEDUPD__ADMIN__TOKEN";
+
+/// Reads [`ADMIN_TOKEN_ENV`] in `env` as `admin.token`
+/// ([`ADMIN_TOKEN_SETTING_ENV`]): both set to different tokens is an error
+/// naming both (never the tokens); empty counts as unset.
+fn admin_token_env(env: &mut Vec<(String, String)>) -> Result<(), ConfigError> {
+    let value = |name: &str| env.iter().rev().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.clone());
+    match (value(ADMIN_TOKEN_ENV), value(ADMIN_TOKEN_SETTING_ENV)) {
+        (Some(short), Some(long)) if short != long => Err(invalid(
+            "admin.token",
+            REDACTED,
+            format!(
+                "{ADMIN_TOKEN_ENV} and {ADMIN_TOKEN_SETTING_ENV} are both set, to different tokens: set one of them \
+                 ({ADMIN_TOKEN_ENV}, the variable `dedupd keys` reads too)"
+            ),
+        )),
+        (Some(token), None) => {
+            env.push((ADMIN_TOKEN_SETTING_ENV.to_string(), token));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Where `dedupd run` looks for a settings file when neither `--config` nor
 /// [`CONFIG_ENV`] names one, in order: `config/dedupd.toml` under the working
 /// directory (a checkout), then `/etc/dedupd/dedupd.toml` (the container image
@@ -1219,6 +1249,8 @@ impl Settings {
         mut builder: config::ConfigBuilder<config::builder::DefaultState>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Resolved, ConfigError> {
+        let mut env: Vec<(String, String)> = env.into_iter().collect();
+        admin_token_env(&mut env)?;
         // librdkafka settings and the admin settings (secrets among them) stay
         // text: a password or token "007" must not become 7.
         let (text_env, env): (config::Map<String, String>, config::Map<String, String>) = env
@@ -2196,6 +2228,34 @@ mod tests {
         assert_eq!(
             rejected(&[("DEDUPD__ADMIN__KEY_ENDPOINTS", "open")]),
             "invalid setting admin.key_endpoints = open: expected auto, off or token"
+        );
+    }
+
+    /// `DEDUPD_ADMIN_TOKEN` (what `dedupd keys` reads) is `admin.token` as
+    /// much as `DEDUPD__ADMIN__TOKEN`; both set to different tokens stops
+    /// the start naming both variables, never a token.
+    #[test]
+    fn the_admin_token_variable_is_read_too() {
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        assert_eq!(r.settings.admin.token, Secret::new(TOKEN));
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", TOKEN), ("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        // Empty is unset.
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", ""), ("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        assert_eq!(load(&[("DEDUPD_ADMIN_TOKEN", "")]).unwrap().key_endpoints, KeyEndpoints::Off);
+        let other = "1110123456789abcdef";
+        let e = rejected(&[("DEDUPD_ADMIN_TOKEN", TOKEN), ("DEDUPD__ADMIN__TOKEN", other)]);
+        assert_eq!(
+            e,
+            "invalid setting admin.token = [redacted]: DEDUPD_ADMIN_TOKEN and DEDUPD__ADMIN__TOKEN are both set, to \
+             different tokens: set one of them (DEDUPD_ADMIN_TOKEN, the variable `dedupd keys` reads too)"
+        );
+        assert!(!e.contains("0123456789"), "{e}");
+        // The same rules as admin.token's.
+        assert!(
+            rejected(&[("DEDUPD_ADMIN_TOKEN", "short")]).starts_with("invalid setting admin.token = [redacted] (5")
         );
     }
 
