@@ -44,14 +44,14 @@ fn invalid(setting: &str, value: impl fmt::Display, rule: impl Into<String>) -> 
 
 /// All settings, one struct per section.
 ///
-/// Test builds derive `Serialize` on these structs: the test
+/// These structs derive `Serialize`: `dedupd check-config
+/// --print-resolved` prints them (secrets as [`REDACTED`]), and the test
 /// `config/dedupd.toml documents every setting` enumerates the settings
 /// they accept from the serialised defaults, so a new field fails it until
 /// `config/dedupd.toml` documents it. Serialise every field (no
 /// `skip_serializing*`), and give a new field's type a
-/// `#[cfg_attr(test, derive(serde::Serialize))]` too.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+/// `#[derive(serde::Serialize)]` too.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub app: AppSettings,
@@ -74,8 +74,7 @@ pub struct Settings {
 
 /// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
 /// leaf instances in front of one root instance.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierSettings {
     /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
@@ -167,8 +166,7 @@ pub enum Tier {
 /// count key per window, counted by windowed Spectral Bloom Filters. The
 /// counting stage runs when `max_per_window` or `flag.threshold` is set;
 /// its settings here serve both. Names are pipe mode's flags'.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSettings {
     /// The most records of a count key let through per `filter.window`; the
@@ -200,8 +198,7 @@ pub struct LimitSettings {
 
 /// Flags (issue 15): the record at which a count key's estimated count in
 /// the window reaches `threshold` is copied to `topic`, exactly once.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlagSettings {
     /// The count at which a key is flagged; 0: no flags. Needs `topic`.
@@ -284,8 +281,7 @@ impl Settings {
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProvenanceSettings {
     /// Where a record's source comes from: `json:/pointer`, `header:NAME` or
@@ -370,8 +366,7 @@ impl ProvenanceSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppSettings {
     /// Consumer group of the slice workers, and prefix of the internal topics.
@@ -379,8 +374,7 @@ pub struct AppSettings {
 }
 
 /// A scalar librdkafka setting as written in the file or the environment.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum Scalar {
     Bool(bool),
@@ -400,8 +394,7 @@ impl fmt::Display for Scalar {
     }
 }
 
-#[derive(Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Clone, Deserialize, serde::Serialize)]
 pub struct KafkaSettings {
     /// Bootstrap brokers, `host:port[,host:port…]`.
     pub brokers: String,
@@ -414,8 +407,7 @@ pub struct KafkaSettings {
 
 /// A pass-through value. The settings loader reads a quoted dotted key such
 /// as `"session.timeout.ms"` as nested tables, so nesting is folded back.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum ClientValue {
     Scalar(Scalar),
@@ -471,7 +463,6 @@ pub fn is_secret_setting(name: &str) -> bool {
 /// A setting value that never appears in logs, error messages or `Debug`
 /// output (the admin bearer token): all three show [`REDACTED`].
 #[derive(Clone, Default, PartialEq, Eq)]
-#[cfg_attr(test, derive(serde::Serialize))]
 pub struct Secret(String);
 
 impl Secret {
@@ -501,6 +492,14 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Serialised as [`REDACTED`] (empty as empty): `dedupd check-config
+/// --print-resolved` prints the settings without it.
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { REDACTED })
+    }
+}
+
 /// Read through [`Scalar`], whose errors do not echo the value (serde's
 /// "invalid type: integer `123`, expected a string" would).
 impl<'de> Deserialize<'de> for Secret {
@@ -509,8 +508,7 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSettings {
     /// Topics to deduplicate.
@@ -572,8 +570,7 @@ impl InputStart {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
     /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
@@ -628,8 +625,7 @@ pub enum SlicingMode {
     Shared,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
     /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
@@ -645,8 +641,7 @@ pub struct SlicingSettings {
     pub max_held: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSettings {
     /// Distinct records, partition = slice.
@@ -668,8 +663,7 @@ pub enum CorruptPolicy {
     Fail,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSettings {
     /// Compacted topic holding slice snapshots, partition = slice.
@@ -687,8 +681,7 @@ pub struct CheckpointSettings {
 
 /// A slice that is not available yet (being restored after a rebalance),
 /// paper §3.2 (docs/availability.md).
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AvailabilitySettings {
     /// What the records of a slice being restored get: `wait` (held until
@@ -729,8 +722,7 @@ impl AvailabilityPolicy {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
     /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`,
@@ -810,8 +802,7 @@ impl AdminSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicSettings {
     /// Create the topics dedupd owns when they are missing, with
@@ -822,8 +813,7 @@ pub struct TopicSettings {
     pub replication_factor: i32,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownSettings {
     /// Longest time a graceful shutdown may take before the daemon exits anyway.
@@ -840,8 +830,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
     /// `text` or `json`; the level filter is `RUST_LOG` (default `info`).
@@ -912,6 +901,8 @@ pub const SEARCH_PATH: [&str; 2] = ["config/dedupd.toml", "/etc/dedupd/dedupd.to
 pub enum ChosenBy {
     /// The `--config` flag.
     Flag,
+    /// A command's argument (`dedupd check-config FILE`).
+    Argument,
     /// The [`CONFIG_ENV`] variable.
     Env,
     /// The first of the search path that exists.
@@ -922,6 +913,7 @@ impl fmt::Display for ChosenBy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChosenBy::Flag => f.write_str("named by --config"),
+            ChosenBy::Argument => f.write_str("named on the command line"),
             ChosenBy::Env => write!(f, "named by {CONFIG_ENV}"),
             ChosenBy::Search => f.write_str("found on the search path"),
         }
@@ -951,16 +943,21 @@ impl SettingsFile {
             (None, None) => None,
         };
         if let Some((path, by)) = named {
-            if !path.exists() {
-                let shown = absolute(path);
-                return Err(ConfigError::Load(format!("the settings file {} ({by}) does not exist", shown.display())));
-            }
-            return Ok(SettingsFile::Found { path: path.to_path_buf(), by });
+            return Self::named(path, by);
         }
         match search.iter().find(|p| p.is_file()) {
             Some(path) => Ok(SettingsFile::Found { path: path.clone(), by: ChosenBy::Search }),
             None => Ok(SettingsFile::NotFound { looked_in: search.iter().map(|p| absolute(p)).collect() }),
         }
+    }
+
+    /// The file `path`, named as `by` says; an error naming it if it does not exist.
+    pub fn named(path: &Path, by: ChosenBy) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            let shown = absolute(path);
+            return Err(ConfigError::Load(format!("the settings file {} ({by}) does not exist", shown.display())));
+        }
+        Ok(SettingsFile::Found { path: path.to_path_buf(), by })
     }
 
     /// [`SettingsFile::locate`] with this process's `--config`, environment and [`SEARCH_PATH`].
