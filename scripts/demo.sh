@@ -44,7 +44,7 @@ DEDUPD__OUTPUT__TOPIC="$run.distinct" \
 DEDUPD__OUTPUT__DEAD_LETTER_TOPIC="$run.dead-letter" \
 DEDUPD__CHECKPOINT__TOPIC="$run.checkpoints" \
 DEDUPD__ADMIN__LISTEN="127.0.0.1:$admin_port" \
-DEDUPD__ADMIN__TOKEN="$token" \
+DEDUPD_ADMIN_TOKEN="$token" \
   target/release/dedupd run --config config/dedupd.toml >"target/demo/$run.log" 2>&1 &
 dedupd_pid=$!
 trap 'kill -TERM $dedupd_pid 2>/dev/null || true; wait $dedupd_pid 2>/dev/null || true' EXIT

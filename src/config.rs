@@ -44,14 +44,14 @@ fn invalid(setting: &str, value: impl fmt::Display, rule: impl Into<String>) -> 
 
 /// All settings, one struct per section.
 ///
-/// Test builds derive `Serialize` on these structs: the test
+/// These structs derive `Serialize`: `dedupd check-config
+/// --print-resolved` prints them (secrets as [`REDACTED`]), and the test
 /// `config/dedupd.toml documents every setting` enumerates the settings
 /// they accept from the serialised defaults, so a new field fails it until
 /// `config/dedupd.toml` documents it. Serialise every field (no
 /// `skip_serializing*`), and give a new field's type a
-/// `#[cfg_attr(test, derive(serde::Serialize))]` too.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+/// `#[derive(serde::Serialize)]` too.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     pub app: AppSettings,
@@ -74,8 +74,7 @@ pub struct Settings {
 
 /// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
 /// leaf instances in front of one root instance.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierSettings {
     /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
@@ -167,8 +166,7 @@ pub enum Tier {
 /// count key per window, counted by windowed Spectral Bloom Filters. The
 /// counting stage runs when `max_per_window` or `flag.threshold` is set;
 /// its settings here serve both. Names are pipe mode's flags'.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LimitSettings {
     /// The most records of a count key let through per `filter.window`; the
@@ -200,8 +198,7 @@ pub struct LimitSettings {
 
 /// Flags (issue 15): the record at which a count key's estimated count in
 /// the window reaches `threshold` is copied to `topic`, exactly once.
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FlagSettings {
     /// The count at which a key is flagged; 0: no flags. Needs `topic`.
@@ -284,8 +281,7 @@ impl Settings {
 }
 
 /// Which sources delivered each key (issue 16; docs/provenance.md).
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProvenanceSettings {
     /// Where a record's source comes from: `json:/pointer`, `header:NAME` or
@@ -370,8 +366,7 @@ impl ProvenanceSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppSettings {
     /// Consumer group of the slice workers, and prefix of the internal topics.
@@ -379,8 +374,7 @@ pub struct AppSettings {
 }
 
 /// A scalar librdkafka setting as written in the file or the environment.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum Scalar {
     Bool(bool),
@@ -400,8 +394,7 @@ impl fmt::Display for Scalar {
     }
 }
 
-#[derive(Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Clone, Deserialize, serde::Serialize)]
 pub struct KafkaSettings {
     /// Bootstrap brokers, `host:port[,host:port…]`.
     pub brokers: String,
@@ -414,8 +407,7 @@ pub struct KafkaSettings {
 
 /// A pass-through value. The settings loader reads a quoted dotted key such
 /// as `"session.timeout.ms"` as nested tables, so nesting is folded back.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, PartialEq, serde::Serialize)]
 #[serde(untagged)]
 pub enum ClientValue {
     Scalar(Scalar),
@@ -471,7 +463,6 @@ pub fn is_secret_setting(name: &str) -> bool {
 /// A setting value that never appears in logs, error messages or `Debug`
 /// output (the admin bearer token): all three show [`REDACTED`].
 #[derive(Clone, Default, PartialEq, Eq)]
-#[cfg_attr(test, derive(serde::Serialize))]
 pub struct Secret(String);
 
 impl Secret {
@@ -501,6 +492,14 @@ impl fmt::Display for Secret {
     }
 }
 
+/// Serialised as [`REDACTED`] (empty as empty): `dedupd check-config
+/// --print-resolved` prints the settings without it.
+impl serde::Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { REDACTED })
+    }
+}
+
 /// Read through [`Scalar`], whose errors do not echo the value (serde's
 /// "invalid type: integer `123`, expected a string" would).
 impl<'de> Deserialize<'de> for Secret {
@@ -509,12 +508,18 @@ impl<'de> Deserialize<'de> for Secret {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSettings {
     /// Topics to deduplicate.
     pub topics: Vec<String>,
+    /// Where reading starts for an input partition this application has no
+    /// position in yet (no committed offset, no snapshot): `earliest` (the
+    /// oldest retained record: nothing is skipped on a first deployment) or
+    /// `latest` (only records written after the daemon starts). A position
+    /// once kept is resumed whatever this says. librdkafka's
+    /// `auto.offset.reset` in `[kafka]` must not contradict it.
+    pub start: String,
     /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
     pub key: String,
     /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
@@ -535,8 +540,37 @@ pub struct InputSettings {
     pub jump_confirmations: u32,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+/// `input.start`: where reading starts in an input partition the
+/// application has no position in yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputStart {
+    /// The oldest retained record.
+    Earliest,
+    /// The end: only records written from now on.
+    Latest,
+}
+
+impl InputStart {
+    /// The value of librdkafka's `auto.offset.reset` that means the same.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputStart::Earliest => "earliest",
+            InputStart::Latest => "latest",
+        }
+    }
+
+    /// What a librdkafka `auto.offset.reset` value means (its aliases
+    /// included); `None` for `error`, which starts nowhere.
+    fn of_offset_reset(value: &str) -> Option<Self> {
+        match value {
+            "earliest" | "smallest" | "beginning" => Some(InputStart::Earliest),
+            "latest" | "largest" | "end" => Some(InputStart::Latest),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
     /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
@@ -591,8 +625,7 @@ pub enum SlicingMode {
     Shared,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
     /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
@@ -608,8 +641,7 @@ pub struct SlicingSettings {
     pub max_held: u64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSettings {
     /// Distinct records, partition = slice.
@@ -631,8 +663,7 @@ pub enum CorruptPolicy {
     Fail,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointSettings {
     /// Compacted topic holding slice snapshots, partition = slice.
@@ -650,8 +681,7 @@ pub struct CheckpointSettings {
 
 /// A slice that is not available yet (being restored after a rebalance),
 /// paper §3.2 (docs/availability.md).
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AvailabilitySettings {
     /// What the records of a slice being restored get: `wait` (held until
@@ -692,8 +722,7 @@ impl AvailabilityPolicy {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminSettings {
     /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`,
@@ -773,19 +802,18 @@ impl AdminSettings {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TopicSettings {
     /// Create the topics dedupd owns when they are missing, with
     /// `max.message.bytes` = the producers' `message.max.bytes`.
     pub auto_create: bool,
-    /// Replication factor of created topics.
+    /// Replication factor of created topics; -1: the broker's default
+    /// (`default.replication.factor`).
     pub replication_factor: i32,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownSettings {
     /// Longest time a graceful shutdown may take before the daemon exits anyway.
@@ -802,8 +830,7 @@ pub enum LogFormat {
     Json,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogSettings {
     /// `text` or `json`; the level filter is `RUST_LOG` (default `info`).
@@ -833,6 +860,36 @@ fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, 
 /// The environment variable that names the settings file when `--config` does not.
 pub const CONFIG_ENV: &str = "DEDUPD_CONFIG";
 
+/// The environment variable of the admin bearer token: `admin.token` for
+/// the daemon, and the token `dedupd keys` sends. The settings' own
+/// variable, `DEDUPD__ADMIN__TOKEN`, is read too.
+pub const ADMIN_TOKEN_ENV: &str = "DEDUPD_ADMIN_TOKEN";
+
+/// The settings' own environment variable of `admin.token`.
+const ADMIN_TOKEN_SETTING_ENV: &str = "DEDUPD__ADMIN__TOKEN";
+
+/// Reads [`ADMIN_TOKEN_ENV`] in `env` as `admin.token`
+/// ([`ADMIN_TOKEN_SETTING_ENV`]): both set to different tokens is an error
+/// naming both (never the tokens); empty counts as unset.
+fn admin_token_env(env: &mut Vec<(String, String)>) -> Result<(), ConfigError> {
+    let value = |name: &str| env.iter().rev().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.clone());
+    match (value(ADMIN_TOKEN_ENV), value(ADMIN_TOKEN_SETTING_ENV)) {
+        (Some(short), Some(long)) if short != long => Err(invalid(
+            "admin.token",
+            REDACTED,
+            format!(
+                "{ADMIN_TOKEN_ENV} and {ADMIN_TOKEN_SETTING_ENV} are both set, to different tokens: set one of them \
+                 ({ADMIN_TOKEN_ENV}, the variable `dedupd keys` reads too)"
+            ),
+        )),
+        (Some(token), None) => {
+            env.push((ADMIN_TOKEN_SETTING_ENV.to_string(), token));
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Where `dedupd run` looks for a settings file when neither `--config` nor
 /// [`CONFIG_ENV`] names one, in order: `config/dedupd.toml` under the working
 /// directory (a checkout), then `/etc/dedupd/dedupd.toml` (the container image
@@ -844,6 +901,8 @@ pub const SEARCH_PATH: [&str; 2] = ["config/dedupd.toml", "/etc/dedupd/dedupd.to
 pub enum ChosenBy {
     /// The `--config` flag.
     Flag,
+    /// A command's argument (`dedupd check-config FILE`).
+    Argument,
     /// The [`CONFIG_ENV`] variable.
     Env,
     /// The first of the search path that exists.
@@ -854,6 +913,7 @@ impl fmt::Display for ChosenBy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChosenBy::Flag => f.write_str("named by --config"),
+            ChosenBy::Argument => f.write_str("named on the command line"),
             ChosenBy::Env => write!(f, "named by {CONFIG_ENV}"),
             ChosenBy::Search => f.write_str("found on the search path"),
         }
@@ -883,16 +943,21 @@ impl SettingsFile {
             (None, None) => None,
         };
         if let Some((path, by)) = named {
-            if !path.exists() {
-                let shown = absolute(path);
-                return Err(ConfigError::Load(format!("the settings file {} ({by}) does not exist", shown.display())));
-            }
-            return Ok(SettingsFile::Found { path: path.to_path_buf(), by });
+            return Self::named(path, by);
         }
         match search.iter().find(|p| p.is_file()) {
             Some(path) => Ok(SettingsFile::Found { path: path.clone(), by: ChosenBy::Search }),
             None => Ok(SettingsFile::NotFound { looked_in: search.iter().map(|p| absolute(p)).collect() }),
         }
+    }
+
+    /// The file `path`, named as `by` says; an error naming it if it does not exist.
+    pub fn named(path: &Path, by: ChosenBy) -> Result<Self, ConfigError> {
+        if !path.exists() {
+            let shown = absolute(path);
+            return Err(ConfigError::Load(format!("the settings file {} ({by}) does not exist", shown.display())));
+        }
+        Ok(SettingsFile::Found { path: path.to_path_buf(), by })
     }
 
     /// [`SettingsFile::locate`] with this process's `--config`, environment and [`SEARCH_PATH`].
@@ -942,6 +1007,7 @@ id = "dedupd"
 brokers = "localhost:9092"
 [input]
 topics = ["clicks"]
+start = "earliest"
 key = "record-key"
 time = "record-timestamp"
 max_record_bytes = 1048576
@@ -987,7 +1053,7 @@ token_file = ""
 key_endpoints = "auto"
 [topics]
 auto_create = true
-replication_factor = 1
+replication_factor = -1
 [shutdown]
 timeout = "30s"
 [log]
@@ -1041,6 +1107,8 @@ fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
 #[derive(Debug, Clone)]
 pub struct Resolved {
     pub settings: Settings,
+    /// `input.start`.
+    pub input_start: InputStart,
     pub key: KeySpec,
     pub time: TimeSpec,
     pub filter: FilterSpec,
@@ -1178,6 +1246,8 @@ impl Settings {
         mut builder: config::ConfigBuilder<config::builder::DefaultState>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Resolved, ConfigError> {
+        let mut env: Vec<(String, String)> = env.into_iter().collect();
+        admin_token_env(&mut env)?;
         // librdkafka settings and the admin settings (secrets among them) stay
         // text: a password or token "007" must not become 7.
         let (text_env, env): (config::Map<String, String>, config::Map<String, String>) = env
@@ -1236,6 +1306,27 @@ impl Settings {
         }
         for t in &s.input.topics {
             topic_name("input.topics", t, false)?;
+        }
+        let input_start = match s.input.start.as_str() {
+            "earliest" => InputStart::Earliest,
+            "latest" => InputStart::Latest,
+            other => return Err(invalid("input.start", other, "expected earliest or latest")),
+        };
+        // The group consumers that read the input set auto.offset.reset
+        // from input.start: a [kafka] value saying otherwise would be
+        // silently overridden.
+        if let Some((_, reset)) = s.kafka.client_settings().into_iter().find(|(k, _)| k == "auto.offset.reset")
+            && InputStart::of_offset_reset(&reset) != Some(input_start)
+        {
+            return Err(invalid(
+                "kafka.auto.offset.reset",
+                &reset,
+                format!(
+                    "contradicts input.start = {} (where dedupd starts reading an input partition it has no \
+                     position in): set input.start (earliest or latest) and remove kafka.auto.offset.reset",
+                    input_start.as_str()
+                ),
+            ));
         }
         topic_name("output.topic", &s.output.topic, false)?;
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
@@ -1429,8 +1520,12 @@ impl Settings {
             .parse()
             .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
         let key_endpoints = s.admin.key_endpoints()?;
-        if s.topics.replication_factor < 1 {
-            return Err(invalid("topics.replication_factor", s.topics.replication_factor, "at least 1"));
+        if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
+            return Err(invalid(
+                "topics.replication_factor",
+                s.topics.replication_factor,
+                "-1 (the broker's default.replication.factor) or 1 to 32767",
+            ));
         }
         let log_format = match s.log.format.as_str() {
             "text" => LogFormat::Text,
@@ -1530,6 +1625,7 @@ impl Settings {
             settings.output.topic = settings.tier.parent_topic.clone();
         }
         Ok(Resolved {
+            input_start,
             tier,
             provenance,
             counting,
@@ -2054,6 +2150,56 @@ mod tests {
         load(&[]).unwrap();
     }
 
+    /// `input.start`, and a librdkafka `auto.offset.reset` that says
+    /// otherwise (in any of its spellings) refused naming both.
+    #[test]
+    fn input_start_is_checked_against_auto_offset_reset() {
+        assert_eq!(load(&[]).unwrap().input_start, InputStart::Earliest);
+        assert_eq!(load(&[("DEDUPD__INPUT__START", "latest")]).unwrap().input_start, InputStart::Latest);
+        assert_eq!(
+            rejected(&[("DEDUPD__INPUT__START", "newest")]),
+            "invalid setting input.start = newest: expected earliest or latest"
+        );
+        for (start, reset) in
+            [("earliest", "earliest"), ("earliest", "smallest"), ("latest", "latest"), ("latest", "end")]
+        {
+            let r = load(&[("DEDUPD__INPUT__START", start), ("DEDUPD__KAFKA__AUTO_OFFSET_RESET", reset)]).unwrap();
+            assert_eq!(r.input_start.as_str(), start);
+        }
+        let rule = "(where dedupd starts reading an input partition it has no position in): set input.start \
+                    (earliest or latest) and remove kafka.auto.offset.reset";
+        assert_eq!(
+            rejected(&[("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "latest")]),
+            format!("invalid setting kafka.auto.offset.reset = latest: contradicts input.start = earliest {rule}")
+        );
+        assert_eq!(
+            rejected(&[("DEDUPD__INPUT__START", "latest"), ("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "error")]),
+            format!("invalid setting kafka.auto.offset.reset = error: contradicts input.start = latest {rule}")
+        );
+        // Written in the file as librdkafka's dotted name.
+        let file = "[input]\nstart = \"latest\"\n[kafka]\n\"auto.offset.reset\" = \"smallest\"\n";
+        let e = Settings::load_from_str(file, Vec::new()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("invalid setting kafka.auto.offset.reset = smallest: contradicts input.start = latest"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_replication_factor_is_the_brokers_unless_set() {
+        assert_eq!(load(&[]).unwrap().settings.topics.replication_factor, -1);
+        assert_eq!(load(&[("DEDUPD__TOPICS__REPLICATION_FACTOR", "3")]).unwrap().settings.topics.replication_factor, 3);
+        for bad in ["0", "-2", "32768"] {
+            assert_eq!(
+                rejected(&[("DEDUPD__TOPICS__REPLICATION_FACTOR", bad)]),
+                format!(
+                    "invalid setting topics.replication_factor = {bad}: -1 (the broker's default.replication.factor) \
+                     or 1 to 32767"
+                )
+            );
+        }
+    }
+
     #[test]
     fn unknown_settings_are_refused() {
         let e = rejected(&[("DEDUPD__FILTER__WINDOWS", "1m")]);
@@ -2079,6 +2225,34 @@ mod tests {
         assert_eq!(
             rejected(&[("DEDUPD__ADMIN__KEY_ENDPOINTS", "open")]),
             "invalid setting admin.key_endpoints = open: expected auto, off or token"
+        );
+    }
+
+    /// `DEDUPD_ADMIN_TOKEN` (what `dedupd keys` reads) is `admin.token` as
+    /// much as `DEDUPD__ADMIN__TOKEN`; both set to different tokens stops
+    /// the start naming both variables, never a token.
+    #[test]
+    fn the_admin_token_variable_is_read_too() {
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        assert_eq!(r.settings.admin.token, Secret::new(TOKEN));
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", TOKEN), ("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        // Empty is unset.
+        let r = load(&[("DEDUPD_ADMIN_TOKEN", ""), ("DEDUPD__ADMIN__TOKEN", TOKEN)]).unwrap();
+        assert_eq!(r.key_endpoints, KeyEndpoints::Token(Secret::new(TOKEN)));
+        assert_eq!(load(&[("DEDUPD_ADMIN_TOKEN", "")]).unwrap().key_endpoints, KeyEndpoints::Off);
+        let other = "1110123456789abcdef";
+        let e = rejected(&[("DEDUPD_ADMIN_TOKEN", TOKEN), ("DEDUPD__ADMIN__TOKEN", other)]);
+        assert_eq!(
+            e,
+            "invalid setting admin.token = [redacted]: DEDUPD_ADMIN_TOKEN and DEDUPD__ADMIN__TOKEN are both set, to \
+             different tokens: set one of them (DEDUPD_ADMIN_TOKEN, the variable `dedupd keys` reads too)"
+        );
+        assert!(!e.contains("0123456789"), "{e}");
+        // The same rules as admin.token's.
+        assert!(
+            rejected(&[("DEDUPD_ADMIN_TOKEN", "short")]).starts_with("invalid setting admin.token = [redacted] (5")
         );
     }
 

@@ -54,6 +54,21 @@ pub fn format_duration_ms(ms: u64) -> String {
     format!("{ms}ms")
 }
 
+/// A memory size for people: bytes below 1 KiB, else in the largest binary
+/// unit it reaches, with one decimal (`1.4 MiB`).
+pub fn format_bytes(bytes: u64) -> String {
+    let mut unit = "B";
+    let mut value = bytes as f64;
+    for next in ["KiB", "MiB", "GiB", "TiB"] {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = next;
+    }
+    if unit == "B" { format!("{bytes} B") } else { format!("{value:.1} {unit}") }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +95,11 @@ mod tests {
         assert!(parse_bytes("8MB").unwrap_err().contains("unknown unit `MB`"));
         assert!(parse_bytes("lots").unwrap_err().contains("not a memory size"));
         assert!(parse_bytes("99999999999GiB").is_err());
+        assert_eq!(format_bytes(1000), "1000 B");
+        assert_eq!(format_bytes(1024), "1.0 KiB");
+        assert_eq!(format_bytes(1_439_816), "1.4 MiB");
+        assert_eq!(format_bytes(11_518_528), "11.0 MiB");
+        assert_eq!(format_bytes(1_150_000_000), "1.1 GiB");
+        assert_eq!(format_bytes(3 << 40), "3.0 TiB");
     }
 }

@@ -114,6 +114,57 @@ fn key_endpoints_need_the_token_and_no_secret_is_shown() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// One variable for the token: `DEDUPD_ADMIN_TOKEN` gives the daemon its
+/// token (as `DEDUPD__ADMIN__TOKEN` does) and `dedupd keys` the token it
+/// sends; set beside `DEDUPD__ADMIN__TOKEN` to another token, it stops the
+/// start naming both variables and neither token.
+#[test]
+fn one_token_variable_for_the_daemon_and_the_cli() {
+    let (mut daemon, _) = daemon("admin-token-env", &[("DEDUPD_ADMIN_TOKEN", TOKEN)]);
+    daemon.wait_ready(Duration::from_secs(60));
+    let port = daemon.admin_port;
+    let bearer = format!("Bearer {TOKEN}");
+    let answer = http_request(port, "GET", "/v1/lookup?key=k1", &[("Authorization", &bearer)]).expect("an answer");
+    assert_eq!(answer.code, 200, "{}", answer.body);
+    assert_eq!(http_request(port, "GET", "/v1/lookup?key=k1", &[]).expect("an answer").code, 401);
+
+    // `dedupd keys delete` sends the same variable's token: past the guard
+    // (409: this filter cannot delete), and refused without it (401).
+    let keys = |token: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dedupd"));
+        command.args(["keys", "delete", "k1", "--admin", &format!("http://127.0.0.1:{port}")]);
+        command.env_remove("DEDUPD_ADMIN_TOKEN");
+        if let Some(token) = token {
+            command.env("DEDUPD_ADMIN_TOKEN", token);
+        }
+        let out = command.output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let with = keys(Some(TOKEN));
+    assert!(with.contains("the key was not deleted (HTTP 409)"), "{with}");
+    let without = keys(None);
+    assert!(without.contains("the key was not deleted (HTTP 401)"), "{without}");
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+    assert_no_secret("the daemon's log", &daemon.log_text());
+    daemon.assert_clean_log();
+
+    let env =
+        [("DEDUPD_ADMIN_TOKEN".to_string(), TOKEN.to_string()), ("DEDUPD__ADMIN__TOKEN".into(), SASL_PASSWORD.into())];
+    let mut both = Daemon::spawn("admin-two-tokens", &root(), &["run", "--config", "config/dedupd.toml"], &env);
+    let status = both.child.wait().unwrap();
+    let log = both.log_text();
+    assert!(!status.success(), "{log}");
+    assert!(
+        log.contains(
+            "invalid setting admin.token = [redacted]: DEDUPD_ADMIN_TOKEN and DEDUPD__ADMIN__TOKEN are both set, to \
+             different tokens"
+        ),
+        "{log}"
+    );
+    assert_no_secret("the refusal", &log);
+}
+
 #[test]
 fn key_endpoints_are_off_without_a_token() {
     let (mut daemon, _) = daemon("admin-off", &[]);

@@ -35,7 +35,7 @@ pub fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
         KeysCommand::Delete(args) => {
             let path = format!("/v1/keys/{}", percent_encode(args.key.as_bytes()));
-            let token = args.token.or_else(|| std::env::var("DEDUPD_ADMIN_TOKEN").ok());
+            let token = args.token.or_else(|| std::env::var(crate::config::ADMIN_TOKEN_ENV).ok());
             let (status, body) = request(&args.admin, "DELETE", &path, token.as_deref())?;
             println!("{}", body.trim_end());
             if status != 200 {

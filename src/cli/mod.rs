@@ -4,10 +4,12 @@
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd checkpoint …`: operations on a stopped daemon's checkpoints.
 //! - `dedupd keys …`: calls to a running daemon's key endpoints.
+//! - `dedupd check-config FILE`: checks a settings file as `run` would.
 //!
 //! The measurements (accuracy experiments, the design-space simulator) are
 //! not in this binary: they are the lab's, `cargo run --release -p dedupd-lab`.
 
+pub mod check_config;
 pub mod checkpoint;
 pub mod filter;
 pub mod keys;
@@ -39,6 +41,10 @@ pub enum Command {
     /// Calls to a running daemon's key endpoints.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Check a settings file as `dedupd run` would at start-up (without a
+    /// broker): exit 0 and print the filter's sizing, or exit non-zero with
+    /// the error the daemon would give.
+    CheckConfig(check_config::CheckConfigArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -49,5 +55,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Keys(command) => keys::run(command),
         Command::Checkpoint(command) => checkpoint::run(command),
+        Command::CheckConfig(args) => check_config::run(args),
     }
 }

@@ -129,6 +129,7 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
 
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     clients::check(&cfg)?;
+    log::info!("{}", super::check_config::Sizing::of(&cfg));
     let params = cfg.filter.resolve().expect("validated at load");
     let metrics = Arc::new(Metrics::new(params.hashes));
     for topic in &cfg.settings.input.topics {

@@ -389,7 +389,7 @@ impl CellArray {
 
     /// [`Self::memory_bytes`] of an array of `m` cells of `width` bits,
     /// without making one (`None` if it does not fit a `usize`).
-    fn bytes_for(width: u8, m: usize) -> Option<usize> {
+    pub(crate) fn bytes_for(width: u8, m: usize) -> Option<usize> {
         match width {
             4 => Some(m.div_ceil(2)),
             8 => Some(m),

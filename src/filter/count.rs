@@ -116,6 +116,21 @@ impl CountSpec {
         })
     }
 
+    /// The size of one filter of this spec, resolved without making one.
+    pub fn size(&self) -> Result<CountSize, ParamError> {
+        Ok(match self.resolve()? {
+            CountParams::Rsbf(p) => CountSize {
+                cells: u64::from(p.arrays) * p.array_bits,
+                cell_bits: 1,
+                hashes: p.arrays,
+                bytes: p.memory_bytes(),
+            },
+            CountParams::Stable(p) => {
+                CountSize { cells: p.cells, cell_bits: p.cell_bits, hashes: p.hashes, bytes: p.memory_bytes() }
+            }
+        })
+    }
+
     fn resolve(&self) -> Result<CountParams, ParamError> {
         if !(self.fpr > 0.0 && self.fpr < 1.0) {
             return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
@@ -139,6 +154,18 @@ impl CountSpec {
             )?),
         })
     }
+}
+
+/// What one count-based filter takes ([`CountSpec::size`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountSize {
+    /// RSBF: the bits of all its arrays; SBF: its cells.
+    pub cells: u64,
+    pub cell_bits: u8,
+    /// RSBF: its arrays, one hash each; SBF: its hashes.
+    pub hashes: u32,
+    /// What [`CountStats::memory_bytes`] reports.
+    pub bytes: u64,
 }
 
 /// Resolved parameters of either kind.
@@ -366,6 +393,17 @@ mod tests {
 
     fn specs() -> [CountSpec; 2] {
         [CountSpec::new(CountKind::Rsbf, 3 * 1024, 0.1), CountSpec::new(CountKind::Stable, 64 * 48, 0.1)]
+    }
+
+    /// The size resolved without a filter is the one a filter reports.
+    #[test]
+    fn size_is_what_a_filter_reports() {
+        for spec in specs().into_iter().chain([CountSpec::new(CountKind::Stable, 8 << 23, 0.01)]) {
+            let size = spec.size().unwrap();
+            let stats = spec.build().unwrap().stats();
+            assert_eq!((size.bytes, size.hashes), (stats.memory_bytes, stats.hashes), "{spec:?}");
+            assert!(size.cells * u64::from(size.cell_bits) <= size.bytes * 8, "{spec:?}: {size:?}");
+        }
     }
 
     /// Snapshot/restore mid-stream (at several points, through warm-up and

@@ -38,7 +38,7 @@ pub mod stable;
 pub mod vertical;
 
 pub use copy::FilterCopy;
-pub use count::{CountFilter, CountKind, CountSpec, CountStats};
+pub use count::{CountFilter, CountKind, CountSize, CountSpec, CountStats};
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

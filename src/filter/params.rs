@@ -404,6 +404,21 @@ impl FilterParams {
         if self.deletable { lateness + ",deletable" } else { lateness }
     }
 
+    /// Bytes one slice's timer filter holds while its keys fit one
+    /// generation: the cells, the first generation's timer histogram, the
+    /// alive table and, deletable, a counting byte per cell (what
+    /// [`super::SlidingFilter::memory_bytes`] reports for a new filter).
+    /// Each further generation adds its own cells and histogram. Computed
+    /// without allocating anything.
+    pub fn memory_bytes(&self) -> u64 {
+        let cells =
+            usize::try_from(self.cells).ok().and_then(|m| super::cells::CellArray::bytes_for(self.timer_bits, m));
+        let cells = cells.map_or(u64::MAX, |b| b as u64);
+        let period = u64::from(self.period) + 1;
+        let counts = if self.deletable { self.cells } else { 0 };
+        cells.saturating_add(period * 4 + period).saturating_add(counts)
+    }
+
     /// The equal-timers threshold in effect (values below 2 disable it).
     pub fn equal_timers_min(&self) -> u32 {
         if self.equal_timers >= 2 { self.equal_timers } else { 0 }
@@ -416,6 +431,25 @@ mod tests {
 
     fn spec() -> FilterSpec {
         FilterSpec { window_ms: 60_000, expected_keys: 27_000, headroom: 0.0, ..FilterSpec::default() }
+    }
+
+    /// The size computed from the parameters is what a new filter holds,
+    /// for every cell width, with and without counting cells.
+    #[test]
+    fn memory_bytes_is_what_a_new_filter_holds() {
+        for timer_bits in [4, 5, 8, 12, 16, 32] {
+            for deletable in [false, true] {
+                for expected_keys in [1, 27_000, 100_003] {
+                    let p = FilterSpec { timer_bits, deletable, expected_keys, ..spec() }.resolve().unwrap();
+                    let want = crate::filter::SlidingFilter::new(p.clone()).memory_bytes() as u64;
+                    assert_eq!(
+                        p.memory_bytes(),
+                        want,
+                        "{timer_bits} bits, deletable {deletable}, {expected_keys} keys"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -295,7 +295,10 @@ pub fn statistics_interval(cfg: &Resolved, default_ms: u64) -> String {
 }
 
 /// A group consumer that never auto-commits (positions come from snapshots
-/// and explicit commits) and rebalances cooperatively.
+/// and explicit commits) and rebalances cooperatively. A partition with no
+/// position starts at its earliest record: what the slice consumer needs
+/// (its positions come from the restores; the slice log is dedupd's own).
+/// Consumers of the input use [`input_group_consumer`].
 pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Consumer);
     c.set("group.id", group)
@@ -304,6 +307,16 @@ pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientCon
         .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky");
     follow_live(&mut c);
+    c
+}
+
+/// A [`group_consumer`] of the input topics (the router, a sparse leaf): an
+/// input partition the group has no committed offset in starts where
+/// `input.start` says (librdkafka's `auto.offset.reset`; a `[kafka]` value
+/// that contradicts it was refused at start-up).
+pub fn input_group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
+    let mut c = group_consumer(cfg, group, client_id);
+    c.set("auto.offset.reset", cfg.input_start.as_str());
     c
 }
 
@@ -446,6 +459,26 @@ mod tests {
         assert_eq!(producer.get("linger.ms"), Some("7"));
         assert_eq!(producer.get("socket.timeout.ms"), Some("9000"));
         assert_eq!(reader(&cfg, "r").get("linger.ms"), None);
+    }
+
+    /// `input.start` reaches the consumers of the input as librdkafka's
+    /// `auto.offset.reset`; the slice consumer and the readers, which seek
+    /// to positions of their own, keep `earliest`.
+    #[test]
+    fn input_start_sets_where_the_input_consumers_start() {
+        let load =
+            |env: &[(&str, &str)]| Settings::load_from(None, env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        for (env, want) in [
+            (&[][..], "earliest"),
+            (&[("DEDUPD__INPUT__START", "latest")][..], "latest"),
+            (&[("DEDUPD__INPUT__START", "latest"), ("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "largest")][..], "latest"),
+            (&[("DEDUPD__KAFKA__AUTO_OFFSET_RESET", "earliest")][..], "earliest"),
+        ] {
+            let cfg = load(env).unwrap();
+            assert_eq!(input_group_consumer(&cfg, "g.router", "c").get("auto.offset.reset"), Some(want), "{env:?}");
+            assert_eq!(group_consumer(&cfg, "g", "c").get("auto.offset.reset"), Some("earliest"), "{env:?}");
+            assert_eq!(reader(&cfg, "r").get("auto.offset.reset"), Some("earliest"), "{env:?}");
+        }
     }
 
     #[test]

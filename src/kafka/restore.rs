@@ -304,6 +304,10 @@ pub struct Restorer<'a> {
     pub counting: Option<&'a CountingSetup>,
     /// `dedupd_restore_bounds_ignored_total` ([`Restorer::checked`]).
     pub bounds_ignored: &'a prometheus::IntCounter,
+    /// `input.start = latest` in input-partitions mode, where the slice log
+    /// is the input: a slice that never ran (no snapshot, nothing in its
+    /// output partitions) starts at the end of its log, not at its start.
+    pub start_at_end: bool,
 }
 
 /// The end of a slice's log, read when a position needs it.
@@ -541,14 +545,26 @@ impl Restorer<'_> {
         let (state, held) = match state {
             Some(s) => s,
             None => {
-                let (low, _) = self
+                let (low, high) = self
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                let low = low.max(0) as u64;
+                let mut first = low.max(0) as u64;
+                // A slice that ran before (a rejected snapshot, or outputs
+                // written before its first snapshot) is rebuilt from the
+                // start whatever input.start says: starting at the end
+                // would skip records it has not judged yet.
+                if self.start_at_end && from == RestoredFrom::Empty && self.bounds(slice)? == ReplayBounds::default() {
+                    // The end as the fetch finds it: the listed high
+                    // watermark is only a lower bound on some brokers.
+                    first = first.max(high.max(0) as u64);
+                    read_partition(self.reader, self.slice_topic, slice as i32, ReadFrom::Last, |o, _, _, _| {
+                        first = first.max(o as u64 + 1);
+                    })?;
+                }
                 let start = match self.slicing {
-                    SlicingMode::Shared => read_order::position(low, 0),
-                    _ => low,
+                    SlicingMode::Shared => read_order::position(first, 0),
+                    _ => first,
                 };
                 let mut fresh = SliceState::new(slice, self.params.clone(), start, self.order);
                 fresh.set_provenance(self.provenance);

@@ -398,7 +398,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
     let id = &deps.cfg.settings.app.id;
     let group = format!("{id}.router");
     let join = JoinWatch::new(&deps.cfg, "router", &group);
-    let mut config = clients::group_consumer(&deps.cfg, &group, &format!("{id}-router"));
+    let mut config = clients::input_group_consumer(&deps.cfg, &group, &format!("{id}-router"));
     config.set("enable.partition.eof", "true");
     if config.get("queued.min.messages").is_none() {
         config.set("queued.min.messages", PREFETCH);

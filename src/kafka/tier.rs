@@ -147,7 +147,7 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
     }
     verdicts.assign(&tpl).context(|| format!("assigning {}", tier.verdict_topic))?;
 
-    let input: BaseConsumer<PlainContext> = clients::group_consumer(cfg, id, &format!("{id}-leaf"))
+    let input: BaseConsumer<PlainContext> = clients::input_group_consumer(cfg, id, &format!("{id}-leaf"))
         .create_with_context(PlainContext)
         .context(|| "creating the leaf consumer".into())?;
     let topics: Vec<&str> = cfg.settings.input.topics.iter().map(String::as_str).collect();

@@ -136,9 +136,18 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         .create_topics(&new, &AdminOptions::new().operation_timeout(Some(METADATA_TIMEOUT)))
         .await
         .context(|| "creating topics".into())?;
+    // -1 asks the broker for its default.replication.factor (CreateTopics v4,
+    // Kafka 2.4 on).
+    let replication = match s.topics.replication_factor {
+        -1 => "the broker's default replication factor".to_string(),
+        n => format!("replication factor {n}"),
+    };
     for r in results {
         match r {
-            Ok(name) => log::info!("created topic {name}"),
+            Ok(name) => {
+                let partitions = missing.iter().find(|m| m.0 == name).map_or(0, |m| m.1);
+                log::info!("created topic {name} ({partitions} partitions, {replication})");
+            }
             // Another member of the group created it first.
             Err((name, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => log::info!("topic {name} exists"),
             Err((name, code)) => {

@@ -197,6 +197,8 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         bounds_ignored: &deps.metrics.restore_bounds_ignored,
         provenance: deps.cfg.provenance.as_ref(),
         counting: deps.cfg.counting.as_ref(),
+        start_at_end: deps.cfg.slicing == crate::config::SlicingMode::InputPartitions
+            && deps.cfg.input_start == crate::config::InputStart::Latest,
     }
 }
 
