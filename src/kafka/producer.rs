@@ -165,9 +165,28 @@ pub fn output_producer(
     partitions: usize,
 ) -> Result<OutputProducer, KafkaLayerError> {
     let counts = DeliveryCounts::new(counted, partitions);
-    clients::producer(cfg, &format!("{}-{name}", cfg.settings.app.id))
+    let mut config = clients::producer(cfg, &format!("{}-{name}", cfg.settings.app.id));
+    gapless(&mut config);
+    config
         .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts })
         .context(|| format!("creating the {name} producer"))
+}
+
+/// What the outputs' replay bounds need of their producer, unless `[kafka]`
+/// says otherwise: no record delivered after one that failed
+/// (`enable.gapless.guarantee`: a failure is fatal to the producer, so
+/// restore's highest position never lies beyond a record that was never
+/// written), and no record given up while the broker is away
+/// (`message.timeout.ms = 0`: retried until it is back, while back-pressure
+/// holds the worker; librdkafka's 5 minutes would fail the delivery and
+/// stop the daemon in a longer outage).
+fn gapless(config: &mut rdkafka::ClientConfig) {
+    if config.get("enable.gapless.guarantee").is_none() {
+        config.set("enable.gapless.guarantee", "true");
+    }
+    if config.get("message.timeout.ms").is_none() {
+        config.set("message.timeout.ms", "0");
+    }
 }
 
 /// Waits until every record counted in `mark` is acknowledged; fails on a
@@ -331,5 +350,17 @@ mod tests {
             assert!(copied(name, &[]), "{name} dropped");
         }
         assert!(!copied("feed", &["feed"]));
+    }
+
+    #[test]
+    fn outputs_are_gapless_and_never_time_out_unless_kafka_says_otherwise() {
+        let mut config = rdkafka::ClientConfig::new();
+        gapless(&mut config);
+        assert_eq!(config.get("enable.gapless.guarantee"), Some("true"));
+        assert_eq!(config.get("message.timeout.ms"), Some("0"));
+        let mut set = rdkafka::ClientConfig::new();
+        set.set("message.timeout.ms", "600000");
+        gapless(&mut set);
+        assert_eq!(set.get("message.timeout.ms"), Some("600000"), "an operator's value is kept");
     }
 }
