@@ -154,14 +154,14 @@ async def main():
     class Conn:
         def __init__(self, client_r, client_w, broker_w):
             self.client_r, self.client_w, self.broker_w = client_r, client_w, broker_w
-            self.held = []  # --lag: frames set aside, in arrival order
+            self.held = []  # frames held back, in arrival order
 
         def closed(self):
             return (self.client_r.at_eof() or self.client_r.exception() is not None
                     or self.client_w.is_closing() or self.broker_w.is_closing())
 
         def release(self):
-            """--lag: sends the held frames now, before anything later of this connection
+            """Sends the held frames now, in order, before anything later of this connection
             (this runs on the event loop, as the forwarding does)."""
             if not self.held:
                 return 0
@@ -184,25 +184,25 @@ async def main():
             free.clear()
             log(f"{args.topic} {'lagging' if args.lag else 'blocked'} ({held_total[0]} requests held so far)")
             return
-        released = sum(c.release() for c in list(connections)) if args.lag else 0
+        released = sum(c.release() for c in list(connections))
         free.set()
-        log(f"{args.topic} writable ({held_total[0]} requests held so far"
-            + (f", {released} released now)" if args.lag else ")"))
+        log(f"{args.topic} writable ({held_total[0]} requests held so far, {released} requests released now)")
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGUSR1, hold, True)
     loop.add_signal_handler(signal.SIGUSR2, hold, False)
 
     async def upstream(conn, client_r, broker_w):
+        # Reads on while holding, so that a client closing its connection is seen at once.
         async for frame in frames(client_r):
             if not free.is_set() and names_topic(frame):
                 held_total[0] += 1
-                if args.lag:
-                    conn.held.append(frame)
-                    continue
-                await free.wait()
-            broker_w.write(frame)
-            await broker_w.drain()
+                conn.held.append(frame)
+            elif conn.held and not args.lag:
+                conn.held.append(frame)  # block: everything after a held request waits too
+            else:
+                broker_w.write(frame)
+                await broker_w.drain()
 
     async def downstream(broker_r, client_w):
         while data := await broker_r.read(65536):
