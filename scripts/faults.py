@@ -7,12 +7,17 @@ Scenarios (each bounded in time, each ends with one `RESULT <scenario> PASS|FAIL
 line; the figures go into docs/reliability.md):
 
   kills-ip      SIGKILL at random moments (seeded, --seed; printed) --kills times, input-partitions
-                mode, while a keyed stream is produced; an uninterrupted daemon reads the same
-                input. Output identical per partition (key, value, timestamp, slice offset, release
-                position), dead letters identical.
+                mode, while a keyed stream with unreadable records (1 in 50) is produced; an
+                uninterrupted daemon reads the same input. Both write a duplicates topic and
+                batch their writes for 50 ms (linger.ms), so a killed process can leave the
+                duplicates or dead-letter partition written further than the output's. Output,
+                duplicates and dead letters each identical per partition (key, value, timestamp,
+                slice offset, release position).
   kills-rep     the same in repartition mode (the router is killed too, so slice offsets differ
                 between the runs): the same multiset of output records (key, value, timestamp),
-                no record delivered twice, the same dead letters.
+                no record delivered twice; the same set of duplicates (those of the router's
+                re-sends, `dedupd.rule: resend`, counted apart) and of dead letters (the router
+                dead-letters again what it reads again: counted, not a difference).
   broker-pause  the broker SIGSTOPped for --pause seconds mid-stream and SIGCONTed (--mode): dedupd
                 must stay alive and answer /healthz throughout; what /readyz and dedupd_consumer_lag
                 showed is reported; afterwards the output must hold the same records as a fresh
@@ -147,11 +152,15 @@ class Stream:
     """The keyed, disordered click stream of tests/daemon.rs (`keyed_stream`), produced in
     batches of 150 every 250 ms until stopped: keys from a pool of `keys`, event time advancing
     `step` ms per record, jittered by up to `jitter` ms; with `disorder`, also 1% 3-6 s late and
-    1 in 2000 a day ahead (dead-lettered as a time jump). `by_key`: partition = hash of the key
+    1 in 2000 a day ahead (dead-lettered as a time jump); with `unreadable`, 1 in 50 payloads
+    are not JSON (dead-lettered as bad_json). `by_key`: partition = hash of the key
     (input-partitions mode), else round robin."""
 
-    def __init__(self, topic, partitions, seed, by_key, disorder, step=25, jitter=1500, keys=3000):
+    def __init__(self, topic, partitions, seed, by_key, disorder, step=25, jitter=1500, keys=3000,
+                 unreadable=False):
         self.topic, self.partitions, self.by_key, self.disorder = topic, partitions, by_key, disorder
+        self.unreadable = unreadable
+        self.unreadable_produced = 0  # of `produced`: payloads that are not JSON
         self.batch, self.every, self.keys, self.step, self.jitter = 150, 0.25, keys, step, jitter
         self.rng = random.Random(seed)
         self.produced = 0
@@ -166,7 +175,7 @@ class Stream:
     def _run(self):
         p = Producer({"bootstrap.servers": BROKER, "enable.idempotence": True, "linger.ms": 5,
                       "log_level": 2})
-        seq = 0
+        seq = unreadable = 0
         while not self.stop.is_set():
             for _ in range(self.batch):
                 rid = f"k{self.rng.randrange(self.keys)}"
@@ -178,13 +187,16 @@ class Stream:
                         ts += 86_400_000
                 part = partition_of(rid, self.partitions) if self.by_key else seq % self.partitions
                 value = json.dumps({"id": rid, "ts": ts, "seq": seq}, separators=(",", ":"))
+                if self.unreadable and self.rng.randrange(50) == 0:
+                    value = f"{{not json {seq}"
+                    unreadable += 1
                 p.produce(self.topic, value=value, key=rid, partition=part, timestamp=ts,
                           on_delivery=self._on_delivery)
                 seq += 1
             # Waits for delivery, so `produced` counts acknowledged records (also across a
             # broker pause: the producer retries until the broker answers).
             p.flush(120)
-            self.produced = seq
+            self.produced, self.unreadable_produced = seq, unreadable
             self.stop.wait(self.every)
 
     def start(self):
@@ -419,8 +431,9 @@ def result(name, ok, **figures):
 # --- scenarios -------------------------------------------------------------------------------
 
 
-def stream_for(mode, topic, partitions, seed, disorder=False):
-    """The input stream of a scenario in `mode` (not started)."""
+def stream_for(mode, topic, partitions, seed, disorder=False, unreadable=False):
+    """The input stream of a scenario in `mode` (not started); `unreadable`: with records that
+    are not JSON."""
     # input-partitions: the disordered stream of tests/daemon.rs (late records and time jumps
     # included; per-partition identity holds for them too). repartition: disorder within the
     # lateness only, the scope in which the output does not depend on how the router
@@ -431,8 +444,9 @@ def stream_for(mode, topic, partitions, seed, disorder=False):
     # verdicts depend on the interleaving (tried: 167 of 66 782 outputs swapped a copy for its
     # original between the runs). 2 ms per record and 1 s of jitter keep it within 1.3 s.
     if mode == "input-partitions":
-        return Stream(topic, partitions, seed, by_key=True, disorder=True)
-    return Stream(topic, partitions, seed, by_key=False, disorder=disorder, step=2, jitter=1000, keys=20000)
+        return Stream(topic, partitions, seed, by_key=True, disorder=True, unreadable=unreadable)
+    return Stream(topic, partitions, seed, by_key=False, disorder=disorder, step=2, jitter=1000, keys=20000,
+                  unreadable=unreadable)
 
 
 def started_stream(name, mode, partitions, seed):
@@ -444,6 +458,14 @@ def started_stream(name, mode, partitions, seed):
     return topic, stream
 
 
+def kills_env(app, topic, mode, partitions):
+    """`app_env` with a duplicates topic and producers that batch for 50 ms: a killed process then
+    leaves its output topics' partitions written to different points."""
+    env = app_env(app, topic, mode, partitions)
+    env.update({"DEDUPD__OUTPUT__DUPLICATES_TOPIC": f"{app}.dups", "DEDUPD__KAFKA__LINGER_MS": "50"})
+    return env
+
+
 def kills(args, mode):
     name = "kills-ip" if mode == "input-partitions" else "kills-rep"
     seed = args.seed if args.seed is not None else time.time_ns() % 2**32
@@ -452,11 +474,12 @@ def kills(args, mode):
     partitions = 4
     topic = f"{RUN}-{name}.in"
     create_topic(topic, partitions)
-    stream = stream_for(mode, topic, partitions, seed, args.disorder)
+    stream = stream_for(mode, topic, partitions, seed, args.disorder, unreadable=True)
     stream.start()
-    ref = Daemon(f"{name}-reference", app_env(f"{RUN}-{name}-ref", topic, mode, partitions))
+    ref_app, crash_app = f"{RUN}-{name}-ref", f"{RUN}-{name}-crash"
+    ref = Daemon(f"{name}-reference", kills_env(ref_app, topic, mode, partitions))
     ref.wait_ready()
-    crash_env = app_env(f"{RUN}-{name}-crash", topic, mode, partitions)
+    crash_env = kills_env(crash_app, topic, mode, partitions)
     crashing = Daemon(f"{name}-crashing", crash_env)
     started = time.time()
     survived = before_ready = 0
@@ -476,17 +499,32 @@ def kills(args, mode):
     crashing.wait_ready()
     time.sleep(3)
     total = stream.finish()
-    say(f"{total} records produced; waiting for both daemons to judge them")
-    done = wait_judged([ref], total, 180) and wait_judged([crashing], total, 180)
+    # In repartition mode the router dead-letters the unreadable records: the slices never see them.
+    judged = total - (stream.unreadable_produced if mode == "repartition" else 0)
+    say(f"{total} records produced ({stream.unreadable_produced} unreadable); waiting for both daemons to judge "
+        f"{judged}")
+    done = wait_judged([ref], judged, 180) and wait_judged([crashing], judged, 180)
     time.sleep(3)
-    want, got = read_all(f"{RUN}-{name}-ref.out"), read_all(f"{RUN}-{name}-crash.out")
-    want_dlq, got_dlq = read_all(f"{RUN}-{name}-ref.dlq"), read_all(f"{RUN}-{name}-crash.dlq")
+    topics = {t: (read_all(f"{ref_app}.{t}"), read_all(f"{crash_app}.{t}")) for t in ("out", "dups", "dlq")}
+    want, got = topics["out"]
     n_out = sum(len(v) for v in want.values())
-    dlq_diff = sum(missing_and_extra(content(want_dlq), content(got_dlq)))
+    n_dups, n_dlq = (sum(len(v) for v in topics[t][0].values()) for t in ("dups", "dlq"))
+    resends = repeated_dead_letters = None
     if mode == "input-partitions":
-        diff = compare_partitions(per_partition(want), per_partition(got))
+        # Record for record, partition for partition, in each of the three topics.
+        diff, dups_diff, dlq_diff = (compare_partitions(per_partition(topics[t][0]), per_partition(topics[t][1]))
+                                     for t in ("out", "dups", "dlq"))
     else:
         diff = sum(missing_and_extra(content(want), content(got)))
+        # A restarted router sends records again: the slices judge them `resend` (to the
+        # duplicates topic) and the router dead-letters the unreadable ones again. As sets.
+        is_resend = lambda r: r["headers"].get("dedupd.rule") == b"resend"
+        ref_dups, crash_dups = ({t: [r for r in recs if not is_resend(r)] for t, recs in topics["dups"][i].items()}
+                                for i in (0, 1))
+        resends = sum(1 for recs in topics["dups"][1].values() for r in recs if is_resend(r))
+        dups_diff = len(set(content(ref_dups)) ^ set(content(crash_dups)))
+        dlq_diff = len(set(content(topics["dlq"][0])) ^ set(content(topics["dlq"][1])))
+        repeated_dead_letters = twice(topics["dlq"][1])
     dup = twice(got)
     flushes = (ref.metric("dedupd_idle_flushes_total"), crashing.metric("dedupd_idle_flushes_total"))
     late = (ref.slice_total(("late",)), crashing.slice_total(("late",)))
@@ -494,12 +532,18 @@ def kills(args, mode):
     ok_ref, ok_crash = ref.stop(), crashing.stop()
     for w in ref_warn[:5]:
         say("reference WARN/ERROR:", w)
-    return result(name, done and diff == 0 and dup == 0 and dlq_diff == 0 and not ref_warn and ok_ref and ok_crash,
-                  seed=seed, kills=survived, kills_before_ready=before_ready, records=total,
-                  outputs=n_out, differences=diff, delivered_twice=dup, dead_letter_differences=dlq_diff,
+    # Every topic must have something to compare.
+    filled = n_out > 0 and n_dups > 0 and n_dlq > 0
+    ok = (done and filled and diff == 0 and dup == 0 and dups_diff == 0 and dlq_diff == 0 and not ref_warn
+          and ok_ref and ok_crash)
+    figures = dict(seed=seed, kills=survived, kills_before_ready=before_ready, records=total, outputs=n_out,
+                   duplicates=n_dups, dead_letters=n_dlq, differences=diff, delivered_twice=dup,
+                   duplicate_differences=dups_diff, dead_letter_differences=dlq_diff)
+    if mode != "input-partitions":
+        figures.update(resends=resends, dead_letters_repeated=repeated_dead_letters)
+    return result(name, ok, **figures,
                   idle_flushes_ref_crash=f"{flushes[0]:.0f}/{flushes[1]:.0f}", late_ref_crash=f"{late[0]}/{late[1]}",
-                  judged_all=done,
-                  reference_warnings=len(ref_warn), seconds=round(time.time() - started))
+                  judged_all=done, reference_warnings=len(ref_warn), seconds=round(time.time() - started))
 
 
 def reference_of(name, topic, mode, partitions, total):

@@ -1,20 +1,35 @@
 #!/usr/bin/env python3
-"""A Kafka proxy that can make one topic unwritable, for scripts/faults.py (`unwritable`).
+"""A Kafka proxy that can make one topic unwritable, or make its writes lag, for
+scripts/faults.py (`unwritable`) and tests/replay_bounds.rs.
 
-  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME
+  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME [--lag]
 
-Forwards every connection to the broker unchanged. After SIGUSR1 it holds back every Produce
-request that names --topic (and everything the same connection sends after it) until SIGUSR2:
-the broker never sees those requests, so their records are neither stored nor acknowledged,
-while fetches, metadata, group and offset requests, and produce requests for other topics go
-through. To the producer that is a partition leader that does not answer: its requests time
-out (`request.timeout.ms`), it reconnects and retries until `message.timeout.ms`. A held
-request of a connection the client has closed is dropped with it, never sent late.
+Forwards every connection to the broker unchanged until SIGUSR1; SIGUSR2 ends what SIGUSR1
+started. Two ways to hold back the Produce requests that name --topic:
 
-Why a proxy: the test broker (Tansu 0.6.0) has no per-topic write quota, no read-only topics
-and no way to take one partition's leader away (docs/reliability.md). The broker must
-advertise this proxy's port (`--advertised-listener-url`), so that every connection passes
-through it. Prints `listening` once the port is open; logs blocking changes on stderr.
+- block (the default): such a request and everything the same connection sends after it are
+  held until SIGUSR2. The broker never sees them, so their records are neither stored nor
+  acknowledged, while other connections (fetches, metadata, group and offset requests) go on.
+  To the producer that is a partition leader that does not answer: its requests time out
+  (`request.timeout.ms`), it reconnects and retries until `message.timeout.ms`.
+- --lag: only the Produce requests naming --topic are set aside; the connection's later
+  requests, Produce requests for other topics included, go through and are answered. At
+  SIGUSR2 the held ones are sent, in the order they came, before anything the connection sends
+  after. Their answers arrive after those of later requests: librdkafka matches an answer to its
+  request by correlation id (`rd_kafka_waitresp_find`), and keeps order only within a partition
+  (a Produce request names one partition, and all of a partition's are held). So one
+  connection's writes to --topic are acknowledged behind its writes to the other topics, as
+  when partitions have different leaders.
+
+In both modes a held request of a connection the client has closed is dropped with it, never
+sent late (logged: `dropped N held requests`). Logs on stderr, flushed: every change of mode
+with the number of requests held so far.
+
+Why a proxy: the test broker (Nisshi) has no per-topic write quota, no read-only topics and no
+way to take one partition's leader away, and one broker serves every partition over one
+connection per client, in order. The broker must advertise this proxy's port
+(`--advertised-listener-url`), so that every connection passes through it. Prints `listening`
+once the port is open.
 """
 
 import argparse
@@ -34,40 +49,160 @@ async def frames(reader):
         yield head + await reader.readexactly(size)
 
 
+class Cursor:
+    """Reads the Kafka protocol's primitive types from a request frame."""
+
+    def __init__(self, data, pos):
+        self.data, self.pos = data, pos
+
+    def fixed(self, fmt):
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v
+
+    def uvarint(self):
+        shift = value = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+
+    def skip(self, n):
+        if n > 0:
+            self.pos += n
+        if self.pos > len(self.data):
+            raise ValueError("past the end of the frame")
+
+    def string(self, compact):
+        n = self.uvarint() - 1 if compact else self.fixed(">h")
+        start = self.pos
+        self.skip(n)
+        return None if n < 0 else bytes(self.data[start:self.pos])
+
+    def bytes_len(self, compact):
+        return self.uvarint() - 1 if compact else self.fixed(">i")
+
+    def array_len(self, compact):
+        return self.uvarint() - 1 if compact else self.fixed(">i")
+
+    def tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.skip(self.uvarint())
+
+
+def produce_topics(frame):
+    """The topic names of a Produce request frame (versions 3 to 12; flexible from 9), or None
+    if it cannot be read (an older version, or a frame cut short)."""
+    try:
+        c = Cursor(frame, 4)
+        _api_key, version, _corr = c.fixed(">h"), c.fixed(">h"), c.fixed(">i")
+        if not 3 <= version <= 12:
+            return None
+        flexible = version >= 9
+        c.string(False)  # client id: a plain nullable string in every header version
+        if flexible:
+            c.tags()
+        c.string(flexible)  # transactional id
+        c.skip(2 + 4)  # acks, timeout
+        names = []
+        for _ in range(c.array_len(flexible)):
+            names.append(c.string(flexible))
+            for _ in range(c.array_len(flexible)):
+                c.skip(4)  # partition index
+                c.skip(c.bytes_len(flexible))  # records
+                if flexible:
+                    c.tags()
+            if flexible:
+                c.tags()
+        return names
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def log(*a):
+    print("produce_block_proxy:", *a, file=sys.stderr, flush=True)
+
+
 async def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--listen", type=int, required=True, help="port on 127.0.0.1")
     ap.add_argument("--to", required=True, help="broker HOST:PORT")
-    ap.add_argument("--topic", required=True, help="the topic whose produce requests are held while blocked")
+    ap.add_argument("--topic", required=True, help="the topic whose produce requests are held")
+    ap.add_argument("--lag", action="store_true",
+                    help="hold only the produce requests naming --topic, not the connection's later requests")
     args = ap.parse_args()
     host, port = args.to.rsplit(":", 1)
-    # Produce requests carry the topic name as a (compact) string: finding its bytes is
-    # enough here (the faults runner's topic names are unique and in no payload).
-    needle = args.topic.encode()
-    writable = asyncio.Event()
-    writable.set()
-    held = [0]
+    topic = args.topic.encode()
+    mode = "lag" if args.lag else "block"
+    free = asyncio.Event()  # set: nothing is held back
+    free.set()
+    held_total = [0]
+    connections = set()  # the live connections' Conn objects
 
-    def block(on):
+    def names_topic(frame):
+        if struct.unpack_from(">h", frame, 4)[0] != PRODUCE:
+            return False
+        names = produce_topics(frame)
+        # A frame that cannot be read is held if the name's bytes are in it (the runners'
+        # topic names are unique and in no payload).
+        return topic in names if names is not None else topic in frame
+
+    class Conn:
+        def __init__(self, client_r, client_w, broker_w):
+            self.client_r, self.client_w, self.broker_w = client_r, client_w, broker_w
+            self.held = []  # frames held back, in arrival order
+
+        def closed(self):
+            return (self.client_r.at_eof() or self.client_r.exception() is not None
+                    or self.client_w.is_closing() or self.broker_w.is_closing())
+
+        def release(self):
+            """Sends the held frames now, in order, before anything later of this connection
+            (this runs on the event loop, as the forwarding does)."""
+            if not self.held:
+                return 0
+            if self.closed():
+                self.drop()
+                return 0
+            n = len(self.held)
+            for frame in self.held:
+                self.broker_w.write(frame)
+            self.held.clear()
+            return n
+
+        def drop(self):
+            if self.held:
+                log(f"dropped {len(self.held)} held requests (the client closed its connection)")
+                self.held.clear()
+
+    def hold(on):
         if on:
-            writable.clear()
-        else:
-            writable.set()
-        print(f"produce_block_proxy: {args.topic} {'blocked' if on else 'writable'} "
-              f"({held[0]} requests held so far)", file=sys.stderr, flush=True)
+            free.clear()
+            log(f"{args.topic} {'lagging' if args.lag else 'blocked'} ({held_total[0]} requests held so far)")
+            return
+        released = sum(c.release() for c in list(connections))
+        free.set()
+        log(f"{args.topic} writable ({held_total[0]} requests held so far, {released} requests released now)")
 
     loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGUSR1, block, True)
-    loop.add_signal_handler(signal.SIGUSR2, block, False)
+    loop.add_signal_handler(signal.SIGUSR1, hold, True)
+    loop.add_signal_handler(signal.SIGUSR2, hold, False)
 
-    async def upstream(client_r, broker_w):
+    async def upstream(conn, client_r, broker_w):
+        # Reads on while holding, so that a client closing its connection is seen at once.
         async for frame in frames(client_r):
-            api_key = struct.unpack(">h", frame[4:6])[0]
-            if api_key == PRODUCE and needle in frame and not writable.is_set():
-                held[0] += 1
-                await writable.wait()
-            broker_w.write(frame)
-            await broker_w.drain()
+            if not free.is_set() and names_topic(frame):
+                held_total[0] += 1
+                conn.held.append(frame)
+            elif conn.held and not args.lag:
+                conn.held.append(frame)  # block: everything after a held request waits too
+            else:
+                broker_w.write(frame)
+                await broker_w.drain()
 
     async def downstream(broker_r, client_w):
         while data := await broker_r.read(65536):
@@ -80,10 +215,14 @@ async def main():
         except OSError:
             client_w.close()
             return
-        tasks = [asyncio.ensure_future(upstream(client_r, broker_w)),
+        conn = Conn(client_r, client_w, broker_w)
+        connections.add(conn)
+        tasks = [asyncio.ensure_future(upstream(conn, client_r, broker_w)),
                  asyncio.ensure_future(downstream(broker_r, client_w))]
         # Either side closing ends the pair; a held request dies with its connection.
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        connections.discard(conn)
+        conn.drop()
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -91,6 +230,7 @@ async def main():
         client_w.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", args.listen)
+    log(f"mode {mode}, topic {args.topic}, to {args.to}")
     print("listening", flush=True)
     async with server:
         await server.serve_forever()

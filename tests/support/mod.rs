@@ -716,6 +716,13 @@ fn try_start_in(dir: &Path, program: &Path, args: &[&str], log: &Path, port: u16
 /// (SASL, which needs `--storage-engine sqlite://NAME.db`, a file in `dir`:
 /// memory storage keeps no users).
 pub fn own_broker(dir: &Path, extra: &[&str]) -> (Proc, u16) {
+    own_broker_advertising(dir, None, extra)
+}
+
+/// [`own_broker`], advertising `advertised` (a proxy's port) instead of its
+/// own when given: clients bootstrap anywhere, then connect to that port
+/// (scripts/produce_block_proxy.py passes every request on to the broker).
+pub fn own_broker_advertising(dir: &Path, advertised: Option<u16>, extra: &[&str]) -> (Proc, u16) {
     broker(); // installs target/tools/nisshi (scripts/broker.sh) if missing
     // A free port can be taken before the broker binds it (by an outgoing
     // connection's ephemeral port): then the broker exits, and another
@@ -724,7 +731,8 @@ pub fn own_broker(dir: &Path, extra: &[&str]) -> (Proc, u16) {
     for _ in 0..3 {
         let port = free_port();
         let url = format!("tcp://127.0.0.1:{port}");
-        let mut args = vec!["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--silent"];
+        let advertised_url = format!("tcp://127.0.0.1:{}", advertised.unwrap_or(port));
+        let mut args = vec!["broker", "--listener-url", &url, "--advertised-listener-url", &advertised_url, "--silent"];
         args.extend_from_slice(extra);
         let log = dir.join(format!("broker-{port}.log"));
         match try_start_in(dir, &root().join("target/tools/nisshi"), &args, &log, port) {
