@@ -69,6 +69,17 @@ impl Destination {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// How logs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Destination::Output => "output",
+            Destination::Duplicates => "duplicates",
+            Destination::DeadLetters => "dead letters",
+            Destination::Late => "late",
+            Destination::Flags => "flags",
+        }
+    }
 }
 
 /// What one topic's partition holds of a slice's records.
@@ -155,6 +166,30 @@ impl ReplayBounds {
     }
 }
 
+/// The bounds a topic has, as logs show them: `output 179/0, dead letters
+/// 177/0 (policy 180/0)`; empty when no topic holds anything.
+impl std::fmt::Display for ReplayBounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for dest in Destination::ALL {
+            let Sent { normal, policy } = self.get(dest);
+            if normal.is_none() && policy.is_none() {
+                continue;
+            }
+            f.write_str(if first { "" } else { ", " })?;
+            first = false;
+            write!(f, "{}", dest.name())?;
+            if let Some(y) = normal {
+                write!(f, " {y}")?;
+            }
+            if let Some(y) = policy {
+                write!(f, " (policy {y})")?;
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,5 +244,7 @@ mod tests {
         assert_eq!(b.policy_after(Destination::Output, Some(at(120))), Some(at(120)));
         assert_eq!(b.policy_after(Destination::Duplicates, Some(at(120))), Some(at(150)));
         assert_eq!(b.policy_after(Destination::Late, None), None);
+        assert_eq!(b.to_string(), "output 100/0, duplicates 150/0");
+        assert_eq!(ReplayBounds::default().to_string(), "");
     }
 }

@@ -588,7 +588,7 @@ impl Restorer<'_> {
             bounds
                 .highest()
                 .filter(|y| y.after + 1 >= start)
-                .map_or(String::new(), |y| format!(", silently up to release {y} where written"))
+                .map_or(String::new(), |_| format!(", silently up to what each topic holds: {bounds}"))
         );
         Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges })
     }

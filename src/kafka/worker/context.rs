@@ -3,7 +3,7 @@
 //! assigned slice is handed to the restore thread, a revoked one is
 //! snapshotted and released (see the module map in [`super`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -11,63 +11,22 @@ use std::time::{Duration, Instant};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
-use rdkafka::message::OwnedMessage;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use super::owned::OwnedSlice;
 use super::policy::Deciding;
 use super::restores::{RestoreJob, Restores, restoring_list};
-use super::snapshots::{Copying, Writer, checkpoint_now};
+use super::snapshots::{Writer, checkpoint_now};
 use crate::admin::Status;
 use crate::config::Resolved;
-use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceState};
+use crate::engine::{Extractor, Judgment};
 use crate::filter::FilterParams;
-use crate::kafka::checkpoint::{CheckpointStore, Manifest};
+use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
 use crate::kafka::producer::OutputProducer;
-use crate::kafka::replay::ReplayBounds;
-use crate::kafka::restore::PolicyRange;
 use crate::metrics::Metrics;
-
-/// A slice this member owns: its state, what its replay and its policy
-/// decisions have reached, the records it holds, its snapshot bookkeeping.
-pub(super) struct OwnedSlice {
-    pub(super) state: SliceState,
-    /// A snapshot being copied while the slice goes on.
-    pub(super) copying: Option<Copying>,
-    /// How far each topic the slice writes holds its records (read at
-    /// restore, raised by the decisions of `availability.policy` made
-    /// meanwhile): judgments up to there are replayed without writing them
-    /// there again.
-    pub(super) replay: ReplayBounds,
-    /// The last judgment made (its release position): with `replay`, what
-    /// a policy output names in `dedupd.policy.after`.
-    pub(super) last_judged: Option<ReleasePos>,
-    /// The policy ranges logged that the slice has not passed yet: their
-    /// records are decided by the logged policy, not judged.
-    pub(super) ranges: Vec<PolicyRange>,
-    /// The records waiting for the watermark, by slice offset (for output).
-    pub(super) held: HashMap<u64, OwnedMessage>,
-    /// Idle flushes logged and not applied yet (a replay): the slice
-    /// offsets they came after.
-    pub(super) flushes: VecDeque<u64>,
-    /// When the slice last received a record (or was restored).
-    pub(super) last_arrival: Instant,
-    pub(super) manifest: Option<Manifest>,
-    pub(super) since_checkpoint: u64,
-    pub(super) last_checkpoint: Instant,
-    /// A snapshot of this slice is being copied or written.
-    pub(super) writing: bool,
-    /// Counters already published to the metrics.
-    pub(super) published: SliceCounters,
-    /// Filter counters already published: generations created, dropped, saturated inserts.
-    pub(super) published_filter: [u64; 3],
-    /// `dedupd_provenance_dropped_total` already published.
-    pub(super) published_provenance_dropped: u64,
-    /// `dedupd_hold_overflows_total` already published.
-    pub(super) published_overflows: u64,
-}
 
 /// What the slice worker is started with: the resolved settings, the
 /// clients and the metrics (built by `dedupd run`, read-only afterwards).

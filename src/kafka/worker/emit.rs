@@ -4,7 +4,8 @@
 
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::context::{OwnedSlice, WorkerSetup};
+use super::context::WorkerSetup;
+use super::owned::OwnedSlice;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
 use crate::kafka::producer::produce_with;

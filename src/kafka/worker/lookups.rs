@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::context::{OwnedSlice, WorkerSetup, WorkerState};
+use super::context::{WorkerSetup, WorkerState};
+use super::owned::OwnedSlice;
 use crate::config::SlicingMode;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without

@@ -39,8 +39,9 @@
 //! Where things are (files of this folder):
 //! - `context.rs`: [`WorkerSetup`] (what the worker is started with), the
 //!   state the loop and the rebalance callbacks share under the worker
-//!   lock (`WorkerState`, one `OwnedSlice` per slice), and the rebalance
-//!   callbacks of [`WorkerContext`].
+//!   lock (`WorkerState`), and the rebalance callbacks of [`WorkerContext`].
+//! - `owned.rs`: `OwnedSlice`, a slice this member owns; the one place that
+//!   routes its changes through a snapshot copy in progress.
 //!   `on_assign` and `on_revoke` are the protocol's two hooks.
 //! - `restores.rs`: the restore thread; assigned slices join the worker
 //!   through `take_restored`.
@@ -67,6 +68,7 @@
 mod context;
 mod emit;
 mod lookups;
+mod owned;
 mod policy;
 mod publish;
 mod records;

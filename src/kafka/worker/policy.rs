@@ -8,8 +8,9 @@ use std::time::Instant;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 
-use super::context::{OwnedSlice, WorkerSetup};
+use super::context::WorkerSetup;
 use super::emit::{dead_letter, send};
+use super::owned::OwnedSlice;
 use super::records::{apply_logged_flushes, take_delete};
 use super::snapshots::FLUSH_TIMEOUT;
 use crate::config::AvailabilityPolicy;
@@ -143,10 +144,7 @@ pub(super) fn decide_logged(
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;
-    let decided = match owned.copying.as_mut() {
-        Some(c) => owned.state.decide(&slice_record, &deps.extractor, deliver, Some(&mut c.copy)),
-        None => owned.state.decide(&slice_record, &deps.extractor, deliver, None),
-    };
+    let decided = owned.decide(&slice_record, &deps.extractor, deliver);
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
     let unreadable = if decided {
         None

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use super::context::{OwnedSlice, WorkerSetup, WorkerState};
+use super::context::{WorkerSetup, WorkerState};
 use super::emit::emit;
+use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use crate::config::SlicingMode;
@@ -133,10 +134,7 @@ fn take_progress(
         log::warn!("slice {}: the progress record at offset {offset} cannot be read; skipped", owned.state.slice);
         Vec::new()
     });
-    match owned.copying.as_mut() {
-        Some(c) => owned.state.announce_copying(offset, &entries, &mut c.copy, judged),
-        None => owned.state.announce(offset, &entries, judged),
-    }
+    owned.announce(offset, &entries, judged);
     owned.since_checkpoint += 1;
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
     apply_logged_flushes(deps, owned, judged)
@@ -152,10 +150,7 @@ pub(super) fn take_delete(
     msg: &BorrowedMessage<'_>,
 ) -> Result<(), KafkaLayerError> {
     let key = msg.key().unwrap_or_default();
-    let outcome = match owned.copying.as_mut() {
-        Some(c) => owned.state.delete_copying(offset, key, &mut c.copy),
-        None => owned.state.delete(offset, key),
-    };
+    let outcome = owned.delete(offset, key);
     owned.since_checkpoint += 1;
     crate::kafka::deletes::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
     judged.clear();
@@ -263,13 +258,7 @@ pub(super) fn judge(
     };
     let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();
-    match owned.copying.as_mut() {
-        Some(c) => {
-            c.records += 1;
-            owned.state.process_copying(&slice_record, &deps.extractor, &mut c.copy, judged)
-        }
-        None => owned.state.process(&slice_record, &deps.extractor, judged),
-    }
+    owned.process(&slice_record, &deps.extractor, judged);
     owned.since_checkpoint += 1;
     if let Some(input) = &deps.input_counter {
         input.inc();
@@ -306,10 +295,7 @@ pub(super) fn apply_logged_flushes(
 /// already logged) and emits the judgments.
 fn flush_slice(deps: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
     judged.clear();
-    match owned.copying.as_mut() {
-        Some(c) => owned.state.flush_copying(&mut c.copy, judged),
-        None => owned.state.flush(judged),
-    }
+    owned.flush(judged);
     let after = owned.state.next_offset.saturating_sub(1);
     deps.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
     emit(deps, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)

@@ -10,7 +10,8 @@ use std::time::Instant;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::context::{OwnedSlice, WorkerContext, WorkerSetup, WorkerState};
+use super::context::{WorkerContext, WorkerSetup, WorkerState};
+use super::owned::OwnedSlice;
 use super::policy::Deciding;
 use super::records::log_position;
 use crate::config::AvailabilityPolicy;

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
 
-use super::context::{OwnedSlice, WorkerSetup, WorkerState};
-use crate::engine::{SliceCopy, SliceImage};
+use super::context::{WorkerSetup, WorkerState};
+use super::owned::{Copying, OwnedSlice};
+use crate::engine::SliceImage;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::checkpoint::Manifest;
 use crate::kafka::producer::{SentMark, wait_acked};
@@ -19,20 +20,6 @@ use crate::kafka::producer::{SentMark, wait_acked};
 pub(super) const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// A snapshot that stops its slice's worker longer than this is logged as a warning.
 const STALL_WARNING: Duration = Duration::from_millis(100);
-
-/// A snapshot being copied (see the module documentation).
-pub(super) struct Copying {
-    pub(super) copy: SliceCopy,
-    /// What had been sent to the slice's output partitions when it was taken.
-    pub(super) mark: SentMark,
-    pub(super) previous: Option<Manifest>,
-    /// When the snapshot was taken.
-    pub(super) taken: Instant,
-    /// The longest the copy has stopped the worker at once.
-    pub(super) longest_pause: Duration,
-    /// Records judged while it was copied.
-    pub(super) records: u64,
-}
 
 /// Bytes of cells copied after each record while a snapshot is copied:
 /// a pause of tens of µs per record; ~500 records copy 123 MiB.

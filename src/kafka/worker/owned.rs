@@ -1,0 +1,113 @@
+//! A slice this member owns, and the one place that knows a snapshot may
+//! be copied while it goes on: each way the state changes goes through the
+//! copy when there is one ([`crate::engine::SliceState::begin_copy`]), so
+//! the rest of the worker calls `process`, `flush`, `announce`, `delete`
+//! and `decide` on the slice without asking.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use rdkafka::message::OwnedMessage;
+
+use crate::engine::{Extractor, Judgment, Progress, ReleasePos, SliceCopy, SliceCounters, SliceRecord, SliceState};
+use crate::filter::DeleteRefusal;
+use crate::kafka::checkpoint::Manifest;
+use crate::kafka::producer::SentMark;
+use crate::kafka::replay::ReplayBounds;
+use crate::kafka::restore::PolicyRange;
+
+/// A slice this member owns: its state, what its replay and its policy
+/// decisions have reached, the records it holds, its snapshot bookkeeping.
+pub(super) struct OwnedSlice {
+    pub(super) state: SliceState,
+    /// A snapshot being copied while the slice goes on.
+    pub(super) copying: Option<Copying>,
+    /// How far each topic the slice writes holds its records (read at
+    /// restore, raised by the decisions of `availability.policy` made
+    /// meanwhile): judgments up to there are replayed without writing them
+    /// there again.
+    pub(super) replay: ReplayBounds,
+    /// The last judgment made (its release position): with `replay`, what
+    /// a policy output names in `dedupd.policy.after`.
+    pub(super) last_judged: Option<ReleasePos>,
+    /// The policy ranges logged that the slice has not passed yet: their
+    /// records are decided by the logged policy, not judged.
+    pub(super) ranges: Vec<PolicyRange>,
+    /// The records waiting for the watermark, by slice offset (for output).
+    pub(super) held: HashMap<u64, OwnedMessage>,
+    /// Idle flushes logged and not applied yet (a replay): the slice
+    /// offsets they came after.
+    pub(super) flushes: VecDeque<u64>,
+    /// When the slice last received a record (or was restored).
+    pub(super) last_arrival: Instant,
+    pub(super) manifest: Option<Manifest>,
+    pub(super) since_checkpoint: u64,
+    pub(super) last_checkpoint: Instant,
+    /// A snapshot of this slice is being copied or written.
+    pub(super) writing: bool,
+    /// Counters already published to the metrics.
+    pub(super) published: SliceCounters,
+    /// Filter counters already published: generations created, dropped, saturated inserts.
+    pub(super) published_filter: [u64; 3],
+    /// `dedupd_provenance_dropped_total` already published.
+    pub(super) published_provenance_dropped: u64,
+    /// `dedupd_hold_overflows_total` already published.
+    pub(super) published_overflows: u64,
+}
+
+/// A snapshot being copied while its slice goes on (see `snapshots.rs`).
+pub(super) struct Copying {
+    pub(super) copy: SliceCopy,
+    /// What had been sent to the slice's output partitions when it was taken.
+    pub(super) mark: SentMark,
+    pub(super) previous: Option<Manifest>,
+    /// When the snapshot was taken.
+    pub(super) taken: Instant,
+    /// The longest the copy has stopped the worker at once.
+    pub(super) longest_pause: Duration,
+    /// Records judged while it was copied.
+    pub(super) records: u64,
+}
+
+impl OwnedSlice {
+    /// Takes in the next input record (see [`SliceState::process`]).
+    pub(super) fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, judged: &mut Vec<Judgment>) {
+        match self.copying.as_mut() {
+            Some(c) => {
+                c.records += 1;
+                self.state.process_copying(rec, extractor, &mut c.copy, judged)
+            }
+            None => self.state.process(rec, extractor, judged),
+        }
+    }
+
+    /// An idle flush (see [`SliceState::flush`]).
+    pub(super) fn flush(&mut self, judged: &mut Vec<Judgment>) {
+        match self.copying.as_mut() {
+            Some(c) => self.state.flush_copying(&mut c.copy, judged),
+            None => self.state.flush(judged),
+        }
+    }
+
+    /// A router's progress record (see [`SliceState::announce`]).
+    pub(super) fn announce(&mut self, offset: u64, entries: &[Progress<'_>], judged: &mut Vec<Judgment>) {
+        match self.copying.as_mut() {
+            Some(c) => self.state.announce_copying(offset, entries, &mut c.copy, judged),
+            None => self.state.announce(offset, entries, judged),
+        }
+    }
+
+    /// A delete request (see [`SliceState::delete`]).
+    pub(super) fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
+        match self.copying.as_mut() {
+            Some(c) => self.state.delete_copying(offset, key, &mut c.copy),
+            None => self.state.delete(offset, key),
+        }
+    }
+
+    /// A decision of `availability.policy` (see [`SliceState::decide`]).
+    pub(super) fn decide(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, deliver: bool) -> bool {
+        let copy = self.copying.as_mut().map(|c| &mut c.copy);
+        self.state.decide(rec, extractor, deliver, copy)
+    }
+}
