@@ -50,15 +50,27 @@ pub fn log_client_message(level: RDKafkaLogLevel, fac: &str, message: &str) {
     if fac == "FAIL" {
         remember_connection_failure(message);
     }
-    let level = match level {
+    log::log!(target: "librdkafka", level_of(level, fac, message), "librdkafka: {fac} {message}");
+}
+
+/// The level dedupd logs a librdkafka line at: librdkafka's own, but for
+/// its warning that `enable.gapless.guarantee` is experimental, which the
+/// output producer sets on purpose (`producer::output_producer`) — a WARN
+/// on every start would be noise in a clean run.
+fn level_of(level: RDKafkaLogLevel, fac: &str, message: &str) -> log::Level {
+    match level {
         RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
             log::Level::Error
+        }
+        RDKafkaLogLevel::Warning
+            if fac == "CONFWARN" && message.contains("enable.gapless.guarantee is experimental") =>
+        {
+            log::Level::Info
         }
         RDKafkaLogLevel::Warning => log::Level::Warn,
         RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
         RDKafkaLogLevel::Debug => log::Level::Debug,
-    };
-    log::log!(target: "librdkafka", level, "librdkafka: {fac} {message}");
+    }
 }
 
 /// The last reason librdkafka gave for failing a broker connection, in any
@@ -535,6 +547,15 @@ mod tests {
         assert!(with_connection_failure("m".into(), &transport).ends_with("Connection refused)"));
         let other = KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge);
         assert_eq!(with_connection_failure("sending".into(), &other), "sending");
+    }
+
+    #[test]
+    fn the_gapless_warning_is_info_and_other_warnings_stay_warnings() {
+        let gapless = "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: When set";
+        assert_eq!(level_of(RDKafkaLogLevel::Warning, "CONFWARN", gapless), log::Level::Info);
+        let other = "[thrd:app]: Configuration property linger.ms is deprecated";
+        assert_eq!(level_of(RDKafkaLogLevel::Warning, "CONFWARN", other), log::Level::Warn);
+        assert_eq!(level_of(RDKafkaLogLevel::Error, "CONFWARN", gapless), log::Level::Error);
     }
 
     #[test]
