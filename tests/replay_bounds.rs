@@ -189,7 +189,7 @@ fn differences(what: &str, p: i32, want: &[Rec], got: &[Rec]) -> Vec<String> {
 /// records of an uninterrupted run of the same input (another application
 /// id): none missing, none twice.
 #[test]
-fn each_output_topic_resumes_from_its_own_last_record() {
+fn each_output_topic_resumes_from_its_own_replay_bound() {
     let dir = std::env::temp_dir().join(unique("dedupd-replay"));
     std::fs::create_dir_all(&dir).unwrap();
     let crash_app = unique("replay-crash");
