@@ -351,8 +351,12 @@ impl Restorer<'_> {
     /// positions in the tail of its partition ([`read_tail`]), each checked
     /// against the slice log ([`Restorer::checked`]).
     pub fn bounds(&self, slice: u32) -> Result<ReplayBounds, KafkaLayerError> {
+        self.read_bounds(slice, &mut LogEnd::default())
+    }
+
+    /// [`Restorer::bounds`], with the slice log's end read once into `end`.
+    fn read_bounds(&self, slice: u32, end: &mut LogEnd) -> Result<ReplayBounds, KafkaLayerError> {
         let mut bounds = ReplayBounds::default();
-        let mut end = LogEnd::default();
         // A topic two settings name is read once.
         let mut read: Vec<(&str, Sent)> = Vec::new();
         for &(dest, topic) in &self.destinations {
@@ -367,7 +371,7 @@ impl Restorer<'_> {
                 if dest == Destination::Flags {
                     record.policy = None; // flags never carry policy headers
                 }
-                sent = sent.max(self.checked(slice, topic, &record, &mut end)?);
+                sent = sent.max(self.checked(slice, topic, &record, end)?);
             }
             read.push((topic, sent));
             bounds.raise(dest, sent);
@@ -440,30 +444,37 @@ impl Restorer<'_> {
             SlicingMode::Shared => read_order::log_offset(pos.after),
             _ => pos.after,
         };
-        let listed = match end.listed {
-            Some(listed) => listed,
-            None => {
-                let (_, high) = self
-                    .reader
-                    .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
-                    .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                *end.listed.insert(high.max(0) as u64)
-            }
-        };
-        if offset < listed {
+        if offset < self.listed_end(slice, end)? {
             return Ok(None);
         }
-        let exact = match end.exact {
-            Some(exact) => exact,
-            None => {
-                let mut exact = listed;
-                read_partition(self.reader, self.slice_topic, slice as i32, ReadFrom::Last, |o, _, _, _| {
-                    exact = exact.max(o as u64 + 1);
-                })?;
-                *end.exact.insert(exact)
-            }
-        };
+        let exact = self.exact_end(slice, end)?;
         Ok((offset >= exact).then_some(exact))
+    }
+
+    /// The slice log's listed high watermark, read once into `end`.
+    fn listed_end(&self, slice: u32, end: &mut LogEnd) -> Result<u64, KafkaLayerError> {
+        if let Some(listed) = end.listed {
+            return Ok(listed);
+        }
+        let (_, high) = self
+            .reader
+            .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
+            .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
+        Ok(*end.listed.insert(high.max(0) as u64))
+    }
+
+    /// One past the slice log's last record (read from the listed end on:
+    /// the listed high watermark is only a lower bound on some brokers),
+    /// read once into `end`.
+    fn exact_end(&self, slice: u32, end: &mut LogEnd) -> Result<u64, KafkaLayerError> {
+        if let Some(exact) = end.exact {
+            return Ok(exact);
+        }
+        let mut exact = self.listed_end(slice, end)?;
+        read_partition(self.reader, self.slice_topic, slice as i32, ReadFrom::Last, |o, _, _, _| {
+            exact = exact.max(o as u64 + 1);
+        })?;
+        Ok(*end.exact.insert(exact))
     }
 
     /// Decodes a slice snapshot with the configured filter, order and provenance.
@@ -542,10 +553,12 @@ impl Restorer<'_> {
                 });
             }
         }
+        let mut end = LogEnd::default();
+        let bounds = self.read_bounds(slice, &mut end)?;
         let (state, held) = match state {
             Some(s) => s,
             None => {
-                let (low, high) = self
+                let (low, _) = self
                     .reader
                     .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
                     .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
@@ -554,13 +567,8 @@ impl Restorer<'_> {
                 // written before its first snapshot) is rebuilt from the
                 // start whatever input.start says: starting at the end
                 // would skip records it has not judged yet.
-                if self.start_at_end && from == RestoredFrom::Empty && self.bounds(slice)? == ReplayBounds::default() {
-                    // The end as the fetch finds it: the listed high
-                    // watermark is only a lower bound on some brokers.
-                    first = first.max(high.max(0) as u64);
-                    read_partition(self.reader, self.slice_topic, slice as i32, ReadFrom::Last, |o, _, _, _| {
-                        first = first.max(o as u64 + 1);
-                    })?;
+                if self.start_at_end && from == RestoredFrom::Empty && bounds == ReplayBounds::default() {
+                    first = first.max(self.exact_end(slice, &mut end)?);
                 }
                 let start = match self.slicing {
                     SlicingMode::Shared => read_order::position(first, 0),
@@ -572,7 +580,6 @@ impl Restorer<'_> {
                 (fresh, BTreeMap::new())
             }
         };
-        let bounds = self.bounds(slice)?;
         let start = state.next_offset;
         // Flushes the snapshot has applied, or that came after a record
         // before its last one, are in it already.

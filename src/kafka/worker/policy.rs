@@ -153,7 +153,7 @@ pub(super) fn decide_logged(
         owned.state.counters.invalid += 1;
         deps.extractor.extract(&slice_record.record, 0).err()
     };
-    let dest = destination(range.policy, !decided);
+    let dest = destination(range.policy, unreadable.is_some());
     if owned.replay.holds_decision(dest, pos) {
         deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {

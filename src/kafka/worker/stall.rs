@@ -97,6 +97,11 @@ fn after_stall(inner: &mut WorkerState, stalled: Duration, then: &str) {
         "slice workers: stood still for {:.1} s (a stopped process or a starved CPU); {then}",
         stalled.as_secs_f64()
     );
+    idle_from_now(inner);
+}
+
+/// Every owned slice counts its idleness from now.
+fn idle_from_now(inner: &mut WorkerState) {
     let now = Instant::now();
     for owned in inner.slices.values_mut() {
         owned.last_arrival = now;
@@ -107,10 +112,7 @@ fn after_stall(inner: &mut WorkerState, stalled: Duration, then: &str) {
 /// read again from where it stands, records polled meanwhile included;
 /// idleness counts from now (those records are on their way again).
 pub(super) fn seek_back(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerContext>, inner: &mut WorkerState) {
-    let now = Instant::now();
-    for owned in inner.slices.values_mut() {
-        owned.last_arrival = now;
-    }
+    idle_from_now(inner);
     let at: Vec<(u32, u64)> = inner
         .slices
         .iter()
