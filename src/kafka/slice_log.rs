@@ -52,6 +52,9 @@ pub enum Kind {
     Progress,
     /// A delete request written by the admin endpoint ([`super::deletes`]).
     Delete,
+    /// Shared mode: a record dedupd does not write (there the slice log holds
+    /// only read-order records, progress and delete requests); skipped.
+    Foreign,
 }
 
 /// A slice-log record read once, where the worker takes it: its kind, its
@@ -83,6 +86,8 @@ impl<'m> LogRecord<'m> {
             Kind::Progress
         } else if control(headers::DELETE) {
             Kind::Delete
+        } else if slicing == SlicingMode::Shared {
+            Kind::Foreign
         } else {
             Kind::Input
         };

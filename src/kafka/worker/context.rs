@@ -1,9 +1,8 @@
-//! The state the slice worker loop and its rebalance callbacks share, and
-//! the consumer context whose callbacks run the rebalance protocol: an
+//! The consumer context whose callbacks run the rebalance protocol: an
 //! assigned slice is handed to the restore thread, a revoked one is
 //! snapshotted and released (see the module map in [`super`]).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,86 +13,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::owned::OwnedSlice;
-use super::policy::Deciding;
-use super::restores::{RestoreJob, Restores, restoring_list};
-use super::snapshots::{Writer, checkpoint_now};
-use crate::admin::Status;
-use crate::config::Resolved;
-use crate::engine::{Extractor, Judgment};
-use crate::filter::FilterParams;
-use crate::kafka::checkpoint::CheckpointStore;
+use super::restore_thread::RestoreJob;
+use super::restores::restoring_list;
+use super::setup::WorkerSetup;
+use super::snapshots::checkpoint_now;
+use super::state::WorkerState;
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
-use crate::kafka::producer::OutputProducer;
-use crate::metrics::Metrics;
-
-/// What the slice worker is started with: the resolved settings, the
-/// clients and the metrics (built by `dedupd run`, read-only afterwards).
-pub struct WorkerSetup {
-    pub cfg: Resolved,
-    pub params: FilterParams,
-    pub extractor: Extractor,
-    pub slice_topic: String,
-    /// The idle flush log, partition = slice.
-    pub flush_topic: String,
-    pub producer: OutputProducer,
-    pub store: CheckpointStore,
-    pub reader: clients::Reader,
-    pub metrics: Arc<Metrics>,
-    pub status: Arc<Status>,
-    /// Counts input records when the slice log is the input (input-partitions mode).
-    pub input_counter: Option<prometheus::IntCounter>,
-    /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
-    pub verdicts: Option<crate::kafka::tier::RootVerdicts>,
-}
-
-/// What the worker loop, its rebalance callbacks and the admin lookups
-/// share under the worker lock: the owned slices and the slices being restored.
-pub(super) struct WorkerState {
-    pub(super) slices: BTreeMap<u32, OwnedSlice>,
-    /// Judgments of the record being handled (reused).
-    pub(super) judged: Vec<Judgment>,
-    pub(super) fatal: Option<String>,
-    pub(super) writer: Writer,
-    /// The buffer snapshots are copied into, reused; `None` while a snapshot has it.
-    pub(super) buffer: Option<Vec<u8>>,
-    /// Slices assigned and being restored on the restore thread, with the
-    /// number of the restore asked for: a result for another number (the
-    /// slice was revoked meanwhile) is dropped.
-    pub(super) restoring: BTreeMap<u32, u64>,
-    /// Slices the group gave this member whose partitions are not in the
-    /// consumer's assignment yet: added (`incremental_assign`) at the offset
-    /// to read from once that is known, left out of the `incremental_unassign`
-    /// of a revocation. (Not assigned paused at a placeholder offset and then
-    /// sought and resumed: librdkafka wakes its fetcher only when a partition
-    /// starts fetching, not when it is resumed, so a resumed partition waited
-    /// up to a second for the fetcher's next turn — docs/availability.md.)
-    pub(super) unassigned: BTreeSet<u32>,
-    /// Slices being restored whose records `availability.policy` decides meanwhile.
-    pub(super) deciding: BTreeMap<u32, Deciding>,
-    /// Numbers restores.
-    pub(super) restores_asked: u64,
-    pub(super) restorer: Restores,
-}
-
-impl WorkerState {
-    /// Owns nothing yet; starts the checkpoint writer and the restore thread.
-    pub(super) fn new(deps: &Arc<WorkerSetup>) -> Self {
-        WorkerState {
-            slices: BTreeMap::new(),
-            judged: Vec::new(),
-            fatal: None,
-            writer: Writer::start(deps.clone()),
-            buffer: None,
-            restoring: BTreeMap::new(),
-            unassigned: BTreeSet::new(),
-            deciding: BTreeMap::new(),
-            restores_asked: 0,
-            restorer: Restores::start(deps.clone()),
-        }
-    }
-}
 
 /// The consumer context: rebalances restore and release slices.
 pub struct WorkerContext {

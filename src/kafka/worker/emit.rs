@@ -4,8 +4,8 @@
 
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::context::WorkerSetup;
 use super::owned::OwnedSlice;
+use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
 use crate::kafka::producer::produce_with;

@@ -3,8 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::context::{WorkerSetup, WorkerState};
 use super::owned::OwnedSlice;
+use super::setup::WorkerSetup;
+use super::state::WorkerState;
 use crate::config::SlicingMode;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without

@@ -36,30 +36,34 @@
 //! A delivery failure is fatal: the process stops and its replacement
 //! resumes from the last snapshot and the last acknowledged output.
 //!
-//! Where things are (files of this folder):
-//! - `context.rs`: [`WorkerSetup`] (what the worker is started with), the
-//!   state the loop and the rebalance callbacks share under the worker
-//!   lock (`WorkerState`), and the rebalance callbacks of [`WorkerContext`].
+//! Where things are (files of this folder), from the bottom up (a file
+//! imports only files above it in this list):
+//! - `setup.rs`: [`WorkerSetup`], what the worker is started with.
 //! - `owned.rs`: `OwnedSlice`, a slice this member owns; the one place that
 //!   routes its changes through a snapshot copy in progress.
-//!   `on_assign` and `on_revoke` are the protocol's two hooks.
-//! - `restores.rs`: the restore thread; assigned slices join the worker
-//!   through `take_restored`.
+//! - `writer.rs`: the checkpoint writer thread.
+//! - `restore_thread.rs`: the restore thread (locates and restores slices).
+//! - `emit.rs`: the outputs, flags and verdicts of a judgment.
+//! - `policy.rs`: `availability.policy`'s decisions while a slice is
+//!   restored (`Deciding`), and writes to the flush log.
+//! - `state.rs`: `WorkerState`, what the loop, the rebalance callbacks and
+//!   the admin lookups share under the worker lock.
+//! - `snapshots.rs`: the snapshot copy, handed to the writer thread.
+//! - `restores.rs`: restored slices join the worker (`take_restored`).
 //! - `records.rs`: the per-record path. A record polled by [`run`] goes to
 //!   `handle` (in shared mode a read-order record to `handle_read_order`),
 //!   which reads it once (`crate::kafka::slice_log::LogRecord`: input,
-//!   progress or delete request) and takes it in as what it is: an input
-//!   record is judged by `judge`, a record of a slice being restored or of
-//!   a policy range is decided in `policy.rs`; the judgments go to
-//!   `emit.rs`. Idle flushes are here too.
-//! - `emit.rs`: the outputs, flags and verdicts of a judgment.
-//! - `policy.rs`: `availability.policy`'s decisions while a slice is restored.
-//! - `snapshots.rs`: the snapshot copy and the checkpoint writer thread.
-//! - `lookups.rs`: the admin endpoint's key lookups.
-//! - `publish.rs`: metrics and status of the owned slices.
+//!   progress, delete request or a foreign record) and takes it in as what
+//!   it is: an input record is judged by `judge`, a record of a slice being
+//!   restored or of a policy range is decided in `policy.rs`; the
+//!   judgments go to `emit.rs`. Idle flushes are here too.
 //! - `stall.rs`: the worker standing still (a stopped process): what it
 //!   polls on waking is not handled until the group has had time to take
 //!   its slices away.
+//! - `lookups.rs`: the admin endpoint's key lookups.
+//! - `publish.rs`: metrics and status of the owned slices.
+//! - `context.rs`: the rebalance protocol ([`WorkerContext`]); `on_assign`
+//!   and `on_revoke` are its two hooks.
 //!
 //! This file holds the loop ([`run`]): take in the restored slices, one
 //! turn (poll, take in each record, advancing the snapshot being copied),
@@ -72,9 +76,13 @@ mod owned;
 mod policy;
 mod publish;
 mod records;
+mod restore_thread;
 mod restores;
+mod setup;
 mod snapshots;
 mod stall;
+mod state;
+mod writer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,16 +93,17 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::Producer;
 
-use context::WorkerState;
-pub use context::{WorkerContext, WorkerSetup};
+pub use context::WorkerContext;
 use lookups::{count_fn, lookup_fn, provenance_fn};
 use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
 use restores::take_restored;
+pub use setup::WorkerSetup;
 use snapshots::{
     COPY_STEP_BYTES, IDLE_COPY_BYTES, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
 };
 use stall::{SETTLE, StallWatch, Turn, seek_back};
+use state::WorkerState;
 
 use super::join::JoinWatch;
 use super::shared::InputReader;

@@ -8,14 +8,13 @@ use std::time::Instant;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 
-use super::context::WorkerSetup;
 use super::emit::{dead_letter, send};
 use super::owned::OwnedSlice;
-use super::records::{apply_logged_flushes, take_delete};
-use super::snapshots::FLUSH_TIMEOUT;
+use super::setup::WorkerSetup;
+use super::writer::FLUSH_TIMEOUT;
 use crate::config::AvailabilityPolicy;
 use crate::engine::slice::Unframed;
-use crate::engine::{InvalidRecord, Judgment, RecordView, ReleasePos, SliceRecord};
+use crate::engine::{InvalidRecord, RecordView, ReleasePos, SliceRecord};
 use crate::kafka::producer::wait_acked;
 use crate::kafka::replay::{Destination, ReplayBounds, Sent};
 use crate::kafka::restore::{PolicyRange, policy_record, range_of};
@@ -102,17 +101,16 @@ fn destination(policy: AvailabilityPolicy, unreadable: bool) -> Destination {
     }
 }
 
-/// Applies a logged policy decision to the record at `offset` of a restored
-/// slice (see [`crate::engine::SliceState::decide`]): a replay of a decision made while
-/// it was restored (silent: its output was sent) or, for a range logged
-/// ahead, a decision made now. A router's progress record there is skipped
-/// and a delete request applied, as [`decide_early`] leaves them; a record
-/// whose key or time cannot be read goes to the dead-letter topic.
-#[allow(clippy::too_many_arguments)]
+/// Applies a logged policy decision to the input record at `offset` of a
+/// restored slice (see [`crate::engine::SliceState::decide`]): a replay of a
+/// decision made while it was restored (silent: its output was sent) or, for
+/// a range logged ahead, a decision made now. A record whose key or time
+/// cannot be read goes to the dead-letter topic. (A router's progress record
+/// in a range is skipped and a delete request applied, as [`decide_early`]
+/// leaves them: the caller does that.)
 pub(super) fn decide_logged(
     deps: &WorkerSetup,
     owned: &mut OwnedSlice,
-    judged: &mut Vec<Judgment>,
     msg: &BorrowedMessage<'_>,
     record: &LogRecord<'_>,
     range: PolicyRange,
@@ -121,19 +119,6 @@ pub(super) fn decide_logged(
     let slice = owned.state.slice;
     let offset = msg.offset() as u64;
     let framed = &record.framed;
-    match record.kind {
-        Kind::Progress => {
-            owned.since_checkpoint += 1;
-            owned.state.next_offset = offset + 1;
-            judged.clear();
-            return apply_logged_flushes(deps, owned, judged);
-        }
-        Kind::Delete => {
-            owned.last_arrival = now;
-            return take_delete(deps, owned, judged, offset, msg);
-        }
-        Kind::Input => {}
-    }
     owned.since_checkpoint += 1;
     owned.last_arrival = now;
     let view = RecordView {
@@ -161,8 +146,7 @@ pub(super) fn decide_logged(
         let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref() };
         send_decision(deps, slice, msg, framed, &decision)?;
     }
-    judged.clear();
-    apply_logged_flushes(deps, owned, judged)
+    Ok(())
 }
 
 /// A decision of `availability.policy` about one record.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use rdkafka::producer::Producer;
 
-use super::context::{WorkerSetup, WorkerState};
-use super::records::log_position;
+use super::setup::WorkerSetup;
+use super::state::WorkerState;
 use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
 
@@ -96,7 +96,7 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
         m.filter_estimated_fpr.with_label_values(&[&label]).set(estimated_fpr);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         // Shared mode: read-order records (a router's turn each) not taken in yet.
-        let next = log_position(deps, owned.state.next_offset) as i64;
+        let next = deps.log_position(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use super::context::{WorkerSetup, WorkerState};
 use super::emit::emit;
 use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
+use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
-use crate::config::SlicingMode;
+use super::state::WorkerState;
 use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice::Unframed;
 use crate::engine::{Judgment, Progress, RecordView, ReleasePos, SliceRecord, SourceRef};
@@ -78,7 +78,7 @@ pub(super) fn handle(
     };
     // Shared mode: a slice-log record (a router's progress, a delete
     // request) is at index 0 of its offset's virtual positions.
-    let offset = slice_position(deps, msg.offset() as u64);
+    let offset = deps.slice_position(msg.offset() as u64);
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
@@ -90,27 +90,35 @@ pub(super) fn handle(
     apply_logged_flushes(deps, owned, judged)?;
     let record = LogRecord::read(deps.cfg.slicing, msg);
     // Inside a range of slice offsets logged as decided by
-    // `availability.policy`: records are decided, not judged.
+    // `availability.policy`: input records are decided, not judged, and a
+    // router's progress moves nothing (nothing is released there).
     owned.ranges.retain(|r| r.to >= offset);
-    if let Some(range) = range_of(&owned.ranges, offset) {
-        return decide_logged(deps, owned, judged, msg, &record, range, now);
-    }
-    match record.kind {
-        Kind::Progress => take_progress(deps, owned, judged, offset, msg),
-        Kind::Delete => {
+    let decided_range = range_of(&owned.ranges, offset);
+    match (record.kind, decided_range) {
+        (Kind::Progress, Some(_)) => {
+            owned.since_checkpoint += 1;
+            owned.state.next_offset = offset + 1;
+            judged.clear();
+            apply_logged_flushes(deps, owned, judged)
+        }
+        (Kind::Progress, None) => take_progress(deps, owned, judged, offset, msg),
+        (Kind::Delete, _) => {
             owned.last_arrival = now;
             take_delete(deps, owned, judged, offset, msg)
         }
-        // In shared mode the slice log holds only what dedupd writes there
-        // (read-order records are taken by `handle_read_order`).
-        Kind::Input if deps.cfg.slicing == SlicingMode::Shared => {
+        (Kind::Input, Some(range)) => {
+            decide_logged(deps, owned, msg, &record, range, now)?;
+            judged.clear();
+            apply_logged_flushes(deps, owned, judged)
+        }
+        (Kind::Foreign, _) => {
             log::warn!(
                 "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
                 msg.offset()
             );
             Ok(())
         }
-        Kind::Input => {
+        (Kind::Input, None) => {
             owned.last_arrival = now;
             judge(deps, owned, judged, offset, msg, &record.framed, &record.headers)
         }
@@ -142,7 +150,7 @@ fn take_progress(
 
 /// A delete request (see `crate::kafka::deletes`), applied here, in the
 /// log's order; the admin endpoint waits for the slice-log offset it wrote.
-pub(super) fn take_delete(
+fn take_delete(
     deps: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
@@ -319,26 +327,6 @@ pub(super) fn idle_flush(
 /// Whether a slice-log record is a router's read-order record (shared mode).
 pub(super) fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
     msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
-}
-
-/// The slice offset — in shared mode the virtual position
-/// ([`read_order::position`]) — of the slice-log record at `log_offset`
-/// that is not a read-order record.
-fn slice_position(deps: &WorkerSetup, log_offset: u64) -> u64 {
-    match deps.cfg.slicing {
-        SlicingMode::Shared => read_order::position(log_offset, 0),
-        _ => log_offset,
-    }
-}
-
-/// Where in the slice log a slice at slice offset `offset` goes on from
-/// (the inverse of [`slice_position`]; in shared mode the read-order record
-/// that names `offset`, whose records before it are passed over).
-pub(super) fn log_position(deps: &WorkerSetup, offset: u64) -> u64 {
-    match deps.cfg.slicing {
-        SlicingMode::Shared => read_order::log_offset(offset),
-        _ => offset,
-    }
 }
 
 #[cfg(test)]

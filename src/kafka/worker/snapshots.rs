@@ -1,23 +1,18 @@
-//! The checkpoint writer: a snapshot of a slice is copied while the slice
-//! goes on (a step after each record, more when the worker is idle), then
-//! written by the writer thread once the outputs before it are acknowledged
-//! (see the module documentation of [`super`]).
+//! Snapshots: a slice's snapshot is copied while the slice goes on (a step
+//! after each record, more when the worker is idle), then handed to the
+//! checkpoint writer thread ([`super::writer`]), which writes it once the
+//! outputs before it are acknowledged (see the module documentation of [`super`]).
 
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::Producer;
 
-use super::context::{WorkerSetup, WorkerState};
 use super::owned::{Copying, OwnedSlice};
-use crate::engine::SliceImage;
+use super::setup::WorkerSetup;
+use super::state::WorkerState;
+use super::writer::{FLUSH_TIMEOUT, Job, Writer, Written};
 use crate::kafka::KafkaLayerError;
-use crate::kafka::checkpoint::Manifest;
-use crate::kafka::producer::{SentMark, wait_acked};
 
-/// How long a write (a snapshot, a flush-log record) waits for the broker
-/// to acknowledge what was sent before it, at a time.
-pub(super) const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 /// A snapshot that stops its slice's worker longer than this is logged as a warning.
 const STALL_WARNING: Duration = Duration::from_millis(100);
 
@@ -27,86 +22,6 @@ pub(super) const COPY_STEP_BYTES: usize = 256 << 10;
 /// Bytes of cells copied per turn of the worker loop that found no record
 /// (a few ms, faulting in the pages of a new buffer included).
 pub(super) const IDLE_COPY_BYTES: usize = 4 << 20;
-
-/// A snapshot for the checkpoint writer.
-pub(super) struct Job {
-    pub(super) slice: u32,
-    /// The slice offset it was taken at.
-    pub(super) offset: u64,
-    pub(super) image: SliceImage,
-    /// What had been sent to the slice's output partitions when it was taken.
-    pub(super) mark: SentMark,
-    pub(super) previous: Option<Manifest>,
-    /// When the snapshot was taken.
-    pub(super) taken: Instant,
-}
-
-/// What became of a [`Job`].
-pub(super) struct Written {
-    pub(super) slice: u32,
-    pub(super) result: Result<(Manifest, usize), KafkaLayerError>,
-    /// The buffer, back for the next snapshot.
-    pub(super) buffer: Vec<u8>,
-    /// From taken to written.
-    pub(super) took: Duration,
-}
-
-/// The worker's side of the checkpoint writer thread.
-pub(super) struct Writer {
-    pub(super) jobs: Option<mpsc::Sender<Job>>,
-    pub(super) written: mpsc::Receiver<Written>,
-    /// Jobs sent and not yet answered.
-    pub(super) outstanding: usize,
-    pub(super) thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Writer {
-    pub(super) fn start(deps: Arc<WorkerSetup>) -> Writer {
-        let (jobs, job_rx) = mpsc::channel::<Job>();
-        let (done, written) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name("dedupd-checkpoints".into())
-            .spawn(move || {
-                for job in job_rx {
-                    let Job { slice, offset, mut image, mark, previous, taken } = job;
-                    let result = write_snapshot(&deps, slice, offset, image.seal(), &mark, previous.as_ref());
-                    let took = taken.elapsed();
-                    if done.send(Written { slice, result, buffer: image.into_buffer(), took }).is_err() {
-                        break;
-                    }
-                }
-            })
-            .expect("starting the checkpoint writer thread");
-        Writer { jobs: Some(jobs), written, outstanding: 0, thread: Some(thread) }
-    }
-
-    /// Stops the thread after the jobs already sent.
-    pub(super) fn stop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// The checkpoint writer's work: waits until the slice's outputs up to the
-/// snapshot are acknowledged, then writes the snapshot.
-fn write_snapshot(
-    deps: &WorkerSetup,
-    slice: u32,
-    offset: u64,
-    bytes: &[u8],
-    mark: &SentMark,
-    previous: Option<&Manifest>,
-) -> Result<(Manifest, usize), KafkaLayerError> {
-    wait_acked(&deps.producer, mark, FLUSH_TIMEOUT).map_err(|detail| KafkaLayerError::Checkpoint {
-        slice,
-        detail: format!("outputs before the snapshot: {detail}"),
-    })?;
-    let fingerprint = crate::kafka::restore::fingerprint(&deps.params, deps.cfg.counting.as_ref());
-    let manifest = deps.store.write(slice, offset, bytes, &fingerprint, previous)?;
-    Ok((manifest, bytes.len()))
-}
 
 /// Takes a snapshot of the slice: begins a copy of its state (everything
 /// but the filter's cells now; the cells while the slice goes on).

@@ -16,10 +16,11 @@
 
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 
-use super::context::{WorkerContext, WorkerSetup, WorkerState};
 use super::restores::read_from;
+use super::setup::WorkerSetup;
+use super::state::WorkerState;
 
 /// A gap this long between two turns of the worker loop means the worker
 /// itself stood still, not that its slices received nothing. A turn
@@ -111,7 +112,7 @@ fn idle_from_now(inner: &mut WorkerState) {
 /// After settling: every slice still owned (or decided by the policy) is
 /// read again from where it stands, records polled meanwhile included;
 /// idleness counts from now (those records are on their way again).
-pub(super) fn seek_back(deps: &WorkerSetup, consumer: &BaseConsumer<WorkerContext>, inner: &mut WorkerState) {
+pub(super) fn seek_back<C: ConsumerContext>(deps: &WorkerSetup, consumer: &BaseConsumer<C>, inner: &mut WorkerState) {
     idle_from_now(inner);
     let at: Vec<(u32, u64)> = inner
         .slices

@@ -1,0 +1,122 @@
+//! The restore thread: an assigned slice is located (where its outputs
+//! stopped) and restored there, one after another, while the worker goes on
+//! with the slices it has.
+
+use std::sync::{Arc, mpsc};
+use std::time::Instant;
+
+use super::owned::OwnedSlice;
+use super::setup::WorkerSetup;
+use crate::config::AvailabilityPolicy;
+use crate::kafka::KafkaLayerError;
+use crate::kafka::replay::{Destination, ReplayBounds};
+use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer};
+
+/// A restore asked of the restore thread: the slice and its number.
+pub(super) struct RestoreJob {
+    pub(super) slice: u32,
+    pub(super) id: u64,
+}
+
+/// What the restore thread tells the worker about a restore.
+pub(super) enum RestoreEvent {
+    /// Where the slice's outputs stopped and the policy ranges logged (read
+    /// first, before the snapshot, when `availability.policy` is not `wait`).
+    Located { slice: u32, id: u64, result: Result<(ReplayBounds, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
+    /// The slice, restored.
+    Restored { slice: u32, id: u64, result: Result<Box<OwnedSlice>, KafkaLayerError> },
+}
+
+/// The worker's side of the restore thread: restores run there, one after
+/// another, while the worker goes on with the slices it has (see
+/// docs/availability.md, "How deliver and drop can be added", step 1).
+pub(super) struct Restores {
+    pub(super) jobs: Option<mpsc::Sender<RestoreJob>>,
+    pub(super) done: mpsc::Receiver<RestoreEvent>,
+}
+
+impl Restores {
+    pub(super) fn start(deps: Arc<WorkerSetup>) -> Restores {
+        let (jobs, job_rx) = mpsc::channel::<RestoreJob>();
+        let (done_tx, done) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("dedupd-restores".into())
+            .spawn(move || {
+                for RestoreJob { slice, id } in job_rx {
+                    if deps.cfg.availability != AvailabilityPolicy::Wait {
+                        let result = restorer(&deps).locate(slice);
+                        if done_tx.send(RestoreEvent::Located { slice, id, result }).is_err() {
+                            break;
+                        }
+                    }
+                    let result = restore(&deps, slice).map(Box::new);
+                    if done_tx.send(RestoreEvent::Restored { slice, id, result }).is_err() {
+                        break;
+                    }
+                }
+            })
+            .expect("starting the restore thread");
+        Restores { jobs: Some(jobs), done }
+    }
+}
+
+/// The restore of the slices of this process.
+pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
+    Restorer {
+        store: &deps.store,
+        reader: &deps.reader,
+        params: &deps.params,
+        order: deps.cfg.order,
+        extractor: &deps.extractor,
+        slice_topic: &deps.slice_topic,
+        slicing: deps.cfg.slicing,
+        leaf: (deps.cfg.tier == crate::config::Tier::DenseLeaf).then_some(deps.cfg.settings.app.id.as_str()),
+        flush_topic: &deps.flush_topic,
+        destinations: Destination::ALL
+            .into_iter()
+            .filter_map(|dest| Some((dest, dest.topic(&deps.cfg.settings)?)))
+            .collect(),
+        on_corrupt: deps.cfg.on_corrupt,
+        rejected: &deps.metrics.checkpoint_rejected,
+        bounds_ignored: &deps.metrics.restore_bounds_ignored,
+        provenance: deps.cfg.provenance.as_ref(),
+        counting: deps.cfg.counting.as_ref(),
+        start_at_end: deps.cfg.slicing == crate::config::SlicingMode::InputPartitions
+            && deps.cfg.input_start == crate::config::InputStart::Latest,
+    }
+}
+
+pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, KafkaLayerError> {
+    let started = Instant::now();
+    let mut point = restorer(deps).restore(slice)?;
+    point.state.passthrough = deps.cfg.passthrough;
+    let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
+    point.state.order.set_max_held(max_held);
+    let source = match point.from {
+        RestoredFrom::Snapshot { .. } => "snapshot",
+        RestoredFrom::Empty => "empty",
+        RestoredFrom::Corrupt(..) => "corrupt",
+    };
+    deps.metrics.restores.with_label_values(&[source]).inc();
+    log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
+    deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+    let c = point.state.filter.counters();
+    Ok(OwnedSlice {
+        copying: None,
+        published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
+        published: point.state.counters.clone(),
+        published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_overflows: point.state.order.overflows(),
+        state: point.state,
+        replay: point.bounds,
+        last_judged: None,
+        ranges: point.ranges,
+        held: point.held.into_iter().collect(),
+        flushes: point.flushes,
+        last_arrival: Instant::now(),
+        manifest: point.manifest,
+        since_checkpoint: 0,
+        last_checkpoint: Instant::now(),
+        writing: false,
+    })
+}
