@@ -1,0 +1,367 @@
+//! The slice snapshot format: a versioned envelope (magic, version,
+//! checksum) around the slice's position, marks, counters, held offsets,
+//! the feature sections and the filter's own snapshot.
+
+use std::collections::BTreeMap;
+
+use super::super::counting::{self as counting_codec};
+use super::super::limits::CountingSetup;
+use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
+use super::super::provenance::{ProvenanceSetup, SliceProvenance};
+use super::super::record::Extractor;
+use super::frame::InputProgress;
+use super::judgment::SliceCounters;
+use super::state::SliceState;
+use crate::filter::count::{self as count_codec};
+use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
+use crate::filter::{FilterParams, SlidingFilter, SnapshotError};
+
+/// The first bytes of a slice snapshot.
+pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
+/// The slice snapshot format version (2: event-time order — lateness
+/// counter, order marks, flush log position and held offsets; 3: the
+/// provenance section; 4: the counting stage's section after it; 5: the
+/// input partitions' progress after that, for the hold of repartition
+/// mode). A slice is written in the oldest version that holds what it has —
+/// without progress as version 4, without counting either as version 3,
+/// and without provenance either as version 2, byte for byte — so a release
+/// before any of them can restore it; all four are read.
+pub const VERSION: u16 = 5;
+/// The version of a slice with a counting stage and no progress.
+const VERSION_COUNTING: u16 = 4;
+/// The version of a slice with provenance and neither counting nor progress.
+pub(super) const VERSION_PROVENANCE: u16 = 3;
+
+/// Encodes a slice: header, position, marks, counters, then the filter's own
+/// snapshot, all under one XXH3-64 checksum.
+pub fn encode(state: &SliceState) -> Vec<u8> {
+    if let Some(count) = &state.count {
+        let mut image = image(state, &count_codec::encode(count), Vec::new());
+        image.seal();
+        return image.into_buffer();
+    }
+    let skeleton = Skeleton::of(&state.filter);
+    let head = head(state, skeleton.len());
+    let filter = head.len()..head.len() + skeleton.len();
+    let mut buffer = vec![0; filter.end + 8];
+    buffer[..head.len()].copy_from_slice(&head);
+    skeleton.write(&state.filter, &mut buffer[filter.clone()]);
+    let mut image = SliceImage { buffer, filter };
+    image.seal();
+    image.into_buffer()
+}
+
+/// The slice snapshot, but for its checksum, with `filter` (a count
+/// filter's encoding) as its filter part, in `buffer`'s memory.
+pub(super) fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
+    let head = head(state, filter.len());
+    let range = head.len()..head.len() + filter.len();
+    buffer.clear();
+    buffer.reserve(range.end + 8);
+    buffer.extend_from_slice(&head);
+    buffer.extend_from_slice(filter);
+    buffer.extend_from_slice(&[0; 8]);
+    SliceImage { buffer, filter: range }
+}
+
+/// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
+pub(super) fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
+    // Without provenance the envelope is version 2's, byte for byte, so a
+    // release before provenance can still restore it (a rollback).
+    let version = match (state.progress.is_empty(), &state.counting, &state.provenance) {
+        (false, _, _) => VERSION,
+        (true, Some(_), _) => VERSION_COUNTING,
+        (true, None, Some(_)) => VERSION_PROVENANCE,
+        (true, None, None) => 2,
+    };
+    let mut w = filter_snapshot::begin(MAGIC, version, 128);
+    put_u32(&mut w, state.slice);
+    put_u64(&mut w, state.next_offset);
+    let c = &state.counters;
+    for v in [c.distinct, c.duplicates, c.resends, c.invalid, c.late] {
+        put_u64(&mut w, v);
+    }
+    let marks = state.order.marks();
+    for mark in [marks.max_seen_ms, marks.watermark_ms] {
+        // u64::MAX stands for none: no event time is that large.
+        put_u64(&mut w, mark.unwrap_or(u64::MAX));
+    }
+    put_u64(&mut w, state.flushes_next);
+    let held = state.held_offsets();
+    put_u64(&mut w, held.len() as u64);
+    for (offset, suspect) in held {
+        put_u64(&mut w, offset);
+        w.push(u8::from(suspect));
+    }
+    put_u32(&mut w, state.resend_marks.len() as u32);
+    for ((topic, partition), offset) in &state.resend_marks {
+        w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        w.extend_from_slice(topic.as_bytes());
+        put_u32(&mut w, *partition as u32);
+        put_u64(&mut w, *offset as u64);
+    }
+    match &state.provenance {
+        None if version == 2 => {}
+        // Version 3 and later without provenance: its flag says so.
+        None => w.push(0),
+        Some(p) => {
+            w.push(1);
+            let at = w.len();
+            put_u64(&mut w, 0);
+            p.encode(&mut w);
+            let len = (w.len() - at - 8) as u64;
+            w[at..at + 8].copy_from_slice(&len.to_le_bytes());
+        }
+    }
+    if version >= VERSION_COUNTING {
+        // A flag byte, then (1) the section's length and the stage's own
+        // envelope (`DEDUPDSB`).
+        match &state.counting {
+            None => w.push(0),
+            Some(c) => {
+                let section = counting_codec::encode(&c.stage);
+                w.push(1);
+                put_u64(&mut w, section.len() as u64);
+                w.extend_from_slice(&section);
+            }
+        }
+    }
+    if version >= VERSION {
+        put_u64(&mut w, state.order.overflows());
+        put_u32(&mut w, state.progress.len() as u32);
+        for ((topic, partition), p) in &state.progress {
+            w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+            w.extend_from_slice(topic.as_bytes());
+            put_u32(&mut w, *partition as u32);
+            put_u64(&mut w, p.time_ms);
+            w.push(u8::from(p.idle));
+        }
+    }
+    put_u64(&mut w, filter_len as u64);
+    w
+}
+
+/// Restores slice `slice` from `bytes`, checked against the configured
+/// filter. The held records are listed in [`SliceState::unfilled`]: the
+/// caller re-reads them from the log and calls [`SliceState::refill`].
+pub fn decode(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+) -> Result<SliceState, SnapshotError> {
+    decode_with(bytes, slice, params, order, None)
+}
+
+/// [`decode`] with provenance configured as `provenance`: a snapshot taken
+/// without it (or before version 3) restores with an empty provenance
+/// state; one taken with it while it is now off drops that state.
+pub fn decode_with(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+    provenance: Option<&ProvenanceSetup>,
+) -> Result<SliceState, SnapshotError> {
+    decode_full(bytes, slice, params, order, provenance, None)
+}
+
+/// [`decode_with`] with the counting stage configured as `counting` (its
+/// setup and the dedup key's extractor). A snapshot with the stage is
+/// refused by a slice configured without it, and the other way round
+/// (naming `counting`); one with other stage parameters is refused naming
+/// the parameter.
+pub fn decode_full(
+    bytes: &[u8],
+    slice: u32,
+    params: &FilterParams,
+    order: OrderSettings,
+    provenance: Option<&ProvenanceSetup>,
+    counting: Option<(&CountingSetup, &Extractor)>,
+) -> Result<SliceState, SnapshotError> {
+    let (mut r, version) = filter_snapshot::open_any(bytes, MAGIC, 2..=VERSION)?;
+    let has_provenance = version >= VERSION_PROVENANCE;
+    let got_slice = r.u32()?;
+    if got_slice != slice {
+        return Err(SnapshotError::ParameterMismatch {
+            parameter: "slice",
+            snapshot: got_slice.to_string(),
+            configured: slice.to_string(),
+        });
+    }
+    let next_offset = r.u64()?;
+    let counters = SliceCounters {
+        distinct: r.u64()?,
+        duplicates: r.u64()?,
+        resends: r.u64()?,
+        invalid: r.u64()?,
+        late: r.u64()?,
+    };
+    let mut mark = || r.u64().map(|v| (v != u64::MAX).then_some(v));
+    let marks = OrderMarks { max_seen_ms: mark()?, watermark_ms: mark()? };
+    let flushes_next = r.u64()?;
+    let held = r.u64()?;
+    if held > bytes.len() as u64 / 9 {
+        return Err(SnapshotError::Malformed(format!("slice snapshot: {held} held records cannot fit")));
+    }
+    let mut unfilled = Vec::with_capacity(held as usize);
+    for _ in 0..held {
+        let offset = r.u64()?;
+        let suspect = match r.take(1)?[0] {
+            0 => false,
+            1 => true,
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: held flag {other}"))),
+        };
+        unfilled.push((offset, suspect));
+    }
+    let mut resend_marks = BTreeMap::new();
+    for _ in 0..r.u32()? {
+        let len = usize::from(r.u16()?);
+        let topic = String::from_utf8(r.take(len)?.to_vec())
+            .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+        let partition = r.u32()? as i32;
+        let offset = r.u64()? as i64;
+        resend_marks.insert((topic, partition), offset);
+    }
+    let mut restored_provenance = None;
+    if has_provenance {
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()? as usize;
+                let section = r.take(len)?;
+                if let Some(setup) = provenance {
+                    let mut sub = filter_snapshot::Reader::over(section);
+                    match SliceProvenance::decode(&mut sub, setup) {
+                        Ok(p) => {
+                            sub.finish()?;
+                            restored_provenance = Some(p);
+                        }
+                        // Provenance resized: it starts over, empty; the
+                        // slice's dedup state is still good, so it is kept.
+                        Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
+                            "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
+                             provenance starts empty"
+                        ),
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
+        }
+    }
+    let mut restored_counting = None;
+    if version >= VERSION_COUNTING {
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()? as usize;
+                let section = r.take(len)?;
+                let Some((setup, dedup)) = counting else {
+                    return Err(counting_mismatch("on", "off"));
+                };
+                restored_counting = Some(setup.restore(section, dedup)?);
+            }
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: counting flag {other}"))),
+        }
+    }
+    if restored_counting.is_none() && counting.is_some() {
+        return Err(counting_mismatch("off", "on"));
+    }
+    let mut progress = BTreeMap::new();
+    let mut overflows = 0;
+    if version >= VERSION {
+        overflows = r.u64()?;
+        for _ in 0..r.u32()? {
+            let len = usize::from(r.u16()?);
+            let topic = String::from_utf8(r.take(len)?.to_vec())
+                .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+            let partition = r.u32()? as i32;
+            let time_ms = r.u64()?;
+            let idle = match r.u8()? {
+                0 => false,
+                1 => true,
+                other => return Err(SnapshotError::Malformed(format!("slice snapshot: idle flag {other}"))),
+            };
+            progress.insert((topic, partition), InputProgress { time_ms, idle });
+        }
+    }
+    let len = r.u64()? as usize;
+    let filter_bytes = r.take(len)?;
+    r.finish()?;
+    let (filter, count) = match &params.count {
+        Some(spec) => {
+            let configured =
+                spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
+            (SlidingFilter::new(params.clone()), Some(count_codec::decode(filter_bytes, &configured)?))
+        }
+        None => match count_codec::kind_of(filter_bytes) {
+            Some(kind) => {
+                return Err(SnapshotError::ParameterMismatch {
+                    parameter: "kind",
+                    snapshot: kind.as_str().to_string(),
+                    configured: "timer".to_string(),
+                });
+            }
+            None => (filter_snapshot::decode(filter_bytes, params)?, None),
+        },
+    };
+    let mut state = SliceState {
+        slice,
+        filter,
+        count,
+        next_offset,
+        resend_marks,
+        counters,
+        passthrough: false,
+        order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
+        unfilled,
+        flushes_next,
+        provenance: restored_provenance,
+        counting: restored_counting,
+        progress,
+    };
+    let hold = state.hold();
+    state.order.hold_at(hold);
+    state.order.set_overflows(overflows);
+    state.set_provenance(provenance);
+    Ok(state)
+}
+
+/// A snapshot taken with the counting stage `snapshot` ("on"/"off") read by
+/// a slice configured with it `configured`: counts cannot be made up or
+/// dropped silently (the manifest fingerprint refuses it first).
+fn counting_mismatch(snapshot: &str, configured: &str) -> SnapshotError {
+    SnapshotError::ParameterMismatch {
+        parameter: "counting",
+        snapshot: snapshot.to_string(),
+        configured: configured.to_string(),
+    }
+}
+
+/// A slice snapshot copied in full but for its checksums, which take a
+/// pass over every byte: [`SliceImage::seal`] computes them on whichever
+/// thread writes the snapshot out.
+#[derive(Debug)]
+pub struct SliceImage {
+    /// The snapshot in its first `filter.end + 8` bytes (the buffer may be longer).
+    pub(super) buffer: Vec<u8>,
+    /// Where the filter's own envelope lies.
+    pub(super) filter: std::ops::Range<usize>,
+}
+
+impl SliceImage {
+    /// Computes the checksums; returns the snapshot's bytes, exactly what
+    /// [`encode`] gives for the state.
+    pub fn seal(&mut self) -> &[u8] {
+        let end = self.filter.end + 8;
+        filter_snapshot::seal_in_place(&mut self.buffer[self.filter.clone()]);
+        filter_snapshot::seal_in_place(&mut self.buffer[..end]);
+        &self.buffer[..end]
+    }
+
+    /// The buffer, for the next snapshot.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buffer
+    }
+}

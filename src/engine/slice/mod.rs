@@ -1,0 +1,46 @@
+//! One slice's worker state: its filter, its position in the slice log, the
+//! re-send marks of the router and the records waiting for the watermark —
+//! everything its verdicts depend on, so that a restored slice judges the
+//! rest of its log exactly as an uninterrupted one (design invariants 1, 5
+//! and 7). Pure: no Kafka, no clock.
+//!
+//! Records are judged in event-time order within the lateness (see
+//! [`super::order`]): one record of the log may release several judgments,
+//! or none. Every judgment has a [`ReleasePos`]: the arrival (or idle flush)
+//! that released it and its rank in that release. Release positions grow in
+//! the order judgments are made, and follow from the log alone, so the last
+//! output written says exactly how far a restored slice must replay silently.
+//!
+//! The waiting records themselves are not in the snapshot — only their
+//! offsets: a restored slice re-reads them from its log
+//! ([`SliceState::refill`]).
+
+//!
+//! Files of this folder, from the bottom up (a file imports only files
+//! above it in this list):
+//! - `frame.rs`: what the router writes around an input record (source
+//!   stamp, frame, progress records).
+//! - `judgment.rs`: a slice-log record and what a slice makes of it
+//!   (judgments, release positions, verdict counts).
+//! - `state.rs`: [`SliceState`] and how it takes in the slice log.
+//! - `codec.rs`: the slice snapshot format ([`encode`], [`decode`]).
+//! - `copy.rs`: a snapshot copied while the slice goes on ([`SliceCopy`])
+//!   and the slice's operations while one is in progress.
+
+mod codec;
+mod copy;
+mod frame;
+mod judgment;
+mod state;
+
+pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, decode_with, encode};
+pub use copy::SliceCopy;
+pub use frame::{
+    FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
+    Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,
+};
+pub use judgment::{Judgment, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
+pub use state::SliceState;
+
+#[cfg(test)]
+mod tests;

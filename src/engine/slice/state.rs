@@ -1,0 +1,418 @@
+//! The state of one slice and how it takes in the slice log: records
+//! judged in event-time order, router progress, delete requests and policy
+//! decisions (see the module documentation of [`super`]).
+
+use std::collections::BTreeMap;
+
+use super::super::counting as counting_codec;
+use super::super::limits::{CountingSetup, SliceCounting};
+use super::super::order::{OrderSettings, Released, ReorderBuffer, Waiting};
+use super::super::provenance::{ProvenanceSetup, SliceProvenance};
+use super::super::record::{Extractor, InvalidRecord, RecordView};
+use super::frame::{InputProgress, Progress, SourceRef};
+use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
+use crate::filter::count::CountFilter;
+use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SlidingFilter, Verdict};
+
+/// The state of one slice.
+#[derive(Clone, Debug)]
+pub struct SliceState {
+    pub slice: u32,
+    pub filter: SlidingFilter,
+    /// A count-based kind (`filter.kind = "rsbf" | "stable"`): it judges
+    /// every released record instead of `filter`, which then stays empty.
+    /// Records are still released in event-time order (the same order
+    /// buffer), so its verdicts follow from the log alone as the timer
+    /// filter's do; there are no timers, so nothing expires and late
+    /// records are judged like any other, in their release order.
+    pub count: Option<CountFilter>,
+    /// The next slice offset to process: the state reflects every record below it.
+    pub next_offset: u64,
+    /// Highest input offset seen per input (topic, partition).
+    pub resend_marks: BTreeMap<(String, i32), i64>,
+    pub counters: SliceCounters,
+    /// Pass-through: every readable record is distinct and the filter is not
+    /// touched (a setting, not state: not in the snapshot). For measuring
+    /// what deduplication costs.
+    pub passthrough: bool,
+    /// Records waiting for the watermark (or held as time-jump suspects):
+    /// their key hashes, times and offsets.
+    pub order: ReorderBuffer<KeyHash>,
+    /// Held records a restored slice has not re-read from its log yet:
+    /// offset and whether it is a suspect (see [`Self::refill`]).
+    pub unfilled: Vec<(u64, bool)>,
+    /// Idle flushes logged after a slice offset below this one have been
+    /// applied (a slice flushes at most once after a record).
+    pub flushes_next: u64,
+    /// Which sources delivered which keys (`[provenance]`; `None`: off).
+    pub provenance: Option<SliceProvenance>,
+    /// The counting stage (`[limit]`, `[flag]`; `None`: off).
+    pub counting: Option<SliceCounting>,
+    /// Per input (topic, partition) announced by a router's progress
+    /// record: how far it has been routed (repartition mode; empty
+    /// otherwise). The watermark is held at the slowest one not idle.
+    pub progress: BTreeMap<(String, i32), InputProgress>,
+}
+
+/// Equal when everything the snapshot holds is (the order settings and
+/// pass-through are settings, the rest is state).
+impl PartialEq for SliceState {
+    fn eq(&self, other: &Self) -> bool {
+        let held = |s: &SliceState| {
+            let mut h: Vec<(u64, u64, bool)> = s.order.held().map(|(w, sus)| (w.position, w.time_ms, sus)).collect();
+            h.sort_unstable();
+            h
+        };
+        (self.slice, &self.filter, &self.count, self.next_offset, &self.resend_marks, &self.counters)
+            == (other.slice, &other.filter, &other.count, other.next_offset, &other.resend_marks, &other.counters)
+            && (self.order.marks(), &self.unfilled, self.flushes_next)
+                == (other.order.marks(), &other.unfilled, other.flushes_next)
+            && held(self) == held(other)
+            && self.provenance == other.provenance
+            && self.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
+                == other.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
+            && (&self.progress, self.order.overflows()) == (&other.progress, other.order.overflows())
+    }
+}
+
+impl SliceState {
+    /// A fresh slice that starts at `offset`.
+    pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
+        SliceState {
+            slice,
+            count: params.count.as_ref().map(|c| c.build().expect("count filter settings validated at start-up")),
+            filter: SlidingFilter::new(params),
+            next_offset: offset,
+            resend_marks: BTreeMap::new(),
+            counters: SliceCounters::default(),
+            passthrough: false,
+            order: ReorderBuffer::new(order),
+            unfilled: Vec::new(),
+            flushes_next: 0,
+            provenance: None,
+            progress: BTreeMap::new(),
+            counting: None,
+        }
+    }
+
+    /// Turns the counting stage on with `setup` (kept if restored with it;
+    /// `dedup` is the dedup key's extractor), or off.
+    pub fn set_counting(&mut self, setup: Option<&CountingSetup>, dedup: &Extractor) {
+        match setup {
+            None => self.counting = None,
+            Some(setup) if self.counting.is_none() => self.counting = Some(setup.start(dedup)),
+            Some(_) => {}
+        }
+    }
+
+    /// Turns provenance on with `setup` (kept if restored with it), or off.
+    pub fn set_provenance(&mut self, setup: Option<&ProvenanceSetup>) {
+        match setup {
+            None => self.provenance = None,
+            Some(setup) if self.provenance.is_none() => self.provenance = Some(SliceProvenance::new(setup)),
+            Some(_) => {}
+        }
+    }
+
+    /// Takes in the next record of the slice log and appends to `out` the
+    /// judgments it releases, in order (their release positions are
+    /// `(rec.offset, rank in out)`).
+    pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {
+        self.take(rec, extractor, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// An idle flush after the last record taken in: judges every record
+    /// waiting for the watermark (release positions `(next_offset - 1,
+    /// flush, rank)`).
+    pub fn flush(&mut self, out: &mut Vec<Judgment>) {
+        self.flushes_next = self.next_offset;
+        self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    /// Takes in the progress record at `offset` (see [`Progress`]) and
+    /// appends to `out` the judgments it releases (release positions
+    /// `(offset, rank)`). It judges nothing itself.
+    pub fn announce(&mut self, offset: u64, entries: &[Progress<'_>], out: &mut Vec<Judgment>) {
+        self.announce_with(offset, entries, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
+    }
+
+    pub(super) fn announce_with(
+        &mut self,
+        offset: u64,
+        entries: &[Progress<'_>],
+        out: &mut Vec<Judgment>,
+        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        self.next_offset = offset + 1;
+        // Every router names every partition of the input topics it reads:
+        // a topic no longer named (taken out of `input.topics`) would hold
+        // the watermark where it stopped, for good.
+        if !entries.is_empty() {
+            self.progress.retain(|(topic, _), _| entries.iter().any(|e| e.topic == topic));
+        }
+        for e in entries {
+            let known = self.progress.entry((e.topic.to_string(), e.partition)).or_default();
+            if !e.owned {
+                continue; // known now (from time 0, not idle) if it was not
+            }
+            // The largest time wins: an old owner's last announcement may
+            // come after the new owner's first.
+            known.time_ms = known.time_ms.max(e.time_ms);
+            known.idle = e.idle;
+        }
+        let hold = self.hold();
+        self.release(out, |order, emit| order.set_hold(hold, emit), observe)
+    }
+
+    /// A record of a known input partition is progress too (it need not
+    /// wait for the next announcement), up to the largest time seen (an
+    /// outlier is not progress), and a partition announced idle delivers
+    /// again: it holds the others back again. The new hold applies to the
+    /// record's own push.
+    fn progress_from_record(&mut self, src: SourceRef<'_>, time_ms: u64) {
+        let Some((_, p)) = self.progress.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic) else {
+            return;
+        };
+        let upto = self.order.marks().max_seen_ms.map_or(0, |m| m.min(time_ms));
+        if p.idle || upto > p.time_ms {
+            p.idle = false;
+            p.time_ms = p.time_ms.max(upto);
+            let hold = self.hold();
+            self.order.hold_at(hold);
+        }
+    }
+
+    /// The slowest input partition that is not idle: the watermark stays
+    /// the lateness behind it (`None`: nothing holds).
+    pub fn hold(&self) -> Option<u64> {
+        self.progress.values().filter(|p| !p.idle).map(|p| p.time_ms).min()
+    }
+
+    pub(super) fn take(
+        &mut self,
+        rec: &SliceRecord<'_>,
+        extractor: &Extractor,
+        out: &mut Vec<Judgment>,
+        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        let offset = rec.offset;
+        self.next_offset = offset + 1;
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None };
+        if let Some(src) = rec.source {
+            // A handful of input partitions: a scan finds the mark without
+            // allocating a key per record.
+            let mark = self.resend_marks.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic);
+            match mark {
+                Some((_, mark)) if *mark >= src.offset => {
+                    self.counters.resends += 1;
+                    out.push(now(SliceVerdict::Resend));
+                    return;
+                }
+                Some((_, mark)) => *mark = src.offset,
+                None => {
+                    self.resend_marks.insert((src.topic.to_string(), src.partition), src.offset);
+                }
+            }
+        }
+        let seed = self.hash_seed();
+        // The router read this record with the same extractor; its reading
+        // is what reading it again here would give.
+        let (hash, time_ms) = match rec.reading {
+            Some(r) if r.seed == seed => (r.hash, r.time_ms),
+            _ => match extractor.extract(&rec.record, 0) {
+                Ok(x) => (KeyHash::of(seed, &x.key), x.time_ms),
+                Err(e) => {
+                    self.counters.invalid += 1;
+                    out.push(now(SliceVerdict::Invalid(e)));
+                    return;
+                }
+            },
+        };
+        if self.passthrough {
+            self.counters.distinct += 1;
+            out.push(now(SliceVerdict::Distinct));
+            return;
+        }
+        if let Some(src) = rec.source {
+            self.progress_from_record(src, time_ms);
+        }
+        if let Some(c) = &mut self.counting
+            && let Err(why) = c.arrived(offset, &rec.record, seed)
+        {
+            self.counters.invalid += 1;
+            out.push(now(SliceVerdict::Invalid(why)));
+            return;
+        }
+        if let Some(p) = &mut self.provenance {
+            let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
+            let source = p.setup.source.of(&rec.record, topic);
+            p.arrived(offset, source);
+        }
+        self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
+    }
+
+    /// Applies a delete request that is the slice log's record at `offset`
+    /// (a control record `DELETE /v1/keys/{key}` wrote there): the key is forgotten at this
+    /// point of the log, so a replay after a restart forgets it at the same
+    /// point and every later verdict is the same. It judges nothing and
+    /// releases nothing; records waiting for the watermark are not in the
+    /// filter yet and are not touched.
+    pub fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
+        self.next_offset = offset + 1;
+        let hash = KeyHash::of(self.filter.params().seed, key);
+        self.filter.delete(&hash)
+    }
+
+    /// Applies a decision of `availability.policy` (logged in the flush log)
+    /// to the slice log's record `rec`, instead of judging it: `deliver`
+    /// observes its key at its time (inserted unless already in the window:
+    /// the record was delivered) and counts it distinct; `drop` changes
+    /// nothing but the counters. Neither goes through the order buffer: a
+    /// policy record was released at once. The resend mark of its input
+    /// partition moves as for any record. Returns `false`, and changes
+    /// nothing, for a record whose key or time cannot be read:
+    /// that one is judged as usual. `observe`: how the timer filter takes
+    /// the key (through a snapshot copy in progress or not; see
+    /// [`SliceState::decide`]).
+    pub(super) fn decide_with(
+        &mut self,
+        rec: &SliceRecord<'_>,
+        extractor: &Extractor,
+        deliver: bool,
+        observe: impl FnOnce(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) -> bool {
+        let Ok(x) = extractor.extract(&rec.record, 0) else {
+            return false;
+        };
+        self.next_offset = rec.offset + 1;
+        if let Some(src) = rec.source {
+            let mark = self.resend_marks.entry((src.topic.to_string(), src.partition)).or_insert(src.offset);
+            *mark = (*mark).max(src.offset);
+        }
+        if !deliver {
+            self.counters.duplicates += 1;
+            return true;
+        }
+        self.counters.distinct += 1;
+        if self.passthrough {
+            return true;
+        }
+        let hash = KeyHash::of(self.hash_seed(), &x.key);
+        match self.count.as_mut() {
+            Some(c) => {
+                c.observe(&hash);
+            }
+            None => {
+                observe(&mut self.filter, &hash, x.time_ms);
+            }
+        }
+        true
+    }
+
+    /// Runs `step` on the order buffer and judges what it releases.
+    pub(super) fn release(
+        &mut self,
+        out: &mut Vec<Judgment>,
+        step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
+        mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
+    ) {
+        let SliceState { order, filter, count, counters, provenance, counting, .. } = self;
+        let max_clock_jump_ms = order.settings().max_clock_jump_ms;
+        let mut judge = |r: Released<KeyHash>| match r {
+            Released::Judge { time_ms, position, item, late_by_ms } => {
+                counters.late += u64::from(late_by_ms.is_some());
+                let mut verdict = match (count.as_mut(), counting.as_ref()) {
+                    // The count kinds report no equal-timer groups.
+                    (Some(c), _) => match c.observe(&item) {
+                        true => Verdict::Duplicate { equal_timers: 0 },
+                        false => Verdict::Distinct,
+                    },
+                    // The counting stage judges instead of the timer filter.
+                    (None, Some(c)) if c.replaces_filter() => Verdict::Distinct,
+                    (None, _) => observe(filter, &item, time_ms),
+                };
+                let mark = counting
+                    .as_mut()
+                    .and_then(|c| c.judge(position, &item, time_ms, matches!(verdict, Verdict::Distinct)));
+                if mark.is_some_and(|m| m.limited) {
+                    verdict = Verdict::Duplicate { equal_timers: 0 };
+                }
+                let verdict = match verdict {
+                    Verdict::Distinct => {
+                        counters.distinct += 1;
+                        SliceVerdict::Distinct
+                    }
+                    Verdict::Duplicate { equal_timers } => {
+                        counters.duplicates += 1;
+                        SliceVerdict::Duplicate { equal_timers }
+                    }
+                };
+                let duplicate = matches!(verdict, SliceVerdict::Duplicate { .. });
+                let first_source = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms, duplicate));
+                out.push(Judgment { offset: position, verdict, late_by_ms, first_source, count: mark });
+            }
+            Released::Reject { time_ms, position, ahead_ms, .. } => {
+                counters.invalid += 1;
+                if let Some(p) = provenance.as_mut() {
+                    p.refused(position);
+                }
+                if let Some(c) = counting.as_mut() {
+                    c.refused(position);
+                }
+                let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
+                let verdict = SliceVerdict::Invalid(why);
+                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None, count: None });
+            }
+        };
+        step(order, &mut judge);
+    }
+
+    /// What a held record re-read from the log contributes to the buffer:
+    /// its time and key hash (`None` if it cannot be read, which a record
+    /// that was held could).
+    pub fn held_entry(&self, record: &RecordView<'_>, extractor: &Extractor) -> Option<(u64, KeyHash)> {
+        let x = extractor.extract(record, 0).ok()?;
+        Some((x.time_ms, KeyHash::of(self.hash_seed(), &x.key)))
+    }
+
+    /// Puts back the count key of a held record re-read from the log (a
+    /// restored slice, with a separate count key). `false` if it cannot be
+    /// read, which a record that was held could.
+    pub fn refill_count_key(&mut self, offset: u64, record: &RecordView<'_>) -> bool {
+        let seed = self.hash_seed();
+        match &mut self.counting {
+            Some(c) => c.arrived(offset, record, seed).is_ok(),
+            None => true,
+        }
+    }
+
+    /// The seed keys are hashed with: the judging filter's.
+    pub(super) fn hash_seed(&self) -> u64 {
+        self.count.as_ref().map_or(self.filter.params().seed, CountFilter::hash_seed)
+    }
+
+    /// Puts back the held records of a restored slice, re-read from the
+    /// log: `(offset, time, hash)` for every offset of [`Self::unfilled`].
+    /// Fails, naming the first, if any is missing.
+    pub fn refill(&mut self, records: Vec<(u64, u64, KeyHash)>) -> Result<(), u64> {
+        let found: BTreeMap<u64, (u64, KeyHash)> = records.into_iter().map(|(o, t, h)| (o, (t, h))).collect();
+        let (mut waiting, mut suspects) = (Vec::new(), Vec::new());
+        for &(offset, suspect) in &self.unfilled {
+            let &(time_ms, item) = found.get(&offset).ok_or(offset)?;
+            let w = Waiting { time_ms, position: offset, item };
+            if suspect { suspects.push(w) } else { waiting.push(w) }
+        }
+        self.order.put_back(waiting, suspects);
+        self.unfilled.clear();
+        Ok(())
+    }
+
+    /// The offsets of the held records, oldest first, with whether each is
+    /// a suspect (what the snapshot stores of the buffer).
+    pub fn held_offsets(&self) -> Vec<(u64, bool)> {
+        let mut held: Vec<(u64, bool)> = self.order.held().map(|(w, suspect)| (w.position, suspect)).collect();
+        held.extend_from_slice(&self.unfilled);
+        held.sort_unstable();
+        held
+    }
+}
