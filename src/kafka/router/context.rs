@@ -1,0 +1,72 @@
+//! The router consumer's context: before partitions are revoked, everything
+//! routed from them is delivered and committed; the loop learns of
+//! assignments and revocations through [`Shared`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::{ClientContext, TopicPartitionList};
+
+use super::commits::{Shared, commit_all};
+use super::setup::{PartitionId, RouterDeps};
+use crate::kafka::clients;
+use crate::kafka::join::JoinWatch;
+
+/// The router consumer's context (see the module documentation).
+pub(super) struct RouterContext {
+    pub(super) deps: Arc<RouterDeps>,
+    pub(super) shared: Arc<Mutex<Shared>>,
+    pub(super) join: JoinWatch,
+    /// Set by the rebalance callbacks (which run inside `poll`, on the
+    /// router's thread): the loop then looks at `Shared`'s assignment lists,
+    /// and not under the lock for every record.
+    pub(super) rebalanced: AtomicBool,
+}
+
+impl ClientContext for RouterContext {
+    /// Not asked for (see [`clients`]); never logged.
+    fn stats_raw(&self, _: &[u8]) {}
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        clients::log_client_error(&error, reason);
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        clients::log_client_message(level, fac, message);
+    }
+}
+
+impl ConsumerContext for RouterContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            // Hand over cleanly: everything routed so far is delivered and committed.
+            let revoked: Vec<PartitionId> =
+                tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+            if let Err(e) = commit_all(&self.deps, consumer, &self.shared, Some(&revoked)) {
+                log::warn!("router: committing before a rebalance: {e}");
+            }
+            self.shared.lock().expect("router lock").revoked.extend(revoked);
+            self.rebalanced.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let elements = tpl.elements();
+            let named: Vec<(&str, i32)> = elements.iter().map(|e| (e.topic(), e.partition())).collect();
+            self.join.assigned(&named);
+            let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+            self.shared.lock().expect("router lock").assigned.extend(assigned);
+            self.rebalanced.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(e) = result {
+            log::warn!("router: committing input offsets: {e}");
+        }
+    }
+}

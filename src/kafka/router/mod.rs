@@ -1,0 +1,330 @@
+//! Repartition mode's first stage: input records → `<app>.slices`,
+//! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) but
+//! for a stamp with the input topic/partition/offset in front of the payload
+//! ([`crate::engine::slice::FRAME_MAGIC`]), and without the headers named
+//! `dedupd.*` (reserved to dedupd: [`super::headers`]). In shared mode
+//! (`slicing.mode = "shared"`, docs/shared-mode.md) it copies nothing: each
+//! turn it writes one read-order record naming the records it routed, in
+//! routing order, to the one slice, which re-reads them from the input.
+//!
+//! Records are routed in event-time order (the time `input.time` reads, the
+//! one the slices judge by — not the Kafka timestamp, which can differ)
+//! across the input partitions this router owns: the buffered head with
+//! the smallest time goes first,
+//! and a partition with nothing buffered holds the others back unless it has
+//! reached its end (or for at most `MAX_WAIT`), or the record to go is at most
+//! `slicing.order_tolerance` newer than the last record read from it (live
+//! input: partitions that keep up with each other never wait on one another). A slice's clock is the
+//! largest timestamp it has seen, so without this a backlog read partition
+//! by partition would push the clock a whole window ahead of the records
+//! still to come from other partitions.
+//!
+//! Input offsets are committed only after the routed records are
+//! acknowledged (store offsets only after delivery), so a crash re-sends
+//! records rather than losing them; the slice workers catch the re-sent
+//! copies exactly by their stamps. Records whose key or time cannot be read
+//! go to the dead-letter topic here, since they cannot be given a slice.
+//!
+//! Committing does not stop routing: every `COMMIT_EVERY` the offsets routed
+//! so far become a candidate together with a mark of what the producer had
+//! been given ([`super::producer::SentMark`]); a candidate is committed
+//! (asynchronously) once its mark is acknowledged. Only a rebalance and the
+//! final stop flush the producer and commit synchronously.
+//!
+//! Every `PROGRESS_EVERY`, if it changed, the router announces to every
+//! slice partition how far it has routed each input partition it owns (a
+//! *progress record*, header `dedupd.progress`, see
+//! [`crate::engine::Progress`]): the largest event time routed from it,
+//! and whether it is idle (at its end, nothing new for the lateness, at least `IDLE_AFTER`). The
+//! slices hold their watermark at the slowest partition not idle, so when
+//! this router dies, its partitions' records, resumed by another router
+//! once the group notices, still arrive in order (per-input watermarks, as
+//! Flink's; deterministic because they travel in the slice log).
+//!
+//! Buffered records are the consumer's own messages, held until routed (no
+//! copy); a partition is paused (which drops librdkafka's prefetched records
+//! of it) only when it runs far ahead of the others.
+//!
+//! Files of this folder, from the bottom up (a file imports only files
+//! above it in this list): `setup.rs` ([`RouterDeps`]), `commits.rs` (the
+//! offsets committed once acknowledged), `context.rs` (the consumer's
+//! rebalance callbacks), `lanes.rs` (one buffer per input partition),
+//! `route.rs` (reading and routing a record), `progress.rs` (the progress
+//! records). This file holds the loop: poll, buffer each record in its
+//! lane, announce progress, route what is ready, commit what is acknowledged.
+
+mod commits;
+mod context;
+mod lanes;
+mod progress;
+mod route;
+mod setup;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::local::LocalHistogram;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::Producer;
+
+use super::join::JoinWatch;
+use super::{Context, KafkaLayerError, clients};
+use crate::engine::shrink_target;
+use crate::metrics::{now_ms, observe_since};
+use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, Shared, commit_acknowledged, commit_all};
+use context::RouterContext;
+use lanes::{Lane, MAX_BUFFERED, Read, set_paused};
+use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
+use route::{event_time, read, route_ready};
+use setup::PartitionId;
+pub use setup::RouterDeps;
+
+/// Records taken from the consumer per turn of the router loop.
+const POLL_BATCH: usize = 512;
+/// The router consumer's prefetch per partition, unless set in `[kafka]`.
+const PREFETCH: &str = "20000";
+
+/// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
+pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+    super::name_thread("dedupd-router");
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let consumer = subscribe(&deps, &shared)?;
+    let mut router = Router::new(&deps, &consumer);
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        if let Err(e) = router.turn(&consumer, &shared) {
+            break Err(e);
+        }
+    };
+    drop(router);
+    if result.is_ok() {
+        commit_all(&deps, &consumer, &shared, None)?;
+    }
+    drop(consumer);
+    result
+}
+
+/// The router consumer, subscribed to the input topics.
+fn subscribe(
+    deps: &Arc<RouterDeps>,
+    shared: &Arc<Mutex<Shared>>,
+) -> Result<BaseConsumer<RouterContext>, KafkaLayerError> {
+    let id = &deps.cfg.settings.app.id;
+    let group = format!("{id}.router");
+    let join = JoinWatch::new(&deps.cfg, "router", &group);
+    let mut config = clients::input_group_consumer(&deps.cfg, &group, &format!("{id}-router"));
+    config.set("enable.partition.eof", "true");
+    if config.get("queued.min.messages").is_none() {
+        config.set("queued.min.messages", PREFETCH);
+    }
+    let context =
+        RouterContext { deps: deps.clone(), shared: shared.clone(), join, rebalanced: AtomicBool::new(false) };
+    let consumer: BaseConsumer<RouterContext> =
+        config.create_with_context(context).context(|| "creating the router consumer".into())?;
+    let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
+    log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
+    consumer.context().join.joining(&topics);
+    Ok(consumer)
+}
+
+/// The router loop's state between turns; `'c`: the consumer its buffered
+/// records belong to.
+struct Router<'c> {
+    deps: Arc<RouterDeps>,
+    topics: Vec<String>,
+    lanes: BTreeMap<PartitionId, Lane<'c>>,
+    /// Every partition of the input topics (announced as existing).
+    all_partitions: Vec<PartitionId>,
+    /// The time last read from any partition (outliers left out): what a
+    /// partition's first record is measured against.
+    latest: Option<i64>,
+    /// `input.max_clock_jump`, in ms.
+    jump: i64,
+    /// Per input topic, found by a scan (a handful of topics): no label lookup per record.
+    input_counters: Vec<(String, prometheus::IntCounter)>,
+    last_candidate: Instant,
+    last_commit_check: Instant,
+    last_progress: Instant,
+    announced: Vec<(PartitionId, Announced)>,
+    /// Local copies, flushed once per turn of the loop (see `Observer`).
+    received: LocalHistogram,
+    sent: LocalHistogram,
+}
+
+impl<'c> Router<'c> {
+    fn new(deps: &Arc<RouterDeps>, consumer: &BaseConsumer<RouterContext>) -> Self {
+        let topics: Vec<String> = deps.cfg.settings.input.topics.clone();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        let now = Instant::now();
+        Router {
+            deps: deps.clone(),
+            all_partitions: input_partitions(consumer, &names, &[]),
+            topics,
+            lanes: BTreeMap::new(),
+            latest: None,
+            jump: i64::try_from(deps.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX),
+            input_counters: Vec::new(),
+            last_candidate: now,
+            last_commit_check: now,
+            last_progress: now,
+            announced: Vec::new(),
+            received: deps.metrics.stage("router_received").local(),
+            sent: deps.metrics.stage("router_sent").local(),
+        }
+    }
+
+    /// One turn: one wait, then whatever librdkafka already holds (up to
+    /// [`POLL_BATCH`]), handled with one reading of the clocks and one
+    /// routing pass: per record these cost as much as reading the record.
+    fn turn(
+        &mut self,
+        consumer: &'c BaseConsumer<RouterContext>,
+        shared: &Mutex<Shared>,
+    ) -> Result<(), KafkaLayerError> {
+        let mut polled = consumer.poll(Duration::from_millis(10));
+        let now = Instant::now();
+        let wall_ms = now_ms();
+        consumer.context().join.tick(now);
+        let mut taken = 0;
+        loop {
+            // Before each polled event: the rebalance callbacks ran inside
+            // the poll, and the end-of-partition event of a partition just
+            // assigned (at its end) must find its lane — or it would never be
+            // announced idle, and hold every slice until the bound.
+            self.take_rebalance(consumer, shared, now);
+            let Some(event) = polled.take() else { break };
+            self.take(consumer, event, now, wall_ms);
+            taken += 1;
+            if taken < POLL_BATCH {
+                polled = consumer.poll(Duration::ZERO);
+            }
+        }
+        if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
+            self.last_progress = now;
+            self.announce(now)?;
+        }
+        let routed = route_ready(&self.deps, consumer, shared, &mut self.lanes, now, wall_ms, &self.sent);
+        self.received.flush();
+        self.sent.flush();
+        routed?;
+        self.commit(consumer, shared, now)
+    }
+
+    /// Lanes of the partitions revoked go, lanes of those assigned come.
+    fn take_rebalance(&mut self, consumer: &BaseConsumer<RouterContext>, shared: &Mutex<Shared>, now: Instant) {
+        if !consumer.context().rebalanced.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let mut s = shared.lock().expect("router lock");
+        let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
+        for gone in s.revoked.drain(..) {
+            self.lanes.remove(&gone);
+        }
+        for new in s.assigned.drain(..) {
+            self.lanes.entry(new).or_insert_with(Lane::new);
+        }
+        drop(s);
+        if changed {
+            // Partitions may have been added; and the new owner says what
+            // it knows before it routes anything.
+            let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+            self.all_partitions = input_partitions(consumer, &names, &self.all_partitions);
+            self.last_progress = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
+        }
+    }
+
+    /// Takes one polled event: a record is read once and buffered in its lane.
+    fn take(
+        &mut self,
+        consumer: &BaseConsumer<RouterContext>,
+        event: KafkaResult<BorrowedMessage<'c>>,
+        now: Instant,
+        wall_ms: i64,
+    ) {
+        match event {
+            Ok(msg) => self.buffer(consumer, msg, now, wall_ms),
+            // The event names only the partition: with several input topics it
+            // marks that partition of each (at worst routing a little out of order).
+            Err(KafkaError::PartitionEOF(p)) => {
+                for lane in self.lanes.iter_mut().filter(|((_, q), _)| *q == p).map(|(_, l)| l) {
+                    lane.at_end = true;
+                }
+            }
+            Err(e) => log::warn!("router: consuming: {e}"),
+        }
+    }
+
+    /// Reads an input record once and buffers it in its partition's lane.
+    fn buffer(&mut self, consumer: &BaseConsumer<RouterContext>, msg: BorrowedMessage<'c>, now: Instant, wall_ms: i64) {
+        // Read once: librdkafka looks the name up and Rust checks its UTF-8 on each ask.
+        let (topic, partition) = (msg.topic(), msg.partition());
+        match self.input_counters.iter().find(|(t, _)| t == topic) {
+            Some((_, c)) => c.inc(),
+            None => {
+                let c = self.deps.metrics.input_counter(topic);
+                c.inc();
+                self.input_counters.push((topic.to_string(), c));
+            }
+        }
+        observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
+        let target = read(&self.deps, &msg);
+        // A handful of lanes: a scan finds one without allocating its key.
+        let lane = match self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
+            Some((_, lane)) => lane,
+            None => self.lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
+        };
+        lane.last_arrival = now;
+        let order = match target {
+            Ok((_, r)) => {
+                lane.order_time(event_time(&r), &mut self.latest, self.jump, self.deps.cfg.order.jump_confirmations)
+            }
+            Err(_) => i64::MIN,
+        };
+        lane.at_end = false;
+        if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
+            lane.paused = set_paused(consumer, topic, partition, true);
+        }
+        lane.records.push_back(Read { msg, target, order });
+    }
+
+    /// Announces the progress of the owned partitions if it changed, and
+    /// publishes what the router holds.
+    fn announce(&mut self, now: Instant) -> Result<(), KafkaLayerError> {
+        let deps = &self.deps;
+        // What the router holds, for the memory it takes (the soak reads them).
+        deps.metrics.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
+        for lane in self.lanes.values_mut() {
+            if let Some(to) = shrink_target(lane.records.len(), lane.records.capacity()) {
+                lane.records.shrink_to(to);
+            }
+        }
+        deps.metrics.router_producer_queue.set(i64::from(deps.producer.in_flight_count()));
+        announce(deps, &self.lanes, &self.all_partitions, now, &mut self.announced)
+    }
+
+    /// Commits what is acknowledged; acknowledgements are looked at every
+    /// few milliseconds, not per record.
+    fn commit(
+        &mut self,
+        consumer: &BaseConsumer<RouterContext>,
+        shared: &Mutex<Shared>,
+        now: Instant,
+    ) -> Result<(), KafkaLayerError> {
+        if now.duration_since(self.last_commit_check) < COMMIT_CHECK_EVERY {
+            return Ok(());
+        }
+        self.last_commit_check = now;
+        let new_candidate = now.duration_since(self.last_candidate) >= COMMIT_EVERY;
+        if new_candidate {
+            self.last_candidate = now;
+        }
+        commit_acknowledged(&self.deps, consumer, shared, new_candidate)
+    }
+}

@@ -1,0 +1,171 @@
+//! Routing: buffered records go to their slices in event-time order (or,
+//! unreadable, to the dead letters); in shared mode they are named in a
+//! read-order record instead of copied.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use prometheus::local::LocalHistogram;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+
+use super::commits::Shared;
+use super::lanes::{Lane, MAX_BUFFERED, Read, set_paused};
+use super::setup::{PartitionId, RouterDeps};
+use crate::config::SlicingMode;
+use crate::engine::read_order::ReadOrderBuilder;
+use crate::engine::slice::frame_into;
+use crate::engine::{InvalidRecord, KeySpec, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::filter::KeyHash;
+use crate::kafka::producer::{produce_control, produce_copy, produce_with};
+use crate::kafka::{KafkaLayerError, headers};
+use crate::metrics::observe_since;
+
+/// Shared mode: input records one read-order record names at most (each
+/// turn of the router writes one; a larger turn, several). Well below
+/// [`crate::engine::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
+const READ_ORDER_RECORDS: u64 = 4096;
+
+/// Routes buffered records in timestamp order while no partition that may
+/// still deliver an earlier record is empty.
+pub(super) fn route_ready<C: ConsumerContext>(
+    deps: &RouterDeps,
+    consumer: &BaseConsumer<C>,
+    shared: &Mutex<Shared>,
+    lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
+    now: Instant,
+    wall_ms: i64,
+    sent: &LocalHistogram,
+) -> Result<(), KafkaLayerError> {
+    let mut routed: Vec<(usize, i64)> = Vec::new();
+    let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
+    let mut frame = Vec::new();
+    // Shared mode: the records routed are named, not copied (see `write_read_order`).
+    let mut named = (deps.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
+    let result = loop {
+        let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
+        let Some((timestamp, index)) = next else {
+            break Ok(());
+        };
+        if lanes.values().any(|l| l.holds_back(now, timestamp, tolerance)) {
+            break Ok(());
+        }
+        let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
+        let Read { msg, target, order } = lane.records.pop_front().expect("non-empty lane");
+        if target.is_ok() {
+            lane.routed += 1;
+            if order != i64::MIN {
+                lane.routed_max = Some(lane.routed_max.map_or(order, |m| m.max(order)));
+            }
+        } else {
+            lane.dead_lettered += 1;
+        }
+        if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
+            lane.paused = set_paused(consumer, &id.0, id.1, false);
+        }
+        let done = match (named.as_mut(), target) {
+            (Some(names), Ok(_)) => {
+                names.push(&id.0, msg.partition(), msg.offset());
+                if names.next_position() >= READ_ORDER_RECORDS { write_read_order(deps, names) } else { Ok(()) }
+            }
+            (_, target) => route(deps, &msg, &id.0, target, &mut frame),
+        };
+        if let Err(e) = done {
+            break Err(e);
+        }
+        observe_since(sent, msg.timestamp().to_millis(), wall_ms);
+        match routed.last_mut() {
+            Some((i, next)) if *i == index => *next = msg.offset() + 1,
+            _ => routed.push((index, msg.offset() + 1)),
+        }
+    };
+    // Written before the offsets become pending: a commit waits for its acknowledgement.
+    let result = match (result, named.as_mut()) {
+        (Ok(()), Some(names)) => write_read_order(deps, names),
+        (result, _) => result,
+    };
+    if !routed.is_empty() {
+        let ids: Vec<&PartitionId> = lanes.keys().collect();
+        let mut s = shared.lock().expect("router lock");
+        for (index, next) in routed {
+            s.pending.insert(ids[index].clone(), next);
+        }
+    }
+    result
+}
+/// Shared mode: writes what `names` gathered as one read-order record to
+/// the slice log (partition 0, the one slice), by the producer that writes
+/// the router's progress after it, and starts a new one. The slice judges
+/// the records it names, in its order, re-reading them from the input: the
+/// records themselves are not copied.
+fn write_read_order(deps: &RouterDeps, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
+    let record = std::mem::replace(names, ReadOrderBuilder::at(0)).take();
+    if record.is_empty() {
+        return Ok(());
+    }
+    produce_control(&deps.producer, &deps.slice_topic, 0, headers::READ_ORDER, &record.encode())
+}
+
+/// A reading's event time as the routing order takes it.
+pub(super) fn event_time(r: &Reading) -> i64 {
+    i64::try_from(r.time_ms).unwrap_or(i64::MAX)
+}
+
+/// Reads an input record's slice, key hash and event time (once, when it
+/// arrives; the slice takes the reading from the frame).
+pub(super) fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
+    // Only a key read from a header needs the header list (librdkafka
+    // parses it on each ask).
+    let header_list: Vec<(&str, &[u8])> = match deps.extractor.key {
+        KeySpec::Header(_) => {
+            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    let view = RecordView {
+        key: msg.key(),
+        payload: msg.payload().unwrap_or_default(),
+        headers: &header_list,
+        timestamp_ms: msg.timestamp().to_millis(),
+    };
+    let x = deps.extractor.extract(&view, 0)?;
+    let hash = KeyHash::of(deps.seed, &x.key);
+    Ok((hash.slice(deps.slices), Reading { seed: deps.seed, hash, time_ms: x.time_ms }))
+}
+
+/// Sends one input record of `topic` to its slice, or to the dead-letter
+/// topic. `frame` is a buffer for the slice record's value (reused).
+fn route(
+    deps: &RouterDeps,
+    msg: &BorrowedMessage<'_>,
+    topic: &str,
+    target: Result<(u32, Reading), InvalidRecord>,
+    frame: &mut Vec<u8>,
+) -> Result<(), KafkaLayerError> {
+    match target {
+        Ok((slice, reading)) => {
+            // The stamp goes in front of the payload (see `FRAME_MAGIC`). The
+            // input record's own `dedupd.*` headers are not copied
+            // (`produce_with`): a slice never takes one for a stamp, a
+            // progress record or a delete request, and none reaches an output.
+            let reading = deps.hands_on_reading.then_some(&reading);
+            frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload()).ok_or_else(|| {
+                // Input topics are named in `input.topics`, which allows no longer name.
+                KafkaLayerError::Topology(format!("input topic {topic:?} has a name longer than Kafka allows"))
+            })?;
+            produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[])
+        }
+        Err(why) => {
+            let mut buf = [0u8; STAMP_BYTES];
+            deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            let partition = msg.partition().rem_euclid(deps.slices as i32);
+            let mut extra =
+                vec![(headers::REASON, why.reason.as_str().as_bytes()), (headers::DETAIL, why.detail.as_bytes())];
+            if let Some(stamp) = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset()) {
+                extra.push((headers::SOURCE, stamp));
+            }
+            produce_copy(&deps.producer, &deps.cfg.settings.output.dead_letter_topic, partition, msg, &extra)
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! What the router is started with.
+
+use std::sync::Arc;
+
+use crate::config::Resolved;
+use crate::engine::Extractor;
+use crate::kafka::producer::OutputProducer;
+use crate::metrics::Metrics;
+
+/// What the router needs.
+pub struct RouterDeps {
+    pub cfg: Resolved,
+    /// What the router reads: the dedup key, or the count key it routes by.
+    pub extractor: Extractor,
+    /// `extractor` reads the dedup key (not a count key), so its reading
+    /// is the slices' own and travels in the frame ([`Reading`]).
+    pub hands_on_reading: bool,
+    pub slices: u32,
+    /// `<app.id>.slices`.
+    pub slice_topic: String,
+    pub seed: u64,
+    /// Counts the slice topic and the dead-letter topic, partitions `0..slices`.
+    pub producer: OutputProducer,
+    pub metrics: Arc<Metrics>,
+}
+
+/// An input partition: topic and partition.
+pub(super) type PartitionId = (String, i32);
