@@ -129,40 +129,17 @@ pub struct LeafDeps {
 /// acknowledged and its input offsets committed) or on a fatal error.
 pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-leaf");
-    let cfg = &deps.cfg;
-    let (id, tier) = (&cfg.settings.app.id, &cfg.settings.tier);
-    let parent = tier.parent_topic.as_str();
-    let parent_partitions = topic_partitions(cfg, parent)?;
-    let seed = deps.cache_params.seed;
-    let mut cache = LeafCache::new(deps.cache_params.clone(), cfg.order.max_clock_jump_ms);
-
-    // The verdicts from now on: a (re)started leaf's cache starts empty.
-    let verdicts: Reader = clients::reader(cfg, &format!("{id}-leaf-verdicts"))
-        .create_with_context(PlainContext)
-        .context(|| "creating the verdict reader".into())?;
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..topic_partitions(cfg, &tier.verdict_topic)? {
-        tpl.add_partition_offset(&tier.verdict_topic, p as i32, Offset::End)
-            .context(|| format!("assigning {}", tier.verdict_topic))?;
-    }
-    verdicts.assign(&tpl).context(|| format!("assigning {}", tier.verdict_topic))?;
-
-    let input: BaseConsumer<PlainContext> = clients::input_group_consumer(cfg, id, &format!("{id}-leaf"))
-        .create_with_context(PlainContext)
-        .context(|| "creating the leaf consumer".into())?;
-    let topics: Vec<&str> = cfg.settings.input.topics.iter().map(String::as_str).collect();
-    input.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
-    let counters: Vec<_> = topics.iter().map(|t| deps.metrics.input_counter(t)).collect();
-    let [resolved, forwarded] = ["resolved", "forwarded"].map(|r| deps.metrics.tier_lookups.with_label_values(&[r]));
-    let [applied, too_old, invalid] =
-        ["applied", "too_old", "invalid"].map(|r| deps.metrics.tier_verdicts.with_label_values(&[r]));
+    let verdicts = verdict_reader(&deps.cfg)?;
+    let input = leaf_consumer(&deps.cfg)?;
+    let mut leaf = Leaf::new(&deps)?;
     log::info!(
-        "sparse leaf: {topics:?} → {parent} ({parent_partitions} partitions), learning from {}",
-        tier.verdict_topic
+        "sparse leaf: {:?} → {} ({} partitions), learning from {}",
+        deps.cfg.settings.input.topics,
+        leaf.parent,
+        leaf.parent_partitions,
+        deps.cfg.settings.tier.verdict_topic
     );
-
     let mut last_commit = Instant::now();
-    let mut warned_invalid = false;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -171,67 +148,9 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
             break Err(KafkaLayerError::Topology(f));
         }
         // Verdicts first: what the root has delivered resolves more records.
-        while let Some(polled) = verdicts.poll(Duration::ZERO) {
-            let Ok(msg) = polled else { continue }; // end-of-partition events
-            match VerdictRecord::decode(msg.payload().unwrap_or_default(), seed) {
-                Ok(v) => match cache.learn(&v) {
-                    Learned::Applied => applied.inc(),
-                    Learned::TooOld => too_old.inc(),
-                },
-                Err(e) => {
-                    invalid.inc();
-                    if !warned_invalid {
-                        warned_invalid = true;
-                        log::warn!(
-                            "{}/{}@{}: {e}; skipped (the leaf forwards more; further ones are only counted)",
-                            msg.topic(),
-                            msg.partition(),
-                            msg.offset()
-                        );
-                    }
-                }
-            }
-        }
-        match input.poll(Duration::from_millis(50)) {
-            Some(Ok(msg)) => {
-                if let Some(i) = topics.iter().position(|t| *t == msg.topic()) {
-                    counters[i].inc();
-                }
-                let headers = header_list(&msg);
-                let view = RecordView {
-                    key: msg.key(),
-                    payload: msg.payload().unwrap_or_default(),
-                    headers: &headers,
-                    timestamp_ms: msg.timestamp().to_millis(),
-                };
-                // An unreadable record is forwarded as it is: the root
-                // dead-letters it with its reason (nothing is lost here).
-                let hash = deps.extractor.extract(&view, 0).ok().map(|e| (KeyHash::of(seed, &e.key), e.time_ms));
-                let decision = hash.map_or(LeafDecision::Forward, |(h, t)| cache.test(&h, t));
-                if decision == LeafDecision::Resolved {
-                    resolved.inc();
-                } else {
-                    let partition = match hash {
-                        Some((h, _)) => h.slice(parent_partitions) as i32,
-                        None => msg.partition() % parent_partitions as i32,
-                    };
-                    let mut stamp = [0u8; STAMP_BYTES];
-                    // No source for a topic name longer than Kafka allows (never panics).
-                    let source = SourceRef::stamp(&mut stamp, msg.topic(), msg.partition(), msg.offset());
-                    let extra = [(LEAF, id.as_bytes()), (LEAF_SOURCE, source.unwrap_or_default())];
-                    let extra = &extra[..if source.is_some() { 2 } else { 1 }];
-                    if let Err(e) = produce_copy(&deps.producer, parent, partition, &msg, extra) {
-                        break Err(e);
-                    }
-                    forwarded.inc();
-                }
-                // Committed only after the forwards before it are acknowledged ([`commit`]).
-                if let Err(e) = input.store_offset_from_message(&msg) {
-                    log::debug!("storing the offset of {}/{}: {e}", msg.topic(), msg.partition());
-                }
-            }
-            Some(Err(e)) => log::warn!("consuming {topics:?}: {e}"),
-            None => {}
+        leaf.learn(&verdicts);
+        if let Err(e) = leaf.take(&input) {
+            break Err(e);
         }
         if !deps.status.ready.load(Ordering::Relaxed) && input.assignment().is_ok_and(|a| a.count() > 0) {
             deps.status.ready.store(true, Ordering::Relaxed);
@@ -247,8 +166,149 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
     if result.is_ok() {
         commit(&deps.producer, &input, CommitMode::Sync)?;
     }
-    log::info!("sparse leaf: cache of {} bytes at stop", cache.memory_bytes());
+    log::info!("sparse leaf: cache of {} bytes at stop", leaf.cache.memory_bytes());
     result
+}
+
+/// The verdict topic from its end: a (re)started leaf's cache starts empty.
+fn verdict_reader(cfg: &Resolved) -> Result<Reader, KafkaLayerError> {
+    let (id, tier) = (&cfg.settings.app.id, &cfg.settings.tier);
+    let verdicts: Reader = clients::reader(cfg, &format!("{id}-leaf-verdicts"))
+        .create_with_context(PlainContext)
+        .context(|| "creating the verdict reader".into())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..topic_partitions(cfg, &tier.verdict_topic)? {
+        tpl.add_partition_offset(&tier.verdict_topic, p as i32, Offset::End)
+            .context(|| format!("assigning {}", tier.verdict_topic))?;
+    }
+    verdicts.assign(&tpl).context(|| format!("assigning {}", tier.verdict_topic))?;
+    Ok(verdicts)
+}
+
+/// The leaf's input consumer, subscribed.
+fn leaf_consumer(cfg: &Resolved) -> Result<BaseConsumer<PlainContext>, KafkaLayerError> {
+    let id = &cfg.settings.app.id;
+    let input: BaseConsumer<PlainContext> = clients::input_group_consumer(cfg, id, &format!("{id}-leaf"))
+        .create_with_context(PlainContext)
+        .context(|| "creating the leaf consumer".into())?;
+    let topics: Vec<&str> = cfg.settings.input.topics.iter().map(String::as_str).collect();
+    input.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
+    Ok(input)
+}
+
+/// The sparse leaf's state: its cache of the root's verdicts, and where it forwards.
+struct Leaf<'d> {
+    deps: &'d LeafDeps,
+    parent: &'d str,
+    parent_partitions: u32,
+    seed: u64,
+    cache: LeafCache,
+    /// Input topics, with their record counters.
+    counters: Vec<(&'d str, prometheus::IntCounter)>,
+    /// Lookups: resolved, forwarded.
+    lookups: [prometheus::IntCounter; 2],
+    /// Verdicts: applied, too old, invalid.
+    learned: [prometheus::IntCounter; 3],
+    warned_invalid: bool,
+}
+
+impl<'d> Leaf<'d> {
+    fn new(deps: &'d LeafDeps) -> Result<Self, KafkaLayerError> {
+        let cfg = &deps.cfg;
+        let parent = cfg.settings.tier.parent_topic.as_str();
+        let metrics = &deps.metrics;
+        Ok(Leaf {
+            deps,
+            parent,
+            parent_partitions: topic_partitions(cfg, parent)?,
+            seed: deps.cache_params.seed,
+            cache: LeafCache::new(deps.cache_params.clone(), cfg.order.max_clock_jump_ms),
+            counters: cfg.settings.input.topics.iter().map(|t| (t.as_str(), metrics.input_counter(t))).collect(),
+            lookups: ["resolved", "forwarded"].map(|r| metrics.tier_lookups.with_label_values(&[r])),
+            learned: ["applied", "too_old", "invalid"].map(|r| metrics.tier_verdicts.with_label_values(&[r])),
+            warned_invalid: false,
+        })
+    }
+
+    /// Takes in every verdict the root has published since the last look.
+    fn learn(&mut self, verdicts: &Reader) {
+        let [applied, too_old, invalid] = &self.learned;
+        while let Some(polled) = verdicts.poll(Duration::ZERO) {
+            let Ok(msg) = polled else { continue }; // end-of-partition events
+            match VerdictRecord::decode(msg.payload().unwrap_or_default(), self.seed) {
+                Ok(v) => match self.cache.learn(&v) {
+                    Learned::Applied => applied.inc(),
+                    Learned::TooOld => too_old.inc(),
+                },
+                Err(e) => {
+                    invalid.inc();
+                    if !self.warned_invalid {
+                        self.warned_invalid = true;
+                        log::warn!(
+                            "{}/{}@{}: {e}; skipped (the leaf forwards more; further ones are only counted)",
+                            msg.topic(),
+                            msg.partition(),
+                            msg.offset()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Polls one input record: resolved by the cache, or forwarded to the
+    /// root; its offset is stored for the next commit either way.
+    fn take(&mut self, input: &BaseConsumer<PlainContext>) -> Result<(), KafkaLayerError> {
+        let msg = match input.poll(Duration::from_millis(50)) {
+            Some(Ok(msg)) => msg,
+            Some(Err(e)) => {
+                log::warn!("consuming {:?}: {e}", self.deps.cfg.settings.input.topics);
+                return Ok(());
+            }
+            None => return Ok(()),
+        };
+        if let Some((_, c)) = self.counters.iter().find(|(t, _)| *t == msg.topic()) {
+            c.inc();
+        }
+        let headers = header_list(&msg);
+        let view = RecordView {
+            key: msg.key(),
+            payload: msg.payload().unwrap_or_default(),
+            headers: &headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+        };
+        // An unreadable record is forwarded as it is: the root
+        // dead-letters it with its reason (nothing is lost here).
+        let hash = self.deps.extractor.extract(&view, 0).ok().map(|e| (KeyHash::of(self.seed, &e.key), e.time_ms));
+        let decision = hash.map_or(LeafDecision::Forward, |(h, t)| self.cache.test(&h, t));
+        if decision == LeafDecision::Resolved {
+            self.lookups[0].inc();
+        } else {
+            self.forward(&msg, hash.map(|(h, _)| h))?;
+            self.lookups[1].inc();
+        }
+        // Committed only after the forwards before it are acknowledged ([`commit`]).
+        if let Err(e) = input.store_offset_from_message(&msg) {
+            log::debug!("storing the offset of {}/{}: {e}", msg.topic(), msg.partition());
+        }
+        Ok(())
+    }
+
+    /// Forwards an input record to the root's input, stamped with this leaf
+    /// and the record's source.
+    fn forward<M: Message>(&self, msg: &M, hash: Option<KeyHash>) -> Result<(), KafkaLayerError> {
+        let partition = match hash {
+            Some(h) => h.slice(self.parent_partitions) as i32,
+            None => msg.partition() % self.parent_partitions as i32,
+        };
+        let mut stamp = [0u8; STAMP_BYTES];
+        // No source for a topic name longer than Kafka allows (never panics).
+        let source = SourceRef::stamp(&mut stamp, msg.topic(), msg.partition(), msg.offset());
+        let id = self.deps.cfg.settings.app.id.as_bytes();
+        let extra = [(LEAF, id), (LEAF_SOURCE, source.unwrap_or_default())];
+        let extra = &extra[..if source.is_some() { 2 } else { 1 }];
+        produce_copy(&self.deps.producer, self.parent, partition, msg, extra)
+    }
 }
 
 /// At least once: waits until everything forwarded so far is acknowledged,

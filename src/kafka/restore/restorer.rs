@@ -1,16 +1,4 @@
-//! Where a slice resumes (design invariants 5 and 7).
-//!
-//! Load the newest valid snapshot (taken at slice offset X); re-read from
-//! the slice log the records that were waiting for the watermark at X (the
-//! snapshot lists their offsets); read the idle flushes logged since the
-//! snapshot; read the tail of partition s of each topic the slice writes
-//! (the highest release position there: that topic's bound Y, see
-//! [`super::replay`]). Then replay from X, writing a judgment's record to a
-//! topic only beyond that topic's Y, and go on. Because the engine is
-//! deterministic, the replay rebuilds exactly the state an uninterrupted
-//! run had, and each topic continues exactly where it stopped. Without a
-//! usable snapshot the slice starts from the beginning of its retained log,
-//! also silently up to each Y.
+//! The restore of one slice: snapshot, held records, flush log, replay bounds.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -18,19 +6,21 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 
-use super::checkpoint::{
-    CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
-};
-use super::clients::Reader;
-use super::replay::{Destination, ReplayBounds, Sent};
-use super::{Context, KafkaLayerError, headers};
-use crate::config::{AvailabilityPolicy, CorruptPolicy, SlicingMode};
+use super::flush_log::{FlushLog, PolicyRange, read_flushes};
+use super::tail::{Written, read_tail};
+use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::filter::FilterParams;
+use crate::kafka::checkpoint::{
+    CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
+};
+use crate::kafka::clients::Reader;
+use crate::kafka::replay::{Destination, ReplayBounds, Sent};
+use crate::kafka::{Context, KafkaLayerError, headers};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -66,217 +56,6 @@ pub struct ResumePoint {
     pub ranges: Vec<PolicyRange>,
 }
 
-/// How many records at the end of a partition restore reads for its
-/// highest release position ([`read_tail`]): enough to reach past the
-/// writes a member that woke up from a long pause delivers late (what its
-/// producer held: it judges nothing after its slices were taken).
-pub const TAIL_RECORDS: i64 = 1000;
-
-/// A record a slice wrote to one of its topics, as its headers say.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Written {
-    /// Its offset in the topic's partition.
-    pub offset: i64,
-    /// Its own release position (`dedupd.release`; `dedupd.slice.offset`
-    /// from builds before event-time order). dedupd writes it on every
-    /// record, replacing any header of that name the input record had.
-    pub release: ReleasePos,
-    /// Its availability-policy headers, if it has `dedupd.policy`.
-    pub policy: Option<PolicyHeaders>,
-}
-
-/// The `dedupd.policy` and `dedupd.policy.after` headers of an output record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PolicyHeaders {
-    /// `dedupd.policy`, if `deliver` or `drop` (the only values dedupd writes).
-    pub policy: Option<AvailabilityPolicy>,
-    /// `dedupd.policy.after`: `None` if missing or unreadable, `Some(None)`
-    /// if empty (no ordinary output before the policy decided).
-    pub after: Option<Option<ReleasePos>>,
-}
-
-impl Written {
-    /// What the partition holds up to this record, as the record says.
-    pub fn sent(&self) -> Sent {
-        match &self.policy {
-            None => Sent { normal: Some(self.release), policy: None },
-            Some(p) => Sent { normal: p.after.flatten(), policy: Some(self.release) },
-        }
-    }
-
-    /// The record taken as an ordinary judgment's, whatever policy headers it has.
-    fn ordinary(&self) -> Sent {
-        Sent { normal: Some(self.release), policy: None }
-    }
-}
-
-/// The records a slice wrote in the tail of `topic`/`partition`, oldest
-/// first: the last [`TAIL_RECORDS`] records, or further back until one is
-/// found when `shared_with_router` (the router's dead letters, which carry
-/// no release position, are passed over). With `leaf` (a dense tree's leaf,
-/// whose parent topic other leaves write too), the whole partition, the
-/// records that name this leaf.
-pub fn read_tail(
-    reader: &Reader,
-    topic: &str,
-    partition: i32,
-    leaf: Option<&str>,
-    shared_with_router: bool,
-) -> Result<Vec<Written>, KafkaLayerError> {
-    let mut scan = TailScan { leaf, shared_with_router, found: Vec::new(), unmarked: None };
-    if leaf.is_some() {
-        read_partition(reader, topic, partition, ReadFrom::Start, |o, _, _, m| scan.take(o, m))?;
-    } else {
-        let (low, high) = reader
-            .fetch_watermarks(topic, partition, IO_TIMEOUT)
-            .context(|| format!("watermarks of {topic}/{partition}"))?;
-        let mut start = (high - TAIL_RECORDS).max(low);
-        read_partition(reader, topic, partition, ReadFrom::Offset(start), |o, _, _, m| scan.take(o, m))?;
-        // Back window by window past the records no slice wrote.
-        while scan.found.is_empty() && scan.unmarked.is_none() && shared_with_router && start > low {
-            let stop = start;
-            start = (stop - TAIL_RECORDS).max(low);
-            read_partition_range(reader, topic, partition, start, stop, |o, _, _, m| scan.take(o, m))?;
-        }
-    }
-    match scan.unmarked {
-        None => Ok(scan.found),
-        Some(offset) => Err(KafkaLayerError::Topology(format!(
-            "the record at offset {offset} of {topic}/{partition} has no {} header: is another application \
-             writing to this topic? dedupd needs its output partitions to itself",
-            headers::RELEASE
-        ))),
-    }
-}
-
-/// What [`read_tail`] has found so far.
-struct TailScan<'a> {
-    leaf: Option<&'a str>,
-    shared_with_router: bool,
-    found: Vec<Written>,
-    /// The first record without a release position, where only slices write.
-    unmarked: Option<i64>,
-}
-
-impl TailScan<'_> {
-    fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
-        let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
-        if let Some(id) = self.leaf
-            && header(super::tier::LEAF) != Some(id.as_bytes())
-        {
-            return;
-        }
-        match written(offset, &header) {
-            Some(w) => self.found.push(w),
-            None if self.shared_with_router => {}
-            None => {
-                self.unmarked.get_or_insert(offset);
-            }
-        }
-    }
-}
-
-/// What a record's headers (`header`) say it is, if a slice wrote it.
-fn written<'h>(offset: i64, header: &impl Fn(&str) -> Option<&'h [u8]>) -> Option<Written> {
-    let release = header(headers::RELEASE).and_then(ReleasePos::parse);
-    let slice_offset = header(headers::SLICE_OFFSET)
-        .and_then(|v| std::str::from_utf8(v).ok())
-        .and_then(|s| s.parse::<u64>().ok())
-        .map(ReleasePos::through_arrival);
-    let policy = header(headers::POLICY).map(|value| PolicyHeaders {
-        policy: std::str::from_utf8(value)
-            .ok()
-            .and_then(AvailabilityPolicy::parse)
-            .filter(|p| *p != AvailabilityPolicy::Wait),
-        after: header(headers::POLICY_AFTER).and_then(|v| match v {
-            [] => Some(None),
-            v => ReleasePos::parse(v).map(Some),
-        }),
-    });
-    Some(Written { offset, release: release.or(slice_offset)?, policy })
-}
-
-/// A range of slice offsets whose records `availability.policy` decided
-/// while the slice was being restored (logged in the flush log before any
-/// of their outputs was sent; docs/availability.md).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PolicyRange {
-    pub from: u64,
-    /// Inclusive.
-    pub to: u64,
-    pub policy: AvailabilityPolicy,
-}
-
-impl PolicyRange {
-    pub fn contains(&self, offset: u64) -> bool {
-        (self.from..=self.to).contains(&offset)
-    }
-}
-
-/// The policy range of `ranges` that holds `offset`, if any.
-pub fn range_of(ranges: &[PolicyRange], offset: u64) -> Option<PolicyRange> {
-    ranges.iter().find(|r| r.contains(offset)).copied()
-}
-
-/// What the flush log of a slice holds.
-#[derive(Debug, Default)]
-pub struct FlushLog {
-    /// The idle flushes: the slice offsets they came after, in the order
-    /// written (increasing: a slice flushes at most once after a record).
-    pub flushes: VecDeque<u64>,
-    /// The policy ranges, in the order written.
-    pub ranges: Vec<PolicyRange>,
-}
-
-/// The idle flushes and policy ranges logged in `topic`/`partition`.
-pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<FlushLog, KafkaLayerError> {
-    let mut log = FlushLog::default();
-    let mut bad = None;
-    read_partition(reader, topic, partition, ReadFrom::Start, |offset, _, value, _| {
-        match value.and_then(parse_flush) {
-            Some(Logged::Flush(after)) => log.flushes.push_back(after),
-            Some(Logged::Range(range)) => log.ranges.push(range),
-            None => {
-                bad.get_or_insert(offset);
-            }
-        }
-    })?;
-    match bad {
-        None => Ok(log),
-        Some(offset) => Err(KafkaLayerError::Topology(format!(
-            "{topic}/{partition} offset {offset} is not a dedupd flush record: is another application writing to \
-             this topic?"
-        ))),
-    }
-}
-
-/// The payload of a flush record: `{"after":<slice offset>}`.
-pub fn flush_record(after: u64) -> String {
-    format!("{{\"after\":{after}}}")
-}
-
-/// The payload of a policy range record:
-/// `{"policy":"deliver"|"drop","from":<slice offset>,"to":<slice offset>}`.
-pub fn policy_record(range: &PolicyRange) -> String {
-    format!("{{\"policy\":\"{}\",\"from\":{},\"to\":{}}}", range.policy.as_str(), range.from, range.to)
-}
-
-/// A record of the flush log.
-enum Logged {
-    Flush(u64),
-    Range(PolicyRange),
-}
-
-fn parse_flush(payload: &[u8]) -> Option<Logged> {
-    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    if let Some(after) = v.get("after") {
-        return after.as_u64().map(Logged::Flush);
-    }
-    let policy = AvailabilityPolicy::parse(v.get("policy")?.as_str()?)?;
-    let (from, to) = (v.get("from")?.as_u64()?, v.get("to")?.as_u64()?);
-    (policy != AvailabilityPolicy::Wait && from <= to).then_some(Logged::Range(PolicyRange { from, to, policy }))
-}
-
 /// Everything restore needs.
 pub struct Restorer<'a> {
     pub store: &'a CheckpointStore,
@@ -285,7 +64,7 @@ pub struct Restorer<'a> {
     pub order: OrderSettings,
     pub extractor: &'a Extractor,
     pub slice_topic: &'a str,
-    /// How slice-log records hold the input record ([`super::slice_log::parts`]).
+    /// How slice-log records hold the input record ([`crate::kafka::slice_log::parts`]).
     pub slicing: SlicingMode,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
@@ -638,7 +417,7 @@ impl Restorer<'_> {
                 .unwrap_or_default();
             let view = RecordView {
                 key: m.key(),
-                payload: super::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
+                payload: crate::kafka::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
             };

@@ -1,0 +1,146 @@
+//! The tail of each topic a slice writes: the highest release position
+//! there is that topic's replay bound (see [`crate::kafka::replay`]).
+
+use std::time::Duration;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::message::{Headers, Message};
+
+use crate::config::AvailabilityPolicy;
+use crate::engine::ReleasePos;
+use crate::kafka::checkpoint::{ReadFrom, read_partition, read_partition_range};
+use crate::kafka::clients::Reader;
+use crate::kafka::replay::Sent;
+use crate::kafka::{Context, KafkaLayerError, headers};
+
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many records at the end of a partition restore reads for its
+/// highest release position ([`read_tail`]): enough to reach past the
+/// writes a member that woke up from a long pause delivers late (what its
+/// producer held: it judges nothing after its slices were taken).
+pub const TAIL_RECORDS: i64 = 1000;
+
+/// A record a slice wrote to one of its topics, as its headers say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// Its offset in the topic's partition.
+    pub offset: i64,
+    /// Its own release position (`dedupd.release`; `dedupd.slice.offset`
+    /// from builds before event-time order). dedupd writes it on every
+    /// record, replacing any header of that name the input record had.
+    pub release: ReleasePos,
+    /// Its availability-policy headers, if it has `dedupd.policy`.
+    pub policy: Option<PolicyHeaders>,
+}
+
+/// The `dedupd.policy` and `dedupd.policy.after` headers of an output record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicyHeaders {
+    /// `dedupd.policy`, if `deliver` or `drop` (the only values dedupd writes).
+    pub policy: Option<AvailabilityPolicy>,
+    /// `dedupd.policy.after`: `None` if missing or unreadable, `Some(None)`
+    /// if empty (no ordinary output before the policy decided).
+    pub after: Option<Option<ReleasePos>>,
+}
+
+impl Written {
+    /// What the partition holds up to this record, as the record says.
+    pub fn sent(&self) -> Sent {
+        match &self.policy {
+            None => Sent { normal: Some(self.release), policy: None },
+            Some(p) => Sent { normal: p.after.flatten(), policy: Some(self.release) },
+        }
+    }
+
+    /// The record taken as an ordinary judgment's, whatever policy headers it has.
+    pub(super) fn ordinary(&self) -> Sent {
+        Sent { normal: Some(self.release), policy: None }
+    }
+}
+
+/// The records a slice wrote in the tail of `topic`/`partition`, oldest
+/// first: the last [`TAIL_RECORDS`] records, or further back until one is
+/// found when `shared_with_router` (the router's dead letters, which carry
+/// no release position, are passed over). With `leaf` (a dense tree's leaf,
+/// whose parent topic other leaves write too), the whole partition, the
+/// records that name this leaf.
+pub fn read_tail(
+    reader: &Reader,
+    topic: &str,
+    partition: i32,
+    leaf: Option<&str>,
+    shared_with_router: bool,
+) -> Result<Vec<Written>, KafkaLayerError> {
+    let mut scan = TailScan { leaf, shared_with_router, found: Vec::new(), unmarked: None };
+    if leaf.is_some() {
+        read_partition(reader, topic, partition, ReadFrom::Start, |o, _, _, m| scan.take(o, m))?;
+    } else {
+        let (low, high) = reader
+            .fetch_watermarks(topic, partition, IO_TIMEOUT)
+            .context(|| format!("watermarks of {topic}/{partition}"))?;
+        let mut start = (high - TAIL_RECORDS).max(low);
+        read_partition(reader, topic, partition, ReadFrom::Offset(start), |o, _, _, m| scan.take(o, m))?;
+        // Back window by window past the records no slice wrote.
+        while scan.found.is_empty() && scan.unmarked.is_none() && shared_with_router && start > low {
+            let stop = start;
+            start = (stop - TAIL_RECORDS).max(low);
+            read_partition_range(reader, topic, partition, start, stop, |o, _, _, m| scan.take(o, m))?;
+        }
+    }
+    match scan.unmarked {
+        None => Ok(scan.found),
+        Some(offset) => Err(KafkaLayerError::Topology(format!(
+            "the record at offset {offset} of {topic}/{partition} has no {} header: is another application \
+             writing to this topic? dedupd needs its output partitions to itself",
+            headers::RELEASE
+        ))),
+    }
+}
+
+/// What [`read_tail`] has found so far.
+struct TailScan<'a> {
+    leaf: Option<&'a str>,
+    shared_with_router: bool,
+    found: Vec<Written>,
+    /// The first record without a release position, where only slices write.
+    unmarked: Option<i64>,
+}
+
+impl TailScan<'_> {
+    fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
+        let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
+        if let Some(id) = self.leaf
+            && header(crate::kafka::tier::LEAF) != Some(id.as_bytes())
+        {
+            return;
+        }
+        match written(offset, &header) {
+            Some(w) => self.found.push(w),
+            None if self.shared_with_router => {}
+            None => {
+                self.unmarked.get_or_insert(offset);
+            }
+        }
+    }
+}
+
+/// What a record's headers (`header`) say it is, if a slice wrote it.
+fn written<'h>(offset: i64, header: &impl Fn(&str) -> Option<&'h [u8]>) -> Option<Written> {
+    let release = header(headers::RELEASE).and_then(ReleasePos::parse);
+    let slice_offset = header(headers::SLICE_OFFSET)
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(ReleasePos::through_arrival);
+    let policy = header(headers::POLICY).map(|value| PolicyHeaders {
+        policy: std::str::from_utf8(value)
+            .ok()
+            .and_then(AvailabilityPolicy::parse)
+            .filter(|p| *p != AvailabilityPolicy::Wait),
+        after: header(headers::POLICY_AFTER).and_then(|v| match v {
+            [] => Some(None),
+            v => ReleasePos::parse(v).map(Some),
+        }),
+    });
+    Some(Written { offset, release: release.or(slice_offset)?, policy })
+}
