@@ -148,6 +148,22 @@ fn one_token_variable_for_the_daemon_and_the_cli() {
     assert!(daemon.terminate(Duration::from_secs(30)).success());
     assert_no_secret("the daemon's log", &daemon.log_text());
     daemon.assert_clean_log();
+    // The delete that passed the token check is logged at INFO: the key by
+    // its SHA-256 prefix (not the key), the caller's address, the outcome.
+    // The one refused for want of the token is not (debug only).
+    let log = daemon.log_text();
+    let deletes: Vec<&str> = log.lines().filter(|l| l.contains("admin: DELETE /v1/keys")).collect();
+    assert_eq!(deletes.len(), 1, "{deletes:#?}");
+    let digest: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"k1")[..8].iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let line = deletes[0];
+    assert!(line.split_whitespace().nth(1) == Some("INFO"), "{line}");
+    let want = format!("admin: DELETE /v1/keys key_sha256={digest} (2 bytes) from 127.0.0.1:");
+    assert!(line.contains(&want), "want {want:?} in {line}");
+    assert!(line.contains(" with the admin token: 409 not deleted: the filter is not deletable"), "{line}");
+    assert!(!line.contains("k1"), "the key itself is logged: {line}");
 
     let env =
         [("DEDUPD_ADMIN_TOKEN".to_string(), TOKEN.to_string()), ("DEDUPD__ADMIN__TOKEN".into(), SASL_PASSWORD.into())];
