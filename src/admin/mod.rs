@@ -791,7 +791,18 @@ mod tests {
         *status.provenance.lock().unwrap() = Some(answer(worker.clone()));
         let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
         let auth = format!("Bearer {TOKEN}");
-        let held = worker.lock().unwrap();
+        // The worker: a thread holding its lock until told to let go.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let worker = worker.clone();
+            std::thread::spawn(move || {
+                let _held = worker.lock().unwrap();
+                locked.send(()).unwrap();
+                let _ = released.recv();
+            })
+        };
+        is_locked.recv().unwrap();
         let started = Instant::now();
         let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/count?key=b", "/v1/provenance?key=c", "/v1/count?key=d"]
             .into_iter()
@@ -823,7 +834,8 @@ mod tests {
         assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("busy") && body.contains("try again"), "{body}");
         // Once the worker lets go, lookups answer again.
-        drop(held);
+        release.send(()).unwrap();
+        holder.join().unwrap();
         assert_eq!(call(&app, "GET", "/v1/lookup?key=a", Some(&auth)).await.0, StatusCode::OK);
     }
 
