@@ -480,10 +480,12 @@ async fn delete_key(State(shared): State<Shared>, request: axum::extract::Reques
     let answer = tokio::task::spawn_blocking(move || delete.map(|f| f(&key)));
     let (code, outcome, response) = match answer.await {
         Ok(Some((code, body))) => {
-            let outcome = match (&body["deleted"], body["reason"].as_str()) {
-                (serde_json::Value::Bool(true), _) => "deleted".to_string(),
-                (_, Some(reason)) => format!("not deleted: {reason}"),
-                _ => "not deleted".to_string(),
+            // `deleted` is true, false, or null (202: it may still apply).
+            let reason = body["reason"].as_str().unwrap_or("no reason given");
+            let outcome = match &body["deleted"] {
+                serde_json::Value::Bool(true) => "deleted".to_string(),
+                serde_json::Value::Bool(false) => format!("not deleted: {reason}"),
+                _ => format!("pending: {reason}"),
             };
             let mut response = json(&body);
             *response.status_mut() = code;
