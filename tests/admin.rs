@@ -148,6 +148,22 @@ fn one_token_variable_for_the_daemon_and_the_cli() {
     assert!(daemon.terminate(Duration::from_secs(30)).success());
     assert_no_secret("the daemon's log", &daemon.log_text());
     daemon.assert_clean_log();
+    // The delete that passed the token check is logged at INFO: the key by
+    // its SHA-256 prefix (not the key), the caller's address, the outcome.
+    // The one refused for want of the token is not (debug only).
+    let log = daemon.log_text();
+    let deletes: Vec<&str> = log.lines().filter(|l| l.contains("admin: DELETE /v1/keys")).collect();
+    assert_eq!(deletes.len(), 1, "{deletes:#?}");
+    let digest: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"k1")[..8].iter().map(|b| format!("{b:02x}")).collect()
+    };
+    let line = deletes[0];
+    assert!(line.split_whitespace().nth(1) == Some("INFO"), "{line}");
+    let want = format!("admin: DELETE /v1/keys key_sha256={digest} (2 bytes) from 127.0.0.1:");
+    assert!(line.contains(&want), "want {want:?} in {line}");
+    assert!(line.contains(" with the admin token: 409 not deleted: the filter is not deletable"), "{line}");
+    assert!(!line.contains("k1"), "the key itself is logged: {line}");
 
     let env =
         [("DEDUPD_ADMIN_TOKEN".to_string(), TOKEN.to_string()), ("DEDUPD__ADMIN__TOKEN".into(), SASL_PASSWORD.into())];
@@ -314,5 +330,116 @@ fn bad_secret_settings_are_named_without_their_values() {
         assert!(log.contains(want), "{name}: want {want:?} in\n{log}");
         assert_no_secret(name, &log);
     }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Key lookups during a broker outage. The broker (one of this test's own,
+/// so that stopping it stops no other test) is stopped (SIGSTOP: its
+/// connections stay open, unanswered) while records wait for the
+/// watermark; the slice worker's idle flush then waits for the broker
+/// holding the worker lock. Lookups, `/v1/provenance` included, answer 503
+/// "busy" with a Retry-After within a few seconds, and meanwhile every
+/// `/healthz` and `/readyz` answers within 1 s; once the broker is back,
+/// lookups answer 200 again.
+#[test]
+fn lookups_during_a_broker_outage_never_hold_up_the_health_endpoints() {
+    let dir = std::env::temp_dir().join(unique("dedupd-admin-outage"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (broker, broker_port) = own_broker(&dir, &[]);
+    let address = format!("127.0.0.1:{broker_port}");
+    let mut client = rdkafka::config::ClientConfig::new();
+    client.set("bootstrap.servers", &address);
+    let input = unique("clicks-outage");
+    create_topic_on(&client, &input, 2);
+    let app = unique("admin-outage");
+    let mut env = app_env(&app, &input, "input-partitions", 2);
+    env.extend(
+        [
+            ("DEDUPD__KAFKA__BROKERS", address.as_str()),
+            ("DEDUPD_ADMIN_TOKEN", TOKEN),
+            ("DEDUPD__PROVENANCE__SOURCE", "topic"),
+            // Records wait for the watermark, then for an idle flush 3 s after the last one came.
+            ("DEDUPD__INPUT__LATENESS", "3s"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let mut daemon = Daemon::start("admin-outage", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    let port = daemon.admin_port;
+    let bearer = format!("Bearer {TOKEN}");
+    let ask = |path: &str| http_request(port, "GET", path, &[("Authorization", &bearer)]);
+    assert_eq!(ask("/v1/lookup?key=k1").map(|a| a.code), Some(200));
+
+    let records: Vec<Rec> = (0..40u64)
+        .map(|i| click(i, &format!("k{}", i % 20), BASE_TS + i as i64, partition_of(&format!("k{}", i % 20), 2)))
+        .collect();
+    produce_on(&client, &input, &records);
+    // All 40 wait for the watermark (they span 40 ms of a 3 s lateness).
+    wait_for("records waiting", Duration::from_secs(30), || slice_total(&[&daemon], &["waiting"]) >= 40);
+    let stop = std::process::Command::new("kill").args(["-STOP", &broker.0.id().to_string()]).status().unwrap();
+    assert!(stop.success());
+
+    // The idle flush is due 3 s after the last record: from then on the
+    // worker holds its lock until the broker answers.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = ask("/v1/lookup?key=k1");
+        if answer.as_ref().is_none_or(|a| a.code != 200) {
+            break; // busy (or, without the bound on the wait, no answer)
+        }
+        assert!(Instant::now() < deadline, "the worker never got busy: {}", daemon.log_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let lookups: Vec<_> = ["/v1/lookup?key=k1", "/v1/provenance?key=k2", "/v1/provenance?key=k3", "/v1/lookup?key=k4"]
+        .into_iter()
+        .map(|path| {
+            let bearer = bearer.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let answer = http_request(port, "GET", path, &[("Authorization", &bearer)]);
+                (path, answer, started.elapsed())
+            })
+        })
+        .collect();
+    let watching = Instant::now();
+    let mut asked = 0;
+    while watching.elapsed() < Duration::from_secs(6) {
+        for path in ["/healthz", "/readyz"] {
+            let started = Instant::now();
+            let answer = http_get(port, path);
+            let took = started.elapsed();
+            assert!(took < Duration::from_secs(1), "{path} took {took:?} while lookups waited: {answer:?}");
+            assert!(answer.is_some(), "{path} did not answer while lookups waited");
+            if path == "/healthz" {
+                assert_eq!(answer.unwrap().0, 200);
+            }
+            asked += 1;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!("{asked} health requests answered within 1 s each during the outage");
+    for lookup in lookups {
+        let (path, answer, took) = lookup.join().unwrap();
+        let answer = answer.unwrap_or_else(|| panic!("{path}: no answer within 5 s"));
+        assert_eq!(answer.code, 503, "{path}: {}", answer.body);
+        assert!(answer.head.to_ascii_lowercase().contains("retry-after: "), "{path}: {}", answer.head);
+        assert!(
+            answer.body.contains("busy") || answer.body.contains("too many key lookups"),
+            "{path}: {}",
+            answer.body
+        );
+        assert!(took < Duration::from_secs(4), "{path} took {took:?}");
+        eprintln!("{path}: 503 after {took:?}: {}", answer.body.trim_end());
+    }
+
+    // The broker back, the worker lets lookups in again.
+    let resume = std::process::Command::new("kill").args(["-CONT", &broker.0.id().to_string()]).status().unwrap();
+    assert!(resume.success());
+    wait_for("lookups answered again", Duration::from_secs(90), || {
+        ask("/v1/lookup?key=k1").is_some_and(|a| a.code == 200)
+    });
+    daemon.kill();
+    drop(broker);
     std::fs::remove_dir_all(&dir).ok();
 }

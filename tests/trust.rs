@@ -234,9 +234,10 @@ fn applications_with_default_checkpoint_settings_keep_their_own_state() {
 }
 
 /// A slice-log frame naming a topic longer than Kafka allows (only a writer
-/// other than the router can put one there) is no frame: the record is
-/// judged as the unreadable record it is (dead-lettered with its reason),
-/// the daemon does not panic, and the records after it are delivered.
+/// other than the router can put one there) is refused: dead-lettered with
+/// the reason `bad_frame` and a detail naming the topic name's length, not
+/// judged by the bytes of its frame; the daemon does not panic, and the
+/// records after it are delivered.
 #[test]
 fn a_forged_frame_with_a_long_topic_name_is_refused_not_a_panic() {
     let input = unique("trust-frame-in");
@@ -268,7 +269,10 @@ fn a_forged_frame_with_a_long_topic_name_is_refused_not_a_panic() {
     assert_eq!(seqs, (0..20).collect::<BTreeSet<u64>>());
     let dead = wait_delivered(&format!("{app}.dlq"), 1, Duration::from_secs(30));
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].header("dedupd.reason"), Some(&b"bad_json"[..]), "{:?}", dead[0]);
+    assert_eq!(dead[0].header("dedupd.reason"), Some(&b"bad_frame"[..]), "{:?}", dead[0]);
+    let detail = String::from_utf8_lossy(dead[0].header("dedupd.detail").expect("a detail")).into_owned();
+    assert!(detail.contains("names a topic of 1000 bytes, longer than Kafka allows (249)"), "{detail}");
+    assert_eq!(metric(&daemon, "dedupd_dead_letters_total{reason=\"bad_frame\"}"), 1);
     let source = String::from_utf8(dead[0].header("dedupd.source").expect("a source").to_vec()).unwrap();
     assert!(source.starts_with(&format!("{app}.slices/0/")), "{source}");
     assert!(daemon.child.try_wait().unwrap().is_none(), "dedupd exited:\n{}", daemon.log_text());

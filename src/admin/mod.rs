@@ -63,8 +63,42 @@ pub struct SliceStatus {
     pub last_checkpoint_offset: Option<u64>,
 }
 
-/// Answers `/v1/lookup` for a key.
-pub type LookupFn = Box<dyn Fn(&[u8]) -> serde_json::Value + Send + Sync>;
+/// Answers `/v1/lookup` (or `/v1/count`, `/v1/provenance`) for a key, or
+/// [`Busy`] when the slice workers did not let it in within [`LOOKUP_WAIT`].
+/// An `Arc`: a request clones it out of [`Status`] and holds no lock of
+/// [`Status`] while it runs.
+pub type LookupFn = Arc<dyn Fn(&[u8]) -> Result<serde_json::Value, Busy> + Send + Sync>;
+
+/// A key lookup that could not take the slice workers' lock in time: they
+/// hold it for as long as they wait for the broker (an idle flush during
+/// an outage) or run a rebalance callback, minutes at worst.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Busy;
+
+/// How long a key lookup waits for the slice workers' lock before it
+/// answers 503 busy: long enough to get in between two batches of a busy
+/// worker, short enough that lookups never pile up on a worker stuck on
+/// the broker.
+pub const LOOKUP_WAIT: Duration = Duration::from_secs(2);
+
+/// Locks `mutex` if it comes free within `wait` (tried every few
+/// milliseconds), else `None`. A poisoned lock panics, as `lock().expect()`
+/// does.
+pub fn lock_within<T>(mutex: &Mutex<T>, wait: Duration) -> Option<std::sync::MutexGuard<'_, T>> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => panic!("lock poisoned: {e}"),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() >= deadline => return None,
+            Err(std::sync::TryLockError::WouldBlock) => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+}
+
+/// The address a request came from, put into its extensions by [`server`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// Answers `DELETE /v1/keys/{key}`: an HTTP status and a JSON body. Blocks
 /// until the slice applied the delete (or a time limit).
@@ -399,40 +433,98 @@ async fn key_answer(
     let Some(key) = query.as_deref().and_then(|q| query_param(q, "key")) else {
         return text(StatusCode::BAD_REQUEST, format!("usage: {path}?key=URL-ENCODED-KEY\n"));
     };
-    // The answer takes the slice workers' lock, which a worker holds while
-    // it judges a batch: off the async threads, which serve /metrics.
-    let status = shared.status;
-    let answer =
-        tokio::task::spawn_blocking(move || pick(&status).lock().expect("status lock").as_ref().map(|f| f(&key)));
-    match answer.await {
-        Ok(Some(value)) => json(&value),
-        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),
+    // Cloned out of its lock: a lookup waiting for the slice workers holds
+    // no lock that /healthz, /readyz or another request takes.
+    let Some(answer) = pick(&shared.status).lock().expect("status lock").clone() else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n");
+    };
+    // The answer waits (at most LOOKUP_WAIT) for the slice workers' lock:
+    // off the async threads, which serve /metrics and /healthz.
+    match tokio::task::spawn_blocking(move || answer(&key)).await {
+        Ok(Ok(value)) => json(&value),
+        Ok(Err(Busy)) => busy(),
         Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the lookup failed\n"),
     }
 }
 
+/// 503 for a lookup the slice workers did not let in within [`LOOKUP_WAIT`].
+fn busy() -> Response {
+    let mut response = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!(
+            "the slice workers are busy (waiting for the broker, or in a rebalance) and did not let the lookup in \
+             within {} s: try again\n",
+            LOOKUP_WAIT.as_secs()
+        ),
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+    response
+}
+
 /// `DELETE /v1/keys/{key}` (the key percent-encoded: keys are bytes): the
 /// key's slice applies the delete at its place in the slice log; 200
-/// `{"deleted": true}`, or 409 / 404 with the reason.
-async fn delete_key(State(shared): State<Shared>, uri: axum::http::Uri) -> Response {
-    let key = percent_decode(uri.path().strip_prefix("/v1/keys/").unwrap_or_default());
+/// `{"deleted": true}`, or 409 / 404 with the reason. Every request that
+/// passed the token check is logged at INFO ([`log_delete`]).
+async fn delete_key(State(shared): State<Shared>, request: axum::extract::Request) -> Response {
+    let peer = request.extensions().get::<Peer>().copied();
+    let key = percent_decode(request.uri().path().strip_prefix("/v1/keys/").unwrap_or_default());
     if key.is_empty() {
+        log_delete(&key, peer, StatusCode::BAD_REQUEST, "no key");
         return text(StatusCode::BAD_REQUEST, "usage: DELETE /v1/keys/URL-ENCODED-KEY\n");
     }
     let status = shared.status;
     // Off the async threads: it waits for the broker and the slice worker.
     // Taken out of the lock: deletes wait for the broker, not for each other.
     let delete = status.delete.lock().expect("status lock").clone();
+    let logged_key = key.clone();
     let answer = tokio::task::spawn_blocking(move || delete.map(|f| f(&key)));
-    match answer.await {
+    let (code, outcome, response) = match answer.await {
         Ok(Some((code, body))) => {
+            // `deleted` is true, false, or null (202: it may still apply).
+            let reason = body["reason"].as_str().unwrap_or("no reason given");
+            let outcome = match &body["deleted"] {
+                serde_json::Value::Bool(true) => "deleted".to_string(),
+                serde_json::Value::Bool(false) => format!("not deleted: {reason}"),
+                _ => format!("pending: {reason}"),
+            };
             let mut response = json(&body);
             *response.status_mut() = code;
-            response
+            (code, outcome, response)
         }
-        Ok(None) => text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n"),
-        Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "the delete failed\n"),
-    }
+        Ok(None) => {
+            let why = "the slice workers are not running yet";
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                why.to_string(),
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+            )
+        }
+        Err(_) => {
+            let why = "the delete failed";
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                why.to_string(),
+                text(StatusCode::INTERNAL_SERVER_ERROR, format!("{why}\n")),
+            )
+        }
+    };
+    log_delete(&logged_key, peer, code, &outcome);
+    response
+}
+
+/// Logs a delete request at INFO: which key — by the first 16 hex digits of
+/// its SHA-256, as keys are data and stay out of logs like out of metrics
+/// (`printf %s KEY | sha256sum` finds a key's requests) — who asked (the
+/// remote address: the one admin token names nobody) and the outcome.
+fn log_delete(key: &[u8], peer: Option<Peer>, code: StatusCode, outcome: &str) {
+    use sha2::{Digest, Sha256};
+    let digest: String = Sha256::digest(key)[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let from = peer.map_or_else(|| "an unknown address".to_string(), |p| p.0.to_string());
+    log::info!(
+        "admin: DELETE /v1/keys key_sha256={digest} ({} bytes) from {from} with the admin token: {} {outcome}",
+        key.len(),
+        code.as_u16()
+    );
 }
 
 /// The percent-decoded value of `name` in a query string.
@@ -515,10 +607,10 @@ mod tests {
         let status = Status::new();
         let done = Arc::new(AtomicUsize::new(0));
         let counter = done.clone();
-        let lookup: LookupFn = Box::new(move |key: &[u8]| {
+        let lookup: LookupFn = Arc::new(move |key: &[u8]| {
             std::thread::sleep(delay);
             counter.fetch_add(1, Ordering::SeqCst);
-            serde_json::json!({ "key": String::from_utf8_lossy(key) })
+            Ok(serde_json::json!({ "key": String::from_utf8_lossy(key) }))
         });
         *status.lookup.lock().unwrap() = Some(lookup);
         (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), limits), done)
@@ -636,8 +728,8 @@ mod tests {
         assert_eq!(code, StatusCode::NOT_FOUND);
         assert!(body.contains("limit.max_per_window or flag.threshold"), "{body}");
         let status = Status::new();
-        *status.lookup.lock().unwrap() = Some(Box::new(|_: &[u8]| serde_json::json!({})));
-        *status.count.lock().unwrap() = Some(Box::new(|k: &[u8]| serde_json::json!({ "estimate": k.len() })));
+        *status.lookup.lock().unwrap() = Some(Arc::new(|_: &[u8]| Ok(serde_json::json!({}))));
+        *status.count.lock().unwrap() = Some(Arc::new(|k: &[u8]| Ok(serde_json::json!({ "estimate": k.len() }))));
         let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
         let (code, _, body) = call(&app, "GET", "/v1/count?key=abc", Some(&auth)).await;
         assert_eq!(code, StatusCode::OK);
@@ -679,6 +771,74 @@ mod tests {
         let ok = codes.iter().filter(|c| **c == StatusCode::OK).count();
         let shed = codes.iter().filter(|c| **c == StatusCode::SERVICE_UNAVAILABLE).count();
         assert_eq!((ok, shed), (Limits::default().key_concurrency, 3), "{codes:?}");
+    }
+
+    /// Lookups stuck on the slice workers' lock (held by a worker waiting
+    /// for the broker) hold no lock of the status: `/healthz`, `/readyz`
+    /// and the checks of `/v1/count` and `/v1/provenance` answer at once,
+    /// and each lookup answers 503 busy with a Retry-After after
+    /// [`LOOKUP_WAIT`], not when the worker lets go.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn lookups_on_a_busy_worker_answer_busy_and_hold_up_nothing() {
+        let worker = Arc::new(Mutex::new(()));
+        let status = Status::new();
+        let answer = |worker: Arc<Mutex<()>>| -> LookupFn {
+            Arc::new(move |_: &[u8]| {
+                let _held = lock_within(&worker, LOOKUP_WAIT).ok_or(Busy)?;
+                Ok(serde_json::json!({}))
+            })
+        };
+        *status.lookup.lock().unwrap() = Some(answer(worker.clone()));
+        *status.count.lock().unwrap() = Some(answer(worker.clone()));
+        *status.provenance.lock().unwrap() = Some(answer(worker.clone()));
+        let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
+        let auth = format!("Bearer {TOKEN}");
+        // The worker: a thread holding its lock until told to let go.
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let (locked, is_locked) = std::sync::mpsc::channel::<()>();
+        let holder = {
+            let worker = worker.clone();
+            std::thread::spawn(move || {
+                let _held = worker.lock().unwrap();
+                locked.send(()).unwrap();
+                let _ = released.recv();
+            })
+        };
+        is_locked.recv().unwrap();
+        let started = Instant::now();
+        let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/count?key=b", "/v1/provenance?key=c", "/v1/count?key=d"]
+            .into_iter()
+            .map(|path| {
+                let (app, auth) = (app.clone(), auth.clone());
+                tokio::spawn(async move {
+                    let response = app
+                        .oneshot(Request::get(path).header(header::AUTHORIZATION, auth).body(Body::empty()).unwrap())
+                        .await
+                        .unwrap();
+                    (response.status(), response.headers().get(header::RETRY_AFTER).cloned(), started.elapsed())
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for path in ["/healthz", "/readyz", "/v1/slices", "/metrics"] {
+            let asked = Instant::now();
+            let code = tokio::time::timeout(Duration::from_secs(1), call(&app, "GET", path, None)).await;
+            assert!(code.is_ok(), "{path} did not answer within 1 s while lookups waited for the worker");
+            assert!(asked.elapsed() < Duration::from_secs(1), "{path}: {:?}", asked.elapsed());
+        }
+        for c in calls {
+            let (code, retry_after, took) = c.await.unwrap();
+            assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(retry_after.as_ref().and_then(|v| v.to_str().ok()), Some("5"));
+            assert!(took >= LOOKUP_WAIT && took < LOOKUP_WAIT + Duration::from_secs(2), "{took:?}");
+        }
+        let (code, _, body) = call(&app, "GET", "/v1/lookup?key=a", Some(&auth)).await;
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("busy") && body.contains("try again"), "{body}");
+        // Once the worker lets go, lookups answer again.
+        release.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(call(&app, "GET", "/v1/lookup?key=a", Some(&auth)).await.0, StatusCode::OK);
     }
 
     #[test]

@@ -6,15 +6,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
+use axum::{Extension, Router};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::Layer;
 
-use super::Limits;
+use super::{Limits, Peer};
 
 /// After a failed accept (out of file descriptors, say), wait this long
 /// before the next: retrying at once would spin a core.
@@ -37,10 +38,10 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     log::debug!("admin endpoint: accept failed: {e}");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -50,8 +51,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
         };
         // Over the limit the connection is closed at once: it holds nothing.
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
-        let connection =
-            graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone())));
+        // Each request carries where it came from (for the log of deletes).
+        let service = Extension(Peer(peer)).layer(app.clone());
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service)));
         tokio::spawn(async move {
             // Also bounds a client that reads its responses too slowly; the
             // error (a reset, a timeout) is the client's and is not logged.

@@ -29,6 +29,7 @@
 
 use std::collections::BTreeMap;
 
+use super::slice::MAX_TOPIC_BYTES;
 use crate::filter::SnapshotError;
 use crate::filter::snapshot::{begin, open_any, put_u32, put_u64, seal};
 
@@ -219,6 +220,13 @@ impl ReadOrder {
             let name = r.take(usize::from(len))?;
             let name =
                 std::str::from_utf8(name).map_err(|_| ReadOrderError::Malformed("a topic name is not UTF-8".into()))?;
+            // Routers name input topics only: a longer name is forged or damaged.
+            if name.len() > MAX_TOPIC_BYTES {
+                return Err(ReadOrderError::Malformed(format!(
+                    "a topic name of {} bytes, longer than Kafka allows ({MAX_TOPIC_BYTES})",
+                    name.len()
+                )));
+            }
             topics.push(name.to_string());
         }
         let run_count = r.u32()?;
@@ -426,6 +434,38 @@ mod tests {
             put_u64(&mut w, 0);
             put_u32(&mut w, count);
             assert!(matches!(ReadOrder::decode(&seal(w)), Err(ReadOrderError::Malformed(_))), "{index} {count} {runs}");
+        }
+    }
+
+    /// A read-order record naming a topic longer than Kafka allows (a
+    /// forged one: routers name input topics) is refused with the reason,
+    /// not a panic; the longest name Kafka allows is read.
+    #[test]
+    fn a_topic_name_longer_than_kafka_allows_is_refused() {
+        for (len, ok) in [(249, true), (250, false), (300, false), (65_535, false)] {
+            let mut w = Vec::new();
+            w.extend_from_slice(&MAGIC);
+            w.extend_from_slice(&VERSION.to_le_bytes());
+            put_u64(&mut w, 0);
+            w.extend_from_slice(&1u16.to_le_bytes());
+            w.extend_from_slice(&(len as u16).to_le_bytes());
+            w.extend_from_slice("t".repeat(len).as_bytes());
+            put_u32(&mut w, 1);
+            w.extend_from_slice(&0u16.to_le_bytes());
+            put_u32(&mut w, 0);
+            put_u64(&mut w, 0);
+            put_u32(&mut w, 1);
+            match ReadOrder::decode(&seal(w)) {
+                Ok(order) => assert!(ok && order.runs[0].topic.len() == len, "{len}"),
+                Err(ReadOrderError::Malformed(why)) => {
+                    assert!(!ok, "{len}: {why}");
+                    assert!(
+                        why.contains(&format!("a topic name of {len} bytes, longer than Kafka allows (249)")),
+                        "{why}"
+                    );
+                }
+                Err(e) => panic!("{len}: {e}"),
+            }
         }
     }
 }

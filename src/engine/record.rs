@@ -98,10 +98,14 @@ pub enum InvalidReason {
     /// The time is too far ahead of the largest time seen (and no following
     /// records confirmed the jump): it would expire the window at once.
     TimeJump,
+    /// A slice-log record framed as the router frames its copies that does
+    /// not read as one (a stamp naming a topic longer than Kafka allows, a
+    /// cut frame): forged by another writer of the slice log, or damaged.
+    BadFrame,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 7] = [
+    pub const ALL: [InvalidReason; 8] = [
         InvalidReason::BadJson,
         InvalidReason::MissingKey,
         InvalidReason::EmptyKey,
@@ -109,6 +113,7 @@ impl InvalidReason {
         InvalidReason::BadTime,
         InvalidReason::TooLarge,
         InvalidReason::TimeJump,
+        InvalidReason::BadFrame,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -120,6 +125,7 @@ impl InvalidReason {
             InvalidReason::BadTime => "bad_time",
             InvalidReason::TooLarge => "too_large",
             InvalidReason::TimeJump => "time_jump",
+            InvalidReason::BadFrame => "bad_frame",
         }
     }
 }

@@ -6,8 +6,10 @@ use rdkafka::message::{Headers, Message};
 
 use super::headers;
 use crate::config::SlicingMode;
-use crate::engine::SourceRef;
-use crate::engine::slice::{Unframed, unframe};
+use crate::engine::slice::{
+    FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, MAX_TOPIC_BYTES, Unframed, unframe,
+};
+use crate::engine::{InvalidReason, InvalidRecord, SourceRef};
 
 /// A slice-log record's input position, the router's reading and the
 /// input record's payload: in repartition mode from the router's frame
@@ -92,5 +94,93 @@ impl<'m> LogRecord<'m> {
             Kind::Input
         };
         LogRecord { kind, headers, framed }
+    }
+}
+
+/// Why a repartition-mode slice-log record that carries the router's frame
+/// magic, or its `dedupd.source` header, does not read as the router's copy
+/// (`framed`, from [`parts`]): a stamp naming a topic longer than Kafka
+/// allows, a cut frame. Only another writer of the slice log (or damage)
+/// puts one there; it is refused with this reason rather than judged by the
+/// bytes of its frame. `None` for anything else.
+pub fn broken_frame(
+    slicing: SlicingMode,
+    value: Option<&[u8]>,
+    source_header: Option<&[u8]>,
+    framed: &Unframed<'_>,
+) -> Option<InvalidRecord> {
+    if slicing != SlicingMode::Repartition || framed.source.is_some() {
+        return None;
+    }
+    let bad = |detail: String| Some(InvalidRecord { reason: InvalidReason::BadFrame, detail });
+    if let Some(stamp) = source_header {
+        return bad(format!("its {} header is no stamp: {}", headers::SOURCE, what_stamp(stamp)));
+    }
+    let (magic, rest) = value?.split_first_chunk::<4>()?;
+    if ![FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL].contains(magic) {
+        return None;
+    }
+    let stamp = rest.split_first_chunk::<2>().and_then(|(len, rest)| rest.get(..usize::from(u16::from_be_bytes(*len))));
+    bad(match stamp {
+        Some(stamp) if SourceRef::parse(stamp).is_some() => {
+            "a slice-log frame cut short or with bytes after a null value".into()
+        }
+        Some(stamp) => format!("a slice-log frame whose stamp is no stamp: {}", what_stamp(stamp)),
+        None => "a slice-log frame cut short in its stamp".into(),
+    })
+}
+
+/// What is wrong with a stamp [`SourceRef::parse`] refuses, for a dead letter's detail.
+fn what_stamp(stamp: &[u8]) -> String {
+    let topic = stamp.rsplitn(3, |b| *b == b'/').nth(2).unwrap_or_default();
+    if topic.len() > MAX_TOPIC_BYTES {
+        format!("it names a topic of {} bytes, longer than Kafka allows ({MAX_TOPIC_BYTES})", topic.len())
+    } else {
+        format!("{} bytes, not topic/partition/offset", stamp.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::slice::frame_into;
+
+    /// A frame naming a topic longer than Kafka allows, as only a writer
+    /// other than the router can put it into the slice log, and other
+    /// broken frames: refused with the reason `bad_frame`, never a panic.
+    /// Frames the router writes, and records without its magic, are not.
+    #[test]
+    fn a_forged_frame_with_a_long_topic_name_is_a_bad_frame() {
+        let refused = |value: &[u8], header: Option<&[u8]>| {
+            let framed = parts_with(SlicingMode::Repartition, Some(value), header);
+            broken_frame(SlicingMode::Repartition, Some(value), header, &framed)
+        };
+        for len in [250, 300, 1000, 65_000] {
+            let stamp = format!("{}/0/5", "t".repeat(len));
+            let mut forged = FRAME_MAGIC.to_vec();
+            forged.extend_from_slice(&(stamp.len() as u16).to_be_bytes());
+            forged.extend_from_slice(stamp.as_bytes());
+            forged.extend_from_slice(b"{}");
+            let why = refused(&forged, None).expect("refused");
+            assert_eq!(why.reason, InvalidReason::BadFrame);
+            let want = format!("names a topic of {len} bytes, longer than Kafka allows (249)");
+            assert!(why.detail.contains(&want), "{why}");
+            // An earlier release's stamp header naming one.
+            let why = refused(b"{}", Some(stamp.as_bytes())).expect("refused");
+            assert!(why.detail.contains(&want), "{why}");
+            // Not in the other modes: there the slice log is (or names) the input.
+            for mode in [SlicingMode::InputPartitions, SlicingMode::Shared] {
+                assert_eq!(broken_frame(mode, Some(&forged), None, &parts_with(mode, Some(&forged), None)), None);
+            }
+        }
+        let mut frame = Vec::new();
+        frame_into(&mut frame, "clicks", 2, 41, None, Some(b"{}")).unwrap();
+        assert_eq!(refused(&frame, None), None, "the router's frame");
+        assert_eq!(refused(b"{\"id\":1}", None), None, "no frame");
+        assert_eq!(refused(&frame[..5], None).map(|w| w.reason), Some(InvalidReason::BadFrame), "cut in the stamp");
+        let mut null = Vec::new();
+        frame_into(&mut null, "clicks", 2, 41, None, None).unwrap();
+        null.push(b'x');
+        assert!(refused(&null, None).is_some_and(|w| w.detail.contains("after a null value")));
     }
 }

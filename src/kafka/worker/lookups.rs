@@ -1,11 +1,14 @@
 //! The admin endpoint's key lookups (`/v1/lookup`, `/v1/count`,
 //! `/v1/provenance`), answered from the owned slices under the worker lock.
+//! A lookup waits for that lock at most [`LOOKUP_WAIT`] and then answers
+//! [`Busy`]: the worker holds it for as long as it waits for the broker.
 
 use std::sync::{Arc, Mutex};
 
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
+use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
@@ -14,9 +17,9 @@ use crate::config::SlicingMode;
 /// slice is asked.
 pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
     let (deps, inner) = (deps.clone(), inner.clone());
-    Box::new(move |key: &[u8]| {
+    Arc::new(move |key: &[u8]| {
         let (hash, home) = home_slice(&deps, key);
-        let inner = inner.lock().expect("worker lock");
+        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
         let results: Vec<serde_json::Value> = asked(&inner, home)
             .map(|(s, owned)| {
                 // Counting by the dedup key replaces the timer filter: the
@@ -50,12 +53,12 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                 })
             })
             .collect();
-        serde_json::json!({
+        Ok(serde_json::json!({
             "key": String::from_utf8_lossy(key),
             "slice": home,
             "owned": !results.is_empty(),
             "results": results,
-        })
+        }))
     })
 }
 
@@ -93,11 +96,11 @@ fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool)
 /// largest (the others see the key only through collisions).
 pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
     let (deps, inner) = (deps.clone(), inner.clone());
-    Box::new(move |key: &[u8]| {
+    Arc::new(move |key: &[u8]| {
         let hash = crate::filter::KeyHash::of(deps.params.seed, key);
         // The router routes by the count key (the dedup key, or limit.count_key).
         let home = routed_slice(&deps, &hash, true);
-        let inner = inner.lock().expect("worker lock");
+        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
         let results: Vec<serde_json::Value> = asked(&inner, home)
             .filter_map(|(s, owned)| {
                 let stage = &owned.state.counting.as_ref()?.stage;
@@ -114,13 +117,13 @@ pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>)
             })
             .collect();
         let estimate = results.iter().filter_map(|r| r["estimate"].as_u64()).max();
-        serde_json::json!({
+        Ok(serde_json::json!({
             "key": String::from_utf8_lossy(key),
             "estimate": estimate,
             "slice": home,
             "owned": !results.is_empty(),
             "results": results,
-        })
+        }))
     })
 }
 
@@ -130,9 +133,9 @@ pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>)
 /// largest over the slices asked).
 pub(super) fn provenance_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
     let (deps, inner) = (deps.clone(), inner.clone());
-    Box::new(move |key: &[u8]| {
+    Arc::new(move |key: &[u8]| {
         let (hash, home) = home_slice(&deps, key);
-        let inner = inner.lock().expect("worker lock");
+        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
         for (_, o) in asked(&inner, home) {
@@ -143,12 +146,12 @@ pub(super) fn provenance_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerSta
                 estimated_fpr = estimated_fpr.max(answer.estimated_fpr);
             }
         }
-        serde_json::json!({
+        Ok(serde_json::json!({
             "key": String::from_utf8_lossy(key),
             "sources": sources,
             "estimated_fpr": estimated_fpr,
             "slice": home,
             "owned": owned,
-        })
+        }))
     })
 }

@@ -148,7 +148,11 @@ fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Resu
         deps.params.deletable,
         &deps.slice_topic,
         deps.status.clone(),
-        move |slice| owner.lock().expect("worker lock").slices.contains_key(&slice),
+        // A worker busy past the wait (waiting for the broker) is taken for
+        // not owning the slice: the answer is 202 queued, not a long wait.
+        move |slice| {
+            crate::admin::lock_within(&owner, crate::admin::LOOKUP_WAIT).is_some_and(|w| w.slices.contains_key(&slice))
+        },
     )?;
     *deps.status.delete.lock().expect("status lock") = Some(delete);
     if deps.cfg.provenance.is_some() {

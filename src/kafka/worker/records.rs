@@ -15,11 +15,11 @@ use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::read_order::{self, ReadOrder};
-use crate::engine::slice::Unframed;
-use crate::engine::{Judgment, Progress, RecordView, ReleasePos, SliceRecord, SourceRef};
+use crate::engine::slice::{MAX_TOPIC_BYTES, Unframed};
+use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
 use crate::kafka::restore::{flush_record, range_of};
 use crate::kafka::shared::InputReader;
-use crate::kafka::slice_log::{Kind, LogRecord};
+use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Flushes every owned slice that holds records for the watermark and has
@@ -138,10 +138,18 @@ fn take_progress(
     judged.clear();
     // Only routers write these: a malformed one is a bug or a foreign
     // writer; it announces nothing (at the same place in a replay).
-    let entries = Progress::parse_all(msg.payload().unwrap_or_default()).unwrap_or_else(|| {
-        log::warn!("slice {}: the progress record at offset {offset} cannot be read; skipped", owned.state.slice);
-        Vec::new()
-    });
+    // A topic name longer than Kafka allows is no input partition either
+    // (and would not fit the snapshot's 16-bit name lengths past 64 KiB).
+    let entries = Progress::parse_all(msg.payload().unwrap_or_default())
+        .filter(|entries| entries.iter().all(|e| e.topic.len() <= MAX_TOPIC_BYTES))
+        .unwrap_or_else(|| {
+            log::warn!(
+                "slice {}: the progress record at offset {offset} cannot be read (or names a topic longer than \
+                 Kafka allows); skipped",
+                owned.state.slice
+            );
+            Vec::new()
+        });
     owned.announce(offset, &entries, judged);
     owned.since_checkpoint += 1;
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
@@ -257,6 +265,10 @@ pub(super) fn judge(
     framed: &Unframed<'_>,
     header_list: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
+    let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
+    if let Some(why) = broken_frame(deps.cfg.slicing, msg.payload(), source_header, framed) {
+        return refuse(deps, owned, judged, offset, msg, framed, why);
+    }
     let Unframed { source, payload, reading } = *framed;
     let record = RecordView {
         key: msg.key(),
@@ -275,6 +287,32 @@ pub(super) fn judge(
     if !judged.iter().any(|j| j.offset == offset) {
         owned.held.insert(offset, msg.detach());
     }
+    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    apply_logged_flushes(deps, owned, judged)
+}
+
+/// Dead-letters the record at slice offset `offset` unjudged, for `why`:
+/// what the slice does with any unreadable record (counted invalid, its
+/// own release), without reading the record's bytes as a record. A replay
+/// refuses it again at the same place.
+fn refuse(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+    why: InvalidRecord,
+) -> Result<(), KafkaLayerError> {
+    owned.state.next_offset = offset + 1;
+    owned.state.counters.invalid += 1;
+    owned.since_checkpoint += 1;
+    if let Some(input) = &deps.input_counter {
+        input.inc();
+    }
+    judged.clear();
+    let verdict = SliceVerdict::Invalid(why);
+    judged.push(Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None });
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
     apply_logged_flushes(deps, owned, judged)
 }
