@@ -138,3 +138,64 @@ fn a_record_larger_than_the_output_topic_takes_is_dead_lettered_and_the_daemon_g
     assert_eq!(http_get(daemon.admin_port, "/healthz").map(|(c, _)| c), Some(200));
     daemon.terminate(Duration::from_secs(30));
 }
+
+/// Sets `max.message.bytes` of `topic` (IncrementalAlterConfigs, through
+/// Python's confluent-kafka: rdkafka has only AlterConfigs, which Nisshi
+/// does not serve).
+fn lower_limit(topic: &str, bytes: u32) {
+    let script = format!(
+        "from confluent_kafka.admin import AdminClient, ConfigResource, ConfigEntry, AlterConfigOpType as Op\n\
+         a = AdminClient({{'bootstrap.servers': '{}'}})\n\
+         e = ConfigEntry('max.message.bytes', '{bytes}', incremental_operation=Op.SET)\n\
+         r = ConfigResource(ConfigResource.Type.TOPIC, '{topic}', incremental_configs=[e])\n\
+         [f.result(timeout=10) for f in a.incremental_alter_configs([r]).values()]\n",
+        broker()
+    );
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().expect("python3");
+    assert!(out.status.success(), "altering {topic}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// The output topic's limit lowered to 4096 after start-up (the daemon took
+/// the broker's default): the broker refuses a larger record the record path
+/// let through, and the daemon stops with an error naming the topic and the
+/// limit it read; restarted, it reads the new limit and dead-letters that
+/// record, and delivers every other record once.
+#[test]
+fn a_limit_lowered_after_start_up_stops_the_daemon_with_a_clear_error_then_a_restart_dead_letters() {
+    let input = unique("size-low-in");
+    create_topic(&input, 1);
+    let app = unique("size-low");
+    let (out, dlq) = (format!("{app}.out"), format!("{app}.dlq"));
+    create_topic(&out, 1);
+    let env = app_env(&app, &input, "repartition", 1);
+    let mut daemon = Daemon::start("size-low", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &(0..20).map(|s| padded(s, 100)).collect::<Vec<_>>());
+    wait_records(&out, 20, Duration::from_secs(60));
+
+    lower_limit(&out, 4096);
+    produce(&input, &[padded(20, 6_000)]);
+    let status = daemon.wait_exit(Duration::from_secs(60), "the daemon goes on writing what the broker refuses");
+    assert!(!status.success());
+    let log = daemon.log_text();
+    let line =
+        log.lines().find(|l| l.contains(&format!("delivery to {out}/0 failed"))).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("its limit read at start-up was 1048588 bytes"), "{line}");
+    assert!(line.contains("max.message.bytes"), "{line}");
+
+    let mut daemon = Daemon::start("size-low", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    assert!(daemon.log_text().contains(&format!("output {out} 4096 bytes")), "{}", daemon.log_text());
+    produce(&input, &(21..40).map(|s| padded(s, 100)).collect::<Vec<_>>());
+    wait_records(&out, 39, Duration::from_secs(90));
+    let dead = wait_records(&dlq, 1, Duration::from_secs(30));
+    std::thread::sleep(Duration::from_secs(3));
+    let seqs: Vec<u64> = all(&out).iter().map(seq_of).collect();
+    assert_eq!(seqs.len(), 39, "each other record once");
+    assert_eq!(seqs.iter().copied().collect::<BTreeSet<u64>>(), (0..40).filter(|s| *s != 20).collect());
+    assert_eq!(all(&dlq).len(), 1);
+    assert_eq!(header_text(&dead[0], "dedupd.reason"), "too_large_for_topic");
+    assert_eq!(dead[0].key.as_deref(), Some(&b"key-20"[..]));
+    assert_eq!(http_get(daemon.admin_port, "/healthz").map(|(c, _)| c), Some(200));
+    daemon.terminate(Duration::from_secs(30));
+}

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::message::{Headers, Message};
 
 use super::clients::{self, PlainContext, Reader};
 use super::replay::Destination;
@@ -51,6 +52,11 @@ pub fn record_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: impl Itera
     let len = |b: Option<&[u8]>| b.map_or(0, |b| b.len() as u64);
     let headers: u64 = headers.map(|(n, v)| HEADER_FRAMING + n as u64 + v as u64).sum();
     BATCH_HEADER + RECORD_FRAMING + len(key) + len(value) + headers + OWN_HEADERS
+}
+
+/// The (name, value) lengths of `m`'s headers.
+pub fn headers_of<M: Message>(m: &M) -> impl Iterator<Item = (usize, usize)> + '_ {
+    m.headers().into_iter().flat_map(|h| h.iter().map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))))
 }
 
 /// Where a topic's limit came from.

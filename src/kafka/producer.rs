@@ -165,7 +165,7 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
     let topic = m.topic();
     let mut text = format!("delivery to {topic}/{} failed: {e}", m.partition());
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-        let size = limits::record_size(m.key(), m.payload(), headers_of(m)) - limits::OWN_HEADERS;
+        let size = limits::record_size(m.key(), m.payload(), limits::headers_of(m)) - limits::OWN_HEADERS;
         let known = limits.of_topic(topic).map_or_else(
             || "dedupd does not check it".to_string(),
             |l| format!("its limit read at start-up was {} bytes", l.bytes),
@@ -179,11 +179,6 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
         ));
     }
     text
-}
-
-/// The (name, value) lengths of `m`'s headers.
-pub fn headers_of<M: Message>(m: &M) -> impl Iterator<Item = (usize, usize)> + '_ {
-    m.headers().into_iter().flat_map(|h| h.iter().map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))))
 }
 
 /// Creates a producer; with `latency`, acknowledged records of that topic

@@ -8,8 +8,8 @@ use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
-use crate::kafka::limits::{self, Limit, REASON};
-use crate::kafka::producer::{headers_of, produce_bare, produce_with};
+use crate::kafka::limits::{self, Limit};
+use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::slice_log::parts;
 use crate::kafka::{KafkaLayerError, headers};
@@ -143,7 +143,7 @@ fn emit_flag<M: Message>(
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
 /// to each topic that does not hold it yet (`replay`: the slice's bounds,
 /// `None` once past them all). A copy larger than its topic takes is not
-/// sent; the judgment's one dead letter ([`REASON`]) names those topics.
+/// sent; the judgment's one dead letter ([`limits::REASON`]) names those topics.
 pub(super) fn emit_one<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
@@ -196,10 +196,7 @@ pub(super) fn emit_one<M: Message>(
     if refused.is_empty() || written(Destination::DeadLetters) {
         return Ok(());
     }
-    let topics: Vec<String> =
-        refused.iter().map(|(d, l)| format!("{} topic {} takes at most {}", d.name(), l.topic, l.bytes)).collect();
-    let detail = format!("{size} bytes as the broker counts them; the {}", topics.join(", the "));
-    dead_letter_as(deps, slice, REASON, &detail, msg, framed, &ids)
+    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
 }
 
 /// A copy's size as [`limits::record_size`] counts it, with the headers
@@ -207,7 +204,41 @@ pub(super) fn emit_one<M: Message>(
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
     let first_source = j.first_source.as_deref().map_or(0, str::len) as u64;
-    limits::record_size(msg.key(), payload, headers_of(msg)) + first_source
+    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
+}
+
+/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
+/// `availability.policy` decision's record: no headers beyond the usual ones).
+pub(super) fn refusal<'a, M: Message>(
+    deps: &'a WorkerSetup,
+    dest: Destination,
+    msg: &M,
+    payload: Option<&[u8]>,
+) -> Option<&'a limits::Limit> {
+    let size = limits::record_size(msg.key(), payload, limits::headers_of(msg));
+    deps.limits.refuses(dest, size)
+}
+
+/// The `dedupd.detail` of a copy of `size` bytes that the topics of
+/// `refused` do not take.
+fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
+    let topics: Vec<String> =
+        refused.iter().map(|(d, l)| format!("{} topic {} takes at most {}", d.name(), l.topic, l.bytes)).collect();
+    format!("{size} bytes as the broker counts them; the {}", topics.join(", the "))
+}
+
+/// [`dead_letter`] of a record whose copies the topics of `refused` do not
+/// take, as [`limits::REASON`].
+pub(super) fn dead_letter_too_large<M: Message>(
+    deps: &WorkerSetup,
+    slice: u32,
+    refused: &[(Destination, &Limit)],
+    msg: &M,
+    framed: &Unframed<'_>,
+    ids: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg));
+    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
 }
 
 /// Where the judgment `j` sends its record, if anywhere: the output, the
@@ -301,7 +332,7 @@ fn dead_letter_as<M: Message>(
         extra.push((headers::SOURCE, stamp));
     }
     let topic = &deps.cfg.settings.output.dead_letter_topic;
-    let size = limits::record_size(msg.key(), framed.payload, headers_of(msg)) + detail.len() as u64;
+    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
     let Some(limit) = deps.limits.refuses(Destination::DeadLetters, size) else {
         return send(deps, topic, slice, msg, framed.payload, &extra);
     };
@@ -320,7 +351,7 @@ fn dead_letter_as<M: Message>(
     let note = note_text;
     extra.push((headers::VALUE_DROPPED, note.as_bytes()));
     if bare {
-        produce_bare(&deps.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
+        crate::kafka::producer::produce_bare(&deps.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
     } else {
         send(deps, topic, slice, msg, None, &extra)
     }
