@@ -150,10 +150,24 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
     let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
-    let slice_count = topics::ensure(&cfg).await?;
-    // Read once: every decision a replay makes again must be made against
-    // the same limits (design invariant 1).
-    let limits = crate::kafka::limits::read(&cfg).await?;
+    // Taken over from here on: a SIGTERM while the topics are made and
+    // their limits read stops the daemon cleanly instead of killing it.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let started = async {
+        let slice_count = topics::ensure(&cfg).await?;
+        // Read once: every decision a replay makes again must be made
+        // against the same limits (design invariant 1).
+        let limits = crate::kafka::limits::read(&cfg).await?;
+        anyhow::Ok((slice_count, limits))
+    };
+    let (slice_count, limits) = tokio::select! {
+        r = started => r?,
+        _ = terminate.recv() => {
+            log::info!("SIGTERM during start-up: stopped before any slice started");
+            admin.stop().await;
+            return Ok(());
+        }
+    };
     log::info!("record-size limits: {limits}");
 
     let extractor = Extractor {
@@ -240,7 +254,6 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         None
     };
 
-    let mut terminate = signal(SignalKind::terminate())?;
     let failure: Option<anyhow::Error> = tokio::select! {
         _ = terminate.recv() => { log::info!("SIGTERM: shutting down"); None }
         _ = tokio::signal::ctrl_c() => { log::info!("SIGINT: shutting down"); None }

@@ -183,7 +183,10 @@ pub async fn read(cfg: &Resolved) -> Result<RecordLimits, KafkaLayerError> {
     let mut reported = Vec::new();
     for ((_, topic), r) in topics.iter().zip(described) {
         let resource = r.map_err(|code| {
-            KafkaLayerError::Topology(format!("cannot read the configuration of topic {topic}: {code}"))
+            KafkaLayerError::Topology(format!(
+                "cannot read the configuration of topic {topic}: {code} (dedupd reads its max.message.bytes: it \
+                 needs DescribeConfigs on the topics it writes)"
+            ))
         })?;
         reported.push(resource.get("max.message.bytes").and_then(|e| e.value.clone()));
     }
