@@ -46,8 +46,8 @@ const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The size a copy of a record takes in a batch of its own, as the broker
 /// compares it with `max.message.bytes`, before compression: `headers` are
-/// the (name, value) lengths of the record's headers, `extra` the bytes of
-/// headers added besides [`OWN_HEADERS`].
+/// the (name, value) lengths of the input record's headers; dedupd's own
+/// come on top, counted as [`OWN_HEADERS`].
 pub fn record_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: impl Iterator<Item = (usize, usize)>) -> u64 {
     let len = |b: Option<&[u8]>| b.map_or(0, |b| b.len() as u64);
     let headers: u64 = headers.map(|(n, v)| HEADER_FRAMING + n as u64 + v as u64).sum();
