@@ -150,7 +150,25 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
     let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
-    let slice_count = topics::ensure(&cfg).await?;
+    // Taken over from here on: a SIGTERM while the topics are made and
+    // their limits read stops the daemon cleanly instead of killing it.
+    let mut terminate = signal(SignalKind::terminate())?;
+    let started = async {
+        let slice_count = topics::ensure(&cfg).await?;
+        // Read once: every decision a replay makes again must be made
+        // against the same limits (design invariant 1).
+        let limits = crate::kafka::limits::read(&cfg).await?;
+        anyhow::Ok((slice_count, limits))
+    };
+    let (slice_count, limits) = tokio::select! {
+        r = started => r?,
+        _ = terminate.recv() => {
+            log::info!("SIGTERM during start-up: stopped before any slice started");
+            admin.stop().await;
+            return Ok(());
+        }
+    };
+    log::info!("record-size limits: {limits}");
 
     let extractor = Extractor {
         key: cfg.key.clone(),
@@ -169,6 +187,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
             output_topics(&cfg),
             slice_count as usize,
+            Some(&limits),
         )?,
         store: CheckpointStore::new(&cfg)?,
         reader: clients::reader(&cfg, &format!("{id}-restore"))
@@ -179,6 +198,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
         verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
+        limits: limits.clone(),
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));
@@ -189,7 +209,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             cfg: cfg.clone(),
             extractor: extractor.clone(),
             cache_params: cfg.leaf_cache().expect("validated at load"),
-            producer: producer::output_producer(&cfg, "leaf", None, vec![], 0)?,
+            producer: producer::output_producer(&cfg, "leaf", None, vec![], 0, None)?,
             metrics: metrics.clone(),
             status: status.clone(),
         });
@@ -224,6 +244,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
                 Some((cfg.slice_topic(), metrics.stage("router_acked"))),
                 vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
                 slice_count as usize,
+                Some(&limits),
             )?,
             metrics: metrics.clone(),
         });
@@ -233,7 +254,6 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         None
     };
 
-    let mut terminate = signal(SignalKind::terminate())?;
     let failure: Option<anyhow::Error> = tokio::select! {
         _ = terminate.recv() => { log::info!("SIGTERM: shutting down"); None }
         _ = tokio::signal::ctrl_c() => { log::info!("SIGINT: shutting down"); None }

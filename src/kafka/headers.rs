@@ -28,6 +28,9 @@ pub const RULE: &str = "dedupd.rule";
 pub const REASON: &str = "dedupd.reason";
 /// On dead letters: a human explanation.
 pub const DETAIL: &str = "dedupd.detail";
+/// On dead letters too large for the dead-letter topic: what was left out
+/// of the copy (its value; or its value, key and headers) and why.
+pub const VALUE_DROPPED: &str = "dedupd.value_dropped";
 /// On output, duplicates and dead-letter records written by a slice: the
 /// judgment's release position, `after/rank` or `after/flush/rank` (the
 /// slice offset whose arrival, or the idle flush right after it, released

@@ -7,6 +7,8 @@
 //! - [`join`]: logs a group consumer's wait for its assignment.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
+//! - [`limits`]: the record-size limit of each topic a slice writes, and a
+//!   record's size as the broker counts it.
 //! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
 //!   compacted checkpoint topic.
@@ -32,6 +34,7 @@ pub mod clients;
 pub mod deletes;
 pub mod headers;
 pub mod join;
+pub mod limits;
 pub mod merge;
 pub mod producer;
 pub mod replay;

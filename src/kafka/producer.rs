@@ -23,6 +23,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::limits::{self, RecordLimits};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
@@ -33,6 +34,8 @@ pub struct DeliveryWatch {
     /// The output topic and the histogram of record timestamp → acknowledged.
     latency: Option<(String, prometheus::Histogram)>,
     counts: DeliveryCounts,
+    /// The limits read at start-up, named when the broker refuses a record for its size.
+    limits: RecordLimits,
 }
 
 impl DeliveryWatch {
@@ -145,7 +148,7 @@ impl ProducerContext for DeliveryWatch {
             Err((e, m)) => {
                 let mut f = self.failure.lock().expect("failure lock");
                 if f.is_none() {
-                    *f = Some(format!("delivery to {}/{} failed: {e}", m.topic(), m.partition()));
+                    *f = Some(failure_text(e, m, &self.limits));
                 }
             }
         }
@@ -154,21 +157,55 @@ impl ProducerContext for DeliveryWatch {
 
 pub type OutputProducer = ThreadedProducer<DeliveryWatch>;
 
+/// What a failed delivery stops the daemon with. A refusal for size names
+/// the topic's limit as read at start-up: the record path dead-letters what
+/// exceeds that, so the broker's limit is lower now (or was not reported and
+/// is below Kafka's default), and a restart reads it again.
+fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limits: &RecordLimits) -> String {
+    let topic = m.topic();
+    let mut text = format!("delivery to {topic}/{} failed: {e}", m.partition());
+    if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
+        let size = limits::record_size(m.key(), m.payload(), limits::headers_of(m)) - limits::OWN_HEADERS;
+        let known = limits.of_topic(topic).map_or_else(
+            || "dedupd does not check it".to_string(),
+            |l| format!("its limit read at start-up was {} bytes", l.bytes),
+        );
+        text.push_str(&format!(
+            ": topic {topic} refused a batch holding a record of about {size} bytes, and {known}. Its \
+             max.message.bytes was lowered since start-up, or its broker does not report it and takes less than \
+             Kafka's default: set max.message.bytes on the topic. A restart reads the limits again and \
+             dead-letters what exceeds them ({})",
+            limits::REASON
+        ));
+    }
+    text
+}
+
 /// Creates a producer; with `latency`, acknowledged records of that topic
 /// are timed from their timestamps. Records sent to partitions
 /// `0..partitions` of `counted` topics are counted ([`DeliveryCounts`]).
+/// With `limits` (the topics it writes), its batches fit the smallest of them.
 pub fn output_producer(
     cfg: &Resolved,
     name: &str,
     latency: Option<(String, prometheus::Histogram)>,
     counted: Vec<String>,
     partitions: usize,
+    limits: Option<&RecordLimits>,
 ) -> Result<OutputProducer, KafkaLayerError> {
     let counts = DeliveryCounts::new(counted, partitions);
     let mut config = clients::producer(cfg, &format!("{}-{name}", cfg.settings.app.id));
     gapless(&mut config);
+    if let Some(limits) = limits {
+        // The broker refuses a whole batch larger than its topic's limit,
+        // however small its records: librdkafka's batches (1 MB by default)
+        // must stay within the smallest.
+        let configured = config.get("batch.size").and_then(|v| v.parse().ok());
+        config.set("batch.size", limits.batch_size(configured).to_string());
+    }
+    let limits = limits.cloned().unwrap_or_default();
     config
-        .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts })
+        .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts, limits })
         .context(|| format!("creating the {name} producer"))
 }
 
@@ -291,6 +328,28 @@ pub fn produce_control(
     let hs = OwnedHeaders::new_with_capacity(1).insert(Header { key: header, value: Some(&b""[..]) });
     let record: BaseRecord<'_, [u8], [u8], ()> =
         BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs).payload(payload);
+    send_counted(producer, record)
+}
+
+/// Produces a record of `extra` headers alone (no key, no value), with
+/// `timestamp`: a dead letter whose input record's key and headers exceed
+/// the dead-letter topic's limit by themselves.
+pub fn produce_bare(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    timestamp: Option<i64>,
+    extra: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let mut hs = OwnedHeaders::new_with_capacity(extra.len());
+    for (k, v) in extra {
+        hs = hs.insert(Header { key: k, value: Some(*v) });
+    }
+    let mut record: BaseRecord<'_, [u8], [u8], ()> =
+        BaseRecord::with_opaque_to(topic, ()).partition(partition).headers(hs);
+    if let Some(ts) = timestamp {
+        record = record.timestamp(ts);
+    }
     send_counted(producer, record)
 }
 

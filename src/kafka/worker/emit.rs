@@ -8,6 +8,7 @@ use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
+use crate::kafka::limits::{self, Limit};
 use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::slice_log::parts;
@@ -125,6 +126,10 @@ fn emit_flag<M: Message>(
     payload: Option<&[u8]>,
     count: u64,
 ) -> Result<(), KafkaLayerError> {
+    // Too large for the flag topic: the judgment's dead letter says so (emit_one).
+    if deps.limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
+        return Ok(());
+    }
     let mut offset_buf = [0u8; 20];
     let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
     let mut release_buf = [0u8; 48];
@@ -137,7 +142,8 @@ fn emit_flag<M: Message>(
 
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
 /// to each topic that does not hold it yet (`replay`: the slice's bounds,
-/// `None` once past them all).
+/// `None` once past them all). A copy larger than its topic takes is not
+/// sent; the judgment's one dead letter ([`limits::REASON`]) names those topics.
 pub(super) fn emit_one<M: Message>(
     deps: &WorkerSetup,
     slice: u32,
@@ -164,23 +170,108 @@ pub(super) fn emit_one<M: Message>(
     let mut release_buf = [0u8; 48];
     let release_text = format_into(&mut release_buf, format_args!("{pos}"));
     let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
-    if let Some(late) = j.late_by_ms
-        && !out.late_topic.is_empty()
-        && !written(Destination::Late)
+    let size = copy_size(msg, payload, j);
+    let main = main_destination(deps, j).filter(|d| !written(*d));
+    let flagged = j.count.is_some_and(|m| m.flagged) && !written(Destination::Flags);
+    let late = j.late_by_ms.filter(|_| !out.late_topic.is_empty() && !written(Destination::Late));
+    // The dead letters are the main destination of an unreadable record:
+    // one too large for them loses its value there instead.
+    let refused: Vec<(Destination, &Limit)> =
+        [late.map(|_| Destination::Late), main, flagged.then_some(Destination::Flags)]
+            .into_iter()
+            .flatten()
+            .filter(|d| *d != Destination::DeadLetters)
+            .filter_map(|d| deps.limits.refuses(d, size).map(|l| (d, l)))
+            .collect();
+    let fits = |dest| !refused.iter().any(|(d, _)| *d == dest);
+    if let Some(late) = late
+        && fits(Destination::Late)
     {
         let late_text = late.to_string();
         send(deps, &out.late_topic, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
     }
+    if main.is_some_and(fits) {
+        send_main(deps, slice, j, msg, framed, &ids)?;
+    }
+    if refused.is_empty() || written(Destination::DeadLetters) {
+        return Ok(());
+    }
+    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
+}
+
+/// A copy's size as [`limits::record_size`] counts it, with the headers
+/// this judgment adds beyond dedupd's usual ones. The same for every topic
+/// the judgment writes, and in a replay: it depends on the record alone.
+fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
+    let first_source = j.first_source.as_deref().map_or(0, str::len) as u64;
+    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
+}
+
+/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
+/// `availability.policy` decision's record: no headers beyond the usual ones).
+pub(super) fn refusal<'a, M: Message>(
+    deps: &'a WorkerSetup,
+    dest: Destination,
+    msg: &M,
+    payload: Option<&[u8]>,
+) -> Option<&'a limits::Limit> {
+    let size = limits::record_size(msg.key(), payload, limits::headers_of(msg));
+    deps.limits.refuses(dest, size)
+}
+
+/// The `dedupd.detail` of a copy of `size` bytes that the topics of
+/// `refused` do not take.
+fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
+    let topics: Vec<String> =
+        refused.iter().map(|(d, l)| format!("{} topic {} takes at most {}", d.name(), l.topic, l.bytes)).collect();
+    format!("{size} bytes as the broker counts them; the {}", topics.join(", the "))
+}
+
+/// [`dead_letter`] of a record whose copies the topics of `refused` do not
+/// take, as [`limits::REASON`].
+pub(super) fn dead_letter_too_large<M: Message>(
+    deps: &WorkerSetup,
+    slice: u32,
+    refused: &[(Destination, &Limit)],
+    msg: &M,
+    framed: &Unframed<'_>,
+    ids: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg));
+    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
+}
+
+/// Where the judgment `j` sends its record, if anywhere: the output, the
+/// duplicates (when that topic is on) or the dead letters.
+fn main_destination(deps: &WorkerSetup, j: &Judgment) -> Option<Destination> {
+    match j.verdict {
+        SliceVerdict::Distinct => Some(Destination::Output),
+        SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => {
+            Some(Destination::Duplicates).filter(|_| !deps.cfg.settings.output.duplicates_topic.is_empty())
+        }
+        SliceVerdict::Invalid(_) => Some(Destination::DeadLetters),
+    }
+}
+
+/// Sends the judgment's record to its [`main_destination`], with `ids`
+/// (its slice offset and release position).
+fn send_main<M: Message>(
+    deps: &WorkerSetup,
+    slice: u32,
+    j: &Judgment,
+    msg: &M,
+    framed: &Unframed<'_>,
+    ids: &[(&str, &[u8]); 2],
+) -> Result<(), KafkaLayerError> {
+    let out = &deps.cfg.settings.output;
+    let payload = framed.payload;
     match &j.verdict {
-        SliceVerdict::Distinct if written(Destination::Output) => Ok(()),
-        SliceVerdict::Duplicate { .. } | SliceVerdict::Resend if written(Destination::Duplicates) => Ok(()),
-        SliceVerdict::Invalid(_) if written(Destination::DeadLetters) => Ok(()),
         // A dense leaf's output is its parent's input: named as this leaf's.
         SliceVerdict::Distinct if deps.cfg.tier == crate::config::Tier::DenseLeaf => {
             let leaf = (crate::kafka::tier::LEAF, deps.cfg.settings.app.id.as_bytes());
             send(deps, &out.topic, slice, msg, payload, &[ids[0], ids[1], leaf])
         }
-        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, payload, &ids),
+        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, payload, ids),
         SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
             let rule = match j.count {
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
@@ -196,7 +287,7 @@ pub(super) fn emit_one<M: Message>(
             send(deps, &out.duplicates_topic, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
-        SliceVerdict::Invalid(why) => dead_letter(deps, slice, why, msg, framed, &ids),
+        SliceVerdict::Invalid(why) => dead_letter(deps, slice, why, msg, framed, ids),
     }
 }
 
@@ -211,10 +302,26 @@ pub(super) fn dead_letter<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+    dead_letter_as(deps, slice, why.reason.as_str(), &why.detail, msg, framed, ids)
+}
+
+/// [`dead_letter`] with a `reason` and `detail` of the Kafka layer's own.
+/// A dead letter larger than its topic takes goes without its value, and if
+/// still too large without its key and headers too ([`headers::VALUE_DROPPED`]
+/// says so): its source stamp still finds the input record.
+fn dead_letter_as<M: Message>(
+    deps: &WorkerSetup,
+    slice: u32,
+    reason: &str,
+    detail: &str,
+    msg: &M,
+    framed: &Unframed<'_>,
+    ids: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    deps.metrics.dead_letters.with_label_values(&[reason]).inc();
     let mut extra = ids.to_vec();
-    extra.push((headers::REASON, why.reason.as_str().as_bytes()));
-    extra.push((headers::DETAIL, why.detail.as_bytes()));
+    extra.push((headers::REASON, reason.as_bytes()));
+    extra.push((headers::DETAIL, detail.as_bytes()));
     // The input record's position: in repartition mode the router's
     // stamp; else this record's own (the slice log is the input).
     let mut stamp_buf = [0u8; STAMP_BYTES];
@@ -224,7 +331,30 @@ pub(super) fn dead_letter<M: Message>(
     if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
         extra.push((headers::SOURCE, stamp));
     }
-    send(deps, &deps.cfg.settings.output.dead_letter_topic, slice, msg, framed.payload, &extra)
+    let topic = &deps.cfg.settings.output.dead_letter_topic;
+    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
+    let Some(limit) = deps.limits.refuses(Destination::DeadLetters, size) else {
+        return send(deps, topic, slice, msg, framed.payload, &extra);
+    };
+    let value = framed.payload.map_or(0, <[u8]>::len) as u64;
+    let note = |dropped: &str| {
+        format!(
+            "{dropped} left out: {size} bytes, the dead-letter topic {topic} takes at most {} (value {value} bytes)",
+            limit.bytes
+        )
+    };
+    let mut note_text = note("value");
+    let bare = deps.limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
+    if bare {
+        note_text = note("value, key and headers");
+    }
+    let note = note_text;
+    extra.push((headers::VALUE_DROPPED, note.as_bytes()));
+    if bare {
+        crate::kafka::producer::produce_bare(&deps.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
+    } else {
+        send(deps, topic, slice, msg, None, &extra)
+    }
 }
 
 /// Sends a copy of the input record `msg` holds (key, timestamp, headers;

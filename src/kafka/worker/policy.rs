@@ -81,10 +81,10 @@ pub(super) fn decide_early(
         timestamp_ms: msg.timestamp().to_millis(),
     };
     let unreadable = deps.extractor.extract(&view, 0).err();
-    let dest = destination(range.policy, unreadable.is_some());
+    let (dest, refused) = routed(deps, range.policy, unreadable.is_some(), msg, framed);
     if !d.bounds.holds_decision(dest, pos) {
         let after = d.bounds.policy_after(dest, None);
-        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref() };
+        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
         send_decision(deps, slice, msg, framed, &decision)?;
         d.bounds.raise(dest, Sent { normal: None, policy: Some(pos) });
     }
@@ -138,15 +138,32 @@ pub(super) fn decide_logged(
         owned.state.counters.invalid += 1;
         deps.extractor.extract(&slice_record.record, 0).err()
     };
-    let dest = destination(range.policy, unreadable.is_some());
+    let (dest, refused) = routed(deps, range.policy, unreadable.is_some(), msg, framed);
     if owned.replay.holds_decision(dest, pos) {
         deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {
         let after = owned.replay.policy_after(dest, owned.last_judged);
-        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref() };
+        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
         send_decision(deps, slice, msg, framed, &decision)?;
     }
     Ok(())
+}
+
+/// Where a decision goes ([`destination`]), unless that topic does not take
+/// a record of its size: then to the dead letters, with the topic refusing
+/// it (a replay, against the same limits, routes it the same way).
+fn routed<'a>(
+    deps: &'a WorkerSetup,
+    policy: AvailabilityPolicy,
+    unreadable: bool,
+    msg: &BorrowedMessage<'_>,
+    framed: &Unframed<'_>,
+) -> (Destination, Option<(Destination, &'a crate::kafka::limits::Limit)>) {
+    let dest = destination(policy, unreadable);
+    match super::emit::refusal(deps, dest, msg, framed.payload) {
+        Some(limit) if dest != Destination::DeadLetters => (Destination::DeadLetters, Some((dest, limit))),
+        _ => (dest, None),
+    }
 }
 
 /// A decision of `availability.policy` about one record.
@@ -160,6 +177,9 @@ struct Decision<'a> {
     after: Option<ReleasePos>,
     /// Why the record cannot be read, if it cannot: it goes to the dead letters.
     unreadable: Option<&'a InvalidRecord>,
+    /// The topic it was decided for, when that topic does not take a record
+    /// of its size: it goes to the dead letters.
+    refused: Option<(Destination, &'a crate::kafka::limits::Limit)>,
 }
 
 /// Sends a record decided by the policy: to the output (`deliver`), the
@@ -186,6 +206,9 @@ fn send_decision<M: Message>(
     ];
     if let Some(why) = d.unreadable {
         return dead_letter(deps, slice, why, msg, framed, &extra);
+    }
+    if let Some(refused) = d.refused {
+        return super::emit::dead_letter_too_large(deps, slice, &[refused], msg, framed, &extra);
     }
     deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
     match d.policy {

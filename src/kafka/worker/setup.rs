@@ -30,6 +30,8 @@ pub struct WorkerSetup {
     pub input_counter: Option<prometheus::IntCounter>,
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
     pub verdicts: Option<crate::kafka::tier::RootVerdicts>,
+    /// How large a record each topic a slice writes takes (read at start-up).
+    pub limits: crate::kafka::limits::RecordLimits,
 }
 
 impl WorkerSetup {
