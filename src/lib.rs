@@ -1,16 +1,23 @@
 //! dedupd removes duplicate events from streams with sliding-window timer
 //! Bloom filters ("One is Enough", Koloniari et al., CIKM 2011).
 //!
-//! The crate follows the data:
+//! The crate follows the data, each layer using only those above it
+//! (docs/architecture.md draws where a record goes and where each feature
+//! lives; docs/design.md holds the invariants):
 //!
-//! - [`filter`]: the pure filter engine — hashing, timer cells, sliding
-//!   generations with density- or cardinality-based growth, horizontal
-//!   slicing, sizing formulas and the snapshot codec. No I/O, no async.
-//! - [`engine`]: records in, verdicts out — key and time extraction from
-//!   records and batched, deterministic processing over the filter.
+//! - [`filter`]: the pure filters — hashing, timer cells, sliding
+//!   generations, the count-based kinds and the family a slice judges with
+//!   ([`filter::SliceFilter`]), their snapshots. No I/O, no clock.
+//! - [`engine`]: records in, judgments out — key and time extraction,
+//!   event-time order, one slice's deterministic state and its snapshot.
+//! - [`kafka`]: I/O and the exactly-once protocol — the router, the slice
+//!   workers, checkpoints, restore and the replay bounds.
+//! - [`admin`]: the admin endpoint (health, status, key lookups, deletes).
+//! - [`metrics`]: the Prometheus metrics.
+//! - [`config`]: the settings, validated once at start-up.
+//! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
 //! - [`testkit`]: synthetic workloads, real text and the exact oracle, shared
 //!   by the tests, the examples and the lab (`lab/`, the accuracy experiments).
-//! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
 //! - [`units`]: parsing of durations such as `10m`.
 
 pub mod admin;

@@ -300,6 +300,6 @@ mod tests {
         assert_eq!(distinct, [true, true, true, false, false, false, false, false]);
         let flagged: Vec<u64> = out.iter().filter(|j| j.count.unwrap().flagged).map(|j| j.offset).collect();
         assert_eq!(flagged, [4]);
-        assert_eq!(s.filter.counters().events, 0, "the timer filter judged");
+        assert_eq!(s.filter.as_timer().expect("a timer filter").counters().events, 0, "the timer filter judged");
     }
 }

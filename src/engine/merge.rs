@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::slice::{SliceCounters, SliceState};
-use crate::filter::{FilterCounters, FilterParams, SlidingFilter};
+use crate::filter::{FilterCounters, FilterKind, FilterParams, SlidingFilter};
 
 /// Why slice states cannot be merged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -126,7 +126,7 @@ pub fn merge(
         return Err(MergeError::Counts { from, to, rule: "the new count must be at least 1 and below the old one" });
     }
     for s in &old {
-        if let Some(count) = &s.count {
+        if let Some(count) = s.filter.as_count() {
             return Err(MergeError::CountKind { slice: s.slice, kind: count.kind().as_str() });
         }
         if !s.unfilled.is_empty() || s.order.held().next().is_some() {
@@ -145,7 +145,9 @@ pub fn merge(
     for (j, from_slices) in plan.iter().enumerate() {
         let j = j as u32;
         let parts: Vec<&SliceState> = from_slices.iter().map(|&i| &old[i as usize]).collect();
-        let filter = unite(parts.iter().map(|s| s.filter.clone()).collect(), params, j)?;
+        // Count kinds were refused above: every part is a timer filter.
+        let timers = parts.iter().filter_map(|s| s.filter.as_timer().cloned()).collect();
+        let filter = unite(timers, params, j)?;
         // Each old slice's counts go to one new slice (the first that takes it).
         let mut counters = SliceCounters::default();
         for s in parts.iter().filter(|s| plan.iter().position(|p| p.contains(&s.slice)) == Some(j as usize)) {
@@ -158,11 +160,10 @@ pub fn merge(
         let own = &old[j as usize];
         merged.push(SliceState {
             slice: j,
-            filter,
+            filter: FilterKind::Timer(filter).into(),
             next_offset: own.next_offset,
             resend_marks: resend_marks.clone(),
             counters,
-            count: None,
             // Which sources saw a key is not merged: a merged slice's
             // provenance starts empty (docs/deletion-merge.md).
             provenance: None,
@@ -239,9 +240,10 @@ mod tests {
         assert_eq!(merged.len(), 8);
         for i in 0..3_000u64 {
             let h = key(i);
-            assert!(merged[h.slice(8) as usize].filter.lookup(&h).duplicate, "key {i} forgotten");
+            assert!(merged[h.slice(8) as usize].filter.as_timer().unwrap().lookup(&h).duplicate, "key {i} forgotten");
         }
-        let fresh = (10_000..12_000u64).filter(|&i| merged[key(i).slice(8) as usize].filter.lookup(&key(i)).duplicate);
+        let fresh = (10_000..12_000u64)
+            .filter(|&i| merged[key(i).slice(8) as usize].filter.as_timer().unwrap().lookup(&key(i)).duplicate);
         assert!(fresh.count() < 100, "too many false positives");
         assert!(merged.iter().all(|s| s.resend_marks[&("in".to_string(), 0)] == 77));
         let total = |states: &[SliceState]| states.iter().map(|s| s.counters.distinct).sum::<u64>();

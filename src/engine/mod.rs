@@ -14,6 +14,8 @@
 //!   one slice judged in which order (docs/shared-mode.md).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
+//! - [`merge`]: the states of several slices merged into fewer
+//!   (`dedupd checkpoint merge`).
 
 pub mod counting;
 pub mod dedup;
@@ -32,6 +34,6 @@ pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
-    InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCopy, SliceCounters, SliceImage,
-    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage, SliceRecord,
+    SliceState, SliceVerdict, SourceRef, format_into,
 };

@@ -21,6 +21,7 @@ pub(crate) mod cells;
 pub mod compact_counters;
 pub mod copy;
 pub mod count;
+pub mod family;
 pub use cells::advise_huge_pages;
 pub mod generation;
 pub mod hash;
@@ -39,6 +40,7 @@ pub mod vertical;
 
 pub use copy::FilterCopy;
 pub use count::{CountFilter, CountKind, CountSize, CountSpec, CountStats};
+pub use family::{FilterFigures, FilterKind, SliceFilter};
 pub use generation::Generation;
 pub use hash::KeyHash;
 pub use params::{FilterParams, FilterSpec, Growth, Layout, ParamError};

@@ -110,7 +110,7 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
             slice: j,
             from_slices: plan[j as usize].clone(),
             offset: state.next_offset,
-            generations: state.filter.generations().len(),
+            generations: state.filter.as_timer().map_or(0, |f| f.generations().len()),
             bytes: bytes.len(),
         });
     }

@@ -13,8 +13,8 @@ use super::frame::InputProgress;
 use super::judgment::SliceCounters;
 use super::state::SliceState;
 use crate::filter::count::{self as count_codec};
-use crate::filter::snapshot::{self as filter_snapshot, Skeleton, put_u32, put_u64};
-use crate::filter::{FilterParams, SlidingFilter, SnapshotError};
+use crate::filter::snapshot::{self as filter_snapshot, put_u32, put_u64};
+use crate::filter::{FilterKind, FilterParams, SnapshotError};
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
@@ -35,37 +35,51 @@ pub(super) const VERSION_PROVENANCE: u16 = 3;
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
 pub fn encode(state: &SliceState) -> Vec<u8> {
-    if let Some(count) = &state.count {
-        let mut image = image(state, &count_codec::encode(count), Vec::new());
-        image.seal();
-        return image.into_buffer();
-    }
-    let skeleton = Skeleton::of(&state.filter);
-    let head = head(state, skeleton.len());
-    let filter = head.len()..head.len() + skeleton.len();
-    let mut buffer = vec![0; filter.end + 8];
-    buffer[..head.len()].copy_from_slice(&head);
-    skeleton.write(&state.filter, &mut buffer[filter.clone()]);
+    let prepared = state.filter.prepare_copy();
+    let head = head(state, prepared.len());
+    // 8 bytes after the filter's encoding: the slice envelope's checksum.
+    let (buffer, filter) = state.filter.encode(prepared, &head, 8);
     let mut image = SliceImage { buffer, filter };
     image.seal();
     image.into_buffer()
 }
 
-/// The slice snapshot, but for its checksum, with `filter` (a count
-/// filter's encoding) as its filter part, in `buffer`'s memory.
-pub(super) fn image(state: &SliceState, filter: &[u8], mut buffer: Vec<u8>) -> SliceImage {
-    let head = head(state, filter.len());
-    let range = head.len()..head.len() + filter.len();
-    buffer.clear();
-    buffer.reserve(range.end + 8);
-    buffer.extend_from_slice(&head);
-    buffer.extend_from_slice(filter);
-    buffer.extend_from_slice(&[0; 8]);
-    SliceImage { buffer, filter: range }
+/// A snapshot copied while the slice goes on: everything but the filter is
+/// laid out when it begins, and the filter copies itself while the slice
+/// goes on (copy-on-write, see [`crate::filter::SliceFilter`]), straight
+/// into the snapshot's bytes. A checkpoint takes one instead of stopping the
+/// slice for a full copy.
+impl SliceState {
+    /// Starts a snapshot of this state in `buffer`'s memory (a checkpoint
+    /// keeps one buffer for its snapshots): [`Self::finish_copy`] gives the
+    /// state as it is now, whatever the slice does meanwhile.
+    pub fn begin_copy(&mut self, buffer: Vec<u8>) {
+        let prepared = self.filter.prepare_copy();
+        let head = head(self, prepared.len());
+        self.filter.begin_copy(prepared, &head, buffer, 8);
+    }
+
+    /// Bytes of filter cells still to copy.
+    pub fn copy_bytes_left(&self) -> usize {
+        self.filter.copy_bytes_left()
+    }
+
+    /// Copies up to `budget_bytes` more (at least one chunk); returns
+    /// whether the copy is complete.
+    pub fn advance_copy(&mut self, budget_bytes: usize) -> bool {
+        self.filter.advance_copy(budget_bytes)
+    }
+
+    /// Copies whatever is left: the snapshot of the state as it was when
+    /// the copy began (`None`: no copy in progress).
+    pub fn finish_copy(&mut self) -> Option<SliceImage> {
+        let (buffer, filter) = self.filter.finish_copy()?;
+        Some(SliceImage { buffer, filter })
+    }
 }
 
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
-pub(super) fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
+fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     // Without provenance the envelope is version 2's, byte for byte, so a
     // release before provenance can still restore it (a rollback).
     let version = match (state.progress.is_empty(), &state.counting, &state.provenance) {
@@ -289,11 +303,11 @@ pub fn decode_full(
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
-    let (filter, count) = match &params.count {
+    let filter = match &params.count {
         Some(spec) => {
             let configured =
                 spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-            (SlidingFilter::new(params.clone()), Some(count_codec::decode(filter_bytes, &configured)?))
+            FilterKind::Count(count_codec::decode(filter_bytes, &configured)?)
         }
         None => match count_codec::kind_of(filter_bytes) {
             Some(kind) => {
@@ -303,13 +317,12 @@ pub fn decode_full(
                     configured: "timer".to_string(),
                 });
             }
-            None => (filter_snapshot::decode(filter_bytes, params)?, None),
+            None => FilterKind::Timer(filter_snapshot::decode(filter_bytes, params)?),
         },
     };
     let mut state = SliceState {
         slice,
-        filter,
-        count,
+        filter: filter.into(),
         next_offset,
         resend_marks,
         counters,

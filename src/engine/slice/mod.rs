@@ -23,18 +23,15 @@
 //! - `judgment.rs`: a slice-log record and what a slice makes of it
 //!   (judgments, release positions, verdict counts).
 //! - `state.rs`: [`SliceState`] and how it takes in the slice log.
-//! - `codec.rs`: the slice snapshot format ([`encode`], [`decode`]).
-//! - `copy.rs`: a snapshot copied while the slice goes on ([`SliceCopy`])
-//!   and the slice's operations while one is in progress.
+//! - `codec.rs`: the slice snapshot format ([`encode`], [`decode`]), and
+//!   a snapshot copied while the slice goes on ([`SliceState::begin_copy`]).
 
 mod codec;
-mod copy;
 mod frame;
 mod judgment;
 mod state;
 
 pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, decode_with, encode};
-pub use copy::SliceCopy;
 pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
     Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,

@@ -11,21 +11,17 @@ use super::super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::super::record::{Extractor, InvalidRecord, RecordView};
 use super::frame::{InputProgress, Progress, SourceRef};
 use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
-use crate::filter::count::CountFilter;
-use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SlidingFilter, Verdict};
+use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SliceFilter, Verdict};
 
 /// The state of one slice.
 #[derive(Clone, Debug)]
 pub struct SliceState {
     pub slice: u32,
-    pub filter: SlidingFilter,
-    /// A count-based kind (`filter.kind = "rsbf" | "stable"`): it judges
-    /// every released record instead of `filter`, which then stays empty.
-    /// Records are still released in event-time order (the same order
-    /// buffer), so its verdicts follow from the log alone as the timer
-    /// filter's do; there are no timers, so nothing expires and late
-    /// records are judged like any other, in their release order.
-    pub count: Option<CountFilter>,
+    /// The filter that judges every released record, of the configured
+    /// kind. A count-based kind's records are still released in event-time
+    /// order (the same order buffer), so its verdicts follow from the log
+    /// alone as the timer filter's do.
+    pub filter: SliceFilter,
     /// The next slice offset to process: the state reflects every record below it.
     pub next_offset: u64,
     /// Highest input offset seen per input (topic, partition).
@@ -63,8 +59,8 @@ impl PartialEq for SliceState {
             h.sort_unstable();
             h
         };
-        (self.slice, &self.filter, &self.count, self.next_offset, &self.resend_marks, &self.counters)
-            == (other.slice, &other.filter, &other.count, other.next_offset, &other.resend_marks, &other.counters)
+        (self.slice, &self.filter, self.next_offset, &self.resend_marks, &self.counters)
+            == (other.slice, &other.filter, other.next_offset, &other.resend_marks, &other.counters)
             && (self.order.marks(), &self.unfilled, self.flushes_next)
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
@@ -80,8 +76,7 @@ impl SliceState {
     pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
         SliceState {
             slice,
-            count: params.count.as_ref().map(|c| c.build().expect("count filter settings validated at start-up")),
-            filter: SlidingFilter::new(params),
+            filter: SliceFilter::new(params),
             next_offset: offset,
             resend_marks: BTreeMap::new(),
             counters: SliceCounters::default(),
@@ -118,7 +113,7 @@ impl SliceState {
     /// judgments it releases, in order (their release positions are
     /// `(rec.offset, rank in out)`).
     pub fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {
-        self.take(rec, extractor, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
+        self.take(rec, extractor, out)
     }
 
     /// An idle flush after the last record taken in: judges every record
@@ -126,23 +121,13 @@ impl SliceState {
     /// flush, rank)`).
     pub fn flush(&mut self, out: &mut Vec<Judgment>) {
         self.flushes_next = self.next_offset;
-        self.release(out, |order, emit| order.flush(emit), |filter, hash, time_ms| filter.observe(hash, time_ms))
+        self.release(out, |order, emit| order.flush(emit))
     }
 
     /// Takes in the progress record at `offset` (see [`Progress`]) and
     /// appends to `out` the judgments it releases (release positions
     /// `(offset, rank)`). It judges nothing itself.
     pub fn announce(&mut self, offset: u64, entries: &[Progress<'_>], out: &mut Vec<Judgment>) {
-        self.announce_with(offset, entries, out, |filter, hash, time_ms| filter.observe(hash, time_ms))
-    }
-
-    pub(super) fn announce_with(
-        &mut self,
-        offset: u64,
-        entries: &[Progress<'_>],
-        out: &mut Vec<Judgment>,
-        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
-    ) {
         self.next_offset = offset + 1;
         // Every router names every partition of the input topics it reads:
         // a topic no longer named (taken out of `input.topics`) would hold
@@ -161,7 +146,7 @@ impl SliceState {
             known.idle = e.idle;
         }
         let hold = self.hold();
-        self.release(out, |order, emit| order.set_hold(hold, emit), observe)
+        self.release(out, |order, emit| order.set_hold(hold, emit))
     }
 
     /// A record of a known input partition is progress too (it need not
@@ -188,13 +173,7 @@ impl SliceState {
         self.progress.values().filter(|p| !p.idle).map(|p| p.time_ms).min()
     }
 
-    pub(super) fn take(
-        &mut self,
-        rec: &SliceRecord<'_>,
-        extractor: &Extractor,
-        out: &mut Vec<Judgment>,
-        observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
-    ) {
+    fn take(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {
         let offset = rec.offset;
         self.next_offset = offset + 1;
         let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None };
@@ -248,7 +227,7 @@ impl SliceState {
             let source = p.setup.source.of(&rec.record, topic);
             p.arrived(offset, source);
         }
-        self.release(out, |order, emit| order.push(time_ms, offset, hash, emit), observe)
+        self.release(out, |order, emit| order.push(time_ms, offset, hash, emit))
     }
 
     /// Applies a delete request that is the slice log's record at `offset`
@@ -259,7 +238,7 @@ impl SliceState {
     /// filter yet and are not touched.
     pub fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
         self.next_offset = offset + 1;
-        let hash = KeyHash::of(self.filter.params().seed, key);
+        let hash = KeyHash::of(self.filter.hash_seed(), key);
         self.filter.delete(&hash)
     }
 
@@ -271,16 +250,8 @@ impl SliceState {
     /// policy record was released at once. The resend mark of its input
     /// partition moves as for any record. Returns `false`, and changes
     /// nothing, for a record whose key or time cannot be read:
-    /// that one is judged as usual. `observe`: how the timer filter takes
-    /// the key (through a snapshot copy in progress or not; see
-    /// [`SliceState::decide`]).
-    pub(super) fn decide_with(
-        &mut self,
-        rec: &SliceRecord<'_>,
-        extractor: &Extractor,
-        deliver: bool,
-        observe: impl FnOnce(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
-    ) -> bool {
+    /// that one is judged as usual.
+    pub fn decide(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, deliver: bool) -> bool {
         let Ok(x) = extractor.extract(&rec.record, 0) else {
             return false;
         };
@@ -298,38 +269,25 @@ impl SliceState {
             return true;
         }
         let hash = KeyHash::of(self.hash_seed(), &x.key);
-        match self.count.as_mut() {
-            Some(c) => {
-                c.observe(&hash);
-            }
-            None => {
-                observe(&mut self.filter, &hash, x.time_ms);
-            }
-        }
+        self.filter.observe(&hash, x.time_ms);
         true
     }
 
     /// Runs `step` on the order buffer and judges what it releases.
-    pub(super) fn release(
+    fn release(
         &mut self,
         out: &mut Vec<Judgment>,
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
-        mut observe: impl FnMut(&mut SlidingFilter, &KeyHash, u64) -> Verdict,
     ) {
-        let SliceState { order, filter, count, counters, provenance, counting, .. } = self;
+        let SliceState { order, filter, counters, provenance, counting, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
-                let mut verdict = match (count.as_mut(), counting.as_ref()) {
-                    // The count kinds report no equal-timer groups.
-                    (Some(c), _) => match c.observe(&item) {
-                        true => Verdict::Duplicate { equal_timers: 0 },
-                        false => Verdict::Distinct,
-                    },
+                let mut verdict = match counting.as_ref() {
                     // The counting stage judges instead of the timer filter.
-                    (None, Some(c)) if c.replaces_filter() => Verdict::Distinct,
-                    (None, _) => observe(filter, &item, time_ms),
+                    Some(c) if c.replaces_filter() && filter.as_timer().is_some() => Verdict::Distinct,
+                    _ => filter.observe(&item, time_ms),
                 };
                 let mark = counting
                     .as_mut()
@@ -387,8 +345,8 @@ impl SliceState {
     }
 
     /// The seed keys are hashed with: the judging filter's.
-    pub(super) fn hash_seed(&self) -> u64 {
-        self.count.as_ref().map_or(self.filter.params().seed, CountFilter::hash_seed)
+    fn hash_seed(&self) -> u64 {
+        self.filter.hash_seed()
     }
 
     /// Puts back the held records of a restored slice, re-read from the

@@ -10,6 +10,7 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
+use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
 /// inserting it. In repartition mode the key's slice is `H_S(key)`; with
@@ -33,24 +34,26 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                         "estimate": estimate,
                     });
                 }
-                if let Some(count) = &owned.state.count {
+                match owned.state.filter.kind() {
                     // No timers: the filter's own test, without its update.
-                    return serde_json::json!({
+                    FilterKind::Count(count) => serde_json::json!({
                         "slice": s,
                         "duplicate": count.contains(&hash),
                         "kind": count.kind().as_str(),
                         "hashes": count.stats().hashes,
-                    });
+                    }),
+                    FilterKind::Timer(filter) => {
+                        let l = filter.lookup(&hash);
+                        serde_json::json!({
+                            "slice": s,
+                            "duplicate": l.duplicate,
+                            "alive_cells": l.alive_cells,
+                            "hashes": deps.params.hashes,
+                            "equal_timers": l.equal_timers,
+                            "clock_ms": filter.clock_ms(),
+                        })
+                    }
                 }
-                let l = owned.state.filter.lookup(&hash);
-                serde_json::json!({
-                    "slice": s,
-                    "duplicate": l.duplicate,
-                    "alive_cells": l.alive_cells,
-                    "hashes": deps.params.hashes,
-                    "equal_timers": l.equal_timers,
-                    "clock_ms": owned.state.filter.clock_ms(),
-                })
             })
             .collect();
         Ok(serde_json::json!({

@@ -1,16 +1,14 @@
-//! A slice this member owns, and the one place that knows a snapshot may
-//! be copied while it goes on: each way the state changes goes through the
-//! copy when there is one ([`crate::engine::SliceState::begin_copy`]), so
-//! the rest of the worker calls `process`, `flush`, `announce`, `delete`
-//! and `decide` on the slice without asking.
+//! A slice this member owns: its state and the worker's bookkeeping around
+//! it. A snapshot copied while the slice goes on is the state's own
+//! business ([`crate::engine::SliceState::begin_copy`]): the worker changes
+//! the state the same way whether one is in progress or not.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use rdkafka::message::OwnedMessage;
 
-use crate::engine::{Extractor, Judgment, Progress, ReleasePos, SliceCopy, SliceCounters, SliceRecord, SliceState};
-use crate::filter::DeleteRefusal;
+use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceRecord, SliceState};
 use crate::kafka::checkpoint::Manifest;
 use crate::kafka::producer::SentMark;
 use crate::kafka::replay::ReplayBounds;
@@ -57,7 +55,8 @@ pub(super) struct OwnedSlice {
 
 /// A snapshot being copied while its slice goes on (see `snapshots.rs`).
 pub(super) struct Copying {
-    pub(super) copy: SliceCopy,
+    /// The slice offset it was taken at.
+    pub(super) offset: u64,
     /// What had been sent to the slice's output partitions when it was taken.
     pub(super) mark: SentMark,
     pub(super) previous: Option<Manifest>,
@@ -70,44 +69,12 @@ pub(super) struct Copying {
 }
 
 impl OwnedSlice {
-    /// Takes in the next input record (see [`SliceState::process`]).
+    /// Takes in the next input record (see [`SliceState::process`]),
+    /// counted for the snapshot being copied, if any.
     pub(super) fn process(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, judged: &mut Vec<Judgment>) {
-        match self.copying.as_mut() {
-            Some(c) => {
-                c.records += 1;
-                self.state.process_copying(rec, extractor, &mut c.copy, judged)
-            }
-            None => self.state.process(rec, extractor, judged),
+        if let Some(c) = self.copying.as_mut() {
+            c.records += 1;
         }
-    }
-
-    /// An idle flush (see [`SliceState::flush`]).
-    pub(super) fn flush(&mut self, judged: &mut Vec<Judgment>) {
-        match self.copying.as_mut() {
-            Some(c) => self.state.flush_copying(&mut c.copy, judged),
-            None => self.state.flush(judged),
-        }
-    }
-
-    /// A router's progress record (see [`SliceState::announce`]).
-    pub(super) fn announce(&mut self, offset: u64, entries: &[Progress<'_>], judged: &mut Vec<Judgment>) {
-        match self.copying.as_mut() {
-            Some(c) => self.state.announce_copying(offset, entries, &mut c.copy, judged),
-            None => self.state.announce(offset, entries, judged),
-        }
-    }
-
-    /// A delete request (see [`SliceState::delete`]).
-    pub(super) fn delete(&mut self, offset: u64, key: &[u8]) -> Result<(), DeleteRefusal> {
-        match self.copying.as_mut() {
-            Some(c) => self.state.delete_copying(offset, key, &mut c.copy),
-            None => self.state.delete(offset, key),
-        }
-    }
-
-    /// A decision of `availability.policy` (see [`SliceState::decide`]).
-    pub(super) fn decide(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, deliver: bool) -> bool {
-        let copy = self.copying.as_mut().map(|c| &mut c.copy);
-        self.state.decide(rec, extractor, deliver, copy)
+        self.state.process(rec, extractor, judged)
     }
 }

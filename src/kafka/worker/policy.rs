@@ -129,7 +129,7 @@ pub(super) fn decide_logged(
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;
-    let decided = owned.decide(&slice_record, &deps.extractor, deliver);
+    let decided = owned.state.decide(&slice_record, &deps.extractor, deliver);
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
     let unreadable = if decided {
         None

@@ -1,15 +1,17 @@
 //! Metrics publishing: counters published as the difference from what was
-//! published before, gauges and the admin status of each owned slice; and
-//! what the worker does after it stood still.
+//! published before, gauges and the admin status of each owned slice.
 
 use std::collections::BTreeMap;
 
 use rdkafka::producer::Producer;
 
+use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
+use crate::filter::FilterFigures;
+use crate::metrics::Metrics;
 
 /// Publishes counters, gauges and status of the owned slices.
 pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets: &BTreeMap<u32, i64>) {
@@ -21,107 +23,106 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
     m.producer_queue.set(i64::from(deps.producer.in_flight_count()));
     let mut status = deps.status.slices.lock().expect("status lock");
     for (slice, owned) in inner.slices.iter_mut() {
-        let c = &owned.state.counters;
-        let p = &owned.published;
         let label = slice.to_string();
-        for (result, now, before) in [
-            ("distinct", c.distinct, p.distinct),
-            ("duplicate", c.duplicates, p.duplicates),
-            ("invalid", c.invalid, p.invalid),
-            ("resend", c.resends, p.resends),
-        ] {
-            if now > before {
-                deps.metrics.records.with_label_values(&[&label, result]).inc_by(now - before);
-            }
-        }
-        if c.late > p.late {
-            m.late_records.with_label_values(&[&label]).inc_by(c.late - p.late);
-        }
-        // A dense leaf resolves its duplicates itself and forwards its distinct records.
-        if deps.cfg.tier == crate::config::Tier::DenseLeaf {
-            m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
-            m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
-        }
-        let overflows = owned.state.order.overflows();
-        if overflows > owned.published_overflows {
-            // Once per publication, not per release: a storm of them is one line.
-            log::warn!(
-                "slice {slice}: held more than slicing.max_held = {} records for an input partition nobody \
-                 routes; released them past it ({} times so far): records of that partition may now arrive late",
-                deps.cfg.settings.slicing.max_held,
-                overflows
-            );
-            m.hold_overflows.with_label_values(&[&label]).inc_by(overflows - owned.published_overflows);
-            owned.published_overflows = overflows;
-        }
+        publish_counters(deps, &label, owned);
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         if let Some(to) = shrink_target(owned.held.len(), owned.held.capacity()) {
             owned.held.shrink_to(to);
         }
         owned.state.order.shrink_spare();
-        owned.published = c.clone();
-        let f = &owned.state.filter;
-        let fc = f.counters();
-        let now = [fc.generations_created, fc.generations_dropped, fc.saturated_inserts];
-        for (i, counter) in
-            [&m.generations_created, &m.generations_dropped, &m.saturated_inserts].into_iter().enumerate()
-        {
-            if now[i] > owned.published_filter[i] {
-                counter.with_label_values(&[&label]).inc_by(now[i] - owned.published_filter[i]);
-            }
-        }
-        owned.published_filter = now;
-        if let Some(p) = &owned.state.provenance {
-            let dropped = p.sources.dropped();
-            if dropped > owned.published_provenance_dropped {
-                m.provenance_dropped.with_label_values(&[&label]).inc_by(dropped - owned.published_provenance_dropped);
-            }
-            owned.published_provenance_dropped = dropped;
-        }
-        // Exported (0) with provenance off too, as every documented metric is.
-        let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
-        m.provenance_sources.with_label_values(&[&label]).set(live_sources as i64);
-        // A count kind: the fraction of ones (rsbf) or of non-zero cells
-        // (stable) stands for the density, its design FPR for the estimate.
-        let (density, estimated_fpr, memory_bytes) = match &owned.state.count {
-            Some(count) => {
-                let st = count.stats();
-                (st.ones_fraction, st.design_fpr, st.memory_bytes as usize)
-            }
-            None => (f.generations().last().map_or(0.0, |g| g.density()), f.estimated_fpr(), f.memory_bytes()),
-        };
-        m.filter_density.with_label_values(&[&label]).set(density);
-        m.filter_generations.with_label_values(&[&label]).set(f.generations().len() as i64);
-        m.filter_memory_bytes.with_label_values(&[&label]).set(memory_bytes as i64);
-        m.filter_estimated_fpr.with_label_values(&[&label]).set(estimated_fpr);
+        let filter = publish_filter(m, &label, owned);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         // Shared mode: read-order records (a router's turn each) not taken in yet.
         let next = deps.log_position(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
-        status.insert(
-            *slice,
-            SliceStatus {
-                slice: *slice,
-                next_offset: owned.state.next_offset,
-                replaying_until: owned
-                    .replay
-                    .highest()
-                    .filter(|y| y.after >= owned.state.next_offset)
-                    .map(|y| y.to_string()),
-                clock_ms: f.clock_ms(),
-                generations: f.generations().len(),
-                density,
-                estimated_fpr,
-                memory_bytes,
-                distinct: c.distinct,
-                duplicates: c.duplicates,
-                invalid: c.invalid,
-                resends: c.resends,
-                late: c.late,
-                waiting: owned.held.len() as u64,
-                last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
-            },
+        status.insert(*slice, slice_status(*slice, owned, &filter));
+    }
+}
+
+/// The verdict counters, late records, tier lookups, hold overflows and
+/// provenance counters of one slice, as increments since the last publication.
+fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
+    let m = &deps.metrics;
+    let c = &owned.state.counters;
+    let p = &owned.published;
+    for (result, now, before) in [
+        ("distinct", c.distinct, p.distinct),
+        ("duplicate", c.duplicates, p.duplicates),
+        ("invalid", c.invalid, p.invalid),
+        ("resend", c.resends, p.resends),
+    ] {
+        if now > before {
+            m.records.with_label_values(&[label, result]).inc_by(now - before);
+        }
+    }
+    if c.late > p.late {
+        m.late_records.with_label_values(&[label]).inc_by(c.late - p.late);
+    }
+    // A dense leaf resolves its duplicates itself and forwards its distinct records.
+    if deps.cfg.tier == crate::config::Tier::DenseLeaf {
+        m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
+        m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
+    }
+    owned.published = c.clone();
+    let overflows = owned.state.order.overflows();
+    if overflows > owned.published_overflows {
+        // Once per publication, not per release: a storm of them is one line.
+        log::warn!(
+            "slice {label}: held more than slicing.max_held = {} records for an input partition nobody \
+             routes; released them past it ({} times so far): records of that partition may now arrive late",
+            deps.cfg.settings.slicing.max_held,
+            overflows
         );
+        m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
+        owned.published_overflows = overflows;
+    }
+    if let Some(p) = &owned.state.provenance {
+        let dropped = p.sources.dropped();
+        if dropped > owned.published_provenance_dropped {
+            m.provenance_dropped.with_label_values(&[label]).inc_by(dropped - owned.published_provenance_dropped);
+        }
+        owned.published_provenance_dropped = dropped;
+    }
+    // Exported (0) with provenance off too, as every documented metric is.
+    let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+    m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
+}
+
+/// The filter's counters (as increments) and gauges of one slice.
+fn publish_filter(m: &Metrics, label: &str, owned: &mut OwnedSlice) -> FilterFigures {
+    let f = owned.state.filter.figures();
+    for (i, counter) in [&m.generations_created, &m.generations_dropped, &m.saturated_inserts].into_iter().enumerate() {
+        if f.counters[i] > owned.published_filter[i] {
+            counter.with_label_values(&[label]).inc_by(f.counters[i] - owned.published_filter[i]);
+        }
+    }
+    owned.published_filter = f.counters;
+    m.filter_density.with_label_values(&[label]).set(f.density);
+    m.filter_generations.with_label_values(&[label]).set(f.generations as i64);
+    m.filter_memory_bytes.with_label_values(&[label]).set(f.memory_bytes as i64);
+    m.filter_estimated_fpr.with_label_values(&[label]).set(f.estimated_fpr);
+    f
+}
+
+/// The admin status of one slice.
+fn slice_status(slice: u32, owned: &OwnedSlice, f: &FilterFigures) -> SliceStatus {
+    let c = &owned.state.counters;
+    SliceStatus {
+        slice,
+        next_offset: owned.state.next_offset,
+        replaying_until: owned.replay.highest().filter(|y| y.after >= owned.state.next_offset).map(|y| y.to_string()),
+        clock_ms: f.clock_ms,
+        generations: f.generations,
+        density: f.density,
+        estimated_fpr: f.estimated_fpr,
+        memory_bytes: f.memory_bytes,
+        distinct: c.distinct,
+        duplicates: c.duplicates,
+        invalid: c.invalid,
+        resends: c.resends,
+        late: c.late,
+        waiting: owned.held.len() as u64,
+        last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
     }
 }

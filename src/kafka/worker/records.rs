@@ -150,7 +150,7 @@ fn take_progress(
             );
             Vec::new()
         });
-    owned.announce(offset, &entries, judged);
+    owned.state.announce(offset, &entries, judged);
     owned.since_checkpoint += 1;
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
     apply_logged_flushes(deps, owned, judged)
@@ -166,7 +166,7 @@ fn take_delete(
     msg: &BorrowedMessage<'_>,
 ) -> Result<(), KafkaLayerError> {
     let key = msg.key().unwrap_or_default();
-    let outcome = owned.delete(offset, key);
+    let outcome = owned.state.delete(offset, key);
     owned.since_checkpoint += 1;
     crate::kafka::deletes::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
     judged.clear();
@@ -341,7 +341,7 @@ pub(super) fn apply_logged_flushes(
 /// already logged) and emits the judgments.
 fn flush_slice(deps: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
     judged.clear();
-    owned.flush(judged);
+    owned.state.flush(judged);
     let after = owned.state.next_offset.saturating_sub(1);
     deps.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
     emit(deps, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)

@@ -100,10 +100,10 @@ pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kafk
     deps.metrics.restores.with_label_values(&[source]).inc();
     log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
-    let c = point.state.filter.counters();
+    let figures = point.state.filter.figures();
     Ok(OwnedSlice {
         copying: None,
-        published_filter: [c.generations_created, c.generations_dropped, c.saturated_inserts],
+        published_filter: figures.counters,
         published: point.state.counters.clone(),
         published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         published_overflows: point.state.order.overflows(),

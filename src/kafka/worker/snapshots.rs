@@ -28,15 +28,15 @@ pub(super) const IDLE_COPY_BYTES: usize = 4 << 20;
 pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, owned: &mut OwnedSlice) {
     let taken = Instant::now();
     let slice = owned.state.slice;
-    let copy = owned.state.begin_copy(buffer.take().unwrap_or_default());
+    owned.state.begin_copy(buffer.take().unwrap_or_default());
+    let offset = owned.state.next_offset;
     let mark = deps.producer.context().counts().mark(Some(slice as usize));
     log::debug!(
-        "slice {slice}: snapshot at offset {} taken, {} bytes of cells to copy",
-        copy.offset(),
-        copy.bytes_left()
+        "slice {slice}: snapshot at offset {offset} taken, {} bytes of cells to copy",
+        owned.state.copy_bytes_left()
     );
     owned.copying = Some(Copying {
-        copy,
+        offset,
         mark,
         previous: owned.manifest.clone(),
         taken,
@@ -56,7 +56,7 @@ pub(super) fn copy_some(deps: &WorkerSetup, inner: &mut WorkerState, budget: usi
     };
     let c = owned.copying.as_mut().expect("found copying");
     let started = Instant::now();
-    let complete = c.copy.advance(&owned.state, budget);
+    let complete = owned.state.advance_copy(budget);
     c.longest_pause = c.longest_pause.max(started.elapsed());
     if complete { hand_over(deps, writer, owned, false) } else { Ok(()) }
 }
@@ -70,12 +70,12 @@ fn hand_over(
     owned: &mut OwnedSlice,
     releasing: bool,
 ) -> Result<(), KafkaLayerError> {
-    let Some(Copying { copy, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
+    let Some(Copying { offset, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
         return Ok(());
     };
     let slice = owned.state.slice;
-    let (started, offset) = (Instant::now(), copy.offset());
-    let image = copy.finish(&owned.state);
+    let started = Instant::now();
+    let image = owned.state.finish_copy().expect("a copy begun with the Copying");
     let longest_pause = longest_pause.max(started.elapsed());
     let jobs = writer
         .jobs

@@ -1,0 +1,286 @@
+//! The filter kinds a slice judges with, as one closed family chosen at
+//! start-up: the sliding-window timer filter (`filter.kind = "timer"`) and
+//! the count-based kinds (`rsbf`, `stable`). A closed enum, not a trait
+//! object: the record path matches on it, with no dynamic call.
+//!
+//! The family owns its snapshot copy: while one is in progress
+//! ([`SliceFilter::begin_copy`]), every change goes through it, so a caller
+//! observes and deletes the same way whether a snapshot is being copied or
+//! not. A new kind is one more arm here, in its own module beside these.
+
+use std::ops::Range;
+
+use super::copy::{CHUNK_BYTES, FilterCopy};
+use super::count::{self, CountFilter};
+use super::hash::KeyHash;
+use super::params::FilterParams;
+use super::sliding::{DeleteRefusal, SlidingFilter, Verdict};
+use super::snapshot::Skeleton;
+
+/// One slice's filter, of whichever kind was configured.
+#[derive(Debug)]
+pub struct SliceFilter {
+    kind: FilterKind,
+    /// A snapshot of the filter being copied while it goes on.
+    copy: Option<Copied>,
+}
+
+/// The kinds of the family. Not boxed although the timer filter is the
+/// larger: a slice has one, and a box would cost a pointer chase per record.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum FilterKind {
+    /// The sliding-window timer filter: records expire after the window.
+    Timer(SlidingFilter),
+    /// A count-based kind: fixed memory, no window, nothing expires; late
+    /// records are judged like any other, in their release order.
+    Count(CountFilter),
+}
+
+/// How a snapshot's filter part is copied.
+#[derive(Debug)]
+enum Copied {
+    /// The timer filter's cells, chunk by chunk while the slice goes on.
+    Cells(FilterCopy),
+    /// A count-based filter, encoded whole when the copy began: the slice
+    /// stops for one copy of its share of `filter.memory` (a pause over
+    /// 100 ms is logged as a warning, and measured in
+    /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
+    /// than for timers: every record after the warm-up writes random words
+    /// all over the arrays (the resets and decrements).
+    Whole { buffer: Vec<u8>, filter: Range<usize> },
+}
+
+/// The filter's part of a snapshot, measured before the snapshot's own
+/// header is written in front of it ([`SliceFilter::prepare_copy`]).
+pub enum Prepared {
+    /// The timer filter's encoding, this long (its cells are copied later).
+    Cells(usize),
+    /// A count-based filter's whole encoding.
+    Whole(Vec<u8>),
+}
+
+impl Prepared {
+    /// How long the filter's encoding is.
+    pub fn len(&self) -> usize {
+        match self {
+            Prepared::Cells(len) => *len,
+            Prepared::Whole(bytes) => bytes.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Equal when their kinds' states are: a copy in progress is not state.
+impl PartialEq for SliceFilter {
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind
+    }
+}
+
+/// A clone has no copy in progress.
+impl Clone for SliceFilter {
+    fn clone(&self) -> Self {
+        SliceFilter { kind: self.kind.clone(), copy: None }
+    }
+}
+
+impl From<FilterKind> for SliceFilter {
+    fn from(kind: FilterKind) -> Self {
+        SliceFilter { kind, copy: None }
+    }
+}
+
+impl SliceFilter {
+    /// An empty filter of the kind `params` configures (a count kind when
+    /// it names one, validated at start-up).
+    pub fn new(params: FilterParams) -> Self {
+        let kind = match &params.count {
+            Some(spec) => FilterKind::Count(spec.build().expect("count filter settings validated at start-up")),
+            None => FilterKind::Timer(SlidingFilter::new(params)),
+        };
+        kind.into()
+    }
+
+    pub fn kind(&self) -> &FilterKind {
+        &self.kind
+    }
+
+    /// The timer filter, if this is one.
+    pub fn as_timer(&self) -> Option<&SlidingFilter> {
+        match &self.kind {
+            FilterKind::Timer(f) => Some(f),
+            FilterKind::Count(_) => None,
+        }
+    }
+
+    /// The count-based filter, if this is one.
+    pub fn as_count(&self) -> Option<&CountFilter> {
+        match &self.kind {
+            FilterKind::Timer(_) => None,
+            FilterKind::Count(c) => Some(c),
+        }
+    }
+
+    /// The seed keys are hashed with.
+    pub fn hash_seed(&self) -> u64 {
+        match &self.kind {
+            FilterKind::Timer(f) => f.params().seed,
+            FilterKind::Count(c) => c.hash_seed(),
+        }
+    }
+
+    /// Test-then-update for a key at `time_ms` (count kinds have no time and
+    /// report no equal-timer groups).
+    #[inline]
+    pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
+        match (&mut self.kind, &mut self.copy) {
+            (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.observe_copying(hash, time_ms, copy),
+            (FilterKind::Timer(f), _) => f.observe(hash, time_ms),
+            (FilterKind::Count(c), _) => match c.observe(hash) {
+                true => Verdict::Duplicate { equal_timers: 0 },
+                false => Verdict::Distinct,
+            },
+        }
+    }
+
+    /// Forgets a key (deletable timer filters only; a count kind refuses,
+    /// as a timer filter that is not deletable does).
+    pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
+        match (&mut self.kind, &mut self.copy) {
+            (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.delete_copying(hash, copy),
+            (FilterKind::Timer(f), _) => f.delete(hash),
+            (FilterKind::Count(_), _) => Err(DeleteRefusal::NotDeletable),
+        }
+    }
+
+    /// The first step of a snapshot: the filter's part measured (a count
+    /// kind's encoded whole now), so that the caller can write its header.
+    pub fn prepare_copy(&self) -> Prepared {
+        match &self.kind {
+            FilterKind::Timer(f) => Prepared::Cells(Skeleton::of(f).len()),
+            FilterKind::Count(c) => Prepared::Whole(count::encode(c)),
+        }
+    }
+
+    /// Starts a copy of the filter's encoding into `buffer`, after `head`
+    /// (the caller's header, written first) and followed by `trailer` bytes
+    /// for the caller. Until [`Self::finish_copy`], changes go through it.
+    pub fn begin_copy(&mut self, prepared: Prepared, head: &[u8], mut buffer: Vec<u8>, trailer: usize) {
+        let copy = match (&self.kind, prepared) {
+            (FilterKind::Timer(f), _) => {
+                if buffer.len() < head.len() {
+                    buffer.resize(head.len(), 0);
+                }
+                buffer[..head.len()].copy_from_slice(head);
+                Copied::Cells(FilterCopy::begin(f, buffer, head.len(), trailer, CHUNK_BYTES))
+            }
+            (FilterKind::Count(_), prepared) => {
+                let bytes = match prepared {
+                    Prepared::Whole(bytes) => bytes,
+                    Prepared::Cells(_) => unreachable!("a count kind is prepared whole"),
+                };
+                let filter = head.len()..head.len() + bytes.len();
+                buffer.clear();
+                buffer.reserve(filter.end + trailer);
+                buffer.extend_from_slice(head);
+                buffer.extend_from_slice(&bytes);
+                buffer.resize(filter.end + trailer, 0);
+                Copied::Whole { buffer, filter }
+            }
+        };
+        self.copy = Some(copy);
+    }
+
+    /// Whether a copy is in progress.
+    pub fn copying(&self) -> bool {
+        self.copy.is_some()
+    }
+
+    /// Bytes of the copy in progress still to copy.
+    pub fn copy_bytes_left(&self) -> usize {
+        match &self.copy {
+            Some(Copied::Cells(c)) => c.bytes_left(),
+            _ => 0,
+        }
+    }
+
+    /// Copies up to `budget_bytes` more (at least one chunk); returns
+    /// whether the copy is complete.
+    pub fn advance_copy(&mut self, budget_bytes: usize) -> bool {
+        match (&self.kind, &mut self.copy) {
+            (FilterKind::Timer(f), Some(Copied::Cells(c))) => c.advance(f, budget_bytes),
+            _ => true,
+        }
+    }
+
+    /// Copies whatever is left: the buffer, holding the filter as it was
+    /// when the copy began, and where its encoding lies. `None` without a copy.
+    pub fn finish_copy(&mut self) -> Option<(Vec<u8>, Range<usize>)> {
+        match (&self.kind, self.copy.take()?) {
+            (FilterKind::Timer(f), Copied::Cells(c)) => Some(c.finish(f)),
+            (_, Copied::Whole { buffer, filter }) => Some((buffer, filter)),
+            (FilterKind::Count(_), Copied::Cells(_)) => unreachable!("a count kind is copied whole"),
+        }
+    }
+
+    /// The filter's encoding written whole after `head` into a new buffer
+    /// with `trailer` bytes after it, and where it lies.
+    pub fn encode(&self, prepared: Prepared, head: &[u8], trailer: usize) -> (Vec<u8>, Range<usize>) {
+        let filter = head.len()..head.len() + prepared.len();
+        let mut buffer = vec![0; filter.end + trailer];
+        buffer[..head.len()].copy_from_slice(head);
+        match (&self.kind, prepared) {
+            (FilterKind::Timer(f), _) => Skeleton::of(f).write(f, &mut buffer[filter.clone()]),
+            (_, Prepared::Whole(bytes)) => buffer[filter.clone()].copy_from_slice(&bytes),
+            (FilterKind::Count(_), Prepared::Cells(_)) => unreachable!("a count kind is prepared whole"),
+        }
+        (buffer, filter)
+    }
+}
+
+/// What a filter reports of itself, of whichever kind (for the metrics and
+/// the status).
+pub struct FilterFigures {
+    /// Generations created, dropped, saturated inserts (timer filter; 0 otherwise).
+    pub counters: [u64; 3],
+    pub density: f64,
+    pub estimated_fpr: f64,
+    pub memory_bytes: usize,
+    pub generations: usize,
+    pub clock_ms: Option<u64>,
+}
+
+impl SliceFilter {
+    pub fn figures(&self) -> FilterFigures {
+        match &self.kind {
+            FilterKind::Timer(f) => {
+                let c = f.counters();
+                FilterFigures {
+                    counters: [c.generations_created, c.generations_dropped, c.saturated_inserts],
+                    density: f.generations().last().map_or(0.0, |g| g.density()),
+                    estimated_fpr: f.estimated_fpr(),
+                    memory_bytes: f.memory_bytes(),
+                    generations: f.generations().len(),
+                    clock_ms: f.clock_ms(),
+                }
+            }
+            // The fraction of ones (rsbf) or of non-zero cells (stable)
+            // stands for the density, the design FPR for the estimate.
+            FilterKind::Count(c) => {
+                let st = c.stats();
+                FilterFigures {
+                    counters: [0; 3],
+                    density: st.ones_fraction,
+                    estimated_fpr: st.design_fpr,
+                    memory_bytes: st.memory_bytes as usize,
+                    generations: 0,
+                    clock_ms: None,
+                }
+            }
+        }
+    }
+}
