@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use dedupd::engine::slice::VERSION as SLICE_SNAPSHOT_VERSION;
-use dedupd::filter::snapshot::seal_in_place;
+use dedupd::filter::envelope::seal_in_place;
 use dedupd::kafka::checkpoint::{MANIFEST_VERSION, Manifest};
 use support::*;
 use twox_hash::XxHash3_64;

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use dedupd::engine::slice::{self, SliceState};
 use dedupd::engine::{Extractor, Judgment, OrderSettings, RecordView, SliceRecord, SliceVerdict, SourceRef};
-use dedupd::filter::snapshot::seal_in_place;
+use dedupd::filter::envelope::seal_in_place;
 use dedupd::filter::{FilterParams, FilterSpec, KeyHash, Layout, SlidingFilter};
 use libfuzzer_sys::arbitrary::{self, Arbitrary};
 

@@ -1,5 +1,4 @@
-//! The Dynamic Bloom Filter of Guo et al. (IEEE TKDE 2010,
-//! `papers/dynamic-bloom-filters.txt`): a list of counting Bloom filters of
+//! The Dynamic Bloom Filter of Guo et al. (IEEE TKDE 2010): a list of counting Bloom filters of
 //! capacity `c` each, sharing `m`, `k` and the hashes.
 //!
 //! dedupd's slices do not use this structure for verdicts (they use timer

@@ -199,13 +199,14 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
         verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
         limits: limits.clone(),
+        path: worker::RecordPath::of(&cfg),
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));
     // A sparse leaf has no slices: its loop takes the workers' place (and the router's).
     let sparse_leaf = cfg.tier == Tier::SparseLeaf;
     let mut worker = if sparse_leaf {
-        let leaf = Arc::new(tier::LeafDeps {
+        let leaf = Arc::new(tier::LeafSetup {
             cfg: cfg.clone(),
             extractor: extractor.clone(),
             cache_params: cfg.leaf_cache().expect("validated at load"),
@@ -226,7 +227,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         // are the whole stream's (copies of a dedup key carry the same count
         // key, so they still meet in one slice).
         let route_key = cfg.counting.as_ref().and_then(|c| c.count_key.clone());
-        let rdeps = Arc::new(router::RouterDeps {
+        let rdeps = Arc::new(router::RouterSetup {
             cfg: cfg.clone(),
             // A count key's hash is not the dedup key's: the slices read the
             // record again then.

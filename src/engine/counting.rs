@@ -28,8 +28,8 @@
 use std::collections::HashMap;
 
 use crate::filter::KeyHash;
-use crate::filter::params::ParamError;
-use crate::filter::snapshot::{self, SnapshotError, check, put_u32, put_u64};
+use crate::filter::ParamError;
+use crate::filter::envelope::{self as snapshot, SnapshotError, check, put_u32, put_u64};
 use crate::filter::spectral::{Estimator, SpectralParams, WindowedCounts};
 
 /// The first bytes of a counting-stage snapshot.

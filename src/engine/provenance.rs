@@ -16,8 +16,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::record::RecordView;
+use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{Provenance, ProvenanceSpec};
-use crate::filter::snapshot::{Reader, put_u32, put_u64};
 use crate::filter::{KeyHash, SnapshotError};
 
 /// Where a record's source comes from (`provenance.source`).

@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 
 use super::slice::MAX_TOPIC_BYTES;
 use crate::filter::SnapshotError;
-use crate::filter::snapshot::{begin, open_any, put_u32, put_u64, seal};
+use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
 
 /// Bits of a virtual position that index the records of one read-order record.
 pub const INDEX_BITS: u32 = 16;

@@ -1,14 +1,14 @@
 //! Timer cell arrays: `m` cells of `b` bits each (4 ≤ b ≤ 32).
 //!
 //! A cell holds 0 (empty) or the compact time it was last set (see
-//! [`crate::filter::timing`]). Narrow cells are what make a timer filter
+//! [`crate::filter::clock`]). Narrow cells are what make a timer filter
 //! smaller than an exact table, so they are first-class: 4-bit cells are
 //! packed two per byte, 8/16/32-bit cells use plain vectors, and every other
 //! width is bit-packed with `bitvec`.
 
 use bitvec::prelude::*;
 
-use super::generation::Now;
+use super::clock::Now;
 
 /// Cell access used by the generic hot path.
 pub(crate) trait TimerCells {
@@ -390,13 +390,7 @@ impl CellArray {
     /// [`Self::memory_bytes`] of an array of `m` cells of `width` bits,
     /// without making one (`None` if it does not fit a `usize`).
     pub(crate) fn bytes_for(width: u8, m: usize) -> Option<usize> {
-        match width {
-            4 => Some(m.div_ceil(2)),
-            8 => Some(m),
-            16 => m.checked_mul(2),
-            32 => m.checked_mul(4),
-            w => Some(m.checked_mul(usize::from(w))?.div_ceil(64).checked_mul(8)?),
-        }
+        super::sizing::cell_bytes(width, m)
     }
 
     /// Bytes of cell storage.

@@ -22,7 +22,7 @@
 
 use std::ops::Range;
 
-use super::generation::Generation;
+use super::generation::{CellWrites, Generation};
 use super::sliding::SlidingFilter;
 use super::snapshot::Skeleton;
 
@@ -31,36 +31,6 @@ use super::snapshot::Skeleton;
 /// bit per chunk) stays small (2 000 chunks for 123 MiB). A multiple of 8,
 /// so that chunks hold whole cell words.
 pub const CHUNK_BYTES: usize = 64 << 10;
-
-/// What a filter tells before it writes cells.
-pub(crate) trait CellWrites {
-    /// Whether the calls do anything (false: the callers skip them, and
-    /// with them any work done only to make them).
-    const ACTIVE: bool;
-    /// Cell `i` of `g` is about to change.
-    fn cell(&mut self, g: &Generation, i: usize);
-    /// Cells `start..start + n` of `g` are about to change.
-    fn cells(&mut self, g: &Generation, start: usize, n: usize);
-    /// Any cell of `g` may change (it is about to be cleared).
-    fn all(&mut self, g: &Generation);
-    /// `g` is about to be dropped.
-    fn dropping(&mut self, g: &Generation);
-}
-
-/// No one to tell: the ordinary path.
-pub(crate) struct Untold;
-
-impl CellWrites for Untold {
-    const ACTIVE: bool = false;
-    #[inline(always)]
-    fn cell(&mut self, _: &Generation, _: usize) {}
-    #[inline(always)]
-    fn cells(&mut self, _: &Generation, _: usize, _: usize) {}
-    #[inline(always)]
-    fn all(&mut self, _: &Generation) {}
-    #[inline(always)]
-    fn dropping(&mut self, _: &Generation) {}
-}
 
 /// A filter's snapshot encoding as the filter was when the copy began,
 /// filled in while the filter goes on (see the module documentation).
@@ -298,7 +268,7 @@ mod tests {
     /// Finishes `copy` and seals it: the snapshot bytes, and the buffer.
     fn sealed(copy: FilterCopy, f: &SlidingFilter) -> (Vec<u8>, Vec<u8>) {
         let (mut image, encoding) = copy.finish(f);
-        snapshot::seal_in_place(&mut image[encoding.clone()]);
+        crate::filter::envelope::seal_in_place(&mut image[encoding.clone()]);
         (image[encoding].to_vec(), image)
     }
 

@@ -18,10 +18,10 @@
 //! Every parameter is checked against the configured filter; a timer-filter
 //! snapshot, or one of the other count kind, is refused naming the kind.
 
+use super::envelope::{self, Reader, SnapshotError, TIMER_MAGIC, check, put_u32, put_u64};
 use super::hash::{DEFAULT_SEED, KeyHash};
-use super::params::ParamError;
+use super::param_error::ParamError;
 use super::rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
-use super::snapshot::{self, Reader, SnapshotError, check, put_u32, put_u64};
 use super::stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
 
 /// The first bytes of a count-filter snapshot.
@@ -264,7 +264,7 @@ impl CountFilter {
 
 /// Encodes a count filter's complete state.
 pub fn encode(filter: &CountFilter) -> Vec<u8> {
-    let mut w = snapshot::begin(MAGIC, VERSION, 128);
+    let mut w = envelope::begin(MAGIC, VERSION, 128);
     w.push(filter.kind().tag());
     let words = match filter {
         CountFilter::Rsbf(f) => {
@@ -300,17 +300,17 @@ pub fn encode(filter: &CountFilter) -> Vec<u8> {
     for &x in words {
         put_u64(&mut w, x);
     }
-    snapshot::seal(w)
+    envelope::seal(w)
 }
 
 /// Restores the state in `bytes` into a filter configured like `configured`
 /// (whose own state is ignored), refusing a snapshot taken with other settings.
 pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, SnapshotError> {
     let kind = configured.kind();
-    if bytes.starts_with(&snapshot::MAGIC) {
+    if bytes.starts_with(&TIMER_MAGIC) {
         return Err(mismatch("kind", "timer", kind.as_str()));
     }
-    let mut r = snapshot::open(bytes, MAGIC, VERSION)?;
+    let mut r = envelope::open(bytes, MAGIC, VERSION)?;
     let tag = r.u8()?;
     if tag != kind.tag() {
         let other = [CountKind::Rsbf, CountKind::Stable].into_iter().find(|k| k.tag() == tag);
@@ -445,7 +445,7 @@ mod tests {
         assert!(e.to_string().contains("kind = rsbf but this filter has kind = stable"), "{e}");
 
         let timer = crate::filter::FilterSpec { window_ms: 1000, expected_keys: 100, ..Default::default() };
-        let timer_bytes = snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
+        let timer_bytes = crate::filter::snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
         let e = decode(&timer_bytes, &rsbf.build().unwrap()).unwrap_err();
         assert!(e.to_string().contains("kind = timer"), "{e}");
 

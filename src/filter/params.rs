@@ -1,10 +1,9 @@
 //! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
 //! validated per-slice parameters the filter runs with ([`FilterParams`]).
 
-use std::fmt;
-
 use super::count::CountSpec;
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
+pub use super::param_error::ParamError;
 use super::sizing;
 
 /// When a slice starts a new generation (one-is-enough §5).
@@ -72,22 +71,6 @@ impl std::str::FromStr for Layout {
             "blocked" => Ok(Layout::Blocked),
             other => Err(format!("unknown layout `{other}`: expected standard or blocked")),
         }
-    }
-}
-
-/// A setting that cannot be used, with the value given and the rule it breaks.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("invalid {setting} = {value}: {rule}")]
-pub struct ParamError {
-    /// The setting's name as the user wrote it (e.g. `fpr`, `timer_bits`).
-    pub setting: &'static str,
-    pub value: String,
-    pub rule: String,
-}
-
-impl ParamError {
-    pub(crate) fn new(setting: &'static str, value: impl fmt::Display, rule: impl Into<String>) -> Self {
-        ParamError { setting, value: value.to_string(), rule: rule.into() }
     }
 }
 
@@ -411,8 +394,7 @@ impl FilterParams {
     /// Each further generation adds its own cells and histogram. Computed
     /// without allocating anything.
     pub fn memory_bytes(&self) -> u64 {
-        let cells =
-            usize::try_from(self.cells).ok().and_then(|m| super::cells::CellArray::bytes_for(self.timer_bits, m));
+        let cells = usize::try_from(self.cells).ok().and_then(|m| sizing::cell_bytes(self.timer_bits, m));
         let cells = cells.map_or(u64::MAX, |b| b as u64);
         let period = u64::from(self.period) + 1;
         let counts = if self.deletable { self.cells } else { 0 };

@@ -1,6 +1,6 @@
 //! The reservoir-sampling Bloom filter (RSBF; Dutta, Bhattacharjee and
 //! Narang, EDBT 2012): deduplication of an unbounded stream in fixed memory,
-//! with no notion of time. `../shared/papers/rsbf-reservoir-sampling-bloom-filter.txt`.
+//! with no notion of time.
 //!
 //! k bit arrays of s bits (M = k·s). Element e at 1-based stream position i
 //! hashes to one bit per array, `h_j(e)`; it is a DUPLICATE when all k bits
@@ -42,7 +42,7 @@
 //! so the same stream gives the same verdicts, interrupted or not.
 
 use super::hash::KeyHash;
-use super::params::ParamError;
+use super::param_error::ParamError;
 use super::random::Rng;
 
 /// The paper's insertion threshold p* (all its experiments use 0.03).

@@ -57,6 +57,19 @@ pub fn combined_fpr(rates: impl IntoIterator<Item = f64>) -> f64 {
     1.0 - rates.into_iter().map(|f| 1.0 - f).product::<f64>()
 }
 
+/// The bytes an array of `m` timer cells of `width` bits takes (4-bit cells
+/// two per byte, 8/16/32-bit cells in plain vectors, other widths bit-packed
+/// in 64-bit words); `None` if it does not fit a `usize`.
+pub fn cell_bytes(width: u8, m: usize) -> Option<usize> {
+    match width {
+        4 => Some(m.div_ceil(2)),
+        8 => Some(m),
+        16 => m.checked_mul(2),
+        32 => m.checked_mul(4),
+        w => Some(m.checked_mul(usize::from(w))?.div_ceil(64).checked_mul(8)?),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,8 +85,8 @@ mod tests {
     }
 
     #[test]
-    fn dbf_numbers_from_the_notes() {
-        // notes/dynamic-bloom-filters.md: f_BF(1280, 7, 133) = 0.009847.
+    fn dbf_numbers_from_the_paper() {
+        // Guo et al. (IEEE TKDE 2010), the worked example: f_BF(1280, 7, 133) = 0.009847.
         let p = bloom_fpr(1280.0, 7.0, 133.0);
         assert!((p - 0.009847).abs() < 2e-6, "{p}");
     }

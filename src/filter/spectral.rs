@@ -36,7 +36,7 @@ use std::fmt;
 
 use super::compact_counters::CompactCounters;
 use super::hash::KeyHash;
-use super::params::ParamError;
+use super::param_error::ParamError;
 
 /// The most hash positions a key may have (k).
 pub const MAX_HASHES: u32 = 16;

@@ -1,6 +1,5 @@
 //! The Stable Bloom Filter (SBF; Deng and Rafiei, SIGMOD 2006), the baseline
-//! the RSBF paper compares with. Summary and formulas in
-//! `../shared/notes/rsbf-and-stable-bloom.md`.
+//! the RSBF paper compares with.
 //!
 //! m cells of d bits, `Max = 2^d - 1`, K hashes. Per element: probe its K
 //! cells (DUPLICATE if all are non-zero), then decrement P cells chosen
@@ -29,7 +28,7 @@
 //! of the filter and its snapshot.
 
 use super::hash::KeyHash;
-use super::params::ParamError;
+use super::param_error::ParamError;
 use super::random::Rng;
 
 /// Default cell width d (Max = 3).

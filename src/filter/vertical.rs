@@ -112,7 +112,8 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{Mutex, PoisonError};
 
 use super::cells::{CellsPart, PART_ALIGN, prefetch};
-use super::generation::{Generation, Now, most_equal};
+use super::clock::Now;
+use super::generation::{Generation, most_equal};
 use super::hash::{BLOCK_CELLS, KeyHash};
 use super::params::{Layout, MAX_HASHES};
 use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
@@ -391,7 +392,7 @@ impl VerticalFilter {
                 None => {
                     stats.distinct_lookups += 1;
                     stats.distinct_messages += u64::from(messages);
-                    filter.insert_event(&e.hash, judging.late_delta, &mut super::copy::Untold)
+                    filter.insert_event(&e.hash, judging.late_delta, &mut super::generation::Untold)
                 }
             });
         }

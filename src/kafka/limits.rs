@@ -167,7 +167,7 @@ impl std::fmt::Display for RecordLimits {
 pub async fn read(cfg: &Resolved) -> Result<RecordLimits, KafkaLayerError> {
     let s = &cfg.settings;
     let producer_max: u64 = clients::largest_record(cfg).parse().map_err(|_| {
-        KafkaLayerError::Topology(format!(
+        KafkaLayerError::Settings(format!(
             "invalid setting kafka.message.max.bytes = {}: not a number",
             clients::largest_record(cfg)
         ))
@@ -183,7 +183,7 @@ pub async fn read(cfg: &Resolved) -> Result<RecordLimits, KafkaLayerError> {
     let mut reported = Vec::new();
     for ((_, topic), r) in topics.iter().zip(described) {
         let resource = r.map_err(|code| {
-            KafkaLayerError::Topology(format!(
+            KafkaLayerError::Topics(format!(
                 "cannot read the configuration of topic {topic}: {code} (dedupd reads its max.message.bytes: it \
                  needs DescribeConfigs on the topics it writes)"
             ))

@@ -30,7 +30,7 @@ pub struct Merged {
 /// Merges the checkpoints of `old_cfg` (with `filter.slices` = the old
 /// count) into `new_cfg`'s count.
 pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<Merged>, KafkaLayerError> {
-    let fail = |detail: String| KafkaLayerError::Topology(format!("checkpoint merge: {detail}"));
+    let fail = |detail: String| KafkaLayerError::Merge(format!("checkpoint merge: {detail}"));
     if old_cfg.slicing != SlicingMode::Repartition {
         return Err(fail(
             "needs slicing.mode = \"repartition\" (with input-partitions the slices are the input topic's \

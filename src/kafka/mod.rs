@@ -67,8 +67,27 @@ pub enum KafkaLayerError {
         #[source]
         source: rdkafka::error::KafkaError,
     },
+    /// A topic dedupd needs is missing, or does not fit the settings
+    /// (partitions, names, record-size limits).
     #[error("{0}")]
-    Topology(String),
+    Topics(String),
+    /// A setting only the broker's answer shows to be invalid.
+    #[error("{0}")]
+    Settings(String),
+    /// A failure the worker cannot go on from: a record the broker refused,
+    /// an error in a rebalance callback; the process stops, its replacement
+    /// resumes from the last snapshot.
+    #[error("{0}")]
+    Fatal(String),
+    /// A topic dedupd writes holds a record dedupd did not write.
+    #[error("{0}")]
+    ForeignRecord(String),
+    /// `dedupd checkpoint merge` cannot merge these snapshots.
+    #[error("{0}")]
+    Merge(String),
+    /// The worker's own bookkeeping lacks what it should hold (a bug).
+    #[error("{0}")]
+    Internal(String),
     #[error("checkpoint of slice {slice}: {detail}")]
     Checkpoint { slice: u32, detail: String },
     #[error("timed out: {0}")]

@@ -138,7 +138,7 @@ impl InputReader {
             None => {
                 // Split before it is assigned, so that no record of it reaches the main queue.
                 let queue = self.consumer.split_partition_queue(topic, partition).ok_or_else(|| {
-                    KafkaLayerError::Topology(format!("shared input: no queue for {topic}/{partition}"))
+                    KafkaLayerError::Internal(format!("shared input: no queue for {topic}/{partition}"))
                 })?;
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition_offset(topic, partition, Offset::Offset(offset))

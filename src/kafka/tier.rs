@@ -110,12 +110,12 @@ fn topic_partitions(cfg: &Resolved, topic: &str) -> Result<u32, KafkaLayerError>
         .context(|| "creating a metadata client".into())?;
     match partition_count(&probe, topic)? {
         Some(n) => Ok(n as u32),
-        None => Err(KafkaLayerError::Topology(format!("the topic {topic} does not exist"))),
+        None => Err(KafkaLayerError::Topics(format!("the topic {topic} does not exist"))),
     }
 }
 
 /// What a sparse leaf runs with.
-pub struct LeafDeps {
+pub struct LeafSetup {
     pub cfg: Resolved,
     pub extractor: Extractor,
     /// The root's filter parameters with lateness = `tier.verdict_delay`.
@@ -127,7 +127,7 @@ pub struct LeafDeps {
 
 /// The sparse leaf loop; returns when `stop` is set (after its forwards are
 /// acknowledged and its input offsets committed) or on a fatal error.
-pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+pub fn run_leaf(deps: Arc<LeafSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-leaf");
     let verdicts = verdict_reader(&deps.cfg)?;
     let input = leaf_consumer(&deps.cfg)?;
@@ -145,7 +145,7 @@ pub fn run_leaf(deps: Arc<LeafDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaL
             break Ok(());
         }
         if let Some(f) = deps.producer.context().failure() {
-            break Err(KafkaLayerError::Topology(f));
+            break Err(KafkaLayerError::Fatal(f));
         }
         // Verdicts first: what the root has delivered resolves more records.
         leaf.learn(&verdicts);
@@ -198,7 +198,7 @@ fn leaf_consumer(cfg: &Resolved) -> Result<BaseConsumer<PlainContext>, KafkaLaye
 
 /// The sparse leaf's state: its cache of the root's verdicts, and where it forwards.
 struct Leaf<'d> {
-    deps: &'d LeafDeps,
+    deps: &'d LeafSetup,
     parent: &'d str,
     parent_partitions: u32,
     seed: u64,
@@ -213,7 +213,7 @@ struct Leaf<'d> {
 }
 
 impl<'d> Leaf<'d> {
-    fn new(deps: &'d LeafDeps) -> Result<Self, KafkaLayerError> {
+    fn new(deps: &'d LeafSetup) -> Result<Self, KafkaLayerError> {
         let cfg = &deps.cfg;
         let parent = cfg.settings.tier.parent_topic.as_str();
         let metrics = &deps.metrics;

@@ -53,9 +53,9 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     if cfg.slicing == SlicingMode::InputPartitions {
         let input = &s.input.topics[0];
         match partition_count(&probe, input)? {
-            None => return Err(KafkaLayerError::Topology(format!("the input topic {input} does not exist"))),
+            None => return Err(KafkaLayerError::Topics(format!("the input topic {input} does not exist"))),
             Some(n) if n != slices => {
-                return Err(KafkaLayerError::Topology(format!(
+                return Err(KafkaLayerError::Topics(format!(
                     "invalid setting filter.slices = {slices}: with slicing.mode = input-partitions it must equal the \
                      partitions of the input topic {input} ({n})"
                 )));
@@ -101,7 +101,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     for (topic, need, config) in &wanted {
         match partition_count(&probe, topic)? {
             Some(have) if have < *need => {
-                return Err(KafkaLayerError::Topology(format!(
+                return Err(KafkaLayerError::Topics(format!(
                     "topic {topic} has {have} partitions but {need} slices need at least {need}: slice s writes \
                      partition s. Add partitions to it (kafka-topics --alter --partitions {need}) or lower filter.slices"
                 )));
@@ -115,7 +115,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     }
     if !s.topics.auto_create {
         let names: Vec<&str> = missing.iter().map(|m| m.0.as_str()).collect();
-        return Err(KafkaLayerError::Topology(format!(
+        return Err(KafkaLayerError::Topics(format!(
             "missing topics {names:?} and topics.auto_create = false: create them with at least {slices} partitions"
         )));
     }
@@ -151,7 +151,7 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
             // Another member of the group created it first.
             Err((name, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => log::info!("topic {name} exists"),
             Err((name, code)) => {
-                return Err(KafkaLayerError::Topology(format!("cannot create topic {name}: {code}")));
+                return Err(KafkaLayerError::Topics(format!("cannot create topic {name}: {code}")));
             }
         }
     }

@@ -13,7 +13,8 @@ use super::frame::InputProgress;
 use super::judgment::SliceCounters;
 use super::state::SliceState;
 use crate::filter::count::{self as count_codec};
-use crate::filter::snapshot::{self as filter_snapshot, put_u32, put_u64};
+use crate::filter::envelope::{self, put_u32, put_u64};
+use crate::filter::snapshot as filter_snapshot;
 use crate::filter::{FilterKind, FilterParams, SnapshotError};
 
 /// The first bytes of a slice snapshot.
@@ -88,7 +89,7 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         (true, None, Some(_)) => VERSION_PROVENANCE,
         (true, None, None) => 2,
     };
-    let mut w = filter_snapshot::begin(MAGIC, version, 128);
+    let mut w = envelope::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
     let c = &state.counters;
@@ -193,7 +194,7 @@ pub fn decode_full(
     provenance: Option<&ProvenanceSetup>,
     counting: Option<(&CountingSetup, &Extractor)>,
 ) -> Result<SliceState, SnapshotError> {
-    let (mut r, version) = filter_snapshot::open_any(bytes, MAGIC, 2..=VERSION)?;
+    let (mut r, version) = envelope::open_any(bytes, MAGIC, 2..=VERSION)?;
     let has_provenance = version >= VERSION_PROVENANCE;
     let got_slice = r.u32()?;
     if got_slice != slice {
@@ -245,7 +246,7 @@ pub fn decode_full(
                 let len = r.u64()? as usize;
                 let section = r.take(len)?;
                 if let Some(setup) = provenance {
-                    let mut sub = filter_snapshot::Reader::over(section);
+                    let mut sub = envelope::Reader::over(section);
                     match SliceProvenance::decode(&mut sub, setup) {
                         Ok(p) => {
                             sub.finish()?;
@@ -368,8 +369,8 @@ impl SliceImage {
     /// [`encode`] gives for the state.
     pub fn seal(&mut self) -> &[u8] {
         let end = self.filter.end + 8;
-        filter_snapshot::seal_in_place(&mut self.buffer[self.filter.clone()]);
-        filter_snapshot::seal_in_place(&mut self.buffer[..end]);
+        envelope::seal_in_place(&mut self.buffer[self.filter.clone()]);
+        envelope::seal_in_place(&mut self.buffer[..end]);
         &self.buffer[..end]
     }
 

@@ -1,7 +1,7 @@
 //! Which sources may have delivered a key: one Bloom filter per source per
 //! time generation, indexed so that the all-membership query ("every filter
 //! whose k bits are set for K") does not scan all N filters (Crainiceanu &
-//! Lemire, *Bloofi: Multidimensional Bloom Filters*; notes/bloofi.md).
+//! Lemire, *Bloofi: Multidimensional Bloom Filters*, Information Systems 2015).
 //!
 //! - [`bits`]: the filters themselves (same `m`, `k` and hashes for all).
 //! - [`flat`]: Flat-Bloofi, bit-sliced 64 filters to a word.

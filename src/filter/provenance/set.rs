@@ -21,7 +21,7 @@ use std::sync::Arc;
 use super::bits::{MAX_HASHES, positions_array};
 use super::{Bits, Bloofi, FlatBloofi, SourceIndex};
 use crate::filter::KeyHash;
-use crate::filter::snapshot::{Reader, SnapshotError, put_u32, put_u64};
+use crate::filter::envelope::{Reader, SnapshotError, put_u32, put_u64};
 
 /// Which index a generation uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -415,7 +415,7 @@ impl PartialEq for Provenance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::snapshot::{begin, open, seal_in_place};
+    use crate::filter::envelope::{begin, open, seal_in_place};
 
     fn spec(index: IndexChoice, max_sources: usize) -> ProvenanceSpec {
         ProvenanceSpec {

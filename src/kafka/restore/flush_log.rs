@@ -55,7 +55,7 @@ pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<Flus
     })?;
     match bad {
         None => Ok(log),
-        Some(offset) => Err(KafkaLayerError::Topology(format!(
+        Some(offset) => Err(KafkaLayerError::ForeignRecord(format!(
             "{topic}/{partition} offset {offset} is not a dedupd flush record: is another application writing to \
              this topic?"
         ))),

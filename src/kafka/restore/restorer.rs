@@ -184,7 +184,7 @@ impl Restorer<'_> {
     ///   9000000000000000/0` made its slice drop everything after it).
     fn checked(&self, slice: u32, topic: &str, last: &Written, end: &mut LogEnd) -> Result<Sent, KafkaLayerError> {
         if let Some(end) = self.beyond_end(slice, last.release, end)? {
-            return Err(KafkaLayerError::Topology(format!(
+            return Err(KafkaLayerError::ForeignRecord(format!(
                 "slice {slice}: the record of {topic}/{slice} (offset {}) was released at {}, beyond the end of \
                  the slice log {}/{slice} (offset {end}): these outputs were not judged from this log (was {} \
                  deleted and created again, or does another application write {topic}?); refusing to replay up to \

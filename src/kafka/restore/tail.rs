@@ -90,7 +90,7 @@ pub fn read_tail(
     }
     match scan.unmarked {
         None => Ok(scan.found),
-        Some(offset) => Err(KafkaLayerError::Topology(format!(
+        Some(offset) => Err(KafkaLayerError::ForeignRecord(format!(
             "the record at offset {offset} of {topic}/{partition} has no {} header: is another application \
              writing to this topic? dedupd needs its output partitions to itself",
             headers::RELEASE

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::setup::{PartitionId, RouterDeps};
+use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::producer::SentMark;
 use crate::kafka::{Context, KafkaLayerError};
 
@@ -48,14 +48,14 @@ pub(super) struct Shared {
 /// Flushes the producer, then commits synchronously every routed offset (of
 /// `only`, if given; the other partitions' offsets stay pending).
 pub(super) fn commit_all<C: ConsumerContext>(
-    deps: &RouterDeps,
+    deps: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     only: Option<&[PartitionId]>,
 ) -> Result<(), KafkaLayerError> {
     deps.producer.flush(FLUSH_TIMEOUT).context(|| "router: flushing slice records".into())?;
     if let Some(f) = deps.producer.context().failure() {
-        return Err(KafkaLayerError::Topology(format!("router: {f}")));
+        return Err(KafkaLayerError::Fatal(format!("router: {f}")));
     }
     let chosen =
         |(topic, partition): &PartitionId| only.is_none_or(|o| o.iter().any(|(t, p)| t == topic && p == partition));
@@ -78,7 +78,7 @@ pub(super) fn commit_all<C: ConsumerContext>(
 /// Moves the pending offsets into a new candidate, then commits (without
 /// waiting) the newest offsets of every candidate whose records are all acknowledged.
 pub(super) fn commit_acknowledged<C: ConsumerContext>(
-    deps: &RouterDeps,
+    deps: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     new_candidate: bool,
@@ -101,7 +101,7 @@ pub(super) fn commit_acknowledged<C: ConsumerContext>(
     }
     // Checked after the acknowledgements: a failed record before them shows here.
     if let Some(f) = deps.producer.context().failure() {
-        return Err(KafkaLayerError::Topology(format!("router: {f}")));
+        return Err(KafkaLayerError::Fatal(format!("router: {f}")));
     }
     commit_offsets(consumer, &latest, CommitMode::Async)
 }

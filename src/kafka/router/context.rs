@@ -11,13 +11,13 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 
 use super::commits::{Shared, commit_all};
-use super::setup::{PartitionId, RouterDeps};
+use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
 
 /// The router consumer's context (see the module documentation).
 pub(super) struct RouterContext {
-    pub(super) deps: Arc<RouterDeps>,
+    pub(super) deps: Arc<RouterSetup>,
     pub(super) shared: Arc<Mutex<Shared>>,
     pub(super) join: JoinWatch,
     /// Set by the rebalance callbacks (which run inside `poll`, on the

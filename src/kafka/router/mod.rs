@@ -46,7 +46,7 @@
 //! of it) only when it runs far ahead of the others.
 //!
 //! Files of this folder, from the bottom up (a file imports only files
-//! above it in this list): `setup.rs` ([`RouterDeps`]), `commits.rs` (the
+//! above it in this list): `setup.rs` ([`RouterSetup`]), `commits.rs` (the
 //! offsets committed once acknowledged), `context.rs` (the consumer's
 //! rebalance callbacks), `lanes.rs` (one buffer per input partition),
 //! `route.rs` (reading and routing a record), `progress.rs` (the progress
@@ -81,7 +81,7 @@ use lanes::{Lane, MAX_BUFFERED, Read, set_paused};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
 use route::{event_time, read, route_ready};
 use setup::PartitionId;
-pub use setup::RouterDeps;
+pub use setup::RouterSetup;
 
 /// Records taken from the consumer per turn of the router loop.
 const POLL_BATCH: usize = 512;
@@ -89,7 +89,7 @@ const POLL_BATCH: usize = 512;
 const PREFETCH: &str = "20000";
 
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
-pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+pub fn run(deps: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-router");
     let shared = Arc::new(Mutex::new(Shared::default()));
     let consumer = subscribe(&deps, &shared)?;
@@ -112,7 +112,7 @@ pub fn run(deps: Arc<RouterDeps>, stop: Arc<AtomicBool>) -> Result<(), KafkaLaye
 
 /// The router consumer, subscribed to the input topics.
 fn subscribe(
-    deps: &Arc<RouterDeps>,
+    deps: &Arc<RouterSetup>,
     shared: &Arc<Mutex<Shared>>,
 ) -> Result<BaseConsumer<RouterContext>, KafkaLayerError> {
     let id = &deps.cfg.settings.app.id;
@@ -137,7 +137,7 @@ fn subscribe(
 /// The router loop's state between turns; `'c`: the consumer its buffered
 /// records belong to.
 struct Router<'c> {
-    deps: Arc<RouterDeps>,
+    deps: Arc<RouterSetup>,
     topics: Vec<String>,
     lanes: BTreeMap<PartitionId, Lane<'c>>,
     /// Every partition of the input topics (announced as existing).
@@ -159,7 +159,7 @@ struct Router<'c> {
 }
 
 impl<'c> Router<'c> {
-    fn new(deps: &Arc<RouterDeps>, consumer: &BaseConsumer<RouterContext>) -> Self {
+    fn new(deps: &Arc<RouterSetup>, consumer: &BaseConsumer<RouterContext>) -> Self {
         let topics: Vec<String> = deps.cfg.settings.input.topics.clone();
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let now = Instant::now();

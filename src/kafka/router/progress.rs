@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 
 use super::lanes::Lane;
-use super::setup::{PartitionId, RouterDeps};
+use super::setup::{PartitionId, RouterSetup};
 use crate::engine::Progress;
 use crate::kafka::producer::produce_control;
 use crate::kafka::{KafkaLayerError, headers};
@@ -34,7 +34,7 @@ pub(super) type Announced = (u64, bool, bool, u64);
 /// Written after the records it covers, by the same producer, so each
 /// slice sees it after them.
 pub(super) fn announce(
-    deps: &RouterDeps,
+    deps: &RouterSetup,
     lanes: &BTreeMap<PartitionId, Lane<'_>>,
     all: &[PartitionId],
     now: Instant,

@@ -12,7 +12,7 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::commits::Shared;
 use super::lanes::{Lane, MAX_BUFFERED, Read, set_paused};
-use super::setup::{PartitionId, RouterDeps};
+use super::setup::{PartitionId, RouterSetup};
 use crate::config::SlicingMode;
 use crate::engine::read_order::ReadOrderBuilder;
 use crate::engine::slice::frame_into;
@@ -30,7 +30,7 @@ const READ_ORDER_RECORDS: u64 = 4096;
 /// Routes buffered records in timestamp order while no partition that may
 /// still deliver an earlier record is empty.
 pub(super) fn route_ready<C: ConsumerContext>(
-    deps: &RouterDeps,
+    deps: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
@@ -99,7 +99,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
 /// the router's progress after it, and starts a new one. The slice judges
 /// the records it names, in its order, re-reading them from the input: the
 /// records themselves are not copied.
-fn write_read_order(deps: &RouterDeps, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
+fn write_read_order(deps: &RouterSetup, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
     let record = std::mem::replace(names, ReadOrderBuilder::at(0)).take();
     if record.is_empty() {
         return Ok(());
@@ -114,7 +114,7 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 
 /// Reads an input record's slice, key hash and event time (once, when it
 /// arrives; the slice takes the reading from the frame).
-pub(super) fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
+pub(super) fn read(deps: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
     // Only a key read from a header needs the header list (librdkafka
     // parses it on each ask).
     let header_list: Vec<(&str, &[u8])> = match deps.extractor.key {
@@ -137,7 +137,7 @@ pub(super) fn read(deps: &RouterDeps, msg: &BorrowedMessage<'_>) -> Result<(u32,
 /// Sends one input record of `topic` to its slice, or to the dead-letter
 /// topic. `frame` is a buffer for the slice record's value (reused).
 fn route(
-    deps: &RouterDeps,
+    deps: &RouterSetup,
     msg: &BorrowedMessage<'_>,
     topic: &str,
     target: Result<(u32, Reading), InvalidRecord>,
@@ -152,7 +152,7 @@ fn route(
             let reading = deps.hands_on_reading.then_some(&reading);
             frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload()).ok_or_else(|| {
                 // Input topics are named in `input.topics`, which allows no longer name.
-                KafkaLayerError::Topology(format!("input topic {topic:?} has a name longer than Kafka allows"))
+                KafkaLayerError::Topics(format!("input topic {topic:?} has a name longer than Kafka allows"))
             })?;
             produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[])
         }

@@ -8,7 +8,7 @@ use crate::kafka::producer::OutputProducer;
 use crate::metrics::Metrics;
 
 /// What the router needs.
-pub struct RouterDeps {
+pub struct RouterSetup {
     pub cfg: Resolved,
     /// What the router reads: the dedup key, or the count key it routes by.
     pub extractor: Extractor,

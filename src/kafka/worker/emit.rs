@@ -44,7 +44,7 @@ pub(super) fn emit(
             Some((_, msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
             None => {
                 held = owned.held.remove(&j.offset).ok_or_else(|| {
-                    KafkaLayerError::Topology(format!("slice {slice}: the record at offset {} was not held", j.offset))
+                    KafkaLayerError::Internal(format!("slice {slice}: the record at offset {} was not held", j.offset))
                 })?;
                 (&held as &dyn MessageRef, None)
             }
@@ -95,7 +95,7 @@ impl<M: Message> MessageRef for M {
         replay: Option<&ReplayBounds>,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(deps.cfg.slicing, self));
+        let framed = framed.copied().unwrap_or_else(|| parts(deps.path.log_format, self));
         emit_one(deps, slice, j, pos, self, &framed, replay)
     }
 
@@ -108,7 +108,7 @@ impl<M: Message> MessageRef for M {
         count: u64,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(deps.cfg.slicing, self));
+        let framed = framed.copied().unwrap_or_else(|| parts(deps.path.log_format, self));
         emit_flag(deps, slice, j, pos, self, framed.payload, count)
     }
 }
@@ -137,7 +137,7 @@ fn emit_flag<M: Message>(
     let mut count_buf = [0u8; 20];
     let count_text = format_into(&mut count_buf, format_args!("{count}"));
     let extra = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text), (headers::COUNT, count_text)];
-    send(deps, &deps.cfg.settings.flag.topic, slice, msg, payload, &extra)
+    send(deps, &deps.path.flags, slice, msg, payload, &extra)
 }
 
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
@@ -164,7 +164,6 @@ pub(super) fn emit_one<M: Message>(
         v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, payload)?;
     }
     let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
-    let out = &deps.cfg.settings.output;
     let mut offset_buf = [0u8; 20];
     let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
     let mut release_buf = [0u8; 48];
@@ -173,7 +172,7 @@ pub(super) fn emit_one<M: Message>(
     let size = copy_size(msg, payload, j);
     let main = main_destination(deps, j).filter(|d| !written(*d));
     let flagged = j.count.is_some_and(|m| m.flagged) && !written(Destination::Flags);
-    let late = j.late_by_ms.filter(|_| !out.late_topic.is_empty() && !written(Destination::Late));
+    let late = j.late_by_ms.filter(|_| !deps.path.late.is_empty() && !written(Destination::Late));
     // The dead letters are the main destination of an unreadable record:
     // one too large for them loses its value there instead.
     let refused: Vec<(Destination, &Limit)> =
@@ -188,7 +187,7 @@ pub(super) fn emit_one<M: Message>(
         && fits(Destination::Late)
     {
         let late_text = late.to_string();
-        send(deps, &out.late_topic, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
+        send(deps, &deps.path.late, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
     }
     if main.is_some_and(fits) {
         send_main(deps, slice, j, msg, framed, &ids)?;
@@ -247,7 +246,7 @@ fn main_destination(deps: &WorkerSetup, j: &Judgment) -> Option<Destination> {
     match j.verdict {
         SliceVerdict::Distinct => Some(Destination::Output),
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => {
-            Some(Destination::Duplicates).filter(|_| !deps.cfg.settings.output.duplicates_topic.is_empty())
+            Some(Destination::Duplicates).filter(|_| !deps.path.duplicates.is_empty())
         }
         SliceVerdict::Invalid(_) => Some(Destination::DeadLetters),
     }
@@ -263,16 +262,18 @@ fn send_main<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8]); 2],
 ) -> Result<(), KafkaLayerError> {
-    let out = &deps.cfg.settings.output;
+    let path = &deps.path;
     let payload = framed.payload;
     match &j.verdict {
-        // A dense leaf's output is its parent's input: named as this leaf's.
-        SliceVerdict::Distinct if deps.cfg.tier == crate::config::Tier::DenseLeaf => {
-            let leaf = (crate::kafka::tier::LEAF, deps.cfg.settings.app.id.as_bytes());
-            send(deps, &out.topic, slice, msg, payload, &[ids[0], ids[1], leaf])
-        }
-        SliceVerdict::Distinct => send(deps, &out.topic, slice, msg, payload, ids),
-        SliceVerdict::Duplicate { equal_timers } if !out.duplicates_topic.is_empty() => {
+        SliceVerdict::Distinct => match &path.leaf {
+            // A dense leaf's output is its parent's input: named as this leaf's.
+            Some(id) => {
+                let leaf = (crate::kafka::tier::LEAF, id.as_bytes());
+                send(deps, &path.output, slice, msg, payload, &[ids[0], ids[1], leaf])
+            }
+            None => send(deps, &path.output, slice, msg, payload, ids),
+        },
+        SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
             let rule = match j.count {
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
                 _ => format!("filter;equal_timers={equal_timers}"),
@@ -281,10 +282,10 @@ fn send_main<M: Message>(
             if let Some(first) = &j.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));
             }
-            send(deps, &out.duplicates_topic, slice, msg, payload, &extra)
+            send(deps, &path.duplicates, slice, msg, payload, &extra)
         }
-        SliceVerdict::Resend if !out.duplicates_topic.is_empty() => {
-            send(deps, &out.duplicates_topic, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
+        SliceVerdict::Resend if !path.duplicates.is_empty() => {
+            send(deps, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => dead_letter(deps, slice, why, msg, framed, ids),
@@ -331,7 +332,7 @@ fn dead_letter_as<M: Message>(
     if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
         extra.push((headers::SOURCE, stamp));
     }
-    let topic = &deps.cfg.settings.output.dead_letter_topic;
+    let topic = &deps.path.dead_letters;
     let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
     let Some(limit) = deps.limits.refuses(Destination::DeadLetters, size) else {
         return send(deps, topic, slice, msg, framed.payload, &extra);

@@ -98,7 +98,7 @@ use lookups::{count_fn, lookup_fn, provenance_fn};
 use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
 use restores::take_restored;
-pub use setup::WorkerSetup;
+pub use setup::{RecordPath, WorkerSetup};
 use snapshots::{
     COPY_STEP_BYTES, IDLE_COPY_BYTES, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
 };
@@ -234,7 +234,7 @@ impl Loop {
         let mut guard = self.inner.lock().expect("worker lock");
         take_restored(&self.deps, consumer, &mut guard);
         match guard.fatal.clone().or_else(|| self.deps.producer.context().failure()) {
-            Some(f) => Err(KafkaLayerError::Topology(f)),
+            Some(f) => Err(KafkaLayerError::Fatal(f)),
             None => Ok(()),
         }
     }

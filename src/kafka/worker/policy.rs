@@ -67,7 +67,7 @@ pub(super) fn decide_early(
         None => {
             let limit = d.ranges.iter().filter(|r| r.from > offset).map(|r| r.from - 1).min();
             let to = (offset + POLICY_STEP - 1).min(limit.unwrap_or(u64::MAX));
-            let range = PolicyRange { from: offset, to, policy: deps.cfg.availability };
+            let range = PolicyRange { from: offset, to, policy: deps.path.policy };
             log_range(deps, slice, &range)?;
             d.ranges.push(range);
             range
@@ -194,7 +194,7 @@ fn send_decision<M: Message>(
     framed: &Unframed<'_>,
     d: &Decision<'_>,
 ) -> Result<(), KafkaLayerError> {
-    let out = &deps.cfg.settings.output;
+    let path = &deps.path;
     let offset_text = d.offset.to_string();
     let release_text = d.pos.to_string();
     let after_text = d.after.map(|y| y.to_string()).unwrap_or_default();
@@ -214,9 +214,9 @@ fn send_decision<M: Message>(
     match d.policy {
         AvailabilityPolicy::Drop => {
             extra.push((headers::RULE, b"policy"));
-            send(deps, &out.duplicates_topic, slice, msg, framed.payload, &extra)
+            send(deps, &path.duplicates, slice, msg, framed.payload, &extra)
         }
-        _ => send(deps, &out.topic, slice, msg, framed.payload, &extra),
+        _ => send(deps, &path.output, slice, msg, framed.payload, &extra),
     }
 }
 

@@ -4,7 +4,7 @@
 //! flushes that release what waits for the watermark.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
@@ -31,7 +31,7 @@ use crate::kafka::{KafkaLayerError, headers};
 /// waits for its router (a rebalance), releases nothing that partition
 /// may still come before.
 pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<(), KafkaLayerError> {
-    let idle_after = Duration::from_millis(deps.cfg.order.lateness_ms.max(100));
+    let idle_after = deps.path.idle_after;
     let WorkerState { slices, judged, .. } = inner;
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
@@ -72,7 +72,7 @@ pub(super) fn handle(
     let WorkerState { slices, judged, deciding, .. } = inner;
     let Some(owned) = slices.get_mut(&slice) else {
         return match deciding.get_mut(&slice) {
-            Some(d) => decide_early(deps, d, slice, msg, &LogRecord::read(deps.cfg.slicing, msg)),
+            Some(d) => decide_early(deps, d, slice, msg, &LogRecord::read(deps.path.log_format, msg)),
             None => Ok(()), // fetched just before a revocation, or while restoring
         };
     };
@@ -88,7 +88,7 @@ pub(super) fn handle(
     // record arriving first would overtake (the flush would be skipped, and
     // the replay would release its records at other positions).
     apply_logged_flushes(deps, owned, judged)?;
-    let record = LogRecord::read(deps.cfg.slicing, msg);
+    let record = LogRecord::read(deps.path.log_format, msg);
     // Inside a range of slice offsets logged as decided by
     // `availability.policy`: input records are decided, not judged, and a
     // router's progress moves nothing (nothing is released there).
@@ -266,7 +266,7 @@ pub(super) fn judge(
     header_list: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
-    if let Some(why) = broken_frame(deps.cfg.slicing, msg.payload(), source_header, framed) {
+    if let Some(why) = broken_frame(deps.path.log_format, msg.payload(), source_header, framed) {
         return refuse(deps, owned, judged, offset, msg, framed, why);
     }
     let Unframed { source, payload, reading } = *framed;

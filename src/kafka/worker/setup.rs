@@ -2,9 +2,10 @@
 //! clients and the metrics, read-only once the worker runs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::admin::Status;
-use crate::config::{Resolved, SlicingMode};
+use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
 use crate::engine::{Extractor, read_order};
 use crate::filter::FilterParams;
 use crate::kafka::checkpoint::CheckpointStore;
@@ -32,6 +33,45 @@ pub struct WorkerSetup {
     pub verdicts: Option<crate::kafka::tier::RootVerdicts>,
     /// How large a record each topic a slice writes takes (read at start-up).
     pub limits: crate::kafka::limits::RecordLimits,
+    /// What the per-record path needs of the settings, chosen once.
+    pub path: RecordPath,
+}
+
+/// What the per-record path (`records.rs`, `emit.rs`, `policy.rs`) needs
+/// of the settings, resolved once at start-up: those files read no setting.
+pub struct RecordPath {
+    /// How a slice-log record holds its input record.
+    pub log_format: SlicingMode,
+    /// The topics a slice writes (empty: not written).
+    pub output: String,
+    pub duplicates: String,
+    pub dead_letters: String,
+    pub late: String,
+    pub flags: String,
+    /// A dense leaf's `app.id`, which its outputs carry to its parent (docs/tiers.md).
+    pub leaf: Option<String>,
+    /// `availability.policy`: what a slice's records get while it is restored.
+    pub policy: AvailabilityPolicy,
+    /// How long a slice holding records for the watermark hears nothing
+    /// before its idle flush: the lateness, at least 100 ms.
+    pub idle_after: Duration,
+}
+
+impl RecordPath {
+    pub fn of(cfg: &Resolved) -> Self {
+        let out = &cfg.settings.output;
+        RecordPath {
+            log_format: cfg.slicing,
+            output: out.topic.clone(),
+            duplicates: out.duplicates_topic.clone(),
+            dead_letters: out.dead_letter_topic.clone(),
+            late: out.late_topic.clone(),
+            flags: cfg.settings.flag.topic.clone(),
+            leaf: (cfg.tier == Tier::DenseLeaf).then(|| cfg.settings.app.id.clone()),
+            policy: cfg.availability,
+            idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
+        }
+    }
 }
 
 impl WorkerSetup {
