@@ -128,3 +128,84 @@ fn a_slow_restore_read_that_makes_progress_completes() {
     assert!(line.contains("stopped at offset ") && line.contains(" records in "), "{line}");
     assert!(!log.contains("restored from Snapshot"), "{log}");
 }
+
+/// The newest manifest of slice 0 in `topic`, as JSON.
+fn newest_manifest(topic: &str) -> serde_json::Value {
+    let all = read_all(topic, Duration::from_secs(1));
+    let last = all[&0].iter().rev().find(|r| r.key.as_deref() == Some(b"0/manifest")).expect("a manifest");
+    serde_json::from_slice(last.value.as_deref().expect("not a tombstone")).unwrap()
+}
+
+/// Writes the newest manifest of slice 0 again without `flush_log_offset`,
+/// as builds before it wrote it.
+fn drop_flush_log_offset(topic: &str) {
+    let mut manifest = newest_manifest(topic);
+    assert!(manifest["flush_log_offset"].is_u64(), "{manifest}");
+    manifest.as_object_mut().unwrap().remove("flush_log_offset");
+    produce(topic, &[Rec::new(0, "0/manifest", &manifest.to_string(), BASE_TS)]);
+}
+
+/// `n` records of distinct keys from `first` on; the last ones wait for the
+/// watermark until an idle flush (logged in the flush log) judges them.
+fn distinct(first: u64, n: u64) -> Vec<Rec> {
+    (first..first + n).map(|s| click(s, &format!("k{s}"), BASE_TS + s as i64 * 10, 0)).collect()
+}
+
+fn wait_snapshot_at(daemon: &Daemon, offset: u64) {
+    wait_for(&format!("a snapshot at offset {offset}"), Duration::from_secs(60), || {
+        matches!(daemon.slices(), Some(serde_json::Value::Array(s))
+            if s.len() == 1 && s[0]["last_checkpoint_offset"].as_u64() == Some(offset))
+    });
+}
+
+/// A restore reads the flush log from the offset its snapshot's manifest
+/// names: a record that is no flush record, logged before that offset,
+/// is never read (a read from the start stops at it). A manifest without
+/// the offset (an earlier build's) still restores, reading from the start.
+#[test]
+fn the_flush_log_is_read_from_the_offset_the_snapshot_names() {
+    let app = unique("flush-from");
+    let input = unique("flush-from-in");
+    create_topic(&input, 1);
+    let (ckpt, flushes) = (format!("{app}.ckpt"), format!("{app}.flushes"));
+    let env = || app_env(&app, &input, "input-partitions", 1);
+
+    // A snapshot after an idle flush.
+    produce(&input, &distinct(0, 50));
+    let mut first = Daemon::start("flush-from-first", &env());
+    wait_processed(&[&first], 50, Duration::from_secs(60));
+    wait_snapshot_at(&first, 50);
+    assert!(first.terminate(Duration::from_secs(60)).success(), "{}", first.log_text());
+    let logged = read_all(&flushes, Duration::from_secs(1))[&0].len() as u64;
+    assert!(logged >= 1, "an idle flush should be logged");
+    assert!(newest_manifest(&ckpt)["flush_log_offset"].as_u64() == Some(logged), "{}", newest_manifest(&ckpt));
+
+    // As an earlier build wrote it: restored, the flush log read from its start.
+    drop_flush_log_offset(&ckpt);
+    let mut second = Daemon::start("flush-from-second", &env());
+    second.wait_log("slice 0: restored in ", Duration::from_secs(60));
+    assert!(second.log_text().contains("slice 0: restored from Snapshot"), "{}", second.log_text());
+    // Not a flush record, before the offset the next snapshot names.
+    produce(&flushes, &[Rec::new(0, "x", "not a flush record", BASE_TS)]);
+    let garbage = read_all(&flushes, Duration::from_secs(1))[&0].last().unwrap().offset as u64;
+    produce(&input, &distinct(50, 50));
+    wait_processed(&[&second], 100, Duration::from_secs(60));
+    wait_snapshot_at(&second, 100);
+    assert!(second.terminate(Duration::from_secs(60)).success(), "{}", second.log_text());
+    let from = newest_manifest(&ckpt)["flush_log_offset"].as_u64().expect("flush_log_offset");
+    assert!(from > garbage, "the snapshot should name an offset after {garbage}, names {from}");
+
+    // Read from there: the garbage is never read.
+    let mut third = Daemon::start("flush-from-third", &env());
+    third.wait_log("slice 0: restored in ", Duration::from_secs(60));
+    assert!(third.log_text().contains("slice 0: restored from Snapshot"), "{}", third.log_text());
+    assert!(third.terminate(Duration::from_secs(60)).success(), "{}", third.log_text());
+
+    // Without the offset, read from the start: the garbage stops the restore.
+    drop_flush_log_offset(&ckpt);
+    let mut fourth = Daemon::start("flush-from-fourth", &env());
+    let status = fourth.wait_exit(Duration::from_secs(60), "a read from the start should meet the garbage");
+    assert!(!status.success());
+    let needle = format!("{flushes}/0 offset {garbage} is not a dedupd flush record");
+    assert!(fourth.log_text().contains(&needle), "{needle:?}:\n{}", fourth.log_text());
+}
