@@ -364,17 +364,17 @@ impl Restorer<'_> {
             }
         };
         let start = state.next_offset;
-        // Flushes the snapshot has applied, or that came after a record
-        // before its last one, are in it already.
-        // From where the snapshot says: what it needs lies there or after.
-        // A slice rebuilt from its log (no snapshot, or one refused) needs
-        // every flush logged since its first record: from the start.
+        // From the offset the snapshot names: what it needs lies there or
+        // after. A slice rebuilt from its log (no snapshot, or one refused)
+        // needs every flush logged since its first record: from the start.
         let flush_from = match from {
             RestoredFrom::Snapshot { .. } => manifest.as_ref().and_then(|m| m.flush_log_offset),
             _ => None,
         };
         let FlushLog { mut flushes, mut ranges, span } =
             read_flushes(self.reader, self.flush_topic, slice as i32, flush_from)?;
+        // Flushes the snapshot has applied, or that came after a record
+        // before its last one, are in it already.
         flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
         ranges.retain(|r| r.to >= start);
         log::info!(
