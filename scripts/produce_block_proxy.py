@@ -2,7 +2,7 @@
 """A Kafka proxy that can make one topic unwritable, or make its writes lag, for
 scripts/faults.py (`unwritable`) and tests/replay_bounds.rs.
 
-  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME [--lag]
+  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME [--lag] [--slow-fetch B]
 
 Forwards every connection to the broker unchanged until SIGUSR1; SIGUSR2 ends what SIGUSR1
 started. Two ways to hold back the Produce requests that name --topic:
@@ -20,6 +20,10 @@ started. Two ways to hold back the Produce requests that name --topic:
   (a Produce request names one partition, and all of a partition's are held). So one
   connection's writes to --topic are acknowledged behind its writes to the other topics, as
   when partitions have different leaders.
+
+--slow-fetch B passes the broker's answers on at B bytes per second per connection, in small
+pieces, from the start: a large read (a restore's snapshot) then takes seconds while records keep
+arriving, as from a slow broker (tests/restore_reads.rs).
 
 In both modes a held request of a connection the client has closed is dropped with it, never
 sent late (logged: `dropped N held requests`). Logs on stderr, flushed: every change of mode
@@ -134,6 +138,8 @@ async def main():
     ap.add_argument("--topic", required=True, help="the topic whose produce requests are held")
     ap.add_argument("--lag", action="store_true",
                     help="hold only the produce requests naming --topic, not the connection's later requests")
+    ap.add_argument("--slow-fetch", type=int, metavar="BYTES_PER_S",
+                    help="pass the broker's answers on at this many bytes per second per connection")
     args = ap.parse_args()
     host, port = args.to.rsplit(":", 1)
     topic = args.topic.encode()
@@ -205,9 +211,12 @@ async def main():
                 await broker_w.drain()
 
     async def downstream(broker_r, client_w):
-        while data := await broker_r.read(65536):
+        piece = 65536 if not args.slow_fetch else max(1, min(65536, args.slow_fetch // 20))
+        while data := await broker_r.read(piece):
             client_w.write(data)
             await client_w.drain()
+            if args.slow_fetch:
+                await asyncio.sleep(len(data) / args.slow_fetch)
 
     async def handle(client_r, client_w):
         try:
@@ -230,7 +239,7 @@ async def main():
         client_w.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", args.listen)
-    log(f"mode {mode}, topic {args.topic}, to {args.to}")
+    log(f"mode {mode}, topic {args.topic}, to {args.to}, slow fetch {args.slow_fetch or 'off'}")
     print("listening", flush=True)
     async with server:
         await server.serve_forever()

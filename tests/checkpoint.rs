@@ -103,6 +103,7 @@ fn old_manifest(slice: u32, seq: u64, b: &[u8]) -> Manifest {
         params: PARAMS.into(),
         first_chunk_offset: None,
         app: None,
+        flush_log_offset: None,
     }
 }
 

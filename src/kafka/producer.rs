@@ -56,6 +56,9 @@ pub struct DeliveryCounts {
     /// `[topic][partition]`
     sent: Vec<Vec<AtomicU64>>,
     acked: Vec<Vec<AtomicU64>>,
+    /// One past the highest offset acknowledged (0: none yet): where a
+    /// partition's log ended after this producer's last write there.
+    ends: Vec<Vec<AtomicU64>>,
 }
 
 /// What had been sent to some partitions at one moment: `(topic, partition, count)`.
@@ -69,6 +72,7 @@ impl DeliveryCounts {
         DeliveryCounts {
             sent: topics.iter().map(|_| zeros()).collect(),
             acked: topics.iter().map(|_| zeros()).collect(),
+            ends: topics.iter().map(|_| zeros()).collect(),
             topics,
         }
     }
@@ -86,10 +90,19 @@ impl DeliveryCounts {
         }
     }
 
-    fn acked(&self, topic: &str, partition: i32) {
+    fn acked(&self, topic: &str, partition: i32, offset: i64) {
         if let Some((t, p)) = self.slot(topic, partition) {
+            // Before the count: whoever sees the count sees the end too.
+            self.ends[t][p].fetch_max(u64::try_from(offset + 1).unwrap_or(0), Ordering::Relaxed);
             self.acked[t][p].fetch_add(1, Ordering::Release);
         }
+    }
+
+    /// One past the highest offset of `topic`/`partition` acknowledged so
+    /// far, if any: an offset every later write there lies at or beyond.
+    pub fn end(&self, topic: &str, partition: i32) -> Option<u64> {
+        let (t, p) = self.slot(topic, partition)?;
+        Some(self.ends[t][p].load(Ordering::Acquire)).filter(|&e| e > 0)
     }
 
     /// What has been sent so far to `partition` of every counted topic, or to
@@ -143,7 +156,7 @@ impl ProducerContext for DeliveryWatch {
                 }
                 // Counted after the failure check below could see an earlier
                 // failure of the same partition: reports come in send order.
-                self.counts.acked(topic, m.partition())
+                self.counts.acked(topic, m.partition(), m.offset())
             }
             Err((e, m)) => {
                 let mut f = self.failure.lock().expect("failure lock");

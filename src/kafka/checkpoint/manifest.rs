@@ -40,6 +40,13 @@ pub struct Manifest {
     /// Manifests written before this field existed lack it, and are taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<String>,
+    /// The offset of the slice's flush log from which a restore from this
+    /// snapshot reads it: every idle flush and policy range logged below it
+    /// is in the snapshot or behind its offset. Manifests written before
+    /// this field existed lack it; restore then reads the flush log from
+    /// its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_log_offset: Option<u64>,
 }
 
 /// Why a stored snapshot could not be read back.
@@ -198,6 +205,7 @@ mod tests {
             params: "p".into(),
             first_chunk_offset,
             app: None,
+            flush_log_offset: None,
         }
     }
 

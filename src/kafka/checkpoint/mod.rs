@@ -3,7 +3,8 @@
 //! A snapshot is written as chunks (any filter size fits under the broker's
 //! message size limit) under keys `<slice>/<seq>/<i>`, then a manifest under
 //! `<slice>/manifest` naming the offset, the chunks, their total size and
-//! checksum, the partition offset of its first chunk, and the format version.
+//! checksum, the partition offset of its first chunk, the flush log offset a
+//! restore from it reads from, and the format version.
 //! The manifest goes last: a snapshot exists once its manifest does, and a
 //! crash mid-write leaves the previous manifest in force. Chunks of the
 //! previous snapshot are then tombstoned so compaction can drop them. A later

@@ -344,6 +344,34 @@ pub fn read_partition_range(
     read_range(reader, topic, partition, start.max(low), Some(stop), high, each)
 }
 
+/// How long a read of a partition may go without a record or its end before
+/// it fails: a read that makes progress is never cut short, however long the
+/// partition, since a read that failed on its total time would fail again
+/// after every restart.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Replaces [`STALL_TIMEOUT`] (milliseconds), for tests that need a stall
+/// to be seen in seconds.
+pub const STALL_TIMEOUT_ENV: &str = "DEDUPD_READ_STALL_TIMEOUT_MS";
+
+/// [`STALL_TIMEOUT`], or what [`STALL_TIMEOUT_ENV`] says (read once; a value
+/// that is not a positive number of milliseconds is ignored with a warning).
+pub fn stall_timeout() -> Duration {
+    static TIMEOUT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *TIMEOUT.get_or_init(|| match std::env::var(STALL_TIMEOUT_ENV) {
+        Err(_) => STALL_TIMEOUT,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                log::warn!(
+                    "{STALL_TIMEOUT_ENV}={v:?} is not a positive number of milliseconds; using {STALL_TIMEOUT:?}"
+                );
+                STALL_TIMEOUT
+            }
+        },
+    })
+}
+
 /// Reads the records of partition `partition` of `topic` from offset `start`
 /// up to `stop` (exclusive), or to the current end when `stop` is None,
 /// calling `each(offset, key, value)` in offset order. `high` is the listed
@@ -352,6 +380,9 @@ pub fn read_partition_range(
 /// The end is where the fetch reports end-of-partition, not the listed high
 /// watermark: some Kafka-compatible brokers (Tansu) list it as the last
 /// *batch's* base offset + 1, so that batch's records lie beyond it.
+///
+/// It fails when nothing (no record, no end-of-partition) has arrived for
+/// [`stall_timeout`], not on its total time.
 fn read_range(
     reader: &Reader,
     topic: &str,
@@ -367,16 +398,22 @@ fn read_range(
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, partition, Offset::Offset(start)).context(|| "building an assignment".into())?;
     reader.assign(&tpl).context(|| format!("reading {topic}/{partition}"))?;
-    let deadline = Instant::now() + IO_TIMEOUT;
-    let mut next = start;
+    let stall = stall_timeout();
+    let began = Instant::now();
+    let mut progress = began;
+    let (mut next, mut records) = (start, 0u64);
     let result = loop {
         if stop.is_some_and(|stop| next >= stop) {
             break Ok(());
         }
-        if Instant::now() > deadline {
+        let silent = progress.elapsed();
+        if silent > stall {
             break Err(KafkaLayerError::Timeout(format!(
-                "reading {topic}/{partition} up to offset {}, stuck at {next}",
-                stop.unwrap_or(high)
+                "reading {topic}/{partition} from offset {start} up to offset {}: nothing arrived for {:.1} s \
+                 (the limit), stopped at offset {next} after {records} records in {:.1} s",
+                stop.unwrap_or(high),
+                silent.as_secs_f64(),
+                began.elapsed().as_secs_f64()
             )));
         }
         match reader.poll(Duration::from_millis(50)) {
@@ -385,6 +422,8 @@ fn read_range(
             Some(Ok(m)) if stop.is_some_and(|stop| m.offset() >= stop) => break Ok(()),
             Some(Ok(m)) => {
                 next = m.offset() + 1;
+                records += 1;
+                progress = Instant::now();
                 each(m.offset(), m.key().unwrap_or_default(), m.payload(), &m);
             }
             // The listed end is a lower bound of the real one, so an

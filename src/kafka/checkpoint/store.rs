@@ -63,8 +63,22 @@ impl CheckpointStore {
         params: &str,
         previous: Option<&Manifest>,
     ) -> Result<Manifest, KafkaLayerError> {
+        self.write_noting(slice, offset, bytes, params, previous, None)
+    }
+
+    /// [`CheckpointStore::write`], the manifest naming the flush log offset
+    /// a restore from this snapshot reads from ([`Manifest::flush_log_offset`]).
+    pub fn write_noting(
+        &self,
+        slice: u32,
+        offset: u64,
+        bytes: &[u8],
+        params: &str,
+        previous: Option<&Manifest>,
+        flush_log_offset: Option<u64>,
+    ) -> Result<Manifest, KafkaLayerError> {
         let producer = self.producer.lock().expect("producer lock").clone();
-        let written = self.write_with(&producer, slice, offset, bytes, params, previous);
+        let written = self.write_with(&producer, slice, (offset, flush_log_offset), bytes, params, previous);
         if let Err(e) = &written {
             self.replace_producer(&producer, e);
         }
@@ -106,11 +120,13 @@ impl CheckpointStore {
         }
     }
 
+    /// Writes the snapshot taken at slice offset `offset`, its manifest
+    /// naming `flush_log_offset`.
     fn write_with(
         &self,
         producer: &CheckpointProducer,
         slice: u32,
-        offset: u64,
+        (offset, flush_log_offset): (u64, Option<u64>),
         bytes: &[u8],
         params: &str,
         previous: Option<&Manifest>,
@@ -147,6 +163,7 @@ impl CheckpointStore {
             params: params.to_string(),
             first_chunk_offset: delivered.first_offset(),
             app: Some(self.app.clone()),
+            flush_log_offset,
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");

@@ -38,13 +38,46 @@ pub struct FlushLog {
     pub flushes: VecDeque<u64>,
     /// The policy ranges, in the order written.
     pub ranges: Vec<PolicyRange>,
+    /// Where it was read from, and one past the last record read.
+    pub span: FlushLogSpan,
 }
 
-/// The idle flushes and policy ranges logged in `topic`/`partition`.
-pub fn read_flushes(reader: &Reader, topic: &str, partition: i32) -> Result<FlushLog, KafkaLayerError> {
-    let mut log = FlushLog::default();
+/// The part of a slice's flush log a restore read: what a snapshot taken
+/// later names as the offset its own restore reads from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlushLogSpan {
+    pub from: u64,
+    pub end: u64,
+}
+
+impl FlushLogSpan {
+    /// The flush log offset a restore from a snapshot taken now reads from.
+    /// `pending`: a logged flush not applied yet, or a policy range that
+    /// reaches the snapshot's offset or beyond; those lie at or after where
+    /// this restore read from, and the snapshot needs them. Otherwise every
+    /// record logged so far is in the snapshot or behind its offset: the
+    /// next restore starts at the end of what this restore read or of what
+    /// the slice logged since (`logged`), whichever is later.
+    pub fn read_from(&self, pending: bool, logged: Option<u64>) -> u64 {
+        if pending { self.from } else { self.end.max(logged.unwrap_or(0)) }
+    }
+}
+
+/// The idle flushes and policy ranges logged in `topic`/`partition`, from
+/// offset `from` (a snapshot's [`crate::kafka::checkpoint::Manifest::flush_log_offset`])
+/// or from the start.
+pub fn read_flushes(
+    reader: &Reader,
+    topic: &str,
+    partition: i32,
+    from: Option<u64>,
+) -> Result<FlushLog, KafkaLayerError> {
+    let start = from.unwrap_or(0);
+    let mut log = FlushLog { span: FlushLogSpan { from: start, end: start }, ..FlushLog::default() };
     let mut bad = None;
-    read_partition(reader, topic, partition, ReadFrom::Start, |offset, _, value, _| {
+    let at = ReadFrom::Offset(i64::try_from(start).unwrap_or(i64::MAX));
+    read_partition(reader, topic, partition, at, |offset, _, value, _| {
+        log.span.end = log.span.end.max(u64::try_from(offset + 1).unwrap_or(0));
         match value.and_then(parse_flush) {
             Some(Logged::Flush(after)) => log.flushes.push_back(after),
             Some(Logged::Range(range)) => log.ranges.push(range),
@@ -87,4 +120,30 @@ fn parse_flush(payload: &[u8]) -> Option<Logged> {
     let policy = AvailabilityPolicy::parse(v.get("policy")?.as_str()?)?;
     let (from, to) = (v.get("from")?.as_u64()?, v.get("to")?.as_u64()?);
     (policy != AvailabilityPolicy::Wait && from <= to).then_some(Logged::Range(PolicyRange { from, to, policy }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot names where its restore reads the flush log from: the end
+    /// of what is logged when nothing logged is still needed, else where
+    /// the restore before it read from.
+    #[test]
+    fn a_snapshot_reads_the_flush_log_from_what_it_still_needs() {
+        let span = FlushLogSpan { from: 40, end: 57 };
+        assert_eq!(span.read_from(false, None), 57);
+        assert_eq!(span.read_from(false, Some(90)), 90);
+        assert_eq!(span.read_from(true, Some(90)), 40);
+        assert_eq!(span.read_from(true, None), 40);
+        assert_eq!(FlushLogSpan::default().read_from(false, None), 0);
+    }
+
+    #[test]
+    fn flush_and_policy_records_read_back() {
+        let range = PolicyRange { from: 3, to: 502, policy: AvailabilityPolicy::Drop };
+        assert!(matches!(parse_flush(flush_record(17).as_bytes()), Some(Logged::Flush(17))));
+        assert!(matches!(parse_flush(policy_record(&range).as_bytes()), Some(Logged::Range(r)) if r == range));
+        assert!(parse_flush(b"not a flush").is_none());
+    }
 }

@@ -3,7 +3,7 @@
 //! Load the newest valid snapshot (taken at slice offset X); re-read from
 //! the slice log the records that were waiting for the watermark at X (the
 //! snapshot lists their offsets); read the idle flushes logged since the
-//! snapshot; read the tail of partition s of each topic the slice writes
+//! snapshot (from the flush log offset its manifest names); read the tail of partition s of each topic the slice writes
 //! (the highest release position there: that topic's bound Y, see
 //! [`super::replay`]). Then replay from X, writing a judgment's record to a
 //! topic only beyond that topic's Y, and go on. Because the engine is
@@ -20,6 +20,6 @@ mod flush_log;
 mod restorer;
 mod tail;
 
-pub use flush_log::{FlushLog, PolicyRange, flush_record, policy_record, range_of, read_flushes};
+pub use flush_log::{FlushLog, FlushLogSpan, PolicyRange, flush_record, policy_record, range_of, read_flushes};
 pub use restorer::{RestoredFrom, Restorer, ResumePoint, fingerprint};
 pub use tail::{TAIL_RECORDS, Written, read_tail};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message, OwnedMessage};
 
-use super::flush_log::{FlushLog, PolicyRange, read_flushes};
+use super::flush_log::{FlushLog, FlushLogSpan, PolicyRange, read_flushes};
 use super::tail::{Written, read_tail};
 use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
@@ -54,6 +54,8 @@ pub struct ResumePoint {
     pub flushes: VecDeque<u64>,
     /// Policy ranges logged that reach the first offset to consume or beyond.
     pub ranges: Vec<PolicyRange>,
+    /// The part of the flush log read.
+    pub flush_log: FlushLogSpan,
 }
 
 /// Everything restore needs.
@@ -121,9 +123,11 @@ impl Restorer<'_> {
     /// earliest. `None`: no snapshot found at the tail.
     pub fn locate(&self, slice: u32) -> Result<(ReplayBounds, Option<u64>, Vec<PolicyRange>), KafkaLayerError> {
         let bounds = self.bounds(slice)?;
-        let snapshot = self.store.latest_manifest(slice)?.map(|m| m.offset);
-        let log = read_flushes(self.reader, self.flush_topic, slice as i32)?;
-        Ok((bounds, snapshot, log.ranges))
+        let manifest = self.store.latest_manifest(slice)?;
+        // The ranges that reach X or beyond lie at or after the offset the manifest names.
+        let from = manifest.as_ref().and_then(|m| m.flush_log_offset);
+        let log = read_flushes(self.reader, self.flush_topic, slice as i32, from)?;
+        Ok((bounds, manifest.map(|m| m.offset), log.ranges))
     }
 
     /// How far each topic the slice writes holds its records: the highest
@@ -360,9 +364,17 @@ impl Restorer<'_> {
             }
         };
         let start = state.next_offset;
+        // From the offset the snapshot names: what it needs lies there or
+        // after. A slice rebuilt from its log (no snapshot, or one refused)
+        // needs every flush logged since its first record: from the start.
+        let flush_from = match from {
+            RestoredFrom::Snapshot { .. } => manifest.as_ref().and_then(|m| m.flush_log_offset),
+            _ => None,
+        };
+        let FlushLog { mut flushes, mut ranges, span } =
+            read_flushes(self.reader, self.flush_topic, slice as i32, flush_from)?;
         // Flushes the snapshot has applied, or that came after a record
         // before its last one, are in it already.
-        let FlushLog { mut flushes, mut ranges } = read_flushes(self.reader, self.flush_topic, slice as i32)?;
         flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
         ranges.retain(|r| r.to >= start);
         log::info!(
@@ -376,7 +388,7 @@ impl Restorer<'_> {
                 .filter(|y| y.after + 1 >= start)
                 .map_or(String::new(), |_| format!(", silently up to what each topic holds: {bounds}"))
         );
-        Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges })
+        Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges, flush_log: span })
     }
 
     /// Re-reads from the slice log (shared mode: from the input, where the

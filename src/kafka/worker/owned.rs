@@ -12,7 +12,7 @@ use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceRecord,
 use crate::kafka::checkpoint::Manifest;
 use crate::kafka::producer::SentMark;
 use crate::kafka::replay::ReplayBounds;
-use crate::kafka::restore::PolicyRange;
+use crate::kafka::restore::{FlushLogSpan, PolicyRange};
 
 /// A slice this member owns: its state, what its replay and its policy
 /// decisions have reached, the records it holds, its snapshot bookkeeping.
@@ -36,6 +36,9 @@ pub(super) struct OwnedSlice {
     /// Idle flushes logged and not applied yet (a replay): the slice
     /// offsets they came after.
     pub(super) flushes: VecDeque<u64>,
+    /// The part of the flush log its restore read (a snapshot names where
+    /// the next restore reads from, [`FlushLogSpan::read_from`]).
+    pub(super) flush_log: FlushLogSpan,
     /// When the slice last received a record (or was restored).
     pub(super) last_arrival: Instant,
     pub(super) manifest: Option<Manifest>,
@@ -60,6 +63,8 @@ pub(super) struct Copying {
     /// What had been sent to the slice's output partitions when it was taken.
     pub(super) mark: SentMark,
     pub(super) previous: Option<Manifest>,
+    /// Where a restore from it reads the flush log from.
+    pub(super) flush_log_offset: u64,
     /// When the snapshot was taken.
     pub(super) taken: Instant,
     /// The longest the copy has stopped the worker at once.

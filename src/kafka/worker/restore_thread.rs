@@ -113,6 +113,7 @@ pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kafk
         ranges: point.ranges,
         held: point.held.into_iter().collect(),
         flushes: point.flushes,
+        flush_log: point.flush_log,
         last_arrival: Instant::now(),
         manifest: point.manifest,
         since_checkpoint: 0,

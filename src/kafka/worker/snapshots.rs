@@ -31,6 +31,12 @@ pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, o
     owned.state.begin_copy(buffer.take().unwrap_or_default());
     let offset = owned.state.next_offset;
     let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    // Taken on the worker thread, which logs flushes and ranges and waits
+    // for them: whatever it logs after this lies at or beyond the end it
+    // has seen acknowledged.
+    let pending = !owned.flushes.is_empty() || owned.ranges.iter().any(|r| r.to >= offset);
+    let logged = deps.producer.context().counts().end(&deps.flush_topic, slice as i32);
+    let flush_log_offset = owned.flush_log.read_from(pending, logged);
     log::debug!(
         "slice {slice}: snapshot at offset {offset} taken, {} bytes of cells to copy",
         owned.state.copy_bytes_left()
@@ -39,6 +45,7 @@ pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, o
         offset,
         mark,
         previous: owned.manifest.clone(),
+        flush_log_offset,
         taken,
         longest_pause: taken.elapsed(),
         records: 0,
@@ -70,7 +77,9 @@ fn hand_over(
     owned: &mut OwnedSlice,
     releasing: bool,
 ) -> Result<(), KafkaLayerError> {
-    let Some(Copying { offset, mark, previous, taken, longest_pause, records }) = owned.copying.take() else {
+    let Some(Copying { offset, mark, previous, flush_log_offset, taken, longest_pause, records }) =
+        owned.copying.take()
+    else {
         return Ok(());
     };
     let slice = owned.state.slice;
@@ -81,7 +90,7 @@ fn hand_over(
         .jobs
         .as_ref()
         .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
-    jobs.send(Job { slice, offset, image, mark, previous, taken })
+    jobs.send(Job { slice, offset, image, mark, previous, flush_log_offset, taken })
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
     let line = format!(

@@ -23,6 +23,8 @@ pub(super) struct Job {
     /// What had been sent to the slice's output partitions when it was taken.
     pub(super) mark: SentMark,
     pub(super) previous: Option<Manifest>,
+    /// Where a restore from it reads the flush log from.
+    pub(super) flush_log_offset: u64,
     /// When the snapshot was taken.
     pub(super) taken: Instant,
 }
@@ -54,8 +56,9 @@ impl Writer {
             .name("dedupd-checkpoints".into())
             .spawn(move || {
                 for job in job_rx {
-                    let Job { slice, offset, mut image, mark, previous, taken } = job;
-                    let result = write_snapshot(&deps, slice, offset, image.seal(), &mark, previous.as_ref());
+                    let Job { slice, offset, mut image, mark, previous, flush_log_offset, taken } = job;
+                    let at = (offset, flush_log_offset);
+                    let result = write_snapshot(&deps, slice, at, image.seal(), &mark, previous.as_ref());
                     let took = taken.elapsed();
                     if done.send(Written { slice, result, buffer: image.into_buffer(), took }).is_err() {
                         break;
@@ -80,7 +83,7 @@ impl Writer {
 fn write_snapshot(
     deps: &WorkerSetup,
     slice: u32,
-    offset: u64,
+    (offset, flush_log_offset): (u64, u64),
     bytes: &[u8],
     mark: &SentMark,
     previous: Option<&Manifest>,
@@ -90,6 +93,6 @@ fn write_snapshot(
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
     let fingerprint = crate::kafka::restore::fingerprint(&deps.params, deps.cfg.counting.as_ref());
-    let manifest = deps.store.write(slice, offset, bytes, &fingerprint, previous)?;
+    let manifest = deps.store.write_noting(slice, offset, bytes, &fingerprint, previous, Some(flush_log_offset))?;
     Ok((manifest, bytes.len()))
 }
