@@ -38,6 +38,8 @@ pub struct Metrics {
     pub flagged: IntCounterVec,
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
+    /// Snapshots dropped unwritten because their slice was released first.
+    pub checkpoint_dropped: IntCounterVec,
     pub checkpoint_duration: Histogram,
     pub checkpoint_stall: Histogram,
     pub checkpoint_bytes: IntGaugeVec,
@@ -219,6 +221,12 @@ impl Metrics {
             checkpoint_failures: b.counter(
                 "dedupd_checkpoint_failures_total",
                 "Slice snapshot writes that failed.",
+                &["slice"],
+            ),
+            checkpoint_dropped: b.counter(
+                "dedupd_checkpoint_dropped_total",
+                "Slice snapshots not written (or written without their manifest) because the slice was revoked or \
+                 its assignment lost after they were taken.",
                 &["slice"],
             ),
             checkpoint_duration: b.histogram(

@@ -7,7 +7,13 @@
 mod support;
 
 use dedupd::config::{Resolved, Settings};
-use dedupd::kafka::checkpoint::{CheckpointStore, MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use dedupd::kafka::checkpoint::{
+    CheckpointStore, Fence, MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection, WriteOutcome,
+};
 use dedupd::testkit::workload::Rng;
 use support::*;
 use twox_hash::XxHash3_64;
@@ -89,10 +95,11 @@ fn manifest_record(slice: u32, m: &Manifest) -> Rec {
     record(slice, &format!("{slice}/manifest"), Some(&serde_json::to_vec(m).unwrap()))
 }
 
-/// A manifest as written before `first_chunk_offset` existed.
+/// A manifest as written before `first_chunk_offset` existed (format 1:
+/// chunk keys `<slice>/<seq>/<i>`).
 fn old_manifest(slice: u32, seq: u64, b: &[u8]) -> Manifest {
     Manifest {
-        format: MANIFEST_VERSION,
+        format: 1,
         slice,
         seq,
         offset: 77_000,
@@ -104,6 +111,7 @@ fn old_manifest(slice: u32, seq: u64, b: &[u8]) -> Manifest {
         first_chunk_offset: None,
         app: None,
         flush_log_offset: None,
+        attempt: None,
     }
 }
 
@@ -135,7 +143,9 @@ fn restore_reads_only_the_newest_snapshot() {
 
     // The manifest's first chunk offset is where the broker put chunk 0.
     let all = read_all(&topic, std::time::Duration::from_secs(2));
-    let chunk0 = all[&(slice as i32)].iter().rfind(|r| r.key.as_deref() == Some(b"2/5/0".as_slice())).unwrap();
+    let key0 = manifest.chunk_key(0);
+    assert!(key0.starts_with("2/5.") && key0.ends_with("/0"), "{key0}");
+    let chunk0 = all[&(slice as i32)].iter().rfind(|r| r.key.as_deref() == Some(key0.as_bytes())).unwrap();
     assert_eq!(manifest.first_chunk_offset, Some(chunk0.offset as u64));
 
     // A slice without snapshots, next to one with them.
@@ -168,8 +178,8 @@ fn restore_after_an_interrupted_write_uses_the_previous_manifest() {
     assert_eq!(stats.full_scan, None);
     assert!(stats.bytes <= one_snapshot_bound(orphans.len()), "{stats:?}");
 
-    // The restarted slice writes that sequence number again; the orphans
-    // under the same keys, before its first chunk, are not part of it.
+    // The restarted slice writes that sequence number again, under keys of
+    // its own attempt: the orphans are not part of it.
     let b = bytes(8, SNAPSHOT);
     let newer = store.write(slice, 5000, &b, PARAMS, Some(&last)).unwrap();
     assert_eq!(newer.seq, last.seq + 1);
@@ -287,4 +297,165 @@ fn a_write_after_a_fatal_producer_error_goes_through_a_new_producer() {
     let (manifest, got_bytes) = got.unwrap().unwrap();
     assert_eq!(manifest, newer);
     assert!(got_bytes == b);
+}
+
+/// Writes a snapshot with `first`, running `second` between its chunks and
+/// its manifest (from the fence `first` checks there): an old and a new
+/// owner of a slice writing at once.
+fn interleaved(
+    first: &CheckpointStore,
+    write: (u32, u64, &[u8], &Manifest),
+    second: impl Fn() -> Manifest,
+) -> (Manifest, Manifest) {
+    let (slice, offset, b, previous) = write;
+    let checks = AtomicU32::new(0);
+    let inner = Mutex::new(None);
+    let still_owned = || {
+        if checks.fetch_add(1, Ordering::SeqCst) == 1 {
+            *inner.lock().unwrap() = Some(second());
+        }
+        true
+    };
+    let fence = Fence { still_owned: &still_owned, deadline: Instant::now() + Duration::from_secs(60) };
+    let outer = match first.write_fenced(slice, (offset, None), b, PARAMS, Some(previous), &fence).expect("write") {
+        WriteOutcome::Written(m) => m,
+        dropped => panic!("{dropped:?}"),
+    };
+    let inner = inner.into_inner().unwrap().expect("the second write ran before the first one's manifest");
+    (outer, inner)
+}
+
+/// An old owner of a slice (one that has not yet learnt it lost it) and its
+/// new owner write snapshots of it at once, both after the snapshot the new
+/// owner restored, so with the same sequence number: whichever manifest is
+/// newest names its own chunks and restores, and no chunk key is shared.
+/// (Were the chunk keys `<slice>/<seq>/<i>` alone, the second write would
+/// overwrite the first one's chunks, and the first one's manifest, written
+/// last, would not match them: restore refuses it and the slice cold-starts.)
+#[test]
+fn two_owners_writing_a_slice_at_once_never_share_chunk_keys() {
+    let topic = unique("ckpt-owners");
+    create_topic(&topic, 2);
+    let cfg = settings(&topic);
+    let (old_owner, new_owner) = (CheckpointStore::new(&cfg).unwrap(), CheckpointStore::new(&cfg).unwrap());
+    let slice = 1;
+    let (restored, _) = write_chain(&old_owner, slice, 2, 800);
+
+    // The old owner's chunks, the new owner's whole write, the old owner's manifest.
+    let (old_b, new_b) = (bytes(801, SNAPSHOT), bytes(802, SNAPSHOT - CHUNK / 2));
+    let (old, new) = interleaved(&old_owner, (slice, 4000, &old_b, &restored), || {
+        new_owner.write(slice, 3000, &new_b, PARAMS, Some(&restored)).expect("the new owner's write")
+    });
+    let (got, stats) = read(&old_owner, slice);
+    let (manifest, got_bytes) = got.expect("the newest manifest restores").expect("a snapshot");
+    assert_eq!(manifest, old);
+    assert!(got_bytes == old_b, "the newest manifest's bytes are not its own chunks'");
+    assert_eq!(stats.full_scan, None);
+    assert_eq!(old.seq, new.seq, "both follow the snapshot restored");
+    assert_ne!(old.attempt, new.attempt);
+    let keys = |m: &Manifest| (0..m.chunks).map(|i| m.chunk_key(i)).collect::<std::collections::BTreeSet<_>>();
+    assert!(keys(&old).is_disjoint(&keys(&new)), "{:?} / {:?}", keys(&old), keys(&new));
+
+    // The other way round: the new owner's chunks, the old owner's whole
+    // write, the new owner's manifest; both after the snapshot in force.
+    let (old_b, new_b) = (bytes(803, SNAPSHOT + 7), bytes(804, SNAPSHOT));
+    let (new, old) = interleaved(&new_owner, (slice, 6000, &new_b, &manifest), || {
+        old_owner.write(slice, 5000, &old_b, PARAMS, Some(&manifest)).expect("the old owner's write")
+    });
+    assert!(keys(&old).is_disjoint(&keys(&new)));
+    let (got, stats) = read(&new_owner, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, new);
+    assert!(got_bytes == new_b);
+    assert_eq!(stats.full_scan, None);
+
+    // The owner that goes on snapshots after it as usual.
+    let b = bytes(805, SNAPSHOT);
+    let next = new_owner.write(slice, 7000, &b, PARAMS, Some(&manifest)).unwrap();
+    let (got, _) = read(&new_owner, slice);
+    assert_eq!(got.unwrap().map(|(m, got_bytes)| (m, got_bytes == b)), Some((next, true)));
+}
+
+/// A write whose slice is released while its chunks are written writes no
+/// manifest and tombstones only its own chunks: the previous snapshot stays
+/// in force, whole. One released before it starts writes nothing.
+#[test]
+fn a_write_fenced_off_leaves_the_previous_snapshot_in_force() {
+    let (topic, store) = store("ckpt-fenced", 1);
+    let slice = 0;
+    let (last, written) = write_chain(&store, slice, 2, 900);
+    let checks = AtomicU32::new(0);
+    let released_after_the_chunks = || checks.fetch_add(1, Ordering::SeqCst) == 0;
+    let fence = Fence { still_owned: &released_after_the_chunks, deadline: Instant::now() + Duration::from_secs(60) };
+    let outcome = store.write_fenced(slice, (9000, None), &bytes(901, SNAPSHOT), PARAMS, Some(&last), &fence).unwrap();
+    assert!(matches!(outcome, WriteOutcome::Dropped("its manifest")), "{outcome:?}");
+    let (got, stats) = read(&store, slice);
+    let (manifest, b) = got.unwrap().unwrap();
+    assert_eq!(manifest, last);
+    assert!(b == written[1]);
+    assert_eq!(stats.full_scan, None);
+    let records = &read_all(&topic, Duration::from_secs(2))[&0];
+    let tombstoned = (0..last.chunks)
+        .map(|i| last.chunk_key(i))
+        .filter(|k| records.iter().any(|r| r.key.as_deref() == Some(k.as_bytes()) && r.value.is_none()));
+    assert_eq!(tombstoned.count(), 0, "chunks of the snapshot in force were tombstoned");
+    // The dropped write's own chunks, which no manifest will name, are tombstoned.
+    let dropped: Vec<&Rec> = records
+        .iter()
+        .filter(|r| r.value.is_some() && r.key.as_deref().is_some_and(|k| k.starts_with(b"0/2.")))
+        .collect();
+    assert_eq!(dropped.len(), last.chunks as usize);
+    for chunk in dropped {
+        assert!(
+            records.iter().any(|r| r.key == chunk.key && r.value.is_none() && r.offset > chunk.offset),
+            "no tombstone for the dropped chunk {:?}",
+            String::from_utf8_lossy(chunk.key.as_deref().unwrap())
+        );
+    }
+
+    let before = records.len();
+    let fence = Fence { still_owned: &|| false, deadline: Instant::now() + Duration::from_secs(60) };
+    let outcome = store.write_fenced(slice, (9500, None), &bytes(902, SNAPSHOT), PARAMS, Some(&last), &fence).unwrap();
+    assert!(matches!(outcome, WriteOutcome::Dropped("its chunks")), "{outcome:?}");
+    assert_eq!(read_all(&topic, Duration::from_secs(2))[&0].len(), before, "a released slice's write wrote records");
+}
+
+/// A snapshot written before chunk keys carried an attempt (format 1) still
+/// restores; the next snapshot is written in the current format and
+/// tombstones the old one's chunks under their old keys.
+#[test]
+fn a_format_1_snapshot_restores_and_is_followed_by_the_current_format() {
+    let (topic, store) = store("ckpt-format1", 2);
+    let slice = 1;
+    let b = bytes(950, SNAPSHOT + 100);
+    let old = Manifest { app: None, ..old_manifest(slice, 4, &b) };
+    let mut records = chunk_records(slice, old.seq, &b);
+    assert_eq!(records[0].key.as_deref(), Some(b"1/4/0".as_slice()));
+    records.push(manifest_record(slice, &old));
+    produce(&topic, &records);
+    let (got, stats) = read(&store, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, old);
+    assert!(got_bytes == b);
+    assert_eq!(stats.full_scan, None);
+
+    let b = bytes(951, SNAPSHOT);
+    let newer = store.write(slice, 80_000, &b, PARAMS, Some(&old)).unwrap();
+    assert_eq!((newer.format, newer.seq), (MANIFEST_VERSION, 5));
+    assert!(newer.attempt.is_some());
+    let (got, stats) = read(&store, slice);
+    let (manifest, got_bytes) = got.unwrap().unwrap();
+    assert_eq!(manifest, newer);
+    assert!(got_bytes == b);
+    assert_eq!(stats.full_scan, None);
+    // Tombstones are queued, not waited for: the next write's flush sends them.
+    store.write(slice, 90_000, &bytes(952, CHUNK), PARAMS, Some(&newer)).unwrap();
+    let all = read_all(&topic, Duration::from_secs(2));
+    for i in 0..old.chunks {
+        let key = format!("1/4/{i}");
+        assert!(
+            all[&1].iter().any(|r| r.key.as_deref() == Some(key.as_bytes()) && r.value.is_none()),
+            "no tombstone for {key}"
+        );
+    }
 }

@@ -37,9 +37,8 @@ fn newest_snapshots(topic: &str) -> BTreeMap<u32, (Manifest, Vec<Vec<u8>>)> {
         }
         let Some(Some(body)) = latest.get(format!("{slice}/manifest").as_bytes()) else { continue };
         let manifest: Manifest = serde_json::from_slice(body).unwrap();
-        let chunks: Vec<Vec<u8>> = (0..manifest.chunks)
-            .map(|i| latest[format!("{slice}/{}/{i}", manifest.seq).as_bytes()].clone().unwrap())
-            .collect();
+        let chunks: Vec<Vec<u8>> =
+            (0..manifest.chunks).map(|i| latest[manifest.chunk_key(i).as_bytes()].clone().unwrap()).collect();
         assert_eq!(XxHash3_64::oneshot(&chunks.concat()), manifest.checksum);
         out.insert(slice, (manifest, chunks));
     }
@@ -51,6 +50,8 @@ fn newest_snapshots(topic: &str) -> BTreeMap<u32, (Manifest, Vec<Vec<u8>>)> {
 /// out) under a manifest that says `bytes` and `checksum`.
 fn write_snapshot(topic: &str, slice: u32, last: &Manifest, chunks: &[Option<Vec<u8>>], bytes: u64, checksum: u64) {
     let seq = last.seq + 1;
+    // In the format of `last`, under an attempt of its own.
+    let attempt = last.attempt.map(|a| a ^ 1);
     let record = |key: String, value: Vec<u8>| Rec {
         partition: slice as i32,
         offset: -1,
@@ -59,20 +60,21 @@ fn write_snapshot(topic: &str, slice: u32, last: &Manifest, chunks: &[Option<Vec
         timestamp: None,
         headers: Vec::new(),
     };
-    let mut records: Vec<Rec> = chunks
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| c.clone().map(|c| record(format!("{slice}/{seq}/{i}"), c)))
-        .collect();
     let manifest = Manifest {
         format: MANIFEST_VERSION,
         seq,
+        attempt,
         chunks: chunks.len() as u32,
         bytes,
         checksum,
         first_chunk_offset: None,
         ..last.clone()
     };
+    let mut records: Vec<Rec> = chunks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.clone().map(|c| record(manifest.chunk_key(i as u32), c)))
+        .collect();
     records.push(record(format!("{slice}/manifest"), serde_json::to_vec(&manifest).unwrap()));
     produce(topic, &records);
 }

@@ -6,11 +6,20 @@ use serde::{Deserialize, Serialize};
 use crate::filter::SnapshotError;
 use crate::kafka::KafkaLayerError;
 
-/// The checkpoint manifest format version.
+/// The checkpoint manifest format version written.
 ///
-/// `first_chunk_offset` was added without a new version: it is optional, and a
-/// manifest without it is still read (see [`CheckpointStore::read_latest`]).
-pub const MANIFEST_VERSION: u16 = 1;
+/// Version 2 names its write attempt ([`Manifest::attempt`]), whose chunk
+/// keys an earlier build would not find: it refuses the manifest by its
+/// version instead. `first_chunk_offset` was added without a new version:
+/// it is optional, and a manifest without it is still read (see
+/// [`CheckpointStore::read_latest`]).
+pub const MANIFEST_VERSION: u16 = 2;
+
+/// Whether this build reads manifests of format `format`: version 1 (chunk
+/// keys without an attempt) and the current one.
+pub(super) fn readable_format(format: u16) -> bool {
+    (1..=MANIFEST_VERSION).contains(&format)
+}
 
 /// What a snapshot consists of.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +56,50 @@ pub struct Manifest {
     /// its start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush_log_offset: Option<u64>,
+    /// The write attempt, drawn afresh for each write, that the chunk keys
+    /// carry (`<slice>/<seq>.<attempt>/<i>`): two owners of a slice, or a
+    /// write and its retry, never write the same chunk keys, so no manifest
+    /// can point at chunks another write replaced. `None` in version 1
+    /// manifests, whose chunks are `<slice>/<seq>/<i>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u64>,
+}
+
+impl Manifest {
+    /// Which snapshot's chunks this manifest names.
+    pub(super) fn id(&self) -> SnapshotId {
+        SnapshotId { seq: self.seq, attempt: self.attempt }
+    }
+
+    /// The key of its chunk `i`.
+    pub fn chunk_key(&self, i: u32) -> String {
+        self.id().chunk_key(self.slice, i)
+    }
+}
+
+/// What the chunk keys of one snapshot write share: the sequence number and
+/// the write attempt (none in keys of version 1 manifests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct SnapshotId {
+    pub(super) seq: u64,
+    pub(super) attempt: Option<u64>,
+}
+
+impl SnapshotId {
+    /// `<slice>/<seq>.<attempt>/<i>`, or `<slice>/<seq>/<i>` without an attempt.
+    pub(super) fn chunk_key(self, slice: u32, i: u32) -> String {
+        match self.attempt {
+            Some(attempt) => format!("{slice}/{}.{attempt}/{i}", self.seq),
+            None => format!("{slice}/{}/{i}", self.seq),
+        }
+    }
+
+    fn parse(text: &str) -> Option<SnapshotId> {
+        match text.split_once('.') {
+            Some((seq, attempt)) => Some(SnapshotId { seq: seq.parse().ok()?, attempt: Some(attempt.parse().ok()?) }),
+            None => Some(SnapshotId { seq: text.parse().ok()?, attempt: None }),
+        }
+    }
 }
 
 /// Why a stored snapshot could not be read back.
@@ -142,26 +195,27 @@ impl ReadStats {
     }
 }
 
-/// The sequence number in a chunk key `<slice>/<seq>/<i>`.
-pub(super) fn chunk_seq(key: &[u8]) -> Option<u64> {
+/// The snapshot a chunk key (`<slice>/<seq>.<attempt>/<i>` or
+/// `<slice>/<seq>/<i>`) belongs to.
+pub(super) fn chunk_seq(key: &[u8]) -> Option<SnapshotId> {
     let text = std::str::from_utf8(key).ok()?;
     let mut parts = text.split('/');
-    let (_, seq, _) = (parts.next()?, parts.next()?, parts.next()?);
+    let (_, id, _) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() {
         return None;
     }
-    seq.parse().ok()
+    SnapshotId::parse(id)
 }
 
-/// The sequence number and index in a chunk key `<slice>/<seq>/<i>` of `slice`.
-pub(super) fn chunk_key(key: &[u8], slice: u32) -> Option<(u64, u64)> {
+/// The snapshot and index of a chunk key of `slice` (either format).
+pub(super) fn chunk_key(key: &[u8], slice: u32) -> Option<(SnapshotId, u64)> {
     let text = std::str::from_utf8(key).ok()?;
     let mut parts = text.split('/');
-    let (s, seq, i) = (parts.next()?, parts.next()?, parts.next()?);
+    let (s, id, i) = (parts.next()?, parts.next()?, parts.next()?);
     if parts.next().is_some() || s.parse::<u32>().ok()? != slice {
         return None;
     }
-    Some((seq.parse().ok()?, i.parse().ok()?))
+    Some((SnapshotId::parse(id)?, i.parse().ok()?))
 }
 
 /// [`CheckpointStore::check_owner`] for application `app` reading `topic`.
@@ -192,9 +246,10 @@ pub(super) fn owner_check(topic: &str, app: &str, manifest: &Manifest) -> Result
 mod tests {
     use super::*;
 
+    /// A version 1 manifest (no attempt).
     fn manifest(first_chunk_offset: Option<u64>) -> Manifest {
         Manifest {
-            format: MANIFEST_VERSION,
+            format: 1,
             slice: 3,
             seq: 9,
             offset: 120,
@@ -206,6 +261,7 @@ mod tests {
             first_chunk_offset,
             app: None,
             flush_log_offset: None,
+            attempt: None,
         }
     }
 
@@ -240,10 +296,32 @@ mod tests {
         assert_eq!(serde_json::from_str::<Manifest>(&new).unwrap(), manifest(Some(41)));
     }
 
+    /// A version 2 manifest names its attempt, and its chunk keys carry it.
+    #[test]
+    fn a_manifest_names_the_attempt_its_chunk_keys_carry() {
+        let m = Manifest { format: MANIFEST_VERSION, attempt: Some(77), app: Some("a".into()), ..manifest(Some(41)) };
+        let text = serde_json::to_string(&m).unwrap();
+        assert!(text.starts_with(r#"{"format":2,"#) && text.ends_with(r#","app":"a","attempt":77}"#), "{text}");
+        assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), m);
+        assert_eq!(m.chunk_key(1), "3/9.77/1");
+        assert_eq!(manifest(None).chunk_key(1), "3/9/1");
+    }
+
     #[test]
     fn chunk_keys_of_one_slice() {
-        assert_eq!(chunk_key(b"3/9/0", 3), Some((9, 0)));
-        assert_eq!(chunk_key(b"3/9/17", 3), Some((9, 17)));
+        let v1 = |seq| SnapshotId { seq, attempt: None };
+        assert_eq!(chunk_key(b"3/9/0", 3), Some((v1(9), 0)));
+        assert_eq!(chunk_key(b"3/9/17", 3), Some((v1(9), 17)));
+        let v2 = SnapshotId { seq: 9, attempt: Some(18_446_744_073_709_551_615) };
+        assert_eq!(chunk_key(b"3/9.18446744073709551615/4", 3), Some((v2, 4)));
+        assert_eq!(v2.chunk_key(3, 4), "3/9.18446744073709551615/4");
+        assert_eq!(v1(9).chunk_key(3, 4), "3/9/4");
+        assert_eq!(chunk_seq(b"3/9.7/4"), Some(SnapshotId { seq: 9, attempt: Some(7) }));
+        assert_eq!(chunk_seq(b"3/9/4"), Some(v1(9)));
+        assert_eq!(chunk_key(b"3/9./1", 3), None);
+        assert_eq!(chunk_key(b"3/.5/1", 3), None);
+        assert_eq!(chunk_key(b"3/9.5.5/1", 3), None);
+        assert!(!readable_format(0) && readable_format(1) && readable_format(2) && !readable_format(3));
         assert_eq!(chunk_key(b"4/9/17", 3), None);
         assert_eq!(chunk_key(b"3/manifest", 3), None);
         assert_eq!(chunk_key(b"3/9/1/2", 3), None);

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
@@ -77,15 +77,20 @@ impl ProducerContext for CheckpointProducerContext {
 
 pub(super) type CheckpointProducer = ThreadedProducer<CheckpointProducerContext>;
 
-/// Queues one checkpoint record, waiting while the producer's queue is full.
+/// Queues one checkpoint record, waiting while the producer's queue is
+/// full, until `deadline` at most.
 pub(super) fn send(
     producer: &CheckpointProducer,
     mut record: BaseRecord<'_, [u8], [u8], Arc<Deliveries>>,
+    deadline: Instant,
 ) -> Result<(), KafkaLayerError> {
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
             Err((rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                if Instant::now() >= deadline {
+                    return Err(KafkaLayerError::Timeout("queueing a checkpoint record: the queue stayed full".into()));
+                }
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -96,14 +101,20 @@ pub(super) fn send(
     }
 }
 
-/// Waits until every queued record is answered; the first of `delivered`
-/// that the broker refused is the error.
+/// Waits until every queued record is answered, for [`IO_TIMEOUT`] and
+/// until `deadline` at most; the first of `delivered` that the broker
+/// refused is the error.
 pub(super) fn flush_delivered(
     producer: &CheckpointProducer,
     delivered: &Deliveries,
+    deadline: Instant,
     what: impl Fn() -> String,
 ) -> Result<(), KafkaLayerError> {
-    producer.flush(IO_TIMEOUT).context(&what)?;
+    let timeout = deadline.saturating_duration_since(Instant::now()).min(IO_TIMEOUT);
+    if timeout.is_zero() {
+        return Err(KafkaLayerError::Timeout(format!("{}: the write's deadline has passed", what())));
+    }
+    producer.flush(timeout).context(&what)?;
     match delivered.failure() {
         Some(e) => Err(KafkaLayerError::Client { context: what(), source: e }),
         None => Ok(()),

@@ -10,7 +10,9 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use twox_hash::XxHash3_64;
 
-use super::manifest::{MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection, chunk_key, chunk_seq};
+use super::manifest::{
+    MANIFEST_VERSION, Manifest, ReadError, ReadStats, Rejection, SnapshotId, chunk_key, chunk_seq, readable_format,
+};
 use super::producer::IO_TIMEOUT;
 use super::store::CheckpointStore;
 use crate::kafka::clients::Reader;
@@ -82,10 +84,10 @@ impl CheckpointStore {
     /// The search reads windows of offsets ending where the previous one
     /// began, so no manifest can be skipped. The partition's tail is usually
     /// the previous snapshot's tombstones, and a tombstone (or a chunk of an
-    /// interrupted write) under key `<slice>/<seq>/<i>` tells where its run
-    /// began: `i` records back. The next window reaches there, which lands
-    /// on the manifest without fetching chunk payloads; without such a key
-    /// the windows grow fourfold.
+    /// interrupted write) under key `<slice>/<seq>[.<attempt>]/<i>` tells
+    /// where its run began: `i` records back. The next window reaches there,
+    /// which lands on the manifest without fetching chunk payloads; without
+    /// such a key the windows grow fourfold.
     fn find_newest_manifest(
         &self,
         reader: &Reader,
@@ -137,7 +139,7 @@ impl CheckpointStore {
         // The chunk records (and tombstones) of the window being read: if it
         // holds the newest manifest, some of them may be its chunks, which
         // need not be fetched again.
-        let mut window: Vec<(i64, u64, u64, Option<Vec<u8>>)> = Vec::new();
+        let mut window: Vec<(i64, SnapshotId, u64, Option<Vec<u8>>)> = Vec::new();
         let mut window_start = None;
         let found = self.find_newest_manifest(reader, slice, |start, offset, key, value| {
             stats.count(key, value);
@@ -162,7 +164,7 @@ impl CheckpointStore {
                 return Ok(Tail::Inconsistent(format!("the manifest at offset {manifest_at} is unreadable: {e}")));
             }
         };
-        if manifest.format != MANIFEST_VERSION {
+        if !readable_format(manifest.format) {
             return Ok(Tail::Inconsistent(format!("manifest format {}", manifest.format)));
         }
         let first = match manifest.first_chunk_offset {
@@ -180,8 +182,8 @@ impl CheckpointStore {
         // names: what lies below the last window is read now, in offset
         // order, then the window's records override it.
         let mut parts: Vec<Option<Vec<u8>>> = vec![None; manifest.chunks as usize];
-        let mut keep = |seq: u64, i: u64, value: Option<&[u8]>| {
-            if seq == manifest.seq
+        let mut keep = |id: SnapshotId, i: u64, value: Option<&[u8]>| {
+            if id == manifest.id()
                 && let Some(part) = usize::try_from(i).ok().and_then(|i| parts.get_mut(i))
             {
                 *part = value.map(<[u8]>::to_vec);
@@ -234,9 +236,9 @@ impl CheckpointStore {
         read_partition(reader, &self.topic, slice as i32, ReadFrom::Start, |_, key, value, _| {
             stats.count(key, value);
             if key == manifest_key.as_bytes()
-                && let Some(seq) = value.and_then(|v| serde_json::from_slice::<Manifest>(v).ok()).map(|m| m.seq)
+                && let Some(id) = value.and_then(|v| serde_json::from_slice::<Manifest>(v).ok()).map(|m| m.id())
             {
-                latest.retain(|k, _| chunk_seq(k).is_none_or(|s| s == seq));
+                latest.retain(|k, _| chunk_seq(k).is_none_or(|s| s == id));
             }
             latest.insert(key.to_vec(), value.map(<[u8]>::to_vec));
         })?;
@@ -245,11 +247,11 @@ impl CheckpointStore {
         };
         let manifest: Manifest = serde_json::from_slice(body)
             .map_err(|e| ReadError::Corrupt(Rejection::Manifest, format!("slice {slice}: unreadable manifest: {e}")))?;
-        if manifest.format != MANIFEST_VERSION {
+        if !readable_format(manifest.format) {
             return Err(ReadError::Corrupt(
                 Rejection::Manifest,
                 format!(
-                    "slice {slice}: manifest format {} is not supported (expected {MANIFEST_VERSION})",
+                    "slice {slice}: manifest format {} is not supported (expected 1 to {MANIFEST_VERSION})",
                     manifest.format
                 ),
             ));
@@ -257,7 +259,7 @@ impl CheckpointStore {
         // Sized by what is there, not by the manifest's claim, which may be garbage.
         let mut bytes = Vec::new();
         for i in 0..manifest.chunks {
-            match latest.get(format!("{slice}/{}/{i}", manifest.seq).as_bytes()) {
+            match latest.get(manifest.chunk_key(i).as_bytes()) {
                 Some(Some(chunk)) => bytes.extend_from_slice(chunk),
                 _ => {
                     return Err(ReadError::Corrupt(

@@ -1,14 +1,19 @@
 //! The checkpoint store and how it writes a snapshot: chunks, then the
 //! manifest, then tombstones for the previous snapshot's chunks.
 
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseRecord, Producer};
 use twox_hash::XxHash3_64;
 
-use super::manifest::{MANIFEST_VERSION, Manifest, owner_check};
-use super::producer::{CheckpointProducer, Deliveries, create_producer, flush_delivered, send};
+use super::manifest::{MANIFEST_VERSION, Manifest, SnapshotId, owner_check};
+use super::producer::{CheckpointProducer, Deliveries, IO_TIMEOUT, create_producer, flush_delivered, send};
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext, Reader};
 use crate::kafka::{Context, KafkaLayerError};
@@ -24,6 +29,54 @@ pub struct CheckpointStore {
     pub(super) producer: Mutex<Arc<CheckpointProducer>>,
     pub(super) producer_config: ClientConfig,
     pub(super) reader: Mutex<Reader>,
+    attempts: Attempts,
+    /// The attempts of each slice whose write failed: one of their
+    /// manifests may have reached the topic unacknowledged, so their chunks
+    /// are tombstoned only once a later manifest of the slice is acknowledged.
+    leftovers: Mutex<HashMap<u32, Vec<(SnapshotId, u32)>>>,
+}
+
+/// One snapshot to write (the arguments of [`CheckpointStore::write_fenced`]).
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    slice: u32,
+    offset: u64,
+    flush_log_offset: Option<u64>,
+    bytes: &'a [u8],
+    params: &'a str,
+    previous: Option<&'a Manifest>,
+}
+
+/// What a snapshot write checks before each of its steps.
+pub struct Fence<'a> {
+    /// Whether the slice is still this member's: a write for a slice
+    /// released meanwhile is dropped before its chunks or before its manifest.
+    pub still_owned: &'a dyn Fn() -> bool,
+    /// When the whole write must be done: each step waits for the broker
+    /// until then at most (and [`IO_TIMEOUT`] at most).
+    pub deadline: Instant,
+}
+
+/// What became of a fenced write.
+#[derive(Debug)]
+pub enum WriteOutcome {
+    Written(Manifest),
+    /// The slice was released: nothing more was written from the step named.
+    Dropped(&'static str),
+}
+
+/// Draws write attempts: 64 bits hashed with keys random to this process
+/// from a counter, so attempts differ between processes (with odds of one
+/// in 2^64 against) and within one.
+struct Attempts {
+    keys: RandomState,
+    drawn: AtomicU64,
+}
+
+impl Attempts {
+    fn next(&self) -> u64 {
+        self.keys.hash_one(self.drawn.fetch_add(1, Ordering::Relaxed))
+    }
 }
 
 impl CheckpointStore {
@@ -42,19 +95,14 @@ impl CheckpointStore {
                     .create_with_context(PlainContext)
                     .context(|| "creating the checkpoint reader".into())?,
             ),
+            attempts: Attempts { keys: RandomState::new(), drawn: AtomicU64::new(0) },
+            leftovers: Mutex::new(HashMap::new()),
         })
     }
 
     /// Writes `bytes` as slice `slice`'s snapshot at `offset` and returns its
-    /// manifest once every part is acknowledged.
-    ///
-    /// After a failed write the next one starts on a new producer: an
-    /// idempotent producer whose sequence numbers the broker refused
-    /// (`OutOfOrderSequenceNumber`, seen once from the test broker under a
-    /// rebalance storm) fails every later write to that partition, so the
-    /// slice would never snapshot again. A new producer has a new producer
-    /// id and starts its sequences afresh; nothing is lost, as a manifest is
-    /// written only after all its chunks are acknowledged.
+    /// manifest once every part is acknowledged ([`Self::write_fenced`]
+    /// with no owner to check, each step waiting up to [`IO_TIMEOUT`]).
     pub fn write(
         &self,
         slice: u32,
@@ -63,24 +111,49 @@ impl CheckpointStore {
         params: &str,
         previous: Option<&Manifest>,
     ) -> Result<Manifest, KafkaLayerError> {
-        self.write_noting(slice, offset, bytes, params, previous, None)
+        let fence = Fence { still_owned: &|| true, deadline: Instant::now() + 2 * IO_TIMEOUT };
+        match self.write_fenced(slice, (offset, None), bytes, params, previous, &fence)? {
+            WriteOutcome::Written(manifest) => Ok(manifest),
+            WriteOutcome::Dropped(before) => {
+                Err(KafkaLayerError::Checkpoint { slice, detail: format!("dropped before {before}") })
+            }
+        }
     }
 
-    /// [`CheckpointStore::write`], the manifest naming the flush log offset
-    /// a restore from this snapshot reads from ([`Manifest::flush_log_offset`]).
-    pub fn write_noting(
+    /// Writes `bytes` as slice `slice`'s snapshot at slice offset `offset`,
+    /// its manifest naming `flush_log_offset` (where a restore from it reads
+    /// the flush log, [`Manifest::flush_log_offset`]): its chunks under keys
+    /// of a fresh attempt, then its manifest once they are
+    /// acknowledged, then (once the manifest is acknowledged) tombstones for
+    /// `previous`'s chunks. Dropped, before the chunks or before the
+    /// manifest, when `fence` says the slice is no longer this member's.
+    ///
+    /// After a failed write the next one starts on a new producer: an
+    /// idempotent producer whose sequence numbers the broker refused
+    /// (`OutOfOrderSequenceNumber`, seen once from the test broker under a
+    /// rebalance storm) fails every later write to that partition, so the
+    /// slice would never snapshot again. A new producer has a new producer
+    /// id and starts its sequences afresh; nothing is lost, as a manifest is
+    /// written only after all its chunks are acknowledged.
+    pub fn write_fenced(
         &self,
         slice: u32,
-        offset: u64,
+        (offset, flush_log_offset): (u64, Option<u64>),
         bytes: &[u8],
         params: &str,
         previous: Option<&Manifest>,
-        flush_log_offset: Option<u64>,
-    ) -> Result<Manifest, KafkaLayerError> {
+        fence: &Fence<'_>,
+    ) -> Result<WriteOutcome, KafkaLayerError> {
         let producer = self.producer.lock().expect("producer lock").clone();
-        let written = self.write_with(&producer, slice, (offset, flush_log_offset), bytes, params, previous);
+        // A fresh attempt for every write: neither another owner of the
+        // slice nor a retry of this write can reuse these chunk keys.
+        let id = SnapshotId { seq: previous.map_or(0, |m| m.seq.wrapping_add(1)), attempt: Some(self.attempts.next()) };
+        let request = Request { slice, offset, flush_log_offset, bytes, params, previous };
+        let written = self.write_with(&producer, id, &request, fence);
         if let Err(e) = &written {
             self.replace_producer(&producer, e);
+            let chunks = bytes.chunks(self.chunk_bytes).count() as u32;
+            self.leftovers.lock().expect("leftovers lock").entry(slice).or_default().push((id, chunks));
         }
         written
     }
@@ -120,39 +193,44 @@ impl CheckpointStore {
         }
     }
 
-    /// Writes the snapshot taken at slice offset `offset`, its manifest
-    /// naming `flush_log_offset`.
     fn write_with(
         &self,
         producer: &CheckpointProducer,
-        slice: u32,
-        (offset, flush_log_offset): (u64, Option<u64>),
-        bytes: &[u8],
-        params: &str,
-        previous: Option<&Manifest>,
-    ) -> Result<Manifest, KafkaLayerError> {
-        let seq = previous.map_or(0, |m| m.seq + 1);
+        id: SnapshotId,
+        request: &Request<'_>,
+        fence: &Fence<'_>,
+    ) -> Result<WriteOutcome, KafkaLayerError> {
+        let Request { slice, offset, flush_log_offset, bytes, params, previous } = *request;
+        if !(fence.still_owned)() {
+            return Ok(WriteOutcome::Dropped("its chunks"));
+        }
         let partition = slice as i32;
         let chunks: Vec<&[u8]> = bytes.chunks(self.chunk_bytes).collect();
         let delivered = Deliveries::new();
         for (i, chunk) in chunks.iter().enumerate() {
-            let key = format!("{slice}/{seq}/{i}");
-            send(
-                producer,
-                BaseRecord::with_opaque_to(&self.topic, delivered.clone())
-                    .partition(partition)
-                    .key(key.as_bytes())
-                    .payload(*chunk),
-            )?;
+            let key = id.chunk_key(slice, i as u32);
+            let record = BaseRecord::with_opaque_to(&self.topic, delivered.clone()).partition(partition);
+            send(producer, record.key(key.as_bytes()).payload(*chunk), fence.deadline)?;
         }
         // A manifest must never point at a chunk the broker did not take:
         // restore would find the snapshot incomplete and fall back to an
         // older one, or to none.
-        flush_delivered(producer, &delivered, || format!("writing snapshot chunks of slice {slice}"))?;
+        let chunks_of = || format!("writing snapshot chunks of slice {slice}");
+        flush_delivered(producer, &delivered, fence.deadline, chunks_of)?;
+        // Released while the chunks were written: the next owner may have
+        // written its own manifest since, which this one must not follow.
+        // No manifest will name these chunks: they go at once.
+        if !(fence.still_owned)() {
+            let keys: Vec<String> = (0..chunks.len() as u32).map(|i| id.chunk_key(slice, i)).collect();
+            if let Err(e) = self.tombstone(producer, slice, &keys, fence.deadline) {
+                log::warn!("slice {slice}: the chunks of a dropped snapshot are kept: {e}");
+            }
+            return Ok(WriteOutcome::Dropped("its manifest"));
+        }
         let manifest = Manifest {
             format: MANIFEST_VERSION,
             slice,
-            seq,
+            seq: id.seq,
             offset,
             chunks: chunks.len() as u32,
             bytes: bytes.len() as u64,
@@ -164,34 +242,43 @@ impl CheckpointStore {
             first_chunk_offset: delivered.first_offset(),
             app: Some(self.app.clone()),
             flush_log_offset,
+            attempt: id.attempt,
         };
         let body = serde_json::to_vec(&manifest).expect("manifest serialises");
         let key = format!("{slice}/manifest");
         let delivered = Deliveries::new();
-        send(
-            producer,
-            BaseRecord::with_opaque_to(&self.topic, delivered.clone())
-                .partition(partition)
-                .key(key.as_bytes())
-                .payload(&body),
-        )?;
-        flush_delivered(producer, &delivered, || format!("writing the manifest of slice {slice}"))?;
-        if let Some(prev) = previous {
-            // Not waited for: a lost tombstone only keeps an old chunk until
-            // the next compaction of its key; the snapshot is complete.
-            let delivered = Deliveries::new();
-            for i in 0..prev.chunks {
-                let key = format!("{slice}/{}/{i}", prev.seq);
-                // A tombstone: a key with no value.
-                send(
-                    producer,
-                    BaseRecord::<[u8], [u8], _>::with_opaque_to(&self.topic, delivered.clone())
-                        .partition(partition)
-                        .key(key.as_bytes()),
-                )?;
-            }
+        let record = BaseRecord::with_opaque_to(&self.topic, delivered.clone()).partition(partition);
+        send(producer, record.key(key.as_bytes()).payload(&body), fence.deadline)?;
+        flush_delivered(producer, &delivered, fence.deadline, || format!("writing the manifest of slice {slice}"))?;
+        // Only now, with the new manifest acknowledged, may the previous
+        // one's chunks go (until then it is the snapshot in force), and
+        // those of failed attempts, one of which may have been in force.
+        let mut keys: Vec<String> =
+            previous.map(|p| (0..p.chunks).map(|i| p.chunk_key(i)).collect()).unwrap_or_default();
+        let failed = self.leftovers.lock().expect("leftovers lock").remove(&slice).unwrap_or_default();
+        keys.extend(failed.iter().flat_map(|&(id, chunks)| (0..chunks).map(move |i| id.chunk_key(slice, i))));
+        if let Err(e) = self.tombstone(producer, slice, &keys, fence.deadline) {
+            log::warn!("slice {slice}: the chunks of earlier snapshots are kept: {e}");
         }
-        Ok(manifest)
+        Ok(WriteOutcome::Written(manifest))
+    }
+
+    /// Queues tombstones (a key with no value) for the chunk `keys` of
+    /// `slice`, so that compaction can drop them. Not waited for: a lost
+    /// tombstone only keeps an old chunk until the next compaction of its key.
+    fn tombstone(
+        &self,
+        producer: &CheckpointProducer,
+        slice: u32,
+        keys: &[String],
+        deadline: Instant,
+    ) -> Result<(), KafkaLayerError> {
+        let delivered = Deliveries::new();
+        for key in keys {
+            let record = BaseRecord::<[u8], [u8], _>::with_opaque_to(&self.topic, delivered.clone());
+            send(producer, record.partition(slice as i32).key(key.as_bytes()), deadline)?;
+        }
+        Ok(())
     }
 
     /// Whether the snapshot of `manifest` is this application's: refused,

@@ -202,7 +202,10 @@ impl WorkerContext {
     }
 
     /// Slices revoked: each is snapshotted (unless the assignment was lost:
-    /// it may be another member's already) and released.
+    /// it may be another member's already) and released. The release waits
+    /// for the slice's writes (`wait_written`: the one in flight, then the
+    /// release snapshot, each until its deadline), then fences the writer
+    /// off the slice.
     fn on_revoke(
         &self,
         consumer: &BaseConsumer<Self>,
@@ -229,6 +232,9 @@ impl WorkerContext {
             if !lost && let Err(e) = checkpoint_now(&self.deps, inner, slice) {
                 log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
             }
+            // Whatever of the slice is still queued for the writer, or being
+            // written, is dropped before its next step: it is not ours to write.
+            inner.writer.ownership.release(slice);
             if inner.slices.remove(&slice).is_some() {
                 self.deps.status.slices.lock().expect("status lock").remove(&slice);
                 self.deps.metrics.forget_slice(slice);

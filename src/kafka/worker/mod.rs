@@ -15,7 +15,10 @@
 //!   acknowledged every output of the slice sent so far (so every output
 //!   below X);
 //! - on revocation, the slice is snapshotted before release, and the release
-//!   waits for the write.
+//!   waits for the write (each write ends within `writer::WRITE_DEADLINE` of
+//!   being queued, and the release waits no longer); then the writer is
+//!   fenced off the slice: what of it is still queued or being written is
+//!   dropped before its next step (`writer::Ownership`).
 //!
 //! Snapshots do not stop the worker: a snapshot is copied *while the slice
 //! goes on* (copy-on-write, [`crate::engine::SliceState::begin_copy`]): its encoding is laid

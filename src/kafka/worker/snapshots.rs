@@ -10,7 +10,7 @@ use rdkafka::producer::Producer;
 use super::owned::{Copying, OwnedSlice};
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
-use super::writer::{FLUSH_TIMEOUT, Job, Writer, Written};
+use super::writer::{ANSWER_MARGIN, Done, Job, WRITE_DEADLINE, Writer, Written};
 use crate::kafka::KafkaLayerError;
 
 /// A snapshot that stops its slice's worker longer than this is logged as a warning.
@@ -90,7 +90,8 @@ fn hand_over(
         .jobs
         .as_ref()
         .ok_or_else(|| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
-    jobs.send(Job { slice, offset, image, mark, previous, flush_log_offset, taken })
+    let (epoch, deadline) = (writer.ownership.epoch(slice), Instant::now() + WRITE_DEADLINE);
+    jobs.send(Job { slice, offset, image, mark, previous, flush_log_offset, taken, epoch, deadline })
         .map_err(|_| KafkaLayerError::Checkpoint { slice, detail: "the checkpoint writer has stopped".into() })?;
     writer.outstanding += 1;
     let line = format!(
@@ -108,15 +109,18 @@ fn hand_over(
     Ok(())
 }
 
-/// Takes in a written snapshot; returns its error, if any.
+/// Takes in a written snapshot; returns its error, if any. An answer for an
+/// earlier ownership of its slice (released since) changes nothing of the
+/// slice owned now.
 fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
     inner.writer.outstanding -= 1;
     inner.buffer = Some(written.buffer);
     let slice = written.slice;
     let label = slice.to_string();
-    let owned = inner.slices.get_mut(&slice);
+    let current = inner.writer.ownership.holds(slice, written.epoch);
+    let owned = inner.slices.get_mut(&slice).filter(|_| current);
     match written.result {
-        Ok((manifest, bytes)) => {
+        Ok(Done::Written(manifest, bytes)) => {
             log::debug!(
                 "slice {slice}: snapshot at offset {} written, bytes={bytes} write_ms={:.0}",
                 manifest.offset,
@@ -132,13 +136,24 @@ fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Optio
             }
             None
         }
-        Err(e) => {
-            deps.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+        Ok(Done::Dropped(before)) => {
+            log::info!("slice {slice}: snapshot dropped before {before}: the slice was released after it was taken");
+            deps.metrics.checkpoint_dropped.with_label_values(&[&label]).inc();
             if let Some(owned) = owned {
                 owned.writing = false;
-                // Due again: the records it covered are not in any snapshot.
-                owned.since_checkpoint += 1;
             }
+            None
+        }
+        Err(e) => {
+            deps.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+            let Some(owned) = owned else {
+                // Not the failure of the slice owned now, if any: only logged.
+                log::warn!("slice {slice}: snapshot failed after the slice was released: {e}");
+                return None;
+            };
+            owned.writing = false;
+            // Due again: the records it covered are not in any snapshot.
+            owned.since_checkpoint += 1;
             Some(e)
         }
     }
@@ -156,16 +171,22 @@ pub(super) fn apply_written(deps: &WorkerSetup, inner: &mut WorkerState) {
 
 /// Waits until no snapshot of `slice` is being written; returns the error
 /// of the one it waited for, if it failed.
+///
+/// The wait ends when the slice's write must have ended, as its job was
+/// queued before now: [`WRITE_DEADLINE`] (and the writer's
+/// [`ANSWER_MARGIN`]) from now, whatever other slices' answers come first.
 pub(super) fn wait_written(deps: &WorkerSetup, inner: &mut WorkerState, slice: u32) -> Result<(), KafkaLayerError> {
     let WorkerState { slices, writer, .. } = &mut *inner;
     if let Some(owned) = slices.get_mut(&slice) {
         hand_over(deps, writer, owned, true)?;
     }
+    let until = Instant::now() + WRITE_DEADLINE + ANSWER_MARGIN;
     let mut failure = Ok(());
     while inner.slices.get(&slice).is_some_and(|o| o.writing) {
-        let w = inner.writer.written.recv_timeout(FLUSH_TIMEOUT * 2).map_err(|_| KafkaLayerError::Checkpoint {
+        let left = until.saturating_duration_since(Instant::now());
+        let w = inner.writer.written.recv_timeout(left).map_err(|_| KafkaLayerError::Checkpoint {
             slice,
-            detail: "the checkpoint writer did not answer".into(),
+            detail: format!("the checkpoint writer did not answer within {:?}", WRITE_DEADLINE + ANSWER_MARGIN),
         })?;
         let of = w.slice;
         if let Some(e) = apply(deps, inner, w) {
