@@ -609,6 +609,11 @@ pub struct FilterSettings {
     /// Counting cells beside the timers (one byte per cell) so that
     /// `DELETE /v1/keys/{key}` can forget a key.
     pub deletable: bool,
+    /// The cap on all slices' filters together, e.g. `512MiB`; empty: half
+    /// the container's memory limit, or no cap without one
+    /// ([`crate::memory`]).
+    #[serde(deserialize_with = "optional_bytes")]
+    pub max_memory: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -639,6 +644,14 @@ pub struct SlicingSettings {
     /// if the partition were not there, and counts it
     /// (`dedupd_hold_overflows_total`). 1 to 100 000 000.
     pub max_held: u64,
+    /// Bytes of records a slice may hold for the watermark: beyond them it
+    /// flushes what it can release (logged, as an idle flush), e.g. `32MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub max_held_bytes: u64,
+    /// Bytes the router may buffer per input partition before it pauses
+    /// the partition, e.g. `16MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub max_buffered_bytes: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
@@ -852,6 +865,11 @@ fn bytes<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     parse_bytes(&text).map_err(serde::de::Error::custom)
 }
 
+fn optional_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    if text.trim().is_empty() { Ok(None) } else { parse_bytes(&text).map(Some).map_err(serde::de::Error::custom) }
+}
+
 fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }
@@ -1029,10 +1047,13 @@ max_generations = 12
 memory = "8MiB"
 seed = 25481510381
 deletable = false
+max_memory = ""
 [slicing]
 mode = "repartition"
 order_tolerance = "0ms"
 max_held = 200000
+max_held_bytes = "32MiB"
+max_buffered_bytes = "16MiB"
 [output]
 topic = "clicks.distinct"
 duplicates_topic = ""
@@ -1098,6 +1119,9 @@ fn leaf_cache(root: &FilterSpec, verdict_delay: u64) -> Result<crate::filter::Fi
 /// few hundred bytes already needs tens of GB.
 const MAX_HELD_LIMIT: u64 = 100_000_000;
 
+/// The largest byte budget for held or buffered records.
+const MAX_BUDGET_BYTES: u64 = 1 << 40;
+
 /// A loader holding the built-in defaults, the lowest layer.
 fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
     config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
@@ -1133,6 +1157,9 @@ pub struct Resolved {
     pub tier: Tier,
     /// The counting stage (`[limit]`, `[flag]`); `None`: off.
     pub counting: Option<crate::engine::limits::CountingSetup>,
+    /// The filters' worst case against `filter.max_memory` and the
+    /// container's limit; `filter.max_generations` is its count.
+    pub memory: crate::memory::MemoryPlan,
 }
 
 impl Resolved {
@@ -1422,6 +1449,22 @@ impl Settings {
                 ),
             ));
         }
+        // One record always fits: a budget below it would flush at every record.
+        for (setting, value) in [
+            ("slicing.max_held_bytes", s.slicing.max_held_bytes),
+            ("slicing.max_buffered_bytes", s.slicing.max_buffered_bytes),
+        ] {
+            if !(s.input.max_record_bytes as u64..=MAX_BUDGET_BYTES).contains(&value) {
+                return Err(invalid(
+                    setting,
+                    format!("{value}B"),
+                    format!(
+                        "between input.max_record_bytes ({}B: one record must fit) and 1TiB",
+                        s.input.max_record_bytes
+                    ),
+                ));
+            }
+        }
         if !(1..=MAX_HELD_LIMIT).contains(&s.slicing.max_held) {
             return Err(invalid(
                 "slicing.max_held",
@@ -1619,6 +1662,8 @@ impl Settings {
                 invalid(&setting, e.value, format!("{} (a sparse leaf's cache)", e.rule))
             })?;
         }
+        let (filter, memory) = crate::memory::check(filter, s.filter.slices, s.filter.max_memory)
+            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
             // A leaf's output is its parent's input.
@@ -1641,6 +1686,7 @@ impl Settings {
             order_tolerance_ms,
             order,
             log_format,
+            memory,
             settings,
         })
     }

@@ -13,6 +13,8 @@
 //! - [`kafka`]: I/O and the exactly-once protocol — the router, the slice
 //!   workers, checkpoints, restore and the replay bounds.
 //! - [`admin`]: the admin endpoint (health, status, key lookups, deletes).
+//! - [`memory`]: the filters' worst case against `filter.max_memory` and
+//!   the container's memory limit, decided at start-up.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`config`]: the settings, validated once at start-up.
 //! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
@@ -26,6 +28,7 @@ pub mod config;
 pub mod engine;
 pub mod filter;
 pub mod kafka;
+pub mod memory;
 pub mod metrics;
 pub mod testkit;
 pub mod units;

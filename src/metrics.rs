@@ -55,7 +55,15 @@ pub struct Metrics {
     pub late_records: IntCounterVec,
     pub lateness: Histogram,
     pub waiting_records: IntGaugeVec,
+    /// Bytes of the records a slice holds for the watermark.
+    pub held_bytes: IntGaugeVec,
     pub idle_flushes: IntCounterVec,
+    /// Flushes because a slice held more than `slicing.max_held_bytes`.
+    pub held_bytes_flushes: IntCounterVec,
+    /// The cap on all slices' filters (`filter.max_memory`); 0: none.
+    pub memory_cap: IntGauge,
+    /// All slices' filters at their largest under the cap.
+    pub filter_worst_case: IntGauge,
     /// Records of a slice being restored decided by `availability.policy`.
     pub policy_decisions: IntCounterVec,
     pub hold_overflows: IntCounterVec,
@@ -68,6 +76,10 @@ pub struct Metrics {
     pub producer_queue: IntGauge,
     /// Input records the router holds to send them in event-time order.
     pub router_buffered: IntGauge,
+    /// Bytes of the input records the router holds.
+    pub router_buffered_bytes: IntGauge,
+    /// Input partitions paused because their lane held `slicing.max_buffered_bytes`.
+    pub router_byte_pauses: IntCounter,
     /// Slice records in the router's producer queue, not yet acknowledged.
     pub router_producer_queue: IntGauge,
     /// Bytes librdkafka has fetched ahead for the slice consumer.
@@ -285,6 +297,31 @@ impl Metrics {
                 "Records held until the watermark passes them (or held as time-jump suspects).",
                 &["slice"],
             ),
+            held_bytes: b.int_gauge(
+                "dedupd_held_bytes",
+                "Bytes (keys and values) of the records the slice holds for the watermark.",
+                &["slice"],
+            ),
+            held_bytes_flushes: b.counter(
+                "dedupd_held_bytes_flushes_total",
+                "Flushes (logged, as idle flushes) because the slice held more than slicing.max_held_bytes.",
+                &["slice"],
+            ),
+            memory_cap: b.register(
+                IntGauge::new(
+                    "dedupd_memory_cap_bytes",
+                    "The cap on all slices' filters together (filter.max_memory, or half the container's limit); \
+                     0: no cap.",
+                )
+                .expect("valid metric"),
+            ),
+            filter_worst_case: b.register(
+                IntGauge::new(
+                    "dedupd_filter_worst_case_bytes",
+                    "All slices' filters at their largest: every slice at the generation count the cap allows.",
+                )
+                .expect("valid metric"),
+            ),
             idle_flushes: b.counter(
                 "dedupd_idle_flushes_total",
                 "Idle flushes: the slice received nothing for input.lateness and judged the records it held.",
@@ -332,6 +369,20 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            router_buffered_bytes: b.register(
+                IntGauge::new(
+                    "dedupd_router_buffered_bytes",
+                    "Bytes (keys and values) of the input records the router holds.",
+                )
+                .expect("valid metric"),
+            ),
+            router_byte_pauses: b.register(
+                IntCounter::new(
+                    "dedupd_router_byte_pauses_total",
+                    "Input partitions paused because the router held slicing.max_buffered_bytes of their records.",
+                )
+                .expect("valid metric"),
+            ),
             router_producer_queue: b.register(
                 IntGauge::new(
                     "dedupd_router_producer_queue_messages",
@@ -373,6 +424,7 @@ impl Metrics {
         m.slices_owned.set(0);
         m.producer_queue.set(0);
         m.router_buffered.set(0);
+        m.router_buffered_bytes.set(0);
         m.router_producer_queue.set(0);
         m.consumer_queue_bytes.set(0);
         for kind in HEAP_KINDS {
@@ -418,6 +470,7 @@ impl Metrics {
             &self.replayed,
             &self.late_records,
             &self.idle_flushes,
+            &self.held_bytes_flushes,
             &self.hold_overflows,
             &self.checkpoints,
             &self.checkpoint_failures,
@@ -444,6 +497,7 @@ impl Metrics {
         let _ = self.checkpoint_age.remove_label_values(&[&label]);
         let _ = self.consumer_lag.remove_label_values(&[&label]);
         let _ = self.waiting_records.remove_label_values(&[&label]);
+        let _ = self.held_bytes.remove_label_values(&[&label]);
     }
 
     /// The counter of input records of `topic` (cache it on hot paths).

@@ -36,6 +36,7 @@ pub fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
     } else {
         println!("valid: {file}");
         println!("{sizing}");
+        println!("{}", cfg.memory);
     }
     Ok(())
 }
@@ -153,8 +154,9 @@ impl fmt::Display for Sizing {
 /// secrets as [`REDACTED`], under comment lines naming the file and the sizing.
 pub fn resolved_toml(cfg: &Resolved, file: &SettingsFile, sizing: &Sizing) -> String {
     let mut out = format!(
-        "# dedupd check-config: valid; {file}\n# {sizing}\n# The settings as resolved (built-in defaults < the file < \
-         the environment), durations in milliseconds, sizes in bytes; secrets are shown as {REDACTED}.\n"
+        "# dedupd check-config: valid; {file}\n# {sizing}\n# {}\n# The settings as resolved (built-in defaults < the file < \
+         the environment), durations in milliseconds, sizes in bytes; secrets are shown as {REDACTED}.\n",
+        cfg.memory
     );
     let text = serde_json::to_string(&cfg.settings).expect("settings serialise");
     let Node::Table(sections) = serde_json::from_str(&text).expect("settings serialise to a JSON object") else {

@@ -130,8 +130,15 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     clients::check(&cfg)?;
     log::info!("{}", super::check_config::Sizing::of(&cfg));
+    if cfg.memory.capped() {
+        log::warn!("{}", cfg.memory);
+    } else {
+        log::info!("{}", cfg.memory);
+    }
     let params = cfg.filter.resolve().expect("validated at load");
     let metrics = Arc::new(Metrics::new(params.hashes));
+    metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
+    metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
     for topic in &cfg.settings.input.topics {
         metrics.input_counter(topic);
     }

@@ -19,6 +19,20 @@ const MAX_WAIT: Duration = Duration::from_secs(2);
 /// trip to get them again.
 pub(super) const MAX_BUFFERED: usize = 50_000;
 
+/// Which bound a lane reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Full {
+    Records,
+    Bytes,
+}
+
+/// The bytes of a buffered record that count against the lane's budget:
+/// its key and value.
+fn read_bytes(msg: &BorrowedMessage<'_>) -> usize {
+    use rdkafka::Message;
+    msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len)
+}
+
 /// A buffered input record, read once: its slice and event time, or why
 /// it cannot be read.
 pub(super) struct Read<'c> {
@@ -39,6 +53,8 @@ impl Read<'_> {
 /// One input partition's buffered records, in offset order.
 pub(super) struct Lane<'c> {
     pub(super) records: VecDeque<Read<'c>>,
+    /// Bytes of the buffered records' keys and values.
+    pub(super) bytes: usize,
     /// Event time of the last readable record read from the partition
     /// (outliers left out, see [`Lane::order_time`]).
     pub(super) last_timestamp: Option<i64>,
@@ -58,10 +74,11 @@ pub(super) struct Lane<'c> {
     pub(super) dead_lettered: u64,
 }
 
-impl Lane<'_> {
+impl<'c> Lane<'c> {
     pub(super) fn new() -> Self {
         Lane {
             records: VecDeque::new(),
+            bytes: 0,
             last_timestamp: None,
             outliers: 0,
             last_arrival: Instant::now(),
@@ -122,6 +139,40 @@ impl Lane<'_> {
         self.last_timestamp = Some(time);
         *latest = Some(time);
         time
+    }
+
+    /// Whether buffering `msg` fills the lane, so that its partition should
+    /// be paused now (`None` when it is paused already): by count
+    /// (`MAX_BUFFERED`) or by bytes (`max_bytes`, `slicing.max_buffered_bytes`).
+    pub(super) fn fills(&self, msg: &BorrowedMessage<'_>, max_bytes: usize) -> Option<Full> {
+        if self.paused {
+            None
+        } else if self.records.len() + 1 >= MAX_BUFFERED {
+            Some(Full::Records)
+        } else if self.bytes + read_bytes(msg) >= max_bytes {
+            Some(Full::Bytes)
+        } else {
+            None
+        }
+    }
+
+    /// Buffers a record.
+    pub(super) fn push(&mut self, read: Read<'c>) {
+        self.bytes += read_bytes(&read.msg);
+        self.records.push_back(read);
+    }
+
+    /// Takes the oldest buffered record.
+    pub(super) fn pop(&mut self) -> Option<Read<'c>> {
+        let read = self.records.pop_front()?;
+        self.bytes -= read_bytes(&read.msg);
+        Some(read)
+    }
+
+    /// Whether a paused lane has drained enough to resume: below half of
+    /// both bounds, so it is not paused and resumed at every record.
+    pub(super) fn may_resume(&self, max_bytes: usize) -> bool {
+        self.records.len() < MAX_BUFFERED / 2 && self.bytes < max_bytes / 2
     }
 
     /// An empty lane may still deliver a record older than every buffered

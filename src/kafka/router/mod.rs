@@ -77,7 +77,7 @@ use crate::engine::shrink_target;
 use crate::metrics::{now_ms, observe_since};
 use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, Shared, commit_acknowledged, commit_all};
 use context::RouterContext;
-use lanes::{Lane, MAX_BUFFERED, Read, set_paused};
+use lanes::{Full, Lane, Read, set_paused};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
 use route::{event_time, read, route_ready};
 use setup::PartitionId;
@@ -288,10 +288,14 @@ impl<'c> Router<'c> {
             Err(_) => i64::MIN,
         };
         lane.at_end = false;
-        if lane.records.len() + 1 >= MAX_BUFFERED && !lane.paused {
+        let max_bytes = usize::try_from(self.deps.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
+        if let Some(full) = lane.fills(&msg, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
+            if full == Full::Bytes && lane.paused {
+                self.deps.metrics.router_byte_pauses.inc();
+            }
         }
-        lane.records.push_back(Read { msg, target, order });
+        lane.push(Read { msg, target, order });
     }
 
     /// Announces the progress of the owned partitions if it changed, and
@@ -300,6 +304,7 @@ impl<'c> Router<'c> {
         let deps = &self.deps;
         // What the router holds, for the memory it takes (the soak reads them).
         deps.metrics.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
+        deps.metrics.router_buffered_bytes.set(self.lanes.values().map(|l| l.bytes as i64).sum());
         for lane in self.lanes.values_mut() {
             if let Some(to) = shrink_target(lane.records.len(), lane.records.capacity()) {
                 lane.records.shrink_to(to);

@@ -11,7 +11,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::commits::Shared;
-use super::lanes::{Lane, MAX_BUFFERED, Read, set_paused};
+use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
 use crate::config::SlicingMode;
 use crate::engine::read_order::ReadOrderBuilder;
@@ -40,6 +40,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
     let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
+    let max_bytes = usize::try_from(deps.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
     let mut frame = Vec::new();
     // Shared mode: the records routed are named, not copied (see `write_read_order`).
     let mut named = (deps.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
@@ -52,7 +53,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, order } = lane.records.pop_front().expect("non-empty lane");
+        let Read { msg, target, order } = lane.pop().expect("non-empty lane");
         if target.is_ok() {
             lane.routed += 1;
             if order != i64::MIN {
@@ -61,7 +62,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
         } else {
             lane.dead_lettered += 1;
         }
-        if lane.paused && lane.records.len() < MAX_BUFFERED / 2 {
+        if lane.paused && lane.may_resume(max_bytes) {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
         let done = match (named.as_mut(), target) {

@@ -74,6 +74,7 @@
 
 mod context;
 mod emit;
+mod held;
 mod lookups;
 mod owned;
 mod policy;

@@ -3,11 +3,10 @@
 //! business ([`crate::engine::SliceState::begin_copy`]): the worker changes
 //! the state the same way whether one is in progress or not.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use rdkafka::message::OwnedMessage;
-
+use super::held::HeldRecords;
 use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceRecord, SliceState};
 use crate::kafka::checkpoint::Manifest;
 use crate::kafka::producer::SentMark;
@@ -32,7 +31,7 @@ pub(super) struct OwnedSlice {
     /// records are decided by the logged policy, not judged.
     pub(super) ranges: Vec<PolicyRange>,
     /// The records waiting for the watermark, by slice offset (for output).
-    pub(super) held: HashMap<u64, OwnedMessage>,
+    pub(super) held: HeldRecords,
     /// Idle flushes logged and not applied yet (a replay): the slice
     /// offsets they came after.
     pub(super) flushes: VecDeque<u64>,

@@ -26,9 +26,8 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
         let label = slice.to_string();
         publish_counters(deps, &label, owned);
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
-        if let Some(to) = shrink_target(owned.held.len(), owned.held.capacity()) {
-            owned.held.shrink_to(to);
-        }
+        m.held_bytes.with_label_values(&[&label]).set(owned.held.bytes() as i64);
+        owned.held.shrink();
         owned.state.order.shrink_spare();
         let filter = publish_filter(m, &label, owned);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());

@@ -35,13 +35,36 @@ pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<
     let WorkerState { slices, judged, .. } = inner;
     for owned in slices.values_mut() {
         apply_logged_flushes(deps, owned, judged)?;
-        let replaying =
-            !owned.flushes.is_empty() || owned.replay.all().any(|y| arrivals_to_replay(y, owned.state.next_offset));
-        if owned.state.order.flush_pending() && !replaying && owned.last_arrival.elapsed() >= idle_after {
+        if owned.state.order.flush_pending() && !replaying(owned) && owned.last_arrival.elapsed() >= idle_after {
             idle_flush(deps, owned, judged)?;
         }
     }
     Ok(())
+}
+
+/// Whether the slice is in a silent replay, which must flush only where
+/// the original run did (its flushes are logged).
+fn replaying(owned: &OwnedSlice) -> bool {
+    !owned.flushes.is_empty() || owned.replay.all().any(|y| arrivals_to_replay(y, owned.state.next_offset))
+}
+
+/// Flushes a slice that holds more than `slicing.max_held_bytes` of
+/// records, as an idle flush: logged before it is applied, so a replay
+/// releases at the same place and the verdicts still follow from the logs
+/// (design invariant 1) — the trigger is memory, the decision is in the
+/// log. What the hold keeps back is not released (`flush_pending` is
+/// false then): `slicing.max_held` bounds that.
+fn flush_over_budget(
+    deps: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+) -> Result<(), KafkaLayerError> {
+    let over = owned.held.bytes() as u64 > deps.cfg.settings.slicing.max_held_bytes;
+    if !over || replaying(owned) || !owned.state.order.flush_pending() {
+        return Ok(());
+    }
+    deps.metrics.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    idle_flush(deps, owned, judged)
 }
 
 /// Whether a silent replay up to the last output `y` still waits for the
@@ -288,7 +311,8 @@ pub(super) fn judge(
         owned.held.insert(offset, msg.detach());
     }
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
-    apply_logged_flushes(deps, owned, judged)
+    apply_logged_flushes(deps, owned, judged)?;
+    flush_over_budget(deps, owned, judged)
 }
 
 /// Dead-letters the record at slice offset `offset` unjudged, for `why`:

@@ -1,0 +1,378 @@
+//! Memory bounded in bytes: the filters' worst case against a cap
+//! (`filter.max_memory`) and the container's memory limit, decided once at
+//! start-up from the settings alone.
+//!
+//! A slice's timer filter grows by generations; at its largest it holds
+//! `filter.max_generations` generations of the top level. When that worst
+//! case, for all slices together, exceeds the cap, the generation count is
+//! lowered until it fits: the filter then saturates (its false-positive
+//! rate rises, `dedupd_filter_saturated_inserts_total` counts it) instead of
+//! growing past the cap. The count is a setting's value, so the verdicts
+//! still follow from the settings and the log alone (design invariant 1).
+//! When even one first-size generation per slice does not fit, start-up is
+//! refused.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::filter::{FilterParams, FilterSpec, Growth};
+use crate::units::format_bytes;
+
+/// The cgroup v2 memory limit of the process's container.
+pub const CGROUP_V2_LIMIT: &str = "/sys/fs/cgroup/memory.max";
+/// The cgroup v1 memory limit.
+pub const CGROUP_V1_LIMIT: &str = "/sys/fs/cgroup/memory/memory.limit_in_bytes";
+
+/// Limits at or above this are "no limit": cgroup v1 writes 2^63 rounded
+/// down to a page for an unlimited group, and no machine has an exbibyte.
+const UNLIMITED_FROM: u64 = 1 << 60;
+
+/// The share of the container's limit the filters get by default: the rest
+/// is for held and buffered records, the client queues and the snapshot
+/// buffer (docs/capacity.md).
+pub const DEFAULT_CAP_PERCENT: u64 = 50;
+
+/// The cap when `filter.max_memory` is empty: a share of the container's limit.
+pub fn default_cap(limit: u64) -> u64 {
+    (u128::from(limit) * u128::from(DEFAULT_CAP_PERCENT) / 100) as u64
+}
+
+/// A container's memory limit and the file it was read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerLimit {
+    pub bytes: u64,
+    pub source: PathBuf,
+}
+
+impl fmt::Display for ContainerLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}B ({}, from {})", self.bytes, format_bytes(self.bytes), self.source.display())
+    }
+}
+
+/// A cgroup memory limit file's text: bytes, or `None` for `max` (v2), a
+/// value too large to be a limit (v1's unlimited) or text that is not one.
+pub fn parse_limit(text: &str) -> Option<u64> {
+    let t = text.trim();
+    if t == "max" {
+        return None;
+    }
+    t.parse::<u64>().ok().filter(|&b| b > 0 && b < UNLIMITED_FROM)
+}
+
+/// The limit of the first of `paths` that can be read (v2 before v1: a host
+/// with both mounts the v1 file only for the hybrid hierarchy). A file that
+/// exists and says `max` means no limit: the later paths are not read.
+pub fn read_container_limit(paths: &[&Path]) -> Option<ContainerLimit> {
+    for path in paths {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            return parse_limit(&text).map(|bytes| ContainerLimit { bytes, source: path.to_path_buf() });
+        }
+    }
+    None
+}
+
+/// This process's container limit, if it has one.
+pub fn container_limit() -> Option<ContainerLimit> {
+    read_container_limit(&[Path::new(CGROUP_V2_LIMIT), Path::new(CGROUP_V1_LIMIT)])
+}
+
+/// Bytes one slice's timer filter holds at most with `generations`
+/// generations: one first-size generation when it cannot grow, else each
+/// generation at the top level (the largest a new one can start at), plus
+/// the alive table the generations share.
+pub fn timer_slice_worst_case(p: &FilterParams, generations: u32) -> u64 {
+    if generations <= 1 || p.growth == Growth::None {
+        return p.memory_bytes();
+    }
+    let alive = u64::from(p.period) + 1;
+    let top = FilterParams { cells: p.level_cells(crate::filter::params::MAX_LEVEL), ..p.clone() };
+    let per_generation = top.memory_bytes().saturating_sub(alive);
+    per_generation.saturating_mul(u64::from(generations)).saturating_add(alive)
+}
+
+/// Where the cap came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CapSource {
+    /// `filter.max_memory` was set.
+    Setting,
+    /// [`DEFAULT_CAP_PERCENT`] of the container's limit.
+    Container,
+    /// No setting and no container limit: the filters are not capped.
+    None,
+}
+
+/// What the filters may take, decided at start-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The cap on all slices' filters together, in bytes.
+    pub cap: Option<u64>,
+    pub cap_source: CapSource,
+    pub container: Option<ContainerLimit>,
+    pub slices: u32,
+    /// `filter.max_generations` as configured.
+    pub configured_generations: u32,
+    /// The generations a slice may hold under the cap.
+    pub max_generations: u32,
+    /// All slices at their largest under the cap.
+    pub worst_case: u64,
+    /// All slices at their largest with `configured_generations`.
+    pub configured_worst_case: u64,
+}
+
+impl MemoryPlan {
+    /// Whether the cap lowered the generation count.
+    pub fn capped(&self) -> bool {
+        self.max_generations < self.configured_generations
+    }
+}
+
+/// One line for `dedupd check-config` and the start-up log: the worst
+/// case, the cap and where it came from, the container's limit, and
+/// whether the cap lowered the generation count.
+impl fmt::Display for MemoryPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "filter memory: worst case {} bytes ({}) with {} slices of at most {} generations",
+            self.worst_case,
+            format_bytes(self.worst_case),
+            self.slices,
+            self.max_generations
+        )?;
+        match (self.cap, &self.cap_source) {
+            (Some(cap), CapSource::Setting) => {
+                write!(f, "; cap {cap} bytes ({}, filter.max_memory)", format_bytes(cap))?
+            }
+            (Some(cap), _) => write!(
+                f,
+                "; cap {cap} bytes ({}, the default: {DEFAULT_CAP_PERCENT}% of the container's limit)",
+                format_bytes(cap)
+            )?,
+            (None, _) => f.write_str("; no cap (filter.max_memory is empty and there is no container limit)")?,
+        }
+        if let Some(limit) = &self.container {
+            write!(f, "; container limit {limit}")?;
+        }
+        if self.capped() {
+            write!(
+                f,
+                "; filter.max_generations lowered from {} to {} to fit the cap ({} bytes, {}, with {}): past it the \
+                 filters saturate instead of growing",
+                self.configured_generations,
+                self.max_generations,
+                self.configured_worst_case,
+                format_bytes(self.configured_worst_case),
+                self.configured_generations
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A plan that cannot hold: the setting to change, its value and the rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryError {
+    pub setting: &'static str,
+    pub value: String,
+    pub rule: String,
+}
+
+/// The filters a plan sizes: a timer filter per slice, or a count kind of
+/// fixed size per slice.
+pub enum Filters<'a> {
+    Timer(&'a FilterParams),
+    Fixed { bytes_per_slice: u64 },
+}
+
+/// Checks the filters' worst case against `cap` (`filter.max_memory`, or
+/// [`DEFAULT_CAP_PERCENT`] of `container`) and lowers the generation count
+/// until it fits; refuses what cannot fit even without growth, and a cap
+/// above the container's limit.
+pub fn plan(
+    filters: Filters<'_>,
+    slices: u32,
+    cap: Option<u64>,
+    container: Option<ContainerLimit>,
+) -> Result<MemoryPlan, MemoryError> {
+    let all = |per_slice: u64| per_slice.saturating_mul(u64::from(slices));
+    if let (Some(c), Some(limit)) = (cap, &container)
+        && c > limit.bytes
+    {
+        return Err(MemoryError {
+            setting: "filter.max_memory",
+            value: format!("{c}B"),
+            rule: format!(
+                "at most the container's memory limit {limit}: the process would be killed before the filters reach \
+                 their cap; lower filter.max_memory or raise the container's limit"
+            ),
+        });
+    }
+    let (cap, cap_source) = match (cap, &container) {
+        (Some(c), _) => (Some(c), CapSource::Setting),
+        (None, Some(limit)) => (Some(default_cap(limit.bytes)), CapSource::Container),
+        (None, None) => (None, CapSource::None),
+    };
+    let (configured, smallest, worst_with): (u32, u64, Box<dyn Fn(u32) -> u64>) = match filters {
+        Filters::Timer(p) => (p.max_generations, all(timer_slice_worst_case(p, 1)), {
+            let p = p.clone();
+            Box::new(move |g| all(timer_slice_worst_case(&p, g)))
+        }),
+        Filters::Fixed { bytes_per_slice } => (1, all(bytes_per_slice), Box::new(move |_| all(bytes_per_slice))),
+    };
+    let configured_worst_case = worst_with(configured);
+    let Some(cap_bytes) = cap else {
+        return Ok(MemoryPlan {
+            cap,
+            cap_source,
+            container,
+            slices,
+            configured_generations: configured,
+            max_generations: configured,
+            worst_case: configured_worst_case,
+            configured_worst_case,
+        });
+    };
+    if smallest > cap_bytes {
+        let value = match cap_source {
+            CapSource::Container => format!(
+                "{cap_bytes}B (the default: {DEFAULT_CAP_PERCENT}% of the container's memory limit {})",
+                container.as_ref().expect("a container cap has a limit")
+            ),
+            _ => format!("{cap_bytes}B"),
+        };
+        return Err(MemoryError {
+            setting: "filter.max_memory",
+            value,
+            rule: format!(
+                "the filters of {slices} slices need {smallest}B ({}) before they grow, more than the cap; \
+                 raise filter.max_memory (and the container's limit) to at least {smallest}B, or lower \
+                 filter.expected_keys, raise filter.fpr, or use narrower filter.timer_bits (or, for rsbf and \
+                 stable, a smaller filter.memory)",
+                format_bytes(smallest)
+            ),
+        });
+    }
+    // The largest count that fits: the worst case grows with the count.
+    let max_generations = (1..=configured).rev().find(|&g| worst_with(g) <= cap_bytes).unwrap_or(1);
+    Ok(MemoryPlan {
+        cap,
+        cap_source,
+        container,
+        slices,
+        configured_generations: configured,
+        max_generations,
+        worst_case: worst_with(max_generations),
+        configured_worst_case,
+    })
+}
+
+/// The start-up check of a validated filter spec: its worst case for
+/// `slices` slices against `cap` and this process's container limit; the
+/// spec comes back with the generation count the cap allows.
+pub fn check(spec: FilterSpec, slices: u32, cap: Option<u64>) -> Result<(FilterSpec, MemoryPlan), MemoryError> {
+    let params = spec.resolve().map_err(|e| MemoryError {
+        setting: "filter.expected_keys",
+        value: e.value.clone(),
+        rule: e.to_string(),
+    })?;
+    let filters = match params.count.as_ref().and_then(|c| c.size().ok()) {
+        Some(size) => Filters::Fixed { bytes_per_slice: size.bytes.saturating_add(params.memory_bytes()) },
+        None => Filters::Timer(&params),
+    };
+    let plan = plan(filters, slices, cap, container_limit())?;
+    let max_generations = if params.count.is_some() { spec.max_generations } else { plan.max_generations };
+    Ok((FilterSpec { max_generations, ..spec }, plan))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(expected_keys: u64, slices: u32, max_generations: u32) -> FilterParams {
+        FilterSpec { expected_keys, slices, max_generations, window_ms: 60_000, ..FilterSpec::default() }
+            .resolve()
+            .unwrap()
+    }
+
+    #[test]
+    fn cgroup_limits_parse() {
+        assert_eq!(parse_limit("1073741824\n"), Some(1 << 30));
+        assert_eq!(parse_limit("max\n"), None);
+        assert_eq!(parse_limit("9223372036854771712\n"), None, "v1's unlimited");
+        assert_eq!(parse_limit("0"), None);
+        assert_eq!(parse_limit("lots"), None);
+    }
+
+    #[test]
+    fn the_container_limit_is_read_from_the_first_file_that_exists() {
+        let dir = std::env::temp_dir().join(format!("dedupd-memory-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (v2, v1, missing) = (dir.join("memory.max"), dir.join("memory.limit_in_bytes"), dir.join("none"));
+        std::fs::write(&v1, "536870912\n").unwrap();
+        assert_eq!(read_container_limit(&[&missing]), None);
+        let limit = read_container_limit(&[&missing, &v1]).unwrap();
+        assert_eq!((limit.bytes, limit.source.clone()), (512 << 20, v1.clone()));
+        std::fs::write(&v2, "max\n").unwrap();
+        assert_eq!(read_container_limit(&[&v2, &v1]), None, "v2 says no limit");
+        std::fs::write(&v2, "268435456\n").unwrap();
+        assert_eq!(read_container_limit(&[&v2, &v1]).unwrap().bytes, 256 << 20);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The worst case is what a filter holds at its largest: every
+    /// generation of the top level, as a filter sized so reports.
+    #[test]
+    fn the_worst_case_is_every_generation_at_the_top_level() {
+        let p = params(1_000_000, 8, 12);
+        assert_eq!(timer_slice_worst_case(&p, 1), p.memory_bytes());
+        let top = crate::filter::SlidingFilter::new(FilterParams { cells: p.level_cells(4), ..p.clone() });
+        let alive = u64::from(p.period) + 1;
+        let generation = top.memory_bytes() as u64 - alive;
+        assert_eq!(timer_slice_worst_case(&p, 12), 12 * generation + alive);
+        // The default settings: 12 generations of 16× the first size, ~2.1 GB in all.
+        let all = 8 * timer_slice_worst_case(&p, 12);
+        assert!((2_100_000_000..2_300_000_000).contains(&all), "{all}");
+        let none = FilterParams { growth: Growth::None, ..p.clone() };
+        assert_eq!(timer_slice_worst_case(&none, 12), p.memory_bytes());
+    }
+
+    #[test]
+    fn the_cap_lowers_the_generations_until_the_worst_case_fits() {
+        let p = params(1_000_000, 8, 12);
+        let uncapped = plan(Filters::Timer(&p), 8, None, None).unwrap();
+        assert_eq!((uncapped.max_generations, uncapped.cap_source.clone()), (12, CapSource::None));
+        assert!(!uncapped.capped());
+        let capped = plan(Filters::Timer(&p), 8, Some(512 << 20), None).unwrap();
+        assert!(capped.capped());
+        assert!(capped.worst_case <= 512 << 20);
+        let one_more = 8 * timer_slice_worst_case(&p, capped.max_generations + 1);
+        assert!(one_more > 512 << 20, "the largest count that fits: {}", capped.max_generations);
+        // A cap the old growth fits changes nothing.
+        let roomy = plan(Filters::Timer(&p), 8, Some(4 << 30), None).unwrap();
+        assert_eq!((roomy.max_generations, roomy.worst_case), (12, uncapped.worst_case));
+        // Below the top level, a slice keeps its one first-size generation.
+        let tight = plan(Filters::Timer(&p), 8, Some(8 * p.memory_bytes()), None).unwrap();
+        assert_eq!(tight.max_generations, 1);
+    }
+
+    #[test]
+    fn what_cannot_fit_is_refused_naming_the_setting_and_the_rule() {
+        let p = params(1_000_000, 8, 12);
+        let e = plan(Filters::Timer(&p), 8, Some(4 << 20), None).unwrap_err();
+        assert_eq!((e.setting, e.value.as_str()), ("filter.max_memory", "4194304B"));
+        assert!(e.rule.contains("the filters of 8 slices need") && e.rule.contains("raise filter.max_memory"), "{e:?}");
+        let limit = ContainerLimit { bytes: 1 << 30, source: PathBuf::from(CGROUP_V2_LIMIT) };
+        let e = plan(Filters::Timer(&p), 8, Some(2 << 30), Some(limit.clone())).unwrap_err();
+        assert!(e.rule.contains("at most the container's memory limit 1073741824B"), "{e:?}");
+        // No setting: half the container's limit.
+        let by_default = plan(Filters::Timer(&p), 8, None, Some(limit.clone())).unwrap();
+        assert_eq!((by_default.cap, by_default.cap_source.clone()), (Some(512 << 20), CapSource::Container));
+        let small = ContainerLimit { bytes: 16 << 20, ..limit };
+        let e = plan(Filters::Timer(&p), 8, None, Some(small)).unwrap_err();
+        assert!(e.value.contains("50% of the container's memory limit 16777216B"), "{e:?}");
+        // A count kind is its fixed size.
+        assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
+        assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
+    }
+}
