@@ -375,4 +375,33 @@ mod tests {
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
     }
+
+    /// The settings: `filter.max_memory` lowers the count the filters run
+    /// with; the byte budgets take units and must hold one record.
+    #[test]
+    fn the_settings_are_checked_at_load() {
+        // Caps above a small container's limit are refused there: those figures need room.
+        if container_limit().is_some_and(|l| l.bytes < 4 << 30) {
+            return;
+        }
+        let load = |env: &[(&str, &str)]| {
+            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            crate::config::Settings::load_from(None, env)
+        };
+        let capped = load(&[("DEDUPD__FILTER__MAX_MEMORY", "512MiB")]).unwrap();
+        assert_eq!((capped.filter.max_generations, capped.memory.configured_generations), (2, 12));
+        assert_eq!(capped.filter.resolve().unwrap().max_generations, 2);
+        let roomy = load(&[("DEDUPD__FILTER__MAX_MEMORY", "4GiB")]).unwrap();
+        assert_eq!(roomy.filter.max_generations, 12, "a cap the growth fits changes nothing");
+        let e = load(&[("DEDUPD__FILTER__MAX_MEMORY", "lots")]).unwrap_err().to_string();
+        assert!(e.contains("`lots` is not a memory size"), "{e}");
+        let e = load(&[("DEDUPD__SLICING__MAX_HELD_BYTES", "1KiB")]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "invalid setting slicing.max_held_bytes = 1024B: between input.max_record_bytes (1048576B: one record \
+             must fit) and 1TiB"
+        );
+        let r = load(&[("DEDUPD__SLICING__MAX_BUFFERED_BYTES", "4MiB")]).unwrap();
+        assert_eq!((r.settings.slicing.max_buffered_bytes, r.settings.slicing.max_held_bytes), (4 << 20, 32 << 20));
+    }
 }

@@ -15,7 +15,7 @@ pub(super) struct HeldRecords {
 
 /// The bytes of a record that count against the budget: its key and value
 /// (headers are few and small next to them).
-pub(super) fn record_bytes(msg: &impl Message) -> usize {
+fn record_bytes(msg: &impl Message) -> usize {
     msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len)
 }
 
@@ -43,7 +43,7 @@ impl HeldRecords {
 
     /// Gives back room a backlog left (see [`crate::engine::shrink_target`]).
     pub(super) fn shrink(&mut self) {
-        if let Some(to) = crate::engine::order::shrink_target(self.records.len(), self.records.capacity()) {
+        if let Some(to) = crate::engine::shrink_target(self.records.len(), self.records.capacity()) {
             self.records.shrink_to(to);
         }
     }
