@@ -59,7 +59,7 @@ fn flush_over_budget(
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
-    let over = owned.held.bytes() as u64 > deps.cfg.settings.slicing.max_held_bytes;
+    let over = owned.held.bytes() as u64 > deps.path.max_held_bytes;
     if !over || replaying(owned) || !owned.state.order.flush_pending() {
         return Ok(());
     }
