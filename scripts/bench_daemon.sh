@@ -36,6 +36,11 @@
 #               samples each run with `perf record -a -F HZ` (target/<run>-cpu-<mode>-<round>.perf;
 #               `perf report --pid PID` with the pid printed: the daemon starts by exec, and
 #               `perf record -p` would miss the threads it starts later)
+#   cpu_ab      CPU seconds per 1 M records of two builds, A and B (AB_DIRS="DIR_A DIR_B", each
+#               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
+#               slices) and repartition (8 slices) mode on one backlog of N records, ROUNDS times
+#               alternating A, B within each mode: each run's figure, then per mode the median of
+#               A's, of B's and B/A (the comparison of a change's CPU per record)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
@@ -240,6 +245,44 @@ part_cpu() {
     done
     awk -v a="$ip" -v b="$rp" -v r="$round" 'BEGIN {printf "cpu_ratio round=%d repartition_over_input_partitions=%.2f\n", r, b / a}'
   done
+}
+
+part_cpu_ab() {
+  local dirs
+  read -r -a dirs <<<"${AB_DIRS:?set AB_DIRS=\"DIR_A DIR_B\"}"
+  fresh_broker
+  topic "$run.cpu" 3
+  $bench produce "$broker" "$run.cpu" "$n" 3 >/dev/null
+  local round mode slices build before after per_m out results=()
+  local own_bin="$dedupd_bin" own_config="$config"
+  for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+    for mode in input-partitions repartition; do
+      slices=8
+      [[ $mode == input-partitions ]] && slices=3
+      for build in 0 1; do
+        dedupd_bin="${dirs[$build]}/dedupd" config="${dirs[$build]}/dedupd.toml"
+        start_daemon "$run-ab$build-$mode-$round" "$run.cpu" timer "$slices" 19508 DEDUPD__SLICING__MODE="$mode"
+        before=$(cpu_ticks "$daemon_pid")
+        out=$($bench wait 19508 "$n" "cpu_ab_$mode" "$daemon_pid")
+        after=$(cpu_ticks "$daemon_pid")
+        stop_daemon "$daemon_pid"
+        per_m=$(awk -v a="$before" -v b="$after" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.3f", (b - a) / hz / n * 1000000}')
+        echo "cpu_ab build=$([[ $build == 0 ]] && echo A || echo B) mode=$mode round=$round cpu_seconds_per_million=$per_m $(echo "$out" | grep -o 'records_per_second=[0-9]*' | tr '\n' ' ')"
+        results+=("$build $mode $per_m")
+      done
+    done
+  done
+  dedupd_bin="$own_bin" config="$own_config"
+  printf '%s\n' "${results[@]}" | python3 -c '
+import statistics, sys
+runs = {}
+for line in sys.stdin:
+    build, mode, per_m = line.split()
+    runs.setdefault((mode, build), []).append(float(per_m))
+for mode in ("input-partitions", "repartition"):
+    a, b = statistics.median(runs[(mode, "0")]), statistics.median(runs[(mode, "1")])
+    print(f"cpu_ab mode={mode} median_a={a:.3f} median_b={b:.3f} b_over_a={b / a:.3f}")
+'
 }
 
 part_scaling() {
