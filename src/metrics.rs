@@ -474,6 +474,7 @@ impl Metrics {
             &self.hold_overflows,
             &self.checkpoints,
             &self.checkpoint_failures,
+            &self.checkpoint_dropped,
             &self.generations_created,
             &self.generations_dropped,
             &self.saturated_inserts,
