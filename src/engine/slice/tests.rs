@@ -421,4 +421,5 @@ fn release_positions_order_and_parse() {
     }
 }
 
+mod golden;
 mod watermark;
