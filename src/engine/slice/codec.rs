@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::super::counting::{self as counting_codec};
 use super::super::limits::CountingSetup;
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::super::record::Extractor;
-use super::frame::InputProgress;
 use super::judgment::SliceCounters;
+use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
 use crate::filter::count::{self as count_codec};
 use crate::filter::envelope::{self, put_u32, put_u64};
@@ -19,19 +18,13 @@ use crate::filter::{FilterKind, FilterParams, SnapshotError};
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
-/// The slice snapshot format version (2: event-time order — lateness
-/// counter, order marks, flush log position and held offsets; 3: the
-/// provenance section; 4: the counting stage's section after it; 5: the
-/// input partitions' progress after that, for the hold of repartition
-/// mode). A slice is written in the oldest version that holds what it has —
-/// without progress as version 4, without counting either as version 3,
-/// and without provenance either as version 2, byte for byte — so a release
-/// before any of them can restore it; all four are read.
-pub const VERSION: u16 = 5;
-/// The version of a slice with a counting stage and no progress.
-const VERSION_COUNTING: u16 = 4;
-/// The version of a slice with provenance and neither counting nor progress.
-pub(super) const VERSION_PROVENANCE: u16 = 3;
+/// The newest slice snapshot format version this release reads (2:
+/// event-time order — lateness counter, order marks, flush log position
+/// and held offsets; 3 to 5 add the provenance, counting and progress
+/// sections at fixed places; 6 tags its sections: see `sections.rs`). A
+/// slice is written in the oldest version that holds what it has, so a
+/// release before any of them can restore it; all five are read.
+pub const VERSION: u16 = VERSION_TAGGED;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -81,14 +74,12 @@ impl SliceState {
 
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
-    // Without provenance the envelope is version 2's, byte for byte, so a
-    // release before provenance can still restore it (a rollback).
-    let version = match (state.progress.is_empty(), &state.counting, &state.provenance) {
-        (false, _, _) => VERSION,
-        (true, Some(_), _) => VERSION_COUNTING,
-        (true, None, Some(_)) => VERSION_PROVENANCE,
-        (true, None, None) => 2,
-    };
+    let sections = Sections::of(state);
+    head_in(state, &sections, sections.version(), filter_len)
+}
+
+/// [`head`] in `version`, which must hold the state's sections.
+fn head_in(state: &SliceState, sections: &Sections, version: u16, filter_len: usize) -> Vec<u8> {
     let mut w = envelope::begin(MAGIC, version, 128);
     put_u32(&mut w, state.slice);
     put_u64(&mut w, state.next_offset);
@@ -115,45 +106,21 @@ fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
         put_u32(&mut w, *partition as u32);
         put_u64(&mut w, *offset as u64);
     }
-    match &state.provenance {
-        None if version == 2 => {}
-        // Version 3 and later without provenance: its flag says so.
-        None => w.push(0),
-        Some(p) => {
-            w.push(1);
-            let at = w.len();
-            put_u64(&mut w, 0);
-            p.encode(&mut w);
-            let len = (w.len() - at - 8) as u64;
-            w[at..at + 8].copy_from_slice(&len.to_le_bytes());
-        }
-    }
-    if version >= VERSION_COUNTING {
-        // A flag byte, then (1) the section's length and the stage's own
-        // envelope (`DEDUPDSB`).
-        match &state.counting {
-            None => w.push(0),
-            Some(c) => {
-                let section = counting_codec::encode(&c.stage);
-                w.push(1);
-                put_u64(&mut w, section.len() as u64);
-                w.extend_from_slice(&section);
-            }
-        }
-    }
-    if version >= VERSION {
-        put_u64(&mut w, state.order.overflows());
-        put_u32(&mut w, state.progress.len() as u32);
-        for ((topic, partition), p) in &state.progress {
-            w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
-            w.extend_from_slice(topic.as_bytes());
-            put_u32(&mut w, *partition as u32);
-            put_u64(&mut w, p.time_ms);
-            w.push(u8::from(p.idle));
-        }
-    }
+    sections.write(version, state.order.overflows(), &mut w);
     put_u64(&mut w, filter_len as u64);
     w
+}
+
+/// [`encode`] with the sections tagged (version 6) whatever they are: what a
+/// slice with a section that has no fixed place is written as.
+#[cfg(test)]
+pub(super) fn encode_tagged(state: &SliceState) -> Vec<u8> {
+    let prepared = state.filter.prepare_copy();
+    let head = head_in(state, &Sections::of(state), VERSION_TAGGED, prepared.len());
+    let (buffer, filter) = state.filter.encode(prepared, &head, 8);
+    let mut image = SliceImage { buffer, filter };
+    image.seal();
+    image.into_buffer()
 }
 
 /// Restores slice `slice` from `bytes`, checked against the configured
@@ -194,8 +161,7 @@ pub fn decode_full(
     provenance: Option<&ProvenanceSetup>,
     counting: Option<(&CountingSetup, &Extractor)>,
 ) -> Result<SliceState, SnapshotError> {
-    let (mut r, version) = envelope::open_any(bytes, MAGIC, 2..=VERSION)?;
-    let has_provenance = version >= VERSION_PROVENANCE;
+    let (mut r, version) = envelope::open_any(bytes, MAGIC, VERSION_BASE..=VERSION)?;
     let got_slice = r.u32()?;
     if got_slice != slice {
         return Err(SnapshotError::ParameterMismatch {
@@ -238,69 +204,30 @@ pub fn decode_full(
         let offset = r.u64()? as i64;
         resend_marks.insert((topic, partition), offset);
     }
+    let found = sections::read(&mut r, version)?;
     let mut restored_provenance = None;
-    if has_provenance {
-        match r.u8()? {
-            0 => {}
-            1 => {
-                let len = r.u64()? as usize;
-                let section = r.take(len)?;
-                if let Some(setup) = provenance {
-                    let mut sub = envelope::Reader::over(section);
-                    match SliceProvenance::decode(&mut sub, setup) {
-                        Ok(p) => {
-                            sub.finish()?;
-                            restored_provenance = Some(p);
-                        }
-                        // Provenance resized: it starts over, empty; the
-                        // slice's dedup state is still good, so it is kept.
-                        Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
-                            "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
-                             provenance starts empty"
-                        ),
-                        Err(e) => return Err(e),
-                    }
-                }
+    if let (Some(section), Some(setup)) = (found.provenance, provenance) {
+        let mut sub = envelope::Reader::over(section);
+        match SliceProvenance::decode(&mut sub, setup) {
+            Ok(p) => {
+                sub.finish()?;
+                restored_provenance = Some(p);
             }
-            other => return Err(SnapshotError::Malformed(format!("slice snapshot: provenance flag {other}"))),
+            // Provenance resized: it starts over, empty; the slice's dedup
+            // state is still good, so it is kept.
+            Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
+                "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
+                 provenance starts empty"
+            ),
+            Err(e) => return Err(e),
         }
     }
-    let mut restored_counting = None;
-    if version >= VERSION_COUNTING {
-        match r.u8()? {
-            0 => {}
-            1 => {
-                let len = r.u64()? as usize;
-                let section = r.take(len)?;
-                let Some((setup, dedup)) = counting else {
-                    return Err(counting_mismatch("on", "off"));
-                };
-                restored_counting = Some(setup.restore(section, dedup)?);
-            }
-            other => return Err(SnapshotError::Malformed(format!("slice snapshot: counting flag {other}"))),
-        }
-    }
-    if restored_counting.is_none() && counting.is_some() {
-        return Err(counting_mismatch("off", "on"));
-    }
-    let mut progress = BTreeMap::new();
-    let mut overflows = 0;
-    if version >= VERSION {
-        overflows = r.u64()?;
-        for _ in 0..r.u32()? {
-            let len = usize::from(r.u16()?);
-            let topic = String::from_utf8(r.take(len)?.to_vec())
-                .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
-            let partition = r.u32()? as i32;
-            let time_ms = r.u64()?;
-            let idle = match r.u8()? {
-                0 => false,
-                1 => true,
-                other => return Err(SnapshotError::Malformed(format!("slice snapshot: idle flag {other}"))),
-            };
-            progress.insert((topic, partition), InputProgress { time_ms, idle });
-        }
-    }
+    let restored_counting = match (found.counting, counting) {
+        (Some(section), Some((setup, dedup))) => Some(setup.restore(section, dedup)?),
+        (Some(_), None) => return Err(counting_mismatch("on", "off")),
+        (None, Some(_)) => return Err(counting_mismatch("off", "on")),
+        (None, None) => None,
+    };
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
@@ -333,11 +260,11 @@ pub fn decode_full(
         flushes_next,
         provenance: restored_provenance,
         counting: restored_counting,
-        progress,
+        progress: found.progress,
     };
     let hold = state.hold();
     state.order.hold_at(hold);
-    state.order.set_overflows(overflows);
+    state.order.set_overflows(found.overflows);
     state.set_provenance(provenance);
     Ok(state)
 }

@@ -23,12 +23,15 @@
 //! - `judgment.rs`: a slice-log record and what a slice makes of it
 //!   (judgments, release positions, verdict counts).
 //! - `state.rs`: [`SliceState`] and how it takes in the slice log.
+//! - `sections.rs`: the stages' sections of a snapshot (provenance,
+//!   counting, progress), tagged from version 6.
 //! - `codec.rs`: the slice snapshot format ([`encode`], [`decode`]), and
 //!   a snapshot copied while the slice goes on ([`SliceState::begin_copy`]).
 
 mod codec;
 mod frame;
 mod judgment;
+mod sections;
 mod state;
 
 pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, decode_with, encode};

@@ -2,7 +2,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::order::OrderSettings;
 use super::super::record::{Extractor, RecordView};
-use super::codec::VERSION_PROVENANCE;
+use super::sections::{VERSION_PROGRESS, VERSION_PROVENANCE};
 use super::*;
 use crate::filter::{FilterParams, FilterSpec, KeyHash, SnapshotError};
 

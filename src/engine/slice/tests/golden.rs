@@ -1,8 +1,8 @@
 //! Golden slice snapshots: one snapshot file per envelope version a
 //! deployment may hold (2: timer filter or a decaying kind; 3: provenance;
-//! 4: the counting stage; 5: the input partitions' progress), written by the
-//! codec of the release that introduced it and kept in
-//! `tests/snapshots/`. Each must restore and then judge the rest of its
+//! 4: the counting stage; 5: the input partitions' progress; 6: the same
+//! sections tagged), written by the codec of the release that introduced
+//! it and kept in `tests/snapshots/`. Each must restore and then judge the rest of its
 //! stream exactly as the slice that was never stopped, and a slice in the
 //! same state must still encode to the same bytes (a rollback to an older
 //! release restores it). A change of the format shows here first.
@@ -12,6 +12,7 @@
 
 use std::path::PathBuf;
 
+use super::codec::encode_tagged;
 use super::*;
 use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::{ProvenanceSetup, SourceSpec};
@@ -39,6 +40,11 @@ enum Case {
 
 impl Case {
     const ALL: [Case; 6] = [Case::Timer, Case::Rsbf, Case::Stable, Case::Provenance, Case::Counting, Case::Progress];
+
+    /// The file of the case's snapshot with its sections tagged (version 6).
+    fn tagged_file(self) -> Option<&'static str> {
+        matches!(self, Case::Progress).then_some("slice-v6-tagged.bin")
+    }
 
     fn file(self) -> &'static str {
         match self {
@@ -187,13 +193,21 @@ impl Log {
     }
 }
 
-fn fixture(case: Case) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(case.file())
+fn fixture(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(file)
+}
+
+/// The golden bytes of `file`, first written from `bytes` when blessing.
+fn golden(file: &str, bytes: &[u8]) -> Vec<u8> {
+    if std::env::var_os("DEDUPD_BLESS_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(fixture(file).parent().unwrap()).unwrap();
+        std::fs::write(fixture(file), bytes).unwrap();
+    }
+    std::fs::read(fixture(file)).unwrap_or_else(|e| panic!("{}: {e}", fixture(file).display()))
 }
 
 #[test]
 fn snapshots_of_every_version_restore_and_judge_on() {
-    let bless = std::env::var_os("DEDUPD_BLESS_SNAPSHOTS").is_some();
     for case in Case::ALL {
         let log = Log::new(case);
         let mut whole = case.fresh();
@@ -202,24 +216,77 @@ fn snapshots_of_every_version_restore_and_judge_on() {
         let mut got = log.feed(&mut first, 0..CUT);
         let bytes = encode(&first);
         assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), case.version(), "{case:?}");
-        if bless {
-            std::fs::create_dir_all(fixture(case).parent().unwrap()).unwrap();
-            std::fs::write(fixture(case), &bytes).unwrap();
+        let golden_bytes = golden(case.file(), &bytes);
+        assert!(bytes == golden_bytes, "{case:?}: a slice in the same state encodes differently from {}", case.file());
+        let tagged = encode_tagged(&first);
+        assert_eq!(u16::from_le_bytes([tagged[8], tagged[9]]), 6);
+        if let Some(file) = case.tagged_file() {
+            assert!(tagged == golden(file, &tagged), "{case:?}: the tagged encoding differs from {file}");
         }
-        let golden = std::fs::read(fixture(case)).unwrap_or_else(|e| panic!("{}: {e}", fixture(case).display()));
-        assert!(bytes == golden, "{case:?}: a slice in the same state encodes differently from {}", case.file());
-
-        let mut restored = case.decode(&golden).unwrap_or_else(|e| panic!("{case:?}: {e}"));
-        assert!(!restored.unfilled.is_empty(), "{case:?}: the snapshot holds records for the watermark");
-        log.refill(&mut restored);
-        assert_eq!(restored, first, "{case:?}: restored state");
-        got.extend(log.feed(&mut restored, CUT..RECORDS));
-        assert_eq!(got, expected, "{case:?}: verdicts after the restore");
-        assert_eq!(restored, whole, "{case:?}: final state");
+        for snapshot in [golden_bytes, tagged] {
+            let mut restored = case.decode(&snapshot).unwrap_or_else(|e| panic!("{case:?}: {e}"));
+            assert!(!restored.unfilled.is_empty(), "{case:?}: the snapshot holds records for the watermark");
+            log.refill(&mut restored);
+            assert_eq!(restored, first, "{case:?}: restored state");
+            let mut judged = got.clone();
+            judged.extend(log.feed(&mut restored, CUT..RECORDS));
+            assert_eq!(judged, expected, "{case:?}: verdicts after the restore");
+            assert_eq!(restored, whole, "{case:?}: final state");
+        }
+        got.clear();
         let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
         assert!(duplicates > 100, "{case:?}: {duplicates} duplicates (the stream must repeat keys)");
         if case.counting().is_some() {
             assert!(expected.iter().any(|j| j.count.is_some_and(|m| m.limited)), "{case:?}: nothing limited");
         }
     }
+}
+
+/// A tagged section this release does not know: skipped when a reader may
+/// restore without it, refused when it may not; a section twice or out of
+/// order is malformed.
+#[test]
+fn tagged_sections_unknown_to_a_release() {
+    let case = Case::Progress;
+    let mut s = case.fresh();
+    Log::new(case).feed(&mut s, 0..CUT);
+    let tagged = encode_tagged(&s);
+    let at = sections_at(&tagged);
+    // The snapshot with one more section, first in the list.
+    let with = |tag: u16, required: u8, content: &[u8]| {
+        let mut b = tagged[..tagged.len() - 8].to_vec();
+        let count = u16::from_le_bytes([b[at], b[at + 1]]) + 1;
+        b[at..at + 2].copy_from_slice(&count.to_le_bytes());
+        let mut extra = tag.to_le_bytes().to_vec();
+        extra.push(required);
+        extra.extend_from_slice(&(content.len() as u64).to_le_bytes());
+        extra.extend_from_slice(content);
+        b.splice(at + 2..at + 2, extra);
+        b.extend_from_slice(&[0; 8]);
+        crate::filter::envelope::seal_in_place(&mut b);
+        b
+    };
+    // Tag 0 sorts before every known tag.
+    assert_eq!(case.decode(&with(0, 0, b"abc")).unwrap(), case.decode(&tagged).unwrap());
+    let e = case.decode(&with(0, 1, b"abc")).unwrap_err();
+    assert!(e.to_string().contains("section 0 is not known to this release"), "{e}");
+    // The progress section (3, no entries) before provenance (1) and again after.
+    let e = case.decode(&with(3, 1, &0u32.to_le_bytes())).unwrap_err();
+    assert!(e.to_string().contains("out of order or twice"), "{e}");
+}
+
+/// Where the sections' count of a version 6 snapshot lies: after the core
+/// (what version 2 writes before its filter length) and the overflow count.
+fn sections_at(tagged: &[u8]) -> usize {
+    let u64_at = |at: usize| u64::from_le_bytes(tagged[at..at + 8].try_into().unwrap()) as usize;
+    // Magic, version, slice, next offset, 5 counters, 2 marks, the flush log position.
+    let mut at = 8 + 2 + 4 + 8 + 5 * 8 + 2 * 8 + 8;
+    at += 8 + u64_at(at) * 9; // held offsets
+    let marks = u32::from_le_bytes(tagged[at..at + 4].try_into().unwrap());
+    at += 4;
+    for _ in 0..marks {
+        let len = usize::from(u16::from_le_bytes([tagged[at], tagged[at + 1]]));
+        at += 2 + len + 4 + 8;
+    }
+    at + 8
 }

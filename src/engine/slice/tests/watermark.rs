@@ -127,7 +127,7 @@ fn an_unrouted_partition_holds_the_watermark() {
     let mut got = feed_log(&mut first, &log, 0..mid, &keys, &times);
     assert!(first.order.waiting_len() > 300, "{} waiting", first.order.waiting_len());
     let bytes = encode(&first);
-    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION, "progress: version 5");
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_PROGRESS, "progress: version 5");
     let mut restored = decode(&bytes, 0, &params(), order(300)).unwrap();
     let reread = restored
         .unfilled

@@ -1,0 +1,233 @@
+//! The stages' sections of a slice snapshot: what a stage keeps beside the
+//! filter — which sources delivered which keys (provenance), the counting
+//! stage's counts, the input partitions' progress.
+//!
+//! Version 6 tags each section (tag, whether a reader that does not know
+//! the tag must refuse the snapshot, length), so a new stage adds a tag, not
+//! an envelope version. Versions 3 to 5 hold these three at fixed places;
+//! a slice whose sections all have such a place is still written that way,
+//! so a release before version 6 restores it (a rollback).
+
+use std::collections::BTreeMap;
+
+use super::frame::InputProgress;
+use super::state::SliceState;
+use crate::engine::counting as counting_codec;
+use crate::filter::SnapshotError;
+use crate::filter::envelope::{Reader, put_u32, put_u64};
+
+/// Version 2: no sections (event-time order; the base every later version extends).
+pub(super) const VERSION_BASE: u16 = 2;
+/// Version 3: the provenance section, behind a flag byte.
+pub(super) const VERSION_PROVENANCE: u16 = 3;
+/// Version 4: the counting stage's section after it, behind a flag byte.
+pub(super) const VERSION_COUNTING: u16 = 4;
+/// Version 5: the held-records overflow count and the progress after that.
+pub(super) const VERSION_PROGRESS: u16 = 5;
+/// Version 6: tagged sections.
+pub(super) const VERSION_TAGGED: u16 = 6;
+
+/// A section's tag in a version 6 snapshot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Tag {
+    Provenance = 1,
+    Counting = 2,
+    Progress = 3,
+}
+
+impl Tag {
+    fn of(tag: u16) -> Option<Tag> {
+        match tag {
+            1 => Some(Tag::Provenance),
+            2 => Some(Tag::Counting),
+            3 => Some(Tag::Progress),
+            _ => None,
+        }
+    }
+
+    /// Whether a reader that does not know the section must refuse the
+    /// snapshot rather than restore without it. Provenance may start
+    /// empty (it does when resized); counts and progress may not (the
+    /// limits and the watermark would be wrong).
+    fn required(self) -> bool {
+        !matches!(self, Tag::Provenance)
+    }
+
+    /// The first positional version that has a place for the section.
+    fn positional(self) -> Option<u16> {
+        Some(match self {
+            Tag::Provenance => VERSION_PROVENANCE,
+            Tag::Counting => VERSION_COUNTING,
+            Tag::Progress => VERSION_PROGRESS,
+        })
+    }
+}
+
+/// The sections of a state, each encoded, in tag order.
+pub(super) struct Sections(Vec<(Tag, Vec<u8>)>);
+
+impl Sections {
+    pub(super) fn of(state: &SliceState) -> Sections {
+        let mut sections = Vec::new();
+        if let Some(p) = &state.provenance {
+            let mut bytes = Vec::new();
+            p.encode(&mut bytes);
+            sections.push((Tag::Provenance, bytes));
+        }
+        if let Some(c) = &state.counting {
+            sections.push((Tag::Counting, counting_codec::encode(&c.stage)));
+        }
+        if !state.progress.is_empty() {
+            sections.push((Tag::Progress, encode_progress(&state.progress)));
+        }
+        Sections(sections)
+    }
+
+    /// The oldest version that holds these sections.
+    pub(super) fn version(&self) -> u16 {
+        let positional = self.0.iter().map(|(tag, _)| tag.positional()).try_fold(VERSION_BASE, |v, p| Some(v.max(p?)));
+        positional.unwrap_or(VERSION_TAGGED)
+    }
+
+    fn get(&self, tag: Tag) -> Option<&[u8]> {
+        self.0.iter().find(|(t, _)| *t == tag).map(|(_, bytes)| bytes.as_slice())
+    }
+
+    /// Writes the sections as `version` lays them out; `overflows` (the
+    /// held records the order buffer could not hold) goes with them from
+    /// version 5 on.
+    pub(super) fn write(&self, version: u16, overflows: u64, w: &mut Vec<u8>) {
+        if version == VERSION_TAGGED {
+            put_u64(w, overflows);
+            w.extend_from_slice(&(self.0.len() as u16).to_le_bytes());
+            for (tag, bytes) in &self.0 {
+                w.extend_from_slice(&(*tag as u16).to_le_bytes());
+                w.push(u8::from(tag.required()));
+                put_u64(w, bytes.len() as u64);
+                w.extend_from_slice(bytes);
+            }
+            return;
+        }
+        // Positional: a flag byte and a length for provenance (3 on) and
+        // the counting stage (4 on), then the overflows and progress (5).
+        for (tag, since) in [(Tag::Provenance, VERSION_PROVENANCE), (Tag::Counting, VERSION_COUNTING)] {
+            if version < since {
+                continue;
+            }
+            match self.get(tag) {
+                None => w.push(0),
+                Some(bytes) => {
+                    w.push(1);
+                    put_u64(w, bytes.len() as u64);
+                    w.extend_from_slice(bytes);
+                }
+            }
+        }
+        if version >= VERSION_PROGRESS {
+            put_u64(w, overflows);
+            match self.get(Tag::Progress) {
+                Some(bytes) => w.extend_from_slice(bytes),
+                None => put_u32(w, 0),
+            }
+        }
+    }
+}
+
+/// The sections of a snapshot as read, still encoded (the caller restores
+/// each with its stage's settings).
+#[derive(Default)]
+pub(super) struct Found<'a> {
+    pub provenance: Option<&'a [u8]>,
+    pub counting: Option<&'a [u8]>,
+    pub progress: BTreeMap<(String, i32), InputProgress>,
+    pub overflows: u64,
+}
+
+/// Reads the sections of a version `version` snapshot.
+pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, SnapshotError> {
+    let mut found = Found::default();
+    if version == VERSION_TAGGED {
+        found.overflows = r.u64()?;
+        let mut last = None;
+        for _ in 0..r.u16()? {
+            let (tag, required, len) = (r.u16()?, r.u8()?, r.u64()?);
+            let bytes = r.take(usize::try_from(len).unwrap_or(usize::MAX))?;
+            if last.is_some_and(|l| l >= tag) {
+                return Err(malformed(format!("section {tag} out of order or twice")));
+            }
+            last = Some(tag);
+            match Tag::of(tag) {
+                Some(Tag::Provenance) => found.provenance = Some(bytes),
+                Some(Tag::Counting) => found.counting = Some(bytes),
+                Some(Tag::Progress) => {
+                    let mut sub = Reader::over(bytes);
+                    found.progress = read_progress(&mut sub)?;
+                    sub.finish()?;
+                }
+                None if required == 0 => {
+                    log::warn!("slice snapshot: section {tag} is not known to this release: restored without it")
+                }
+                None => {
+                    return Err(malformed(format!(
+                        "section {tag} is not known to this release (a later dedupd wrote it): restore it with \
+                         that release, or start this slice cold"
+                    )));
+                }
+            }
+        }
+        return Ok(found);
+    }
+    for (since, slot) in [(VERSION_PROVENANCE, &mut found.provenance), (VERSION_COUNTING, &mut found.counting)] {
+        if version < since {
+            continue;
+        }
+        match r.u8()? {
+            0 => {}
+            1 => {
+                let len = r.u64()?;
+                *slot = Some(r.take(usize::try_from(len).unwrap_or(usize::MAX))?);
+            }
+            other => return Err(malformed(format!("section flag {other} (version {version})"))),
+        }
+    }
+    if version >= VERSION_PROGRESS {
+        found.overflows = r.u64()?;
+        found.progress = read_progress(r)?;
+    }
+    Ok(found)
+}
+
+fn encode_progress(progress: &BTreeMap<(String, i32), InputProgress>) -> Vec<u8> {
+    let mut w = Vec::new();
+    put_u32(&mut w, progress.len() as u32);
+    for ((topic, partition), p) in progress {
+        w.extend_from_slice(&(topic.len() as u16).to_le_bytes());
+        w.extend_from_slice(topic.as_bytes());
+        put_u32(&mut w, *partition as u32);
+        put_u64(&mut w, p.time_ms);
+        w.push(u8::from(p.idle));
+    }
+    w
+}
+
+fn read_progress(r: &mut Reader<'_>) -> Result<BTreeMap<(String, i32), InputProgress>, SnapshotError> {
+    let mut progress = BTreeMap::new();
+    for _ in 0..r.u32()? {
+        let len = usize::from(r.u16()?);
+        let topic =
+            String::from_utf8(r.take(len)?.to_vec()).map_err(|_| malformed("a topic name is not UTF-8".to_string()))?;
+        let partition = r.u32()? as i32;
+        let time_ms = r.u64()?;
+        let idle = match r.u8()? {
+            0 => false,
+            1 => true,
+            other => return Err(malformed(format!("idle flag {other}"))),
+        };
+        progress.insert((topic, partition), InputProgress { time_ms, idle });
+    }
+    Ok(progress)
+}
+
+fn malformed(what: String) -> SnapshotError {
+    SnapshotError::Malformed(format!("slice snapshot: {what}"))
+}
