@@ -443,3 +443,53 @@ fn lookups_during_a_broker_outage_never_hold_up_the_health_endpoints() {
     drop(broker);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `dedupd status` shows each member's health, readiness and slices (owner,
+/// offset, lag, clock) from the admin endpoints, and exits non-zero naming
+/// a member it cannot reach.
+#[test]
+fn status_shows_the_members_and_their_slices() {
+    let (mut daemon, input) = daemon("admin-status", &[]);
+    daemon.wait_ready(Duration::from_secs(60));
+    let records: Vec<Rec> =
+        (0..40).map(|i| click(i, &format!("k{}", i % 30), 1_700_000_000_000 + i as i64, (i % 2) as i32)).collect();
+    produce(&input, &records);
+    wait_processed(&[&daemon], 40, Duration::from_secs(60));
+    let member = format!("http://127.0.0.1:{}", daemon.admin_port);
+    let gone = format!("http://127.0.0.1:{}", free_port());
+    let status = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dedupd")).arg("status").args(args).output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, text, err) = status(&["--admin", &member]);
+    assert!(ok, "{text}{err}");
+    let line = text.lines().find(|l| l.starts_with(&member)).unwrap_or_else(|| panic!("no member row:\n{text}"));
+    assert!(line.contains(" ok ") && line.contains(" ready ") && line.ends_with("0,1"), "{line}");
+    for slice in ["0", "1"] {
+        let row = text.lines().find(|l| l.split_whitespace().next() == Some(slice) && l.contains(&member));
+        let row = row.unwrap_or_else(|| panic!("no row for slice {slice}:\n{text}"));
+        assert!(row.contains(" 2023-11-14T22:13:"), "the event-time clock: {row}");
+    }
+
+    // The lag is published with the other slice figures: it reaches 0.
+    let json_status = || {
+        let (ok, json, err) = status(&["--admin", &member, "--admin", &gone, "--json"]);
+        assert!(!ok && err.contains(&format!("not healthy or not reachable: {gone}")), "{err}");
+        (serde_json::from_str::<serde_json::Value>(&json).unwrap(), json)
+    };
+    wait_for("every slice's lag 0", Duration::from_secs(30), || {
+        json_status().0["members"][0]["slices"].as_array().unwrap().iter().all(|s| s["lag"].as_i64() == Some(0))
+    });
+    let (doc, json) = json_status();
+    let members = doc["members"].as_array().unwrap();
+    assert!(members[1]["health"].as_str().unwrap().starts_with("unreachable"), "{json}");
+    let slices = members[0]["slices"].as_array().unwrap();
+    assert_eq!(slices.len(), 2, "{json}");
+    let next: u64 = slices.iter().map(|s| s["next_offset"].as_u64().unwrap()).sum();
+    assert_eq!(next, 40, "{json}");
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+}

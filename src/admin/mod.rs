@@ -40,11 +40,13 @@ use crate::config::KeyEndpoints;
 use crate::metrics::Metrics;
 use access::Access;
 
-/// What one slice looks like from outside.
-#[derive(Clone, Debug, Default, Serialize)]
+/// What one slice looks like from outside (`/v1/slices`, `dedupd status`).
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct SliceStatus {
     pub slice: u32,
     pub next_offset: u64,
+    /// Records of the slice log not yet taken in (`dedupd_consumer_lag`).
+    pub lag: i64,
     /// The release position up to which judgments are replayed silently.
     pub replaying_until: Option<String>,
     pub clock_ms: Option<u64>,

@@ -4,6 +4,7 @@
 //! - `dedupd filter`: the engine over newline-delimited records on stdin.
 //! - `dedupd checkpoint …`: operations on a stopped daemon's checkpoints.
 //! - `dedupd keys …`: calls to a running daemon's key endpoints.
+//! - `dedupd status --admin URL…`: the members' slices, from their admin endpoints.
 //! - `dedupd check-config FILE`: checks a settings file as `run` would.
 //!
 //! The measurements (accuracy experiments, the design-space simulator) are
@@ -12,9 +13,11 @@
 pub mod check_config;
 pub mod checkpoint;
 pub mod filter;
+mod http;
 pub mod keys;
 pub mod logs;
 pub mod run;
+pub mod status;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +44,12 @@ pub enum Command {
     /// Calls to a running daemon's key endpoints.
     #[command(subcommand)]
     Keys(keys::KeysCommand),
+    /// Show what the members of a deployment are doing: health, readiness
+    /// and, per slice, its owner, offset, lag, event-time clock, records
+    /// waiting, replay, last checkpoint, estimated FPR and memory (from the
+    /// admin endpoints). Exits non-zero if a member is not healthy or not
+    /// reachable.
+    Status(status::StatusArgs),
     /// Check a settings file as `dedupd run` would at start-up (without a
     /// broker): exit 0 and print the filter's sizing, or exit non-zero with
     /// the error the daemon would give.
@@ -55,6 +64,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Run(args) => run::run(args),
         Command::Keys(command) => keys::run(command),
         Command::Checkpoint(command) => checkpoint::run(command),
+        Command::Status(args) => status::run(args),
         Command::CheckConfig(args) => check_config::run(args),
     }
 }

@@ -35,7 +35,7 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
         let next = deps.log_position(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
-        status.insert(*slice, slice_status(*slice, owned, &filter));
+        status.insert(*slice, slice_status(*slice, owned, &filter, lag));
     }
 }
 
@@ -105,11 +105,12 @@ fn publish_filter(m: &Metrics, label: &str, owned: &mut OwnedSlice) -> FilterFig
 }
 
 /// The admin status of one slice.
-fn slice_status(slice: u32, owned: &OwnedSlice, f: &FilterFigures) -> SliceStatus {
+fn slice_status(slice: u32, owned: &OwnedSlice, f: &FilterFigures, lag: i64) -> SliceStatus {
     let c = &owned.state.counters;
     SliceStatus {
         slice,
         next_offset: owned.state.next_offset,
+        lag,
         replaying_until: owned.replay.highest().filter(|y| y.after >= owned.state.next_offset).map(|y| y.to_string()),
         clock_ms: f.clock_ms,
         generations: f.generations,
