@@ -475,6 +475,33 @@ def cmd_live(args):
     return 0
 
 
+def scalar(base, expr):
+    """The value of a query answering one series, else None."""
+    r = instant(base, expr)
+    result = r.get("data", {}).get("result", []) if r.get("status") == "success" else []
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def cmd_rise_and_fall(args):
+    """Passes once EXPR (one series) has been above 0 and is back at 0."""
+    start = time.monotonic()
+    peak, peak_at = 0.0, None
+    while time.monotonic() - start < args.wait:
+        now = scalar(args.prometheus, args.expr)
+        # Every scrape counts, not only those this loop happens to look at.
+        seen = scalar(args.prometheus, f"max_over_time(({args.expr})[10m:1s])") or 0.0
+        if seen > peak:
+            peak, peak_at = seen, time.monotonic() - start
+        if peak > 0 and now == 0:
+            print(f"ok: {args.expr} rose to {peak:.0f} (at {peak_at:.0f} s) and was back at 0 "
+                  f"after {time.monotonic() - start:.0f} s")
+            return 0
+        time.sleep(1)
+    print(f"FAILED: {args.expr} peaked at {peak:.0f} and is {now} after {args.wait:.0f} s "
+          f"(it must rise above 0, then return to 0)")
+    return 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -494,8 +521,13 @@ def main():
     l.add_argument("--scrapes", type=int, default=5)
     l.add_argument("--wait", type=float, default=60)
     l.add_argument("--strict", action="store_true", help="a query answering only NaN fails too")
+    r = sub.add_parser("rise-and-fall")
+    r.add_argument("--prometheus", required=True)
+    r.add_argument("--expr", required=True)
+    r.add_argument("--wait", type=float, default=120)
     args = ap.parse_args()
-    return {"static": cmd_static, "wait-ready": cmd_wait_ready, "live": cmd_live}[args.cmd](args)
+    commands = {"static": cmd_static, "wait-ready": cmd_wait_ready, "live": cmd_live, "rise-and-fall": cmd_rise_and_fall}
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -19,13 +19,18 @@
 #                                                then runs every panel query and template-variable query
 #                                                of grafana/dedupd.json through /api/v1/query until all
 #                                                return series (or the deadline passes), and stops it
+#   scripts/prometheus_check.sh lag HOST:PORT    the same throw-away Prometheus; passes once the
+#                                                deployment's input lag (sum of dedupd_input_lag) has
+#                                                risen above 0 and is back at 0 (start it as dedupd
+#                                                starts on a backlog)
 #
 # Prints `ok: ...` and exits 0 when everything passes; otherwise lists each failing check or
 # expression (with Prometheus's error) and exits 1. Usage errors exit 2.
 #
 # Environment:
 #   DEDUPD_PROM_WAIT      live: seconds to wait for every query to return series, counted from
-#                         the first successful scrape (default 60)
+#                         the first successful scrape (default 60); lag: for the lag to rise and
+#                         return to 0 (default 120)
 #   DEDUPD_PROM_SCRAPES   live: scrapes of the target before the first evaluation (default 5)
 #   DEDUPD_PROM_STRICT    live: 1 fails queries that answer only NaN, too (by
 #                         default they are retried for up to 15 s, then pass with a note: a
@@ -114,9 +119,11 @@ free_port() {
   "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-live_check() {
+# Runs `CHECK... --prometheus URL` against a throw-away Prometheus scraping TARGET every second.
+with_prometheus() {
   local target="$1"
-  [[ "$target" =~ ^[^:/[:space:]]+:[0-9]+$ ]] || { echo "usage: $0 live HOST:PORT" >&2; exit 2; }
+  shift
+  [[ "$target" =~ ^[^:/[:space:]]+:[0-9]+$ ]] || { echo "usage: $0 live|lag HOST:PORT" >&2; exit 2; }
   local tmp port url pid="" rc=0 attempt
   tmp="$(mktemp -d "${TMPDIR:-/tmp}/dedupd-prometheus.XXXXXX")"
   cat >"$tmp/prometheus.yml" <<EOF
@@ -163,11 +170,8 @@ EOF
       die "prometheus did not start"
     fi
   done
-  local strict=()
-  [ "${DEDUPD_PROM_STRICT:-0}" = 1 ] && strict=(--strict)
   say "prometheus $url scraping http://$target/metrics every 1s (pid $pid)"
-  "$PY" "$OPS" live --prometheus "$url" --dashboard "$DASHBOARD" --job dedupd \
-    --scrapes "${DEDUPD_PROM_SCRAPES:-5}" --wait "${DEDUPD_PROM_WAIT:-60}" "${strict[@]}" || rc=$?
+  "$@" --prometheus "$url" || rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "-- prometheus log (last 20 lines)"
     tail -n 20 "$tmp/prometheus.log" || true
@@ -194,10 +198,19 @@ case "$cmd" in
   live)
     [ $# -eq 2 ] || { echo "usage: $0 live HOST:PORT" >&2; exit 2; }
     install_prometheus
-    live_check "$2"
+    strict=()
+    [ "${DEDUPD_PROM_STRICT:-0}" = 1 ] && strict=(--strict)
+    with_prometheus "$2" "$PY" "$OPS" live --dashboard "$DASHBOARD" --job dedupd \
+      --scrapes "${DEDUPD_PROM_SCRAPES:-5}" --wait "${DEDUPD_PROM_WAIT:-60}" "${strict[@]}"
+    ;;
+  lag)
+    [ $# -eq 2 ] || { echo "usage: $0 lag HOST:PORT" >&2; exit 2; }
+    install_prometheus
+    with_prometheus "$2" "$PY" "$OPS" rise-and-fall --expr 'sum(dedupd_input_lag{job="dedupd"})' \
+      --wait "${DEDUPD_PROM_WAIT:-120}"
     ;;
   *)
-    echo "usage: $0 install | rules | dashboard | live HOST:PORT" >&2
+    echo "usage: $0 install | rules | dashboard | live HOST:PORT | lag HOST:PORT" >&2
     exit 2
     ;;
 esac

@@ -73,6 +73,8 @@ pub struct Metrics {
     pub slices_owned: IntGauge,
     pub broker_silence: prometheus::Gauge,
     pub consumer_lag: IntGaugeVec,
+    /// Per input partition this member reads (`kafka::statistics`).
+    pub input_lag: IntGaugeVec,
     pub producer_queue: IntGauge,
     /// Input records the router holds to send them in event-time order.
     pub router_buffered: IntGauge,
@@ -358,6 +360,11 @@ impl Metrics {
                 .expect("valid metric"),
             ),
             consumer_lag: b.int_gauge("dedupd_consumer_lag", "Records of the slice log not yet processed.", &["slice"]),
+            input_lag: b.int_gauge(
+                "dedupd_input_lag",
+                "Records of the input partition not yet read by this member (its end minus the position).",
+                &["topic", "partition"],
+            ),
             producer_queue: b.register(
                 IntGauge::new("dedupd_producer_queue_messages", "Messages in the output producer's queue.")
                     .expect("valid metric"),

@@ -117,3 +117,46 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
     daemon.wait_joined("slice workers", &app, Duration::from_secs(1));
     daemon.assert_clean_log();
 }
+
+/// `dedupd_input_lag` seen by a real Prometheus: a repartition-mode daemon
+/// started on a backlog shows its router's lag on the input rise above 0 and
+/// come back to 0 once the backlog is read (the Prometheus check's `lag`).
+/// Prometheus scrapes the daemon's admin port from before the daemon starts,
+/// so that no part of the backlog's reading escapes it.
+#[test]
+fn the_input_lag_rises_under_a_backlog_and_returns_to_zero() {
+    use std::io::BufRead;
+    const RECORDS: u64 = 600_000;
+    let input = unique("clicks-lag");
+    create_topic(&input, 2);
+    let app = unique("lag");
+    let port = free_port();
+    let mut check = Command::new("bash")
+        .arg(root().join("scripts/prometheus_check.sh"))
+        .args(["lag", &format!("127.0.0.1:{port}")])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run prometheus_check.sh lag");
+    let mut report = std::io::BufReader::new(check.stdout.take().unwrap()).lines();
+    let first = report.next().expect("a line").unwrap();
+    assert!(first.contains("scraping"), "{first}");
+
+    let backlog: Vec<Rec> = (0..RECORDS)
+        .map(|i| click(i, &format!("lag-{}", i % 50_000), 1_700_000_000_000 + i as i64, (i % 2) as i32))
+        .collect();
+    produce(&input, &backlog);
+    let mut env = app_env(&app, &input, "repartition", 2);
+    env.push(("DEDUPD__ADMIN__LISTEN".into(), format!("127.0.0.1:{port}")));
+    // Statistics every 250 ms: the backlog is read in seconds.
+    env.push(("DEDUPD__KAFKA__STATISTICS_INTERVAL_MS".into(), "250".into()));
+    let mut daemon = Daemon::start("lag", &env);
+    let rest: Vec<String> = report.map(Result::unwrap).collect();
+    let status = check.wait().unwrap();
+    let rest = rest.join("\n");
+    assert!(status.success(), "{first}\n{rest}");
+    assert!(rest.contains("ok: sum(dedupd_input_lag{job=\"dedupd\"}) rose to"), "{rest}");
+    eprintln!("{rest}");
+    wait_processed(&[&daemon], RECORDS, Duration::from_secs(120));
+    assert!(daemon.terminate(Duration::from_secs(30)).success());
+    daemon.assert_clean_log();
+}

@@ -3,8 +3,8 @@
 //!
 //! Statistics: librdkafka emits its whole statistics JSON (kilobytes per
 //! client) every `statistics.interval.ms`, and rdkafka's default context
-//! logs each one at INFO ("Client stats: …"). Only the slice consumer uses
-//! them (for the lag gauge), so only it gets that setting
+//! logs each one at INFO ("Client stats: …"). Only the slice and router
+//! consumers use them (for the lag gauges), so only they get that setting
 //! ([`statistics_interval`]); every context here still swallows statistics
 //! (`stats_raw`) so that none can ever reach the log. A client that is not
 //! polled (the readers, between restores) would otherwise also queue them.
@@ -295,8 +295,9 @@ pub fn check(cfg: &Resolved) -> Result<(), RefusedSetting> {
 /// librdkafka's statistics period setting.
 pub const STATISTICS_INTERVAL: &str = "statistics.interval.ms";
 
-/// The statistics period of the slice consumer: `statistics.interval.ms`
-/// from `[kafka]` if set, else `default_ms`. No other client gets one.
+/// The statistics period of the slice and router consumers:
+/// `statistics.interval.ms` from `[kafka]` if set, else `default_ms`. No
+/// other client gets one.
 pub fn statistics_interval(cfg: &Resolved, default_ms: u64) -> String {
     cfg.settings
         .kafka

@@ -5,6 +5,8 @@
 //! - [`clients`]: librdkafka settings shared by every client, and how
 //!   their error events are logged.
 //! - [`join`]: logs a group consumer's wait for its assignment.
+//! - [`statistics`]: what librdkafka's statistics say (broker contact,
+//!   end offsets, the input lag).
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
 //! - [`limits`]: the record-size limit of each topic a slice writes, and a
@@ -42,6 +44,7 @@ pub mod restore;
 pub mod router;
 pub mod shared;
 pub mod slice_log;
+pub mod statistics;
 pub mod tier;
 pub mod topics;
 pub mod worker;

@@ -14,6 +14,7 @@ use super::commits::{Shared, commit_all};
 use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
+use crate::kafka::statistics::{InputLag, Statistics};
 
 /// The router consumer's context (see the module documentation).
 pub(super) struct RouterContext {
@@ -24,11 +25,18 @@ pub(super) struct RouterContext {
     /// router's thread): the loop then looks at `Shared`'s assignment lists,
     /// and not under the lock for every record.
     pub(super) rebalanced: AtomicBool,
+    /// `dedupd_input_lag`: the router's group reads the input.
+    pub(super) input_lag: InputLag,
 }
 
 impl ClientContext for RouterContext {
-    /// Not asked for (see [`clients`]); never logged.
-    fn stats_raw(&self, _: &[u8]) {}
+    /// Read for the input lag; never logged.
+    fn stats_raw(&self, statistics: &[u8]) {
+        match Statistics::parse(statistics) {
+            Ok(stats) => self.input_lag.publish(&self.deps.metrics, &stats),
+            Err(e) => log::debug!("librdkafka statistics without partition offsets: {e}"),
+        }
+    }
 
     fn error(&self, error: KafkaError, reason: &str) {
         clients::log_client_error(&error, reason);

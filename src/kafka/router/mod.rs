@@ -74,6 +74,7 @@ use rdkafka::producer::Producer;
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
+use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
 use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, Shared, commit_acknowledged, commit_all};
 use context::RouterContext;
@@ -123,8 +124,16 @@ fn subscribe(
     if config.get("queued.min.messages").is_none() {
         config.set("queued.min.messages", PREFETCH);
     }
-    let context =
-        RouterContext { deps: deps.clone(), shared: shared.clone(), join, rebalanced: AtomicBool::new(false) };
+    // Statistics feed the input-lag gauge.
+    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
+    let input_lag = InputLag::new(deps.cfg.settings.input.topics.clone());
+    let context = RouterContext {
+        deps: deps.clone(),
+        shared: shared.clone(),
+        join,
+        rebalanced: AtomicBool::new(false),
+        input_lag,
+    };
     let consumer: BaseConsumer<RouterContext> =
         config.create_with_context(context).context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();

@@ -2,10 +2,9 @@
 //! assigned slice is handed to the restore thread, a revoked one is
 //! snapshotted and released (see the module map in [`super`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtocol};
@@ -20,6 +19,7 @@ use super::snapshots::checkpoint_now;
 use super::state::WorkerState;
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
+use crate::kafka::statistics::{InputLag, Statistics};
 
 /// The consumer context: rebalances restore and release slices.
 pub struct WorkerContext {
@@ -28,6 +28,9 @@ pub struct WorkerContext {
     /// End of each slice partition as librdkafka's statistics last saw it.
     pub(super) high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     pub(super) join: JoinWatch,
+    /// `dedupd_input_lag` in input-partitions mode (where the slice log is
+    /// the input; in the other modes the router's group reads the input).
+    pub(super) input_lag: InputLag,
 }
 
 impl ClientContext for WorkerContext {
@@ -39,72 +42,21 @@ impl ClientContext for WorkerContext {
         clients::log_client_message(level, fac, message);
     }
 
-    /// Reads only the partitions' end offsets (for the lag gauge); never
-    /// logs the statistics (rdkafka's default `stats` logs all of them at INFO).
+    /// Reads the partitions' end offsets (for the lag gauges) and when a
+    /// broker last answered; never logs the statistics (rdkafka's default
+    /// `stats` logs all of them at INFO).
     fn stats_raw(&self, statistics: &[u8]) {
-        match serde_json::from_slice::<HighOffsets>(statistics) {
-            Ok(stats) => {
-                // The freshest connection (rxidle: microseconds since it last
-                // received; -1 before its first answer) says when a broker last answered.
-                if let Some(idle) = stats.brokers.values().filter(|b| b.rxidle >= 0).map(|b| b.rxidle).min() {
-                    let at = Instant::now().checked_sub(Duration::from_micros(idle as u64));
-                    self.deps.status.heard_from_broker(at.unwrap_or_else(Instant::now));
-                }
-                let fetched: i64 =
-                    stats.topics.values().flat_map(|t| t.partitions.values()).map(|p| p.fetchq_size).sum();
-                self.deps.metrics.consumer_queue_bytes.set(fetched);
-                let Some(topic) = stats.topics.get(&self.deps.slice_topic) else { return };
-                let mut highs = self.high_offsets.lock().expect("offsets lock");
-                for (p, part) in &topic.partitions {
-                    if let Ok(p) = p.parse::<u32>()
-                        && part.hi_offset >= 0
-                    {
-                        highs.insert(p, part.hi_offset);
-                    }
-                }
-            }
-            Err(e) => log::debug!("librdkafka statistics without partition offsets: {e}"),
+        let stats = match Statistics::parse(statistics) {
+            Ok(stats) => stats,
+            Err(e) => return log::debug!("librdkafka statistics without partition offsets: {e}"),
+        };
+        if let Some(at) = stats.broker_heard_at() {
+            self.deps.status.heard_from_broker(at);
         }
+        self.deps.metrics.consumer_queue_bytes.set(stats.fetched_bytes());
+        self.high_offsets.lock().expect("offsets lock").extend(stats.high_offsets(&self.deps.slice_topic));
+        self.input_lag.publish(&self.deps.metrics, &stats);
     }
-}
-
-/// The part of librdkafka's statistics JSON the lag gauge, the prefetch
-/// gauge and the broker silence read:
-/// `topics.<name>.partitions.<id>.hi_offset` (the internal partition `-1`
-/// is skipped by its id) and `.fetchq_size`.
-#[derive(serde::Deserialize)]
-struct HighOffsets {
-    #[serde(default)]
-    topics: HashMap<String, TopicOffsets>,
-    /// For `dedupd_broker_silence_seconds` and `/readyz`.
-    #[serde(default)]
-    brokers: HashMap<String, BrokerIdle>,
-}
-
-/// `brokers.<name>.rxidle`: microseconds since the connection last received.
-#[derive(serde::Deserialize)]
-struct BrokerIdle {
-    #[serde(default = "no_offset")]
-    rxidle: i64,
-}
-
-#[derive(serde::Deserialize)]
-struct TopicOffsets {
-    #[serde(default)]
-    partitions: HashMap<String, PartitionOffsets>,
-}
-
-#[derive(serde::Deserialize)]
-struct PartitionOffsets {
-    #[serde(default = "no_offset")]
-    hi_offset: i64,
-    /// Bytes fetched ahead and not yet consumed (for `dedupd_consumer_queue_bytes`).
-    #[serde(default)]
-    fetchq_size: i64,
-}
-
-fn no_offset() -> i64 {
-    -1
 }
 
 /// The rebalance protocol, as rust-rdkafka's `ConsumerContext` runs its
@@ -244,26 +196,5 @@ impl WorkerContext {
         if let Err(e) = result {
             log::warn!("releasing partitions: {e}");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_lag_gauge_reads_end_offsets_from_librdkafka_statistics() {
-        // Trimmed from a real statistics event of the slice consumer.
-        let json = br#"{"name":"app-slices#consumer-1","type":"consumer","msg_cnt":0,
-            "brokers":{"127.0.0.1:9092/1":{"state":"UP"}},
-            "topics":{"app.slices":{"topic":"app.slices","partitions":{
-                "0":{"partition":0,"hi_offset":120,"lo_offset":0},
-                "1":{"partition":1,"hi_offset":-1001},
-                "-1":{"partition":-1,"hi_offset":-1001}}}}}"#;
-        let stats: HighOffsets = serde_json::from_slice(json).unwrap();
-        let parts = &stats.topics["app.slices"].partitions;
-        assert_eq!(parts["0"].hi_offset, 120);
-        assert_eq!(parts["1"].hi_offset, -1001);
-        assert!(serde_json::from_slice::<HighOffsets>(br#"{"name":"x"}"#).unwrap().topics.is_empty());
     }
 }

@@ -111,6 +111,7 @@ use state::WorkerState;
 
 use super::join::JoinWatch;
 use super::shared::InputReader;
+use super::statistics::InputLag;
 use super::{Context, KafkaLayerError, clients};
 use crate::config::SlicingMode;
 use crate::metrics::{now_ms, observe_since};
@@ -176,9 +177,15 @@ fn subscribe(
 ) -> Result<BaseConsumer<WorkerContext>, KafkaLayerError> {
     let id = &deps.cfg.settings.app.id;
     let join = JoinWatch::new(&deps.cfg, "slice workers", id);
-    let context = WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join };
+    let input_topics = match deps.cfg.slicing {
+        SlicingMode::InputPartitions => deps.cfg.settings.input.topics.clone(),
+        _ => Vec::new(),
+    };
+    let input_lag = InputLag::new(input_topics);
+    let context =
+        WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join, input_lag };
     let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
-    // Statistics feed the consumer-lag gauge; no other client asks for them.
+    // Statistics feed the lag gauges (the router's consumer asks for them too).
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
     let consumer: BaseConsumer<WorkerContext> =
         config.create_with_context(context).context(|| "creating the slice consumer".into())?;
