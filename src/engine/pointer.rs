@@ -1,5 +1,5 @@
-//! The values at (up to two) JSON pointers, read in one pass over a
-//! document without building it.
+//! The values at a few JSON pointers (a key's, or a composite key's parts,
+//! and a time's), read in one pass over a document without building it.
 //!
 //! Parsing a payload into a [`Value`] allocates a map per object and a
 //! string per field; the router and the slice worker did that for every
@@ -42,8 +42,11 @@ impl Found<'_> {
 
 /// Parses `doc` as JSON and returns what each pointer names (`None`: the
 /// pointer names nothing). Fails as `serde_json::from_slice::<Value>` would.
-pub fn find<'de>(doc: &'de [u8], pointers: [Option<&str>; 2]) -> Result<[Option<Found<'de>>; 2], serde_json::Error> {
-    let mut found = [None, None];
+pub fn find<'de, const N: usize>(
+    doc: &'de [u8],
+    pointers: [Option<&str>; N],
+) -> Result<[Option<Found<'de>>; N], serde_json::Error> {
+    let mut found = std::array::from_fn(|_| None);
     let mut de = serde_json::Deserializer::from_slice(doc);
     Walk { rem: pointers, found: &mut found }.deserialize(&mut de)?;
     de.end()?;
@@ -75,12 +78,12 @@ pub fn array_index(token: &str) -> Option<usize> {
 
 /// One node of the document, with what is left of each pointer that leads
 /// into it (`Some("")`: the pointer names this node).
-struct Walk<'a, 'p, 'de> {
-    rem: [Option<&'p str>; 2],
-    found: &'a mut [Option<Found<'de>>; 2],
+struct Walk<'a, 'p, 'de, const N: usize> {
+    rem: [Option<&'p str>; N],
+    found: &'a mut [Option<Found<'de>>; N],
 }
 
-impl<'de> DeserializeSeed<'de> for Walk<'_, '_, 'de> {
+impl<'de, const N: usize> DeserializeSeed<'de> for Walk<'_, '_, 'de, N> {
     type Value = ();
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -107,7 +110,7 @@ impl<'de> DeserializeSeed<'de> for Walk<'_, '_, 'de> {
     }
 }
 
-impl<'de> Visitor<'de> for Walk<'_, '_, 'de> {
+impl<'de, const N: usize> Visitor<'de> for Walk<'_, '_, 'de, N> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -116,7 +119,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, 'de> {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            let mut child = [None, None];
+            let mut child = [None; N];
             for (i, rem) in self.rem.iter().enumerate() {
                 if let Some(rem) = rem.filter(|r| r.starts_with('/')) {
                     let (token, rest) = split(rem);
@@ -135,7 +138,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_, 'de> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut index = 0usize;
         loop {
-            let mut child = [None, None];
+            let mut child = [None; N];
             for (i, rem) in self.rem.iter().enumerate() {
                 if let Some(rem) = rem.filter(|r| r.starts_with('/')) {
                     let (token, rest) = split(rem);

@@ -37,7 +37,18 @@ pub enum KeySpec {
     Json(String),
     /// A record header by name.
     Header(String),
+    /// Several of the above, their values joined by [`KEY_PART_SEPARATOR`]
+    /// in the order given: `json:/user+json:/ad+header:campaign`.
+    Composite(Vec<KeySpec>),
 }
+
+/// The byte between the parts of a composite key (ASCII unit separator).
+pub const KEY_PART_SEPARATOR: u8 = 0x1f;
+/// Most parts a composite key may have.
+pub const MAX_KEY_PARTS: usize = 7;
+
+/// The prefixes that start a key source (a `+` before one starts a part).
+const KEY_SOURCES: [&str; 5] = ["json:", "header:", "record-key", "payload", "line"];
 
 /// Where the event time comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,14 +72,47 @@ fn json_pointer(spec: &str, rest: &str) -> Result<String, String> {
 impl FromStr for KeySpec {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
+        // A `+` starts a part only before a source: a JSON pointer or a
+        // header name may hold one.
+        let starts: Vec<usize> = s
+            .match_indices('+')
+            .map(|(i, _)| i)
+            .filter(|&i| KEY_SOURCES.iter().any(|p| s[i + 1..].starts_with(p)))
+            .collect();
+        if starts.is_empty() {
+            return KeySpec::single(s);
+        }
+        let bounds: Vec<usize> = std::iter::once(0).chain(starts.iter().map(|i| i + 1)).collect();
+        let parts: Vec<&str> =
+            bounds.iter().zip(starts.iter().chain(std::iter::once(&s.len()))).map(|(&a, &b)| &s[a..b]).collect();
+        if parts.len() > MAX_KEY_PARTS {
+            return Err(format!("`{s}`: a composite key has at most {MAX_KEY_PARTS} parts, this one {}", parts.len()));
+        }
+        parts.into_iter().map(KeySpec::single).collect::<Result<_, _>>().map(KeySpec::Composite)
+    }
+}
+
+impl KeySpec {
+    /// One source (not composite).
+    fn single(s: &str) -> Result<Self, String> {
         match s {
             "line" | "payload" => Ok(KeySpec::Payload),
             "record-key" => Ok(KeySpec::RecordKey),
             _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(KeySpec::Json),
             _ if s.starts_with("header:") && s.len() > 7 => Ok(KeySpec::Header(s[7..].to_string())),
             _ => Err(format!(
-                "unknown key source `{s}`: expected line, payload, record-key, json:/pointer or header:NAME"
+                "unknown key source `{s}`: expected line, payload, record-key, json:/pointer or header:NAME, \
+                 or several joined by + (json:/user+json:/ad)"
             )),
+        }
+    }
+
+    /// Whether the key is (or has a part) read from a record header.
+    pub fn reads_headers(&self) -> bool {
+        match self {
+            KeySpec::Header(_) => true,
+            KeySpec::Composite(parts) => parts.iter().any(KeySpec::reads_headers),
+            _ => false,
         }
     }
 }
@@ -196,43 +240,20 @@ impl Extractor {
                 format!("{size} bytes{parts}, the limit is {}", self.max_record_bytes),
             ));
         }
-        let key_pointer = match &self.key {
-            KeySpec::Json(p) => Some(p.as_str()),
-            _ => None,
-        };
         let time_pointer = match &self.time {
             TimeSpec::Json(p) => Some(p.as_str()),
             _ => None,
         };
-        let [json_key, json_time] = if key_pointer.is_some() || time_pointer.is_some() {
-            pointer::find(record.payload, [key_pointer, time_pointer])
-                .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))?
-        } else {
-            [None, None]
-        };
-
-        let key: Cow<'a, [u8]> = match &self.key {
-            KeySpec::Payload => Cow::Borrowed(record.payload),
-            KeySpec::RecordKey => {
-                Cow::Borrowed(record.key.ok_or_else(|| invalid(InvalidReason::MissingKey, "the record has no key"))?)
+        let (key, json_time) = match &self.key {
+            KeySpec::Composite(parts) => composite_key(parts, record, time_pointer)?,
+            single => {
+                let key_pointer = match single {
+                    KeySpec::Json(p) => Some(p.as_str()),
+                    _ => None,
+                };
+                let [json_key, json_time] = find_json(record, [key_pointer, time_pointer])?;
+                (key_part(single, record, json_key)?, json_time)
             }
-            KeySpec::Header(name) => Cow::Borrowed(
-                record
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n == name)
-                    .map(|(_, v)| *v)
-                    .ok_or_else(|| invalid(InvalidReason::MissingKey, format!("no header `{name}`")))?,
-            ),
-            KeySpec::Json(pointer) => match json_key {
-                None | Some(Found::Other(Value::Null)) => {
-                    return Err(invalid(InvalidReason::MissingKey, format!("no value at JSON pointer `{pointer}`")));
-                }
-                Some(Found::Str(Cow::Borrowed(s))) => Cow::Borrowed(s.as_bytes()),
-                Some(Found::Str(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
-                // Numbers, booleans, arrays and objects: their compact JSON text.
-                Some(Found::Other(other)) => Cow::Owned(other.to_string().into_bytes()),
-            },
         };
         if key.is_empty() {
             return Err(invalid(InvalidReason::EmptyKey, "the key is empty"));
@@ -252,13 +273,92 @@ impl Extractor {
                 Some(found) => epoch_ms(&found).ok_or_else(|| {
                     invalid(
                         InvalidReason::BadTime,
-                        format!("`{}` at `{pointer}` is not epoch milliseconds", excerpt(&found.to_value())),
+                        format!(
+                            "`{}` at `{pointer}` is not epoch milliseconds or an RFC 3339 time",
+                            excerpt(&found.to_value())
+                        ),
                     )
                 })?,
             },
         };
         Ok(Extracted { key, time_ms })
     }
+}
+
+/// The values at `pointers` in the record's JSON payload (none looked for
+/// when no pointer is given: the payload need not be JSON).
+fn find_json<'a, const N: usize>(
+    record: &RecordView<'a>,
+    pointers: [Option<&str>; N],
+) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
+    if pointers.iter().all(Option::is_none) {
+        return Ok(std::array::from_fn(|_| None));
+    }
+    pointer::find(record.payload, pointers)
+        .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
+}
+
+/// The value of the single key source `spec` (`json_key`: what its JSON
+/// pointer found).
+fn key_part<'a>(
+    spec: &KeySpec,
+    record: &RecordView<'a>,
+    json_key: Option<Found<'a>>,
+) -> Result<Cow<'a, [u8]>, InvalidRecord> {
+    Ok(match spec {
+        KeySpec::Payload => Cow::Borrowed(record.payload),
+        KeySpec::RecordKey => {
+            Cow::Borrowed(record.key.ok_or_else(|| invalid(InvalidReason::MissingKey, "the record has no key"))?)
+        }
+        KeySpec::Header(name) => Cow::Borrowed(
+            record
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| invalid(InvalidReason::MissingKey, format!("no header `{name}`")))?,
+        ),
+        KeySpec::Json(pointer) => match json_key {
+            None | Some(Found::Other(Value::Null)) => {
+                return Err(invalid(InvalidReason::MissingKey, format!("no value at JSON pointer `{pointer}`")));
+            }
+            Some(Found::Str(Cow::Borrowed(s))) => Cow::Borrowed(s.as_bytes()),
+            Some(Found::Str(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
+            // Numbers, booleans, arrays and objects: their compact JSON text.
+            Some(Found::Other(other)) => Cow::Owned(other.to_string().into_bytes()),
+        },
+        KeySpec::Composite(_) => unreachable!("a composite key's parts are single sources (FromStr)"),
+    })
+}
+
+/// A composite key: its parts' values joined by [`KEY_PART_SEPARATOR`],
+/// each part required and not empty; and what the time's pointer found
+/// (in the same pass over the payload).
+fn composite_key<'a>(
+    parts: &[KeySpec],
+    record: &RecordView<'a>,
+    time_pointer: Option<&str>,
+) -> Result<(Cow<'a, [u8]>, Option<Found<'a>>), InvalidRecord> {
+    let mut pointers = [None; MAX_KEY_PARTS + 1];
+    for (slot, part) in pointers.iter_mut().zip(parts) {
+        if let KeySpec::Json(p) = part {
+            *slot = Some(p.as_str());
+        }
+    }
+    pointers[MAX_KEY_PARTS] = time_pointer;
+    let mut found = find_json(record, pointers)?;
+    let mut key = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let value = key_part(part, record, found[i].take())?;
+        if value.is_empty() {
+            return Err(invalid(InvalidReason::EmptyKey, format!("key part {} is empty", i + 1)));
+        }
+        if i > 0 {
+            key.push(KEY_PART_SEPARATOR);
+        }
+        key.extend_from_slice(&value);
+    }
+    Ok((Cow::Owned(key), found[MAX_KEY_PARTS].take()))
 }
 
 /// Most characters of a value quoted in a detail: the detail travels in a
@@ -275,16 +375,76 @@ fn excerpt(v: &Value) -> String {
     }
 }
 
-/// Epoch milliseconds from a JSON number (fractions are truncated) or a
-/// string of digits.
+/// Epoch milliseconds from a JSON number (fractions are truncated), a
+/// string of digits, or an RFC 3339 time string.
 fn epoch_ms(v: &Found<'_>) -> Option<u64> {
     match v {
         Found::Other(Value::Number(n)) => {
             n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
         }
-        Found::Str(s) => s.trim().parse().ok(),
+        Found::Str(s) => s.trim().parse().ok().or_else(|| rfc3339_ms(s)),
         Found::Other(_) => None,
     }
+}
+
+/// Epoch milliseconds of an RFC 3339 time, `YYYY-MM-DDTHH:MM:SS[.fraction]`
+/// then `Z` or `±HH:MM` (`T` and `Z` in either case, or a space for `T`);
+/// the fraction is truncated to milliseconds. `None` for anything else, a
+/// day that does not exist, or a time before 1970.
+fn rfc3339_ms(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let digits = b.get(r)?;
+        digits.iter().all(u8::is_ascii_digit).then(|| digits.iter().fold(0, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let separators = [(4, b"-"), (7, b"-"), (13, b":"), (16, b":")];
+    if b.len() < 20 || separators.iter().any(|(i, c)| b[*i] != c[0]) || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    let mut at = 19;
+    let mut millis = 0;
+    if b[at] == b'.' {
+        let digits = b[at + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        millis = (0..3).fold(0, |m, i| m * 10 + if i < digits { i64::from(b[at + 1 + i] - b'0') } else { 0 });
+        at += 1 + digits;
+    }
+    let offset_minutes = match b.get(at..)? {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), ..] if b.len() == at + 6 && b[at + 3] == b':' => {
+            let (h, m) = (num(at + 1..at + 3)?, num(at + 4..at + 6)?);
+            if h > 23 || m > 59 {
+                return None;
+            }
+            if *sign == b'+' { h * 60 + m } else { -(h * 60 + m) }
+        }
+        _ => return None,
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days_in_month = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+    let valid = (1..=12).contains(&month)
+        && day >= 1
+        && day <= days_in_month[(month - 1).clamp(0, 11) as usize]
+        && hour < 24
+        && minute < 60
+        && second < 61;
+    if !valid {
+        return None;
+    }
+    // Days since the epoch of a civil date (proleptic Gregorian), after
+    // Howard Hinnant's `days_from_civil`.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * ((month + 9) % 12) + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let ms = ((days * 24 + hour) * 60 + minute - offset_minutes) * 60_000 + second * 1_000 + millis;
+    u64::try_from(ms).ok()
 }
 
 #[cfg(test)]
@@ -366,6 +526,62 @@ mod tests {
         let e = ex.extract(&rec(b"123"), 0).unwrap_err();
         assert_eq!(e.reason, InvalidReason::TooLarge);
         assert_eq!(e.detail, "11 bytes (key 8 + payload 3), the limit is 10");
+    }
+
+    #[test]
+    fn composite_keys_join_their_parts() {
+        let headers = [("campaign", &b"c7"[..]), ("x", &b""[..])];
+        let payload = br#"{"user":"u1","ad":{"id":42},"ts":"2023-11-14T22:13:20.123Z","a+b":"p"}"#;
+        let rec = RecordView { key: Some(b"k"), payload, headers: &headers, timestamp_ms: Some(5) };
+        let ex = |key: &str| {
+            let spec: KeySpec = key.parse().unwrap();
+            Extractor { key: spec, time: "json:/ts".parse().unwrap(), max_record_bytes: 1000 }.extract(&rec, 0)
+        };
+        let got = ex("json:/user+json:/ad/id+header:campaign+record-key").unwrap();
+        assert_eq!(got.key.as_ref(), b"u1\x1f42\x1fc7\x1fk");
+        assert_eq!(got.time_ms, 1_700_000_000_123);
+        // A `+` inside a pointer is the pointer's, not a new part.
+        assert_eq!(ex("json:/a+b").unwrap().key.as_ref(), b"p");
+        assert_eq!(ex("json:/a+b+json:/user").unwrap().key.as_ref(), b"p\x1fu1");
+        assert_eq!(ex("json:/user+json:/nope").unwrap_err().reason, InvalidReason::MissingKey);
+        let empty = ex("json:/user+header:x").unwrap_err();
+        assert_eq!((empty.reason, empty.detail.as_str()), (InvalidReason::EmptyKey, "key part 2 is empty"));
+        assert!(ex("json:/user+header:campaign").is_ok());
+        let too_many = vec!["json:/user"; MAX_KEY_PARTS + 1].join("+");
+        assert!(too_many.parse::<KeySpec>().unwrap_err().contains("at most 7 parts"));
+        assert!("json:/user+nope".parse::<KeySpec>().is_ok(), "nope is part of the header-less pointer");
+        assert!("json:/user+json:x".parse::<KeySpec>().unwrap_err().contains("starts with `/`"));
+        assert!("header:a+header:b".parse::<KeySpec>().unwrap().reads_headers());
+        assert!(!"json:/a+record-key".parse::<KeySpec>().unwrap().reads_headers());
+    }
+
+    #[test]
+    fn times_as_rfc3339_strings() {
+        let time = |ts: &str| {
+            let payload = format!(r#"{{"id":"a","ts":{ts}}}"#);
+            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
+            json_extractor().extract(&rec, 0).map(|e| e.time_ms).map_err(|e| (e.reason, e.detail))
+        };
+        assert_eq!(time(r#""2023-11-14T22:13:20Z""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2023-11-14T22:13:20.5Z""#), Ok(1_700_000_000_500));
+        assert_eq!(time(r#""2023-11-14t22:13:20.123456789z""#), Ok(1_700_000_000_123));
+        assert_eq!(time(r#""2023-11-15T00:13:20.000+02:00""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2023-11-14 17:43:20-04:30""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2000-02-29T00:00:00Z""#), Ok(951_782_400_000));
+        assert_eq!(time(r#""1970-01-01T00:00:00Z""#), Ok(0));
+        assert_eq!(time(r#""1700000000123""#), Ok(1_700_000_000_123), "digits are still epoch milliseconds");
+        for bad in [
+            r#""1969-12-31T23:59:59Z""#,
+            r#""2023-02-29T00:00:00Z""#,
+            r#""2023-11-14T22:13:20""#,
+            r#""2023-11-14T24:00:00Z""#,
+            r#""2023-11-14""#,
+            r#""2023-11-14T22:13:20.Z""#,
+        ] {
+            let (reason, detail) = time(bad).unwrap_err();
+            assert_eq!(reason, InvalidReason::BadTime, "{bad}");
+            assert!(detail.contains("is not epoch milliseconds or an RFC 3339 time"), "{detail}");
+        }
     }
 
     #[test]

@@ -118,11 +118,10 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 pub(super) fn read(deps: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
     // Only a key read from a header needs the header list (librdkafka
     // parses it on each ask).
-    let header_list: Vec<(&str, &[u8])> = match deps.extractor.key {
-        KeySpec::Header(_) => {
-            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
-        }
-        _ => Vec::new(),
+    let header_list: Vec<(&str, &[u8])> = if deps.extractor.key.reads_headers() {
+        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
+    } else {
+        Vec::new()
     };
     let view = RecordView {
         key: msg.key(),
