@@ -547,7 +547,7 @@ mod tests {
         let empty = ex("json:/user+header:x").unwrap_err();
         assert_eq!((empty.reason, empty.detail.as_str()), (InvalidReason::EmptyKey, "key part 2 is empty"));
         assert!(ex("json:/user+header:campaign").is_ok());
-        let too_many = vec!["json:/user"; MAX_KEY_PARTS + 1].join("+");
+        let too_many = ["json:/user"; MAX_KEY_PARTS + 1].join("+");
         assert!(too_many.parse::<KeySpec>().unwrap_err().contains("at most 7 parts"));
         assert!("json:/user+nope".parse::<KeySpec>().is_ok(), "nope is part of the header-less pointer");
         assert!("json:/user+json:x".parse::<KeySpec>().unwrap_err().contains("starts with `/`"));

@@ -16,7 +16,7 @@ use super::setup::{PartitionId, RouterSetup};
 use crate::config::SlicingMode;
 use crate::engine::read_order::ReadOrderBuilder;
 use crate::engine::slice::frame_into;
-use crate::engine::{InvalidRecord, KeySpec, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
 use crate::kafka::{KafkaLayerError, headers};
