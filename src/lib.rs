@@ -26,6 +26,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod features;
 pub mod filter;
 pub mod kafka;
 pub mod memory;

@@ -1,0 +1,3 @@
+//! Key deletes.
+
+pub mod requests;

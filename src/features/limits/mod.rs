@@ -1,0 +1,4 @@
+//! Frequency limits and flags.
+
+pub mod counting;
+pub mod stage;

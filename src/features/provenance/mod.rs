@@ -1,0 +1,3 @@
+//! Provenance.
+
+pub mod stage;

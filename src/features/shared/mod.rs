@@ -1,0 +1,4 @@
+//! Shared mode.
+
+pub mod read_order;
+pub mod reader;

@@ -1,0 +1,4 @@
+//! Tiers.
+
+pub mod io;
+pub mod verdicts;
