@@ -24,7 +24,8 @@ pub mod pointer;
 pub mod record;
 pub mod slice;
 
-pub use crate::features::limits::{counting, stage as limits};
+pub use crate::features::limits::counting;
+pub use crate::features::limits::stage as limits;
 pub use crate::features::provenance::stage as provenance;
 
 pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
