@@ -18,8 +18,9 @@ use super::logs;
 use crate::admin::{Admin, Status};
 use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
+use crate::features::tiers::io as tier;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::{clients, producer, router, tier, topics, worker};
+use crate::kafka::{clients, producer, router, topics, worker};
 use crate::metrics::Metrics;
 
 /// The `dedupd` binary's allocator: the system allocator, with blocks of

@@ -5,29 +5,28 @@
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
-//! - [`counting`]: the counting stage — frequency limits and flags from
-//!   windowed Spectral Bloom Filter counts.
-//! - [`limits`]: the counting stage run by a slice (`[limit]`, `[flag]`).
-//! - [`provenance`]: which source delivered each key (`[provenance]`).
-//! - [`tier`]: a sparse Bloom tree's verdict records and leaf cache (docs/tiers.md).
-//! - [`read_order`]: shared mode's read-order records — which input records
-//!   one slice judged in which order (docs/shared-mode.md).
 //! - [`slice`]: one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 //! - [`merge`]: the states of several slices merged into fewer
 //!   (`dedupd checkpoint merge`).
+//!
+//! The features' stages live in their folders (`src/features/`; see
+//! `crate::features`): the slice calls them. Three keep a name here, the one
+//! the slice state and its codec reach them by:
+//! - [`counting`]: the counting stage (`features/limits/counting.rs`).
+//! - [`limits`]: the counting stage run by a slice (`features/limits/stage.rs`).
+//! - [`provenance`]: which source delivered each key (`features/provenance/stage.rs`).
 
-pub mod counting;
 pub mod dedup;
-pub mod limits;
 pub mod merge;
 pub mod order;
 pub mod pointer;
-pub mod provenance;
-pub mod read_order;
 pub mod record;
 pub mod slice;
-pub mod tier;
+
+pub use crate::features::limits::counting;
+pub use crate::features::limits::stage as limits;
+pub use crate::features::provenance::stage as provenance;
 
 pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};

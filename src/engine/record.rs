@@ -107,6 +107,15 @@ impl KeySpec {
         }
     }
 
+    /// The headers the key (or a part of it) is read from.
+    pub fn header_names(&self) -> Vec<&str> {
+        match self {
+            KeySpec::Header(name) => vec![name.as_str()],
+            KeySpec::Composite(parts) => parts.iter().flat_map(KeySpec::header_names).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether the key is (or has a part) read from a record header.
     pub fn reads_headers(&self) -> bool {
         match self {

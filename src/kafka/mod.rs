@@ -23,17 +23,13 @@
 //! - [`worker`]: the slice workers: group consumer, rebalances, restores,
 //!   snapshots, the per-record path and output (its own map is in
 //!   `worker/mod.rs`).
-//! - [`deletes`]: `DELETE /v1/keys/{key}` through the slice log.
 //! - [`merge`]: `dedupd checkpoint merge`: the snapshots of fewer slices
 //!   merged into those of a new `filter.slices`.
 //! - [`router`]: repartition mode's input → `<app>.slices` stage (shared
 //!   mode: it writes the order it read records in, not the records).
-//! - [`shared`]: shared mode's reader of the input records the read order names.
-//! - [`tier`]: multi-level deployments: the sparse leaf loop and the root's verdicts.
 
 pub mod checkpoint;
 pub mod clients;
-pub mod deletes;
 pub mod headers;
 pub mod join;
 pub mod limits;
@@ -42,10 +38,8 @@ pub mod producer;
 pub mod replay;
 pub mod restore;
 pub mod router;
-pub mod shared;
 pub mod slice_log;
 pub mod statistics;
-pub mod tier;
 pub mod topics;
 pub mod worker;
 

@@ -413,7 +413,7 @@ mod tests {
             headers::DELETE,
             headers::PROGRESS,
             headers::READ_ORDER,
-            super::super::tier::LEAF,
+            crate::features::tiers::io::LEAF,
             "dedupd.anything.new",
         ] {
             assert!(!copied(name, &[]), "{name} copied");

@@ -52,7 +52,7 @@ pub enum Kind {
     Input,
     /// A router's progress record ([`crate::engine::Progress`]).
     Progress,
-    /// A delete request written by the admin endpoint ([`super::deletes`]).
+    /// A delete request written by the admin endpoint ([`crate::features::deletes::requests`]).
     Delete,
     /// Shared mode: a record dedupd does not write (there the slice log holds
     /// only read-order records, progress and delete requests); skipped.

@@ -11,9 +11,9 @@ use super::tail::{Written, read_tail};
 use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::limits::CountingSetup;
 use crate::engine::provenance::ProvenanceSetup;
-use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
+use crate::features::shared::read_order::{self, ReadOrder};
 use crate::filter::FilterParams;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,

@@ -111,7 +111,7 @@ impl TailScan<'_> {
     fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
         if let Some(id) = self.leaf
-            && header(crate::kafka::tier::LEAF) != Some(id.as_bytes())
+            && header(crate::features::tiers::io::LEAF) != Some(id.as_bytes())
         {
             return;
         }

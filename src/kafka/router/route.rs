@@ -14,9 +14,9 @@ use super::commits::Shared;
 use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
 use crate::config::SlicingMode;
-use crate::engine::read_order::ReadOrderBuilder;
 use crate::engine::slice::frame_into;
 use crate::engine::{InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::features::shared::read_order::ReadOrderBuilder;
 use crate::filter::KeyHash;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
 use crate::kafka::{KafkaLayerError, headers};
@@ -24,7 +24,7 @@ use crate::metrics::observe_since;
 
 /// Shared mode: input records one read-order record names at most (each
 /// turn of the router writes one; a larger turn, several). Well below
-/// [`crate::engine::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
+/// [`crate::features::shared::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
 const READ_ORDER_RECORDS: u64 = 4096;
 
 /// Routes buffered records in timestamp order while no partition that may

@@ -268,7 +268,7 @@ fn send_main<M: Message>(
         SliceVerdict::Distinct => match &path.leaf {
             // A dense leaf's output is its parent's input: named as this leaf's.
             Some(id) => {
-                let leaf = (crate::kafka::tier::LEAF, id.as_bytes());
+                let leaf = (crate::features::tiers::io::LEAF, id.as_bytes());
                 send(deps, &path.output, slice, msg, payload, &[ids[0], ids[1], leaf])
             }
             None => send(deps, &path.output, slice, msg, payload, ids),

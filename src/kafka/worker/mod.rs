@@ -110,10 +110,10 @@ use stall::{SETTLE, StallWatch, Turn, seek_back};
 use state::WorkerState;
 
 use super::join::JoinWatch;
-use super::shared::InputReader;
 use super::statistics::InputLag;
 use super::{Context, KafkaLayerError, clients};
 use crate::config::SlicingMode;
+use crate::features::shared::reader::InputReader;
 use crate::metrics::{now_ms, observe_since};
 
 /// Records taken from the consumer per turn of the worker loop (see `run`).
@@ -147,7 +147,7 @@ pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
 fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Result<(), KafkaLayerError> {
     *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(deps, inner));
     let owner = inner.clone();
-    let delete = super::deletes::delete_fn(
+    let delete = crate::features::deletes::requests::delete_fn(
         &deps.cfg,
         deps.params.seed,
         deps.params.deletable,

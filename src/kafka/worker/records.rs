@@ -14,11 +14,11 @@ use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
-use crate::engine::read_order::{self, ReadOrder};
 use crate::engine::slice::{MAX_TOPIC_BYTES, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
+use crate::features::shared::read_order::{self, ReadOrder};
+use crate::features::shared::reader::InputReader;
 use crate::kafka::restore::{flush_record, range_of};
-use crate::kafka::shared::InputReader;
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -179,7 +179,7 @@ fn take_progress(
     apply_logged_flushes(deps, owned, judged)
 }
 
-/// A delete request (see `crate::kafka::deletes`), applied here, in the
+/// A delete request (see `crate::features::deletes::requests`), applied here, in the
 /// log's order; the admin endpoint waits for the slice-log offset it wrote.
 fn take_delete(
     deps: &WorkerSetup,
@@ -191,7 +191,7 @@ fn take_delete(
     let key = msg.key().unwrap_or_default();
     let outcome = owned.state.delete(offset, key);
     owned.since_checkpoint += 1;
-    crate::kafka::deletes::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
+    crate::features::deletes::requests::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
     judged.clear();
     apply_logged_flushes(deps, owned, judged)
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use crate::admin::Status;
 use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
-use crate::engine::{Extractor, read_order};
+use crate::engine::Extractor;
+use crate::features::shared::read_order;
 use crate::filter::FilterParams;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
@@ -30,7 +31,7 @@ pub struct WorkerSetup {
     /// Counts input records when the slice log is the input (input-partitions mode).
     pub input_counter: Option<prometheus::IntCounter>,
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
-    pub verdicts: Option<crate::kafka::tier::RootVerdicts>,
+    pub verdicts: Option<crate::features::tiers::io::RootVerdicts>,
     /// How large a record each topic a slice writes takes (read at start-up).
     pub limits: crate::kafka::limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use super::counting::{self, CountMark, CountingSpec, CountingStage};
-use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
+use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::{KeyHash, SnapshotError};
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).

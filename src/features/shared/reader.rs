@@ -23,9 +23,9 @@ use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::clients::{self, PlainContext};
-use super::{Context, KafkaLayerError};
 use crate::config::Resolved;
+use crate::kafka::clients::{self, PlainContext};
+use crate::kafka::{Context, KafkaLayerError};
 
 /// How long a named record may take to come before the slice gives up (the
 /// process stops; its replacement resumes from the last snapshot).

@@ -24,15 +24,15 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::clients::{self, PlainContext, Reader};
-use super::producer::{OutputProducer, produce_copy, send_waiting};
-use super::topics::partition_count;
-use super::{Context, KafkaLayerError};
+use super::verdicts::{LeafCache, LeafDecision, Learned, VerdictRecord};
 use crate::admin::Status;
 use crate::config::Resolved;
-use crate::engine::tier::{LeafCache, LeafDecision, Learned, VerdictRecord};
 use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::{FilterParams, KeyHash};
+use crate::kafka::clients::{self, PlainContext, Reader};
+use crate::kafka::producer::{OutputProducer, produce_copy, send_waiting};
+use crate::kafka::topics::partition_count;
+use crate::kafka::{Context, KafkaLayerError};
 use crate::metrics::Metrics;
 
 /// On forwarded records: the `app.id` of the leaf that forwarded them.
@@ -64,7 +64,7 @@ impl RootVerdicts {
     /// Publishes that the record `msg` (judged distinct by `slice`) was
     /// delivered: its key's hash and its event time, re-read as the slice
     /// read them (the record was valid, so this cannot fail) from `payload`,
-    /// the input payload (`super::slice_log::parts`).
+    /// the input payload (`crate::kafka::slice_log::parts`).
     pub fn publish<M: Message>(
         &self,
         producer: &OutputProducer,
@@ -128,7 +128,7 @@ pub struct LeafSetup {
 /// The sparse leaf loop; returns when `stop` is set (after its forwards are
 /// acknowledged and its input offsets committed) or on a fatal error.
 pub fn run_leaf(deps: Arc<LeafSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
-    super::name_thread("dedupd-leaf");
+    crate::kafka::name_thread("dedupd-leaf");
     let verdicts = verdict_reader(&deps.cfg)?;
     let input = leaf_consumer(&deps.cfg)?;
     let mut leaf = Leaf::new(&deps)?;

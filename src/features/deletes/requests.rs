@@ -32,10 +32,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use serde_json::json;
 
-use super::{Context, KafkaLayerError, clients, headers};
 use crate::admin::{DeleteBoard, DeleteFn};
 use crate::config::{Resolved, SlicingMode};
 use crate::filter::{DeleteRefusal, KeyHash};
+use crate::kafka::{Context, KafkaLayerError, clients, headers};
 
 /// How long a request waits for the broker, then for the slice: below the
 /// admin endpoint's request timeout (10 s), so the answer says what happened.

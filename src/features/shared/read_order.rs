@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use super::slice::MAX_TOPIC_BYTES;
+use crate::engine::slice::MAX_TOPIC_BYTES;
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::record::RecordView;
+use crate::engine::record::RecordView;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{Provenance, ProvenanceSpec};
 use crate::filter::{KeyHash, SnapshotError};

@@ -1,0 +1,97 @@
+//! The built-in defaults: the lowest layer, under the settings file and
+//! the environment.
+
+/// The built-in defaults: the lowest layer.
+pub(super) const DEFAULTS: &str = r#"
+[app]
+id = "dedupd"
+[kafka]
+brokers = "localhost:9092"
+[input]
+topics = ["clicks"]
+start = "earliest"
+key = "record-key"
+time = "record-timestamp"
+max_record_bytes = 1048576
+lateness = "2s"
+max_clock_jump = ""
+jump_confirmations = 16
+[filter]
+kind = "timer"
+window = "10m"
+fpr = 0.01
+expected_keys = 1000000
+headroom = 0.2
+equal_timers = 0
+growth = "density"
+slices = 8
+timer_bits = 8
+tick = ""
+max_generations = 12
+memory = "8MiB"
+seed = 25481510381
+deletable = false
+max_memory = ""
+[slicing]
+mode = "repartition"
+order_tolerance = "0ms"
+max_held = 200000
+max_held_bytes = "32MiB"
+max_buffered_bytes = "16MiB"
+[output]
+topic = "clicks.distinct"
+duplicates_topic = ""
+dead_letter_topic = "clicks.dead-letter"
+late_topic = ""
+[checkpoint]
+topic = ""
+interval = "30s"
+interval_records = 1000000
+chunk_bytes = 524288
+on_corrupt = "cold-start"
+[availability]
+policy = "wait"
+[admin]
+listen = "127.0.0.1:9464"
+token = ""
+token_file = ""
+key_endpoints = "auto"
+[topics]
+auto_create = true
+replication_factor = -1
+[shutdown]
+timeout = "30s"
+[log]
+format = "text"
+summary_interval = "60s"
+[provenance]
+source = ""
+max_sources = 1000
+index = "auto"
+expected_keys_per_source = 100000
+fpr = 0.01
+tree_order = 2
+[tier]
+role = "single"
+tree = "sparse"
+parent_topic = ""
+verdict_topic = ""
+verdict_delay = "30s"
+[limit]
+max_per_window = 0
+count_key = ""
+estimator = "mi"
+subwindows = 16
+counter_bits = 8
+count_hashes = 5
+count_expected = 0
+counters = "fixed"
+[flag]
+threshold = 0
+topic = ""
+"#;
+
+/// A loader holding the built-in defaults, the lowest layer.
+pub(super) fn defaults() -> config::ConfigBuilder<config::builder::DefaultState> {
+    config::Config::builder().add_source(config::File::from_str(DEFAULTS, config::FileFormat::Toml))
+}

@@ -1,0 +1,98 @@
+//! `[filter]`: the filter kind, its window and sizing.
+
+use serde::Deserialize;
+
+use super::error::{ConfigError, invalid};
+use super::values::{bytes, duration_ms, optional_bytes, optional_duration_ms};
+use crate::filter::{CountKind, CountSpec, FilterSpec, Growth};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterSettings {
+    /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
+    /// the count-based kinds with no window, `rsbf` (reservoir-sampling Bloom
+    /// filter) and `stable` (Stable Bloom Filter).
+    pub kind: String,
+    /// Sliding window, e.g. `10m`.
+    #[serde(deserialize_with = "duration_ms")]
+    pub window: u64,
+    /// Target false-positive rate.
+    pub fpr: f64,
+    /// Distinct keys per window, all slices together.
+    pub expected_keys: u64,
+    /// Extra capacity of a slice's first generation, as a fraction of expected_keys.
+    pub headroom: f64,
+    /// Equal-timers threshold k'; 0 turns it off.
+    pub equal_timers: u32,
+    /// `density`, `cardinality` or `none`.
+    pub growth: String,
+    /// Slices S: partitions of the slice topic, and of the output topic.
+    pub slices: u32,
+    /// Bits per timer cell, 4..=32.
+    pub timer_bits: u8,
+    /// Timer resolution; empty picks the finest the width allows.
+    #[serde(deserialize_with = "optional_duration_ms")]
+    pub tick: Option<u64>,
+    /// Most generations per slice.
+    pub max_generations: u32,
+    /// rsbf and stable: memory of the filters in bytes, all slices together
+    /// (each slice gets an equal share), e.g. `64MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub memory: u64,
+    /// rsbf and stable: seed of the filters' PRNG (reservoir draws, random
+    /// resets and decrements), part of every snapshot.
+    pub seed: u64,
+    /// Counting cells beside the timers (one byte per cell) so that
+    /// `DELETE /v1/keys/{key}` can forget a key.
+    pub deletable: bool,
+    /// The cap on all slices' filters together, e.g. `512MiB`; empty: half
+    /// the container's memory limit, or no cap without one
+    /// ([`crate::memory`]).
+    #[serde(deserialize_with = "optional_bytes")]
+    pub max_memory: Option<u64>,
+}
+
+impl FilterSettings {
+    /// The settings of a count-based kind: one filter per slice with an
+    /// equal share of `memory`, judging instead of the timer filter, whose
+    /// `timer` spec (validated) is shrunk to the smallest there is: it stays
+    /// empty, and its window only bounds `input.lateness` and is the default
+    /// of `input.max_clock_jump`.
+    pub(super) fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+        // `timer` was resolved: 1 to 65536 slices.
+        let slices = u64::from(self.slices);
+        let share = self.memory / slices;
+        // A share is allocated at start-up: one no machine has would abort
+        // the process instead of stopping it with this message.
+        const MAX_SHARE: u64 = 1 << 40;
+        if share > MAX_SHARE {
+            return Err(invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
+            ));
+        }
+        let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        count.fingerprint().map_err(|e| match e.setting {
+            "memory" => invalid(
+                "filter.memory",
+                format!("{}B", self.memory),
+                format!(
+                    "each of the {slices} slices gets {share}B ({} bits), which {} (with filter.fpr = {})",
+                    share.saturating_mul(8),
+                    e.rule,
+                    self.fpr
+                ),
+            ),
+            other => invalid(&format!("filter.{other}"), e.value, e.rule),
+        })?;
+        Ok(FilterSpec {
+            expected_keys: slices,
+            total_cells: None,
+            growth: Growth::None,
+            max_generations: 1,
+            count: Some(count),
+            ..timer
+        })
+    }
+}

@@ -1,0 +1,192 @@
+//! The core sections — `[app]`, `[input]`, `[slicing]`, `[output]`,
+//! `[checkpoint]`, `[topics]`, `[shutdown]`, `[log]` — and the values they
+//! resolve to. Their rules are in `validate.rs`.
+
+use serde::Deserialize;
+
+use super::values::{bytes, duration_ms, optional_duration_ms};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AppSettings {
+    /// Consumer group of the slice workers, and prefix of the internal topics.
+    pub id: String,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSettings {
+    /// Topics to deduplicate.
+    pub topics: Vec<String>,
+    /// Where reading starts for an input partition this application has no
+    /// position in yet (no committed offset, no snapshot): `earliest` (the
+    /// oldest retained record: nothing is skipped on a first deployment) or
+    /// `latest` (only records written after the daemon starts). A position
+    /// once kept is resumed whatever this says. librdkafka's
+    /// `auto.offset.reset` in `[kafka]` must not contradict it.
+    pub start: String,
+    /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
+    pub key: String,
+    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
+    pub time: String,
+    /// Records (key + payload) larger than this go to the dead-letter topic (`too_large`).
+    pub max_record_bytes: usize,
+    /// How far behind the largest event time a slice has seen a record may
+    /// arrive and still be judged in event-time order: records wait until
+    /// the watermark (largest time − lateness) passes them.
+    #[serde(deserialize_with = "duration_ms")]
+    pub lateness: u64,
+    /// A record more than this far ahead of the largest time its slice has
+    /// seen is held as a suspect; empty: the filter window.
+    #[serde(deserialize_with = "optional_duration_ms")]
+    pub max_clock_jump: Option<u64>,
+    /// Suspects in a row that confirm a jump of the stream's time; a suspect
+    /// not confirmed goes to the dead-letter topic (`time_jump`).
+    pub jump_confirmations: u32,
+}
+
+/// `input.start`: where reading starts in an input partition the
+/// application has no position in yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputStart {
+    /// The oldest retained record.
+    Earliest,
+    /// The end: only records written from now on.
+    Latest,
+}
+
+impl InputStart {
+    /// The value of librdkafka's `auto.offset.reset` that means the same.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InputStart::Earliest => "earliest",
+            InputStart::Latest => "latest",
+        }
+    }
+
+    /// What a librdkafka `auto.offset.reset` value means (its aliases
+    /// included); `None` for `error`, which starts nowhere.
+    pub(super) fn of_offset_reset(value: &str) -> Option<Self> {
+        match value {
+            "earliest" | "smallest" | "beginning" => Some(InputStart::Earliest),
+            "latest" | "largest" | "end" => Some(InputStart::Latest),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlicingMode {
+    /// Input records are re-keyed into `<app.id>.slices` by the router.
+    Repartition,
+    /// One input topic already partitioned by the dedup key: slice = input partition.
+    InputPartitions,
+    /// One slice judges every input partition with no copy of the records:
+    /// the router writes only the order it read them in (read-order
+    /// records, [`crate::features::shared::read_order`]) into `<app.id>.slices`, and
+    /// the slice re-reads the records it names from the input
+    /// (docs/shared-mode.md).
+    Shared,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlicingSettings {
+    /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
+    pub mode: String,
+    /// The router's tolerance for timestamp disorder across input partitions
+    /// (a duration; `0ms` is strict order).
+    pub order_tolerance: String,
+    /// Repartition mode: records a slice may hold back while an input
+    /// partition nobody routes (its router died, the group has not handed
+    /// it over yet) keeps its watermark; beyond this the slice releases as
+    /// if the partition were not there, and counts it
+    /// (`dedupd_hold_overflows_total`). 1 to 100 000 000.
+    pub max_held: u64,
+    /// Bytes of records a slice may hold for the watermark: beyond them it
+    /// flushes what it can release (logged, as an idle flush), e.g. `32MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub max_held_bytes: u64,
+    /// Bytes the router may buffer per input partition before it pauses
+    /// the partition, e.g. `16MiB`.
+    #[serde(deserialize_with = "bytes")]
+    pub max_buffered_bytes: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSettings {
+    /// Distinct records, partition = slice.
+    pub topic: String,
+    /// Duplicates, partition = slice; empty drops them (they are counted).
+    pub duplicates_topic: String,
+    /// Records that cannot be read, with the reason in headers.
+    pub dead_letter_topic: String,
+    /// A copy of every record judged after arriving behind the watermark,
+    /// with header `dedupd.late_by_ms`; empty: not copied (still counted).
+    pub late_topic: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorruptPolicy {
+    /// Log, count, and rebuild the slice from its retained log.
+    ColdStart,
+    /// Stop the daemon.
+    Fail,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSettings {
+    /// Compacted topic holding slice snapshots, partition = slice.
+    pub topic: String,
+    /// Snapshot each slice at least this often …
+    #[serde(deserialize_with = "duration_ms")]
+    pub interval: u64,
+    /// … or after this many records, whichever comes first (0: time only).
+    pub interval_records: u64,
+    /// Snapshot chunk size in bytes (under the broker's message size limit).
+    pub chunk_bytes: usize,
+    /// What a corrupt or incompatible snapshot does: `cold-start` or `fail`.
+    pub on_corrupt: String,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    /// Create the topics dedupd owns when they are missing, with
+    /// `max.message.bytes` = the producers' `message.max.bytes`.
+    pub auto_create: bool,
+    /// Replication factor of created topics; -1: the broker's default
+    /// (`default.replication.factor`).
+    pub replication_factor: i32,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownSettings {
+    /// Longest time a graceful shutdown may take before the daemon exits anyway.
+    #[serde(deserialize_with = "duration_ms")]
+    pub timeout: u64,
+}
+
+/// How log lines are written (`log.format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// env_logger's `[TIME LEVEL TARGET] message` lines (what people, tests and scripts read).
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `message`, `fields` (for log shippers).
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// `text` or `json`; the level filter is `RUST_LOG` (default `info`).
+    pub format: String,
+    /// How often one INFO line sums up what happened since the last one
+    /// (records in, verdicts, dead letters, lag); nothing is logged for an
+    /// interval in which nothing happened. `0s`: never.
+    #[serde(deserialize_with = "duration_ms")]
+    pub summary_interval: u64,
+}

@@ -1,0 +1,347 @@
+//! [`Settings::validate`]: every rule, in one pass, and the typed settings
+//! it derives ([`Resolved`]). The core sections' rules are here; each
+//! feature's section validates itself in its folder (`crate::features`),
+//! called from here in turn; the rules across two features' sections are
+//! here, after both.
+
+use std::net::SocketAddr;
+
+use super::error::{ConfigError, RESERVED_HEADER_RULE, invalid, is_reserved_header};
+use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
+use super::{CHECKPOINT_SUFFIX, Resolved, Settings};
+use crate::engine::{KeySpec, OrderSettings, TimeSpec};
+use crate::features::tiers::Tier;
+use crate::features::{deletes, limits, shared};
+use crate::filter::{CountKind, FilterSpec, Growth};
+use crate::units::parse_duration_ms;
+
+/// The longest topic name Kafka allows, in bytes.
+const MAX_TOPIC_BYTES: usize = crate::engine::slice::MAX_TOPIC_BYTES;
+
+/// The largest `slicing.max_held`: a slice holding this many records of a
+/// few hundred bytes already needs tens of GB.
+const MAX_HELD_LIMIT: u64 = 100_000_000;
+
+/// The largest byte budget for held or buffered records.
+const MAX_BUDGET_BYTES: u64 = 1 << 40;
+
+impl Settings {
+    /// Checks every rule and derives the typed settings.
+    pub fn validate(mut self) -> Result<Resolved, ConfigError> {
+        // The checkpoint topic belongs to one application: by default its own.
+        if self.checkpoint.topic.is_empty() {
+            self.checkpoint.topic = self.default_checkpoint_topic();
+        }
+        let s = &self;
+        let topic_name = |setting: &str, name: &str, optional: bool| -> Result<(), ConfigError> {
+            if name.is_empty() && optional {
+                return Ok(());
+            }
+            let legal = !name.is_empty()
+                && name.len() <= 249
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+                && name != "."
+                && name != "..";
+            if legal {
+                Ok(())
+            } else {
+                Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]"))
+            }
+        };
+        if s.app.id.is_empty() || !s.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
+            return Err(invalid(
+                "app.id",
+                format!("{:?}", s.app.id),
+                "1 or more of [a-zA-Z0-9._-] (it prefixes topic names)",
+            ));
+        }
+        if s.kafka.brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "\"\"", "at least one host:port"));
+        }
+        if s.input.topics.is_empty() {
+            return Err(invalid("input.topics", "[]", "at least one topic"));
+        }
+        for t in &s.input.topics {
+            topic_name("input.topics", t, false)?;
+        }
+        let input_start = match s.input.start.as_str() {
+            "earliest" => InputStart::Earliest,
+            "latest" => InputStart::Latest,
+            other => return Err(invalid("input.start", other, "expected earliest or latest")),
+        };
+        // The group consumers that read the input set auto.offset.reset
+        // from input.start: a [kafka] value saying otherwise would be
+        // silently overridden.
+        if let Some((_, reset)) = s.kafka.client_settings().into_iter().find(|(k, _)| k == "auto.offset.reset")
+            && InputStart::of_offset_reset(&reset) != Some(input_start)
+        {
+            return Err(invalid(
+                "kafka.auto.offset.reset",
+                &reset,
+                format!(
+                    "contradicts input.start = {} (where dedupd starts reading an input partition it has no \
+                     position in): set input.start (earliest or latest) and remove kafka.auto.offset.reset",
+                    input_start.as_str()
+                ),
+            ));
+        }
+        topic_name("output.topic", &s.output.topic, false)?;
+        topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
+        topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
+        topic_name("output.late_topic", &s.output.late_topic, true)?;
+        topic_name("flag.topic", &s.flag.topic, true)?;
+        if s.checkpoint.topic == s.default_checkpoint_topic() && s.checkpoint.topic.len() > MAX_TOPIC_BYTES {
+            return Err(invalid(
+                "app.id",
+                format!("{:?}", s.app.id),
+                format!(
+                    "at most {} characters while checkpoint.topic is empty (its default, \"<app.id>.checkpoints\", \
+                     is a Kafka topic name of at most {MAX_TOPIC_BYTES})",
+                    MAX_TOPIC_BYTES - CHECKPOINT_SUFFIX.len()
+                ),
+            ));
+        }
+        topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
+        let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
+        if key.header_names().into_iter().any(is_reserved_header) {
+            return Err(invalid("input.key", &s.input.key, RESERVED_HEADER_RULE));
+        }
+        let time: TimeSpec = s.input.time.parse().map_err(|e| invalid("input.time", &s.input.time, e))?;
+        if time == TimeSpec::Arrival {
+            return Err(invalid(
+                "input.time",
+                "arrival",
+                "the daemon reads time from records (record-timestamp or json:/pointer) so that restarts replay identically",
+            ));
+        }
+        if s.input.max_record_bytes == 0 {
+            return Err(invalid("input.max_record_bytes", 0, "at least 1"));
+        }
+        let (passthrough, count_kind) = match s.filter.kind.as_str() {
+            "timer" => (false, None),
+            "passthrough" => (true, None),
+            "rsbf" => (false, Some(CountKind::Rsbf)),
+            "stable" => (false, Some(CountKind::Stable)),
+            other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
+        };
+        let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
+        let slicing = match s.slicing.mode.as_str() {
+            "repartition" => SlicingMode::Repartition,
+            "input-partitions" => SlicingMode::InputPartitions,
+            "shared" => SlicingMode::Shared,
+            other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
+        };
+        shared::settings::validate(slicing, &s.filter)?;
+        deletes::settings::validate(&s.filter, slicing)?;
+        let order_tolerance_ms = parse_duration_ms(&s.slicing.order_tolerance).map_err(|e| {
+            invalid(
+                "slicing.order_tolerance",
+                &s.slicing.order_tolerance,
+                format!("a duration such as 1s or 0ms ({e})"),
+            )
+        })?;
+        if s.input.lateness >= s.filter.window {
+            return Err(invalid(
+                "input.lateness",
+                format!("{}ms", s.input.lateness),
+                format!("shorter than filter.window ({} ms)", s.filter.window),
+            ));
+        }
+        if order_tolerance_ms > s.input.lateness {
+            return Err(invalid(
+                "slicing.order_tolerance",
+                &s.slicing.order_tolerance,
+                format!(
+                    "at most input.lateness ({} ms): the router may send records this much out of order, and the \
+                     slices put back in order only what is within the lateness",
+                    s.input.lateness
+                ),
+            ));
+        }
+        // One record always fits: a budget below it would flush at every record.
+        for (setting, value) in [
+            ("slicing.max_held_bytes", s.slicing.max_held_bytes),
+            ("slicing.max_buffered_bytes", s.slicing.max_buffered_bytes),
+        ] {
+            if !(s.input.max_record_bytes as u64..=MAX_BUDGET_BYTES).contains(&value) {
+                return Err(invalid(
+                    setting,
+                    format!("{value}B"),
+                    format!(
+                        "between input.max_record_bytes ({}B: one record must fit) and 1TiB",
+                        s.input.max_record_bytes
+                    ),
+                ));
+            }
+        }
+        if !(1..=MAX_HELD_LIMIT).contains(&s.slicing.max_held) {
+            return Err(invalid(
+                "slicing.max_held",
+                s.slicing.max_held,
+                format!("between 1 and {MAX_HELD_LIMIT} (every held record is kept in memory whole)"),
+            ));
+        }
+        let max_clock_jump_ms = s.input.max_clock_jump.unwrap_or(s.filter.window);
+        if max_clock_jump_ms == 0 {
+            return Err(invalid("input.max_clock_jump", "0ms", "at least 1ms (empty: the filter window)"));
+        }
+        if s.input.jump_confirmations == 0 {
+            return Err(invalid("input.jump_confirmations", 0, "at least 1"));
+        }
+        let order = OrderSettings {
+            lateness_ms: s.input.lateness,
+            max_clock_jump_ms,
+            jump_confirmations: s.input.jump_confirmations,
+        };
+        if slicing == SlicingMode::InputPartitions && s.input.topics.len() != 1 {
+            return Err(invalid(
+                "input.topics",
+                format!("{:?}", s.input.topics),
+                "input-partitions slicing takes exactly one topic (its partitions are the slices)",
+            ));
+        }
+        let filter = FilterSpec {
+            window_ms: s.filter.window,
+            fpr: s.filter.fpr,
+            expected_keys: s.filter.expected_keys,
+            headroom: s.filter.headroom,
+            equal_timers: s.filter.equal_timers,
+            growth,
+            slices: s.filter.slices,
+            timer_bits: s.filter.timer_bits,
+            tick_ms: s.filter.tick,
+            max_generations: s.filter.max_generations,
+            lateness_ms: Some(s.input.lateness),
+            deletable: s.filter.deletable,
+            ..FilterSpec::default()
+        };
+        filter.resolve().map_err(|e| {
+            let name = match e.setting {
+                "expected" => "filter.expected_keys".to_string(),
+                "lateness" => "input.lateness".to_string(),
+                other => format!("filter.{other}"),
+            };
+            invalid(&name, e.value, e.rule)
+        })?;
+        let filter = match count_kind {
+            None => filter,
+            // Deleting needs the timer filter's counting cells; a count
+            // kind forgets by itself.
+            Some(kind) if s.filter.deletable => {
+                return Err(invalid(
+                    "filter.deletable",
+                    true,
+                    format!("only the timer kind can delete keys, not filter.kind = {}", kind.as_str()),
+                ));
+            }
+            Some(kind) => s.filter.count_spec(kind, filter)?,
+        };
+        if s.checkpoint.interval == 0 {
+            return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
+        }
+        if !(1024..=16 << 20).contains(&s.checkpoint.chunk_bytes) {
+            return Err(invalid("checkpoint.chunk_bytes", s.checkpoint.chunk_bytes, "between 1024 and 16777216"));
+        }
+        let on_corrupt = match s.checkpoint.on_corrupt.as_str() {
+            "cold-start" => CorruptPolicy::ColdStart,
+            "fail" => CorruptPolicy::Fail,
+            other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
+        };
+        let availability = s.availability.validate(slicing, &s.output)?;
+        let admin_listen: SocketAddr = s
+            .admin
+            .listen
+            .parse()
+            .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        let key_endpoints = s.admin.key_endpoints()?;
+        if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
+            return Err(invalid(
+                "topics.replication_factor",
+                s.topics.replication_factor,
+                "-1 (the broker's default.replication.factor) or 1 to 32767",
+            ));
+        }
+        let log_format = match s.log.format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => return Err(invalid("log.format", other, "expected text or json")),
+        };
+        let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
+        for t in &s.input.topics {
+            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic
+            {
+                return Err(invalid(
+                    "input.topics",
+                    t,
+                    "an input topic cannot also be an output, dead-letter or checkpoint topic",
+                ));
+            }
+        }
+        let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
+        let counting = s.limit.validate(&s.flag, &s.filter)?;
+        availability.check_counting(counting.is_some())?;
+        let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
+        s.flag.validate_topic(&s.output, &s.checkpoint)?;
+        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some())?;
+        // Once the level is known: the counting stage by the dedup key, and
+        // the rules across [limit], [flag] and [tier].
+        if let Some(c) = &counting
+            && c.count_key.is_none()
+        {
+            // Counting by the dedup key replaces the timer filter.
+            if c.spec.max_per_window.is_none() {
+                return Err(invalid(
+                    "flag.threshold",
+                    s.flag.threshold,
+                    "with limit.count_key = \"\" (count by the dedup key) and no limit.max_per_window, every record \
+                     would be delivered (the counting stage replaces the timer filter): set limit.count_key to \
+                     count by another key, or limit.max_per_window",
+                ));
+            }
+            if tier == Tier::SparseRoot {
+                return Err(invalid(
+                    "limit.count_key",
+                    "\"\"",
+                    "a sparse root counting by the dedup key would publish a verdict for each of the first N \
+                     copies, and the leaves would drop the later ones the root lets through: count by another key",
+                ));
+            }
+        }
+        if counting.is_some() && tier == Tier::SparseLeaf {
+            // A sparse leaf runs no slices: its limits and flags would never apply.
+            return Err(invalid(
+                "tier.role",
+                &s.tier.role,
+                "a sparse leaf cannot run [limit] or [flag] (set them on the root)",
+            ));
+        }
+        s.tier.check_leaf_cache(tier, &filter)?;
+        let (filter, memory) = crate::memory::check(filter, s.filter.slices, s.filter.max_memory)
+            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let mut settings = self;
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            // A leaf's output is its parent's input.
+            settings.output.topic = settings.tier.parent_topic.clone();
+        }
+        Ok(Resolved {
+            input_start,
+            tier,
+            provenance,
+            counting,
+            key,
+            time,
+            filter,
+            slicing,
+            on_corrupt,
+            availability,
+            admin_listen,
+            key_endpoints,
+            passthrough,
+            order_tolerance_ms,
+            order,
+            log_format,
+            memory,
+            settings,
+        })
+    }
+}

@@ -1,0 +1,26 @@
+//! Frequency limits and flags: at most N records of a count key per window,
+//! and a copy of the record at which a key's count reaches a threshold to
+//! the flags topic (docs/spectral.md).
+//!
+//! - Settings: `[limit]`, `[flag]`, in [`settings`] ([`LimitSettings`],
+//!   [`FlagSettings`] and their validation; the rules across `[limit]` and
+//!   `[tier]` are in `config/validate.rs`, which has both).
+//! - Stage (engine layer, deterministic): [`counting`], the counting stage —
+//!   the limit and flag policies over windowed Spectral Bloom Filter counts
+//!   (`filter/spectral.rs`), shared with pipe mode; [`stage`], the stage as
+//!   a slice runs it (count keys, the hashes waiting for the watermark, its
+//!   part of the snapshot).
+//! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
+//!   the flags topic, `kafka/worker/lookups.rs` answers `/v1/count`.
+//! - Where the core calls it: `engine/slice/state.rs` (`SliceCounting`, by
+//!   the name `engine::limits`), `engine/slice/codec.rs` (its snapshot
+//!   part), `engine/dedup.rs` (pipe mode, `dedupd filter`).
+//!
+//! Not here: `kafka/limits.rs` is the record-size limit of the topics a
+//! slice writes, another thing.
+
+pub mod counting;
+pub mod settings;
+pub mod stage;
+
+pub use settings::{FlagSettings, LimitSettings};
