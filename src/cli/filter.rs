@@ -74,11 +74,12 @@ pub struct FilterArgs {
     #[arg(long, value_enum, default_value_t = FilterKind::Timer)]
     pub kind: FilterKind,
     /// Where the dedup key comes from: `line` (the whole line) or
-    /// `json:/pointer` (a field of a JSON line).
+    /// `json:/pointer` (a field of a JSON line), or several joined by `+`
+    /// (`json:/user+json:/ad`: a composite key).
     #[arg(long, default_value = "line")]
     pub key: KeySpec,
     /// Where the event time comes from: `arrival` (the clock when read) or
-    /// `json:/pointer` (epoch milliseconds in the record).
+    /// `json:/pointer` (epoch milliseconds or an RFC 3339 time in the record).
     #[arg(long, default_value = "arrival")]
     pub time: TimeSpec,
     /// Sliding window: a key is a duplicate while its delivered copy is
