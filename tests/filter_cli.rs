@@ -403,3 +403,28 @@ fn count_kinds_are_deterministic_and_resume_from_saved_state() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A composite key (user and ad) with RFC 3339 times: the same user on
+/// another ad, or the same ad for another user, is distinct; the same pair
+/// within the window is a copy, and again after the window it is distinct.
+#[test]
+fn composite_keys_and_rfc3339_times() {
+    let lines = [
+        r#"{"user":"u1","ad":{"id":7},"at":"2024-05-01T12:00:00Z"}"#,
+        r#"{"user":"u1","ad":{"id":8},"at":"2024-05-01T12:00:01Z"}"#,
+        r#"{"user":"u2","ad":{"id":7},"at":"2024-05-01T12:00:02Z"}"#,
+        r#"{"user":"u1","ad":{"id":7},"at":"2024-05-01T14:00:30+02:00"}"#,
+        r#"{"user":"u3","ad":{"id":9},"at":"2024-05-01T12:00:50.000Z"}"#,
+        r#"{"user":"u1","ad":{"id":7},"at":"2024-05-01T12:02:01.000Z"}"#,
+        r#"{"user":"u1","at":"2024-05-01T12:02:01Z"}"#,
+        r#"{"user":"u1","ad":{"id":7},"at":"May 1st"}"#,
+    ];
+    let input = lines.join("\n") + "\n";
+    let args = ["--key", "json:/user+json:/ad/id", "--time", "json:/at", "--window", "2m", "--expected", "100"];
+    let run = run_filter(&args, input.as_bytes());
+    assert!(run.status.success(), "{}", run.stderr);
+    let kept: Vec<&str> = std::str::from_utf8(&run.stdout).unwrap().lines().collect();
+    assert_eq!(kept, [lines[0], lines[1], lines[2], lines[4], lines[5]], "{}", run.stderr);
+    assert!(run.stderr.contains("line 7: missing_key"), "{}", run.stderr);
+    assert!(run.stderr.contains("line 8: bad_time"), "{}", run.stderr);
+}
