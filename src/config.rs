@@ -2377,7 +2377,7 @@ mod tests {
         assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());
         // The idle timer filter is the smallest there is.
         assert!(params.cells <= 64 * 2, "{params:?}");
-        assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::count::DEFAULT_RNG_SEED);
+        assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::decaying::DEFAULT_RNG_SEED);
         let stable = load(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__FPR", "0.1")]).unwrap();
         assert!(stable.filter.resolve().unwrap().fingerprint().starts_with("kind=stable,"));
 

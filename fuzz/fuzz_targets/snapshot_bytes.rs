@@ -5,7 +5,7 @@
 #![no_main]
 
 use dedupd::engine::slice;
-use dedupd::filter::snapshot;
+use dedupd::filter::timer::snapshot;
 use dedupd_fuzz::{exercise, exercise_filter, samples};
 use libfuzzer_sys::fuzz_target;
 

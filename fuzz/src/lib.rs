@@ -147,8 +147,8 @@ pub fn exercise_filter(mut filter: SlidingFilter) {
         filter.observe(&hash, base.saturating_add(i * 11));
     }
     let _ = filter.estimated_fpr();
-    let bytes = dedupd::filter::snapshot::encode(&filter);
-    let again = dedupd::filter::snapshot::decode(&bytes, &params).expect("a filter's own snapshot decodes");
+    let bytes = dedupd::filter::timer::snapshot::encode(&filter);
+    let again = dedupd::filter::timer::snapshot::decode(&bytes, &params).expect("a filter's own snapshot decodes");
     assert!(again == filter, "a snapshot of a restored filter does not restore it");
 }
 

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use dedupd::filter::count::DEFAULT_RNG_SEED;
+use dedupd::filter::decaying::DEFAULT_RNG_SEED;
 use dedupd::filter::hash::DEFAULT_SEED;
 use dedupd::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
 use dedupd::testkit::oracle::Confusion;

@@ -18,7 +18,7 @@ use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
 };
-use crate::filter::count::{self, DEFAULT_RNG_SEED};
+use crate::filter::decaying::{self as count, DEFAULT_RNG_SEED};
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
 use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};

@@ -10,12 +10,12 @@
 
 use std::ops::Range;
 
-use super::copy::{CHUNK_BYTES, FilterCopy};
-use super::count::{self, CountFilter};
+use super::decaying::{self as count, CountFilter};
 use super::hash::KeyHash;
 use super::params::FilterParams;
-use super::sliding::{DeleteRefusal, SlidingFilter, Verdict};
-use super::snapshot::Skeleton;
+use super::timer::copy::{CHUNK_BYTES, FilterCopy};
+use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
+use super::timer::snapshot::Skeleton;
 
 /// One slice's filter, of whichever kind was configured.
 #[derive(Debug)]

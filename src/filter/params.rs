@@ -1,10 +1,10 @@
 //! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
 //! validated per-slice parameters the filter runs with ([`FilterParams`]).
 
-use super::count::CountSpec;
+use super::decaying::CountSpec;
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
 pub use super::param_error::ParamError;
-use super::sizing;
+use super::timer::sizing;
 
 /// When a slice starts a new generation (one-is-enough §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

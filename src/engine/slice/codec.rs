@@ -12,9 +12,9 @@ use super::super::record::Extractor;
 use super::frame::InputProgress;
 use super::judgment::SliceCounters;
 use super::state::SliceState;
-use crate::filter::count::{self as count_codec};
+use crate::filter::decaying::{self as count_codec};
 use crate::filter::envelope::{self, put_u32, put_u64};
-use crate::filter::snapshot as filter_snapshot;
+use crate::filter::timer::snapshot as filter_snapshot;
 use crate::filter::{FilterKind, FilterParams, SnapshotError};
 
 /// The first bytes of a slice snapshot.

@@ -3,7 +3,7 @@
 //! [`CountSpec`] is what a user asks for, [`CountFilter`] one filter of
 //! either kind, and [`encode`]/[`decode`] its snapshot.
 //!
-//! Snapshot (version 1, little-endian, in the envelope of [`super::snapshot`]):
+//! Snapshot (version 1, little-endian, in the envelope of [`super::timer::snapshot`]):
 //!
 //! ```text
 //! magic "DEDUPDCF" | version u16 | kind u8 (1 = rsbf, 2 = stable)
@@ -17,12 +17,21 @@
 //!
 //! Every parameter is checked against the configured filter; a timer-filter
 //! snapshot, or one of the other count kind, is refused naming the kind.
+//!
+//! Files from the bottom up (each imports only the shared files of
+//! [`crate::filter`], this one both):
+//!
+//! - [`rsbf`]: the reservoir-sampling Bloom filter.
+//! - [`stable`]: the Stable Bloom Filter.
+
+pub mod rsbf;
+pub mod stable;
 
 use super::envelope::{self, Reader, SnapshotError, TIMER_MAGIC, check, put_u32, put_u64};
 use super::hash::{DEFAULT_SEED, KeyHash};
 use super::param_error::ParamError;
-use super::rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
-use super::stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
+use rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
+use stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
 
 /// The first bytes of a count-filter snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDCF";
@@ -445,7 +454,8 @@ mod tests {
         assert!(e.to_string().contains("kind = rsbf but this filter has kind = stable"), "{e}");
 
         let timer = crate::filter::FilterSpec { window_ms: 1000, expected_keys: 100, ..Default::default() };
-        let timer_bytes = crate::filter::snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
+        let timer_bytes =
+            crate::filter::timer::snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
         let e = decode(&timer_bytes, &rsbf.build().unwrap()).unwrap_err();
         assert!(e.to_string().contains("kind = timer"), "{e}");
 
