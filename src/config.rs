@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
-use crate::filter::{CountKind, CountSpec, FilterSpec, Growth};
+use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 use crate::units::{parse_bytes, parse_duration_ms};
 
 /// A setting that cannot be used.
@@ -1193,7 +1193,7 @@ impl FilterSettings {
     /// `timer` spec (validated) is shrunk to the smallest there is: it stays
     /// empty, and its window only bounds `input.lateness` and is the default
     /// of `input.max_clock_jump`.
-    fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+    fn count_spec(&self, kind: DecayingKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
         // `timer` was resolved: 1 to 65536 slices.
         let slices = u64::from(self.slices);
         let share = self.memory / slices;
@@ -1207,7 +1207,7 @@ impl FilterSettings {
                 format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
             ));
         }
-        let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        let count = DecayingSpec { seed: self.seed, ..DecayingSpec::new(kind, share.saturating_mul(8), self.fpr) };
         count.fingerprint().map_err(|e| match e.setting {
             "memory" => invalid(
                 "filter.memory",
@@ -1392,8 +1392,8 @@ impl Settings {
         let (passthrough, count_kind) = match s.filter.kind.as_str() {
             "timer" => (false, None),
             "passthrough" => (true, None),
-            "rsbf" => (false, Some(CountKind::Rsbf)),
-            "stable" => (false, Some(CountKind::Stable)),
+            "rsbf" => (false, Some(DecayingKind::Rsbf)),
+            "stable" => (false, Some(DecayingKind::Stable)),
             other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
         };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
@@ -2371,7 +2371,7 @@ mod tests {
         .unwrap();
         let count = r.filter.count.as_ref().unwrap();
         // 2 MiB over 8 slices, in bits.
-        assert_eq!((count.kind, count.memory_bits, count.seed), (CountKind::Rsbf, (2 << 20) / 8 * 8, 7));
+        assert_eq!((count.kind, count.memory_bits, count.seed), (DecayingKind::Rsbf, (2 << 20) / 8 * 8, 7));
         let params = r.filter.resolve().unwrap();
         assert_eq!(params.count.as_ref(), Some(count));
         assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());

@@ -178,7 +178,7 @@ pub struct MemoryError {
     pub rule: String,
 }
 
-/// The filters a plan sizes: a timer filter per slice, or a count kind of
+/// The filters a plan sizes: a timer filter per slice, or a decaying kind of
 /// fixed size per slice.
 pub enum Filters<'a> {
     Timer(&'a FilterParams),
@@ -371,7 +371,7 @@ mod tests {
         let small = ContainerLimit { bytes: 16 << 20, ..limit };
         let e = plan(Filters::Timer(&p), 8, None, Some(small)).unwrap_err();
         assert!(e.value.contains("50% of the container's memory limit 16777216B"), "{e:?}");
-        // A count kind is its fixed size.
+        // A decaying kind is its fixed size.
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
     }

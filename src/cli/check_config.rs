@@ -293,7 +293,7 @@ mod tests {
     }
 
     #[test]
-    fn count_kinds_and_passthrough() {
+    fn decaying_kinds_and_passthrough() {
         let rsbf = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "8MiB")]));
         assert_eq!((rsbf.kind.as_str(), rsbf.slices, rsbf.cell_bits, rsbf.tick_ms), ("rsbf", 8, 1, None));
         // Each slice's share, 1 MiB, less what rounding its arrays to whole words leaves.

@@ -1,6 +1,6 @@
 //! The filter kinds a slice judges with, as one closed family chosen at
 //! start-up: the sliding-window timer filter (`filter.kind = "timer"`) and
-//! the count-based kinds (`rsbf`, `stable`). A closed enum, not a trait
+//! the decaying kinds (`rsbf`, `stable`). A closed enum, not a trait
 //! object: the record path matches on it, with no dynamic call.
 //!
 //! The family owns its snapshot copy: while one is in progress
@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::decaying::{self as count, CountFilter};
+use super::decaying::{self, DecayingFilter};
 use super::hash::KeyHash;
 use super::params::FilterParams;
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
@@ -32,9 +32,9 @@ pub struct SliceFilter {
 pub enum FilterKind {
     /// The sliding-window timer filter: records expire after the window.
     Timer(SlidingFilter),
-    /// A count-based kind: fixed memory, no window, nothing expires; late
+    /// A decaying kind: fixed memory, no window, nothing expires; late
     /// records are judged like any other, in their release order.
-    Count(CountFilter),
+    Decaying(DecayingFilter),
 }
 
 /// How a snapshot's filter part is copied.
@@ -42,7 +42,7 @@ pub enum FilterKind {
 enum Copied {
     /// The timer filter's cells, chunk by chunk while the slice goes on.
     Cells(FilterCopy),
-    /// A count-based filter, encoded whole when the copy began: the slice
+    /// A decaying filter, encoded whole when the copy began: the slice
     /// stops for one copy of its share of `filter.memory` (a pause over
     /// 100 ms is logged as a warning, and measured in
     /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
@@ -56,7 +56,7 @@ enum Copied {
 pub enum Prepared {
     /// The timer filter's encoding, this long (its cells are copied later).
     Cells(usize),
-    /// A count-based filter's whole encoding.
+    /// A decaying filter's whole encoding.
     Whole(Vec<u8>),
 }
 
@@ -95,11 +95,11 @@ impl From<FilterKind> for SliceFilter {
 }
 
 impl SliceFilter {
-    /// An empty filter of the kind `params` configures (a count kind when
+    /// An empty filter of the kind `params` configures (a decaying kind when
     /// it names one, validated at start-up).
     pub fn new(params: FilterParams) -> Self {
         let kind = match &params.count {
-            Some(spec) => FilterKind::Count(spec.build().expect("count filter settings validated at start-up")),
+            Some(spec) => FilterKind::Decaying(spec.build().expect("count filter settings validated at start-up")),
             None => FilterKind::Timer(SlidingFilter::new(params)),
         };
         kind.into()
@@ -113,15 +113,15 @@ impl SliceFilter {
     pub fn as_timer(&self) -> Option<&SlidingFilter> {
         match &self.kind {
             FilterKind::Timer(f) => Some(f),
-            FilterKind::Count(_) => None,
+            FilterKind::Decaying(_) => None,
         }
     }
 
-    /// The count-based filter, if this is one.
-    pub fn as_count(&self) -> Option<&CountFilter> {
+    /// The decaying filter, if this is one.
+    pub fn as_decaying(&self) -> Option<&DecayingFilter> {
         match &self.kind {
             FilterKind::Timer(_) => None,
-            FilterKind::Count(c) => Some(c),
+            FilterKind::Decaying(c) => Some(c),
         }
     }
 
@@ -129,31 +129,31 @@ impl SliceFilter {
     pub fn hash_seed(&self) -> u64 {
         match &self.kind {
             FilterKind::Timer(f) => f.params().seed,
-            FilterKind::Count(c) => c.hash_seed(),
+            FilterKind::Decaying(c) => c.hash_seed(),
         }
     }
 
-    /// Test-then-update for a key at `time_ms` (count kinds have no time and
+    /// Test-then-update for a key at `time_ms` (decaying kinds have no time and
     /// report no equal-timer groups).
     #[inline]
     pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
         match (&mut self.kind, &mut self.copy) {
             (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.observe_copying(hash, time_ms, copy),
             (FilterKind::Timer(f), _) => f.observe(hash, time_ms),
-            (FilterKind::Count(c), _) => match c.observe(hash) {
+            (FilterKind::Decaying(c), _) => match c.observe(hash) {
                 true => Verdict::Duplicate { equal_timers: 0 },
                 false => Verdict::Distinct,
             },
         }
     }
 
-    /// Forgets a key (deletable timer filters only; a count kind refuses,
+    /// Forgets a key (deletable timer filters only; a decaying kind refuses,
     /// as a timer filter that is not deletable does).
     pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
         match (&mut self.kind, &mut self.copy) {
             (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.delete_copying(hash, copy),
             (FilterKind::Timer(f), _) => f.delete(hash),
-            (FilterKind::Count(_), _) => Err(DeleteRefusal::NotDeletable),
+            (FilterKind::Decaying(_), _) => Err(DeleteRefusal::NotDeletable),
         }
     }
 
@@ -162,7 +162,7 @@ impl SliceFilter {
     pub fn prepare_copy(&self) -> Prepared {
         match &self.kind {
             FilterKind::Timer(f) => Prepared::Cells(Skeleton::of(f).len()),
-            FilterKind::Count(c) => Prepared::Whole(count::encode(c)),
+            FilterKind::Decaying(c) => Prepared::Whole(decaying::encode(c)),
         }
     }
 
@@ -178,10 +178,10 @@ impl SliceFilter {
                 buffer[..head.len()].copy_from_slice(head);
                 Copied::Cells(FilterCopy::begin(f, buffer, head.len(), trailer, CHUNK_BYTES))
             }
-            (FilterKind::Count(_), prepared) => {
+            (FilterKind::Decaying(_), prepared) => {
                 let bytes = match prepared {
                     Prepared::Whole(bytes) => bytes,
-                    Prepared::Cells(_) => unreachable!("a count kind is prepared whole"),
+                    Prepared::Cells(_) => unreachable!("a decaying kind is prepared whole"),
                 };
                 let filter = head.len()..head.len() + bytes.len();
                 buffer.clear();
@@ -223,7 +223,7 @@ impl SliceFilter {
         match (&self.kind, self.copy.take()?) {
             (FilterKind::Timer(f), Copied::Cells(c)) => Some(c.finish(f)),
             (_, Copied::Whole { buffer, filter }) => Some((buffer, filter)),
-            (FilterKind::Count(_), Copied::Cells(_)) => unreachable!("a count kind is copied whole"),
+            (FilterKind::Decaying(_), Copied::Cells(_)) => unreachable!("a decaying kind is copied whole"),
         }
     }
 
@@ -236,7 +236,7 @@ impl SliceFilter {
         match (&self.kind, prepared) {
             (FilterKind::Timer(f), _) => Skeleton::of(f).write(f, &mut buffer[filter.clone()]),
             (_, Prepared::Whole(bytes)) => buffer[filter.clone()].copy_from_slice(&bytes),
-            (FilterKind::Count(_), Prepared::Cells(_)) => unreachable!("a count kind is prepared whole"),
+            (FilterKind::Decaying(_), Prepared::Cells(_)) => unreachable!("a decaying kind is prepared whole"),
         }
         (buffer, filter)
     }
@@ -270,7 +270,7 @@ impl SliceFilter {
             }
             // The fraction of ones (rsbf) or of non-zero cells (stable)
             // stands for the density, the design FPR for the estimate.
-            FilterKind::Count(c) => {
+            FilterKind::Decaying(c) => {
                 let st = c.stats();
                 FilterFigures {
                     counters: [0; 3],

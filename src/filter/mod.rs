@@ -32,7 +32,7 @@ pub mod random;
 pub mod spectral;
 pub mod timer;
 
-pub use decaying::{CountFilter, CountKind, CountSize, CountSpec, CountStats};
+pub use decaying::{DecayingFilter, DecayingKind, DecayingSize, DecayingSpec, DecayingStats};
 pub use envelope::SnapshotError;
 pub use family::{FilterFigures, FilterKind, SliceFilter};
 pub use hash::KeyHash;

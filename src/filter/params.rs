@@ -1,7 +1,7 @@
 //! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
 //! validated per-slice parameters the filter runs with ([`FilterParams`]).
 
-use super::decaying::CountSpec;
+use super::decaying::DecayingSpec;
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
 pub use super::param_error::ParamError;
 use super::timer::sizing;
@@ -115,11 +115,11 @@ pub struct FilterSpec {
     /// L (design invariant 7); `None` judges it at the clock, as the paper
     /// does.
     pub lateness_ms: Option<u64>,
-    /// A count-based kind (`rsbf`, `stable`) that judges instead of the timer
+    /// A decaying kind (`rsbf`, `stable`) that judges instead of the timer
     /// filter, as one slice's filter (its memory is per slice). The timer
     /// settings above then size only the idle timer filter the slice keeps
     /// (the daemon makes it the smallest there is).
-    pub count: Option<CountSpec>,
+    pub count: Option<DecayingSpec>,
     /// Counting cells beside the timers (one saturating 8-bit counter per
     /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
     pub deletable: bool,
@@ -196,9 +196,9 @@ pub struct FilterParams {
     /// Lt: `⌈lateness_ms / tick_ms⌉`, 0 without lateness. Cells are kept
     /// (not swept) for W + Lt ticks, alive for verdicts at the clock for W.
     pub lateness_ticks: u32,
-    /// [`FilterSpec::count`]: with a count-based kind, it judges and the
+    /// [`FilterSpec::count`]: with a decaying kind, it judges and the
     /// fingerprint is its own.
-    pub count: Option<CountSpec>,
+    pub count: Option<DecayingSpec>,
     /// [`FilterSpec::deletable`]: every generation has a counter per cell.
     pub deletable: bool,
 }
@@ -360,7 +360,7 @@ impl FilterParams {
     /// fingerprints mean a snapshot can be restored.
     pub fn fingerprint(&self) -> String {
         if let Some(count) = &self.count {
-            // A count kind's state is its own filter's (the idle timer
+            // A decaying kind's state is its own filter's (the idle timer
             // filter's is empty by construction); resolve validated it. The
             // lateness decides which records a snapshot holds, as for timers.
             let own = count.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", count.kind.as_str()));

@@ -12,7 +12,7 @@ use super::super::record::Extractor;
 use super::frame::InputProgress;
 use super::judgment::SliceCounters;
 use super::state::SliceState;
-use crate::filter::decaying::{self as count_codec};
+use crate::filter::decaying;
 use crate::filter::envelope::{self, put_u32, put_u64};
 use crate::filter::timer::snapshot as filter_snapshot;
 use crate::filter::{FilterKind, FilterParams, SnapshotError};
@@ -308,9 +308,9 @@ pub fn decode_full(
         Some(spec) => {
             let configured =
                 spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-            FilterKind::Count(count_codec::decode(filter_bytes, &configured)?)
+            FilterKind::Decaying(decaying::decode(filter_bytes, &configured)?)
         }
-        None => match count_codec::kind_of(filter_bytes) {
+        None => match decaying::kind_of(filter_bytes) {
             Some(kind) => {
                 return Err(SnapshotError::ParameterMismatch {
                     parameter: "kind",

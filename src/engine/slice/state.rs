@@ -18,7 +18,7 @@ use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SliceFilter, Verdict};
 pub struct SliceState {
     pub slice: u32,
     /// The filter that judges every released record, of the configured
-    /// kind. A count-based kind's records are still released in event-time
+    /// kind. A decaying kind's records are still released in event-time
     /// order (the same order buffer), so its verdicts follow from the log
     /// alone as the timer filter's do.
     pub filter: SliceFilter,

@@ -48,7 +48,7 @@ fn one(s: &mut SliceState, r: &SliceRecord<'_>, ex: &Extractor) -> SliceVerdict 
 
 /// The router's reading stands for the slice's own: the same verdicts
 /// whether a record carries it or is read again; a reading taken with
-/// another seed (a count kind's) is not used.
+/// another seed (a decaying kind's) is not used.
 #[test]
 fn a_routers_reading_gives_the_verdicts_of_reading_the_record_again() {
     let ex = extractor();
@@ -239,18 +239,18 @@ fn refill_from(s: &mut SliceState, keys: &[[u8; 8]], times: &[i64], ex: &Extract
     s.refill(reread).unwrap();
 }
 
-fn count_params(kind: crate::filter::CountKind) -> FilterParams {
-    let count = crate::filter::CountSpec::new(kind, 3 * 4096, 0.1);
+fn count_params(kind: crate::filter::DecayingKind) -> FilterParams {
+    let count = crate::filter::DecayingSpec::new(kind, 3 * 4096, 0.1);
     FilterSpec { window_ms: 1000, expected_keys: 1, count: Some(count), ..FilterSpec::default() }.resolve().unwrap()
 }
 
-/// A count-based slice: records still wait for the watermark; a
+/// A decaying slice: records still wait for the watermark; a
 /// snapshot copied while the slice goes on, restored and refilled,
 /// continues exactly as the uninterrupted slice (the PRNG state is in
 /// it); and a snapshot of one kind is refused by a slice of another.
 #[test]
-fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
-    use crate::filter::CountKind;
+fn decaying_kinds_survive_a_snapshot_and_refuse_other_kinds() {
+    use crate::filter::DecayingKind;
     let ex = extractor();
     let mut rng = crate::filter::random::Rng::new(3);
     let keys: Vec<[u8; 8]> = (0..8_000u64).map(|_| rng.below(2_500).to_le_bytes()).collect();
@@ -263,14 +263,14 @@ fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
         }
         out
     };
-    for kind in [CountKind::Rsbf, CountKind::Stable] {
+    for kind in [DecayingKind::Rsbf, DecayingKind::Stable] {
         let configured = count_params(kind);
         let mut whole = SliceState::new(1, configured.clone(), 0, order(100));
         let expected = feed(&mut whole, 0..8_000);
         let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
         assert!(duplicates > 1_000 && duplicates < 7_000, "{kind:?}: {duplicates} duplicates");
-        let judged = whole.filter.as_count().expect("a count kind").stats().events;
-        assert_eq!(judged, expected.len() as u64, "the count kind judged every released record");
+        let judged = whole.filter.as_decaying().expect("a decaying kind").stats().events;
+        assert_eq!(judged, expected.len() as u64, "the decaying kind judged every released record");
 
         let mut first = SliceState::new(1, configured.clone(), 0, order(100));
         let mut got = feed(&mut first, 0..3_000);
@@ -290,8 +290,8 @@ fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
         assert_eq!(restored, whole);
 
         let other = match kind {
-            CountKind::Rsbf => CountKind::Stable,
-            CountKind::Stable => CountKind::Rsbf,
+            DecayingKind::Rsbf => DecayingKind::Stable,
+            DecayingKind::Stable => DecayingKind::Rsbf,
         };
         let e = decode(&bytes, 1, &count_params(other), order(100)).unwrap_err();
         assert!(e.to_string().contains(&format!("kind = {}", kind.as_str())), "{e}");

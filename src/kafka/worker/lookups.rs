@@ -36,11 +36,11 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                 }
                 match owned.state.filter.kind() {
                     // No timers: the filter's own test, without its update.
-                    FilterKind::Count(count) => serde_json::json!({
+                    FilterKind::Decaying(filter) => serde_json::json!({
                         "slice": s,
-                        "duplicate": count.contains(&hash),
-                        "kind": count.kind().as_str(),
-                        "hashes": count.stats().hashes,
+                        "duplicate": filter.contains(&hash),
+                        "kind": filter.kind().as_str(),
+                        "hashes": filter.stats().hashes,
                     }),
                     FilterKind::Timer(filter) => {
                         let l = filter.lookup(&hash);
