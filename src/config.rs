@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Deserializer};
 
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
-use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
+use crate::filter::{DecayingKind, DecayingSpec, FilterChoice, FilterSpec, Growth};
 use crate::units::{parse_bytes, parse_duration_ms};
 
 /// A setting that cannot be used.
@@ -1135,7 +1135,11 @@ pub struct Resolved {
     pub input_start: InputStart,
     pub key: KeySpec,
     pub time: TimeSpec,
+    /// The timer filter's settings (for a decaying kind, its idle timer filter's).
     pub filter: FilterSpec,
+    /// `filter.kind = "rsbf" | "stable"`: the decaying kind that judges
+    /// instead of the timer filter ([`Resolved::filter_choice`]).
+    pub decaying: Option<DecayingSpec>,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     /// `availability.policy`.
@@ -1185,15 +1189,24 @@ impl Resolved {
     pub fn leaf_cache(&self) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
         leaf_cache(&self.filter, self.settings.tier.verdict_delay)
     }
+
+    /// The kind the slices judge with and its settings (validated at load).
+    pub fn filter_choice(&self) -> Result<FilterChoice, crate::filter::ParamError> {
+        let params = self.filter.resolve()?;
+        Ok(match &self.decaying {
+            None => FilterChoice::Timer(params),
+            Some(spec) => FilterChoice::Decaying(params, spec.clone()),
+        })
+    }
 }
 
 impl FilterSettings {
-    /// The settings of a count-based kind: one filter per slice with an
+    /// The settings of a decaying kind: one filter per slice with an
     /// equal share of `memory`, judging instead of the timer filter, whose
     /// `timer` spec (validated) is shrunk to the smallest there is: it stays
     /// empty, and its window only bounds `input.lateness` and is the default
     /// of `input.max_clock_jump`.
-    fn count_spec(&self, kind: DecayingKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+    fn decaying_spec(&self, kind: DecayingKind, timer: FilterSpec) -> Result<(FilterSpec, DecayingSpec), ConfigError> {
         // `timer` was resolved: 1 to 65536 slices.
         let slices = u64::from(self.slices);
         let share = self.memory / slices;
@@ -1207,8 +1220,8 @@ impl FilterSettings {
                 format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
             ));
         }
-        let count = DecayingSpec { seed: self.seed, ..DecayingSpec::new(kind, share.saturating_mul(8), self.fpr) };
-        count.fingerprint().map_err(|e| match e.setting {
+        let decaying = DecayingSpec { seed: self.seed, ..DecayingSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        decaying.fingerprint().map_err(|e| match e.setting {
             "memory" => invalid(
                 "filter.memory",
                 format!("{}B", self.memory),
@@ -1221,14 +1234,9 @@ impl FilterSettings {
             ),
             other => invalid(&format!("filter.{other}"), e.value, e.rule),
         })?;
-        Ok(FilterSpec {
-            expected_keys: slices,
-            total_cells: None,
-            growth: Growth::None,
-            max_generations: 1,
-            count: Some(count),
-            ..timer
-        })
+        let timer =
+            FilterSpec { expected_keys: slices, total_cells: None, growth: Growth::None, max_generations: 1, ..timer };
+        Ok((timer, decaying))
     }
 }
 
@@ -1514,8 +1522,8 @@ impl Settings {
             };
             invalid(&name, e.value, e.rule)
         })?;
-        let filter = match count_kind {
-            None => filter,
+        let (filter, decaying) = match count_kind {
+            None => (filter, None),
             // Deleting needs the timer filter's counting cells; a count
             // kind forgets by itself.
             Some(kind) if s.filter.deletable => {
@@ -1525,7 +1533,10 @@ impl Settings {
                     format!("only the timer kind can delete keys, not filter.kind = {}", kind.as_str()),
                 ));
             }
-            Some(kind) => s.filter.count_spec(kind, filter)?,
+            Some(kind) => {
+                let (filter, decaying) = s.filter.decaying_spec(kind, filter)?;
+                (filter, Some(decaying))
+            }
         };
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
@@ -1662,7 +1673,7 @@ impl Settings {
                 invalid(&setting, e.value, format!("{} (a sparse leaf's cache)", e.rule))
             })?;
         }
-        let (filter, memory) = crate::memory::check(filter, s.filter.slices, s.filter.max_memory)
+        let (filter, memory) = crate::memory::check(filter, decaying.as_ref(), s.filter.slices, s.filter.max_memory)
             .map_err(|e| invalid(e.setting, e.value, e.rule))?;
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
@@ -1677,6 +1688,7 @@ impl Settings {
             key,
             time,
             filter,
+            decaying,
             slicing,
             on_corrupt,
             availability,
@@ -2357,11 +2369,11 @@ mod tests {
         );
     }
 
-    /// The count kinds: an equal share of `filter.memory` per slice, the
+    /// The decaying kinds: an equal share of `filter.memory` per slice, the
     /// seed, the kind and its parameters in the fingerprint; a budget too
     /// small for a slice is refused naming setting, value and rule.
     #[test]
-    fn count_kinds_are_resolved_and_validated() {
+    fn decaying_kinds_are_resolved_and_validated() {
         let r = load(&[
             ("DEDUPD__FILTER__KIND", "rsbf"),
             ("DEDUPD__FILTER__MEMORY", "2MiB"),
@@ -2369,17 +2381,18 @@ mod tests {
             ("DEDUPD__FILTER__FPR", "0.1"),
         ])
         .unwrap();
-        let count = r.filter.count.as_ref().unwrap();
+        let decaying = r.decaying.as_ref().unwrap();
         // 2 MiB over 8 slices, in bits.
-        assert_eq!((count.kind, count.memory_bits, count.seed), (DecayingKind::Rsbf, (2 << 20) / 8 * 8, 7));
-        let params = r.filter.resolve().unwrap();
-        assert_eq!(params.count.as_ref(), Some(count));
-        assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());
+        assert_eq!((decaying.kind, decaying.memory_bits, decaying.seed), (DecayingKind::Rsbf, (2 << 20) / 8 * 8, 7));
+        let choice = r.filter_choice().unwrap();
+        assert_eq!(choice.decaying(), Some(decaying));
+        assert!(choice.fingerprint().starts_with("kind=rsbf,"), "{}", choice.fingerprint());
         // The idle timer filter is the smallest there is.
+        let params = choice.params();
         assert!(params.cells <= 64 * 2, "{params:?}");
         assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::decaying::DEFAULT_RNG_SEED);
         let stable = load(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__FPR", "0.1")]).unwrap();
-        assert!(stable.filter.resolve().unwrap().fingerprint().starts_with("kind=stable,"));
+        assert!(stable.filter_choice().unwrap().fingerprint().starts_with("kind=stable,"));
 
         assert_eq!(
             rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "100B")]),

@@ -130,7 +130,8 @@ pub fn exercise(mut state: SliceState, params: &FilterParams, order: OrderSettin
         }
     }
     let bytes = slice::encode(&state);
-    let mut again = slice::decode(&bytes, slice, params, order).expect("a slice's own snapshot decodes");
+    let mut again =
+        slice::decode(&bytes, slice, &params.clone().into(), order).expect("a slice's own snapshot decodes");
     // The held records come back from the log: here, from the slice itself.
     let held = state.order.held().map(|(w, _)| (w.position, w.time_ms, w.item)).collect();
     again.refill(held).expect("every held record was given");

@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(total(&merged), total(&old));
         // A merged slice encodes and decodes under the new parameters.
         let bytes = super::super::slice::encode(&merged[5]);
-        let back = super::super::slice::decode(&bytes, 5, &p8, order).unwrap();
+        let back = super::super::slice::decode(&bytes, 5, &p8.clone().into(), order).unwrap();
         assert_eq!(back, merged[5]);
         // Refusals.
         assert!(matches!(merge(old.clone(), 16, &p8, order), Err(MergeError::Counts { .. })));

@@ -1,7 +1,8 @@
 //! The filter kinds a slice judges with, as one closed family chosen at
-//! start-up: the sliding-window timer filter (`filter.kind = "timer"`) and
-//! the decaying kinds (`rsbf`, `stable`). A closed enum, not a trait
-//! object: the record path matches on it, with no dynamic call.
+//! start-up ([`FilterChoice`]): the sliding-window timer filter
+//! (`filter.kind = "timer"`) and the decaying kinds (`rsbf`, `stable`). A
+//! closed enum, not a trait object: the record path matches on it, with no
+//! dynamic call.
 //!
 //! The family owns its snapshot copy: while one is in progress
 //! ([`SliceFilter::begin_copy`]), every change goes through it, so a caller
@@ -10,12 +11,66 @@
 
 use std::ops::Range;
 
-use super::decaying::{self, DecayingFilter};
+use super::decaying::{self, DecayingFilter, DecayingSpec};
 use super::hash::KeyHash;
 use super::params::FilterParams;
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
 use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
 use super::timer::snapshot::Skeleton;
+
+/// The kind the slices judge with, chosen at start-up, and its settings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FilterChoice {
+    /// The sliding-window timer filter.
+    Timer(FilterParams),
+    /// A decaying kind, one filter per slice (its memory is per slice). The
+    /// timer parameters beside it are the settings' idle timer filter (the
+    /// daemon makes it the smallest there is): its lateness decides which
+    /// records a snapshot holds, as for timers.
+    Decaying(FilterParams, DecayingSpec),
+}
+
+/// A timer filter's parameters choose the timer filter.
+impl From<FilterParams> for FilterChoice {
+    fn from(params: FilterParams) -> Self {
+        FilterChoice::Timer(params)
+    }
+}
+
+impl FilterChoice {
+    /// The timer parameters (of the idle timer filter for a decaying kind).
+    pub fn params(&self) -> &FilterParams {
+        match self {
+            FilterChoice::Timer(params) | FilterChoice::Decaying(params, _) => params,
+        }
+    }
+
+    /// The decaying kind's settings, if this is one.
+    pub fn decaying(&self) -> Option<&DecayingSpec> {
+        match self {
+            FilterChoice::Timer(_) => None,
+            FilterChoice::Decaying(_, spec) => Some(spec),
+        }
+    }
+
+    /// The parameters a snapshot's filter depends on, as text: equal
+    /// fingerprints mean a snapshot can be restored.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            FilterChoice::Timer(params) => params.fingerprint(),
+            FilterChoice::Decaying(params, spec) => {
+                // A decaying kind's state is its own filter's (the idle timer
+                // filter's is empty by construction), validated at start-up.
+                // The lateness decides which records a snapshot holds, as for timers.
+                let own = spec.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", spec.kind.as_str()));
+                match params.lateness_ms {
+                    None => own,
+                    Some(l) => format!("{own},lateness_ms={l}"),
+                }
+            }
+        }
+    }
+}
 
 /// One slice's filter, of whichever kind was configured.
 #[derive(Debug)]
@@ -95,12 +150,14 @@ impl From<FilterKind> for SliceFilter {
 }
 
 impl SliceFilter {
-    /// An empty filter of the kind `params` configures (a decaying kind when
-    /// it names one, validated at start-up).
-    pub fn new(params: FilterParams) -> Self {
-        let kind = match &params.count {
-            Some(spec) => FilterKind::Decaying(spec.build().expect("count filter settings validated at start-up")),
-            None => FilterKind::Timer(SlidingFilter::new(params)),
+    /// An empty filter of the kind chosen (a decaying kind's settings
+    /// validated at start-up).
+    pub fn new(choice: FilterChoice) -> Self {
+        let kind = match choice {
+            FilterChoice::Timer(params) => FilterKind::Timer(SlidingFilter::new(params)),
+            FilterChoice::Decaying(_, spec) => {
+                FilterKind::Decaying(spec.build().expect("count filter settings validated at start-up"))
+            }
         };
         kind.into()
     }

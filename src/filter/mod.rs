@@ -34,7 +34,7 @@ pub mod timer;
 
 pub use decaying::{DecayingFilter, DecayingKind, DecayingSize, DecayingSpec, DecayingStats};
 pub use envelope::SnapshotError;
-pub use family::{FilterFigures, FilterKind, SliceFilter};
+pub use family::{FilterChoice, FilterFigures, FilterKind, SliceFilter};
 pub use hash::KeyHash;
 pub use param_error::ParamError;
 pub use params::{FilterParams, FilterSpec, Growth, Layout};

@@ -11,7 +11,7 @@ use super::super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::super::record::{Extractor, InvalidRecord, RecordView};
 use super::frame::{InputProgress, Progress, SourceRef};
 use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
-use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SliceFilter, Verdict};
+use crate::filter::{DeleteRefusal, FilterChoice, KeyHash, SliceFilter, Verdict};
 
 /// The state of one slice.
 #[derive(Clone, Debug)]
@@ -72,11 +72,12 @@ impl PartialEq for SliceState {
 }
 
 impl SliceState {
-    /// A fresh slice that starts at `offset`.
-    pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
+    /// A fresh slice that starts at `offset`, judging with the filter
+    /// chosen (a timer filter's parameters choose the timer filter).
+    pub fn new(slice: u32, filter: impl Into<FilterChoice>, offset: u64, order: OrderSettings) -> Self {
         SliceState {
             slice,
-            filter: SliceFilter::new(params),
+            filter: SliceFilter::new(filter.into()),
             next_offset: offset,
             resend_marks: BTreeMap::new(),
             counters: SliceCounters::default(),
