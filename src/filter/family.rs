@@ -341,3 +341,29 @@ impl SliceFilter {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{DecayingKind, FilterSpec};
+
+    /// A decaying kind's fingerprint is its own filter's and the lateness,
+    /// as written in the manifests of running deployments: a change here
+    /// refuses their snapshots.
+    #[test]
+    fn decaying_fingerprints_are_the_ones_manifests_hold() {
+        let idle = FilterSpec { window_ms: 1000, expected_keys: 8, lateness_ms: Some(2_000), ..FilterSpec::default() };
+        let params = idle.resolve().unwrap();
+        let rsbf = "kind=rsbf,seed=0x6465647570640001,rng_seed=0x5eed0fded,arrays=6,array_bits=1398080,\
+                    p_star=0.03,lateness_ms=2000";
+        let stable = "kind=stable,seed=0x6465647570640001,rng_seed=0x5eed0fded,cell_bits=2,cells=4194304,\
+                      hashes=4,decrements=29.610367503652288,lateness_ms=2000";
+        for (kind, want) in [(DecayingKind::Rsbf, rsbf), (DecayingKind::Stable, stable)] {
+            let choice = FilterChoice::Decaying(params.clone(), DecayingSpec::new(kind, 8 << 20, 0.01));
+            assert_eq!(choice.fingerprint(), want);
+        }
+        let timer = FilterChoice::from(params.clone());
+        assert_eq!(timer.fingerprint(), params.fingerprint());
+        assert_eq!(timer.decaying(), None);
+    }
+}
