@@ -66,6 +66,7 @@ fn feed(state: &mut SliceState, n: u64, keys: u64) {
                 ..Default::default()
             },
             source: Some(SourceRef { topic: "clicks", partition: (i % 3) as i32, offset: (i / 3) as i64 }),
+            reading: None,
         };
         state.process(&rec, &ex, &mut out);
     }
@@ -120,6 +121,7 @@ pub fn exercise(mut state: SliceState, params: &FilterParams, order: OrderSettin
             offset,
             record: RecordView { key: Some(&key), payload: b"p", timestamp_ms: Some(ts.max(0)), ..Default::default() },
             source: None,
+            reading: None,
         };
         state.process(&rec, &ex, &mut out);
     }
