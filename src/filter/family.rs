@@ -214,7 +214,7 @@ impl SliceFilter {
         }
     }
 
-    /// The first step of a snapshot: the filter's part measured (a count
+    /// The first step of a snapshot: the filter's part measured (a decaying
     /// kind's encoded whole now), so that the caller can write its header.
     pub fn prepare_copy(&self) -> Prepared {
         match &self.kind {

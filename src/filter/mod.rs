@@ -14,8 +14,9 @@
 //! - `event`: an event, the verdict on it, the timer filter's counters.
 //! - [`timer`]: the sliding-window timer filter (`timer`): cells,
 //!   generations, slices, its snapshot and its copy-on-write copy.
-//! - [`family`]: the filter kinds a slice judges with, as one closed family
-//!   ([`SliceFilter`]) that owns its snapshot copy.
+//! - [`family`]: the kind chosen at start-up ([`FilterChoice`]) and the
+//!   filter a slice judges with, as one closed family ([`SliceFilter`]) that
+//!   owns its snapshot copy.
 //! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
 //!   windowed counts for frequency limits.
 //! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
@@ -34,12 +35,12 @@ pub mod timer;
 
 pub use decaying::{DecayingFilter, DecayingKind, DecayingSize, DecayingSpec, DecayingStats};
 pub use envelope::SnapshotError;
+pub use event::{Event, FilterCounters, Verdict};
 pub use family::{FilterChoice, FilterFigures, FilterKind, SliceFilter};
 pub use hash::KeyHash;
 pub use param_error::ParamError;
 pub use params::{FilterParams, FilterSpec, Growth, Layout};
 pub use timer::cells::advise_huge_pages;
-pub use timer::sliding::{Event, FilterCounters, Verdict};
 pub use timer::{DeleteRefusal, FilterCopy, Generation, Lookup, SlicedFilter, SlidingFilter};
 #[cfg(feature = "vertical")]
 pub use timer::{PipelineStats, VerticalFilter};
