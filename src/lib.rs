@@ -6,7 +6,7 @@
 //! lives; docs/design.md holds the invariants):
 //!
 //! - [`filter`]: the pure filters — hashing, timer cells, sliding
-//!   generations, the count-based kinds and the family a slice judges with
+//!   generations, the decaying kinds and the family a slice judges with
 //!   ([`filter::SliceFilter`]), their snapshots. No I/O, no clock.
 //! - [`engine`]: records in, judgments out — key and time extraction,
 //!   event-time order, one slice's deterministic state and its snapshot.

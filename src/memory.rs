@@ -15,7 +15,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::filter::{FilterParams, FilterSpec, Growth};
+use crate::filter::{DecayingSpec, FilterParams, FilterSpec, Growth};
 use crate::units::format_bytes;
 
 /// The cgroup v2 memory limit of the process's container.
@@ -178,7 +178,7 @@ pub struct MemoryError {
     pub rule: String,
 }
 
-/// The filters a plan sizes: a timer filter per slice, or a count kind of
+/// The filters a plan sizes: a timer filter per slice, or a decaying kind of
 /// fixed size per slice.
 pub enum Filters<'a> {
     Timer(&'a FilterParams),
@@ -267,21 +267,27 @@ pub fn plan(
     })
 }
 
-/// The start-up check of a validated filter spec: its worst case for
+/// The start-up check of a validated filter spec (and of the decaying kind
+/// that judges instead of its timer filter, if any): its worst case for
 /// `slices` slices against `cap` and this process's container limit; the
 /// spec comes back with the generation count the cap allows.
-pub fn check(spec: FilterSpec, slices: u32, cap: Option<u64>) -> Result<(FilterSpec, MemoryPlan), MemoryError> {
+pub fn check(
+    spec: FilterSpec,
+    decaying: Option<&DecayingSpec>,
+    slices: u32,
+    cap: Option<u64>,
+) -> Result<(FilterSpec, MemoryPlan), MemoryError> {
     let params = spec.resolve().map_err(|e| MemoryError {
         setting: "filter.expected_keys",
         value: e.value.clone(),
         rule: e.to_string(),
     })?;
-    let filters = match params.count.as_ref().and_then(|c| c.size().ok()) {
+    let filters = match decaying.and_then(|d| d.size().ok()) {
         Some(size) => Filters::Fixed { bytes_per_slice: size.bytes.saturating_add(params.memory_bytes()) },
         None => Filters::Timer(&params),
     };
     let plan = plan(filters, slices, cap, container_limit())?;
-    let max_generations = if params.count.is_some() { spec.max_generations } else { plan.max_generations };
+    let max_generations = if decaying.is_some() { spec.max_generations } else { plan.max_generations };
     Ok((FilterSpec { max_generations, ..spec }, plan))
 }
 
@@ -371,7 +377,7 @@ mod tests {
         let small = ContainerLimit { bytes: 16 << 20, ..limit };
         let e = plan(Filters::Timer(&p), 8, None, Some(small)).unwrap_err();
         assert!(e.value.contains("50% of the container's memory limit 16777216B"), "{e:?}");
-        // A count kind is its fixed size.
+        // A decaying kind is its fixed size.
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
     }

@@ -7,7 +7,7 @@
 //! the restart still dropped (the rebuilt filter is not an empty one).
 //!
 //! tests/checkpoint.rs covers the store's verdicts on its own; the snapshot
-//! codec's refusals are unit tests (src/filter/snapshot.rs, src/engine/slice.rs).
+//! codec's refusals are unit tests (src/filter/timer/snapshot.rs, src/engine/slice.rs).
 
 mod support;
 

@@ -320,11 +320,11 @@ fn uniform_lines(n: usize, universe: u64, seed: u64) -> Vec<u8> {
     (0..n).flat_map(|_| format!("k{}\n", rng.below(universe)).into_bytes()).collect()
 }
 
-/// The count-based kinds in pipe mode: the same seed gives the same output,
+/// The decaying kinds in pipe mode: the same seed gives the same output,
 /// another seed another one, and a run cut in two with --save-state and
 /// --load-state writes exactly what one uninterrupted run writes.
 #[test]
-fn count_kinds_are_deterministic_and_resume_from_saved_state() {
+fn decaying_kinds_are_deterministic_and_resume_from_saved_state() {
     let input = uniform_lines(60_000, 6_000, 3);
     let cut = input.len() / 2 + 7;
     let cut = cut + input[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;

@@ -10,10 +10,10 @@
 use dedupd::config::{ConfigError, Settings};
 use dedupd::engine::slice::{self, SliceState};
 use dedupd::engine::{Extractor, InvalidReason, OrderSettings, RecordView, SliceRecord, SliceVerdict};
-use dedupd::filter::{FilterParams, FilterSpec, KeyHash, Layout, SnapshotError};
+use dedupd::filter::{FilterChoice, FilterSpec, KeyHash, Layout, SnapshotError};
 
 /// The filter of the fuzz samples.
-fn params(timer_bits: u8, layout: Layout, lateness_ms: u64) -> FilterParams {
+fn params(timer_bits: u8, layout: Layout, lateness_ms: u64) -> FilterChoice {
     let spec = FilterSpec {
         window_ms: 2_000,
         expected_keys: 150,
@@ -22,7 +22,7 @@ fn params(timer_bits: u8, layout: Layout, lateness_ms: u64) -> FilterParams {
         lateness_ms: Some(lateness_ms),
         ..FilterSpec::default()
     };
-    spec.resolve().unwrap()
+    spec.resolve().unwrap().into()
 }
 
 fn order(lateness_ms: u64) -> OrderSettings {
@@ -83,7 +83,8 @@ fn restored_suspects_behind_the_clock_are_rejected_without_overflow() {
     assert!(!suspects.is_empty());
     let max_seen = state.order.marks().max_seen_ms.unwrap();
     // The times the fuzz target gave the held records when it put them back.
-    let held = state.unfilled.iter().map(|&(o, _)| (o, o * 13, KeyHash::of(p.seed, &o.to_le_bytes()))).collect();
+    let held =
+        state.unfilled.iter().map(|&(o, _)| (o, o * 13, KeyHash::of(p.params().seed, &o.to_le_bytes()))).collect();
     state.refill(held).unwrap();
     assert!(suspects.iter().all(|o| o * 13 < max_seen), "the suspects are behind the clock");
 

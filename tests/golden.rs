@@ -4,7 +4,7 @@
 //! either is a change of semantics (restored snapshots would continue
 //! differently), so these digests may only change with a new snapshot version.
 
-use dedupd::filter::snapshot;
+use dedupd::filter::timer::snapshot;
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, SlidingFilter, Verdict};
 use dedupd::testkit::workload::Rng;
 use twox_hash::XxHash3_64;

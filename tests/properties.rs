@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use dedupd::engine::{Deduplicator, Extractor, OrderSettings, RecordView};
-use dedupd::filter::snapshot;
+use dedupd::filter::timer::snapshot;
 use dedupd::filter::{FilterSpec, Growth, KeyHash, Layout, SlicedFilter, SlidingFilter, Verdict};
 use proptest::prelude::*;
 

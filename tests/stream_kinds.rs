@@ -1,8 +1,8 @@
-//! `dedupd run` with the count-based kinds (`filter.kind = "rsbf" | "stable"`)
+//! `dedupd run` with the decaying kinds (`filter.kind = "rsbf" | "stable"`)
 //! on the real broker, with input-partitions slicing (the slice log is the
 //! input partition, the same for every run; with repartition each run's
 //! router interleaves the input partitions as they arrive, so the order
-//! records reach a slice, which a count-based filter's verdicts depend on,
+//! records reach a slice, which a decaying filter's verdicts depend on,
 //! may differ between two separate runs): a run SIGKILLed mid-stream and restarted writes exactly
 //! the output of an uninterrupted run with the same seed (the PRNG state is in
 //! the snapshots), another seed gives other verdicts, a clean run logs no WARN
@@ -35,7 +35,7 @@ fn output(topic: &str) -> Output {
         .collect()
 }
 
-/// Settings of a count-kind app, with a memory small enough that each
+/// Settings of a decaying-kind app, with a memory small enough that each
 /// slice's filter forgets keys of the 3000-key stream by random resets (RSBF,
 /// past its warm-up of s records) or decrements (SBF) within a few thousand records.
 fn kind_env(app: &str, input: &str, mode: &str, slices: u32, kind: &str, seed: u64) -> Vec<(String, String)> {
@@ -51,7 +51,7 @@ fn kind_env(app: &str, input: &str, mode: &str, slices: u32, kind: &str, seed: u
             // An idle flush (a slice that receives nothing for the lateness)
             // judges its waiting records early; it is logged, so a restarted
             // run replays it, but two separate runs flush wherever the
-            // producer happened to pause. A count-based filter's verdicts
+            // producer happened to pause. A decaying filter's verdicts
             // depend on the order it judges in, so the runs compared here
             // must not flush mid-stream: 10 s covers the producer's pauses on
             // a loaded machine (2 s did not: the reference flushed three

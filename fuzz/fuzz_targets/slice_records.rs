@@ -105,7 +105,8 @@ fuzz_target!(|input: Input| {
             }
             Op::Restore => {
                 let bytes = slice::encode(&restored);
-                let mut back = slice::decode(&bytes, 7, &params, order).expect("a slice's own snapshot decodes");
+                let mut back =
+                    slice::decode(&bytes, 7, &params.clone().into(), order).expect("a slice's own snapshot decodes");
                 let held: Vec<(u64, u64, _)> = back
                     .unfilled
                     .iter()

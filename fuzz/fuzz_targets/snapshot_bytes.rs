@@ -5,13 +5,13 @@
 #![no_main]
 
 use dedupd::engine::slice;
-use dedupd::filter::snapshot;
+use dedupd::filter::timer::snapshot;
 use dedupd_fuzz::{exercise, exercise_filter, samples};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|bytes: &[u8]| {
     for s in samples() {
-        if let Ok(state) = slice::decode(bytes, s.slice, &s.params, s.order) {
+        if let Ok(state) = slice::decode(bytes, s.slice, &s.params.clone().into(), s.order) {
             exercise(state, &s.params, s.order);
         }
         if let Ok(filter) = snapshot::decode(bytes, &s.params) {

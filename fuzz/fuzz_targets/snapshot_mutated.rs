@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|m: Mutation| {
     let (s, bytes) = m.apply();
-    if let Ok(state) = slice::decode(&bytes, s.slice, &s.params, s.order) {
+    if let Ok(state) = slice::decode(&bytes, s.slice, &s.params.clone().into(), s.order) {
         exercise(state, &s.params, s.order);
     }
 });

@@ -66,6 +66,7 @@ fn feed(state: &mut SliceState, n: u64, keys: u64) {
                 ..Default::default()
             },
             source: Some(SourceRef { topic: "clicks", partition: (i % 3) as i32, offset: (i / 3) as i64 }),
+            reading: None,
         };
         state.process(&rec, &ex, &mut out);
     }
@@ -120,6 +121,7 @@ pub fn exercise(mut state: SliceState, params: &FilterParams, order: OrderSettin
             offset,
             record: RecordView { key: Some(&key), payload: b"p", timestamp_ms: Some(ts.max(0)), ..Default::default() },
             source: None,
+            reading: None,
         };
         state.process(&rec, &ex, &mut out);
     }
@@ -130,7 +132,8 @@ pub fn exercise(mut state: SliceState, params: &FilterParams, order: OrderSettin
         }
     }
     let bytes = slice::encode(&state);
-    let mut again = slice::decode(&bytes, slice, params, order).expect("a slice's own snapshot decodes");
+    let mut again =
+        slice::decode(&bytes, slice, &params.clone().into(), order).expect("a slice's own snapshot decodes");
     // The held records come back from the log: here, from the slice itself.
     let held = state.order.held().map(|(w, _)| (w.position, w.time_ms, w.item)).collect();
     again.refill(held).expect("every held record was given");
@@ -147,8 +150,8 @@ pub fn exercise_filter(mut filter: SlidingFilter) {
         filter.observe(&hash, base.saturating_add(i * 11));
     }
     let _ = filter.estimated_fpr();
-    let bytes = dedupd::filter::snapshot::encode(&filter);
-    let again = dedupd::filter::snapshot::decode(&bytes, &params).expect("a filter's own snapshot decodes");
+    let bytes = dedupd::filter::timer::snapshot::encode(&filter);
+    let again = dedupd::filter::timer::snapshot::decode(&bytes, &params).expect("a filter's own snapshot decodes");
     assert!(again == filter, "a snapshot of a restored filter does not restore it");
 }
 

@@ -1,6 +1,6 @@
 //! Test-then-insert throughput of one slice's filter judged sequentially
 //! against the same filter vertically sliced between T threads
-//! (`dedupd::filter::vertical`, docs/dev/vertical-slicing.md).
+//! (`dedupd::filter::timer::vertical`, docs/dev/vertical-slicing.md).
 //!
 //! The filter is sized for 10 M keys at 1% FPR (k = 7, 8-bit cells: 96 MiB,
 //! far beyond any cache), standard layout, no growth, a window of 10 M ms at

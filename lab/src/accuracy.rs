@@ -31,8 +31,9 @@ use std::time::Instant;
 use anyhow::Context as _;
 
 use dedupd::filter::hash::DEFAULT_SEED;
-use dedupd::filter::sliced::SlicedStats;
-use dedupd::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict, sizing};
+use dedupd::filter::timer::sizing;
+use dedupd::filter::timer::sliced::SlicedStats;
+use dedupd::filter::{FilterParams, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
 use dedupd::testkit::oracle::{Confusion, ExactWindow};
 use dedupd::testkit::workload::{KeyDist, RateProfile, Rng, Stream, Zipf};
 

@@ -29,7 +29,7 @@ use super::sim::{self, BloomTree, Horizontal, TreeKind, Vertical, cells_for, fai
 use super::stream_kinds::universe_for;
 use dedupd::filter::KeyHash;
 use dedupd::filter::hash::DEFAULT_SEED;
-use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
+use dedupd::filter::timer::sizing::{bloom_fpr, horizontal_fpr};
 use dedupd::testkit::text::TextCorpus;
 use dedupd::testkit::workload::{Rng, Zipf};
 

@@ -6,13 +6,13 @@
 //! and small so that its formulas (Eq. 3) and its operations (first-fit
 //! insert, delete only when exactly one filter matches, merge of
 //! under-filled filters, Def. 3 union by concatenation) can be checked, and
-//! so that the deletable timer generations (`dedupd::filter::generation`) can be
+//! so that the deletable timer generations (`dedupd::filter::timer::generation`) can be
 //! compared with it.
 
 use dedupd::filter::DeleteRefusal;
 use dedupd::filter::KeyHash;
-use dedupd::filter::generation::COUNTER_MAX;
-use dedupd::filter::sizing::bloom_fpr;
+use dedupd::filter::timer::generation::COUNTER_MAX;
+use dedupd::filter::timer::sizing::bloom_fpr;
 
 /// One counting Bloom filter of a DBF (an "SBF" in the paper).
 #[derive(Clone, Debug, PartialEq)]

@@ -16,7 +16,7 @@ enum Experiment {
     /// Accuracy against an exact oracle on synthetic streams; writes CSV and
     /// a markdown report.
     Accuracy(accuracy::AccuracyArgs),
-    /// The count-based kinds (rsbf, stable) and the timer filter at equal
+    /// The decaying kinds (rsbf, stable) and the timer filter at equal
     /// memory on uniform streams, against "ever seen before"; writes CSV.
     StreamKinds(stream_kinds::StreamKindsArgs),
     /// The paper's design space on a simulator: failures and S_f, slicing

@@ -454,7 +454,7 @@ impl BloomTree {
 mod tests {
     use super::*;
     use dedupd::filter::hash::DEFAULT_SEED;
-    use dedupd::filter::sizing::{bloom_fpr, horizontal_fpr};
+    use dedupd::filter::timer::sizing::{bloom_fpr, horizontal_fpr};
 
     fn key(i: u64) -> KeyHash {
         KeyHash::of(DEFAULT_SEED, &i.to_le_bytes())

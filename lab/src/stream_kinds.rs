@@ -1,4 +1,4 @@
-//! `dedupd-lab stream-kinds`: the count-based kinds (RSBF, SBF) and the
+//! `dedupd-lab stream-kinds`: the decaying kinds (RSBF, SBF) and the
 //! timer filter at equal memory on uniform streams with a given share of
 //! distinct records, against the exact answer "was this key ever seen
 //! before" (the question RSBF and SBF approximate: no window).
@@ -24,9 +24,9 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use dedupd::filter::count::DEFAULT_RNG_SEED;
+use dedupd::filter::decaying::DEFAULT_RNG_SEED;
 use dedupd::filter::hash::DEFAULT_SEED;
-use dedupd::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
+use dedupd::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, KeyHash, SlicedFilter, Verdict};
 use dedupd::testkit::oracle::Confusion;
 use dedupd::testkit::workload::Rng;
 
@@ -70,14 +70,14 @@ pub fn universe_for(records: u64, distinct: f64) -> u64 {
 
 /// One kind under test.
 enum Under {
-    Count(CountFilter),
+    Decaying(DecayingFilter),
     Timer(SlicedFilter),
 }
 
 impl Under {
     fn observe(&mut self, h: &KeyHash, i: u64) -> bool {
         match self {
-            Under::Count(f) => f.observe(h),
+            Under::Decaying(f) => f.observe(h),
             Under::Timer(f) => matches!(f.observe(h, i), Verdict::Duplicate { .. }),
         }
     }
@@ -85,7 +85,7 @@ impl Under {
     /// RSBF: ones over all arrays; SBF: non-zero cells; timer: live cells.
     fn ones(&self) -> f64 {
         match self {
-            Under::Count(f) => f.stats().ones_fraction,
+            Under::Decaying(f) => f.stats().ones_fraction,
             Under::Timer(f) => {
                 let s = f.stats();
                 s.live_cells as f64 / f.params().cells as f64
@@ -144,15 +144,16 @@ pub fn run(args: &StreamKindsArgs) -> anyhow::Result<()> {
                         (Under::Timer(f), k as u32, format!("m={cells} 4-bit cells; window={n}ms"), f64::NAN)
                     }
                     _ => {
-                        let ck = if kind == "rsbf" { CountKind::Rsbf } else { CountKind::Stable };
+                        let ck = if kind == "rsbf" { DecayingKind::Rsbf } else { DecayingKind::Stable };
                         // "stable-matched": the SBF whose stable FPR is the
                         // one RSBF measured, so FNRs compare at equal FPR.
                         let fpr = if kind == "stable-matched" { rsbf_fpr.clamp(1e-6, 0.5) } else { args.fpr };
-                        let spec = CountSpec { seed: DEFAULT_RNG_SEED ^ args.seed, ..CountSpec::new(ck, bits, fpr) };
+                        let spec =
+                            DecayingSpec { seed: DEFAULT_RNG_SEED ^ args.seed, ..DecayingSpec::new(ck, bits, fpr) };
                         let f = spec.build().map_err(|e| anyhow::anyhow!("{e}"))?;
                         let detail = match &f {
-                            CountFilter::Rsbf(r) => format!("s={} p*={}", r.params().array_bits, r.params().p_star),
-                            CountFilter::Stable(s) => {
+                            DecayingFilter::Rsbf(r) => format!("s={} p*={}", r.params().array_bits, r.params().p_star),
+                            DecayingFilter::Stable(s) => {
                                 let p = s.params();
                                 format!(
                                     "m={} Max={} P={:.2} fpr_t={:.5}",
@@ -164,7 +165,7 @@ pub fn run(args: &StreamKindsArgs) -> anyhow::Result<()> {
                             }
                         };
                         let st = f.stats();
-                        (Under::Count(f), st.hashes, detail, st.expected_ones_fraction)
+                        (Under::Decaying(f), st.hashes, detail, st.expected_ones_fraction)
                     }
                 };
                 let started = Instant::now();

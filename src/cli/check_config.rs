@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::config::{ChosenBy, REDACTED, Resolved, Settings, SettingsFile, Tier, is_secret_setting};
+use crate::filter::FilterChoice;
 use crate::units::{format_bytes, format_duration_ms};
 
 #[derive(Debug, Args)]
@@ -65,11 +66,12 @@ impl Sizing {
     /// The sizing `cfg` resolves to (validated settings: they resolve).
     pub fn of(cfg: &Resolved) -> Sizing {
         let settings = &cfg.settings.filter;
-        let (kind, slices, params) = match cfg.tier {
+        let (kind, slices, choice) = match cfg.tier {
             Tier::SparseLeaf => {
-                ("timer (sparse leaf cache)".to_string(), 1, cfg.leaf_cache().expect("validated at load"))
+                let cache = cfg.leaf_cache().expect("validated at load");
+                ("timer (sparse leaf cache)".to_string(), 1, FilterChoice::Timer(cache))
             }
-            _ => (settings.kind.clone(), settings.slices, cfg.filter.resolve().expect("validated at load")),
+            _ => (settings.kind.clone(), settings.slices, cfg.filter_choice().expect("validated at load")),
         };
         // Counting by the dedup key, [limit]'s stage judges and the timer
         // filter is the smallest there is (its memory is not sized here).
@@ -91,8 +93,8 @@ impl Sizing {
                 max_generations: None,
             };
         }
-        if let Some(count) = &params.count {
-            let size = count.size().expect("validated at load");
+        if let Some(decaying) = choice.decaying() {
+            let size = decaying.size().expect("validated at load");
             return Sizing {
                 kind,
                 slices,
@@ -104,6 +106,7 @@ impl Sizing {
                 max_generations: None,
             };
         }
+        let params = choice.params();
         Sizing {
             kind,
             slices,
@@ -293,7 +296,7 @@ mod tests {
     }
 
     #[test]
-    fn count_kinds_and_passthrough() {
+    fn decaying_kinds_and_passthrough() {
         let rsbf = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "8MiB")]));
         assert_eq!((rsbf.kind.as_str(), rsbf.slices, rsbf.cell_bits, rsbf.tick_ms), ("rsbf", 8, 1, None));
         // Each slice's share, 1 MiB, less what rounding its arrays to whole words leaves.

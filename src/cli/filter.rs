@@ -18,9 +18,9 @@ use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
 };
-use crate::filter::count::{self, DEFAULT_RNG_SEED};
+use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
-use crate::filter::{CountFilter, CountKind, CountSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
+use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
 /// Records per batch: large enough to amortise per-batch work, small enough
@@ -54,11 +54,11 @@ impl FilterKind {
         }
     }
 
-    /// The count-based kind, for `rsbf` and `stable`.
-    pub fn count_kind(self) -> Option<CountKind> {
+    /// The decaying kind, for `rsbf` and `stable`.
+    pub fn decaying_kind(self) -> Option<DecayingKind> {
         match self {
-            FilterKind::Rsbf => Some(CountKind::Rsbf),
-            FilterKind::Stable => Some(CountKind::Stable),
+            FilterKind::Rsbf => Some(DecayingKind::Rsbf),
+            FilterKind::Stable => Some(DecayingKind::Stable),
             FilterKind::Timer | FilterKind::Passthrough => None,
         }
     }
@@ -68,7 +68,7 @@ impl FilterKind {
 pub struct FilterArgs {
     /// `timer` (deduplicate within --window), `passthrough` (read and write
     /// every readable record, no filter: to measure what dedup costs), or the
-    /// count-based `rsbf` and `stable` (no window: fixed --memory for the
+    /// decaying `rsbf` and `stable` (no window: fixed --memory for the
     /// whole stream, records judged in arrival order; --window, --expected,
     /// --growth, --slices and the timer flags do not apply).
     #[arg(long, value_enum, default_value_t = FilterKind::Timer)]
@@ -337,9 +337,9 @@ impl FilterArgs {
 }
 
 impl FilterArgs {
-    /// The count-based filter of `rsbf` and `stable`, validated, from
+    /// The decaying filter of `rsbf` and `stable`, validated, from
     /// --load-state if given.
-    pub fn count_filter(&self, kind: CountKind) -> anyhow::Result<CountFilter> {
+    pub fn decaying_filter(&self, kind: DecayingKind) -> anyhow::Result<DecayingFilter> {
         if self.slices != 1 {
             anyhow::bail!(
                 "invalid --slices {}: the {} kind runs one filter over the whole stream (use 1)",
@@ -347,10 +347,10 @@ impl FilterArgs {
                 kind.as_str()
             );
         }
-        let spec = CountSpec {
+        let spec = DecayingSpec {
             hashes: self.hashes,
             seed: self.seed,
-            ..CountSpec::new(kind, self.memory.saturating_mul(8), self.fpr)
+            ..DecayingSpec::new(kind, self.memory.saturating_mul(8), self.fpr)
         };
         let filter = spec.build().map_err(|e| match e.setting {
             // The spec counts bits; the flag is in bytes.
@@ -362,7 +362,7 @@ impl FilterArgs {
             Some(path) => {
                 let bytes = std::fs::read(path)
                     .with_context(|| format!("cannot read the --load-state file {}", path.display()))?;
-                count::decode(&bytes, &filter)
+                decaying::decode(&bytes, &filter)
                     .with_context(|| format!("cannot restore the filter state in {}", path.display()))
             }
         }
@@ -443,8 +443,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
     let order = args.order_settings()?;
-    let mut dedup = match args.kind.count_kind() {
-        Some(kind) => Deduplicator::counting(args.count_filter(kind)?, extractor),
+    let mut dedup = match args.kind.decaying_kind() {
+        Some(kind) => Deduplicator::decaying(args.decaying_filter(kind)?, extractor),
         None => {
             if args.load_state.is_some() || args.save_state.is_some() {
                 anyhow::bail!("--load-state and --save-state are for --kind rsbf or stable");
@@ -527,8 +527,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("writing stdout")?,
     }
-    if let (Some(path), Some(count)) = (&args.save_state, dedup.count()) {
-        std::fs::write(path, count::encode(count))
+    if let (Some(path), Some(filter)) = (&args.save_state, dedup.decaying_filter()) {
+        std::fs::write(path, decaying::encode(filter))
             .with_context(|| format!("cannot write the --save-state file {}", path.display()))?;
     }
     let Tally { records, distinct, duplicates: duplicate, late_records, max_late_ms, invalid_by_reason } = tally;
@@ -576,9 +576,9 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             seed: None,
             counting: dedup.counting_stage().map(|s| CountingStatsJson::of(s, args.count_key.is_none())),
         };
-        if let Some(count) = dedup.count() {
+        if let Some(filter) = dedup.decaying_filter() {
             // The timer fields describe the idle timer filter: replace or clear them.
-            let c = count.stats();
+            let c = filter.stats();
             stats = FilterStats {
                 memory_bytes: c.memory_bytes,
                 estimated_fpr: c.design_fpr,

@@ -136,7 +136,8 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     } else {
         log::info!("{}", cfg.memory);
     }
-    let params = cfg.filter.resolve().expect("validated at load");
+    let filter = cfg.filter_choice().expect("validated at load");
+    let params = filter.params();
     let metrics = Arc::new(Metrics::new(params.hashes));
     metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
     metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
@@ -185,7 +186,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     };
     let id = cfg.settings.app.id.clone();
     let deps = Arc::new(worker::WorkerSetup {
-        params: params.clone(),
+        filter: filter.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
         flush_topic: cfg.flush_topic(),

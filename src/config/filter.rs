@@ -4,7 +4,7 @@ use serde::Deserialize;
 
 use super::error::{ConfigError, invalid};
 use super::values::{bytes, duration_ms, optional_bytes, optional_duration_ms};
-use crate::filter::{CountKind, CountSpec, FilterSpec, Growth};
+use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -53,12 +53,16 @@ pub struct FilterSettings {
 }
 
 impl FilterSettings {
-    /// The settings of a count-based kind: one filter per slice with an
+    /// The settings of a decaying kind: one filter per slice with an
     /// equal share of `memory`, judging instead of the timer filter, whose
     /// `timer` spec (validated) is shrunk to the smallest there is: it stays
     /// empty, and its window only bounds `input.lateness` and is the default
     /// of `input.max_clock_jump`.
-    pub(super) fn count_spec(&self, kind: CountKind, timer: FilterSpec) -> Result<FilterSpec, ConfigError> {
+    pub(super) fn decaying_spec(
+        &self,
+        kind: DecayingKind,
+        timer: FilterSpec,
+    ) -> Result<(FilterSpec, DecayingSpec), ConfigError> {
         // `timer` was resolved: 1 to 65536 slices.
         let slices = u64::from(self.slices);
         let share = self.memory / slices;
@@ -72,8 +76,8 @@ impl FilterSettings {
                 format!("at most 1TiB per slice ({slices} slices get {share}B each)"),
             ));
         }
-        let count = CountSpec { seed: self.seed, ..CountSpec::new(kind, share.saturating_mul(8), self.fpr) };
-        count.fingerprint().map_err(|e| match e.setting {
+        let decaying = DecayingSpec { seed: self.seed, ..DecayingSpec::new(kind, share.saturating_mul(8), self.fpr) };
+        decaying.fingerprint().map_err(|e| match e.setting {
             "memory" => invalid(
                 "filter.memory",
                 format!("{}B", self.memory),
@@ -86,13 +90,8 @@ impl FilterSettings {
             ),
             other => invalid(&format!("filter.{other}"), e.value, e.rule),
         })?;
-        Ok(FilterSpec {
-            expected_keys: slices,
-            total_cells: None,
-            growth: Growth::None,
-            max_generations: 1,
-            count: Some(count),
-            ..timer
-        })
+        let timer =
+            FilterSpec { expected_keys: slices, total_cells: None, growth: Growth::None, max_generations: 1, ..timer };
+        Ok((timer, decaying))
     }
 }

@@ -106,7 +106,11 @@ pub struct Resolved {
     pub input_start: InputStart,
     pub key: KeySpec,
     pub time: TimeSpec,
+    /// The timer filter's settings (for a decaying kind, its idle timer filter's).
     pub filter: FilterSpec,
+    /// `filter.kind = "rsbf" | "stable"`: the decaying kind that judges
+    /// instead of the timer filter ([`Resolved::filter_choice`]).
+    pub decaying: Option<crate::filter::DecayingSpec>,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     /// `availability.policy`.
@@ -155,6 +159,15 @@ impl Resolved {
     /// at their own time.
     pub fn leaf_cache(&self) -> Result<crate::filter::FilterParams, crate::filter::ParamError> {
         crate::features::tiers::settings::leaf_cache(&self.filter, self.settings.tier.verdict_delay)
+    }
+
+    /// The kind the slices judge with and its settings (validated at load).
+    pub fn filter_choice(&self) -> Result<crate::filter::FilterChoice, crate::filter::ParamError> {
+        let params = self.filter.resolve()?;
+        Ok(match &self.decaying {
+            None => crate::filter::FilterChoice::Timer(params),
+            Some(spec) => crate::filter::FilterChoice::Decaying(params, spec.clone()),
+        })
     }
 }
 

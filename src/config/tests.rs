@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::*;
-use crate::filter::CountKind;
+use crate::filter::DecayingKind;
 
 #[test]
 fn provenance_is_off_by_default_and_checked() {
@@ -641,11 +641,11 @@ fn the_token_file_is_read_at_start_up() {
     );
 }
 
-/// The count kinds: an equal share of `filter.memory` per slice, the
+/// The decaying kinds: an equal share of `filter.memory` per slice, the
 /// seed, the kind and its parameters in the fingerprint; a budget too
 /// small for a slice is refused naming setting, value and rule.
 #[test]
-fn count_kinds_are_resolved_and_validated() {
+fn decaying_kinds_are_resolved_and_validated() {
     let r = load(&[
         ("DEDUPD__FILTER__KIND", "rsbf"),
         ("DEDUPD__FILTER__MEMORY", "2MiB"),
@@ -653,17 +653,18 @@ fn count_kinds_are_resolved_and_validated() {
         ("DEDUPD__FILTER__FPR", "0.1"),
     ])
     .unwrap();
-    let count = r.filter.count.as_ref().unwrap();
+    let decaying = r.decaying.as_ref().unwrap();
     // 2 MiB over 8 slices, in bits.
-    assert_eq!((count.kind, count.memory_bits, count.seed), (CountKind::Rsbf, (2 << 20) / 8 * 8, 7));
-    let params = r.filter.resolve().unwrap();
-    assert_eq!(params.count.as_ref(), Some(count));
-    assert!(params.fingerprint().starts_with("kind=rsbf,"), "{}", params.fingerprint());
+    assert_eq!((decaying.kind, decaying.memory_bits, decaying.seed), (DecayingKind::Rsbf, (2 << 20) / 8 * 8, 7));
+    let choice = r.filter_choice().unwrap();
+    assert_eq!(choice.decaying(), Some(decaying));
+    assert!(choice.fingerprint().starts_with("kind=rsbf,"), "{}", choice.fingerprint());
     // The idle timer filter is the smallest there is.
+    let params = choice.params();
     assert!(params.cells <= 64 * 2, "{params:?}");
-    assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::count::DEFAULT_RNG_SEED);
+    assert_eq!(load(&[]).unwrap().settings.filter.seed, crate::filter::decaying::DEFAULT_RNG_SEED);
     let stable = load(&[("DEDUPD__FILTER__KIND", "stable"), ("DEDUPD__FILTER__FPR", "0.1")]).unwrap();
-    assert!(stable.filter.resolve().unwrap().fingerprint().starts_with("kind=stable,"));
+    assert!(stable.filter_choice().unwrap().fingerprint().starts_with("kind=stable,"));
 
     assert_eq!(
         rejected(&[("DEDUPD__FILTER__KIND", "rsbf"), ("DEDUPD__FILTER__MEMORY", "100B")]),

@@ -12,7 +12,7 @@ use super::{CHECKPOINT_SUFFIX, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::tiers::Tier;
 use crate::features::{deletes, limits, shared};
-use crate::filter::{CountKind, FilterSpec, Growth};
+use crate::filter::{DecayingKind, FilterSpec, Growth};
 use crate::units::parse_duration_ms;
 
 /// The longest topic name Kafka allows, in bytes.
@@ -120,8 +120,8 @@ impl Settings {
         let (passthrough, count_kind) = match s.filter.kind.as_str() {
             "timer" => (false, None),
             "passthrough" => (true, None),
-            "rsbf" => (false, Some(CountKind::Rsbf)),
-            "stable" => (false, Some(CountKind::Stable)),
+            "rsbf" => (false, Some(DecayingKind::Rsbf)),
+            "stable" => (false, Some(DecayingKind::Stable)),
             other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
         };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
@@ -223,9 +223,9 @@ impl Settings {
             };
             invalid(&name, e.value, e.rule)
         })?;
-        let filter = match count_kind {
-            None => filter,
-            // Deleting needs the timer filter's counting cells; a count
+        let (filter, decaying) = match count_kind {
+            None => (filter, None),
+            // Deleting needs the timer filter's counting cells; a decaying
             // kind forgets by itself.
             Some(kind) if s.filter.deletable => {
                 return Err(invalid(
@@ -234,7 +234,10 @@ impl Settings {
                     format!("only the timer kind can delete keys, not filter.kind = {}", kind.as_str()),
                 ));
             }
-            Some(kind) => s.filter.count_spec(kind, filter)?,
+            Some(kind) => {
+                let (filter, decaying) = s.filter.decaying_spec(kind, filter)?;
+                (filter, Some(decaying))
+            }
         };
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
@@ -316,7 +319,7 @@ impl Settings {
             ));
         }
         s.tier.check_leaf_cache(tier, &filter)?;
-        let (filter, memory) = crate::memory::check(filter, s.filter.slices, s.filter.max_memory)
+        let (filter, memory) = crate::memory::check(filter, decaying.as_ref(), s.filter.slices, s.filter.max_memory)
             .map_err(|e| invalid(e.setting, e.value, e.rule))?;
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
@@ -331,6 +334,7 @@ impl Settings {
             key,
             time,
             filter,
+            decaying,
             slicing,
             on_corrupt,
             availability,

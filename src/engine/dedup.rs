@@ -17,14 +17,14 @@
 //! dedup by counts); otherwise replays of a dedup key are dropped first and
 //! not counted.
 //!
-//! The count-based kinds (`rsbf`, `stable`) have no window and no notion of
+//! The decaying kinds (`rsbf`, `stable`) have no window and no notion of
 //! time: their records are judged at once, in arrival order, by the one
-//! [`CountFilter`] (see [`Deduplicator::counting`]).
+//! [`DecayingFilter`] (see [`Deduplicator::decaying`]).
 
 use super::counting::{CountMark, CountingStage};
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
-use crate::filter::{CountFilter, Event, KeyHash, SlicedFilter, Verdict};
+use crate::filter::{DecayingFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,8 +50,8 @@ pub struct Judged {
 /// Records in, judgments out, over a sliced filter.
 pub struct Deduplicator {
     filter: SlicedFilter,
-    /// A count-based filter judges instead of `filter` (which then stays empty).
-    count: Option<CountFilter>,
+    /// A decaying filter judges instead of `filter` (which then stays empty).
+    decaying: Option<DecayingFilter>,
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
@@ -83,7 +83,7 @@ impl Deduplicator {
         let seed = filter.params().seed;
         Deduplicator {
             filter,
-            count: None,
+            decaying: None,
             extractor,
             seed,
             passthrough: false,
@@ -96,15 +96,15 @@ impl Deduplicator {
         }
     }
 
-    /// Records judged by a count-based filter, in arrival order as they
+    /// Records judged by a decaying filter, in arrival order as they
     /// come (no window, so nothing to reorder: times are still extracted,
     /// and unreadable ones reported, exactly as for the timer filter).
-    pub fn counting(count: CountFilter, extractor: Extractor) -> Self {
+    pub fn decaying(filter: DecayingFilter, extractor: Extractor) -> Self {
         let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: u64::MAX, jump_confirmations: 1 };
         // The unused timer filter: the smallest one there is.
         let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, ..Default::default() };
-        let filter = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
-        Deduplicator { count: Some(count), ..Deduplicator::new(filter, extractor, order) }
+        let idle = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
+        Deduplicator { decaying: Some(filter), ..Deduplicator::new(idle, extractor, order) }
     }
 
     /// Adds the counting stage; `count_key` `None` counts by the dedup key
@@ -121,9 +121,9 @@ impl Deduplicator {
         self.counting.as_ref().map(|(s, _)| s)
     }
 
-    /// The count-based filter, for [`Self::counting`].
-    pub fn count(&self) -> Option<&CountFilter> {
-        self.count.as_ref()
+    /// The decaying filter, for [`Self::decaying`].
+    pub fn decaying_filter(&self) -> Option<&DecayingFilter> {
+        self.decaying.as_ref()
     }
 
     /// With `on`, records are read (key and time extracted, unreadable ones
@@ -149,7 +149,16 @@ impl Deduplicator {
     /// at once, the others as the watermark releases them.
     pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
         let Deduplicator {
-            order, events, released, extractor, seed, passthrough, next_position, count, counting, ..
+            order,
+            events,
+            released,
+            extractor,
+            seed,
+            passthrough,
+            next_position,
+            decaying,
+            counting,
+            ..
         } = self;
         for rec in records {
             let position = *next_position;
@@ -165,9 +174,9 @@ impl Deduplicator {
                 out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None, count: None });
                 continue;
             }
-            if let Some(c) = count {
+            if let Some(c) = decaying {
                 let duplicate = c.observe(&KeyHash::of(c.hash_seed(), &x.key));
-                // The count kinds report no equal-timer groups.
+                // The decaying kinds report no equal-timer groups.
                 let outcome = if duplicate { Outcome::Duplicate { equal_timers: 0 } } else { Outcome::Distinct };
                 out.push(Judged { position, outcome, late_by_ms: None, count: None });
                 continue;

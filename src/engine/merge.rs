@@ -41,7 +41,7 @@ pub enum MergeError {
         "slice {slice} holds a filter.kind = {kind} filter: only the timer kind's generations unite (run the \
          count kinds with their slice count, or start the new slices cold)"
     )]
-    CountKind { slice: u32, kind: &'static str },
+    DecayingKind { slice: u32, kind: &'static str },
     #[error("new slice {slice} would hold {generations} generations (at most 64 are restored)")]
     TooManyGenerations { slice: u32, generations: usize },
 }
@@ -126,8 +126,8 @@ pub fn merge(
         return Err(MergeError::Counts { from, to, rule: "the new count must be at least 1 and below the old one" });
     }
     for s in &old {
-        if let Some(count) = s.filter.as_count() {
-            return Err(MergeError::CountKind { slice: s.slice, kind: count.kind().as_str() });
+        if let Some(decaying) = s.filter.as_decaying() {
+            return Err(MergeError::DecayingKind { slice: s.slice, kind: decaying.kind().as_str() });
         }
         if !s.unfilled.is_empty() || s.order.held().next().is_some() {
             return Err(MergeError::Waiting { slice: s.slice, waiting: s.unfilled.len().max(s.order.held().count()) });
@@ -145,7 +145,7 @@ pub fn merge(
     for (j, from_slices) in plan.iter().enumerate() {
         let j = j as u32;
         let parts: Vec<&SliceState> = from_slices.iter().map(|&i| &old[i as usize]).collect();
-        // Count kinds were refused above: every part is a timer filter.
+        // Decaying kinds were refused above: every part is a timer filter.
         let timers = parts.iter().filter_map(|s| s.filter.as_timer().cloned()).collect();
         let filter = unite(timers, params, j)?;
         // Each old slice's counts go to one new slice (the first that takes it).
@@ -250,7 +250,7 @@ mod tests {
         assert_eq!(total(&merged), total(&old));
         // A merged slice encodes and decodes under the new parameters.
         let bytes = super::super::slice::encode(&merged[5]);
-        let back = super::super::slice::decode(&bytes, 5, &p8, order).unwrap();
+        let back = super::super::slice::decode(&bytes, 5, &p8.clone().into(), order).unwrap();
         assert_eq!(back, merged[5]);
         // Refusals.
         assert!(matches!(merge(old.clone(), 16, &p8, order), Err(MergeError::Counts { .. })));

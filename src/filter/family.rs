@@ -1,7 +1,8 @@
 //! The filter kinds a slice judges with, as one closed family chosen at
-//! start-up: the sliding-window timer filter (`filter.kind = "timer"`) and
-//! the count-based kinds (`rsbf`, `stable`). A closed enum, not a trait
-//! object: the record path matches on it, with no dynamic call.
+//! start-up ([`FilterChoice`]): the sliding-window timer filter
+//! (`filter.kind = "timer"`) and the decaying kinds (`rsbf`, `stable`). A
+//! closed enum, not a trait object: the record path matches on it, with no
+//! dynamic call.
 //!
 //! The family owns its snapshot copy: while one is in progress
 //! ([`SliceFilter::begin_copy`]), every change goes through it, so a caller
@@ -10,12 +11,66 @@
 
 use std::ops::Range;
 
-use super::copy::{CHUNK_BYTES, FilterCopy};
-use super::count::{self, CountFilter};
+use super::decaying::{self, DecayingFilter, DecayingSpec};
 use super::hash::KeyHash;
 use super::params::FilterParams;
-use super::sliding::{DeleteRefusal, SlidingFilter, Verdict};
-use super::snapshot::Skeleton;
+use super::timer::copy::{CHUNK_BYTES, FilterCopy};
+use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
+use super::timer::snapshot::Skeleton;
+
+/// The kind the slices judge with, chosen at start-up, and its settings.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FilterChoice {
+    /// The sliding-window timer filter.
+    Timer(FilterParams),
+    /// A decaying kind, one filter per slice (its memory is per slice). The
+    /// timer parameters beside it are the settings' idle timer filter (the
+    /// daemon makes it the smallest there is): its lateness decides which
+    /// records a snapshot holds, as for timers.
+    Decaying(FilterParams, DecayingSpec),
+}
+
+/// A timer filter's parameters choose the timer filter.
+impl From<FilterParams> for FilterChoice {
+    fn from(params: FilterParams) -> Self {
+        FilterChoice::Timer(params)
+    }
+}
+
+impl FilterChoice {
+    /// The timer parameters (of the idle timer filter for a decaying kind).
+    pub fn params(&self) -> &FilterParams {
+        match self {
+            FilterChoice::Timer(params) | FilterChoice::Decaying(params, _) => params,
+        }
+    }
+
+    /// The decaying kind's settings, if this is one.
+    pub fn decaying(&self) -> Option<&DecayingSpec> {
+        match self {
+            FilterChoice::Timer(_) => None,
+            FilterChoice::Decaying(_, spec) => Some(spec),
+        }
+    }
+
+    /// The parameters a snapshot's filter depends on, as text: equal
+    /// fingerprints mean a snapshot can be restored.
+    pub fn fingerprint(&self) -> String {
+        match self {
+            FilterChoice::Timer(params) => params.fingerprint(),
+            FilterChoice::Decaying(params, spec) => {
+                // A decaying kind's state is its own filter's (the idle timer
+                // filter's is empty by construction), validated at start-up.
+                // The lateness decides which records a snapshot holds, as for timers.
+                let own = spec.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", spec.kind.as_str()));
+                match params.lateness_ms {
+                    None => own,
+                    Some(l) => format!("{own},lateness_ms={l}"),
+                }
+            }
+        }
+    }
+}
 
 /// One slice's filter, of whichever kind was configured.
 #[derive(Debug)]
@@ -32,9 +87,9 @@ pub struct SliceFilter {
 pub enum FilterKind {
     /// The sliding-window timer filter: records expire after the window.
     Timer(SlidingFilter),
-    /// A count-based kind: fixed memory, no window, nothing expires; late
+    /// A decaying kind: fixed memory, no window, nothing expires; late
     /// records are judged like any other, in their release order.
-    Count(CountFilter),
+    Decaying(DecayingFilter),
 }
 
 /// How a snapshot's filter part is copied.
@@ -42,7 +97,7 @@ pub enum FilterKind {
 enum Copied {
     /// The timer filter's cells, chunk by chunk while the slice goes on.
     Cells(FilterCopy),
-    /// A count-based filter, encoded whole when the copy began: the slice
+    /// A decaying filter, encoded whole when the copy began: the slice
     /// stops for one copy of its share of `filter.memory` (a pause over
     /// 100 ms is logged as a warning, and measured in
     /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
@@ -56,7 +111,7 @@ enum Copied {
 pub enum Prepared {
     /// The timer filter's encoding, this long (its cells are copied later).
     Cells(usize),
-    /// A count-based filter's whole encoding.
+    /// A decaying filter's whole encoding.
     Whole(Vec<u8>),
 }
 
@@ -95,12 +150,14 @@ impl From<FilterKind> for SliceFilter {
 }
 
 impl SliceFilter {
-    /// An empty filter of the kind `params` configures (a count kind when
-    /// it names one, validated at start-up).
-    pub fn new(params: FilterParams) -> Self {
-        let kind = match &params.count {
-            Some(spec) => FilterKind::Count(spec.build().expect("count filter settings validated at start-up")),
-            None => FilterKind::Timer(SlidingFilter::new(params)),
+    /// An empty filter of the kind chosen (a decaying kind's settings
+    /// validated at start-up).
+    pub fn new(choice: FilterChoice) -> Self {
+        let kind = match choice {
+            FilterChoice::Timer(params) => FilterKind::Timer(SlidingFilter::new(params)),
+            FilterChoice::Decaying(_, spec) => {
+                FilterKind::Decaying(spec.build().expect("count filter settings validated at start-up"))
+            }
         };
         kind.into()
     }
@@ -113,15 +170,15 @@ impl SliceFilter {
     pub fn as_timer(&self) -> Option<&SlidingFilter> {
         match &self.kind {
             FilterKind::Timer(f) => Some(f),
-            FilterKind::Count(_) => None,
+            FilterKind::Decaying(_) => None,
         }
     }
 
-    /// The count-based filter, if this is one.
-    pub fn as_count(&self) -> Option<&CountFilter> {
+    /// The decaying filter, if this is one.
+    pub fn as_decaying(&self) -> Option<&DecayingFilter> {
         match &self.kind {
             FilterKind::Timer(_) => None,
-            FilterKind::Count(c) => Some(c),
+            FilterKind::Decaying(c) => Some(c),
         }
     }
 
@@ -129,40 +186,40 @@ impl SliceFilter {
     pub fn hash_seed(&self) -> u64 {
         match &self.kind {
             FilterKind::Timer(f) => f.params().seed,
-            FilterKind::Count(c) => c.hash_seed(),
+            FilterKind::Decaying(c) => c.hash_seed(),
         }
     }
 
-    /// Test-then-update for a key at `time_ms` (count kinds have no time and
+    /// Test-then-update for a key at `time_ms` (decaying kinds have no time and
     /// report no equal-timer groups).
     #[inline]
     pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
         match (&mut self.kind, &mut self.copy) {
             (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.observe_copying(hash, time_ms, copy),
             (FilterKind::Timer(f), _) => f.observe(hash, time_ms),
-            (FilterKind::Count(c), _) => match c.observe(hash) {
+            (FilterKind::Decaying(c), _) => match c.observe(hash) {
                 true => Verdict::Duplicate { equal_timers: 0 },
                 false => Verdict::Distinct,
             },
         }
     }
 
-    /// Forgets a key (deletable timer filters only; a count kind refuses,
+    /// Forgets a key (deletable timer filters only; a decaying kind refuses,
     /// as a timer filter that is not deletable does).
     pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
         match (&mut self.kind, &mut self.copy) {
             (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.delete_copying(hash, copy),
             (FilterKind::Timer(f), _) => f.delete(hash),
-            (FilterKind::Count(_), _) => Err(DeleteRefusal::NotDeletable),
+            (FilterKind::Decaying(_), _) => Err(DeleteRefusal::NotDeletable),
         }
     }
 
-    /// The first step of a snapshot: the filter's part measured (a count
+    /// The first step of a snapshot: the filter's part measured (a decaying
     /// kind's encoded whole now), so that the caller can write its header.
     pub fn prepare_copy(&self) -> Prepared {
         match &self.kind {
             FilterKind::Timer(f) => Prepared::Cells(Skeleton::of(f).len()),
-            FilterKind::Count(c) => Prepared::Whole(count::encode(c)),
+            FilterKind::Decaying(c) => Prepared::Whole(decaying::encode(c)),
         }
     }
 
@@ -178,10 +235,10 @@ impl SliceFilter {
                 buffer[..head.len()].copy_from_slice(head);
                 Copied::Cells(FilterCopy::begin(f, buffer, head.len(), trailer, CHUNK_BYTES))
             }
-            (FilterKind::Count(_), prepared) => {
+            (FilterKind::Decaying(_), prepared) => {
                 let bytes = match prepared {
                     Prepared::Whole(bytes) => bytes,
-                    Prepared::Cells(_) => unreachable!("a count kind is prepared whole"),
+                    Prepared::Cells(_) => unreachable!("a decaying kind is prepared whole"),
                 };
                 let filter = head.len()..head.len() + bytes.len();
                 buffer.clear();
@@ -223,7 +280,7 @@ impl SliceFilter {
         match (&self.kind, self.copy.take()?) {
             (FilterKind::Timer(f), Copied::Cells(c)) => Some(c.finish(f)),
             (_, Copied::Whole { buffer, filter }) => Some((buffer, filter)),
-            (FilterKind::Count(_), Copied::Cells(_)) => unreachable!("a count kind is copied whole"),
+            (FilterKind::Decaying(_), Copied::Cells(_)) => unreachable!("a decaying kind is copied whole"),
         }
     }
 
@@ -236,7 +293,7 @@ impl SliceFilter {
         match (&self.kind, prepared) {
             (FilterKind::Timer(f), _) => Skeleton::of(f).write(f, &mut buffer[filter.clone()]),
             (_, Prepared::Whole(bytes)) => buffer[filter.clone()].copy_from_slice(&bytes),
-            (FilterKind::Count(_), Prepared::Cells(_)) => unreachable!("a count kind is prepared whole"),
+            (FilterKind::Decaying(_), Prepared::Cells(_)) => unreachable!("a decaying kind is prepared whole"),
         }
         (buffer, filter)
     }
@@ -270,7 +327,7 @@ impl SliceFilter {
             }
             // The fraction of ones (rsbf) or of non-zero cells (stable)
             // stands for the density, the design FPR for the estimate.
-            FilterKind::Count(c) => {
+            FilterKind::Decaying(c) => {
                 let st = c.stats();
                 FilterFigures {
                     counters: [0; 3],
@@ -282,5 +339,31 @@ impl SliceFilter {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::filter::{DecayingKind, FilterSpec};
+
+    /// A decaying kind's fingerprint is its own filter's and the lateness,
+    /// as written in the manifests of running deployments: a change here
+    /// refuses their snapshots.
+    #[test]
+    fn decaying_fingerprints_are_the_ones_manifests_hold() {
+        let idle = FilterSpec { window_ms: 1000, expected_keys: 8, lateness_ms: Some(2_000), ..FilterSpec::default() };
+        let params = idle.resolve().unwrap();
+        let rsbf = "kind=rsbf,seed=0x6465647570640001,rng_seed=0x5eed0fded,arrays=6,array_bits=1398080,\
+                    p_star=0.03,lateness_ms=2000";
+        let stable = "kind=stable,seed=0x6465647570640001,rng_seed=0x5eed0fded,cell_bits=2,cells=4194304,\
+                      hashes=4,decrements=29.610367503652288,lateness_ms=2000";
+        for (kind, want) in [(DecayingKind::Rsbf, rsbf), (DecayingKind::Stable, stable)] {
+            let choice = FilterChoice::Decaying(params.clone(), DecayingSpec::new(kind, 8 << 20, 0.01));
+            assert_eq!(choice.fingerprint(), want);
+        }
+        let timer = FilterChoice::from(params.clone());
+        assert_eq!(timer.fingerprint(), params.fingerprint());
+        assert_eq!(timer.decaying(), None);
     }
 }

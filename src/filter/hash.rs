@@ -46,7 +46,7 @@ impl KeyHash {
     }
 
     /// The first `k` positions (k <= 64) of [`Self::probe`] over `m` cells,
-    /// in an array (the count-based filters' bits or cells: test, then update).
+    /// in an array (the decaying filters' bits or cells: test, then update).
     #[inline]
     pub fn first_positions(&self, m: u64, k: usize) -> [u64; 64] {
         let mut at = [0u64; 64];

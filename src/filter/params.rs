@@ -1,10 +1,9 @@
 //! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
 //! validated per-slice parameters the filter runs with ([`FilterParams`]).
 
-use super::count::CountSpec;
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
 pub use super::param_error::ParamError;
-use super::sizing;
+use super::timer::sizing;
 
 /// When a slice starts a new generation (one-is-enough §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,11 +114,6 @@ pub struct FilterSpec {
     /// L (design invariant 7); `None` judges it at the clock, as the paper
     /// does.
     pub lateness_ms: Option<u64>,
-    /// A count-based kind (`rsbf`, `stable`) that judges instead of the timer
-    /// filter, as one slice's filter (its memory is per slice). The timer
-    /// settings above then size only the idle timer filter the slice keeps
-    /// (the daemon makes it the smallest there is).
-    pub count: Option<CountSpec>,
     /// Counting cells beside the timers (one saturating 8-bit counter per
     /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
     pub deletable: bool,
@@ -145,7 +139,6 @@ impl Default for FilterSpec {
             seed: DEFAULT_SEED,
             layout: Layout::Standard,
             lateness_ms: None,
-            count: None,
             deletable: false,
         }
     }
@@ -196,9 +189,6 @@ pub struct FilterParams {
     /// Lt: `⌈lateness_ms / tick_ms⌉`, 0 without lateness. Cells are kept
     /// (not swept) for W + Lt ticks, alive for verdicts at the clock for W.
     pub lateness_ticks: u32,
-    /// [`FilterSpec::count`]: with a count-based kind, it judges and the
-    /// fingerprint is its own.
-    pub count: Option<CountSpec>,
     /// [`FilterSpec::deletable`]: every generation has a counter per cell.
     pub deletable: bool,
 }
@@ -211,9 +201,6 @@ impl FilterSpec {
         }
         if !(self.fpr > 0.0 && self.fpr < 1.0) {
             return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
-        }
-        if let Some(count) = &self.count {
-            count.fingerprint()?;
         }
         if self.expected_keys == 0 {
             return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
@@ -339,7 +326,6 @@ impl FilterSpec {
             layout: self.layout,
             lateness_ms: self.lateness_ms,
             lateness_ticks: lateness_ticks as u32,
-            count: self.count.clone(),
             deletable: self.deletable,
         })
     }
@@ -359,16 +345,6 @@ impl FilterParams {
     /// The parameters a snapshot's cells depend on, as text: equal
     /// fingerprints mean a snapshot can be restored.
     pub fn fingerprint(&self) -> String {
-        if let Some(count) = &self.count {
-            // A count kind's state is its own filter's (the idle timer
-            // filter's is empty by construction); resolve validated it. The
-            // lateness decides which records a snapshot holds, as for timers.
-            let own = count.fingerprint().unwrap_or_else(|e| format!("kind={},{e}", count.kind.as_str()));
-            return match self.lateness_ms {
-                None => own,
-                Some(l) => format!("{own},lateness_ms={l}"),
-            };
-        }
         let standard = format!(
             "seed={:#x},cells={},hashes={},timer_bits={},tick_ms={},window_ms={}",
             self.seed, self.cells, self.hashes, self.timer_bits, self.tick_ms, self.window_ms

@@ -1,5 +1,5 @@
 //! A small seeded PRNG (SplitMix64) whose whole state is one `u64`: the
-//! count-based filters draw their random resets and decrements from it and
+//! decaying filters draw their random resets and decrements from it and
 //! store that word in their snapshots, so a restored filter makes the same
 //! draws as one that never stopped. The workloads of the benchmarks use it
 //! too. Not for anything secret.

@@ -15,7 +15,7 @@ use super::{Context, KafkaLayerError};
 use crate::config::{Resolved, SlicingMode};
 use crate::engine::merge::{merge, sources};
 use crate::engine::slice as slice_codec;
-use crate::filter::FilterParams;
+use crate::filter::FilterChoice;
 
 /// What a merge did, per new slice: its old slices and where it starts.
 #[derive(Debug)]
@@ -39,10 +39,10 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
         ));
     }
     let (from, to) = (old_cfg.settings.filter.slices, new_cfg.settings.filter.slices);
-    let resolve = |cfg: &Resolved| -> Result<FilterParams, KafkaLayerError> {
-        cfg.filter.resolve().map_err(|e| fail(format!("filter settings: {e:?}")))
+    let resolve = |cfg: &Resolved| -> Result<FilterChoice, KafkaLayerError> {
+        cfg.filter_choice().map_err(|e| fail(format!("filter settings: {e:?}")))
     };
-    let (old_params, new_params) = (resolve(old_cfg)?, resolve(new_cfg)?);
+    let (old_filter, new_filter) = (resolve(old_cfg)?, resolve(new_cfg)?);
     let store = CheckpointStore::new(old_cfg)?;
     let id = &old_cfg.settings.app.id;
     let reader: Reader = clients::reader(old_cfg, &format!("{id}-merge-reader"))
@@ -63,14 +63,14 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
             Err(ReadError::Corrupt(_, why)) => return Err(fail(format!("slice {slice}: {why}"))),
         };
         store.check_owner(&manifest)?;
-        if manifest.params != old_params.fingerprint() {
+        if manifest.params != old_filter.fingerprint() {
             return Err(fail(format!(
                 "slice {slice}'s snapshot was taken with {} but the settings for {from} slices give {}",
                 manifest.params,
-                old_params.fingerprint()
+                old_filter.fingerprint()
             )));
         }
-        let state = slice_codec::decode(&bytes, slice, &old_params, old_cfg.order)
+        let state = slice_codec::decode(&bytes, slice, &old_filter, old_cfg.order)
             .map_err(|e| fail(format!("slice {slice}: {e}")))?;
         // The listed high watermark may be the last batch's base + 1
         // (Tansu): the end is one past the last record read from there.
@@ -88,13 +88,13 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
         old.push(state);
         manifests.push(manifest);
     }
-    let merged = merge(old, to, &new_params, new_cfg.order).map_err(|e| fail(e.to_string()))?;
+    let merged = merge(old, to, new_filter.params(), new_cfg.order).map_err(|e| fail(e.to_string()))?;
     let plan = sources(from, to);
     let mut images = Vec::with_capacity(merged.len());
     for state in &merged {
         let bytes = slice_codec::encode(state);
         // Checked before anything is written: the daemon will restore exactly this.
-        let back = slice_codec::decode(&bytes, state.slice, &new_params, new_cfg.order)
+        let back = slice_codec::decode(&bytes, state.slice, &new_filter, new_cfg.order)
             .map_err(|e| fail(format!("new slice {}: {e}", state.slice)))?;
         if &back != state {
             return Err(fail(format!("new slice {} does not decode to itself", state.slice)));
@@ -105,7 +105,7 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
     for (state, bytes) in merged.iter().zip(images) {
         let j = state.slice;
         let previous = &manifests[j as usize];
-        store.write(j, state.next_offset, &bytes, &new_params.fingerprint(), Some(previous))?;
+        store.write(j, state.next_offset, &bytes, &new_filter.fingerprint(), Some(previous))?;
         report.push(Merged {
             slice: j,
             from_slices: plan[j as usize].clone(),

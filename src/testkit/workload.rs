@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-/// The workloads' PRNG (SplitMix64), shared with the count-based filters.
+/// The workloads' PRNG (SplitMix64), shared with the decaying filters.
 pub use crate::filter::random::Rng;
 
 /// Zipf(α) over ranks `0..n` by inverse CDF.

@@ -11,10 +11,10 @@ use super::super::record::Extractor;
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
-use crate::filter::count::{self as count_codec};
+use crate::filter::decaying;
 use crate::filter::envelope::{self, put_u32, put_u64};
-use crate::filter::snapshot as filter_snapshot;
-use crate::filter::{FilterKind, FilterParams, SnapshotError};
+use crate::filter::timer::snapshot as filter_snapshot;
+use crate::filter::{FilterChoice, FilterKind, SnapshotError};
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
@@ -129,10 +129,10 @@ pub(super) fn encode_tagged(state: &SliceState) -> Vec<u8> {
 pub fn decode(
     bytes: &[u8],
     slice: u32,
-    params: &FilterParams,
+    filter: &FilterChoice,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    decode_with(bytes, slice, params, order, None)
+    decode_with(bytes, slice, filter, order, None)
 }
 
 /// [`decode`] with provenance configured as `provenance`: a snapshot taken
@@ -141,11 +141,11 @@ pub fn decode(
 pub fn decode_with(
     bytes: &[u8],
     slice: u32,
-    params: &FilterParams,
+    filter: &FilterChoice,
     order: OrderSettings,
     provenance: Option<&ProvenanceSetup>,
 ) -> Result<SliceState, SnapshotError> {
-    decode_full(bytes, slice, params, order, provenance, None)
+    decode_full(bytes, slice, filter, order, provenance, None)
 }
 
 /// [`decode_with`] with the counting stage configured as `counting` (its
@@ -156,7 +156,7 @@ pub fn decode_with(
 pub fn decode_full(
     bytes: &[u8],
     slice: u32,
-    params: &FilterParams,
+    filter: &FilterChoice,
     order: OrderSettings,
     provenance: Option<&ProvenanceSetup>,
     counting: Option<(&CountingSetup, &Extractor)>,
@@ -231,13 +231,13 @@ pub fn decode_full(
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
-    let filter = match &params.count {
-        Some(spec) => {
+    let filter = match filter {
+        FilterChoice::Decaying(_, spec) => {
             let configured =
                 spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-            FilterKind::Count(count_codec::decode(filter_bytes, &configured)?)
+            FilterKind::Decaying(decaying::decode(filter_bytes, &configured)?)
         }
-        None => match count_codec::kind_of(filter_bytes) {
+        FilterChoice::Timer(params) => match decaying::kind_of(filter_bytes) {
             Some(kind) => {
                 return Err(SnapshotError::ParameterMismatch {
                     parameter: "kind",

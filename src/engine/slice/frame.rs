@@ -76,7 +76,7 @@ pub const FRAME_MAGIC_READ_NULL: [u8; 4] = *b"\0dS2";
 /// hash, with the seed it hashed with, and the event time. The same
 /// extractor and the same bytes give the same reading in the slice, so a
 /// slice may take it instead of reading the record again — when its own
-/// hash seed is `seed` (a count kind hashes with its own).
+/// hash seed is `seed` (a decaying kind hashes with its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reading {
     pub seed: u64,

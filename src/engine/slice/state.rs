@@ -11,14 +11,14 @@ use super::super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::super::record::{Extractor, InvalidRecord, RecordView};
 use super::frame::{InputProgress, Progress, SourceRef};
 use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
-use crate::filter::{DeleteRefusal, FilterParams, KeyHash, SliceFilter, Verdict};
+use crate::filter::{DeleteRefusal, FilterChoice, KeyHash, SliceFilter, Verdict};
 
 /// The state of one slice.
 #[derive(Clone, Debug)]
 pub struct SliceState {
     pub slice: u32,
     /// The filter that judges every released record, of the configured
-    /// kind. A count-based kind's records are still released in event-time
+    /// kind. A decaying kind's records are still released in event-time
     /// order (the same order buffer), so its verdicts follow from the log
     /// alone as the timer filter's do.
     pub filter: SliceFilter,
@@ -72,11 +72,12 @@ impl PartialEq for SliceState {
 }
 
 impl SliceState {
-    /// A fresh slice that starts at `offset`.
-    pub fn new(slice: u32, params: FilterParams, offset: u64, order: OrderSettings) -> Self {
+    /// A fresh slice that starts at `offset`, judging with the filter
+    /// chosen (a timer filter's parameters choose the timer filter).
+    pub fn new(slice: u32, filter: impl Into<FilterChoice>, offset: u64, order: OrderSettings) -> Self {
         SliceState {
             slice,
-            filter: SliceFilter::new(params),
+            filter: SliceFilter::new(filter.into()),
             next_offset: offset,
             resend_marks: BTreeMap::new(),
             counters: SliceCounters::default(),

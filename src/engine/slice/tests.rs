@@ -4,7 +4,7 @@ use super::super::order::OrderSettings;
 use super::super::record::{Extractor, RecordView};
 use super::sections::{VERSION_PROGRESS, VERSION_PROVENANCE};
 use super::*;
-use crate::filter::{FilterParams, FilterSpec, KeyHash, SnapshotError};
+use crate::filter::{FilterChoice, FilterSpec, KeyHash, SnapshotError};
 
 fn extractor() -> Extractor {
     Extractor { key: "record-key".parse().unwrap(), time: "record-timestamp".parse().unwrap(), max_record_bytes: 100 }
@@ -19,8 +19,8 @@ fn rec<'a>(offset: u64, key: &'a [u8], ts: i64, source: Option<SourceRef<'a>>) -
     }
 }
 
-fn params() -> FilterParams {
-    FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap()
+fn params() -> FilterChoice {
+    FilterSpec { window_ms: 1000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap().into()
 }
 
 fn order(lateness_ms: u64) -> OrderSettings {
@@ -33,8 +33,8 @@ fn immediate() -> OrderSettings {
     OrderSettings { jump_confirmations: 1, ..order(0) }
 }
 
-fn fresh(slice: u32, params: FilterParams) -> SliceState {
-    SliceState::new(slice, params, 0, immediate())
+fn fresh(slice: u32, filter: FilterChoice) -> SliceState {
+    SliceState::new(slice, filter, 0, immediate())
 }
 
 /// Takes in one record with no lateness: exactly one judgment, its own.
@@ -48,7 +48,7 @@ fn one(s: &mut SliceState, r: &SliceRecord<'_>, ex: &Extractor) -> SliceVerdict 
 
 /// The router's reading stands for the slice's own: the same verdicts
 /// whether a record carries it or is read again; a reading taken with
-/// another seed (a count kind's) is not used.
+/// another seed (a decaying kind's) is not used.
 #[test]
 fn a_routers_reading_gives_the_verdicts_of_reading_the_record_again() {
     let ex = extractor();
@@ -67,16 +67,16 @@ fn a_routers_reading_gives_the_verdicts_of_reading_the_record_again() {
     };
     let again = run(None);
     assert!(again.iter().any(|v| matches!(v, SliceVerdict::Duplicate { .. })));
-    assert_eq!(run(Some(p.seed)), again);
+    assert_eq!(run(Some(p.params().seed)), again);
     // A reading whose seed is not the slice's is ignored (read again).
-    assert_eq!(run(Some(p.seed ^ 1)), again);
+    assert_eq!(run(Some(p.params().seed ^ 1)), again);
     // And it is what the slice judges by: a wrong hash under the slice's
     // seed changes the verdicts (so the test above can fail).
     let mut s = fresh(0, p.clone());
     let mut r = rec(0, b"a", 5, None);
     one(&mut s, &r, &ex);
     r.offset = 1;
-    r.reading = Some(Reading { seed: p.seed, hash: KeyHash::of(p.seed, b"b"), time_ms: 6 });
+    r.reading = Some(Reading { seed: p.params().seed, hash: KeyHash::of(p.params().seed, b"b"), time_ms: 6 });
     assert_eq!(one(&mut s, &r, &ex), SliceVerdict::Distinct);
 }
 
@@ -127,7 +127,7 @@ fn snapshot_round_trip_and_refusals() {
     bad[20] ^= 0xFF;
     assert!(matches!(decode(&bad, 3, &params(), immediate()), Err(SnapshotError::ChecksumMismatch { .. })));
     let other = FilterSpec { window_ms: 2000, expected_keys: 100, ..FilterSpec::default() }.resolve().unwrap();
-    assert!(matches!(decode(&bytes, 3, &other, immediate()), Err(SnapshotError::ParameterMismatch { .. })));
+    assert!(matches!(decode(&bytes, 3, &other.into(), immediate()), Err(SnapshotError::ParameterMismatch { .. })));
 }
 
 /// A copy taken while the slice goes on is the slice as it was when the
@@ -150,7 +150,7 @@ fn a_copy_is_the_state_when_it_began() {
         }
         verdicts
     };
-    let mut s = fresh(3, big);
+    let mut s = fresh(3, big.into());
     feed(&mut s, 0..20_000);
     let (expected, mut uncopied) = (encode(&s), s.clone());
     s.begin_copy(Vec::new());
@@ -167,7 +167,7 @@ fn a_copy_is_the_state_when_it_began() {
     uncopied.advance_copy(usize::MAX);
     assert!(uncopied.finish_copy().unwrap().seal() == encode(&uncopied));
     let timer = s.filter.as_timer().expect("a timer filter");
-    assert_eq!(decode(&expected, 3, timer.params(), immediate()).unwrap().next_offset, 20_000);
+    assert_eq!(decode(&expected, 3, &timer.params().clone().into(), immediate()).unwrap().next_offset, 20_000);
 }
 
 #[test]
@@ -239,18 +239,21 @@ fn refill_from(s: &mut SliceState, keys: &[[u8; 8]], times: &[i64], ex: &Extract
     s.refill(reread).unwrap();
 }
 
-fn count_params(kind: crate::filter::CountKind) -> FilterParams {
-    let count = crate::filter::CountSpec::new(kind, 3 * 4096, 0.1);
-    FilterSpec { window_ms: 1000, expected_keys: 1, count: Some(count), ..FilterSpec::default() }.resolve().unwrap()
+fn decaying(kind: crate::filter::DecayingKind) -> FilterChoice {
+    let spec = crate::filter::DecayingSpec::new(kind, 3 * 4096, 0.1);
+    FilterChoice::Decaying(
+        FilterSpec { window_ms: 1000, expected_keys: 1, ..FilterSpec::default() }.resolve().unwrap(),
+        spec,
+    )
 }
 
-/// A count-based slice: records still wait for the watermark; a
+/// A decaying slice: records still wait for the watermark; a
 /// snapshot copied while the slice goes on, restored and refilled,
 /// continues exactly as the uninterrupted slice (the PRNG state is in
 /// it); and a snapshot of one kind is refused by a slice of another.
 #[test]
-fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
-    use crate::filter::CountKind;
+fn decaying_kinds_survive_a_snapshot_and_refuse_other_kinds() {
+    use crate::filter::DecayingKind;
     let ex = extractor();
     let mut rng = crate::filter::random::Rng::new(3);
     let keys: Vec<[u8; 8]> = (0..8_000u64).map(|_| rng.below(2_500).to_le_bytes()).collect();
@@ -263,14 +266,14 @@ fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
         }
         out
     };
-    for kind in [CountKind::Rsbf, CountKind::Stable] {
-        let configured = count_params(kind);
+    for kind in [DecayingKind::Rsbf, DecayingKind::Stable] {
+        let configured = decaying(kind);
         let mut whole = SliceState::new(1, configured.clone(), 0, order(100));
         let expected = feed(&mut whole, 0..8_000);
         let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
         assert!(duplicates > 1_000 && duplicates < 7_000, "{kind:?}: {duplicates} duplicates");
-        let judged = whole.filter.as_count().expect("a count kind").stats().events;
-        assert_eq!(judged, expected.len() as u64, "the count kind judged every released record");
+        let judged = whole.filter.as_decaying().expect("a decaying kind").stats().events;
+        assert_eq!(judged, expected.len() as u64, "the decaying kind judged every released record");
 
         let mut first = SliceState::new(1, configured.clone(), 0, order(100));
         let mut got = feed(&mut first, 0..3_000);
@@ -290,17 +293,17 @@ fn count_kinds_survive_a_snapshot_and_refuse_other_kinds() {
         assert_eq!(restored, whole);
 
         let other = match kind {
-            CountKind::Rsbf => CountKind::Stable,
-            CountKind::Stable => CountKind::Rsbf,
+            DecayingKind::Rsbf => DecayingKind::Stable,
+            DecayingKind::Stable => DecayingKind::Rsbf,
         };
-        let e = decode(&bytes, 1, &count_params(other), order(100)).unwrap_err();
+        let e = decode(&bytes, 1, &decaying(other), order(100)).unwrap_err();
         assert!(e.to_string().contains(&format!("kind = {}", kind.as_str())), "{e}");
         let e = decode(&bytes, 1, &params(), order(100)).unwrap_err();
         assert!(e.to_string().contains(&format!("kind = {} but this filter has kind = timer", kind.as_str())), "{e}");
         let timer = encode(&fresh(1, params()));
-        let e = decode(&timer, 1, &count_params(kind), order(100)).unwrap_err();
+        let e = decode(&timer, 1, &decaying(kind), order(100)).unwrap_err();
         assert!(e.to_string().contains("kind = timer"), "{e}");
-        assert_ne!(configured.fingerprint(), count_params(other).fingerprint());
+        assert_ne!(configured.fingerprint(), decaying(other).fingerprint());
     }
 }
 
@@ -393,7 +396,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
     let p = &whole.provenance.as_ref().unwrap().sources;
     let judged: BTreeSet<u64> = expected.iter().map(|j| j.offset).collect();
     for i in (0..2_000).filter(|&i| judged.contains(&(i as u64)) && times[i] >= 11_000) {
-        let listed = p.query(&KeyHash::of(params().seed, &keys[i])).sources;
+        let listed = p.query(&KeyHash::of(params().params().seed, &keys[i])).sources;
         assert!(listed.iter().any(|s| **s == *sources[i]), "record {i}: {} not in {listed:?}", sources[i]);
     }
     // Provenance turned off: the section is skipped; resized: it starts

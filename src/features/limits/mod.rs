@@ -7,7 +7,7 @@
 //!   `[tier]` are in `config/validate.rs`, which has both).
 //! - Stage (engine layer, deterministic): [`counting`], the counting stage —
 //!   the limit and flag policies over windowed Spectral Bloom Filter counts
-//!   (`filter/spectral.rs`), shared with pipe mode; [`stage`], the stage as
+//!   (`filter/spectral/`), shared with pipe mode; [`stage`], the stage as
 //!   a slice runs it (count keys, the hashes waiting for the watermark, its
 //!   part of the snapshot).
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes

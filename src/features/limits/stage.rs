@@ -137,10 +137,10 @@ mod tests {
     use crate::engine::order::OrderSettings;
     use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
     use crate::filter::spectral::{Estimator, SpectralParams};
-    use crate::filter::{FilterParams, FilterSpec};
+    use crate::filter::{FilterChoice, FilterSpec};
 
-    fn params() -> FilterParams {
-        FilterSpec { window_ms: 1000, expected_keys: 2_000, ..FilterSpec::default() }.resolve().unwrap()
+    fn params() -> FilterChoice {
+        FilterSpec { window_ms: 1000, expected_keys: 2_000, ..FilterSpec::default() }.resolve().unwrap().into()
     }
 
     fn setup(count_key: Option<KeySpec>) -> CountingSetup {

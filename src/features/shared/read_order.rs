@@ -24,7 +24,7 @@
 //! input records from a few partitions is a few runs.
 //!
 //! The encoding is versioned and checksummed like the snapshots
-//! ([`crate::filter::snapshot`]): magic, version, the body, XXH3-64 of
+//! ([`crate::filter::timer::snapshot`]): magic, version, the body, XXH3-64 of
 //! everything before it.
 
 use std::collections::BTreeMap;

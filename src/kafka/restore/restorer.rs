@@ -14,7 +14,7 @@ use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::features::shared::read_order::{self, ReadOrder};
-use crate::filter::FilterParams;
+use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
 };
@@ -62,7 +62,7 @@ pub struct ResumePoint {
 pub struct Restorer<'a> {
     pub store: &'a CheckpointStore,
     pub reader: &'a Reader,
-    pub params: &'a FilterParams,
+    pub filter: &'a FilterChoice,
     pub order: OrderSettings,
     pub extractor: &'a Extractor,
     pub slice_topic: &'a str,
@@ -103,8 +103,8 @@ struct LogEnd {
 
 /// The fingerprint of a slice's snapshot: the filter's parameters and the
 /// counting stage's (a snapshot taken with other ones is refused).
-pub fn fingerprint(params: &FilterParams, counting: Option<&CountingSetup>) -> String {
-    let mut f = params.fingerprint();
+pub fn fingerprint(filter: &FilterChoice, counting: Option<&CountingSetup>) -> String {
+    let mut f = filter.fingerprint();
     if let Some(c) = counting {
         f.push_str(&c.fingerprint());
     }
@@ -263,11 +263,11 @@ impl Restorer<'_> {
     /// Decodes a slice snapshot with the configured filter, order and provenance.
     fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
         let counting = self.counting.map(|c| (c, self.extractor));
-        slice_codec::decode_full(bytes, slice, self.params, self.order, self.provenance, counting)
+        slice_codec::decode_full(bytes, slice, self.filter, self.order, self.provenance, counting)
     }
 
     fn fingerprint(&self) -> String {
-        fingerprint(self.params, self.counting)
+        fingerprint(self.filter, self.counting)
     }
 
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
@@ -357,7 +357,7 @@ impl Restorer<'_> {
                     SlicingMode::Shared => read_order::position(first, 0),
                     _ => first,
                 };
-                let mut fresh = SliceState::new(slice, self.params.clone(), start, self.order);
+                let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
                 fresh.set_provenance(self.provenance);
                 fresh.set_counting(self.counting, self.extractor);
                 (fresh, BTreeMap::new())

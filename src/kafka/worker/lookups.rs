@@ -36,11 +36,11 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                 }
                 match owned.state.filter.kind() {
                     // No timers: the filter's own test, without its update.
-                    FilterKind::Count(count) => serde_json::json!({
+                    FilterKind::Decaying(filter) => serde_json::json!({
                         "slice": s,
-                        "duplicate": count.contains(&hash),
-                        "kind": count.kind().as_str(),
-                        "hashes": count.stats().hashes,
+                        "duplicate": filter.contains(&hash),
+                        "kind": filter.kind().as_str(),
+                        "hashes": filter.stats().hashes,
                     }),
                     FilterKind::Timer(filter) => {
                         let l = filter.lookup(&hash);
@@ -48,7 +48,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                             "slice": s,
                             "duplicate": l.duplicate,
                             "alive_cells": l.alive_cells,
-                            "hashes": deps.params.hashes,
+                            "hashes": deps.filter.params().hashes,
                             "equal_timers": l.equal_timers,
                             "clock_ms": filter.clock_ms(),
                         })
@@ -73,7 +73,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
 /// count key, so a dedup key's slice is not known either: every owned slice
 /// is asked.
 fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
-    let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+    let hash = crate::filter::KeyHash::of(deps.filter.params().seed, key);
     let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
     (hash, routed_slice(deps, &hash, routed_by_key))
 }
@@ -100,7 +100,7 @@ fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool)
 pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
     let (deps, inner) = (deps.clone(), inner.clone());
     Arc::new(move |key: &[u8]| {
-        let hash = crate::filter::KeyHash::of(deps.params.seed, key);
+        let hash = crate::filter::KeyHash::of(deps.filter.params().seed, key);
         // The router routes by the count key (the dedup key, or limit.count_key).
         let home = routed_slice(&deps, &hash, true);
         let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;

@@ -149,8 +149,8 @@ fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Resu
     let owner = inner.clone();
     let delete = crate::features::deletes::requests::delete_fn(
         &deps.cfg,
-        deps.params.seed,
-        deps.params.deletable,
+        deps.filter.params().seed,
+        deps.filter.params().deletable,
         &deps.slice_topic,
         deps.status.clone(),
         // A worker busy past the wait (waiting for the broker) is taken for

@@ -65,7 +65,7 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
     Restorer {
         store: &deps.store,
         reader: &deps.reader,
-        params: &deps.params,
+        filter: &deps.filter,
         order: deps.cfg.order,
         extractor: &deps.extractor,
         slice_topic: &deps.slice_topic,

@@ -8,7 +8,7 @@ use crate::admin::Status;
 use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::features::shared::read_order;
-use crate::filter::FilterParams;
+use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::producer::OutputProducer;
@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 /// clients and the metrics (built by `dedupd run`, read-only afterwards).
 pub struct WorkerSetup {
     pub cfg: Resolved,
-    pub params: FilterParams,
+    pub filter: FilterChoice,
     pub extractor: Extractor,
     pub slice_topic: String,
     /// The idle flush log, partition = slice.

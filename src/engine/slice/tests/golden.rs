@@ -19,7 +19,7 @@ use crate::engine::provenance::{ProvenanceSetup, SourceSpec};
 use crate::engine::{CountingSpec, KeySpec};
 use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 use crate::filter::spectral::{CounterKind, Estimator, SpectralParams};
-use crate::filter::{CountKind, CountSpec};
+use crate::filter::{DecayingKind, DecayingSpec, FilterChoice};
 
 /// Records in the stream; the snapshot is taken after `CUT` of them.
 const RECORDS: usize = 1_500;
@@ -66,14 +66,18 @@ impl Case {
         }
     }
 
-    fn params(self) -> FilterParams {
-        let count = match self {
-            Case::Rsbf => Some(CountSpec::new(CountKind::Rsbf, 3 * 1024, 0.1)),
-            Case::Stable => Some(CountSpec::new(CountKind::Stable, 3 * 1024, 0.1)),
+    fn filter(self) -> FilterChoice {
+        let decaying = match self {
+            Case::Rsbf => Some(DecayingSpec::new(DecayingKind::Rsbf, 3 * 1024, 0.1)),
+            Case::Stable => Some(DecayingSpec::new(DecayingKind::Stable, 3 * 1024, 0.1)),
             _ => None,
         };
-        let expected_keys = if count.is_some() { 1 } else { 150 };
-        FilterSpec { window_ms: 2_000, expected_keys, count, ..FilterSpec::default() }.resolve().unwrap()
+        let expected_keys = if decaying.is_some() { 1 } else { 150 };
+        let params = FilterSpec { window_ms: 2_000, expected_keys, ..FilterSpec::default() }.resolve().unwrap();
+        match decaying {
+            Some(spec) => FilterChoice::Decaying(params, spec),
+            None => FilterChoice::Timer(params),
+        }
     }
 
     fn provenance(self) -> Option<ProvenanceSetup> {
@@ -112,7 +116,7 @@ impl Case {
     }
 
     fn fresh(self) -> SliceState {
-        let mut s = SliceState::new(4, self.params(), 0, order(300));
+        let mut s = SliceState::new(4, self.filter(), 0, order(300));
         s.set_provenance(self.provenance().as_ref());
         s.set_counting(self.counting().as_ref(), &extractor());
         s
@@ -120,7 +124,7 @@ impl Case {
 
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {
         let (provenance, counting, ex) = (self.provenance(), self.counting(), extractor());
-        decode_full(bytes, 4, &self.params(), order(300), provenance.as_ref(), counting.as_ref().map(|c| (c, &ex)))
+        decode_full(bytes, 4, &self.filter(), order(300), provenance.as_ref(), counting.as_ref().map(|c| (c, &ex)))
     }
 }
 

@@ -23,8 +23,9 @@
 use std::ops::Range;
 
 use super::generation::{CellWrites, Generation};
-use super::sliding::SlidingFilter;
+use super::sliding::{DeleteRefusal, SlidingFilter, Verdict};
 use super::snapshot::Skeleton;
+use crate::filter::hash::KeyHash;
 
 /// Bytes of cell storage copied as one piece: small enough that copying
 /// one is a pause of microseconds, large enough that the bookkeeping (a
@@ -115,13 +116,13 @@ impl SlidingFilter {
     /// [`SlidingFilter::observe`] while `copy` (begun on this filter) is in
     /// progress: the same verdict and state, and the cells it writes are
     /// saved to the copy first.
-    pub fn observe_copying(&mut self, hash: &super::KeyHash, time_ms: u64, copy: &mut FilterCopy) -> super::Verdict {
+    pub fn observe_copying(&mut self, hash: &KeyHash, time_ms: u64, copy: &mut FilterCopy) -> Verdict {
         self.observe_telling(hash, time_ms, copy)
     }
 
     /// [`SlidingFilter::delete`] while `copy` is in progress, as
     /// [`Self::observe_copying`].
-    pub fn delete_copying(&mut self, hash: &super::KeyHash, copy: &mut FilterCopy) -> Result<(), super::DeleteRefusal> {
+    pub fn delete_copying(&mut self, hash: &KeyHash, copy: &mut FilterCopy) -> Result<(), DeleteRefusal> {
         self.delete_telling(hash, copy)
     }
 }
@@ -260,9 +261,10 @@ impl CellWrites for FilterCopy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::KeyHash;
     use crate::filter::hash::DEFAULT_SEED;
     use crate::filter::params::{FilterSpec, Growth, Layout};
-    use crate::filter::{KeyHash, snapshot};
+    use crate::filter::timer::snapshot;
     use crate::testkit::workload::Rng;
 
     /// Finishes `copy` and seals it: the snapshot bytes, and the buffer.

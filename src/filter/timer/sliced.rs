@@ -1,10 +1,10 @@
 //! Horizontal slicing (one-is-enough §3, Def. 1): S independent slice
 //! filters; a key goes to slice `H_S(key)` and only that slice sees it.
 
-use super::hash::KeyHash;
-use super::params::{FilterParams, FilterSpec, ParamError};
 use super::sizing;
 use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
+use crate::filter::hash::KeyHash;
+use crate::filter::params::{FilterParams, FilterSpec, ParamError};
 
 /// S slice filters behind one hash-based router (no Kafka: the pipe mode
 /// and the accuracy harness run all slices in one thread).

@@ -41,9 +41,9 @@
 //! seeded [`Rng`] whose state is part of the filter (and of its snapshot),
 //! so the same stream gives the same verdicts, interrupted or not.
 
-use super::hash::KeyHash;
-use super::param_error::ParamError;
-use super::random::Rng;
+use crate::filter::hash::KeyHash;
+use crate::filter::param_error::ParamError;
+use crate::filter::random::Rng;
 
 /// The paper's insertion threshold p* (all its experiments use 0.03).
 pub const DEFAULT_P_STAR: f64 = 0.03;

@@ -1,7 +1,7 @@
 //! Timer cell arrays: `m` cells of `b` bits each (4 ≤ b ≤ 32).
 //!
 //! A cell holds 0 (empty) or the compact time it was last set (see
-//! [`crate::filter::clock`]). Narrow cells are what make a timer filter
+//! [`super::clock`]). Narrow cells are what make a timer filter
 //! smaller than an exact table, so they are first-class: 4-bit cells are
 //! packed two per byte, 8/16/32-bit cells use plain vectors, and every other
 //! width is bit-packed with `bitvec`.
@@ -349,11 +349,11 @@ pub(crate) enum CellArray {
 macro_rules! with_cells {
     ($cells:expr, $c:ident => $body:expr) => {
         match $cells {
-            $crate::filter::cells::CellArray::Nibble($c) => $body,
-            $crate::filter::cells::CellArray::Byte($c) => $body,
-            $crate::filter::cells::CellArray::Half($c) => $body,
-            $crate::filter::cells::CellArray::Word($c) => $body,
-            $crate::filter::cells::CellArray::Packed($c) => $body,
+            $crate::filter::timer::cells::CellArray::Nibble($c) => $body,
+            $crate::filter::timer::cells::CellArray::Byte($c) => $body,
+            $crate::filter::timer::cells::CellArray::Half($c) => $body,
+            $crate::filter::timer::cells::CellArray::Word($c) => $body,
+            $crate::filter::timer::cells::CellArray::Packed($c) => $body,
         }
     };
 }

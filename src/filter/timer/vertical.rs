@@ -114,9 +114,9 @@ use std::sync::{Mutex, PoisonError};
 use super::cells::{CellsPart, PART_ALIGN, prefetch};
 use super::clock::Now;
 use super::generation::{Generation, most_equal};
-use super::hash::{BLOCK_CELLS, KeyHash};
-use super::params::{Layout, MAX_HASHES};
 use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
+use crate::filter::hash::{BLOCK_CELLS, KeyHash};
+use crate::filter::params::{Layout, MAX_HASHES};
 
 mod pool;
 use pool::Pool;

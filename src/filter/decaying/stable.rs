@@ -27,9 +27,9 @@
 //! The random decrements come from one seeded [`Rng`] whose state is part
 //! of the filter and its snapshot.
 
-use super::hash::KeyHash;
-use super::param_error::ParamError;
-use super::random::Rng;
+use crate::filter::hash::KeyHash;
+use crate::filter::param_error::ParamError;
+use crate::filter::random::Rng;
 
 /// Default cell width d (Max = 3).
 pub const DEFAULT_CELL_BITS: u8 = 2;

@@ -34,7 +34,7 @@
 //! each relocation having been preceded by growth using up its group's
 //! slack, so a rebuild is O(1) amortised per bit of growth.
 //!
-//! Semantics are those of the fixed-width store ([`super::spectral::Counters`]):
+//! Semantics are those of the fixed-width store ([`super::Counters`]):
 //! counters saturate at `2^bits - 1`, a saturated counter is never
 //! decremented, union adds (saturating). Pure: no I/O.
 

@@ -20,11 +20,11 @@
 //! stays bounded, and every such insert is counted as `saturated_inserts`.
 
 use super::clock::{AliveTable, Now};
-pub use super::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use super::generation::{CellWrites, Generation, Judged, Run, Untold};
-use super::hash::KeyHash;
-use super::params::{FilterParams, Growth, MAX_LEVEL};
 use super::sizing;
+pub use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
+use crate::filter::hash::KeyHash;
+use crate::filter::params::{FilterParams, Growth, MAX_LEVEL};
 
 /// Why [`SlidingFilter::delete`] refused to remove a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

@@ -29,14 +29,19 @@
 //! test `recurring_minimum_undercounts_rarely`). Where an undercount must
 //! never happen (limits), prefer MI or MS.
 //!
+//!
+//! [`compact_counters`], below this file, is the compact store.
+//!
 //! Pure: no I/O, no clock.
+
+pub mod compact_counters;
 
 use std::borrow::Cow;
 use std::fmt;
 
-use super::compact_counters::CompactCounters;
 use super::hash::KeyHash;
 use super::param_error::ParamError;
+use compact_counters::CompactCounters;
 
 /// The most hash positions a key may have (k).
 pub const MAX_HASHES: u32 = 16;

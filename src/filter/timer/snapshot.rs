@@ -35,13 +35,13 @@
 
 use super::cells::CellArray;
 use super::clock::Now;
-use super::envelope::{SnapshotError, begin, check, open_any, put_u32, put_u64, seal_in_place};
 use super::generation::{Generation, StoredGeneration};
-use super::params::{FilterParams, Layout, MAX_LEVEL};
 use super::sliding::{FilterCounters, SlidingFilter};
+use crate::filter::envelope::{SnapshotError, begin, check, open_any, put_u32, put_u64, seal_in_place};
+use crate::filter::params::{FilterParams, Layout, MAX_LEVEL};
 
 /// The first bytes of every slice snapshot.
-pub const MAGIC: [u8; 8] = super::envelope::TIMER_MAGIC;
+pub const MAGIC: [u8; 8] = crate::filter::envelope::TIMER_MAGIC;
 /// The format version of a filter without counting cells.
 pub const VERSION: u16 = 1;
 /// The format version of a deletable filter (counting cells per generation).
@@ -348,8 +348,8 @@ mod tests {
     /// kind are in tests/fuzz_regressions.rs).
     #[test]
     fn refuses_a_cell_the_sweep_would_not_clear_in_time() {
-        use crate::filter::cells::{TimerCells, with_cells};
-        use crate::filter::clock::Now;
+        use crate::filter::timer::cells::{TimerCells, with_cells};
+        use crate::filter::timer::clock::Now;
         let mut f = busy_filter();
         let p = f.params().clone();
         f.observe(&KeyHash::of(DEFAULT_SEED, b"later"), 20 * u64::from(p.period) * p.tick_ms);

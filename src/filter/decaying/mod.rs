@@ -1,9 +1,11 @@
-//! The count-based filter kinds, `rsbf` and `stable`: fixed memory, no time
+//! The decaying filter kinds, `rsbf` and `stable`: fixed memory, no time
 //! window, for unbounded streams ("drop anything seen recently, forever").
-//! [`CountSpec`] is what a user asks for, [`CountFilter`] one filter of
+//! Both forget old keys at random: RSBF by reservoir-sampling resets,
+//! Stable by random decrements.
+//! [`DecayingSpec`] is what a user asks for, [`DecayingFilter`] one filter of
 //! either kind, and [`encode`]/[`decode`] its snapshot.
 //!
-//! Snapshot (version 1, little-endian, in the envelope of [`super::snapshot`]):
+//! Snapshot (version 1, little-endian, in the envelope of [`super::timer::snapshot`]):
 //!
 //! ```text
 //! magic "DEDUPDCF" | version u16 | kind u8 (1 = rsbf, 2 = stable)
@@ -16,15 +18,24 @@
 //! ```
 //!
 //! Every parameter is checked against the configured filter; a timer-filter
-//! snapshot, or one of the other count kind, is refused naming the kind.
+//! snapshot, or one of the other decaying kind, is refused naming the kind.
+//!
+//! Files from the bottom up (each imports only the shared files of
+//! [`crate::filter`], this one both):
+//!
+//! - [`rsbf`]: the reservoir-sampling Bloom filter.
+//! - [`stable`]: the Stable Bloom Filter.
+
+pub mod rsbf;
+pub mod stable;
 
 use super::envelope::{self, Reader, SnapshotError, TIMER_MAGIC, check, put_u32, put_u64};
 use super::hash::{DEFAULT_SEED, KeyHash};
 use super::param_error::ParamError;
-use super::rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
-use super::stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
+use rsbf::{DEFAULT_P_STAR, Rsbf, RsbfCounters, RsbfParams};
+use stable::{DEFAULT_CELL_BITS, StableCounters, StableFilter, StableParams};
 
-/// The first bytes of a count-filter snapshot.
+/// The first bytes of a decaying-filter snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDCF";
 /// The format version this build writes and reads.
 pub const VERSION: u16 = 1;
@@ -32,33 +43,33 @@ pub const VERSION: u16 = 1;
 /// The default seed of the filters' PRNG (`filter.seed`, `--seed`).
 pub const DEFAULT_RNG_SEED: u64 = 0x0005_EED0_FDED_u64;
 
-/// Which count-based structure.
+/// Which decaying structure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CountKind {
+pub enum DecayingKind {
     Rsbf,
     Stable,
 }
 
-impl CountKind {
+impl DecayingKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            CountKind::Rsbf => "rsbf",
-            CountKind::Stable => "stable",
+            DecayingKind::Rsbf => "rsbf",
+            DecayingKind::Stable => "stable",
         }
     }
 
     fn tag(self) -> u8 {
         match self {
-            CountKind::Rsbf => 1,
-            CountKind::Stable => 2,
+            DecayingKind::Rsbf => 1,
+            DecayingKind::Stable => 2,
         }
     }
 }
 
-/// What a user asks of a count-based filter.
+/// What a user asks of a decaying filter.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CountSpec {
-    pub kind: CountKind,
+pub struct DecayingSpec {
+    pub kind: DecayingKind,
     /// Memory budget in bits, all of it for the filter's arrays.
     pub memory_bits: u64,
     /// Target FPR: RSBF's k (Eq. 5.27), SBF's stable point.
@@ -75,9 +86,9 @@ pub struct CountSpec {
     pub seed: u64,
 }
 
-impl CountSpec {
-    pub fn new(kind: CountKind, memory_bits: u64, fpr: f64) -> Self {
-        CountSpec {
+impl DecayingSpec {
+    pub fn new(kind: DecayingKind, memory_bits: u64, fpr: f64) -> Self {
+        DecayingSpec {
             kind,
             memory_bits,
             fpr,
@@ -91,10 +102,10 @@ impl CountSpec {
 
     /// Validates the settings and builds an empty filter; errors name the
     /// setting, value and rule.
-    pub fn build(&self) -> Result<CountFilter, ParamError> {
+    pub fn build(&self) -> Result<DecayingFilter, ParamError> {
         Ok(match self.resolve()? {
-            CountParams::Rsbf(p) => CountFilter::Rsbf(Rsbf::new(p)),
-            CountParams::Stable(p) => CountFilter::Stable(StableFilter::new(p)),
+            DecayingParams::Rsbf(p) => DecayingFilter::Rsbf(Rsbf::new(p)),
+            DecayingParams::Stable(p) => DecayingFilter::Stable(StableFilter::new(p)),
         })
     }
 
@@ -105,11 +116,11 @@ impl CountSpec {
     /// for the arrays.
     pub fn fingerprint(&self) -> Result<String, ParamError> {
         Ok(match self.resolve()? {
-            CountParams::Rsbf(p) => format!(
+            DecayingParams::Rsbf(p) => format!(
                 "kind=rsbf,seed={:#x},rng_seed={:#x},arrays={},array_bits={},p_star={}",
                 p.hash_seed, p.seed, p.arrays, p.array_bits, p.p_star
             ),
-            CountParams::Stable(p) => format!(
+            DecayingParams::Stable(p) => format!(
                 "kind=stable,seed={:#x},rng_seed={:#x},cell_bits={},cells={},hashes={},decrements={}",
                 p.hash_seed, p.seed, p.cell_bits, p.cells, p.hashes, p.decrements
             ),
@@ -117,26 +128,26 @@ impl CountSpec {
     }
 
     /// The size of one filter of this spec, resolved without making one.
-    pub fn size(&self) -> Result<CountSize, ParamError> {
+    pub fn size(&self) -> Result<DecayingSize, ParamError> {
         Ok(match self.resolve()? {
-            CountParams::Rsbf(p) => CountSize {
+            DecayingParams::Rsbf(p) => DecayingSize {
                 cells: u64::from(p.arrays) * p.array_bits,
                 cell_bits: 1,
                 hashes: p.arrays,
                 bytes: p.memory_bytes(),
             },
-            CountParams::Stable(p) => {
-                CountSize { cells: p.cells, cell_bits: p.cell_bits, hashes: p.hashes, bytes: p.memory_bytes() }
+            DecayingParams::Stable(p) => {
+                DecayingSize { cells: p.cells, cell_bits: p.cell_bits, hashes: p.hashes, bytes: p.memory_bytes() }
             }
         })
     }
 
-    fn resolve(&self) -> Result<CountParams, ParamError> {
+    fn resolve(&self) -> Result<DecayingParams, ParamError> {
         if !(self.fpr > 0.0 && self.fpr < 1.0) {
             return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
         }
         Ok(match self.kind {
-            CountKind::Rsbf => CountParams::Rsbf(RsbfParams::resolve(
+            DecayingKind::Rsbf => DecayingParams::Rsbf(RsbfParams::resolve(
                 self.memory_bits,
                 self.fpr,
                 self.hashes,
@@ -144,7 +155,7 @@ impl CountSpec {
                 self.hash_seed,
                 self.seed,
             )?),
-            CountKind::Stable => CountParams::Stable(StableParams::resolve(
+            DecayingKind::Stable => DecayingParams::Stable(StableParams::resolve(
                 self.memory_bits,
                 self.fpr,
                 self.cell_bits,
@@ -156,34 +167,34 @@ impl CountSpec {
     }
 }
 
-/// What one count-based filter takes ([`CountSpec::size`]).
+/// What one decaying filter takes ([`DecayingSpec::size`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CountSize {
+pub struct DecayingSize {
     /// RSBF: the bits of all its arrays; SBF: its cells.
     pub cells: u64,
     pub cell_bits: u8,
     /// RSBF: its arrays, one hash each; SBF: its hashes.
     pub hashes: u32,
-    /// What [`CountStats::memory_bytes`] reports.
+    /// What [`DecayingStats::memory_bytes`] reports.
     pub bytes: u64,
 }
 
 /// Resolved parameters of either kind.
-enum CountParams {
+enum DecayingParams {
     Rsbf(RsbfParams),
     Stable(StableParams),
 }
 
-/// One count-based filter of either kind.
+/// One decaying filter of either kind.
 #[derive(Clone, Debug, PartialEq)]
-pub enum CountFilter {
+pub enum DecayingFilter {
     Rsbf(Rsbf),
     Stable(StableFilter),
 }
 
-/// What a count-based filter reports about itself.
+/// What a decaying filter reports about itself.
 #[derive(Clone, Debug, PartialEq)]
-pub struct CountStats {
+pub struct DecayingStats {
     pub kind: &'static str,
     pub events: u64,
     pub duplicates: u64,
@@ -197,27 +208,27 @@ pub struct CountStats {
     pub design_fpr: f64,
 }
 
-impl CountFilter {
-    pub fn kind(&self) -> CountKind {
+impl DecayingFilter {
+    pub fn kind(&self) -> DecayingKind {
         match self {
-            CountFilter::Rsbf(_) => CountKind::Rsbf,
-            CountFilter::Stable(_) => CountKind::Stable,
+            DecayingFilter::Rsbf(_) => DecayingKind::Rsbf,
+            DecayingFilter::Stable(_) => DecayingKind::Stable,
         }
     }
 
     /// The seed keys must be hashed with.
     pub fn hash_seed(&self) -> u64 {
         match self {
-            CountFilter::Rsbf(f) => f.params().hash_seed,
-            CountFilter::Stable(f) => f.params().hash_seed,
+            DecayingFilter::Rsbf(f) => f.params().hash_seed,
+            DecayingFilter::Stable(f) => f.params().hash_seed,
         }
     }
 
     /// The verdict [`Self::observe`] would give now, changing nothing.
     pub fn contains(&self, hash: &KeyHash) -> bool {
         match self {
-            CountFilter::Rsbf(f) => f.contains(hash),
-            CountFilter::Stable(f) => f.contains(hash),
+            DecayingFilter::Rsbf(f) => f.contains(hash),
+            DecayingFilter::Stable(f) => f.contains(hash),
         }
     }
 
@@ -225,16 +236,16 @@ impl CountFilter {
     #[inline]
     pub fn observe(&mut self, hash: &KeyHash) -> bool {
         match self {
-            CountFilter::Rsbf(f) => f.observe(hash),
-            CountFilter::Stable(f) => f.observe(hash),
+            DecayingFilter::Rsbf(f) => f.observe(hash),
+            DecayingFilter::Stable(f) => f.observe(hash),
         }
     }
 
-    pub fn stats(&self) -> CountStats {
+    pub fn stats(&self) -> DecayingStats {
         match self {
-            CountFilter::Rsbf(f) => {
+            DecayingFilter::Rsbf(f) => {
                 let p = f.params();
-                CountStats {
+                DecayingStats {
                     kind: "rsbf",
                     events: f.counters().events,
                     duplicates: f.counters().duplicates,
@@ -245,9 +256,9 @@ impl CountFilter {
                     design_fpr: (1.0 - (-1.0f64).exp()).powi(p.arrays as i32),
                 }
             }
-            CountFilter::Stable(f) => {
+            DecayingFilter::Stable(f) => {
                 let p = f.params();
-                CountStats {
+                DecayingStats {
                     kind: "stable",
                     events: f.counters().events,
                     duplicates: f.counters().duplicates,
@@ -262,12 +273,12 @@ impl CountFilter {
     }
 }
 
-/// Encodes a count filter's complete state.
-pub fn encode(filter: &CountFilter) -> Vec<u8> {
+/// Encodes a decaying filter's complete state.
+pub fn encode(filter: &DecayingFilter) -> Vec<u8> {
     let mut w = envelope::begin(MAGIC, VERSION, 128);
     w.push(filter.kind().tag());
     let words = match filter {
-        CountFilter::Rsbf(f) => {
+        DecayingFilter::Rsbf(f) => {
             let p = f.params();
             let (rng, c, words) = f.state();
             put_u64(&mut w, p.hash_seed);
@@ -280,7 +291,7 @@ pub fn encode(filter: &CountFilter) -> Vec<u8> {
             }
             words
         }
-        CountFilter::Stable(f) => {
+        DecayingFilter::Stable(f) => {
             let p = f.params();
             let (rng, c, words) = f.state();
             put_u64(&mut w, p.hash_seed);
@@ -305,7 +316,7 @@ pub fn encode(filter: &CountFilter) -> Vec<u8> {
 
 /// Restores the state in `bytes` into a filter configured like `configured`
 /// (whose own state is ignored), refusing a snapshot taken with other settings.
-pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, SnapshotError> {
+pub fn decode(bytes: &[u8], configured: &DecayingFilter) -> Result<DecayingFilter, SnapshotError> {
     let kind = configured.kind();
     if bytes.starts_with(&TIMER_MAGIC) {
         return Err(mismatch("kind", "timer", kind.as_str()));
@@ -313,14 +324,14 @@ pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, Sna
     let mut r = envelope::open(bytes, MAGIC, VERSION)?;
     let tag = r.u8()?;
     if tag != kind.tag() {
-        let other = [CountKind::Rsbf, CountKind::Stable].into_iter().find(|k| k.tag() == tag);
+        let other = [DecayingKind::Rsbf, DecayingKind::Stable].into_iter().find(|k| k.tag() == tag);
         return match other {
             Some(k) => Err(mismatch("kind", k.as_str(), kind.as_str())),
             None => Err(SnapshotError::Malformed(format!("unknown count filter kind tag {tag}"))),
         };
     }
     match configured {
-        CountFilter::Rsbf(f) => {
+        DecayingFilter::Rsbf(f) => {
             let p = f.params().clone();
             check(r.u64()?, p.hash_seed, "hash seed")?;
             check(r.u64()?, p.seed, "seed")?;
@@ -337,10 +348,10 @@ pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, Sna
             let words = read_words(&mut r)?;
             r.finish()?;
             Rsbf::from_state(p, rng, c, words)
-                .map(CountFilter::Rsbf)
+                .map(DecayingFilter::Rsbf)
                 .ok_or_else(|| SnapshotError::Malformed("rsbf bit words do not fit the arrays".into()))
         }
-        CountFilter::Stable(f) => {
+        DecayingFilter::Stable(f) => {
             let p = f.params().clone();
             check(r.u64()?, p.hash_seed, "hash seed")?;
             check(r.u64()?, p.seed, "seed")?;
@@ -353,21 +364,21 @@ pub fn decode(bytes: &[u8], configured: &CountFilter) -> Result<CountFilter, Sna
             let words = read_words(&mut r)?;
             r.finish()?;
             StableFilter::from_state(p, rng, c, words)
-                .map(CountFilter::Stable)
+                .map(DecayingFilter::Stable)
                 .ok_or_else(|| SnapshotError::Malformed("stable cell words do not fit the cells".into()))
         }
     }
 }
 
-/// The kind of the count-filter snapshot in `bytes`, if it is one (read
+/// The kind of the decaying-filter snapshot in `bytes`, if it is one (read
 /// before its checksum is checked: for naming what a snapshot is when it is
 /// refused, never for restoring it).
-pub fn kind_of(bytes: &[u8]) -> Option<CountKind> {
+pub fn kind_of(bytes: &[u8]) -> Option<DecayingKind> {
     const TAG_AT: usize = MAGIC.len() + 2;
     if !bytes.starts_with(&MAGIC) {
         return None;
     }
-    [CountKind::Rsbf, CountKind::Stable].into_iter().find(|k| bytes.get(TAG_AT) == Some(&k.tag()))
+    [DecayingKind::Rsbf, DecayingKind::Stable].into_iter().find(|k| bytes.get(TAG_AT) == Some(&k.tag()))
 }
 
 fn read_words(r: &mut Reader<'_>) -> Result<Vec<u64>, SnapshotError> {
@@ -391,14 +402,14 @@ mod tests {
         (0..n).map(|_| KeyHash::of(DEFAULT_SEED, &rng.below(universe).to_le_bytes())).collect()
     }
 
-    fn specs() -> [CountSpec; 2] {
-        [CountSpec::new(CountKind::Rsbf, 3 * 1024, 0.1), CountSpec::new(CountKind::Stable, 64 * 48, 0.1)]
+    fn specs() -> [DecayingSpec; 2] {
+        [DecayingSpec::new(DecayingKind::Rsbf, 3 * 1024, 0.1), DecayingSpec::new(DecayingKind::Stable, 64 * 48, 0.1)]
     }
 
     /// The size resolved without a filter is the one a filter reports.
     #[test]
     fn size_is_what_a_filter_reports() {
-        for spec in specs().into_iter().chain([CountSpec::new(CountKind::Stable, 8 << 23, 0.01)]) {
+        for spec in specs().into_iter().chain([DecayingSpec::new(DecayingKind::Stable, 8 << 23, 0.01)]) {
             let size = spec.size().unwrap();
             let stats = spec.build().unwrap().stats();
             assert_eq!((size.bytes, size.hashes), (stats.memory_bytes, stats.hashes), "{spec:?}");
@@ -435,17 +446,18 @@ mod tests {
             f.observe(&h);
         }
         let bytes = encode(&f);
-        let other_seed = CountSpec { seed: 1, ..rsbf.clone() }.build().unwrap();
+        let other_seed = DecayingSpec { seed: 1, ..rsbf.clone() }.build().unwrap();
         let e = decode(&bytes, &other_seed).unwrap_err();
         assert!(matches!(e, SnapshotError::ParameterMismatch { parameter: "seed", .. }), "{e}");
-        let bigger = CountSpec { memory_bits: 3 * 2048, ..rsbf.clone() }.build().unwrap();
+        let bigger = DecayingSpec { memory_bits: 3 * 2048, ..rsbf.clone() }.build().unwrap();
         let e = decode(&bytes, &bigger).unwrap_err();
         assert!(e.to_string().contains("rsbf array bits s (memory / k) = 1024"), "{e}");
         let e = decode(&bytes, &stable.build().unwrap()).unwrap_err();
         assert!(e.to_string().contains("kind = rsbf but this filter has kind = stable"), "{e}");
 
         let timer = crate::filter::FilterSpec { window_ms: 1000, expected_keys: 100, ..Default::default() };
-        let timer_bytes = crate::filter::snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
+        let timer_bytes =
+            crate::filter::timer::snapshot::encode(&crate::filter::SlidingFilter::new(timer.resolve().unwrap()));
         let e = decode(&timer_bytes, &rsbf.build().unwrap()).unwrap_err();
         assert!(e.to_string().contains("kind = timer"), "{e}");
 
@@ -459,9 +471,9 @@ mod tests {
 
     #[test]
     fn settings_are_validated() {
-        let e = CountSpec::new(CountKind::Rsbf, 1 << 20, 1.5).build().unwrap_err();
+        let e = DecayingSpec::new(DecayingKind::Rsbf, 1 << 20, 1.5).build().unwrap_err();
         assert_eq!(e.to_string(), "invalid fpr = 1.5: must be greater than 0 and less than 1");
-        let e = CountSpec::new(CountKind::Stable, 100, 0.1).build().unwrap_err();
+        let e = DecayingSpec::new(DecayingKind::Stable, 100, 0.1).build().unwrap_err();
         assert!(e.to_string().starts_with("invalid memory = 100 bits"), "{e}");
     }
 }
