@@ -55,7 +55,11 @@ fuzz_target!(|input: Input<'_>| {
         assert_eq!(got.unwrap_err().reason, InvalidReason::TooLarge);
         return;
     }
-    let json: Option<Result<Value, _>> = (matches!(ex.key, KeySpec::Json(_)) || matches!(ex.time, TimeSpec::Json(_)))
+    let json_key = match &ex.key {
+        KeySpec::Composite(parts) => parts.iter().any(|p| matches!(p, KeySpec::Json(_))),
+        key => matches!(key, KeySpec::Json(_)),
+    };
+    let json: Option<Result<Value, _>> = (json_key || matches!(ex.time, TimeSpec::Json(_)))
         .then(|| serde_json::from_slice::<Value>(input.payload));
     if let Some(Err(_)) = json {
         assert_eq!(got.unwrap_err().reason, InvalidReason::BadJson);
@@ -63,18 +67,36 @@ fuzz_target!(|input: Input<'_>| {
     }
     let json = json.map(Result::unwrap);
 
-    // The key, as serde_json's pointer lookup reads it.
-    let want_key: Result<Vec<u8>, InvalidReason> = match &ex.key {
-        KeySpec::Payload => Ok(input.payload.to_vec()),
-        KeySpec::RecordKey => input.key.map(<[u8]>::to_vec).ok_or(InvalidReason::MissingKey),
-        KeySpec::Header(name) => {
-            input.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_vec()).ok_or(InvalidReason::MissingKey)
+    // The key, as serde_json's pointer lookup reads it; a composite key's
+    // parts joined by 0x1f, each required and not empty.
+    let single = |spec: &KeySpec| -> Result<Vec<u8>, InvalidReason> {
+        match spec {
+            KeySpec::Payload => Ok(input.payload.to_vec()),
+            KeySpec::RecordKey => input.key.map(<[u8]>::to_vec).ok_or(InvalidReason::MissingKey),
+            KeySpec::Header(name) => {
+                input.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.to_vec()).ok_or(InvalidReason::MissingKey)
+            }
+            KeySpec::Json(p) => match json.as_ref().and_then(|j| j.pointer(p)) {
+                None | Some(Value::Null) => Err(InvalidReason::MissingKey),
+                Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
+                Some(other) => Ok(other.to_string().into_bytes()),
+            },
+            KeySpec::Composite(_) => unreachable!("parts are single sources"),
         }
-        KeySpec::Json(p) => match json.as_ref().and_then(|j| j.pointer(p)) {
-            None | Some(Value::Null) => Err(InvalidReason::MissingKey),
-            Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-            Some(other) => Ok(other.to_string().into_bytes()),
-        },
+    };
+    let want_key: Result<Vec<u8>, InvalidReason> = match &ex.key {
+        KeySpec::Composite(parts) => parts.iter().try_fold(Vec::new(), |mut key, part| {
+            let value = single(part)?;
+            if value.is_empty() {
+                return Err(InvalidReason::EmptyKey);
+            }
+            if !key.is_empty() {
+                key.push(0x1f);
+            }
+            key.extend_from_slice(&value);
+            Ok(key)
+        }),
+        spec => single(spec),
     };
     let want_key = want_key.and_then(|k| if k.is_empty() { Err(InvalidReason::EmptyKey) } else { Ok(k) });
     let want_key = match want_key {
