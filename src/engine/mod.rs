@@ -1,6 +1,7 @@
 //! Records in, verdicts out: pure and deterministic, no Kafka.
 //!
 //! - [`record`]: key and time extraction, with typed reasons for unreadable records.
+//! - [`rfc3339`]: event times written as RFC 3339 text.
 //! - [`pointer`]: the values at JSON pointers, read in one pass without building the document.
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
@@ -22,6 +23,7 @@ pub mod merge;
 pub mod order;
 pub mod pointer;
 pub mod record;
+pub mod rfc3339;
 pub mod slice;
 
 pub use crate::features::limits::counting;
