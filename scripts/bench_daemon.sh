@@ -39,7 +39,7 @@
 #   cpu_ab      CPU seconds per 1 M records of two builds, A and B (AB_DIRS="DIR_A DIR_B", each
 #               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
 #               slices) and repartition (8 slices) mode on one backlog of N records, ROUNDS times
-#               alternating A, B within each mode: each run's figure, then per mode the median of
+#               alternating A, B within each mode (B first in even rounds): each run's figure, then per mode the median of
 #               A's, of B's and B/A (the comparison of a change's CPU per record)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
@@ -259,7 +259,11 @@ part_cpu_ab() {
     for mode in input-partitions repartition; do
       slices=8
       [[ $mode == input-partitions ]] && slices=3
-      for build in 0 1; do
+      # A then B in odd rounds, B then A in even ones: neither build always
+      # meets the broker warmer (each round runs faster than the one before).
+      local order=(0 1)
+      ((round % 2 == 0)) && order=(1 0)
+      for build in "${order[@]}"; do
         dedupd_bin="${dirs[$build]}/dedupd" config="${dirs[$build]}/dedupd.toml"
         start_daemon "$run-ab$build-$mode-$round" "$run.cpu" timer "$slices" 19508 DEDUPD__SLICING__MODE="$mode"
         before=$(cpu_ticks "$daemon_pid")
