@@ -39,8 +39,8 @@
 #   cpu_ab      CPU seconds per 1 M records of two builds, A and B (AB_DIRS="DIR_A DIR_B", each
 #               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
 #               slices) and repartition (8 slices) mode on one backlog of N records, ROUNDS times
-#               alternating A, B within each mode (B first in even rounds): each run's figure, then per mode the median of
-#               A's, of B's and B/A (the comparison of a change's CPU per record)
+#               alternating A, B within each mode (B first in even rounds): each run's figure,
+#               then per mode the median of A's, of B's and B/A (a change's CPU per record)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
