@@ -8,7 +8,7 @@
 //!   change keys): `/v1/lookup`. They answer 404 unless
 //!   `admin.key_endpoints` allows them, and then only with the bearer token
 //!   ([`access`]). Endpoints added later for keys (`/v1/count`,
-//!   `/v1/provenance`, `DELETE /v1/keys/{key}`) go into [`key_routes`].
+//!   `/v1/provenance`, `DELETE /v1/keys/{key}`) go into `key_routes`.
 //!
 //! The limits ([`Limits`]) are tower layers here and hyper settings in
 //! [`server`]; docs/security.md lists them.
@@ -310,7 +310,7 @@ fn json(value: &impl Serialize) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-/// The whole admin endpoint: the open routes, [`key_routes`] behind
+/// The whole admin endpoint: the open routes, `key_routes` behind
 /// [`access::guard`], and the limits of every request.
 pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits: Limits) -> Router {
     let open = Router::new()

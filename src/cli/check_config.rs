@@ -15,7 +15,7 @@ use crate::units::{format_bytes, format_duration_ms};
 #[derive(Debug, Args)]
 pub struct CheckConfigArgs {
     /// Print the settings as resolved (built-in defaults < the file < the
-    /// DEDUPD__SECTION__KEY environment), secrets as [redacted], after the
+    /// DEDUPD__SECTION__KEY environment), secrets as `[redacted]`, after the
     /// filter's sizing.
     #[arg(long)]
     pub print_resolved: bool,

@@ -208,7 +208,7 @@ pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b 
 /// time routed from it, and whether the partition is idle (at its end with
 /// nothing new for a while: then it holds nobody back). The slices keep
 /// these per input partition and hold their watermark at the slowest
-/// partition that is not idle (see [`SliceState::announce`]).
+/// partition that is not idle (see [`super::SliceState::announce`]).
 ///
 /// A router also lists the input partitions it does not route (or has
 /// nothing to say of yet) with `owned` false: a slice that has not heard
