@@ -2,11 +2,11 @@
 //!
 //! - [`record`]: key and time extraction, with typed reasons for unreadable records.
 //! - [`rfc3339`]: event times written as RFC 3339 text.
-//! - [`pointer`]: the values at JSON pointers, read in one pass without building the document.
+//! - [`pointer`](mod@pointer): the values at JSON pointers, read in one pass without building the document.
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
 //! - [`dedup`]: batched processing of records, in event-time order, over a sliced filter.
-//! - [`slice`]: one slice's complete state (filter, log position, re-send
+//! - [`slice`](mod@slice): one slice's complete state (filter, log position, re-send
 //!   marks) and its snapshot codec — what the daemon's slice workers run.
 //! - [`merge`]: the states of several slices merged into fewer
 //!   (`dedupd checkpoint merge`).

@@ -4,7 +4,7 @@
 
 use twox_hash::XxHash3_64;
 
-/// The first bytes of a timer filter's snapshot ([`super::snapshot`]),
+/// The first bytes of a timer filter's snapshot ([`super::timer::snapshot`]),
 /// here so that the other kinds can tell one apart from their own.
 pub const TIMER_MAGIC: [u8; 8] = *b"DEDUPDSS";
 

@@ -418,7 +418,7 @@ pub fn seek_started<C: ConsumerContext>(
 const LARGEST_RECORD: &str = "104857600";
 
 /// The largest record (batch) dedupd's producers send: `kafka.message.max.bytes`
-/// or [`LARGEST_RECORD`]. The topics dedupd creates accept it (`max.message.bytes`).
+/// or `LARGEST_RECORD`. The topics dedupd creates accept it (`max.message.bytes`).
 pub fn largest_record(cfg: &Resolved) -> String {
     cfg.settings
         .kafka

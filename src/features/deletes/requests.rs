@@ -16,7 +16,7 @@
 //! channel for its own record's report, holding no lock — a slow broker
 //! delays each request by its own wait, not by the waits queued before it.
 //!
-//! A record the broker has not confirmed within [`BROKER_WAIT`] is still in
+//! A record the broker has not confirmed within `BROKER_WAIT` is still in
 //! the producer's queue and may be written later (librdkafka retries it
 //! until `message.timeout.ms`), and then applied: such a request is answered
 //! 202 Accepted with `"written": "unknown"`, never 503 "not written". 503

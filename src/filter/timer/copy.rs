@@ -10,7 +10,7 @@
 //! it in chunks of [`CHUNK_BYTES`]: a little at a time when the caller
 //! says so ([`FilterCopy::advance`]), and — the copy-on-write part — any
 //! chunk whose cells are about to change, before they change. The filter
-//! tells the copy of every cell write through [`CellWrites`] (an insert's k
+//! tells the copy of every cell write through `CellWrites` (an insert's k
 //! cells, a sweep's run, a clear, a dropped generation), so every chunk is
 //! copied as it was when the copy began, and the finished buffer is the
 //! snapshot of the filter at that moment, byte for byte.
@@ -18,7 +18,7 @@
 //! The copy goes straight into the encoding: no second copy of the filter
 //! is kept, and the buffer is the one thing the snapshot needs besides the
 //! live state. The ordinary path ([`SlidingFilter::observe`]) tells no one:
-//! it runs with [`Untold`], whose calls compile to nothing.
+//! it runs with `Untold`, whose calls compile to nothing.
 
 use std::ops::Range;
 
@@ -206,7 +206,7 @@ impl FilterCopy {
     /// Copies whatever is left from `source` (the filter the copy was begun
     /// on) and returns the buffer and where the filter's encoding lies in
     /// it (the buffer may be longer): complete but for its checksum (its last 8 bytes; see
-    /// [`super::snapshot::seal_in_place`]), which is left to whoever writes
+    /// [`crate::filter::envelope::seal_in_place`]), which is left to whoever writes
     /// it out (hashing a gigabyte is not for the thread that judges events).
     pub fn finish(mut self, source: &SlidingFilter) -> (Vec<u8>, Range<usize>) {
         self.advance(source, usize::MAX);

@@ -7,11 +7,11 @@
 //! - [`sizing`]: the papers' formulas (optimal size, thresholds, rates);
 //!   [`crate::filter::params`] sizes the filter with them.
 //! - `clock`: the slice clock as the cells see it.
-//! - [`cells`]: timer cell arrays, 4 to 32 bits per cell.
+//! - `cells`: timer cell arrays, 4 to 32 bits per cell.
 //! - [`generation`]: one sliding timer Bloom filter with an exact live count.
 //! - [`sliding`]: a slice's list of generations, growth and verdicts.
 //! - [`sliced`]: S independent slices chosen by `H_S(key)` (horizontal slicing).
-//! - [`vertical`]: one slice's filter split into S vertical slices of its
+//! - `vertical`: one slice's filter split into S vertical slices of its
 //!   cells, owned by T threads: parallel and pipelined testing with the
 //!   sequential verdicts (the `vertical` feature).
 //! - [`snapshot`]: the versioned, checksummed binary state of one timer filter.

@@ -135,7 +135,7 @@ impl SlidingFilter {
     /// Filters below [`PREFETCH_MIN_BYTES`] are not prefetched.
     ///
     /// The usual case — one generation, events within the current tick —
-    /// goes through [`Generation::observe_run`], a loop compiled for the
+    /// goes through `Generation::observe_run`, a loop compiled for the
     /// filter's cell width and layout; an event that starts a tick, or
     /// meets more than one generation, goes through [`Self::observe`].
     pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
@@ -327,7 +327,7 @@ impl SlidingFilter {
     /// needs are emptied, so a copy of the key sent next is distinct.
     /// Refused when no generation or several hold it: deleting from one
     /// would leave the key present, deleting from all could empty cells
-    /// another key needs (the DBF rule, [`super::dynamic`]). The clock does
+    /// another key needs (the DBF rule of Dynamic Bloom Filters). The clock does
     /// not move.
     pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
         self.delete_telling(hash, &mut Untold)

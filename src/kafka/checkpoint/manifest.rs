@@ -12,7 +12,7 @@ use crate::kafka::KafkaLayerError;
 /// keys an earlier build would not find: it refuses the manifest by its
 /// version instead. `first_chunk_offset` was added without a new version:
 /// it is optional, and a manifest without it is still read (see
-/// [`CheckpointStore::read_latest`]).
+/// [`super::CheckpointStore::read_latest`]).
 pub const MANIFEST_VERSION: u16 = 2;
 
 /// Whether this build reads manifests of format `format`: version 1 (chunk
@@ -45,7 +45,7 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_chunk_offset: Option<u64>,
     /// The `app.id` of the application that wrote the snapshot: restore
-    /// refuses another application's ([`CheckpointStore::check_owner`]).
+    /// refuses another application's ([`super::CheckpointStore::check_owner`]).
     /// Manifests written before this field existed lack it, and are taken.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app: Option<String>,

@@ -53,7 +53,7 @@ pub struct Fence<'a> {
     /// released meanwhile is dropped before its chunks or before its manifest.
     pub still_owned: &'a dyn Fn() -> bool,
     /// When the whole write must be done: each step waits for the broker
-    /// until then at most (and [`IO_TIMEOUT`] at most).
+    /// until then at most (and `IO_TIMEOUT` at most).
     pub deadline: Instant,
 }
 
@@ -102,7 +102,7 @@ impl CheckpointStore {
 
     /// Writes `bytes` as slice `slice`'s snapshot at `offset` and returns its
     /// manifest once every part is acknowledged ([`Self::write_fenced`]
-    /// with no owner to check, each step waiting up to [`IO_TIMEOUT`]).
+    /// with no owner to check, each step waiting up to `IO_TIMEOUT`).
     pub fn write(
         &self,
         slice: u32,

@@ -83,7 +83,7 @@ pub struct Restorer<'a> {
     pub provenance: Option<&'a ProvenanceSetup>,
     /// The counting stage, restored with the slice (`None`: off).
     pub counting: Option<&'a CountingSetup>,
-    /// `dedupd_restore_bounds_ignored_total` ([`Restorer::checked`]).
+    /// `dedupd_restore_bounds_ignored_total` (`Restorer::checked`).
     pub bounds_ignored: &'a prometheus::IntCounter,
     /// `input.start = latest` in input-partitions mode, where the slice log
     /// is the input: a slice that never ran (no snapshot, nothing in its
@@ -132,7 +132,7 @@ impl Restorer<'_> {
 
     /// How far each topic the slice writes holds its records: the highest
     /// positions in the tail of its partition ([`read_tail`]), each checked
-    /// against the slice log ([`Restorer::checked`]).
+    /// against the slice log (`Restorer::checked`).
     pub fn bounds(&self, slice: u32) -> Result<ReplayBounds, KafkaLayerError> {
         self.read_bounds(slice, &mut LogEnd::default())
     }

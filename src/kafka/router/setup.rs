@@ -13,7 +13,7 @@ pub struct RouterSetup {
     /// What the router reads: the dedup key, or the count key it routes by.
     pub extractor: Extractor,
     /// `extractor` reads the dedup key (not a count key), so its reading
-    /// is the slices' own and travels in the frame ([`Reading`]).
+    /// is the slices' own and travels in the frame ([`crate::engine::Reading`]).
     pub hands_on_reading: bool,
     pub slices: u32,
     /// `<app.id>.slices`.

@@ -61,7 +61,7 @@ impl ClientContext for WorkerContext {
 
 /// The rebalance protocol, as rust-rdkafka's `ConsumerContext` runs its
 /// own: the callback takes the worker lock, hands the partitions to
-/// [`WorkerContext::on_assign`] or [`WorkerContext::on_revoke`], then says
+/// `WorkerContext::on_assign` or `WorkerContext::on_revoke`, then says
 /// how many slices are owned and whether the member is ready.
 impl ConsumerContext for WorkerContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
