@@ -12,7 +12,7 @@
 //!
 //! Vertical slice i of a generation of m cells owns the cells
 //! `[b(i), b(i+1))`, `b(i) = i·m/S` rounded down to a whole unit of
-//! [`PART_ALIGN`] = 64 cells (`b(S) = m`), in every generation (each with
+//! `PART_ALIGN` = 64 cells (`b(S) = m`), in every generation (each with
 //! its own m). The paper's ranges are `[i·m/S, (i+1)·m/S)`; the rounding
 //! (at most 63 cells) is what lets owners write at once: 4-bit cells are two
 //! to a byte and odd widths are bit-packed in 64-bit words, and 64 cells of
