@@ -19,7 +19,7 @@ use crate::engine::{
     RecordView, TimeSpec,
 };
 use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
-use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
+use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams};
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
@@ -245,11 +245,10 @@ impl FilterArgs {
             );
         }
         let expected = self.count_expected.unwrap_or(self.expected);
-        let per_sub = (2 * expected).div_ceil(u64::from(self.subwindows.max(1)));
         let spec = CountingSpec {
             params: SpectralParams {
                 estimator: self.estimator,
-                counters: counters_for(per_sub, self.count_hashes.max(1), 0.7),
+                counters: CountingSpec::counters_for_expected(expected, self.subwindows, self.count_hashes),
                 hashes: self.count_hashes,
                 counter_bits: self.counter_bits,
                 store: self.counters,

@@ -23,4 +23,7 @@ pub mod counting;
 pub mod settings;
 pub mod stage;
 
+#[cfg(test)]
+mod skewed;
+
 pub use settings::{FlagSettings, LimitSettings};
