@@ -137,6 +137,12 @@ impl CountingStage {
         self.stats
     }
 
+    /// The probability that a key with no record in the window is
+    /// estimated at 1 or more now (see [`WindowedCounts::false_positive`]).
+    pub fn false_positive(&self) -> f64 {
+        self.counts.false_positive()
+    }
+
     /// Keys flagged within the last window.
     pub fn flagged_keys(&self) -> usize {
         self.flagged.len()
@@ -356,6 +362,8 @@ mod tests {
                 let mut s = sp.build().unwrap();
                 let mut got: Vec<CountMark> = records[..cut].iter().map(|&(x, t)| s.judge(&key(x), t)).collect();
                 let bytes = encode(&s);
+                let grown = s.counts().filters() > 17;
+                assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), if grown { 2 } else { 1 }, "{e} at {cut}");
                 let mut back = decode(&bytes, &sp).unwrap();
                 assert_eq!(encode(&back), bytes, "{e}: re-encoding differs at {cut}");
                 got.extend(records[cut..].iter().map(|&(x, t)| back.judge(&key(x), t)));
@@ -395,6 +403,45 @@ mod tests {
                 assert_eq!((back.judge(&key(x), t), cross.judge(&key(x), t)), (want, want), "{e}");
             }
         }
+    }
+
+    /// A ring that never grew is written as version 1, as before growth
+    /// existed; a version-1 snapshot whose filters are over the growth bound
+    /// (an older release's, which never grew) restores and grows at its
+    /// sub-window's next record; estimates bound the counts throughout.
+    #[test]
+    fn version_1_snapshots_restore_and_grow() {
+        let records = zipf_records(3000, 1.0, 5, 4);
+        let sp = spec(Estimator::Mi, 1 << 14, Some(3), None);
+        let mut s = sp.build().unwrap();
+        for &(x, t) in &records {
+            s.judge(&key(x), t);
+        }
+        assert_eq!(s.counts().filters(), 17, "large filters do not grow");
+        let bytes = encode(&s);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1);
+        // The newest sub-window's filter, as an older release would have
+        // left it on a heavier stream: every counter at 1 or more.
+        let newest = s.counts().newest().unwrap();
+        let slot = (newest % 17) as usize;
+        let words = (1u64 << 14) / 8;
+        let end = bytes.len() - 8 - (16 - slot) * (8 + words as usize * 8);
+        let mut old = bytes[..bytes.len() - 8].to_vec();
+        for b in &mut old[end - words as usize * 8..end] {
+            *b |= 1;
+        }
+        let old = snapshot::seal(old);
+        let mut back = decode(&old, &sp).unwrap();
+        assert!(back.false_positive() > 0.5, "{}", back.false_positive());
+        let t = records.last().unwrap().1;
+        back.judge(&key(1), t);
+        assert_eq!(back.counts().filters(), 18, "the overloaded sub-window grew");
+        assert!(back.estimate(&key(1)) > s.estimate(&key(1)));
+        let again = encode(&back);
+        assert_eq!(u16::from_le_bytes([again[8], again[9]]), 2);
+        let mut twice = decode(&again, &sp).unwrap();
+        assert_eq!(encode(&twice), again);
+        assert_eq!(twice.judge(&key(2), t), back.judge(&key(2), t));
     }
 
     #[test]

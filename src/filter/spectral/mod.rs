@@ -1160,6 +1160,38 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(16))]
+        /// Sub-windows far smaller than what they receive grow through
+        /// several levels; at every record the estimate still bounds the
+        /// exact window count from above (MS and MI), and the ring's
+        /// false-positive bound holds while no sub-window is at the cap.
+        #[test]
+        fn grown_windows_bound_exact_window_counts(
+            seed in any::<u64>(), est in 0usize..2, counters in 16u64..200, keys in 100u64..3000,
+        ) {
+            let e = Estimator::ALL[est];
+            let window = 1000;
+            let mut w = WindowedCounts::new(params(e, counters, 8), window, 8).unwrap();
+            let mut rng = Rng::new(seed);
+            let zipf = crate::testkit::workload::Zipf::new(keys as usize, 1.1);
+            let mut times: HashMap<u64, Vec<u64>> = HashMap::new();
+            let mut t = 0u64;
+            for _ in 0..4000 {
+                t += rng.below(3);
+                let x = zipf.sample(&mut rng);
+                let (before, after) = w.observe(&key(x), t);
+                let seen = times.entry(x).or_default();
+                seen.push(t);
+                let exact = seen.iter().filter(|&&s| s + window > t).count() as u64;
+                prop_assert!(after >= exact && before + 1 >= exact, "{e}: {before}/{after} against {exact}");
+            }
+            prop_assert!(w.filters() > 9, "{e}: no sub-window grew");
+            let capped = w.state().0.iter().any(|s| s.filters().len() == GROWTH_LEVELS as usize);
+            prop_assert!(capped || w.false_positive() <= RING_FALSE_POSITIVE, "{e}: {}", w.false_positive());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
         /// Against exact sliding-window counts: at every record, the estimate
         /// of its key over the window is at least the exact number of its
         /// copies with time in (t - W, t]. MS and MI: the estimators whose

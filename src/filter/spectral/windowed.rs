@@ -51,7 +51,8 @@ impl SubWindow {
 }
 
 /// A level's filter settings and the nonzero counters at which a filter of
-/// that level is full (the next record opens the next level).
+/// that level is full (a record that would take it past them opens the
+/// next level).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Level {
     params: SpectralParams,
@@ -210,21 +211,26 @@ impl WindowedCounts {
         let slot = self.slot(time_ms);
         let before = self.estimate(h);
         let sub = &mut self.ring[slot];
-        let i = sub.filters.len() - 1;
-        let level = self.levels[i];
-        let s = Slots::of(h, level.params.counters, level.params.hashes);
-        let f = &mut sub.filters[i];
-        let own = u64::from(f.query_with(h, &s));
-        sub.nonzero[i] += f.zeros_at(&s);
-        f.insert_with(h, &s, 1);
-        let after = before - own + u64::from(f.query_with(h, &s));
-        if sub.nonzero[i] > level.full_at
+        let mut i = sub.filters.len() - 1;
+        let slots = |l: &Level| Slots::of(h, l.params.counters, l.params.hashes);
+        let mut s = slots(&self.levels[i]);
+        let mut fresh = sub.filters[i].zeros_at(&s);
+        // A record that would take the filter past its bound opens the next
+        // level instead: no filter below the last is ever past it.
+        if sub.nonzero[i] + fresh > self.levels[i].full_at
             && let Some(next) = self.levels.get(i + 1)
         {
             sub.filters.push(Spectral::new(&next.params));
             sub.nonzero.push(0);
+            i += 1;
+            s = slots(next);
+            fresh = sub.filters[i].zeros_at(&s);
         }
-        (before, after)
+        let f = &mut sub.filters[i];
+        let own = u64::from(f.query_with(h, &s));
+        sub.nonzero[i] += fresh;
+        f.insert_with(h, &s, 1);
+        (before, before - own + u64::from(f.query_with(h, &s)))
     }
 
     /// The ring (for snapshots), and the newest sub-window index.

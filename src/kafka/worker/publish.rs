@@ -86,6 +86,8 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
     // Exported (0) with provenance off too, as every documented metric is.
     let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
     m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
+    let false_positive = owned.state.counting.as_ref().map_or(0.0, |c| c.stage.false_positive());
+    m.limit_false_positive.with_label_values(&[label]).set(false_positive);
 }
 
 /// The filter's counters (as increments) and gauges of one slice.
