@@ -15,8 +15,9 @@
 //!   minimal counters grow; deletion is refused) or Recurring Minimum (RM: a
 //!   primary SBF, a secondary SBF of half its size for keys whose minimum is a
 //!   single counter, and the flags filter B_f marking keys moved there).
-//! - [`WindowedCounts`]: counts over a sliding window of event time, as a ring
-//!   of sub-window filters expired whole (no deletions, so MI works too).
+//! - [`WindowedCounts`] (in `windowed.rs`): counts over a sliding window of
+//!   event time, as a ring of sub-windows expired whole (no deletions, so MI
+//!   works too), each a chain of filters that grows with what it receives.
 //!
 //! One-sided error: with no deletes, MS and MI never report less than a
 //! key's true count (or report the counter maximum if a counter saturated,

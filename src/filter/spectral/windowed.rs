@@ -12,7 +12,7 @@ pub const DEFAULT_SUBWINDOWS: u32 = 16;
 /// The most filters a sub-window holds (level 0 and the grown ones); the
 /// last keeps filling past its bound, as the timer filter's newest
 /// generation does at `max_generations`.
-pub const GROWTH_LEVELS: u32 = 8;
+pub const GROWTH_LEVELS: u32 = 6;
 
 /// The bound the growth keeps: the probability that a key with no record
 /// in the window is estimated at 1 or more, summed over every filter of the
