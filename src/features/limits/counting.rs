@@ -379,9 +379,9 @@ mod tests {
         }
     }
 
-    /// Compact counters write the fixed store's snapshot bytes (the format
-    /// is unchanged: version 1), restore mid-stream to the uninterrupted
-    /// marks, and a snapshot of one store restores into the other.
+    /// Compact counters write the fixed store's snapshot bytes (one format
+    /// for both), restore mid-stream to the uninterrupted marks, and a
+    /// snapshot of one store restores into the other.
     #[test]
     fn compact_counters_round_trip_through_the_snapshot() {
         let records = zipf_records(5000, 1.2, 8, 3);
@@ -405,10 +405,11 @@ mod tests {
         }
     }
 
-    /// A ring that never grew is written as version 1, as before growth
-    /// existed; a version-1 snapshot whose filters are over the growth bound
-    /// (an older release's, which never grew) restores and grows at its
-    /// sub-window's next record; estimates bound the counts throughout.
+    /// A ring that never grew is written as version 1 (which releases that
+    /// read only version 1 restore); a version-1 snapshot whose filters are
+    /// over the growth bound (one a release without growth wrote) restores
+    /// and grows at its sub-window's next record, and the overloaded
+    /// filter's counts still count.
     #[test]
     fn version_1_snapshots_restore_and_grow() {
         let records = zipf_records(3000, 1.0, 5, 4);
