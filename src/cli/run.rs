@@ -235,7 +235,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         // of a count key reaches one slice, so its counts, limit and flags
         // are the whole stream's (copies of a dedup key carry the same count
         // key, so they still meet in one slice).
-        let route_key = cfg.counting.as_ref().and_then(|c| c.count_key.clone());
+        let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
         let rdeps = Arc::new(router::RouterSetup {
             cfg: cfg.clone(),
             // A count key's hash is not the dedup key's: the slices read the

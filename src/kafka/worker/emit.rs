@@ -35,8 +35,8 @@ pub(super) fn emit(
         owned.last_judged = Some(pos);
         // Past every topic's bound, nothing is asked per topic (the usual case).
         let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
-        let flag = j.count.filter(|m| m.flagged && !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
-        if j.count.is_some_and(|m| m.limited) {
+        let flag = j.notes.flagged().filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
+        if j.notes.limited() {
             deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
@@ -50,8 +50,8 @@ pub(super) fn emit(
             }
         };
         msg.emit(deps, slice, j, pos, replay, framed)?;
-        if let Some(mark) = flag {
-            msg.flag(deps, slice, j, pos, mark.estimate, framed)?;
+        if let Some(estimate) = flag {
+            msg.flag(deps, slice, j, pos, estimate, framed)?;
             deps.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if replay.and_then(ReplayBounds::highest).is_some_and(|y| pos <= y) {
@@ -171,7 +171,7 @@ pub(super) fn emit_one<M: Message>(
     let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
     let size = copy_size(msg, payload, j);
     let main = main_destination(deps, j).filter(|d| !written(*d));
-    let flagged = j.count.is_some_and(|m| m.flagged) && !written(Destination::Flags);
+    let flagged = j.notes.flagged().is_some() && !written(Destination::Flags);
     let late = j.late_by_ms.filter(|_| !deps.path.late.is_empty() && !written(Destination::Late));
     // The dead letters are the main destination of an unreadable record:
     // one too large for them loses its value there instead.
@@ -202,7 +202,7 @@ pub(super) fn emit_one<M: Message>(
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
-    let first_source = j.first_source.as_deref().map_or(0, str::len) as u64;
+    let first_source = j.notes.first_source.as_deref().map_or(0, str::len) as u64;
     limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
 }
 
@@ -274,12 +274,12 @@ fn send_main<M: Message>(
             None => send(deps, &path.output, slice, msg, payload, ids),
         },
         SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
-            let rule = match j.count {
+            let rule = match j.notes.count {
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
                 _ => format!("filter;equal_timers={equal_timers}"),
             };
             let mut extra = vec![ids[0], ids[1], (headers::RULE, rule.as_bytes())];
-            if let Some(first) = &j.first_source {
+            if let Some(first) = &j.notes.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));
             }
             send(deps, &path.duplicates, slice, msg, payload, &extra)

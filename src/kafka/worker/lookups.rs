@@ -10,6 +10,7 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
+use crate::engine::slice::stage::Stage;
 use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
@@ -25,7 +26,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
             .map(|(s, owned)| {
                 // Counting by the dedup key replaces the timer filter: the
                 // next copy is a duplicate once the estimate reaches the limit.
-                if let Some(c) = owned.state.counting.as_ref().filter(|c| c.replaces_filter()) {
+                if let Some(c) = owned.state.stages.counting.as_ref().filter(|c| c.judges_instead()) {
                     let estimate = c.stage.estimate(&hash);
                     return serde_json::json!({
                         "slice": s,
@@ -74,7 +75,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
 /// is asked.
 fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(deps.filter.params().seed, key);
-    let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
+    let routed_by_key = deps.cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none());
     (hash, routed_slice(deps, &hash, routed_by_key))
 }
 
@@ -106,7 +107,7 @@ pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>)
         let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
         let results: Vec<serde_json::Value> = asked(&inner, home)
             .filter_map(|(s, owned)| {
-                let stage = &owned.state.counting.as_ref()?.stage;
+                let stage = &owned.state.stages.counting.as_ref()?.stage;
                 let counts = stage.counts();
                 // The window ends at the newest sub-window's end.
                 let newest = counts.state().1;
@@ -142,7 +143,7 @@ pub(super) fn provenance_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerSta
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
         for (_, o) in asked(&inner, home) {
-            if let Some(p) = &o.state.provenance {
+            if let Some(p) = &o.state.stages.provenance {
                 owned = true;
                 let answer = p.sources.query(&hash);
                 sources.extend(answer.sources.iter().map(|s| s.to_string()));

@@ -160,10 +160,10 @@ fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Resu
         },
     )?;
     *deps.status.delete.lock().expect("status lock") = Some(delete);
-    if deps.cfg.provenance.is_some() {
+    if deps.cfg.stages.provenance.is_some() {
         *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(deps, inner));
     }
-    if deps.cfg.counting.is_some() {
+    if deps.cfg.stages.counting.is_some() {
         *deps.status.count.lock().expect("status lock") = Some(count_fn(deps, inner));
     }
     Ok(())

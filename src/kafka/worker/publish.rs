@@ -76,7 +76,7 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
-    if let Some(p) = &owned.state.provenance {
+    if let Some(p) = &owned.state.stages.provenance {
         let dropped = p.sources.dropped();
         if dropped > owned.published_provenance_dropped {
             m.provenance_dropped.with_label_values(&[label]).inc_by(dropped - owned.published_provenance_dropped);
@@ -84,7 +84,7 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         owned.published_provenance_dropped = dropped;
     }
     // Exported (0) with provenance off too, as every documented metric is.
-    let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+    let live_sources = owned.state.stages.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
     m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
 }
 

@@ -14,7 +14,7 @@ use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
-use crate::engine::slice::{MAX_TOPIC_BYTES, Unframed};
+use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
 use crate::features::shared::read_order::{self, ReadOrder};
 use crate::features::shared::reader::InputReader;
@@ -336,7 +336,7 @@ fn refuse(
     }
     judged.clear();
     let verdict = SliceVerdict::Invalid(why);
-    judged.push(Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None });
+    judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
     emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
     apply_logged_flushes(deps, owned, judged)
 }

@@ -79,8 +79,7 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         on_corrupt: deps.cfg.on_corrupt,
         rejected: &deps.metrics.checkpoint_rejected,
         bounds_ignored: &deps.metrics.restore_bounds_ignored,
-        provenance: deps.cfg.provenance.as_ref(),
-        counting: deps.cfg.counting.as_ref(),
+        stages: &deps.cfg.stages,
         start_at_end: deps.cfg.slicing == crate::config::SlicingMode::InputPartitions
             && deps.cfg.input_start == crate::config::InputStart::Latest,
     }
@@ -105,7 +104,7 @@ pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kafk
         copying: None,
         published_filter: figures.counters,
         published: point.state.counters.clone(),
-        published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_provenance_dropped: point.state.stages.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay: point.bounds,

@@ -170,7 +170,7 @@ fn write_snapshot(deps: &WorkerSetup, job: &mut Job, fence: &Fence<'_>) -> Resul
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let fingerprint = crate::kafka::restore::fingerprint(&deps.filter, deps.cfg.counting.as_ref());
+    let fingerprint = crate::kafka::restore::fingerprint(&deps.filter, &deps.cfg.stages);
     let bytes = image.seal();
     let at = (*offset, Some(*flush_log_offset));
     Ok(match deps.store.write_fenced(slice, at, bytes, &fingerprint, previous.as_ref(), fence)? {
