@@ -185,7 +185,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         max_record_bytes: cfg.settings.input.max_record_bytes,
     };
     let id = cfg.settings.app.id.clone();
-    let deps = Arc::new(worker::WorkerSetup {
+    let setup = Arc::new(worker::WorkerSetup {
         filter: filter.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
@@ -226,8 +226,8 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         let stop = worker_stop.clone();
         tokio::task::spawn_blocking(move || tier::run_leaf(leaf, stop))
     } else {
-        let (deps, stop) = (deps.clone(), worker_stop.clone());
-        tokio::task::spawn_blocking(move || worker::run(deps, stop))
+        let (setup, stop) = (setup.clone(), worker_stop.clone());
+        tokio::task::spawn_blocking(move || worker::run(setup, stop))
     };
     let router_stop = Arc::new(AtomicBool::new(false));
     let mut router_task = if cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf {
