@@ -10,10 +10,8 @@ use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
 use crate::features::stages::{SliceStages, StagesSetup};
-use crate::filter::decaying;
 use crate::filter::envelope::{self, put_u32, put_u64};
-use crate::filter::timer::snapshot as filter_snapshot;
-use crate::filter::{FilterChoice, FilterKind, SnapshotError};
+use crate::filter::{FilterChoice, SnapshotError};
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
@@ -172,54 +170,17 @@ pub fn decode_full(
     let mut mark = || r.u64().map(|v| (v != u64::MAX).then_some(v));
     let marks = OrderMarks { max_seen_ms: mark()?, watermark_ms: mark()? };
     let flushes_next = r.u64()?;
-    let held = r.u64()?;
-    if held > bytes.len() as u64 / 9 {
-        return Err(SnapshotError::Malformed(format!("slice snapshot: {held} held records cannot fit")));
-    }
-    let mut unfilled = Vec::with_capacity(held as usize);
-    for _ in 0..held {
-        let offset = r.u64()?;
-        let suspect = match r.take(1)?[0] {
-            0 => false,
-            1 => true,
-            other => return Err(SnapshotError::Malformed(format!("slice snapshot: held flag {other}"))),
-        };
-        unfilled.push((offset, suspect));
-    }
-    let mut resend_marks = BTreeMap::new();
-    for _ in 0..r.u32()? {
-        let len = usize::from(r.u16()?);
-        let topic = String::from_utf8(r.take(len)?.to_vec())
-            .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
-        let partition = r.u32()? as i32;
-        let offset = r.u64()? as i64;
-        resend_marks.insert((topic, partition), offset);
-    }
+    let unfilled = read_held(&mut r, bytes.len())?;
+    let resend_marks = read_resend_marks(&mut r)?;
     let found = sections::read(&mut r, version)?;
     let stages = SliceStages::restore(&found.stages, stages, dedup, slice)?;
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
-    let filter = match filter {
-        FilterChoice::Decaying(_, spec) => {
-            let configured =
-                spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-            FilterKind::Decaying(decaying::decode(filter_bytes, &configured)?)
-        }
-        FilterChoice::Timer(params) => match decaying::kind_of(filter_bytes) {
-            Some(kind) => {
-                return Err(SnapshotError::ParameterMismatch {
-                    parameter: "kind",
-                    snapshot: kind.as_str().to_string(),
-                    configured: "timer".to_string(),
-                });
-            }
-            None => FilterKind::Timer(filter_snapshot::decode(filter_bytes, params)?),
-        },
-    };
+    let filter = filter.decode(filter_bytes)?;
     let mut state = SliceState {
         slice,
-        filter: filter.into(),
+        filter,
         next_offset,
         resend_marks,
         counters,
@@ -234,6 +195,40 @@ pub fn decode_full(
     state.order.hold_at(hold);
     state.order.set_overflows(found.overflows);
     Ok(state)
+}
+
+/// The offsets of the held records, with whether each is a suspect
+/// (`len`: the snapshot's, which bounds how many there can be).
+fn read_held(r: &mut envelope::Reader<'_>, len: usize) -> Result<Vec<(u64, bool)>, SnapshotError> {
+    let held = r.u64()?;
+    if held > len as u64 / 9 {
+        return Err(SnapshotError::Malformed(format!("slice snapshot: {held} held records cannot fit")));
+    }
+    let mut unfilled = Vec::with_capacity(held as usize);
+    for _ in 0..held {
+        let offset = r.u64()?;
+        let suspect = match r.take(1)?[0] {
+            0 => false,
+            1 => true,
+            other => return Err(SnapshotError::Malformed(format!("slice snapshot: held flag {other}"))),
+        };
+        unfilled.push((offset, suspect));
+    }
+    Ok(unfilled)
+}
+
+/// The resend marks: the highest input offset seen per input partition.
+fn read_resend_marks(r: &mut envelope::Reader<'_>) -> Result<BTreeMap<(String, i32), i64>, SnapshotError> {
+    let mut resend_marks = BTreeMap::new();
+    for _ in 0..r.u32()? {
+        let len = usize::from(r.u16()?);
+        let topic = String::from_utf8(r.take(len)?.to_vec())
+            .map_err(|_| SnapshotError::Malformed("slice snapshot: a topic name is not UTF-8".into()))?;
+        let partition = r.u32()? as i32;
+        let offset = r.u64()? as i64;
+        resend_marks.insert((topic, partition), offset);
+    }
+    Ok(resend_marks)
 }
 
 /// A slice snapshot copied in full but for its checksums, which take a
