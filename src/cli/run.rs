@@ -236,15 +236,18 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         // are the whole stream's (copies of a dedup key carry the same count
         // key, so they still meet in one slice).
         let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
-        let rdeps = Arc::new(router::RouterSetup {
+        // A count key's hash is not the dedup key's: the slices read the
+        // record again then.
+        let hands_on_reading = route_key.is_none();
+        let extractor = match route_key {
+            Some(key) => Extractor { key, ..extractor },
+            None => extractor,
+        };
+        let router_setup = Arc::new(router::RouterSetup {
             cfg: cfg.clone(),
-            // A count key's hash is not the dedup key's: the slices read the
-            // record again then.
-            hands_on_reading: route_key.is_none(),
-            extractor: match route_key {
-                Some(key) => Extractor { key, ..extractor },
-                None => extractor,
-            },
+            hands_on_reading,
+            key_reads_headers: extractor.key.reads_headers(),
+            extractor,
             slices: slice_count,
             slice_topic: cfg.slice_topic(),
             seed: params.seed,
@@ -259,7 +262,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             metrics: metrics.clone(),
         });
         let stop = router_stop.clone();
-        Some(tokio::task::spawn_blocking(move || router::run(rdeps, stop)))
+        Some(tokio::task::spawn_blocking(move || router::run(router_setup, stop)))
     } else {
         None
     };

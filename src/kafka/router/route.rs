@@ -116,9 +116,7 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 /// Reads an input record's slice, key hash and event time (once, when it
 /// arrives; the slice takes the reading from the frame).
 pub(super) fn read(setup: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
-    // Only a key read from a header needs the header list (librdkafka
-    // parses it on each ask).
-    let header_list: Vec<(&str, &[u8])> = if setup.extractor.key.reads_headers() {
+    let header_list: Vec<(&str, &[u8])> = if setup.key_reads_headers {
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
     } else {
         Vec::new()
