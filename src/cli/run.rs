@@ -165,7 +165,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let started = async {
         let slice_count = topics::ensure(&cfg).await?;
         // Read once: every decision a replay makes again must be made
-        // against the same limits (design invariant 1).
+        // against the same limits (docs/design.md, invariant 1).
         let limits = crate::kafka::limits::read(&cfg).await?;
         anyhow::Ok((slice_count, limits))
     };

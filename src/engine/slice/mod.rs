@@ -1,7 +1,7 @@
 //! One slice's worker state: its filter, its position in the slice log, the
 //! re-send marks of the router and the records waiting for the watermark —
 //! everything its verdicts depend on, so that a restored slice judges the
-//! rest of its log exactly as an uninterrupted one (design invariants 1, 5
+//! rest of its log exactly as an uninterrupted one (docs/design.md, invariants 1, 5
 //! and 7). Pure: no Kafka, no clock.
 //!
 //! Records are judged in event-time order within the lateness (see

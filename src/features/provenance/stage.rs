@@ -6,7 +6,7 @@
 //!
 //! A record's source is read when it arrives and recorded when it is
 //! judged (in event-time order, like the filter), so the state follows from
-//! the log alone (design invariant 1); the sources of records still waiting
+//! the log alone (docs/design.md, invariant 1); the sources of records still waiting
 //! for the watermark are in the snapshot with them.
 
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! The slice workers: one group consumer on the slice topic; each assigned
 //! partition is a slice whose state this process owns until it is revoked.
 //!
-//! Ordering of the exactly-once protocol (design invariant 5):
+//! Ordering of the exactly-once protocol (docs/design.md, invariant 5):
 //! - on assignment, a slice is restored (snapshot X, last output Y) on the
 //!   restore thread while the worker goes on with its other slices; its
 //!   partition joins the consumer's assignment only once restored, at X

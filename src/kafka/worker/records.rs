@@ -51,7 +51,7 @@ fn replaying(owned: &OwnedSlice) -> bool {
 /// Flushes a slice that holds more than `slicing.max_held_bytes` of
 /// records, as an idle flush: logged before it is applied, so a replay
 /// releases at the same place and the verdicts still follow from the logs
-/// (design invariant 1) — the trigger is memory, the decision is in the
+/// (docs/design.md, invariant 1) — the trigger is memory, the decision is in the
 /// log. What the hold keeps back is not released (`flush_pending` is
 /// false then): `slicing.max_held` bounds that.
 fn flush_over_budget(
