@@ -15,9 +15,9 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::engine::{
-    CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
-    RecordView, TimeSpec,
+    Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
+use crate::features::limits::counting::{CountingSpec, CountingStage};
 use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams};
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
