@@ -40,7 +40,9 @@
 #               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
 #               slices) and repartition (8 slices) mode on one backlog of N records, ROUNDS times
 #               alternating A, B within each mode (B first in even rounds): each run's figure,
-#               then per mode the median of A's, of B's and B/A (a change's CPU per record)
+#               then per mode the median of A's, of B's and B/A (a change's CPU per record), the
+#               pairs' B/A over rounds A ran first and B ran first, and their geometric mean
+#               (balanced: the order's own cost cancels with an even ROUNDS)
 #   scaling     the first SCALE_N (2000000) records with 1, 2, 4, 8 slices in one process, and
 #               8 slices over two processes (one group)
 #
@@ -285,7 +287,15 @@ for line in sys.stdin:
     runs.setdefault((mode, build), []).append(float(per_m))
 for mode in ("input-partitions", "repartition"):
     a, b = statistics.median(runs[(mode, "0")]), statistics.median(runs[(mode, "1")])
-    print(f"cpu_ab mode={mode} median_a={a:.3f} median_b={b:.3f} b_over_a={b / a:.3f}")
+    # The run second in a pair tends to cost more (the broker holds more by then): the
+    # geometric mean of the pairs ratios over A-first and B-first rounds alike cancels
+    # that, when there are as many of each (an even ROUNDS).
+    pairs = [y / x for x, y in zip(runs[(mode, "0")], runs[(mode, "1")])]
+    first = statistics.geometric_mean(pairs[0::2])
+    second = statistics.geometric_mean(pairs[1::2]) if len(pairs) > 1 else first
+    balanced = statistics.geometric_mean([first, second])
+    print(f"cpu_ab mode={mode} median_a={a:.3f} median_b={b:.3f} b_over_a={b / a:.3f} "
+          f"a_first={first:.3f} b_first={second:.3f} balanced={balanced:.3f}")
 '
 }
 
