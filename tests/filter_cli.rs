@@ -428,3 +428,32 @@ fn composite_keys_and_rfc3339_times() {
     assert!(run.stderr.contains("line 7: missing_key"), "{}", run.stderr);
     assert!(run.stderr.contains("line 8: bad_time"), "{}", run.stderr);
 }
+
+/// Times in seconds (`json:/ts:s`, with fractions), nanoseconds, and a field
+/// whose name ends in a unit: the same verdicts as in milliseconds; an
+/// out-of-range time is `bad_time` with its reason, and a bad unit is refused.
+#[test]
+fn times_in_seconds_and_nanoseconds() {
+    let lines = [
+        r#"{"id":"a","ts":1700000000,"ns":1700000000000000000,"at:s":1700000000000}"#,
+        r#"{"id":"b","ts":1700000000.5,"ns":1700000000500000000,"at:s":1700000000500}"#,
+        r#"{"id":"a","ts":1700000059.999,"ns":1700000059999000000,"at:s":1700000059999}"#,
+        r#"{"id":"a","ts":"1700000061","ns":"1700000061000000000","at:s":"1700000061000"}"#,
+        r#"{"id":"c","ts":-1,"ns":-1,"at:s":-1}"#,
+        r#"{"id":"d","ts":1e300,"ns":1e300,"at:s":1e300}"#,
+    ];
+    let input = lines.join("\n") + "\n";
+    for time in ["json:/ts:s", "json:/ns:ns", "json:/at:s:ms"] {
+        let args =
+            ["--key", "json:/id", "--time", time, "--window", "1m", "--max-clock-jump", "10m", "--expected", "100"];
+        let run = run_filter(&args, input.as_bytes());
+        assert!(run.status.success(), "{time}: {}", run.stderr);
+        let kept: Vec<&str> = std::str::from_utf8(&run.stdout).unwrap().lines().collect();
+        assert_eq!(kept, [lines[0], lines[1], lines[3]], "{time}: {}", run.stderr);
+        assert!(run.stderr.contains("line 5: bad_time") && run.stderr.contains("a negative time"), "{}", run.stderr);
+        assert!(run.stderr.contains("line 6: bad_time") && run.stderr.contains("out of range"), "{}", run.stderr);
+    }
+    let run = run_filter(&["--time", "json:ts:s"], b"");
+    assert!(!run.status.success());
+    assert!(run.stderr.contains("starts with `/`"), "{}", run.stderr);
+}

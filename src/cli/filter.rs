@@ -79,7 +79,8 @@ pub struct FilterArgs {
     #[arg(long, default_value = "line")]
     pub key: KeySpec,
     /// Where the event time comes from: `arrival` (the clock when read) or
-    /// `json:/pointer` (epoch milliseconds or an RFC 3339 time in the record).
+    /// `json:/pointer` (epoch milliseconds or an RFC 3339 time in the record;
+    /// numbers in another unit: `json:/pointer:s`, `:us` or `:µs`, `:ns`).
     #[arg(long, default_value = "arrival")]
     pub time: TimeSpec,
     /// Sliding window: a key is a duplicate while its delivered copy is

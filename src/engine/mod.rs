@@ -2,6 +2,7 @@
 //!
 //! - [`record`]: key and time extraction, with typed reasons for unreadable records.
 //! - [`rfc3339`]: event times written as RFC 3339 text.
+//! - [`time`](mod@time): event times as numbers in a unit (`json:/ts:s`) or RFC 3339 text.
 //! - [`pointer`](mod@pointer): the values at JSON pointers, read in one pass without building the document.
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
@@ -25,6 +26,7 @@ pub mod pointer;
 pub mod record;
 pub mod rfc3339;
 pub mod slice;
+pub mod time;
 
 pub use crate::features::limits::counting;
 pub use crate::features::limits::stage as limits;
@@ -38,3 +40,4 @@ pub use slice::{
     InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage, SliceRecord,
     SliceState, SliceVerdict, SourceRef, format_into,
 };
+pub use time::TimeUnit;

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use super::pointer::{self, Found};
+use super::time::{self, TimeUnit};
 
 /// One record as the engine sees it, whatever it came from (a line of
 /// stdin, a Kafka message).
@@ -57,8 +58,10 @@ pub enum TimeSpec {
     RecordTimestamp,
     /// The moment the record was read (pipe mode only: not deterministic).
     Arrival,
-    /// A JSON field holding epoch milliseconds.
-    Json(String),
+    /// A JSON field holding an epoch time in the unit given (a number or a
+    /// string of one: `json:/ts:s`; milliseconds by default) or RFC 3339
+    /// text; the rule for the unit suffix is in [`time`](mod@super::time).
+    Json(String, TimeUnit),
 }
 
 fn json_pointer(spec: &str, rest: &str) -> Result<String, String> {
@@ -132,8 +135,13 @@ impl FromStr for TimeSpec {
         match s {
             "record-timestamp" => Ok(TimeSpec::RecordTimestamp),
             "arrival" => Ok(TimeSpec::Arrival),
-            _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(TimeSpec::Json),
-            _ => Err(format!("unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer")),
+            _ if s.starts_with("json:") => {
+                let (pointer, unit) = TimeUnit::split(&s[5..]);
+                json_pointer(s, pointer).map(|p| TimeSpec::Json(p, unit))
+            }
+            _ => Err(format!(
+                "unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer, with a unit                  for numbers as json:/pointer:s (also :ms, the default, :us or :µs, :ns)"
+            )),
         }
     }
 }
@@ -250,7 +258,7 @@ impl Extractor {
             ));
         }
         let time_pointer = match &self.time {
-            TimeSpec::Json(p) => Some(p.as_str()),
+            TimeSpec::Json(p, _) => Some(p.as_str()),
             _ => None,
         };
         let (key, json_time) = match &self.key {
@@ -275,18 +283,12 @@ impl Extractor {
                 Some(t) => return Err(invalid(InvalidReason::BadTime, format!("negative record timestamp {t}"))),
                 None => return Err(invalid(InvalidReason::MissingTime, "the record has no timestamp")),
             },
-            TimeSpec::Json(pointer) => match json_time {
+            TimeSpec::Json(pointer, unit) => match json_time {
                 None | Some(Found::Other(Value::Null)) => {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
-                Some(found) => epoch_ms(&found).ok_or_else(|| {
-                    invalid(
-                        InvalidReason::BadTime,
-                        format!(
-                            "`{}` at `{pointer}` is not epoch milliseconds or an RFC 3339 time",
-                            excerpt(&found.to_value())
-                        ),
-                    )
+                Some(found) => time::epoch_ms(&found, *unit).map_err(|e| {
+                    invalid(InvalidReason::BadTime, e.detail(&excerpt(&found.to_value()), pointer, *unit))
                 })?,
             },
         };
@@ -381,18 +383,6 @@ fn excerpt(v: &Value) -> String {
     match text.char_indices().nth(EXCERPT_CHARS) {
         None => text,
         Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
-    }
-}
-
-/// Epoch milliseconds from a JSON number (fractions are truncated), a
-/// string of digits, or an RFC 3339 time string.
-fn epoch_ms(v: &Found<'_>) -> Option<u64> {
-    match v {
-        Found::Other(Value::Number(n)) => {
-            n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
-        }
-        Found::Str(s) => s.trim().parse().ok().or_else(|| super::rfc3339::epoch_ms(s)),
-        Found::Other(_) => None,
     }
 }
 
@@ -531,6 +521,40 @@ mod tests {
             assert_eq!(reason, InvalidReason::BadTime, "{bad}");
             assert!(detail.contains("is not epoch milliseconds or an RFC 3339 time"), "{detail}");
         }
+    }
+
+    #[test]
+    fn times_in_a_unit() {
+        let time = |spec: &str, ts: &str| {
+            let payload = format!(r#"{{"id":"a","ts":{ts},"at:s":{ts}}}"#);
+            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
+            let ex = Extractor { time: spec.parse().unwrap(), max_record_bytes: 1000, ..json_extractor() };
+            ex.extract(&rec, 0).map(|e| e.time_ms).map_err(|e| (e.reason, e.detail))
+        };
+        assert_eq!(time("json:/ts:s", "1700000000"), Ok(1_700_000_000_000));
+        assert_eq!(time("json:/ts:s", "1700000000.25"), Ok(1_700_000_000_250));
+        assert_eq!(time("json:/ts:s", r#""1700000000""#), Ok(1_700_000_000_000));
+        assert_eq!(time("json:/ts:ms", "1700000000123"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:us", "1700000000123456"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:µs", "1700000000123456"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:ns", "1700000000123456789"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:ns", r#""2023-11-14T22:13:20.123Z""#), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/at:s:s", "7"), Ok(7_000), "the field `at:s`, in seconds");
+        let (reason, detail) = time("json:/ts:s", "18446744073709552").unwrap_err();
+        assert_eq!(reason, InvalidReason::BadTime);
+        assert_eq!(
+            detail,
+            "`18446744073709552` at `/ts` is out of range: as epoch seconds, past 2^64 - 1 epoch milliseconds"
+        );
+        let (reason, detail) = time("json:/ts:us", "-3").unwrap_err();
+        assert_eq!(reason, InvalidReason::BadTime);
+        assert!(detail.contains("out of range: a negative time"), "{detail}");
+        let (_, detail) = time("json:/ts:s", r#""soon""#).unwrap_err();
+        assert_eq!(detail, r#"`"soon"` at `/ts` is not epoch seconds or an RFC 3339 time"#);
+        assert_eq!("json:/ts:s".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Seconds)));
+        assert_eq!("json:/ts".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Millis)));
+        assert!("json:ts:s".parse::<TimeSpec>().unwrap_err().contains("starts with `/`"));
+        assert!("epoch:/ts".parse::<TimeSpec>().unwrap_err().contains("json:/pointer:s"));
     }
 
     #[test]
