@@ -14,6 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::engine::formats::{self, Decoder, Format, Schemas};
 use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
@@ -83,6 +84,17 @@ pub struct FilterArgs {
     /// numbers in another unit: `json:/pointer:s`, `:us` or `:µs`, `:ns`).
     #[arg(long, default_value = "arrival")]
     pub time: TimeSpec,
+    /// How records are written: `json` (each line a record), or `avro` /
+    /// `protobuf` in the Confluent wire format, each line one record in
+    /// base64 (binary records may hold newlines); their schemas from
+    /// --schemas, their fields named by --key and --time as `json:/a/b`.
+    #[arg(long, default_value = "json")]
+    pub format: Format,
+    /// With --format avro or protobuf: the directory of the schemas by id
+    /// (`<id>.avsc`, `<id>.proto`, or `<id>.json` as a schema registry
+    /// answers `GET /schemas/ids/<id>`).
+    #[arg(long)]
+    pub schemas: Option<PathBuf>,
     /// Sliding window: a key is a duplicate while its delivered copy is
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
@@ -370,6 +382,26 @@ impl FilterArgs {
     }
 
     /// The ordering settings, validated.
+    /// The decoder of --format avro or protobuf (`None`: JSON), with the
+    /// schemas of --schemas read and parsed.
+    pub fn decoder(&self) -> anyhow::Result<Option<Decoder>> {
+        let dir = match (self.format, &self.schemas) {
+            (Format::Json, None) => return Ok(None),
+            (Format::Json, Some(dir)) => {
+                anyhow::bail!("invalid --schemas {}: for --format avro or protobuf", dir.display())
+            }
+            (format, None) => anyhow::bail!("invalid --format {format}: needs --schemas DIR (the schemas by id)"),
+            (_, Some(dir)) => dir,
+        };
+        let schemas =
+            Schemas::from_dir(dir).map_err(|e| anyhow::anyhow!("invalid --schemas {}: {e}", dir.display()))?;
+        if schemas.is_empty() {
+            anyhow::bail!("invalid --schemas {}: no <id>.avsc, <id>.proto or <id>.json file in it", dir.display());
+        }
+        formats::limit_avro_allocations(self.max_record_bytes);
+        Ok(Some(Decoder { format: self.format, schemas }))
+    }
+
     pub fn order_settings(&self) -> anyhow::Result<OrderSettings> {
         let lateness_ms = if self.time == TimeSpec::Arrival { 0 } else { self.lateness };
         if lateness_ms >= self.window {
@@ -437,6 +469,19 @@ pub struct FilterStats {
     pub counting: Option<CountingStatsJson>,
 }
 
+/// The records of base64 lines (`buf`'s lines ending at `ends`); a line
+/// that is not base64 is kept as it is (and read as not in the wire format).
+fn decode_lines(buf: &[u8], ends: &[usize], decoded: &mut Vec<Vec<u8>>) {
+    decoded.clear();
+    let mut start = 0;
+    for &end in ends {
+        let line = strip_line_ending(&buf[start..end]);
+        let text = std::str::from_utf8(line).ok().map(str::trim);
+        decoded.push(text.and_then(formats::schemas::base64_decode).unwrap_or_else(|| line.to_vec()));
+        start = end;
+    }
+}
+
 pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     if args.max_record_bytes == 0 {
         anyhow::bail!("invalid --max-record-bytes 0: must be at least 1");
@@ -444,6 +489,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
     let order = args.order_settings()?;
+    let decoder = args.decoder()?;
     let mut dedup = match args.kind.decaying_kind() {
         Some(kind) => Deduplicator::decaying(args.decaying_filter(kind)?, extractor),
         None => {
@@ -456,6 +502,10 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     };
     if let Some(stage) = args.counting_stage()? {
         dedup = dedup.with_counting(stage, args.count_key.clone());
+    }
+    let base64_lines = decoder.is_some();
+    if let Some(decoder) = decoder {
+        dedup = dedup.with_decoder(decoder);
     }
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
@@ -474,6 +524,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut ends: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut decoded: Vec<Vec<u8>> = Vec::new();
     let mut judged = Vec::with_capacity(BATCH);
     let mut held = HeldLines::default();
     let mut tally =
@@ -507,9 +558,14 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             let arrival = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
             let mut views = Vec::with_capacity(ends.len());
             let mut start = 0;
-            for &end in &ends {
-                views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
-                start = end;
+            if base64_lines {
+                decode_lines(&buf, &ends, &mut decoded);
+                views.extend(decoded.iter().map(|payload| RecordView { payload, ..RecordView::default() }));
+            } else {
+                for &end in &ends {
+                    views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
+                    start = end;
+                }
             }
             dedup.push_batch(&views, arrival, &mut judged);
             held.push(&buf, &ends);

@@ -163,10 +163,18 @@ pub enum InvalidReason {
     /// not read as one (a stamp naming a topic longer than Kafka allows, a
     /// cut frame): forged by another writer of the slice log, or damaged.
     BadFrame,
+    /// A record in the Confluent wire format whose schema is unknown, could
+    /// not be fetched or read, or that is not in the wire format at all.
+    BadSchema,
+    /// An Avro body that does not decode with its schema.
+    BadAvro,
+    /// A Protobuf body (or its message indexes) that does not decode with
+    /// its schema.
+    BadProtobuf,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 8] = [
+    pub const ALL: [InvalidReason; 11] = [
         InvalidReason::BadJson,
         InvalidReason::MissingKey,
         InvalidReason::EmptyKey,
@@ -175,6 +183,9 @@ impl InvalidReason {
         InvalidReason::TooLarge,
         InvalidReason::TimeJump,
         InvalidReason::BadFrame,
+        InvalidReason::BadSchema,
+        InvalidReason::BadAvro,
+        InvalidReason::BadProtobuf,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -187,6 +198,9 @@ impl InvalidReason {
             InvalidReason::TooLarge => "too_large",
             InvalidReason::TimeJump => "time_jump",
             InvalidReason::BadFrame => "bad_frame",
+            InvalidReason::BadSchema => "bad_schema",
+            InvalidReason::BadAvro => "bad_avro",
+            InvalidReason::BadProtobuf => "bad_protobuf",
         }
     }
 }
@@ -204,7 +218,7 @@ impl fmt::Display for InvalidRecord {
     }
 }
 
-fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
+pub(crate) fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
     InvalidRecord { reason, detail: detail.into() }
 }
 
@@ -238,10 +252,39 @@ pub struct Extractor {
     pub max_record_bytes: usize,
 }
 
+/// Where the values that `json:` sources name come from: a JSON payload, or
+/// a record decoded from another format (`engine::formats`).
+pub trait FieldSource<'a> {
+    /// The values at `pointers` (`None`: the pointer names nothing); called
+    /// at most once per record, and only when a pointer is given.
+    fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord>;
+}
+
+/// A JSON payload.
+struct JsonPayload<'a>(&'a [u8]);
+
+impl<'a> FieldSource<'a> for JsonPayload<'a> {
+    fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
+        pointer::find(self.0, pointers)
+            .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
+    }
+}
+
 impl Extractor {
     /// Extracts the key and time of `record`; `arrival_ms` is used by
     /// [`TimeSpec::Arrival`].
     pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
+        self.extract_from(record, arrival_ms, &JsonPayload(record.payload))
+    }
+
+    /// [`Extractor::extract`] with the `json:` sources' values read from
+    /// `fields` instead of the payload as JSON.
+    pub fn extract_from<'a, S: FieldSource<'a>>(
+        &self,
+        record: &RecordView<'a>,
+        arrival_ms: u64,
+        fields: &S,
+    ) -> Result<Extracted<'a>, InvalidRecord> {
         // The key counts too: with `record-key` a huge key is as large a
         // record to hold for the watermark and to copy as a huge payload.
         let key_bytes = record.key.map_or(0, <[u8]>::len);
@@ -262,13 +305,13 @@ impl Extractor {
             _ => None,
         };
         let (key, json_time) = match &self.key {
-            KeySpec::Composite(parts) => composite_key(parts, record, time_pointer)?,
+            KeySpec::Composite(parts) => composite_key(parts, record, fields, time_pointer)?,
             single => {
                 let key_pointer = match single {
                     KeySpec::Json(p) => Some(p.as_str()),
                     _ => None,
                 };
-                let [json_key, json_time] = find_json(record, [key_pointer, time_pointer])?;
+                let [json_key, json_time] = find_fields(fields, [key_pointer, time_pointer])?;
                 (key_part(single, record, json_key)?, json_time)
             }
         };
@@ -296,17 +339,16 @@ impl Extractor {
     }
 }
 
-/// The values at `pointers` in the record's JSON payload (none looked for
-/// when no pointer is given: the payload need not be JSON).
-fn find_json<'a, const N: usize>(
-    record: &RecordView<'a>,
+/// The values at `pointers` in the record's fields (none looked for when no
+/// pointer is given: the payload need not be JSON, or decode).
+fn find_fields<'a, S: FieldSource<'a>, const N: usize>(
+    fields: &S,
     pointers: [Option<&str>; N],
 ) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
     if pointers.iter().all(Option::is_none) {
         return Ok(std::array::from_fn(|_| None));
     }
-    pointer::find(record.payload, pointers)
-        .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
+    fields.find(pointers)
 }
 
 /// The value of the single key source `spec` (`json_key`: what its JSON
@@ -335,6 +377,7 @@ fn key_part<'a>(
             }
             Some(Found::Str(Cow::Borrowed(s))) => Cow::Borrowed(s.as_bytes()),
             Some(Found::Str(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
+            Some(Found::Bytes(b)) => b,
             // Numbers, booleans, arrays and objects: their compact JSON text.
             Some(Found::Other(other)) => Cow::Owned(other.to_string().into_bytes()),
         },
@@ -345,9 +388,10 @@ fn key_part<'a>(
 /// A composite key: its parts' values joined by [`KEY_PART_SEPARATOR`],
 /// each part required and not empty; and what the time's pointer found
 /// (in the same pass over the payload).
-fn composite_key<'a>(
+fn composite_key<'a, S: FieldSource<'a>>(
     parts: &[KeySpec],
     record: &RecordView<'a>,
+    fields: &S,
     time_pointer: Option<&str>,
 ) -> Result<(Cow<'a, [u8]>, Option<Found<'a>>), InvalidRecord> {
     let mut pointers = [None; MAX_KEY_PARTS + 1];
@@ -357,7 +401,7 @@ fn composite_key<'a>(
         }
     }
     pointers[MAX_KEY_PARTS] = time_pointer;
-    let mut found = find_json(record, pointers)?;
+    let mut found = find_fields(fields, pointers)?;
     let mut key = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         let value = key_part(part, record, found[i].take())?;
@@ -521,40 +565,6 @@ mod tests {
             assert_eq!(reason, InvalidReason::BadTime, "{bad}");
             assert!(detail.contains("is not epoch milliseconds or an RFC 3339 time"), "{detail}");
         }
-    }
-
-    #[test]
-    fn times_in_a_unit() {
-        let time = |spec: &str, ts: &str| {
-            let payload = format!(r#"{{"id":"a","ts":{ts},"at:s":{ts}}}"#);
-            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
-            let ex = Extractor { time: spec.parse().unwrap(), max_record_bytes: 1000, ..json_extractor() };
-            ex.extract(&rec, 0).map(|e| e.time_ms).map_err(|e| (e.reason, e.detail))
-        };
-        assert_eq!(time("json:/ts:s", "1700000000"), Ok(1_700_000_000_000));
-        assert_eq!(time("json:/ts:s", "1700000000.25"), Ok(1_700_000_000_250));
-        assert_eq!(time("json:/ts:s", r#""1700000000""#), Ok(1_700_000_000_000));
-        assert_eq!(time("json:/ts:ms", "1700000000123"), Ok(1_700_000_000_123));
-        assert_eq!(time("json:/ts:us", "1700000000123456"), Ok(1_700_000_000_123));
-        assert_eq!(time("json:/ts:µs", "1700000000123456"), Ok(1_700_000_000_123));
-        assert_eq!(time("json:/ts:ns", "1700000000123456789"), Ok(1_700_000_000_123));
-        assert_eq!(time("json:/ts:ns", r#""2023-11-14T22:13:20.123Z""#), Ok(1_700_000_000_123));
-        assert_eq!(time("json:/at:s:s", "7"), Ok(7_000), "the field `at:s`, in seconds");
-        let (reason, detail) = time("json:/ts:s", "18446744073709552").unwrap_err();
-        assert_eq!(reason, InvalidReason::BadTime);
-        assert_eq!(
-            detail,
-            "`18446744073709552` at `/ts` is out of range: as epoch seconds, past 2^64 - 1 epoch milliseconds"
-        );
-        let (reason, detail) = time("json:/ts:us", "-3").unwrap_err();
-        assert_eq!(reason, InvalidReason::BadTime);
-        assert!(detail.contains("out of range: a negative time"), "{detail}");
-        let (_, detail) = time("json:/ts:s", r#""soon""#).unwrap_err();
-        assert_eq!(detail, r#"`"soon"` at `/ts` is not epoch seconds or an RFC 3339 time"#);
-        assert_eq!("json:/ts:s".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Seconds)));
-        assert_eq!("json:/ts".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Millis)));
-        assert!("json:ts:s".parse::<TimeSpec>().unwrap_err().contains("starts with `/`"));
-        assert!("epoch:/ts".parse::<TimeSpec>().unwrap_err().contains("json:/pointer:s"));
     }
 
     #[test]

@@ -139,7 +139,7 @@ pub fn epoch_ms(v: &Found<'_>, unit: TimeUnit) -> Result<u64, TimeError> {
     match v {
         Found::Other(Value::Number(n)) => number_ms(n, unit),
         Found::Str(s) => text_ms(s, unit),
-        Found::Other(_) => Err(TimeError::NotATime),
+        Found::Other(_) | Found::Bytes(_) => Err(TimeError::NotATime),
     }
 }
 
@@ -188,6 +188,7 @@ pub fn float_ms(f: f64, unit: TimeUnit) -> Result<u64, TimeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Extractor, InvalidReason, KeySpec, RecordView, TimeSpec};
     use std::borrow::Cow;
 
     fn num(text: &str, unit: TimeUnit) -> Result<u64, TimeError> {
@@ -261,5 +262,39 @@ mod tests {
         assert_eq!(float_ms(1.5, Seconds), Ok(1_500));
         let detail = TimeError::Overflow.detail("1e300", "/ts", Seconds);
         assert_eq!(detail, "`1e300` at `/ts` is out of range: as epoch seconds, past 2^64 - 1 epoch milliseconds");
+    }
+
+    #[test]
+    fn times_in_a_unit() {
+        let time = |spec: &str, ts: &str| {
+            let payload = format!(r#"{{"id":"a","ts":{ts},"at:s":{ts}}}"#);
+            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
+            let ex = Extractor { time: spec.parse().unwrap(), max_record_bytes: 1000, key: KeySpec::Payload };
+            ex.extract(&rec, 0).map(|e| e.time_ms).map_err(|e| (e.reason, e.detail))
+        };
+        assert_eq!(time("json:/ts:s", "1700000000"), Ok(1_700_000_000_000));
+        assert_eq!(time("json:/ts:s", "1700000000.25"), Ok(1_700_000_000_250));
+        assert_eq!(time("json:/ts:s", r#""1700000000""#), Ok(1_700_000_000_000));
+        assert_eq!(time("json:/ts:ms", "1700000000123"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:us", "1700000000123456"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:µs", "1700000000123456"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:ns", "1700000000123456789"), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/ts:ns", r#""2023-11-14T22:13:20.123Z""#), Ok(1_700_000_000_123));
+        assert_eq!(time("json:/at:s:s", "7"), Ok(7_000), "the field `at:s`, in seconds");
+        let (reason, detail) = time("json:/ts:s", "18446744073709552").unwrap_err();
+        assert_eq!(reason, InvalidReason::BadTime);
+        assert_eq!(
+            detail,
+            "`18446744073709552` at `/ts` is out of range: as epoch seconds, past 2^64 - 1 epoch milliseconds"
+        );
+        let (reason, detail) = time("json:/ts:us", "-3").unwrap_err();
+        assert_eq!(reason, InvalidReason::BadTime);
+        assert!(detail.contains("out of range: a negative time"), "{detail}");
+        let (_, detail) = time("json:/ts:s", r#""soon""#).unwrap_err();
+        assert_eq!(detail, r#"`"soon"` at `/ts` is not epoch seconds or an RFC 3339 time"#);
+        assert_eq!("json:/ts:s".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Seconds)));
+        assert_eq!("json:/ts".parse::<TimeSpec>(), Ok(TimeSpec::Json("/ts".into(), TimeUnit::Millis)));
+        assert!("json:ts:s".parse::<TimeSpec>().unwrap_err().contains("starts with `/`"));
+        assert!("epoch:/ts".parse::<TimeSpec>().unwrap_err().contains("json:/pointer:s"));
     }
 }
