@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
-use crate::engine::formats::{self, Decoder, Format, Schemas};
+use crate::engine::formats::{self, Decoder, Format, Registry, Schemas};
 use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
@@ -95,6 +95,16 @@ pub struct FilterArgs {
     /// answers `GET /schemas/ids/<id>`).
     #[arg(long)]
     pub schemas: Option<PathBuf>,
+    /// With --format avro or protobuf: a schema registry
+    /// (`http://HOST:PORT[/PATH]`) whose `GET /schemas/ids/<id>` gives the
+    /// schemas --schemas does not have, fetched at first sight and kept; a
+    /// failed fetch is retried after 30 s. The password of
+    /// --schema-registry-user is read from DEDUPD_SCHEMA_REGISTRY_PASSWORD.
+    #[arg(long)]
+    pub schema_registry: Option<String>,
+    /// The basic-authentication user of --schema-registry.
+    #[arg(long)]
+    pub schema_registry_user: Option<String>,
     /// Sliding window: a key is a duplicate while its delivered copy is
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
@@ -385,21 +395,38 @@ impl FilterArgs {
     /// The decoder of --format avro or protobuf (`None`: JSON), with the
     /// schemas of --schemas read and parsed.
     pub fn decoder(&self) -> anyhow::Result<Option<Decoder>> {
-        let dir = match (self.format, &self.schemas) {
-            (Format::Json, None) => return Ok(None),
-            (Format::Json, Some(dir)) => {
-                anyhow::bail!("invalid --schemas {}: for --format avro or protobuf", dir.display())
+        if self.format == Format::Json {
+            if let Some(dir) = &self.schemas {
+                anyhow::bail!("invalid --schemas {}: for --format avro or protobuf", dir.display());
             }
-            (format, None) => anyhow::bail!("invalid --format {format}: needs --schemas DIR (the schemas by id)"),
-            (_, Some(dir)) => dir,
-        };
-        let schemas =
-            Schemas::from_dir(dir).map_err(|e| anyhow::anyhow!("invalid --schemas {}: {e}", dir.display()))?;
-        if schemas.is_empty() {
-            anyhow::bail!("invalid --schemas {}: no <id>.avsc, <id>.proto or <id>.json file in it", dir.display());
+            if let Some(url) = &self.schema_registry {
+                anyhow::bail!("invalid --schema-registry {url}: for --format avro or protobuf");
+            }
+            return Ok(None);
         }
+        if self.schemas.is_none() && self.schema_registry.is_none() {
+            anyhow::bail!("invalid --format {}: needs --schemas DIR or --schema-registry URL", self.format);
+        }
+        let mut schemas = Schemas::default();
+        if let Some(dir) = &self.schemas {
+            schemas =
+                Schemas::from_dir(dir).map_err(|e| anyhow::anyhow!("invalid --schemas {}: {e}", dir.display()))?;
+            if schemas.is_empty() {
+                anyhow::bail!("invalid --schemas {}: no <id>.avsc, <id>.proto or <id>.json file in it", dir.display());
+            }
+        }
+        let registry = match &self.schema_registry {
+            None => None,
+            Some(url) => {
+                let password = std::env::var("DEDUPD_SCHEMA_REGISTRY_PASSWORD").ok();
+                let http =
+                    super::registry::HttpRegistry::new(url, self.schema_registry_user.as_deref(), password.as_deref())
+                        .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
+                Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
+            }
+        };
         formats::limit_avro_allocations(self.max_record_bytes);
-        Ok(Some(Decoder { format: self.format, schemas }))
+        Ok(Some(Decoder { format: self.format, schemas, registry }))
     }
 
     pub fn order_settings(&self) -> anyhow::Result<OrderSettings> {

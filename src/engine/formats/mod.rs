@@ -8,6 +8,7 @@
 //!
 //! - [`wire`]: the framing and Protobuf's message indexes.
 //! - [`schemas`]: schemas by id, from local files or registry answers.
+//! - [`registry`]: schemas fetched from a schema registry at first sight, and kept.
 //! - [`avro`](mod@avro), [`protobuf`](mod@protobuf): decoding and field lookup.
 //!
 //! A record that is not in the wire format, or whose schema id is unknown,
@@ -16,6 +17,7 @@
 
 pub mod avro;
 pub mod protobuf;
+pub mod registry;
 pub mod schemas;
 pub mod wire;
 
@@ -23,6 +25,7 @@ use std::str::FromStr;
 
 use super::pointer::Found;
 use super::record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, RecordView, invalid};
+pub use registry::{Fetch, Registry};
 pub use schemas::{Schema, Schemas};
 
 /// How record payloads are written.
@@ -63,7 +66,10 @@ impl std::fmt::Display for Format {
 #[derive(Clone, Debug)]
 pub struct Decoder {
     pub format: Format,
+    /// The schemas given up front (local files), looked up first.
     pub schemas: Schemas,
+    /// Where the other ids are fetched from, if anywhere.
+    pub registry: Option<std::sync::Arc<Registry>>,
 }
 
 /// Caps what the Avro decoder allocates for one length or count read from
@@ -96,10 +102,20 @@ struct Binary<'d, 'a> {
 impl<'a> FieldSource<'a> for Binary<'_, 'a> {
     fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
         let (id, body) = wire::split(self.payload).map_err(|e| invalid(InvalidReason::BadSchema, e))?;
-        let schema = self.decoder.schemas.get(id).ok_or_else(|| {
-            invalid(InvalidReason::BadSchema, format!("schema id {id}: unknown (not among the schemas read)"))
-        })?;
-        match (self.decoder.format, schema.as_ref()) {
+        let fetched;
+        let schema = match (self.decoder.schemas.get(id), &self.decoder.registry) {
+            (Some(local), _) => local.as_ref(),
+            (None, Some(registry)) => {
+                fetched =
+                    registry.get(id).map_err(|e| invalid(InvalidReason::BadSchema, format!("schema id {id}: {e}")))?;
+                fetched.as_ref()
+            }
+            (None, None) => {
+                let why = format!("schema id {id}: unknown (not among the schemas read)");
+                return Err(invalid(InvalidReason::BadSchema, why));
+            }
+        };
+        match (self.decoder.format, schema) {
             (Format::Avro, Schema::Avro(schema)) => {
                 let value = avro::decode(schema, body)
                     .map_err(|e| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}")))?;
