@@ -46,6 +46,7 @@ fuzz_target!(|input: Input<'_>| {
         payload: input.payload,
         headers: &input.headers,
         timestamp_ms: input.timestamp_ms,
+        decoder: None,
     };
     let got = ex.extract(&record, 0);
 

@@ -15,6 +15,7 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::engine::formats::{self, Decoder, Format, Registry, Schemas};
+use crate::engine::record::PayloadDecoder;
 use crate::engine::{
     CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
     RecordView, TimeSpec,
@@ -530,10 +531,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     if let Some(stage) = args.counting_stage()? {
         dedup = dedup.with_counting(stage, args.count_key.clone());
     }
-    let base64_lines = decoder.is_some();
-    if let Some(decoder) = decoder {
-        dedup = dedup.with_decoder(decoder);
-    }
+    // Avro or Protobuf: each line one base64 record, read through the decoder.
+    let decoder: Option<&dyn PayloadDecoder> = decoder.as_ref().map(|d| d as &dyn PayloadDecoder);
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -585,9 +584,9 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             let arrival = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
             let mut views = Vec::with_capacity(ends.len());
             let mut start = 0;
-            if base64_lines {
+            if decoder.is_some() {
                 decode_lines(&buf, &ends, &mut decoded);
-                views.extend(decoded.iter().map(|payload| RecordView { payload, ..RecordView::default() }));
+                views.extend(decoded.iter().map(|payload| RecordView { payload, decoder, ..RecordView::default() }));
             } else {
                 for &end in &ends {
                     views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });

@@ -21,12 +21,9 @@
 //! time: their records are judged at once, in arrival order, by the one
 //! [`DecayingFilter`] (see [`Deduplicator::decaying`]).
 
-use std::sync::Arc;
-
 use super::counting::{CountMark, CountingStage};
-use super::formats::Decoder;
 use super::order::{OrderSettings, Released, ReorderBuffer};
-use super::record::{Extracted, Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
+use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::{DecayingFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
@@ -69,22 +66,6 @@ pub struct Deduplicator {
     events: Vec<Event>,
     released: Vec<Release>,
     verdicts: Vec<Verdict>,
-    /// Avro or Protobuf records: keys and times read through this decoder
-    /// (`None`: JSON, the payload itself).
-    decoder: Option<Arc<Decoder>>,
-}
-
-/// The key and time of `rec`, through the decoder when there is one.
-fn extract<'a>(
-    decoder: &Option<Arc<Decoder>>,
-    ex: &Extractor,
-    rec: &RecordView<'a>,
-    arrival_ms: u64,
-) -> Result<Extracted<'a>, InvalidRecord> {
-    match decoder {
-        None => ex.extract(rec, arrival_ms),
-        Some(d) => d.extract(ex, rec, arrival_ms),
-    }
 }
 
 /// A released record waiting for its verdict: position, lateness, count
@@ -112,7 +93,6 @@ impl Deduplicator {
             events: Vec::new(),
             released: Vec::new(),
             verdicts: Vec::new(),
-            decoder: None,
         }
     }
 
@@ -133,13 +113,6 @@ impl Deduplicator {
         // The time comes from the dedup extractor; `arrival` here reads nothing.
         let extractor = count_key.map(|key| Extractor { key, time: TimeSpec::Arrival, ..self.extractor.clone() });
         self.counting = Some((stage, extractor));
-        self
-    }
-
-    /// Reads the records' keys and times through `decoder` (Avro or
-    /// Protobuf in the wire format) instead of as JSON.
-    pub fn with_decoder(mut self, decoder: Decoder) -> Self {
-        self.decoder = Some(Arc::new(decoder));
         self
     }
 
@@ -185,13 +158,12 @@ impl Deduplicator {
             next_position,
             decaying,
             counting,
-            decoder,
             ..
         } = self;
         for rec in records {
             let position = *next_position;
             *next_position += 1;
-            let x = match extract(decoder, extractor, rec, arrival_ms) {
+            let x = match extractor.extract(rec, arrival_ms) {
                 Ok(x) => x,
                 Err(e) => {
                     out.push(Judged { position, outcome: Outcome::Invalid(e), late_by_ms: None, count: None });
@@ -211,7 +183,7 @@ impl Deduplicator {
             }
             let hash = KeyHash::of(*seed, &x.key);
             let count_hash = match counting {
-                Some((_, Some(e))) => match extract(decoder, e, rec, arrival_ms) {
+                Some((_, Some(e))) => match e.extract(rec, arrival_ms) {
                     Ok(c) => KeyHash::of(*seed, &c.key),
                     Err(mut why) => {
                         why.detail = format!("count key: {}", why.detail);

@@ -25,6 +25,21 @@ pub struct RecordView<'a> {
     pub headers: &'a [(&'a str, &'a [u8])],
     /// The record's own timestamp in epoch ms, if any.
     pub timestamp_ms: Option<i64>,
+    /// How the payload's fields are read when it is not JSON (Avro or
+    /// Protobuf: `engine::formats`); `None`: JSON. Chosen once for an input.
+    pub decoder: Option<&'a dyn PayloadDecoder>,
+}
+
+/// Reads the `json:` sources of records whose payload is not JSON.
+pub trait PayloadDecoder: fmt::Debug + Sync {
+    /// [`Extractor::extract`] for such a record (through
+    /// [`Extractor::extract_from`] with the decoded fields).
+    fn extract<'a>(
+        &self,
+        ex: &Extractor,
+        record: &RecordView<'a>,
+        arrival_ms: u64,
+    ) -> Result<Extracted<'a>, InvalidRecord>;
 }
 
 /// Where the dedup key comes from.
@@ -274,7 +289,10 @@ impl Extractor {
     /// Extracts the key and time of `record`; `arrival_ms` is used by
     /// [`TimeSpec::Arrival`].
     pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
-        self.extract_from(record, arrival_ms, &JsonPayload(record.payload))
+        match record.decoder {
+            None => self.extract_from(record, arrival_ms, &JsonPayload(record.payload)),
+            Some(decoder) => decoder.extract(self, record, arrival_ms),
+        }
     }
 
     /// [`Extractor::extract`] with the `json:` sources' values read from
@@ -515,7 +533,7 @@ mod tests {
     fn composite_keys_join_their_parts() {
         let headers = [("campaign", &b"c7"[..]), ("x", &b""[..])];
         let payload = br#"{"user":"u1","ad":{"id":42},"ts":"2023-11-14T22:13:20.123Z","a+b":"p"}"#;
-        let rec = RecordView { key: Some(b"k"), payload, headers: &headers, timestamp_ms: Some(5) };
+        let rec = RecordView { key: Some(b"k"), payload, headers: &headers, timestamp_ms: Some(5), decoder: None };
         let ex = |key: &str| {
             let spec: KeySpec = key.parse().unwrap();
             Extractor { key: spec, time: "json:/ts".parse().unwrap(), max_record_bytes: 1000 }.extract(&rec, 0)
@@ -570,7 +588,8 @@ mod tests {
     #[test]
     fn other_sources() {
         let headers = [("click", &b"c-1"[..])];
-        let rec = RecordView { key: Some(b"k"), payload: b"p", headers: &headers, timestamp_ms: Some(5) };
+        let rec =
+            RecordView { key: Some(b"k"), payload: b"p", headers: &headers, timestamp_ms: Some(5), decoder: None };
         let ex = |key: &str, time: &str| {
             Extractor { key: key.parse().unwrap(), time: time.parse().unwrap(), max_record_bytes: 10 }.extract(&rec, 99)
         };

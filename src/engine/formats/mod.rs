@@ -24,7 +24,9 @@ pub mod wire;
 use std::str::FromStr;
 
 use super::pointer::Found;
-use super::record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, RecordView, invalid};
+use super::record::{
+    Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, PayloadDecoder, RecordView, invalid,
+};
 pub use registry::{Fetch, Registry};
 pub use schemas::{Schema, Schemas};
 
@@ -81,9 +83,8 @@ pub fn limit_avro_allocations(bytes: usize) {
     apache_avro::util::max_allocation_bytes(bytes.max(1 << 16));
 }
 
-impl Decoder {
-    /// [`Extractor::extract`] for records in this decoder's format.
-    pub fn extract<'a>(
+impl PayloadDecoder for Decoder {
+    fn extract<'a>(
         &self,
         ex: &Extractor,
         record: &RecordView<'a>,

@@ -41,8 +41,8 @@ fn extractor(key: &str, time: &str) -> Extractor {
 
 fn run(schemas: &Schemas, f: &Fixture, ex: &Extractor) -> Result<(Vec<u8>, u64), (InvalidReason, String)> {
     let decoder = Decoder { format: f.format, schemas: schemas.clone(), registry: None };
-    let record = RecordView { payload: &f.bytes, ..RecordView::default() };
-    decoder.extract(ex, &record, 0).map(|e| (e.key.into_owned(), e.time_ms)).map_err(|e| (e.reason, e.detail))
+    let record = RecordView { payload: &f.bytes, decoder: Some(&decoder), ..RecordView::default() };
+    ex.extract(&record, 0).map(|e| (e.key.into_owned(), e.time_ms)).map_err(|e| (e.reason, e.detail))
 }
 
 /// The same keys and times from local schema files (`.avsc`, `.proto` text)
@@ -152,9 +152,15 @@ fn unreadable_records_say_why() {
     }
     // Keys and times that need no field do not decode the record.
     let by_key = extractor("record-key", "record-timestamp");
-    let record = RecordView { key: Some(b"k"), payload: b"not avro", timestamp_ms: Some(5), ..RecordView::default() };
     let decoder = Decoder { format: Format::Avro, schemas, registry: None };
-    assert_eq!(decoder.extract(&by_key, &record, 0).unwrap().time_ms, 5);
+    let record = RecordView {
+        key: Some(b"k"),
+        payload: b"not avro",
+        timestamp_ms: Some(5),
+        decoder: Some(&decoder),
+        ..RecordView::default()
+    };
+    assert_eq!(by_key.extract(&record, 0).unwrap().time_ms, 5);
 }
 
 #[test]

@@ -432,6 +432,7 @@ impl Restorer<'_> {
                 payload: crate::kafka::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
+                decoder: None,
             };
             if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
                 && state.refill_count_key(offset, &view)

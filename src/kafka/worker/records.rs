@@ -298,6 +298,7 @@ pub(super) fn judge(
         payload: payload.unwrap_or_default(),
         headers: header_list,
         timestamp_ms: msg.timestamp().to_millis(),
+        decoder: None,
     };
     let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();
