@@ -27,7 +27,8 @@ pub struct InputSettings {
     pub start: String,
     /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
     pub key: String,
-    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
+    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms, or
+    /// another unit named at the end: `json:/ts:s`, `:us`, `:ns`; or RFC 3339 text).
     pub time: String,
     /// Records (key + payload) larger than this go to the dead-letter topic (`too_large`).
     pub max_record_bytes: usize,
