@@ -420,9 +420,12 @@ impl FilterArgs {
             None => None,
             Some(url) => {
                 let password = std::env::var("DEDUPD_SCHEMA_REGISTRY_PASSWORD").ok();
-                let http =
-                    super::registry::HttpRegistry::new(url, self.schema_registry_user.as_deref(), password.as_deref())
-                        .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
+                let http = crate::schema_registry::HttpRegistry::new(
+                    url,
+                    self.schema_registry_user.as_deref(),
+                    password.as_deref(),
+                )
+                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
                 Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
             }
         };

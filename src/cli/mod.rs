@@ -16,7 +16,6 @@ pub mod filter;
 mod http;
 pub mod keys;
 pub mod logs;
-mod registry;
 pub mod run;
 pub mod status;
 

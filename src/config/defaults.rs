@@ -16,6 +16,9 @@ max_record_bytes = 1048576
 lateness = "2s"
 max_clock_jump = ""
 jump_confirmations = 16
+format = "json"
+schemas = ""
+schema_registry = ""
 [filter]
 kind = "timer"
 window = "10m"

@@ -74,6 +74,11 @@ pub struct Decoder {
     pub registry: Option<std::sync::Arc<Registry>>,
 }
 
+/// A decoder as records carry it ([`RecordView::decoder`]).
+pub fn payload_decoder(decoder: &Option<std::sync::Arc<Decoder>>) -> Option<&dyn PayloadDecoder> {
+    decoder.as_deref().map(|d| d as &dyn PayloadDecoder)
+}
+
 /// Caps what the Avro decoder allocates for one length or count read from
 /// a record (a string, bytes, an array block) at `bytes`: a few corrupt
 /// bytes must not make it reserve gigabytes. Process-wide and set once

@@ -128,7 +128,7 @@ pub(super) fn read(deps: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32
         payload: msg.payload().unwrap_or_default(),
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
-        decoder: None,
+        decoder: crate::engine::formats::payload_decoder(&deps.cfg.decoder),
     };
     let x = deps.extractor.extract(&view, 0)?;
     let hash = KeyHash::of(deps.seed, &x.key);

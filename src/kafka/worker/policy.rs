@@ -79,7 +79,7 @@ pub(super) fn decide_early(
         payload: framed.payload.unwrap_or_default(),
         headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
-        decoder: None,
+        decoder: crate::engine::formats::payload_decoder(&deps.cfg.decoder),
     };
     let unreadable = deps.extractor.extract(&view, 0).err();
     let (dest, refused) = routed(deps, range.policy, unreadable.is_some(), msg, framed);
@@ -127,7 +127,7 @@ pub(super) fn decide_logged(
         payload: framed.payload.unwrap_or_default(),
         headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
-        decoder: None,
+        decoder: crate::engine::formats::payload_decoder(&deps.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;

@@ -298,7 +298,7 @@ pub(super) fn judge(
         payload: payload.unwrap_or_default(),
         headers: header_list,
         timestamp_ms: msg.timestamp().to_millis(),
-        decoder: None,
+        decoder: crate::engine::formats::payload_decoder(&deps.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();

@@ -68,6 +68,7 @@ pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
         filter: &deps.filter,
         order: deps.cfg.order,
         extractor: &deps.extractor,
+        decoder: crate::engine::formats::payload_decoder(&deps.cfg.decoder),
         slice_topic: &deps.slice_topic,
         slicing: deps.cfg.slicing,
         leaf: (deps.cfg.tier == crate::config::Tier::DenseLeaf).then_some(deps.cfg.settings.app.id.as_str()),

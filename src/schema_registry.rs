@@ -1,4 +1,5 @@
-//! The schema registry client of `--schema-registry`: `GET
+//! The schema registry client (`--schema-registry` in the pipe mode,
+//! `input.schema_registry` in the daemon): `GET
 //! <url>/schemas/ids/<id>` over plain HTTP/1.1, with basic authentication
 //! when a user is given, and bounded waits (5 s to connect, 10 s for the
 //! answer). TLS is not spoken: an `https://` registry is reached through a
