@@ -27,8 +27,8 @@ fn fixture_records(format: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Serves tests/formats/registry/<id>.json at `GET /schemas/ids/<id>`
-/// (404 for other ids); its stdout names each path asked for.
+/// Serves tests/formats/registry/<id>.json at `GET /schemas/ids/<id>` to
+/// the basic-auth user `dedupd:pw` (401 to others; 404 for other ids).
 struct Registry {
     child: std::process::Child,
     port: u16,
@@ -37,10 +37,16 @@ struct Registry {
 impl Registry {
     fn start() -> Registry {
         const SERVER: &str = r#"
-import http.server, os, sys
+import base64, http.server, os, sys
 DIR = sys.argv[1]
+WANT = "Basic " + base64.b64encode(b"dedupd:pw").decode()
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if self.headers.get("Authorization") != WANT:
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         parts = self.path.split("/")
         path = os.path.join(DIR, parts[-1] + ".json")
         ok = parts[:3] == ["", "schemas", "ids"] and parts[-1].isdigit() and os.path.exists(path)
@@ -155,7 +161,14 @@ fn avro_records_with_schemas_from_files() {
 #[test]
 fn protobuf_records_with_schemas_from_a_registry() {
     let registry = Registry::start();
-    run_format("protobuf", &[("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{}", registry.port))]);
+    run_format(
+        "protobuf",
+        &[
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{}", registry.port)),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
+        ],
+    );
 }
 
 #[test]
@@ -180,4 +193,24 @@ fn format_settings_are_checked_at_start_up() {
     let (ok, err) =
         check(&[("DEDUPD__INPUT__FORMAT", "protobuf"), ("DEDUPD__INPUT__SCHEMAS", "tests/formats/schemas")]);
     assert!(ok, "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "hunter2")]);
+    assert!(
+        !ok && err.contains("input.schema_registry_password = [redacted]: needs input.schema_registry_user"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"));
+    let resolved = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["check-config", "config/dedupd.toml", "--print-resolved"])
+        .current_dir(root())
+        .envs([
+            ("DEDUPD__INPUT__FORMAT", "avro"),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY", "http://127.0.0.1:1"),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd"),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "hunter2"),
+        ])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&resolved.stdout), String::from_utf8_lossy(&resolved.stderr));
+    assert!(resolved.status.success(), "{text}");
+    assert!(text.contains("schema_registry_user") && !text.contains("hunter2"), "{text}");
 }

@@ -19,6 +19,8 @@ jump_confirmations = 16
 format = "json"
 schemas = ""
 schema_registry = ""
+schema_registry_user = ""
+schema_registry_password = ""
 [filter]
 kind = "timer"
 window = "10m"

@@ -15,6 +15,16 @@ pub const SCHEMA_RETRY: Duration = Duration::from_secs(30);
 /// The decoder the input's settings call for; `None`: JSON.
 pub(super) fn input_decoder(input: &InputSettings) -> Result<Option<Arc<Decoder>>, ConfigError> {
     let format: Format = input.format.parse().map_err(|e| invalid("input.format", &input.format, e))?;
+    if input.schema_registry.is_empty() && !input.schema_registry_user.is_empty() {
+        return Err(invalid("input.schema_registry_user", &input.schema_registry_user, "needs input.schema_registry"));
+    }
+    if input.schema_registry_user.is_empty() && !input.schema_registry_password.is_empty() {
+        return Err(invalid(
+            "input.schema_registry_password",
+            &input.schema_registry_password,
+            "needs input.schema_registry_user",
+        ));
+    }
     if format == Format::Json {
         for (setting, value) in [("input.schemas", &input.schemas), ("input.schema_registry", &input.schema_registry)] {
             if !value.is_empty() {
@@ -41,7 +51,8 @@ pub(super) fn input_decoder(input: &InputSettings) -> Result<Option<Arc<Decoder>
     let registry = if input.schema_registry.is_empty() {
         None
     } else {
-        let http = HttpRegistry::new(&input.schema_registry, None, None)
+        let user = Some(input.schema_registry_user.as_str()).filter(|u| !u.is_empty());
+        let http = HttpRegistry::new(&input.schema_registry, user, Some(input.schema_registry_password.expose()))
             .map_err(|e| invalid("input.schema_registry", &input.schema_registry, e))?;
         Some(Arc::new(Registry::new(Box::new(http), SCHEMA_RETRY)))
     };

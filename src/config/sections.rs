@@ -54,6 +54,11 @@ pub struct InputSettings {
     /// `avro` / `protobuf`: a schema registry (`http://HOST:PORT[/PATH]`)
     /// the ids `schemas` lacks are fetched from at first sight; empty: none.
     pub schema_registry: String,
+    /// The basic-authentication user of `schema_registry`; empty: none.
+    pub schema_registry_user: String,
+    /// Its password (best from the environment,
+    /// `DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD`, out of a secret store).
+    pub schema_registry_password: super::secret::Secret,
 }
 
 /// `input.start`: where reading starts in an input partition the
