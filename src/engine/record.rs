@@ -279,6 +279,7 @@ pub trait FieldSource<'a> {
 struct JsonPayload<'a>(&'a [u8]);
 
 impl<'a> FieldSource<'a> for JsonPayload<'a> {
+    #[inline]
     fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
         pointer::find(self.0, pointers)
             .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
@@ -288,15 +289,17 @@ impl<'a> FieldSource<'a> for JsonPayload<'a> {
 impl Extractor {
     /// Extracts the key and time of `record`; `arrival_ms` is used by
     /// [`TimeSpec::Arrival`].
+    #[inline]
     pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
-        match record.decoder {
-            None => self.extract_from(record, arrival_ms, &JsonPayload(record.payload)),
-            Some(decoder) => decoder.extract(self, record, arrival_ms),
+        if let Some(decoder) = record.decoder {
+            return decoder.extract(self, record, arrival_ms);
         }
+        self.extract_from(record, arrival_ms, &JsonPayload(record.payload))
     }
 
     /// [`Extractor::extract`] with the `json:` sources' values read from
     /// `fields` instead of the payload as JSON.
+    #[inline]
     pub fn extract_from<'a, S: FieldSource<'a>>(
         &self,
         record: &RecordView<'a>,
