@@ -297,4 +297,36 @@ mod tests {
         assert!("json:ts:s".parse::<TimeSpec>().unwrap_err().contains("starts with `/`"));
         assert!("epoch:/ts".parse::<TimeSpec>().unwrap_err().contains("json:/pointer:s"));
     }
+
+    #[test]
+    fn times_as_rfc3339_strings() {
+        let time = |ts: &str| {
+            let payload = format!(r#"{{"id":"a","ts":{ts}}}"#);
+            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
+            Extractor { key: KeySpec::Payload, time: "json:/ts".parse().unwrap(), max_record_bytes: 100 }
+                .extract(&rec, 0)
+                .map(|e| e.time_ms)
+                .map_err(|e| (e.reason, e.detail))
+        };
+        assert_eq!(time(r#""2023-11-14T22:13:20Z""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2023-11-14T22:13:20.5Z""#), Ok(1_700_000_000_500));
+        assert_eq!(time(r#""2023-11-14t22:13:20.123456789z""#), Ok(1_700_000_000_123));
+        assert_eq!(time(r#""2023-11-15T00:13:20.000+02:00""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2023-11-14 17:43:20-04:30""#), Ok(1_700_000_000_000));
+        assert_eq!(time(r#""2000-02-29T00:00:00Z""#), Ok(951_782_400_000));
+        assert_eq!(time(r#""1970-01-01T00:00:00Z""#), Ok(0));
+        assert_eq!(time(r#""1700000000123""#), Ok(1_700_000_000_123), "digits are still epoch milliseconds");
+        for bad in [
+            r#""1969-12-31T23:59:59Z""#,
+            r#""2023-02-29T00:00:00Z""#,
+            r#""2023-11-14T22:13:20""#,
+            r#""2023-11-14T24:00:00Z""#,
+            r#""2023-11-14""#,
+            r#""2023-11-14T22:13:20.Z""#,
+        ] {
+            let (reason, detail) = time(bad).unwrap_err();
+            assert_eq!(reason, InvalidReason::BadTime, "{bad}");
+            assert!(detail.contains("is not epoch milliseconds or an RFC 3339 time"), "{detail}");
+        }
+    }
 }
