@@ -13,12 +13,9 @@
 //! - [`merge`]: the states of several slices merged into fewer
 //!   (`dedupd checkpoint merge`).
 //!
-//! The features' stages live in their folders (`src/features/`; see
-//! `crate::features`): the slice calls them. Three keep a name here, the one
-//! the slice state and its codec reach them by:
-//! - [`counting`]: the counting stage (`features/limits/counting.rs`).
-//! - [`limits`]: the counting stage run by a slice (`features/limits/stage.rs`).
-//! - [`provenance`]: which source delivered each key (`features/provenance/stage.rs`).
+//! The features' stages live in their folders (`src/features/`): a slice
+//! runs them through the hooks of [`slice::stage::Stage`], as the one list
+//! of `crate::features::stages`, and names no feature.
 
 pub mod dedup;
 pub mod formats;
@@ -30,11 +27,6 @@ pub mod rfc3339;
 pub mod slice;
 pub mod time;
 
-pub use crate::features::limits::counting;
-pub use crate::features::limits::stage as limits;
-pub use crate::features::provenance::stage as provenance;
-
-pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
 pub use record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};

@@ -12,11 +12,12 @@
 use std::ops::Range;
 
 use super::decaying::{self, DecayingFilter, DecayingSpec};
+use super::envelope::SnapshotError;
 use super::hash::KeyHash;
 use super::params::FilterParams;
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
 use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
-use super::timer::snapshot::Skeleton;
+use super::timer::snapshot::{self as timer_snapshot, Skeleton};
 
 /// The kind the slices judge with, chosen at start-up, and its settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,6 +39,30 @@ impl From<FilterParams> for FilterChoice {
 }
 
 impl FilterChoice {
+    /// The filter of the chosen kind in a snapshot's `bytes`, checked
+    /// against the settings (a snapshot of another kind is refused, naming
+    /// `kind`).
+    pub fn decode(&self, bytes: &[u8]) -> Result<SliceFilter, SnapshotError> {
+        let kind = match self {
+            FilterChoice::Decaying(_, spec) => {
+                let configured =
+                    spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
+                FilterKind::Decaying(decaying::decode(bytes, &configured)?)
+            }
+            FilterChoice::Timer(params) => match decaying::kind_of(bytes) {
+                Some(kind) => {
+                    return Err(SnapshotError::ParameterMismatch {
+                        parameter: "kind",
+                        snapshot: kind.as_str().to_string(),
+                        configured: "timer".to_string(),
+                    });
+                }
+                None => FilterKind::Timer(timer_snapshot::decode(bytes, params)?),
+            },
+        };
+        Ok(kind.into())
+    }
+
     /// The timer parameters (of the idle timer filter for a decaying kind).
     pub fn params(&self) -> &FilterParams {
         match self {
