@@ -40,5 +40,6 @@ pub mod filter;
 pub mod kafka;
 pub mod memory;
 pub mod metrics;
+pub mod schema_registry;
 pub mod testkit;
 pub mod units;

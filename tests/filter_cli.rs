@@ -428,3 +428,233 @@ fn composite_keys_and_rfc3339_times() {
     assert!(run.stderr.contains("line 7: missing_key"), "{}", run.stderr);
     assert!(run.stderr.contains("line 8: bad_time"), "{}", run.stderr);
 }
+
+/// Times in seconds (`json:/ts:s`, with fractions), nanoseconds, and a field
+/// whose name ends in a unit: the same verdicts as in milliseconds; an
+/// out-of-range time is `bad_time` with its reason, and a bad unit is refused.
+#[test]
+fn times_in_seconds_and_nanoseconds() {
+    let lines = [
+        r#"{"id":"a","ts":1700000000,"ns":1700000000000000000,"at:s":1700000000000}"#,
+        r#"{"id":"b","ts":1700000000.5,"ns":1700000000500000000,"at:s":1700000000500}"#,
+        r#"{"id":"a","ts":1700000059.999,"ns":1700000059999000000,"at:s":1700000059999}"#,
+        r#"{"id":"a","ts":"1700000061","ns":"1700000061000000000","at:s":"1700000061000"}"#,
+        r#"{"id":"c","ts":-1,"ns":-1,"at:s":-1}"#,
+        r#"{"id":"d","ts":1e300,"ns":1e300,"at:s":1e300}"#,
+    ];
+    let input = lines.join("\n") + "\n";
+    for time in ["json:/ts:s", "json:/ns:ns", "json:/at:s:ms"] {
+        let args =
+            ["--key", "json:/id", "--time", time, "--window", "1m", "--max-clock-jump", "10m", "--expected", "100"];
+        let run = run_filter(&args, input.as_bytes());
+        assert!(run.status.success(), "{time}: {}", run.stderr);
+        let kept: Vec<&str> = std::str::from_utf8(&run.stdout).unwrap().lines().collect();
+        assert_eq!(kept, [lines[0], lines[1], lines[3]], "{time}: {}", run.stderr);
+        assert!(run.stderr.contains("line 5: bad_time") && run.stderr.contains("a negative time"), "{}", run.stderr);
+        assert!(run.stderr.contains("line 6: bad_time") && run.stderr.contains("out of range"), "{}", run.stderr);
+    }
+    let run = run_filter(&["--time", "json:ts:s"], b"");
+    assert!(!run.status.success());
+    assert!(run.stderr.contains("starts with `/`"), "{}", run.stderr);
+}
+
+/// Standard base64 with padding (the pipe mode's lines for binary records).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// Avro and Protobuf records written by confluent-kafka's Python serializers
+/// (tests/formats/, scripts/format_fixtures.py), one base64 record a line:
+/// deduplicated by a composite key of nested fields with an RFC 3339 time,
+/// their schemas from local files (`.avsc`, `.proto`) or registry answers;
+/// a record with an unknown schema id is `bad_schema`.
+#[test]
+fn avro_and_protobuf_records_by_nested_fields() {
+    let fixtures =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/formats/records.jsonl")).unwrap();
+    let records = |format: &str| -> Vec<Vec<u8>> {
+        fixtures
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["format"] == format)
+            .map(|v| {
+                let hex = v["hex"].as_str().unwrap();
+                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+            })
+            .collect()
+    };
+    for (format, dir) in [("avro", "schemas"), ("avro", "registry"), ("protobuf", "schemas"), ("protobuf", "registry")]
+    {
+        let mut records = records(format);
+        assert_eq!(records.len(), 6);
+        // The first record again under schema id 99, which no file has.
+        let mut unknown = records[0].clone();
+        unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+        records.push(unknown);
+        let lines: Vec<String> = records.iter().map(|r| base64(r)).collect();
+        let input = lines.join("\n") + "\n";
+        let schemas = format!("{}/tests/formats/{dir}", env!("CARGO_MANIFEST_DIR"));
+        let args = [
+            ["--format", format, "--schemas", &schemas, "--key", "json:/user/id+json:/ad/id", "--time", "json:/at"],
+            ["--window", "2m", "--max-clock-jump", "10m", "--expected", "100", "--lateness", "2s"],
+        ]
+        .concat();
+        let run = run_filter(&args, input.as_bytes());
+        assert!(run.status.success(), "{format} {dir}: {}", run.stderr);
+        let kept: Vec<&str> = std::str::from_utf8(&run.stdout).unwrap().lines().collect();
+        assert_eq!(kept, [&lines[0], &lines[1], &lines[2], &lines[4], &lines[5]], "{format} {dir}: {}", run.stderr);
+        assert!(run.stderr.contains("line 7: bad_schema: schema id 99: unknown"), "{}", run.stderr);
+    }
+    let run = run_filter(&["--format", "avro"], b"");
+    assert!(
+        run.stderr.contains("invalid --format avro: needs --schemas DIR or --schema-registry URL"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// A small schema registry: serves tests/formats/registry/<id>.json at
+/// `GET /schemas/ids/<id>` to the basic-auth user `dedupd:pw` (401 to others,
+/// 404 for ids it has no file for), and prints each path it is asked for.
+struct TestRegistry {
+    child: std::process::Child,
+    url: String,
+    asked: std::sync::mpsc::Receiver<String>,
+}
+
+impl TestRegistry {
+    fn start() -> Self {
+        const SERVER: &str = r#"
+import base64, http.server, os, sys
+DIR = sys.argv[1]
+WANT = "Basic " + base64.b64encode(b"dedupd:pw").decode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        print(self.path, flush=True)
+        if self.headers.get("Authorization") != WANT:
+            return self.answer(401, b'{"error_code":401,"message":"Unauthorized"}')
+        parts = self.path.split("/")
+        path = os.path.join(DIR, parts[-1] + ".json")
+        if parts[:3] != ["", "schemas", "ids"] or not parts[-1].isdigit() or not os.path.exists(path):
+            return self.answer(404, b'{"error_code":40403,"message":"Schema not found"}')
+        self.answer(200, open(path, "rb").read())
+    def answer(self, status, body):
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/formats/registry");
+        let mut child = Command::new("python3")
+            .args(["-c", SERVER, dir])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 for the test registry");
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let (tx, asked) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(stdout) {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let port = asked.recv_timeout(std::time::Duration::from_secs(20)).expect("the test registry's port");
+        TestRegistry { child, url: format!("http://127.0.0.1:{port}"), asked }
+    }
+
+    /// The paths asked for since the last call: `n` of them (waiting up to
+    /// 10 s for each), then any more already printed.
+    fn paths_asked(&self, n: usize) -> Vec<String> {
+        let wait = std::time::Duration::from_secs(10);
+        let mut paths: Vec<String> = (0..n).map_while(|_| self.asked.recv_timeout(wait).ok()).collect();
+        paths.extend(self.asked.try_iter());
+        paths
+    }
+}
+
+impl Drop for TestRegistry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same records with their schemas fetched over the registry's REST
+/// path: each id asked for once, an unknown id (404) and wrong credentials
+/// (401) are `bad_schema` with the registry's answer in the detail.
+#[test]
+fn schemas_from_a_registry_over_http() {
+    let registry = TestRegistry::start();
+    let fixtures =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/formats/records.jsonl")).unwrap();
+    for (format, id) in [("avro", 1), ("protobuf", 2)] {
+        let mut records: Vec<Vec<u8>> = fixtures
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["format"] == format)
+            .map(|v| {
+                let hex = v["hex"].as_str().unwrap();
+                (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect()
+            })
+            .collect();
+        let mut unknown = records[0].clone();
+        unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+        records.push(unknown.clone());
+        records.push(unknown);
+        let lines: Vec<String> = records.iter().map(|r| base64(r)).collect();
+        let input = lines.join("\n") + "\n";
+        let run_with = |user: &str, password: &str| {
+            let args = [
+                ["--format", format, "--schema-registry", &registry.url, "--schema-registry-user", user],
+                ["--key", "json:/user/id+json:/ad/id", "--time", "json:/at", "--window", "2m"],
+                ["--max-clock-jump", "10m", "--expected", "100", "--lateness", "2s"],
+            ]
+            .concat();
+            let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+                .arg("filter")
+                .args(&args)
+                .env("DEDUPD_SCHEMA_REGISTRY_PASSWORD", password)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+            (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let (stdout, stderr) = run_with("dedupd", "pw");
+        let kept: Vec<&str> = stdout.lines().collect();
+        assert_eq!(kept, [&lines[0], &lines[1], &lines[2], &lines[4], &lines[5]], "{format}: {stderr}");
+        assert!(
+            stderr.contains("line 7: bad_schema: schema id 99: the registry has no schema with this id (HTTP 404"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("line 8: bad_schema: schema id 99: the registry has no schema"), "{stderr}");
+        assert!(stderr.contains("(the registry is asked again in "), "{stderr}");
+        let mut asked = registry.paths_asked(2);
+        asked.sort();
+        assert_eq!(asked, [format!("/schemas/ids/{id}"), "/schemas/ids/99".to_string()], "once per id");
+        let (stdout, stderr) = run_with("dedupd", "wrong");
+        assert!(stdout.is_empty());
+        assert!(stderr.contains("refused the credentials (HTTP 401"), "{stderr}");
+        assert_eq!(registry.paths_asked(2).len(), 2, "the ids asked for again by the new run");
+    }
+}

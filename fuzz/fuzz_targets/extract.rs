@@ -14,7 +14,7 @@ struct Input<'a> {
     /// 0: record-key, 1: payload, 2: header:NAME, 3: json:POINTER.
     key_kind: u8,
     key_arg: &'a str,
-    /// false: record-timestamp, true: json:POINTER.
+    /// false: record-timestamp, true: json:POINTER (which may end in a unit: `:s`, `:ns`, ...).
     time_json: bool,
     time_arg: &'a str,
     max_record_bytes: u16,
@@ -46,6 +46,7 @@ fuzz_target!(|input: Input<'_>| {
         payload: input.payload,
         headers: &input.headers,
         timestamp_ms: input.timestamp_ms,
+        decoder: None,
     };
     let got = ex.extract(&record, 0);
 
@@ -59,7 +60,7 @@ fuzz_target!(|input: Input<'_>| {
         KeySpec::Composite(parts) => parts.iter().any(|p| matches!(p, KeySpec::Json(_))),
         key => matches!(key, KeySpec::Json(_)),
     };
-    let json: Option<Result<Value, _>> = (json_key || matches!(ex.time, TimeSpec::Json(_)))
+    let json: Option<Result<Value, _>> = (json_key || matches!(ex.time, TimeSpec::Json(..)))
         .then(|| serde_json::from_slice::<Value>(input.payload));
     if let Some(Err(_)) = json {
         assert_eq!(got.unwrap_err().reason, InvalidReason::BadJson);
@@ -115,7 +116,7 @@ fuzz_target!(|input: Input<'_>| {
             None => Err(InvalidReason::MissingTime),
         },
         TimeSpec::Arrival => Ok(0),
-        TimeSpec::Json(p) => match json.as_ref().and_then(|j| j.pointer(p)) {
+        TimeSpec::Json(p, _) => match json.as_ref().and_then(|j| j.pointer(p)) {
             None | Some(Value::Null) => Err(InvalidReason::MissingTime),
             Some(Value::Number(_) | Value::String(_)) => Ok(u64::MAX), // any value or BadTime: checked below
             Some(_) => Err(InvalidReason::BadTime),
@@ -124,13 +125,13 @@ fuzz_target!(|input: Input<'_>| {
     match (got, want_time) {
         (Ok(x), Ok(t)) => {
             assert_eq!(x.key.as_ref(), want_key.as_slice());
-            if !matches!(ex.time, TimeSpec::Json(_)) {
+            if !matches!(ex.time, TimeSpec::Json(..)) {
                 assert_eq!(x.time_ms, t);
             }
         }
         (Err(e), Ok(_)) => {
-            // Only a number or string that is not epoch milliseconds.
-            assert!(matches!(ex.time, TimeSpec::Json(_)), "{e}");
+            // Only a number or string that is not an epoch time in the spec's unit (or is out of range).
+            assert!(matches!(ex.time, TimeSpec::Json(..)), "{e}");
             assert_eq!(e.reason, InvalidReason::BadTime, "{e}");
         }
         (Err(e), Err(reason)) => assert_eq!(e.reason, reason, "{e}"),

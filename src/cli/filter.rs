@@ -14,6 +14,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::engine::formats::{self, Decoder, Format, Registry, Schemas};
+use crate::engine::record::PayloadDecoder;
 use crate::engine::{
     Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
@@ -79,9 +81,31 @@ pub struct FilterArgs {
     #[arg(long, default_value = "line")]
     pub key: KeySpec,
     /// Where the event time comes from: `arrival` (the clock when read) or
-    /// `json:/pointer` (epoch milliseconds or an RFC 3339 time in the record).
+    /// `json:/pointer` (epoch milliseconds or an RFC 3339 time in the record;
+    /// numbers in another unit: `json:/pointer:s`, `:us` or `:µs`, `:ns`).
     #[arg(long, default_value = "arrival")]
     pub time: TimeSpec,
+    /// How records are written: `json` (each line a record), or `avro` /
+    /// `protobuf` in the Confluent wire format, each line one record in
+    /// base64 (binary records may hold newlines); their schemas from
+    /// --schemas, their fields named by --key and --time as `json:/a/b`.
+    #[arg(long, default_value = "json")]
+    pub format: Format,
+    /// With --format avro or protobuf: the directory of the schemas by id
+    /// (`<id>.avsc`, `<id>.proto`, or `<id>.json` as a schema registry
+    /// answers `GET /schemas/ids/<id>`).
+    #[arg(long)]
+    pub schemas: Option<PathBuf>,
+    /// With --format avro or protobuf: a schema registry
+    /// (`http://HOST:PORT[/PATH]`) whose `GET /schemas/ids/<id>` gives the
+    /// schemas --schemas does not have, fetched at first sight and kept; a
+    /// failed fetch is retried after 30 s. The password of
+    /// --schema-registry-user is read from DEDUPD_SCHEMA_REGISTRY_PASSWORD.
+    #[arg(long)]
+    pub schema_registry: Option<String>,
+    /// The basic-authentication user of --schema-registry.
+    #[arg(long)]
+    pub schema_registry_user: Option<String>,
     /// Sliding window: a key is a duplicate while its delivered copy is
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
@@ -379,6 +403,46 @@ impl FilterArgs {
     }
 
     /// The ordering settings, validated.
+    /// The decoder of --format avro or protobuf (`None`: JSON), with the
+    /// schemas of --schemas read and parsed.
+    pub fn decoder(&self) -> anyhow::Result<Option<Decoder>> {
+        if self.format == Format::Json {
+            if let Some(dir) = &self.schemas {
+                anyhow::bail!("invalid --schemas {}: for --format avro or protobuf", dir.display());
+            }
+            if let Some(url) = &self.schema_registry {
+                anyhow::bail!("invalid --schema-registry {url}: for --format avro or protobuf");
+            }
+            return Ok(None);
+        }
+        if self.schemas.is_none() && self.schema_registry.is_none() {
+            anyhow::bail!("invalid --format {}: needs --schemas DIR or --schema-registry URL", self.format);
+        }
+        let mut schemas = Schemas::default();
+        if let Some(dir) = &self.schemas {
+            schemas =
+                Schemas::from_dir(dir).map_err(|e| anyhow::anyhow!("invalid --schemas {}: {e}", dir.display()))?;
+            if schemas.is_empty() {
+                anyhow::bail!("invalid --schemas {}: no <id>.avsc, <id>.proto or <id>.json file in it", dir.display());
+            }
+        }
+        let registry = match &self.schema_registry {
+            None => None,
+            Some(url) => {
+                let password = std::env::var("DEDUPD_SCHEMA_REGISTRY_PASSWORD").ok();
+                let http = crate::schema_registry::HttpRegistry::new(
+                    url,
+                    self.schema_registry_user.as_deref(),
+                    password.as_deref(),
+                )
+                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
+                Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
+            }
+        };
+        formats::limit_avro_allocations(self.max_record_bytes);
+        Ok(Some(Decoder { format: self.format, schemas, registry }))
+    }
+
     pub fn order_settings(&self) -> anyhow::Result<OrderSettings> {
         let lateness_ms = if self.time == TimeSpec::Arrival { 0 } else { self.lateness };
         if lateness_ms >= self.window {
@@ -446,6 +510,19 @@ pub struct FilterStats {
     pub counting: Option<CountingStatsJson>,
 }
 
+/// The records of base64 lines (`buf`'s lines ending at `ends`); a line
+/// that is not base64 is kept as it is (and read as not in the wire format).
+fn decode_lines(buf: &[u8], ends: &[usize], decoded: &mut Vec<Vec<u8>>) {
+    decoded.clear();
+    let mut start = 0;
+    for &end in ends {
+        let line = strip_line_ending(&buf[start..end]);
+        let text = std::str::from_utf8(line).ok().map(str::trim);
+        decoded.push(text.and_then(formats::schemas::base64_decode).unwrap_or_else(|| line.to_vec()));
+        start = end;
+    }
+}
+
 pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     if args.max_record_bytes == 0 {
         anyhow::bail!("invalid --max-record-bytes 0: must be at least 1");
@@ -453,6 +530,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
     let order = args.order_settings()?;
+    let decoder = args.decoder()?;
     let mut dedup = match args.kind.decaying_kind() {
         Some(kind) => Deduplicator::decaying(args.decaying_filter(kind)?, extractor),
         None => {
@@ -466,6 +544,8 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     if let Some(stage) = args.counting_stage()? {
         dedup = dedup.with_counting(stage, args.count_key.clone());
     }
+    // Avro or Protobuf: each line one base64 record, read through the decoder.
+    let decoder: Option<&dyn PayloadDecoder> = decoder.as_ref().map(|d| d as &dyn PayloadDecoder);
 
     let create = |p: &PathBuf, what: &str| -> anyhow::Result<BufWriter<File>> {
         let f = File::create(p).with_context(|| format!("cannot create the {what} file {}", p.display()))?;
@@ -483,6 +563,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut buf: Vec<u8> = Vec::with_capacity(1 << 20);
     let mut ends: Vec<usize> = Vec::with_capacity(BATCH);
+    let mut decoded: Vec<Vec<u8>> = Vec::new();
     let mut judged = Vec::with_capacity(BATCH);
     let mut held = HeldLines::default();
     let mut tally =
@@ -516,9 +597,14 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             let arrival = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
             let mut views = Vec::with_capacity(ends.len());
             let mut start = 0;
-            for &end in &ends {
-                views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
-                start = end;
+            if decoder.is_some() {
+                decode_lines(&buf, &ends, &mut decoded);
+                views.extend(decoded.iter().map(|payload| RecordView { payload, decoder, ..RecordView::default() }));
+            } else {
+                for &end in &ends {
+                    views.push(RecordView { payload: strip_line_ending(&buf[start..end]), ..RecordView::default() });
+                    start = end;
+                }
             }
             dedup.push_batch(&views, arrival, &mut judged);
             held.push(&buf, &ends);

@@ -16,6 +16,11 @@ max_record_bytes = 1048576
 lateness = "2s"
 max_clock_jump = ""
 jump_confirmations = 16
+format = "json"
+schemas = ""
+schema_registry = ""
+schema_registry_user = ""
+schema_registry_password = ""
 [filter]
 kind = "timer"
 window = "10m"

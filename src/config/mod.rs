@@ -32,6 +32,7 @@ mod defaults;
 pub(crate) mod error;
 mod file;
 pub(crate) mod filter;
+mod formats;
 mod kafka;
 mod secret;
 pub(crate) mod sections;
@@ -106,6 +107,9 @@ pub struct Resolved {
     pub input_start: InputStart,
     pub key: KeySpec,
     pub time: TimeSpec,
+    /// `input.format` avro or protobuf: how the payloads' fields are read
+    /// (with the schemas of `input.schemas` / `input.schema_registry`).
+    pub decoder: Option<std::sync::Arc<crate::engine::formats::Decoder>>,
     /// The timer filter's settings (for a decaying kind, its idle timer filter's).
     pub filter: FilterSpec,
     /// `filter.kind = "rsbf" | "stable"`: the decaying kind that judges

@@ -27,7 +27,8 @@ pub struct InputSettings {
     pub start: String,
     /// The dedup key: `record-key`, `json:/pointer`, `header:NAME` or `payload`.
     pub key: String,
-    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms).
+    /// The event time: `record-timestamp` or `json:/pointer` (epoch ms, or
+    /// another unit named at the end: `json:/ts:s`, `:us`, `:ns`; or RFC 3339 text).
     pub time: String,
     /// Records (key + payload) larger than this go to the dead-letter topic (`too_large`).
     pub max_record_bytes: usize,
@@ -43,6 +44,21 @@ pub struct InputSettings {
     /// Suspects in a row that confirm a jump of the stream's time; a suspect
     /// not confirmed goes to the dead-letter topic (`time_jump`).
     pub jump_confirmations: u32,
+    /// How payloads are written: `json`, or `avro` / `protobuf` in the
+    /// Confluent wire format (their fields named by `key` and `time` as
+    /// `json:/a/b`).
+    pub format: String,
+    /// `avro` / `protobuf`: a directory of schema files by id (`<id>.avsc`,
+    /// `<id>.proto`, `<id>.json`), read at start-up; empty: none.
+    pub schemas: String,
+    /// `avro` / `protobuf`: a schema registry (`http://HOST:PORT[/PATH]`)
+    /// the ids `schemas` lacks are fetched from at first sight; empty: none.
+    pub schema_registry: String,
+    /// The basic-authentication user of `schema_registry`; empty: none.
+    pub schema_registry_user: String,
+    /// Its password (best from the environment,
+    /// `DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD`, out of a secret store).
+    pub schema_registry_password: super::secret::Secret,
 }
 
 /// `input.start`: where reading starts in an input partition the

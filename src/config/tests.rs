@@ -247,6 +247,9 @@ fn errors_name_setting_value_and_rule() {
     assert!(rejected(&[("DEDUPD__SLICING__MODE", "hash")]).contains("slicing.mode = hash: expected repartition"));
     assert!(rejected(&[("DEDUPD__INPUT__KEY", "json:id")]).contains("input.key = json:id"));
     assert!(rejected(&[("DEDUPD__INPUT__TIME", "arrival")]).contains("input.time = arrival"));
+    assert!(rejected(&[("DEDUPD__INPUT__TIME", "json:ts:s")]).starts_with("invalid setting input.time = json:ts:s"));
+    let seconds = load(&[("DEDUPD__INPUT__TIME", "json:/ts:s")]).expect("a time in seconds");
+    assert_eq!(seconds.time, TimeSpec::Json("/ts".into(), crate::engine::TimeUnit::Seconds));
     assert!(rejected(&[("DEDUPD__OUTPUT__TOPIC", "bad topic")]).contains("output.topic"));
     assert!(rejected(&[("DEDUPD__ADMIN__LISTEN", "nowhere")]).contains("admin.listen = nowhere"));
     assert!(rejected(&[("DEDUPD__FILTER__WINDOW", "soon")]).contains("soon"));

@@ -326,7 +326,12 @@ impl Settings {
             // A leaf's output is its parent's input.
             settings.output.topic = settings.tier.parent_topic.clone();
         }
+        let decoder = super::formats::input_decoder(&settings.input)?;
+        if decoder.is_some() && tier == Tier::SparseLeaf {
+            return Err(invalid("input.format", &settings.input.format, "a sparse leaf ([tier]) reads JSON payloads"));
+        }
         Ok(Resolved {
+            decoder,
             input_start,
             tier,
             stages: crate::features::stages::StagesSetup { counting, provenance },

@@ -2,6 +2,8 @@
 //!
 //! - [`record`]: key and time extraction, with typed reasons for unreadable records.
 //! - [`rfc3339`]: event times written as RFC 3339 text.
+//! - [`formats`]: Avro and Protobuf records in the Confluent wire format, read by field path.
+//! - [`time`](mod@time): event times as numbers in a unit (`json:/ts:s`) or RFC 3339 text.
 //! - [`pointer`](mod@pointer): the values at JSON pointers, read in one pass without building the document.
 //! - [`order`]: event-time order within a lateness (the watermark), late
 //!   records and time jumps.
@@ -16,17 +18,20 @@
 //! of `crate::features::stages`, and names no feature.
 
 pub mod dedup;
+pub mod formats;
 pub mod merge;
 pub mod order;
 pub mod pointer;
 pub mod record;
 pub mod rfc3339;
 pub mod slice;
+pub mod time;
 
 pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
-pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
+pub use record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
     InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage, SliceRecord,
     SliceState, SliceVerdict, SourceRef, format_into,
 };
+pub use time::TimeUnit;

@@ -26,6 +26,8 @@ use serde_json::Value;
 pub enum Found<'de> {
     /// A string (borrowed from the document unless it had escapes).
     Str(Cow<'de, str>),
+    /// Bytes (a binary format's `bytes` or `fixed` field; never from JSON).
+    Bytes(Cow<'de, [u8]>),
     /// Anything else.
     Other(Value),
 }
@@ -35,6 +37,7 @@ impl Found<'_> {
     pub fn to_value(&self) -> Value {
         match self {
             Found::Str(s) => Value::String(s.to_string()),
+            Found::Bytes(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
             Found::Other(v) => v.clone(),
         }
     }
@@ -100,7 +103,7 @@ impl<'de, const N: usize> DeserializeSeed<'de> for Walk<'_, '_, 'de, N> {
                     Some("") => Some(here.clone()),
                     Some(rest) => match &here {
                         Found::Other(v) => v.pointer(rest).cloned().map(Found::Other),
-                        Found::Str(_) => None,
+                        Found::Str(_) | Found::Bytes(_) => None,
                     },
                 };
             }

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use super::pointer::{self, Found};
+use super::time::{self, TimeUnit};
 
 /// One record as the engine sees it, whatever it came from (a line of
 /// stdin, a Kafka message).
@@ -24,6 +25,21 @@ pub struct RecordView<'a> {
     pub headers: &'a [(&'a str, &'a [u8])],
     /// The record's own timestamp in epoch ms, if any.
     pub timestamp_ms: Option<i64>,
+    /// How the payload's fields are read when it is not JSON (Avro or
+    /// Protobuf: `engine::formats`); `None`: JSON. Chosen once for an input.
+    pub decoder: Option<&'a dyn PayloadDecoder>,
+}
+
+/// Reads the `json:` sources of records whose payload is not JSON.
+pub trait PayloadDecoder: fmt::Debug + Sync {
+    /// [`Extractor::extract`] for such a record (through
+    /// [`Extractor::extract_from`] with the decoded fields).
+    fn extract<'a>(
+        &self,
+        ex: &Extractor,
+        record: &RecordView<'a>,
+        arrival_ms: u64,
+    ) -> Result<Extracted<'a>, InvalidRecord>;
 }
 
 /// Where the dedup key comes from.
@@ -57,8 +73,10 @@ pub enum TimeSpec {
     RecordTimestamp,
     /// The moment the record was read (pipe mode only: not deterministic).
     Arrival,
-    /// A JSON field holding epoch milliseconds.
-    Json(String),
+    /// A JSON field holding an epoch time in the unit given (a number or a
+    /// string of one: `json:/ts:s`; milliseconds by default) or RFC 3339
+    /// text; the rule for the unit suffix is in [`time`](mod@super::time).
+    Json(String, TimeUnit),
 }
 
 fn json_pointer(spec: &str, rest: &str) -> Result<String, String> {
@@ -128,8 +146,13 @@ impl FromStr for TimeSpec {
         match s {
             "record-timestamp" => Ok(TimeSpec::RecordTimestamp),
             "arrival" => Ok(TimeSpec::Arrival),
-            _ if s.starts_with("json:") => json_pointer(s, &s[5..]).map(TimeSpec::Json),
-            _ => Err(format!("unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer")),
+            _ if s.starts_with("json:") => {
+                let (pointer, unit) = TimeUnit::split(&s[5..]);
+                json_pointer(s, pointer).map(|p| TimeSpec::Json(p, unit))
+            }
+            _ => Err(format!(
+                "unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer, with a unit                  for numbers as json:/pointer:s (also :ms, the default, :us or :µs, :ns)"
+            )),
         }
     }
 }
@@ -151,10 +174,18 @@ pub enum InvalidReason {
     /// not read as one (a stamp naming a topic longer than Kafka allows, a
     /// cut frame): forged by another writer of the slice log, or damaged.
     BadFrame,
+    /// A record in the Confluent wire format whose schema is unknown, could
+    /// not be fetched or read, or that is not in the wire format at all.
+    BadSchema,
+    /// An Avro body that does not decode with its schema.
+    BadAvro,
+    /// A Protobuf body (or its message indexes) that does not decode with
+    /// its schema.
+    BadProtobuf,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 8] = [
+    pub const ALL: [InvalidReason; 11] = [
         InvalidReason::BadJson,
         InvalidReason::MissingKey,
         InvalidReason::EmptyKey,
@@ -163,6 +194,9 @@ impl InvalidReason {
         InvalidReason::TooLarge,
         InvalidReason::TimeJump,
         InvalidReason::BadFrame,
+        InvalidReason::BadSchema,
+        InvalidReason::BadAvro,
+        InvalidReason::BadProtobuf,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -175,6 +209,9 @@ impl InvalidReason {
             InvalidReason::TooLarge => "too_large",
             InvalidReason::TimeJump => "time_jump",
             InvalidReason::BadFrame => "bad_frame",
+            InvalidReason::BadSchema => "bad_schema",
+            InvalidReason::BadAvro => "bad_avro",
+            InvalidReason::BadProtobuf => "bad_protobuf",
         }
     }
 }
@@ -192,7 +229,7 @@ impl fmt::Display for InvalidRecord {
     }
 }
 
-fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
+pub(crate) fn invalid(reason: InvalidReason, detail: impl Into<String>) -> InvalidRecord {
     InvalidRecord { reason, detail: detail.into() }
 }
 
@@ -226,10 +263,45 @@ pub struct Extractor {
     pub max_record_bytes: usize,
 }
 
+/// Where the values that `json:` sources name come from: a JSON payload, or
+/// a record decoded from another format (`engine::formats`).
+pub trait FieldSource<'a> {
+    /// The values at `pointers` (`None`: the pointer names nothing); called
+    /// at most once per record, and only when a pointer is given.
+    fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord>;
+}
+
+/// A JSON payload.
+struct JsonPayload<'a>(&'a [u8]);
+
+impl<'a> FieldSource<'a> for JsonPayload<'a> {
+    #[inline]
+    fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
+        pointer::find(self.0, pointers)
+            .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
+    }
+}
+
 impl Extractor {
     /// Extracts the key and time of `record`; `arrival_ms` is used by
     /// [`TimeSpec::Arrival`].
+    #[inline]
     pub fn extract<'a>(&self, record: &RecordView<'a>, arrival_ms: u64) -> Result<Extracted<'a>, InvalidRecord> {
+        if let Some(decoder) = record.decoder {
+            return decoder.extract(self, record, arrival_ms);
+        }
+        self.extract_from(record, arrival_ms, &JsonPayload(record.payload))
+    }
+
+    /// [`Extractor::extract`] with the `json:` sources' values read from
+    /// `fields` instead of the payload as JSON.
+    #[inline]
+    pub fn extract_from<'a, S: FieldSource<'a>>(
+        &self,
+        record: &RecordView<'a>,
+        arrival_ms: u64,
+        fields: &S,
+    ) -> Result<Extracted<'a>, InvalidRecord> {
         // The key counts too: with `record-key` a huge key is as large a
         // record to hold for the watermark and to copy as a huge payload.
         let key_bytes = record.key.map_or(0, <[u8]>::len);
@@ -246,17 +318,17 @@ impl Extractor {
             ));
         }
         let time_pointer = match &self.time {
-            TimeSpec::Json(p) => Some(p.as_str()),
+            TimeSpec::Json(p, _) => Some(p.as_str()),
             _ => None,
         };
         let (key, json_time) = match &self.key {
-            KeySpec::Composite(parts) => composite_key(parts, record, time_pointer)?,
+            KeySpec::Composite(parts) => composite_key(parts, record, fields, time_pointer)?,
             single => {
                 let key_pointer = match single {
                     KeySpec::Json(p) => Some(p.as_str()),
                     _ => None,
                 };
-                let [json_key, json_time] = find_json(record, [key_pointer, time_pointer])?;
+                let [json_key, json_time] = find_fields(fields, [key_pointer, time_pointer])?;
                 (key_part(single, record, json_key)?, json_time)
             }
         };
@@ -271,18 +343,12 @@ impl Extractor {
                 Some(t) => return Err(invalid(InvalidReason::BadTime, format!("negative record timestamp {t}"))),
                 None => return Err(invalid(InvalidReason::MissingTime, "the record has no timestamp")),
             },
-            TimeSpec::Json(pointer) => match json_time {
+            TimeSpec::Json(pointer, unit) => match json_time {
                 None | Some(Found::Other(Value::Null)) => {
                     return Err(invalid(InvalidReason::MissingTime, format!("no value at JSON pointer `{pointer}`")));
                 }
-                Some(found) => epoch_ms(&found).ok_or_else(|| {
-                    invalid(
-                        InvalidReason::BadTime,
-                        format!(
-                            "`{}` at `{pointer}` is not epoch milliseconds or an RFC 3339 time",
-                            excerpt(&found.to_value())
-                        ),
-                    )
+                Some(found) => time::epoch_ms(&found, *unit).map_err(|e| {
+                    invalid(InvalidReason::BadTime, e.detail(&excerpt(&found.to_value()), pointer, *unit))
                 })?,
             },
         };
@@ -290,17 +356,16 @@ impl Extractor {
     }
 }
 
-/// The values at `pointers` in the record's JSON payload (none looked for
-/// when no pointer is given: the payload need not be JSON).
-fn find_json<'a, const N: usize>(
-    record: &RecordView<'a>,
+/// The values at `pointers` in the record's fields (none looked for when no
+/// pointer is given: the payload need not be JSON, or decode).
+fn find_fields<'a, S: FieldSource<'a>, const N: usize>(
+    fields: &S,
     pointers: [Option<&str>; N],
 ) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
     if pointers.iter().all(Option::is_none) {
         return Ok(std::array::from_fn(|_| None));
     }
-    pointer::find(record.payload, pointers)
-        .map_err(|e| invalid(InvalidReason::BadJson, format!("payload is not JSON: {e}")))
+    fields.find(pointers)
 }
 
 /// The value of the single key source `spec` (`json_key`: what its JSON
@@ -329,6 +394,7 @@ fn key_part<'a>(
             }
             Some(Found::Str(Cow::Borrowed(s))) => Cow::Borrowed(s.as_bytes()),
             Some(Found::Str(Cow::Owned(s))) => Cow::Owned(s.into_bytes()),
+            Some(Found::Bytes(b)) => b,
             // Numbers, booleans, arrays and objects: their compact JSON text.
             Some(Found::Other(other)) => Cow::Owned(other.to_string().into_bytes()),
         },
@@ -339,9 +405,10 @@ fn key_part<'a>(
 /// A composite key: its parts' values joined by [`KEY_PART_SEPARATOR`],
 /// each part required and not empty; and what the time's pointer found
 /// (in the same pass over the payload).
-fn composite_key<'a>(
+fn composite_key<'a, S: FieldSource<'a>>(
     parts: &[KeySpec],
     record: &RecordView<'a>,
+    fields: &S,
     time_pointer: Option<&str>,
 ) -> Result<(Cow<'a, [u8]>, Option<Found<'a>>), InvalidRecord> {
     let mut pointers = [None; MAX_KEY_PARTS + 1];
@@ -351,7 +418,7 @@ fn composite_key<'a>(
         }
     }
     pointers[MAX_KEY_PARTS] = time_pointer;
-    let mut found = find_json(record, pointers)?;
+    let mut found = find_fields(fields, pointers)?;
     let mut key = Vec::new();
     for (i, part) in parts.iter().enumerate() {
         let value = key_part(part, record, found[i].take())?;
@@ -377,18 +444,6 @@ fn excerpt(v: &Value) -> String {
     match text.char_indices().nth(EXCERPT_CHARS) {
         None => text,
         Some((cut, _)) => format!("{}… ({} bytes)", &text[..cut], text.len()),
-    }
-}
-
-/// Epoch milliseconds from a JSON number (fractions are truncated), a
-/// string of digits, or an RFC 3339 time string.
-fn epoch_ms(v: &Found<'_>) -> Option<u64> {
-    match v {
-        Found::Other(Value::Number(n)) => {
-            n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0 && *f < 1.8e19).map(|f| f as u64))
-        }
-        Found::Str(s) => s.trim().parse().ok().or_else(|| super::rfc3339::epoch_ms(s)),
-        Found::Other(_) => None,
     }
 }
 
@@ -477,7 +532,7 @@ mod tests {
     fn composite_keys_join_their_parts() {
         let headers = [("campaign", &b"c7"[..]), ("x", &b""[..])];
         let payload = br#"{"user":"u1","ad":{"id":42},"ts":"2023-11-14T22:13:20.123Z","a+b":"p"}"#;
-        let rec = RecordView { key: Some(b"k"), payload, headers: &headers, timestamp_ms: Some(5) };
+        let rec = RecordView { key: Some(b"k"), payload, headers: &headers, timestamp_ms: Some(5), decoder: None };
         let ex = |key: &str| {
             let spec: KeySpec = key.parse().unwrap();
             Extractor { key: spec, time: "json:/ts".parse().unwrap(), max_record_bytes: 1000 }.extract(&rec, 0)
@@ -501,38 +556,10 @@ mod tests {
     }
 
     #[test]
-    fn times_as_rfc3339_strings() {
-        let time = |ts: &str| {
-            let payload = format!(r#"{{"id":"a","ts":{ts}}}"#);
-            let rec = RecordView { payload: payload.as_bytes(), ..RecordView::default() };
-            json_extractor().extract(&rec, 0).map(|e| e.time_ms).map_err(|e| (e.reason, e.detail))
-        };
-        assert_eq!(time(r#""2023-11-14T22:13:20Z""#), Ok(1_700_000_000_000));
-        assert_eq!(time(r#""2023-11-14T22:13:20.5Z""#), Ok(1_700_000_000_500));
-        assert_eq!(time(r#""2023-11-14t22:13:20.123456789z""#), Ok(1_700_000_000_123));
-        assert_eq!(time(r#""2023-11-15T00:13:20.000+02:00""#), Ok(1_700_000_000_000));
-        assert_eq!(time(r#""2023-11-14 17:43:20-04:30""#), Ok(1_700_000_000_000));
-        assert_eq!(time(r#""2000-02-29T00:00:00Z""#), Ok(951_782_400_000));
-        assert_eq!(time(r#""1970-01-01T00:00:00Z""#), Ok(0));
-        assert_eq!(time(r#""1700000000123""#), Ok(1_700_000_000_123), "digits are still epoch milliseconds");
-        for bad in [
-            r#""1969-12-31T23:59:59Z""#,
-            r#""2023-02-29T00:00:00Z""#,
-            r#""2023-11-14T22:13:20""#,
-            r#""2023-11-14T24:00:00Z""#,
-            r#""2023-11-14""#,
-            r#""2023-11-14T22:13:20.Z""#,
-        ] {
-            let (reason, detail) = time(bad).unwrap_err();
-            assert_eq!(reason, InvalidReason::BadTime, "{bad}");
-            assert!(detail.contains("is not epoch milliseconds or an RFC 3339 time"), "{detail}");
-        }
-    }
-
-    #[test]
     fn other_sources() {
         let headers = [("click", &b"c-1"[..])];
-        let rec = RecordView { key: Some(b"k"), payload: b"p", headers: &headers, timestamp_ms: Some(5) };
+        let rec =
+            RecordView { key: Some(b"k"), payload: b"p", headers: &headers, timestamp_ms: Some(5), decoder: None };
         let ex = |key: &str, time: &str| {
             Extractor { key: key.parse().unwrap(), time: time.parse().unwrap(), max_record_bytes: 10 }.extract(&rec, 99)
         };

@@ -80,6 +80,7 @@ impl RootVerdicts {
             payload: payload.unwrap_or_default(),
             headers: &headers,
             timestamp_ms: msg.timestamp().to_millis(),
+            decoder: None,
         };
         let Ok(extracted) = extractor.extract(&view, 0) else {
             return Ok(()); // judged distinct, so readable; nothing to tell otherwise
@@ -276,6 +277,7 @@ impl<'d> Leaf<'d> {
             payload: msg.payload().unwrap_or_default(),
             headers: &headers,
             timestamp_ms: msg.timestamp().to_millis(),
+            decoder: None,
         };
         // An unreadable record is forwarded as it is: the root
         // dead-letters it with its reason (nothing is lost here).

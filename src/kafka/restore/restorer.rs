@@ -64,6 +64,8 @@ pub struct Restorer<'a> {
     pub filter: &'a FilterChoice,
     pub order: OrderSettings,
     pub extractor: &'a Extractor,
+    /// How the input's payloads are read when not JSON.
+    pub decoder: Option<&'a dyn crate::engine::record::PayloadDecoder>,
     pub slice_topic: &'a str,
     /// How slice-log records hold the input record ([`crate::kafka::slice_log::parts`]).
     pub slicing: SlicingMode,
@@ -423,6 +425,7 @@ impl Restorer<'_> {
                 payload: crate::kafka::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
+                decoder: self.decoder,
             };
             if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
                 && state.refill_stages(offset, &view)

@@ -126,6 +126,7 @@ pub(super) fn read(setup: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u3
         payload: msg.payload().unwrap_or_default(),
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
+        decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let x = setup.extractor.extract(&view, 0)?;
     let hash = KeyHash::of(setup.seed, &x.key);

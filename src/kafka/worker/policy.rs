@@ -79,6 +79,7 @@ pub(super) fn decide_early(
         payload: framed.payload.unwrap_or_default(),
         headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
+        decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let unreadable = setup.extractor.extract(&view, 0).err();
     let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
@@ -126,6 +127,7 @@ pub(super) fn decide_logged(
         payload: framed.payload.unwrap_or_default(),
         headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
+        decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;

@@ -298,6 +298,7 @@ pub(super) fn judge(
         payload: payload.unwrap_or_default(),
         headers: header_list,
         timestamp_ms: msg.timestamp().to_millis(),
+        decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();

@@ -68,6 +68,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         filter: &setup.filter,
         order: setup.cfg.order,
         extractor: &setup.extractor,
+        decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
         slice_topic: &setup.slice_topic,
         slicing: setup.cfg.slicing,
         leaf: (setup.cfg.tier == crate::config::Tier::DenseLeaf).then_some(setup.cfg.settings.app.id.as_str()),
