@@ -151,7 +151,8 @@ impl FromStr for TimeSpec {
                 json_pointer(s, pointer).map(|p| TimeSpec::Json(p, unit))
             }
             _ => Err(format!(
-                "unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer, with a unit                  for numbers as json:/pointer:s (also :ms, the default, :us or :µs, :ns)"
+                "unknown time source `{s}`: expected record-timestamp, arrival or json:/pointer, with a unit \
+                 for numbers as json:/pointer:s (also :ms, the default, :us or :µs, :ns)"
             )),
         }
     }
