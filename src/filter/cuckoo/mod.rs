@@ -20,23 +20,27 @@
 //!   fewest bits that keep it under the target at the design load
 //!   α = 0.95: f = ⌈log2(8 · 0.95 / ε)⌉, 10 bits for ε = 1% (0.74%).
 //! - **Rounding towards keeping.** Stamps count ticks of
-//!   ⌈(window + lateness) / 45⌉ ms at c = 6; a slot stamped at tick t is
-//!   alive through t + W, W = ⌈window / tick⌉, so a key is kept at least
-//!   its window and at most one tick (1/W, 2.2% at W = 45) longer. Those
-//!   keys sit in slots: the alive load of a table holding N keys per
-//!   window is N·(W+1)/W, and the FPR 8·α·(1 + 1/W) / 2^f for α = N /
-//!   slots. Slots are kept W + Lt ticks (lateness) before they can be
-//!   reused, so a table is sized for N·(W + Lt + 1)/W keys at α = 0.95.
+//!   ⌈(window + lateness) / 57⌉ ms at c = 6 (1 053 ms for a 60 s window).
+//!   A copy stamped at tick s was delivered before (s + 1)·tick, so it is
+//!   alive while (s + 1)·tick > clock − window: kept past its window by
+//!   the rest of its own tick, half a tick on average, never less than its
+//!   window. That costs false positives on keys that come back just after
+//!   their window: r·tick/2 for a key recurring at rate r per ms there, so
+//!   FPR ≈ 8α/2^f + r·tick/2 (`rounding_towards_keeping_costs_what_the_formula_says`).
+//!   Slots are kept W + Lt ticks (the lateness) before they can be reused,
+//!   so a table is sized for N·(W + Lt + 1)/W keys at α = 0.95.
 //! - **Bits per key.** 16 bits per slot over a load α: 16 / 0.95 = 16.8
 //!   bits per key at the design load; the first table is sized for the
-//!   expected keys plus the headroom (20%): 16 · 1.2 · (W+1)/W / 0.95 ≈
-//!   20.7 bits per key in the window when the estimate is right (the timer
+//!   expected keys plus the headroom (20%): 16 · 1.2 · (W+1)/W / 0.95 (W = 57) ≈
+//!   20.6 bits per key in the window when the estimate is right (the timer
 //!   filter: k cells of 8 bits, 92 bits per key at its design load).
 //! - **Wrap-round.** Stamps are `tick mod R + 1`, R = 2^c − 1 (0: empty).
 //!   Every bucket is swept once every S = R − 1 − W − Lt ticks (a 1/S of
 //!   the buckets per tick), so an expired slot is emptied before its stamp
-//!   comes round again; W + Lt is held to at most three quarters of R − 1.
-//!   At c = 6: R = 63, W + Lt ≤ 47, S ≥ 15. Expired slots (older than
+//!   comes round again; W + Lt takes R − 1 less a sixteenth (at least 2)
+//!   for the sweep and 2 for rounding up.
+//!   At c = 6: R = 63, W + Lt ≤ 59, S ≥ 3: the sweep reads 1/S of
+//!   the table per tick, about 1.3·W/S slots per event. Expired slots (older than
 //!   W + Lt) count as free to an insert before the sweep reaches them.
 //!
 //! # Growth without forgetting

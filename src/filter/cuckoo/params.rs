@@ -125,8 +125,8 @@ impl CuckooSpec {
         let period = (1u32 << clock_bits) - 1;
         let lateness_ms = self.lateness_ms.unwrap_or(0);
         // The window and the lateness share R − 1 stamp values with a
-        // quarter of them for the sweep, and 2 for their rounding up.
-        let min_sweep = ((period - 1) / 4).max(1);
+        // sixteenth of them (at least 2) for the sweep, and 2 for their rounding up.
+        let min_sweep = ((period - 1) / 16).max(2);
         let budget = u64::from(period - 1 - min_sweep - 2);
         let tick_ms = (self.window_ms + lateness_ms).div_ceil(budget).max(1);
         let window_ticks = self.window_ms.div_ceil(tick_ms) as u32;
