@@ -11,10 +11,8 @@ use super::super::record::Extractor;
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
-use crate::filter::decaying;
 use crate::filter::envelope::{self, put_u32, put_u64};
-use crate::filter::timer::snapshot as filter_snapshot;
-use crate::filter::{FilterChoice, FilterKind, SnapshotError};
+use crate::filter::{FilterChoice, SnapshotError};
 
 /// The first bytes of a slice snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
@@ -231,23 +229,8 @@ pub fn decode_full(
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
-    let filter = match filter {
-        FilterChoice::Decaying(_, spec) => {
-            let configured =
-                spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-            FilterKind::Decaying(decaying::decode(filter_bytes, &configured)?)
-        }
-        FilterChoice::Timer(params) => match decaying::kind_of(filter_bytes) {
-            Some(kind) => {
-                return Err(SnapshotError::ParameterMismatch {
-                    parameter: "kind",
-                    snapshot: kind.as_str().to_string(),
-                    configured: "timer".to_string(),
-                });
-            }
-            None => FilterKind::Timer(filter_snapshot::decode(filter_bytes, params)?),
-        },
-    };
+    // The family restores its kind, refusing another kind's snapshot by name.
+    let filter = filter.decode(filter_bytes)?;
     let mut state = SliceState {
         slice,
         filter: filter.into(),
