@@ -51,7 +51,7 @@ pub struct CuckooFilter {
     clock_ms: Option<u64>,
     clock: Clock,
     /// How many ticks old an alive slot may be at the clock:
-    /// [`alive_limit`] of `clock_ms` (derived, cached).
+    /// `alive_limit` of `clock_ms` (derived, cached).
     alive_limit: u32,
     /// The first ms of the next tick.
     next_tick_ms: u64,
@@ -247,13 +247,17 @@ impl CuckooFilter {
         self.clock = Clock::at(to, p);
         self.next_tick_ms = (to + 1).saturating_mul(p.tick_ms);
         let passed = to - from;
-        let clock = self.clock;
         for t in &mut self.tables {
-            if passed > u64::from(clock.retain) {
+            if passed > u64::from(self.clock.retain) {
                 t.clear();
-            } else {
-                let per_tick = t.buckets().div_ceil(u64::from(p.sweep_ticks));
-                t.sweep(per_tick.saturating_mul(passed), &clock);
+                continue;
+            }
+            // Tick by tick, each at its own clock: read at the new clock
+            // alone, a slot that expired during the jump could have wrapped
+            // round and look young.
+            let per_tick = t.buckets().div_ceil(u64::from(p.sweep_ticks));
+            for tick in from + 1..=to {
+                t.sweep(per_tick, &Clock::at(tick, p));
             }
         }
         self.retire();

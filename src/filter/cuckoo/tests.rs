@@ -199,6 +199,27 @@ fn keys_expire_after_the_window_rounded_up_to_a_tick_and_never_alias() {
     assert!(!f.observe(&key(1), t));
 }
 
+/// A jump of the clock by most of the window (the stream paused): the slots
+/// that expired during it are swept at their own ticks, and none wraps
+/// round to look young at the new clock.
+#[test]
+fn a_jump_of_the_clock_expires_what_left_the_window() {
+    let p = spec(1_000, 1_000).resolve().unwrap();
+    for pause in [300, 500, 900, 999] {
+        let mut f = CuckooFilter::new(p.clone());
+        for i in 0..500 {
+            f.observe(&key(i), i);
+        }
+        f.observe(&key(10_000), 1_500);
+        f.observe(&key(10_001), 1_500 + pause);
+        let kept: Vec<u64> = (0..500).filter(|&i| f.contains(&key(i))).collect();
+        // Keys delivered more than a window (plus a tick) before are gone.
+        let clock = 1_500 + pause;
+        assert!(kept.iter().all(|&i| i + 1_000 + p.tick_ms > clock), "pause {pause}: {kept:?}");
+        assert!((0..500).filter(|&i| i + 1_000 > clock).all(|i| f.contains(&key(i))), "pause {pause}");
+    }
+}
+
 #[test]
 fn late_records_are_judged_at_their_own_time_within_the_lateness() {
     let late = CuckooSpec { lateness_ms: Some(300), ..spec(1_000, 1_000) };
