@@ -355,6 +355,33 @@ mod tests {
         assert_eq!(judge_all(&mut dedup(0), &lines)[..2], [Outcome::Distinct, Outcome::Duplicate { equal_timers: 7 }]);
     }
 
+    /// The cuckoo kind judges like the timer filter: in event-time order
+    /// within the lateness, one table filter per slice, forgetting after the window.
+    #[test]
+    fn the_cuckoo_kind_judges_in_event_time_order() {
+        use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
+        let cuckoo = |lateness_ms| {
+            let spec = CuckooSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..CuckooSpec::default() };
+            let params = spec.resolve().unwrap();
+            let extractor = Extractor {
+                key: "json:/k".parse().unwrap(),
+                time: "json:/t".parse().unwrap(),
+                max_record_bytes: 1 << 20,
+            };
+            Deduplicator::cuckoo(vec![CuckooFilter::new(params); 4], extractor, order(lateness_ms))
+        };
+        let lines =
+            [r#"{"k":"a","t":1200}"#, r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":1500}"#, r#"{"k":"a","t":2500}"#];
+        let dup = Outcome::Duplicate { equal_timers: 0 };
+        assert_eq!(
+            judge_all(&mut cuckoo(500), &lines),
+            [dup.clone(), Outcome::Distinct, Outcome::Distinct, Outcome::Distinct]
+        );
+        assert_eq!(judge_all(&mut cuckoo(0), &lines)[..2], [Outcome::Distinct, dup]);
+        let d = cuckoo(0);
+        assert_eq!(d.memory_bytes(), d.cuckoo_filters().iter().map(|f| f.memory_bytes() as u64).sum::<u64>());
+    }
+
     #[test]
     fn a_time_jump_is_dead_lettered() {
         let lines = [r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":99999999}"#, r#"{"k":"c","t":1001}"#];
