@@ -2,7 +2,7 @@
 //! set now stores, which stamps are alive or kept, and how a key's hash
 //! becomes a fingerprint.
 
-use super::params::CuckooParams;
+use super::params::{CuckooParams, MAX_CLOCK_BITS};
 use crate::filter::hash::KeyHash;
 
 /// The clock at one tick, with the slot layout it reads.
@@ -71,6 +71,16 @@ impl Clock {
         }
         let now = u32::from(self.value);
         if v > now { now + self.period - v } else { now - v }
+    }
+
+    /// For each stamp value (the index, up to 2^c − 1): whether a slot
+    /// holding it is set and older than W + Lt (what the sweep clears).
+    pub fn expired_stamps(&self) -> [bool; 1 << MAX_CLOCK_BITS] {
+        let mut expired = [false; 1 << MAX_CLOCK_BITS];
+        for (v, e) in expired.iter_mut().enumerate().take(self.period as usize + 1).skip(1) {
+            *e = self.age(v as u16) > self.retain;
+        }
+        expired
     }
 
     /// Whether a slot is set and at most `limit` ticks old.

@@ -17,11 +17,21 @@ const HEADROOM: f64 = 1.5;
 /// (s + 1)·tick > clock − window, i.e. s ≥ ⌊(clock − window) / tick⌋. Measured
 /// from the exact clock, not its tick, so a key is kept past its window
 /// only by the rest of its own tick (half a tick on average), at most W.
-fn alive_limit(p: &CuckooParams, clock_ms: u64) -> u32 {
+///
+/// Returns the limit and the first ms at which it may change (the next
+/// tick, or the next tick of `clock − window`), so that it is computed
+/// about twice per tick rather than per event.
+fn alive_limit(p: &CuckooParams, clock_ms: u64) -> (u32, u64) {
     let tick = clock_ms / p.tick_ms;
+    let next_tick_ms = (tick + 1).saturating_mul(p.tick_ms);
     match clock_ms.checked_sub(p.window_ms) {
-        Some(edge) => (tick - edge / p.tick_ms).min(u64::from(p.window_ticks)) as u32,
-        None => p.window_ticks,
+        Some(edge) => {
+            let edge_tick = edge / p.tick_ms;
+            let limit = (tick - edge_tick).min(u64::from(p.window_ticks)) as u32;
+            let edge_moves_ms = (edge_tick + 1).saturating_mul(p.tick_ms).saturating_add(p.window_ms);
+            (limit, next_tick_ms.min(edge_moves_ms))
+        }
+        None => (p.window_ticks, next_tick_ms.min(p.window_ms)),
     }
 }
 
@@ -53,6 +63,8 @@ pub struct CuckooFilter {
     /// How many ticks old an alive slot may be at the clock:
     /// `alive_limit` of `clock_ms` (derived, cached).
     alive_limit: u32,
+    /// The first ms at which `alive_limit` may change.
+    limit_until_ms: u64,
     /// The first ms of the next tick.
     next_tick_ms: u64,
     /// Oldest first, never empty; inserts go to the newest.
@@ -77,8 +89,8 @@ impl CuckooFilter {
         let tick = clock_ms.unwrap_or(0) / params.tick_ms;
         let clock = Clock::at(tick, &params);
         let next_tick_ms = (tick + 1).saturating_mul(params.tick_ms);
-        let alive_limit = alive_limit(&params, clock_ms.unwrap_or(0));
-        CuckooFilter { params, clock_ms, clock, alive_limit, next_tick_ms, tables, counters }
+        let (alive_limit, limit_until_ms) = alive_limit(&params, clock_ms.unwrap_or(0));
+        CuckooFilter { params, clock_ms, clock, alive_limit, limit_until_ms, next_tick_ms, tables, counters }
     }
 
     pub fn params(&self) -> &CuckooParams {
@@ -233,7 +245,9 @@ impl CuckooFilter {
         if time_ms >= self.next_tick_ms {
             self.next_tick(time_ms);
         }
-        self.alive_limit = alive_limit(&self.params, time_ms);
+        if time_ms >= self.limit_until_ms {
+            (self.alive_limit, self.limit_until_ms) = alive_limit(&self.params, time_ms);
+        }
     }
 
     /// The clock enters a later tick: each table sweeps S⁻¹ of its buckets

@@ -15,6 +15,9 @@ pub const DESIGN_LOAD: f64 = 0.95;
 /// Fewest bits of the stamp: 15 stamp values, of which the window,
 /// the lateness, one tick of rounding and the sweep share 14.
 pub const MIN_CLOCK_BITS: u32 = 4;
+/// Most bits of the stamp (so fingerprints have at least 4): a sweep
+/// looks stamps up in a table of 2^12 entries.
+pub const MAX_CLOCK_BITS: u32 = 12;
 /// Largest table level: level ℓ has `buckets · 4^ℓ` buckets.
 pub const MAX_LEVEL: u8 = 6;
 /// Fewest buckets of a level-0 table.
@@ -163,7 +166,7 @@ impl CuckooSpec {
 /// design load α keeps the FPR at or below ε.
 pub fn fingerprint_bits_for(fpr: f64) -> u32 {
     let bits = (2.0 * BUCKET_SLOTS as f64 * DESIGN_LOAD / fpr).log2().ceil();
-    bits.clamp(1.0, f64::from(SLOT_BITS)) as u32
+    bits.clamp(f64::from(SLOT_BITS - MAX_CLOCK_BITS), f64::from(SLOT_BITS)) as u32
 }
 
 /// A table's FPR at `load` (alive slots / slots) with `f`-bit

@@ -203,18 +203,26 @@ impl Table {
         self.put(oldest, clock.fp_field(p.fp) | stamp);
     }
 
-    /// Clears the expired slots of the next `buckets` buckets.
+    /// Clears the expired slots of the next `buckets` buckets: a run of
+    /// slots from the cursor (wrapping once), each judged by one load from
+    /// a table of the stamps that have expired.
     pub fn sweep(&mut self, buckets: u64, clock: &Clock) {
         let n = self.buckets;
-        for _ in 0..buckets.min(n) {
-            let at = self.cursor as usize * BUCKET_SLOTS;
-            for s in &mut self.slots[at..at + BUCKET_SLOTS] {
-                if *s != 0 && !clock.is_within(*s, clock.retain) {
-                    *s = 0;
-                    self.occupied -= 1;
-                }
+        let mut left = buckets.min(n);
+        let expired = clock.expired_stamps();
+        let mask = !clock.fp_mask;
+        while left > 0 {
+            let run = left.min(n - self.cursor);
+            let (from, to) = (self.cursor as usize * BUCKET_SLOTS, (self.cursor + run) as usize * BUCKET_SLOTS);
+            let mut cleared = 0;
+            for s in &mut self.slots[from..to] {
+                let dead = expired[usize::from(*s & mask)];
+                cleared += u64::from(dead);
+                *s &= u16::from(dead).wrapping_sub(1);
             }
-            self.cursor = (self.cursor + 1) % n;
+            self.occupied -= cleared;
+            self.cursor = (self.cursor + run) % n;
+            left -= run;
         }
     }
 

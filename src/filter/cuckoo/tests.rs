@@ -313,3 +313,14 @@ fn a_snapshot_is_pinned() {
     assert_eq!((bytes.len(), &bytes[..10]), (318, &b"DEDUPDCK\x01\x00"[..]));
     assert_eq!(checksum, 0x4a6e_8de9_15bd_faca, "the format or the hashing changed: a new version");
 }
+
+#[test]
+fn a_loose_target_keeps_four_fingerprint_bits() {
+    let p = CuckooSpec { fpr: 0.9, ..spec(1_000, 100) }.resolve().unwrap();
+    assert_eq!((p.fingerprint_bits, p.clock_bits), (4, 12));
+    let mut f = CuckooFilter::new(p);
+    assert!(!f.observe(&key(1), 0));
+    assert!(f.observe(&key(1), 999));
+    f.advance(5_000);
+    assert!(!f.contains(&key(1)));
+}
