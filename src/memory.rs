@@ -8,7 +8,7 @@
 //! lowered until it fits: the filter then saturates (its false-positive
 //! rate rises, `dedupd_filter_saturated_inserts_total` counts it) instead of
 //! growing past the cap. The count is a setting's value, so the verdicts
-//! still follow from the settings and the log alone (design invariant 1).
+//! still follow from the settings and the log alone (docs/design.md, invariant 1).
 //! When even one first-size generation per slice does not fit, start-up is
 //! refused.
 

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub limited: IntCounterVec,
     /// Flag records written to `flag.topic`.
     pub flagged: IntCounterVec,
+    /// The probability that the counting stage estimates a key with no
+    /// record in the window at 1 or more.
+    pub limit_false_positive: GaugeVec,
     pub checkpoints: IntCounterVec,
     pub checkpoint_failures: IntCounterVec,
     /// Snapshots dropped unwritten because their slice was released first.
@@ -224,6 +227,12 @@ impl Metrics {
             flagged: b.counter(
                 "dedupd_flagged_records_total",
                 "Records that reached flag.threshold, copied to flag.topic.",
+                &["slice"],
+            ),
+            limit_false_positive: b.gauge(
+                "dedupd_limit_false_positive_ratio",
+                "Probability that the counting stage estimates a key with no record in the window at 1 or more \
+                 (at a limit of 1: the share of new keys blocked); 0 without the stage.",
                 &["slice"],
             ),
             saturated_inserts: b.counter(
@@ -500,6 +509,7 @@ impl Metrics {
         let _ = self.filter_generations.remove_label_values(&[&label]);
         let _ = self.filter_memory_bytes.remove_label_values(&[&label]);
         let _ = self.filter_estimated_fpr.remove_label_values(&[&label]);
+        let _ = self.limit_false_positive.remove_label_values(&[&label]);
         let _ = self.provenance_sources.remove_label_values(&[&label]);
         let _ = self.checkpoint_bytes.remove_label_values(&[&label]);
         let _ = self.checkpoint_age.remove_label_values(&[&label]);

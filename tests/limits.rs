@@ -357,3 +357,75 @@ fn a_killed_run_writes_the_uninterrupted_output_and_flags() {
     }
     reference.assert_clean_log();
 }
+
+/// A skewed stream at the documented sizing (`limit.count_expected` = the
+/// stream's distinct keys per window, default sub-windows), counting by the
+/// dedup key: Zipf(1.2) keys, 50 000 records per 10 s window of event time.
+/// No key is delivered more than N times in any window, and at most 5% of
+/// what an exact limiter (every arrival in `(t − W, t]`) delivers is lost.
+#[test]
+fn a_skewed_stream_at_the_documented_sizing_loses_little() {
+    const RECORDS: u64 = 120_000;
+    let window = 10_000i64;
+    let zipf = dedupd::testkit::workload::Zipf::new(100_000, 1.2);
+    let mut rng = Rng::new(12);
+    // Five records per ms of event time, in time order.
+    let keys: Vec<u64> = (0..RECORDS).map(|_| zipf.sample(&mut rng)).collect();
+    let ts = |seq: u64| BASE_TS + (seq / 5) as i64;
+    let mut per_window: HashMap<i64, HashSet<u64>> = HashMap::new();
+    for (seq, &k) in keys.iter().enumerate() {
+        per_window.entry((ts(seq as u64) - BASE_TS) / window).or_default().insert(k);
+    }
+    let whole = (RECORDS as i64 / 5) / window;
+    let distinct = (0..whole).map(|w| per_window[&w].len()).sum::<usize>() / whole as usize;
+    let (mut daemon, input, app) = one_partition_daemon("limits-skew", |env| {
+        env.retain(|(k, _)| !k.starts_with("DEDUPD__FLAG__") && k != "DEDUPD__LIMIT__COUNT_KEY");
+        env.retain(|(k, _)| k != "DEDUPD__LIMIT__COUNT_EXPECTED");
+        env.push(("DEDUPD__INPUT__KEY".into(), "json:/ip".into()));
+        env.push(("DEDUPD__LIMIT__COUNT_EXPECTED".into(), distinct.to_string()));
+    });
+    let records: Vec<Rec> = keys
+        .iter()
+        .enumerate()
+        .map(|(seq, k)| ip_click(seq as u64, &format!("c{seq}"), &format!("k{k}"), ts(seq as u64), 0))
+        .collect();
+    for chunk in records.chunks(20_000) {
+        produce(&input, chunk);
+    }
+    wait_processed(&[&daemon], RECORDS, Duration::from_secs(300));
+    std::thread::sleep(Duration::from_secs(1));
+
+    let mut delivered: HashSet<u64> = HashSet::new();
+    let mut delivered_times: HashMap<String, Vec<i64>> = HashMap::new();
+    for r in read_all(&format!("{app}.out"), Duration::from_secs(3)).into_values().flatten() {
+        let v = json(&r);
+        delivered.insert(v["seq"].as_u64().unwrap());
+        delivered_times.entry(field(&v, "ip").to_string()).or_default().push(v["ts"].as_i64().unwrap());
+    }
+    for (key, t) in delivered_times.iter_mut() {
+        t.sort_unstable();
+        assert!(!n_within(t, MAX + 1, window), "{key}: more than {MAX} delivered within one window");
+    }
+    // The exact limiter: a record passes iff fewer than N arrivals of its
+    // key lie in (t − W, t] before it.
+    let mut arrivals: HashMap<u64, std::collections::VecDeque<i64>> = HashMap::new();
+    let (mut exact, mut lost) = (0u64, 0u64);
+    for (seq, &k) in keys.iter().enumerate() {
+        let t = ts(seq as u64);
+        let q = arrivals.entry(k).or_default();
+        while q.front().is_some_and(|&s| s + window <= t) {
+            q.pop_front();
+        }
+        if q.len() < MAX {
+            exact += 1;
+            lost += u64::from(!delivered.contains(&(seq as u64)));
+        }
+        q.push_back(t);
+    }
+    let share = lost as f64 / exact as f64;
+    eprintln!("{distinct} distinct keys per window: {lost} of {exact} exact deliveries lost ({:.2}%)", share * 100.0);
+    assert!(exact > 10_000 && delivered.len() as u64 <= RECORDS / 2, "{exact} {}", delivered.len());
+    assert!(share <= 0.05, "{lost} of {exact} exact deliveries lost");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+    daemon.assert_clean_log();
+}

@@ -125,6 +125,12 @@ fn limits_hold_flags_are_complete_and_few_records_are_lost_on_real_text() {
         assert_eq!(c["flagged"].as_u64(), Some(flagged.len() as u64));
         assert_eq!(c["limited"].as_u64(), Some(events.len() as u64 - delivered.len() as u64));
         assert_eq!(c["estimator"], estimator);
+        // The overcount a limit pays, in the stats: filters in the ring and
+        // the probability that an absent key reads nonzero (under the bound
+        // the sub-windows grow to keep).
+        assert!(c["filters"].as_u64().unwrap() >= 17, "{c}");
+        let fp = c["false_positive"].as_f64().unwrap();
+        assert!(fp > 0.0 && fp <= 0.02, "{c}");
         assert_eq!(stats["distinct"].as_u64(), Some(delivered.len() as u64));
     }
 }

@@ -15,12 +15,12 @@ use anyhow::Context;
 use serde::Serialize;
 
 use crate::engine::{
-    CountingSpec, CountingStage, Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome,
-    RecordView, TimeSpec,
+    Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
+use crate::features::limits::counting::{CountingSpec, CountingStage};
 use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
-use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, counters_for};
+use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams};
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
@@ -224,8 +224,9 @@ pub struct FilterArgs {
     #[arg(long, default_value_t = 5)]
     pub count_hashes: u32,
     /// Counting stage: distinct count keys expected per window (default:
-    /// --expected). Each sub-window filter has counters for 2·E/subwindows
-    /// keys at load γ = nk/m = 0.7 (keys recur across sub-windows).
+    /// --expected). Each sub-window starts with counters for 2·E/subwindows
+    /// keys at load γ = nk/m = 0.7 and grows by filters of twice the
+    /// counters when it receives more (see docs/spectral.md).
     #[arg(long)]
     pub count_expected: Option<u64>,
 }
@@ -252,11 +253,10 @@ impl FilterArgs {
             );
         }
         let expected = self.count_expected.unwrap_or(self.expected);
-        let per_sub = (2 * expected).div_ceil(u64::from(self.subwindows.max(1)));
         let spec = CountingSpec {
             params: SpectralParams {
                 estimator: self.estimator,
-                counters: counters_for(per_sub, self.count_hashes.max(1), 0.7),
+                counters: CountingSpec::counters_for_expected(expected, self.subwindows, self.count_hashes),
                 hashes: self.count_hashes,
                 counter_bits: self.counter_bits,
                 store: self.counters,
@@ -290,7 +290,15 @@ pub struct CountingStatsJson {
     pub flagged: u64,
     pub subwindows: u32,
     pub subwindow_ms: u64,
+    /// Counters of each sub-window's first filter (a sub-window that
+    /// receives more grows by filters of twice as many).
     pub counters_per_subwindow: u64,
+    /// Filters in the ring at the end (`subwindows + 1` if none grew).
+    pub filters: usize,
+    /// The probability that a key with no record in the window is
+    /// estimated at 1 or more at the end: at a limit of 1, the share of new
+    /// keys blocked (the overcount the limit pays).
+    pub false_positive: f64,
     pub hashes: u32,
     pub counter_bits: u8,
     /// `fixed` or `compact`.
@@ -313,6 +321,8 @@ impl CountingStatsJson {
             subwindows: c.subwindows(),
             subwindow_ms: c.sub_ms(),
             counters_per_subwindow: spec.params.counters,
+            filters: c.filters(),
+            false_positive: c.false_positive(),
             hashes: spec.params.hashes,
             counter_bits: spec.params.counter_bits,
             counters: spec.params.store.as_str(),

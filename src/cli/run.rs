@@ -165,7 +165,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let started = async {
         let slice_count = topics::ensure(&cfg).await?;
         // Read once: every decision a replay makes again must be made
-        // against the same limits (design invariant 1).
+        // against the same limits (docs/design.md, invariant 1).
         let limits = crate::kafka::limits::read(&cfg).await?;
         anyhow::Ok((slice_count, limits))
     };
@@ -185,7 +185,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         max_record_bytes: cfg.settings.input.max_record_bytes,
     };
     let id = cfg.settings.app.id.clone();
-    let deps = Arc::new(worker::WorkerSetup {
+    let setup = Arc::new(worker::WorkerSetup {
         filter: filter.clone(),
         extractor: extractor.clone(),
         slice_topic: cfg.slice_topic(),
@@ -226,8 +226,8 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         let stop = worker_stop.clone();
         tokio::task::spawn_blocking(move || tier::run_leaf(leaf, stop))
     } else {
-        let (deps, stop) = (deps.clone(), worker_stop.clone());
-        tokio::task::spawn_blocking(move || worker::run(deps, stop))
+        let (setup, stop) = (setup.clone(), worker_stop.clone());
+        tokio::task::spawn_blocking(move || worker::run(setup, stop))
     };
     let router_stop = Arc::new(AtomicBool::new(false));
     let mut router_task = if cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf {
@@ -235,16 +235,19 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         // of a count key reaches one slice, so its counts, limit and flags
         // are the whole stream's (copies of a dedup key carry the same count
         // key, so they still meet in one slice).
-        let route_key = cfg.counting.as_ref().and_then(|c| c.count_key.clone());
-        let rdeps = Arc::new(router::RouterSetup {
+        let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
+        // A count key's hash is not the dedup key's: the slices read the
+        // record again then.
+        let hands_on_reading = route_key.is_none();
+        let extractor = match route_key {
+            Some(key) => Extractor { key, ..extractor },
+            None => extractor,
+        };
+        let router_setup = Arc::new(router::RouterSetup {
             cfg: cfg.clone(),
-            // A count key's hash is not the dedup key's: the slices read the
-            // record again then.
-            hands_on_reading: route_key.is_none(),
-            extractor: match route_key {
-                Some(key) => Extractor { key, ..extractor },
-                None => extractor,
-            },
+            hands_on_reading,
+            key_reads_headers: extractor.key.reads_headers(),
+            extractor,
             slices: slice_count,
             slice_topic: cfg.slice_topic(),
             seed: params.seed,
@@ -259,7 +262,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             metrics: metrics.clone(),
         });
         let stop = router_stop.clone();
-        Some(tokio::task::spawn_blocking(move || router::run(rdeps, stop)))
+        Some(tokio::task::spawn_blocking(move || router::run(router_setup, stop)))
     } else {
         None
     };

@@ -129,12 +129,10 @@ pub struct Resolved {
     pub order: OrderSettings,
     /// `log.format`.
     pub log_format: LogFormat,
-    /// `[provenance]`; `None`: off.
-    pub provenance: Option<crate::features::provenance::stage::ProvenanceSetup>,
+    /// The stages the slices run (`[limit]`/`[flag]`, `[provenance]`; each `None` when off).
+    pub stages: crate::features::stages::StagesSetup,
     /// `[tier]`: this instance's level in a multi-level deployment.
     pub tier: Tier,
-    /// The counting stage (`[limit]`, `[flag]`); `None`: off.
-    pub counting: Option<crate::features::limits::stage::CountingSetup>,
     /// The filters' worst case against `filter.max_memory` and the
     /// container's limit; `filter.max_generations` is its count.
     pub memory: crate::memory::MemoryPlan,

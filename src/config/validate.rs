@@ -338,8 +338,7 @@ impl Settings {
         Ok(Resolved {
             input_start,
             tier,
-            provenance,
-            counting,
+            stages: crate::features::stages::StagesSetup { counting, provenance },
             key,
             time,
             filter,

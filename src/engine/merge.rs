@@ -23,6 +23,7 @@ use std::collections::BTreeMap;
 
 use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::slice::{SliceCounters, SliceState};
+use crate::features::stages::SliceStages;
 use crate::filter::{FilterCounters, FilterKind, FilterParams, SlidingFilter};
 
 /// Why slice states cannot be merged.
@@ -169,12 +170,11 @@ pub fn merge(
             next_offset: own.next_offset,
             resend_marks: resend_marks.clone(),
             counters,
-            // Which sources saw a key is not merged: a merged slice's
-            // provenance starts empty (docs/deletion-merge.md).
-            provenance: None,
-            // Never reached with a counting stage: its snapshots are refused
-            // by `decode` (the slice is configured without it) before this.
-            counting: None,
+            // No stage: which sources saw a key is not merged (a merged
+            // slice's provenance starts empty, docs/deletion-merge.md), and a
+            // counting stage's snapshots are refused by `decode` (the slice
+            // is configured without it) before this.
+            stages: SliceStages::default(),
             passthrough: false,
             order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
             unfilled: Vec::new(),

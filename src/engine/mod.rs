@@ -11,12 +11,9 @@
 //! - [`merge`]: the states of several slices merged into fewer
 //!   (`dedupd checkpoint merge`).
 //!
-//! The features' stages live in their folders (`src/features/`; see
-//! `crate::features`): the slice calls them. Three keep a name here, the one
-//! the slice state and its codec reach them by:
-//! - [`counting`]: the counting stage (`features/limits/counting.rs`).
-//! - [`limits`]: the counting stage run by a slice (`features/limits/stage.rs`).
-//! - [`provenance`]: which source delivered each key (`features/provenance/stage.rs`).
+//! The features' stages live in their folders (`src/features/`): a slice
+//! runs them through the hooks of [`slice::stage::Stage`], as the one list
+//! of `crate::features::stages`, and names no feature.
 
 pub mod dedup;
 pub mod merge;
@@ -26,11 +23,6 @@ pub mod record;
 pub mod rfc3339;
 pub mod slice;
 
-pub use crate::features::limits::counting;
-pub use crate::features::limits::stage as limits;
-pub use crate::features::provenance::stage as provenance;
-
-pub use counting::{CountMark, CountingSpec, CountingStage, CountingStats};
 pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
 pub use record::{Extracted, Extractor, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};

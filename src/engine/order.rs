@@ -1,4 +1,4 @@
-//! Event-time order under disorder (design invariant 7).
+//! Event-time order under disorder (docs/design.md, invariant 7).
 //!
 //! Records arrive in any order; verdicts must be those of the exact oracle
 //! over event-time order. A [`ReorderBuffer`] holds each record until the

@@ -118,11 +118,7 @@ impl KeySpec {
 
     /// Whether the key is (or has a part) read from a record header.
     pub fn reads_headers(&self) -> bool {
-        match self {
-            KeySpec::Header(_) => true,
-            KeySpec::Composite(parts) => parts.iter().any(KeySpec::reads_headers),
-            _ => false,
-        }
+        !self.header_names().is_empty()
     }
 }
 

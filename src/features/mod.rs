@@ -12,6 +12,9 @@
 //! - [`tiers`]: multi-level deployments (`[tier]`).
 //! - [`shared`]: shared mode (`slicing.mode = "shared"`).
 //!
+//! [`stages`] lists the stages a slice runs (counting, provenance): the one
+//! place the core's slice state reaches the features through.
+//!
 //! The layers within a folder (`docs/architecture.md`):
 //! - `settings.rs` imports only `config`'s shared files (`config/error.rs`,
 //!   `config/values.rs`, the sections it checks against), the filters and
@@ -29,4 +32,5 @@ pub mod deletes;
 pub mod limits;
 pub mod provenance;
 pub mod shared;
+pub mod stages;
 pub mod tiers;

@@ -68,9 +68,10 @@ impl FilterChoice {
         }
     }
 
-    /// Restores a snapshot's filter part into the kind chosen, refusing
-    /// another kind's by name.
-    pub fn decode(&self, bytes: &[u8]) -> Result<FilterKind, SnapshotError> {
+    /// The filter of the chosen kind in a snapshot's `bytes`, checked
+    /// against the settings (a snapshot of another kind is refused, naming
+    /// `kind` and both kinds).
+    pub fn decode(&self, bytes: &[u8]) -> Result<SliceFilter, SnapshotError> {
         let written = snapshot_kind(bytes);
         if let Some(written) = written
             && written != self.kind_name()
@@ -81,7 +82,7 @@ impl FilterChoice {
                 configured: self.kind_name().to_string(),
             });
         }
-        Ok(match self {
+        let kind = match self {
             FilterChoice::Timer(params) => FilterKind::Timer(timer_snapshot::decode(bytes, params)?),
             FilterChoice::Decaying(_, spec) => {
                 let configured =
@@ -89,7 +90,8 @@ impl FilterChoice {
                 FilterKind::Decaying(decaying::decode(bytes, &configured)?)
             }
             FilterChoice::Cuckoo(_, params) => FilterKind::Cuckoo(cuckoo::snapshot::decode(bytes, params)?),
-        })
+        };
+        Ok(kind.into())
     }
 
     /// The parameters a snapshot's filter depends on, as text: equal
@@ -481,7 +483,7 @@ mod tests {
         assert!(f.observe(&key(3), 30).is_distinct(), "deleted");
         let (buffer, at) = f.finish_copy().unwrap();
         assert_eq!(&buffer[..4], b"head");
-        let restored: SliceFilter = choice.decode(&buffer[at]).unwrap().into();
+        let restored = choice.decode(&buffer[at]).unwrap();
         assert_eq!(restored, before);
         assert_eq!(f.figures().generations, 1);
 

@@ -1,6 +1,6 @@
 //! Hash once: one XXH3-128 of the key bytes with a fixed seed.
 //!
-//! The two 64-bit halves feed everything downstream (design invariant 2):
+//! The two 64-bit halves feed everything downstream (docs/design.md, invariant 2):
 //! the slice comes from the low 32 bits of the high half, and the k cell
 //! positions of a generation come from double hashing `g_i = (a + i·b) mod m`,
 //! where `a` is derived from the low half and `b` from the high half. The

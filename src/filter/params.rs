@@ -111,7 +111,7 @@ pub struct FilterSpec {
     pub layout: Layout,
     /// Event time under disorder: `Some(L)` judges an event that is behind
     /// the clock at its own time, against cells kept for the window plus
-    /// L (design invariant 7); `None` judges it at the clock, as the paper
+    /// L (docs/design.md, invariant 7); `None` judges it at the clock, as the paper
     /// does.
     pub lateness_ms: Option<u64>,
     /// Counting cells beside the timers (one saturating 8-bit counter per

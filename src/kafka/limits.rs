@@ -7,7 +7,7 @@
 //! the record path compares each copy with the limit of the topic it goes to
 //! and dead-letters what does not fit (`too_large_for_topic`) instead of
 //! sending it. The limits are fixed for the life of the process, so a replay
-//! decides exactly as the original run did (design invariant 1).
+//! decides exactly as the original run did (docs/design.md, invariant 1).
 
 use std::time::Duration;
 

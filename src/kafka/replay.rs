@@ -1,5 +1,5 @@
 //! The replay bounds of a slice: for each topic it writes, how far that
-//! topic's partition already holds its records (design invariant 5).
+//! topic's partition already holds its records (docs/design.md, invariant 5).
 //!
 //! A restored slice judges again what it judged before its last snapshot
 //! and must write nothing twice. Each record a judgment writes goes to one

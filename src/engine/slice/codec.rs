@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::super::limits::CountingSetup;
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
-use super::super::provenance::{ProvenanceSetup, SliceProvenance};
-use super::super::record::Extractor;
+use super::super::record::{Extractor, KeySpec, TimeSpec};
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
+use crate::features::stages::{SliceStages, StagesSetup};
 use crate::filter::envelope::{self, put_u32, put_u64};
 use crate::filter::{FilterChoice, SnapshotError};
 
@@ -122,42 +121,34 @@ pub(super) fn encode_tagged(state: &SliceState) -> Vec<u8> {
 }
 
 /// Restores slice `slice` from `bytes`, checked against the configured
-/// filter. The held records are listed in [`SliceState::unfilled`]: the
-/// caller re-reads them from the log and calls [`SliceState::refill`].
+/// filter, with no stage on (a snapshot with a counting stage is refused).
+/// The held records are listed in [`SliceState::unfilled`]: the caller
+/// re-reads them from the log and calls [`SliceState::refill`].
 pub fn decode(
     bytes: &[u8],
     slice: u32,
     filter: &FilterChoice,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    decode_with(bytes, slice, filter, order, None)
+    let no_stages = StagesSetup::default();
+    // Read by the counting stage only, which is off.
+    let dedup = Extractor { key: KeySpec::RecordKey, time: TimeSpec::Arrival, max_record_bytes: 0 };
+    decode_full(bytes, slice, filter, order, &no_stages, &dedup)
 }
 
-/// [`decode`] with provenance configured as `provenance`: a snapshot taken
-/// without it (or before version 3) restores with an empty provenance
-/// state; one taken with it while it is now off drops that state.
-pub fn decode_with(
-    bytes: &[u8],
-    slice: u32,
-    filter: &FilterChoice,
-    order: OrderSettings,
-    provenance: Option<&ProvenanceSetup>,
-) -> Result<SliceState, SnapshotError> {
-    decode_full(bytes, slice, filter, order, provenance, None)
-}
-
-/// [`decode_with`] with the counting stage configured as `counting` (its
-/// setup and the dedup key's extractor). A snapshot with the stage is
-/// refused by a slice configured without it, and the other way round
-/// (naming `counting`); one with other stage parameters is refused naming
-/// the parameter.
+/// [`decode`] with the stages configured as `stages` (`dedup`: the dedup
+/// key's extractor). See [`SliceStages::restore`] for what a snapshot
+/// taken with other stages restores to: a counting stage on in one and off
+/// in the other is refused, naming `counting`; other counting parameters
+/// are refused naming the parameter; provenance starts empty if the
+/// snapshot has none or resized.
 pub fn decode_full(
     bytes: &[u8],
     slice: u32,
     filter: &FilterChoice,
     order: OrderSettings,
-    provenance: Option<&ProvenanceSetup>,
-    counting: Option<(&CountingSetup, &Extractor)>,
+    stages: &StagesSetup,
+    dedup: &Extractor,
 ) -> Result<SliceState, SnapshotError> {
     let (mut r, version) = envelope::open_any(bytes, MAGIC, VERSION_BASE..=VERSION)?;
     let got_slice = r.u32()?;
@@ -179,8 +170,38 @@ pub fn decode_full(
     let mut mark = || r.u64().map(|v| (v != u64::MAX).then_some(v));
     let marks = OrderMarks { max_seen_ms: mark()?, watermark_ms: mark()? };
     let flushes_next = r.u64()?;
+    let unfilled = read_held(&mut r, bytes.len())?;
+    let resend_marks = read_resend_marks(&mut r)?;
+    let found = sections::read(&mut r, version)?;
+    let stages = SliceStages::restore(&found.stages, stages, dedup, slice)?;
+    let len = r.u64()? as usize;
+    let filter_bytes = r.take(len)?;
+    r.finish()?;
+    let filter = filter.decode(filter_bytes)?;
+    let mut state = SliceState {
+        slice,
+        filter,
+        next_offset,
+        resend_marks,
+        counters,
+        passthrough: false,
+        order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
+        unfilled,
+        flushes_next,
+        stages,
+        progress: found.progress,
+    };
+    let hold = state.hold();
+    state.order.hold_at(hold);
+    state.order.set_overflows(found.overflows);
+    Ok(state)
+}
+
+/// The offsets of the held records, with whether each is a suspect
+/// (`len`: the snapshot's, which bounds how many there can be).
+fn read_held(r: &mut envelope::Reader<'_>, len: usize) -> Result<Vec<(u64, bool)>, SnapshotError> {
     let held = r.u64()?;
-    if held > bytes.len() as u64 / 9 {
+    if held > len as u64 / 9 {
         return Err(SnapshotError::Malformed(format!("slice snapshot: {held} held records cannot fit")));
     }
     let mut unfilled = Vec::with_capacity(held as usize);
@@ -193,6 +214,11 @@ pub fn decode_full(
         };
         unfilled.push((offset, suspect));
     }
+    Ok(unfilled)
+}
+
+/// The resend marks: the highest input offset seen per input partition.
+fn read_resend_marks(r: &mut envelope::Reader<'_>) -> Result<BTreeMap<(String, i32), i64>, SnapshotError> {
     let mut resend_marks = BTreeMap::new();
     for _ in 0..r.u32()? {
         let len = usize::from(r.u16()?);
@@ -202,65 +228,7 @@ pub fn decode_full(
         let offset = r.u64()? as i64;
         resend_marks.insert((topic, partition), offset);
     }
-    let found = sections::read(&mut r, version)?;
-    let mut restored_provenance = None;
-    if let (Some(section), Some(setup)) = (found.provenance, provenance) {
-        let mut sub = envelope::Reader::over(section);
-        match SliceProvenance::decode(&mut sub, setup) {
-            Ok(p) => {
-                sub.finish()?;
-                restored_provenance = Some(p);
-            }
-            // Provenance resized: it starts over, empty; the slice's dedup
-            // state is still good, so it is kept.
-            Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => log::warn!(
-                "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
-                 provenance starts empty"
-            ),
-            Err(e) => return Err(e),
-        }
-    }
-    let restored_counting = match (found.counting, counting) {
-        (Some(section), Some((setup, dedup))) => Some(setup.restore(section, dedup)?),
-        (Some(_), None) => return Err(counting_mismatch("on", "off")),
-        (None, Some(_)) => return Err(counting_mismatch("off", "on")),
-        (None, None) => None,
-    };
-    let len = r.u64()? as usize;
-    let filter_bytes = r.take(len)?;
-    r.finish()?;
-    // The family restores its kind, refusing another kind's snapshot by name.
-    let filter = filter.decode(filter_bytes)?;
-    let mut state = SliceState {
-        slice,
-        filter: filter.into(),
-        next_offset,
-        resend_marks,
-        counters,
-        passthrough: false,
-        order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
-        unfilled,
-        flushes_next,
-        provenance: restored_provenance,
-        counting: restored_counting,
-        progress: found.progress,
-    };
-    let hold = state.hold();
-    state.order.hold_at(hold);
-    state.order.set_overflows(found.overflows);
-    state.set_provenance(provenance);
-    Ok(state)
-}
-
-/// A snapshot taken with the counting stage `snapshot` ("on"/"off") read by
-/// a slice configured with it `configured`: counts cannot be made up or
-/// dropped silently (the manifest fingerprint refuses it first).
-fn counting_mismatch(snapshot: &str, configured: &str) -> SnapshotError {
-    SnapshotError::ParameterMismatch {
-        parameter: "counting",
-        snapshot: snapshot.to_string(),
-        configured: configured.to_string(),
-    }
+    Ok(resend_marks)
 }
 
 /// A slice snapshot copied in full but for its checksums, which take a

@@ -2,11 +2,10 @@
 //! their release positions and the slice's verdict counts.
 
 use std::fmt;
-use std::sync::Arc;
 
-use super::super::counting::CountMark;
 use super::super::record::{InvalidRecord, RecordView};
 use super::frame::{Reading, SourceRef};
+use super::stage::StageNotes;
 
 /// A record of the slice log.
 #[derive(Clone, Copy, Debug)]
@@ -71,12 +70,8 @@ pub struct Judgment {
     /// For a record that arrived more than the lateness behind the largest
     /// time seen: by how much it missed the watermark, in ms.
     pub late_by_ms: Option<u64>,
-    /// With provenance on: the one source that may have delivered the key
-    /// before this record (then it did: the index has no false negatives).
-    pub first_source: Option<Arc<str>>,
-    /// With a counting stage (`[limit]`, `[flag]`): what it decided, if the
-    /// record was counted. A limited record's verdict is a duplicate.
-    pub count: Option<CountMark>,
+    /// What the stages add for the outputs (empty with no stage on).
+    pub notes: StageNotes,
 }
 
 /// What became of a slice record.

@@ -1,7 +1,7 @@
 //! One slice's worker state: its filter, its position in the slice log, the
 //! re-send marks of the router and the records waiting for the watermark —
 //! everything its verdicts depend on, so that a restored slice judges the
-//! rest of its log exactly as an uninterrupted one (design invariants 1, 5
+//! rest of its log exactly as an uninterrupted one (docs/design.md, invariants 1, 5
 //! and 7). Pure: no Kafka, no clock.
 //!
 //! Records are judged in event-time order within the lateness (see
@@ -14,12 +14,14 @@
 //! The waiting records themselves are not in the snapshot — only their
 //! offsets: a restored slice re-reads them from its log
 //! ([`SliceState::refill`]).
-
 //!
 //! Files of this folder, from the bottom up (a file imports only files
 //! above it in this list):
 //! - `frame.rs`: what the router writes around an input record (source
 //!   stamp, frame, progress records).
+//! - `stage.rs`: what a stage of a feature is to a slice ([`stage::Stage`]:
+//!   its hooks, what it adds to a judgment); the list of stages is
+//!   `crate::features::stages`.
 //! - `judgment.rs`: a slice-log record and what a slice makes of it
 //!   (judgments, release positions, verdict counts).
 //! - `state.rs`: [`SliceState`] and how it takes in the slice log.
@@ -32,14 +34,16 @@ mod codec;
 mod frame;
 mod judgment;
 mod sections;
+pub mod stage;
 mod state;
 
-pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, decode_with, encode};
+pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, encode};
 pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
     Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,
 };
 pub use judgment::{Judgment, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
+pub use stage::StageNotes;
 pub use state::SliceState;
 
 #[cfg(test)]

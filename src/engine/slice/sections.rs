@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use super::frame::InputProgress;
 use super::state::SliceState;
-use crate::engine::counting as counting_codec;
+use crate::features::stages::{Section, SectionTag};
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 
@@ -27,21 +27,32 @@ pub(super) const VERSION_PROGRESS: u16 = 5;
 /// Version 6: tagged sections.
 pub(super) const VERSION_TAGGED: u16 = 6;
 
-/// A section's tag in a version 6 snapshot.
+/// A section's tag in a version 6 snapshot: the stages' own
+/// ([`SectionTag`]) and the slice's progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Tag {
-    Provenance = 1,
-    Counting = 2,
+    Provenance = SectionTag::Provenance as isize,
+    Counting = SectionTag::Counting as isize,
     Progress = 3,
 }
 
 impl Tag {
     fn of(tag: u16) -> Option<Tag> {
+        [Tag::Provenance, Tag::Counting, Tag::Progress].into_iter().find(|t| *t as u16 == tag)
+    }
+
+    fn stage(self) -> Option<SectionTag> {
+        match self {
+            Tag::Provenance => Some(SectionTag::Provenance),
+            Tag::Counting => Some(SectionTag::Counting),
+            Tag::Progress => None,
+        }
+    }
+
+    fn of_stage(tag: SectionTag) -> Tag {
         match tag {
-            1 => Some(Tag::Provenance),
-            2 => Some(Tag::Counting),
-            3 => Some(Tag::Progress),
-            _ => None,
+            SectionTag::Provenance => Tag::Provenance,
+            SectionTag::Counting => Tag::Counting,
         }
     }
 
@@ -68,15 +79,8 @@ pub(super) struct Sections(Vec<(Tag, Vec<u8>)>);
 
 impl Sections {
     pub(super) fn of(state: &SliceState) -> Sections {
-        let mut sections = Vec::new();
-        if let Some(p) = &state.provenance {
-            let mut bytes = Vec::new();
-            p.encode(&mut bytes);
-            sections.push((Tag::Provenance, bytes));
-        }
-        if let Some(c) = &state.counting {
-            sections.push((Tag::Counting, counting_codec::encode(&c.stage)));
-        }
+        let mut sections: Vec<(Tag, Vec<u8>)> =
+            state.stages.sections().into_iter().map(|(tag, bytes)| (Tag::of_stage(tag), bytes)).collect();
         if !state.progress.is_empty() {
             sections.push((Tag::Progress, encode_progress(&state.progress)));
         }
@@ -137,8 +141,8 @@ impl Sections {
 /// each with its stage's settings).
 #[derive(Default)]
 pub(super) struct Found<'a> {
-    pub provenance: Option<&'a [u8]>,
-    pub counting: Option<&'a [u8]>,
+    /// The stages' sections.
+    pub stages: Vec<Section<'a>>,
     pub progress: BTreeMap<(String, i32), InputProgress>,
     pub overflows: u64,
 }
@@ -157,13 +161,12 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, Sn
             }
             last = Some(tag);
             match Tag::of(tag) {
-                Some(Tag::Provenance) => found.provenance = Some(bytes),
-                Some(Tag::Counting) => found.counting = Some(bytes),
                 Some(Tag::Progress) => {
                     let mut sub = Reader::over(bytes);
                     found.progress = read_progress(&mut sub)?;
                     sub.finish()?;
                 }
+                Some(t) => found.stages.extend(t.stage().map(|tag| Section { tag, bytes })),
                 None if required == 0 => {
                     log::warn!("slice snapshot: section {tag} is not known to this release: restored without it")
                 }
@@ -177,7 +180,7 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, Sn
         }
         return Ok(found);
     }
-    for (since, slot) in [(VERSION_PROVENANCE, &mut found.provenance), (VERSION_COUNTING, &mut found.counting)] {
+    for (since, tag) in [(VERSION_PROVENANCE, SectionTag::Provenance), (VERSION_COUNTING, SectionTag::Counting)] {
         if version < since {
             continue;
         }
@@ -185,7 +188,7 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, Sn
             0 => {}
             1 => {
                 let len = r.u64()?;
-                *slot = Some(r.take(usize::try_from(len).unwrap_or(usize::MAX))?);
+                found.stages.push(Section { tag, bytes: r.take(usize::try_from(len).unwrap_or(usize::MAX))? });
             }
             other => return Err(malformed(format!("section flag {other} (version {version})"))),
         }

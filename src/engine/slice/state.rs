@@ -4,13 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::super::counting as counting_codec;
-use super::super::limits::{CountingSetup, SliceCounting};
 use super::super::order::{OrderSettings, Released, ReorderBuffer, Waiting};
-use super::super::provenance::{ProvenanceSetup, SliceProvenance};
 use super::super::record::{Extractor, InvalidRecord, RecordView};
 use super::frame::{InputProgress, Progress, SourceRef};
 use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
+use super::stage::{Arrival, Judging, StageNotes};
+use crate::features::stages::{SliceStages, StagesSetup};
 use crate::filter::{DeleteRefusal, FilterChoice, KeyHash, SliceFilter, Verdict};
 
 /// The state of one slice.
@@ -40,10 +39,9 @@ pub struct SliceState {
     /// Idle flushes logged after a slice offset below this one have been
     /// applied (a slice flushes at most once after a record).
     pub flushes_next: u64,
-    /// Which sources delivered which keys (`[provenance]`; `None`: off).
-    pub provenance: Option<SliceProvenance>,
-    /// The counting stage (`[limit]`, `[flag]`; `None`: off).
-    pub counting: Option<SliceCounting>,
+    /// The features' stages the slice runs beside its filter (counting,
+    /// provenance), as configured.
+    pub stages: SliceStages,
     /// Per input (topic, partition) announced by a router's progress
     /// record: how far it has been routed (repartition mode; empty
     /// otherwise). The watermark is held at the slowest one not idle.
@@ -64,9 +62,7 @@ impl PartialEq for SliceState {
             && (self.order.marks(), &self.unfilled, self.flushes_next)
                 == (other.order.marks(), &other.unfilled, other.flushes_next)
             && held(self) == held(other)
-            && self.provenance == other.provenance
-            && self.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
-                == other.counting.as_ref().map(|c| counting_codec::encode(&c.stage))
+            && self.stages == other.stages
             && (&self.progress, self.order.overflows()) == (&other.progress, other.order.overflows())
     }
 }
@@ -85,29 +81,15 @@ impl SliceState {
             order: ReorderBuffer::new(order),
             unfilled: Vec::new(),
             flushes_next: 0,
-            provenance: None,
+            stages: SliceStages::default(),
             progress: BTreeMap::new(),
-            counting: None,
         }
     }
 
-    /// Turns the counting stage on with `setup` (kept if restored with it;
-    /// `dedup` is the dedup key's extractor), or off.
-    pub fn set_counting(&mut self, setup: Option<&CountingSetup>, dedup: &Extractor) {
-        match setup {
-            None => self.counting = None,
-            Some(setup) if self.counting.is_none() => self.counting = Some(setup.start(dedup)),
-            Some(_) => {}
-        }
-    }
-
-    /// Turns provenance on with `setup` (kept if restored with it), or off.
-    pub fn set_provenance(&mut self, setup: Option<&ProvenanceSetup>) {
-        match setup {
-            None => self.provenance = None,
-            Some(setup) if self.provenance.is_none() => self.provenance = Some(SliceProvenance::new(setup)),
-            Some(_) => {}
-        }
+    /// Turns the stages on as `setup` says (a stage restored with the
+    /// slice is kept) or off; `dedup` is the dedup key's extractor.
+    pub fn set_stages(&mut self, setup: &StagesSetup, dedup: &Extractor) {
+        self.stages.set(setup, dedup)
     }
 
     /// Takes in the next record of the slice log and appends to `out` the
@@ -177,7 +159,7 @@ impl SliceState {
     fn take(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {
         let offset = rec.offset;
         self.next_offset = offset + 1;
-        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None };
+        let now = |verdict| Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() };
         if let Some(src) = rec.source {
             // A handful of input partitions: a scan finds the mark without
             // allocating a key per record.
@@ -216,17 +198,11 @@ impl SliceState {
         if let Some(src) = rec.source {
             self.progress_from_record(src, time_ms);
         }
-        if let Some(c) = &mut self.counting
-            && let Err(why) = c.arrived(offset, &rec.record, seed)
-        {
+        let arrival = Arrival { offset, record: &rec.record, topic: rec.source.map(|s| s.topic), seed };
+        if let Err(why) = self.stages.arrived(&arrival) {
             self.counters.invalid += 1;
             out.push(now(SliceVerdict::Invalid(why)));
             return;
-        }
-        if let Some(p) = &mut self.provenance {
-            let topic = rec.source.map_or(p.setup.input_topic.as_str(), |s| s.topic);
-            let source = p.setup.source.of(&rec.record, topic);
-            p.arrived(offset, source);
         }
         self.release(out, |order, emit| order.push(time_ms, offset, hash, emit))
     }
@@ -280,22 +256,15 @@ impl SliceState {
         out: &mut Vec<Judgment>,
         step: impl FnOnce(&mut ReorderBuffer<KeyHash>, &mut dyn FnMut(Released<KeyHash>)),
     ) {
-        let SliceState { order, filter, counters, provenance, counting, .. } = self;
+        let SliceState { order, filter, counters, stages, .. } = self;
         let max_clock_jump_ms = order.settings().max_clock_jump_ms;
+        // A stage that judges instead of the filter replaces the timer filter only.
+        let filter_judges = !(stages.judges_instead() && filter.as_timer().is_some());
         let mut judge = |r: Released<KeyHash>| match r {
             Released::Judge { time_ms, position, item, late_by_ms } => {
                 counters.late += u64::from(late_by_ms.is_some());
-                let mut verdict = match counting.as_ref() {
-                    // The counting stage judges instead of the timer filter.
-                    Some(c) if c.replaces_filter() && filter.as_timer().is_some() => Verdict::Distinct,
-                    _ => filter.observe(&item, time_ms),
-                };
-                let mark = counting
-                    .as_mut()
-                    .and_then(|c| c.judge(position, &item, time_ms, matches!(verdict, Verdict::Distinct)));
-                if mark.is_some_and(|m| m.limited) {
-                    verdict = Verdict::Duplicate { equal_timers: 0 };
-                }
+                let mut verdict = if filter_judges { filter.observe(&item, time_ms) } else { Verdict::Distinct };
+                let notes = stages.judged(Judging { position, hash: &item, time_ms }, &mut verdict);
                 let verdict = match verdict {
                     Verdict::Distinct => {
                         counters.distinct += 1;
@@ -306,21 +275,14 @@ impl SliceState {
                         SliceVerdict::Duplicate { equal_timers }
                     }
                 };
-                let duplicate = matches!(verdict, SliceVerdict::Duplicate { .. });
-                let first_source = provenance.as_mut().and_then(|p| p.judged(position, &item, time_ms, duplicate));
-                out.push(Judgment { offset: position, verdict, late_by_ms, first_source, count: mark });
+                out.push(Judgment { offset: position, verdict, late_by_ms, notes });
             }
             Released::Reject { time_ms, position, ahead_ms, .. } => {
                 counters.invalid += 1;
-                if let Some(p) = provenance.as_mut() {
-                    p.refused(position);
-                }
-                if let Some(c) = counting.as_mut() {
-                    c.refused(position);
-                }
+                stages.refused(position);
                 let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
                 let verdict = SliceVerdict::Invalid(why);
-                out.push(Judgment { offset: position, verdict, late_by_ms: None, first_source: None, count: None });
+                out.push(Judgment { offset: position, verdict, late_by_ms: None, notes: StageNotes::default() });
             }
         };
         step(order, &mut judge);
@@ -334,15 +296,14 @@ impl SliceState {
         Some((x.time_ms, KeyHash::of(self.hash_seed(), &x.key)))
     }
 
-    /// Puts back the count key of a held record re-read from the log (a
-    /// restored slice, with a separate count key). `false` if it cannot be
-    /// read, which a record that was held could.
-    pub fn refill_count_key(&mut self, offset: u64, record: &RecordView<'_>) -> bool {
+    /// Gives the stages back what they kept of a held record re-read from
+    /// the log (a restored slice). `false` if it cannot be read, which a
+    /// record that was held could.
+    pub fn refill_stages(&mut self, offset: u64, record: &RecordView<'_>) -> bool {
         let seed = self.hash_seed();
-        match &mut self.counting {
-            Some(c) => c.arrived(offset, record, seed).is_ok(),
-            None => true,
-        }
+        // Held records of a restored slice: the stages that keep something
+        // of a record until it is judged read only its record, not its topic.
+        self.stages.refill(&Arrival { offset, record, topic: None, seed })
     }
 
     /// The seed keys are hashed with: the judging filter's.

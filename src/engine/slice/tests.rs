@@ -313,7 +313,8 @@ fn decaying_kinds_survive_a_snapshot_and_refuse_other_kinds() {
 /// of a key is listed; a snapshot read without provenance drops it.
 #[test]
 fn provenance_survives_a_snapshot_with_held_records() {
-    use crate::engine::provenance::{ProvenanceSetup, SourceSpec};
+    use crate::features::provenance::stage::{ProvenanceSetup, SourceSpec};
+    use crate::features::stages::StagesSetup;
     use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
     let setup = ProvenanceSetup {
         source: SourceSpec::Header("src".into()),
@@ -328,6 +329,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
         },
         input_topic: "in".into(),
     };
+    let with = |setup: &ProvenanceSetup| StagesSetup { provenance: Some(setup.clone()), ..Default::default() };
     let ex = extractor();
     let mut rng = crate::testkit::workload::Rng::new(8);
     let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();
@@ -349,17 +351,17 @@ fn provenance_survives_a_snapshot_with_held_records() {
     };
     let fresh = || {
         let mut s = SliceState::new(2, params(), 0, order(300));
-        s.set_provenance(Some(&setup));
+        s.set_stages(&with(&setup), &ex);
         s
     };
     let mut whole = fresh();
     let expected = feed(&mut whole, 0..2_000);
     let mut first = fresh();
     let mut got = feed(&mut first, 0..1_100);
-    assert!(!first.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
+    assert!(!first.stages.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
     let bytes = encode(&first);
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_PROVENANCE, "with provenance: version 3");
-    let mut restored = decode_with(&bytes, 2, &params(), order(300), Some(&setup)).unwrap();
+    let mut restored = decode_full(&bytes, 2, &params(), order(300), &with(&setup), &ex).unwrap();
     let reread = restored
         .unfilled
         .clone()
@@ -387,13 +389,13 @@ fn provenance_survives_a_snapshot_with_held_records() {
     for &i in &by_time {
         first_of.entry(keys[i]).or_insert(&sources[i]);
     }
-    let named: Vec<&Judgment> = expected.iter().filter(|j| j.first_source.is_some()).collect();
+    let named: Vec<&Judgment> = expected.iter().filter(|j| j.notes.first_source.is_some()).collect();
     assert!(named.len() > 100, "{} first sources named", named.len());
     for j in named {
-        assert_eq!(j.first_source.as_deref(), Some(first_of[&keys[j.offset as usize]].as_str()), "{j:?}");
+        assert_eq!(j.notes.first_source.as_deref(), Some(first_of[&keys[j.offset as usize]].as_str()), "{j:?}");
     }
     // Every source of a key judged in the kept generations is listed.
-    let p = &whole.provenance.as_ref().unwrap().sources;
+    let p = &whole.stages.provenance.as_ref().unwrap().sources;
     let judged: BTreeSet<u64> = expected.iter().map(|j| j.offset).collect();
     for i in (0..2_000).filter(|&i| judged.contains(&(i as u64)) && times[i] >= 11_000) {
         let listed = p.query(&KeyHash::of(params().params().seed, &keys[i])).sources;
@@ -401,10 +403,10 @@ fn provenance_survives_a_snapshot_with_held_records() {
     }
     // Provenance turned off: the section is skipped; resized: it starts
     // empty and the rest of the slice is restored.
-    assert!(decode(&bytes, 2, &params(), order(300)).unwrap().provenance.is_none());
+    assert!(decode(&bytes, 2, &params(), order(300)).unwrap().stages.provenance.is_none());
     let resized = ProvenanceSetup { spec: ProvenanceSpec { bits: 2_048, ..setup.spec.clone() }, ..setup.clone() };
-    let back = decode_with(&bytes, 2, &params(), order(300), Some(&resized)).unwrap();
-    assert_eq!(back.provenance.unwrap().sources.live_sources(), 0);
+    let back = decode_full(&bytes, 2, &params(), order(300), &with(&resized), &ex).unwrap();
+    assert_eq!(back.stages.provenance.unwrap().sources.live_sources(), 0);
     assert_eq!(back.filter, first.filter);
 }
 

@@ -1,7 +1,7 @@
 //! `DELETE /v1/keys/{key}`: forgetting a key through the slice log.
 //!
 //! A delete changes the filter, so it must happen at a definite place in
-//! the slice's order (design invariant 1): the endpoint writes a control
+//! the slice's order (docs/design.md, invariant 1): the endpoint writes a control
 //! record (header [`headers::DELETE`], record key = the dedup key) into
 //! partition `H_S(key)` of the slice log, and the slice applies it when it
 //! reaches it, like any record. A restart that replays the log from an

@@ -30,12 +30,14 @@ use std::collections::HashMap;
 use crate::filter::KeyHash;
 use crate::filter::ParamError;
 use crate::filter::envelope::{self as snapshot, SnapshotError, check, put_u32, put_u64};
-use crate::filter::spectral::{Estimator, SpectralParams, WindowedCounts};
+use crate::filter::spectral::{Estimator, GROWTH_LEVELS, SpectralParams, WindowedCounts, counters_for};
 
 /// The first bytes of a counting-stage snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDSB";
-/// The format version this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this build writes when a sub-window has grown (more
+/// than one filter); a ring that never grew is written as version 1, byte
+/// for byte as before, so an older release restores it. Both are read.
+pub const VERSION: u16 = 2;
 
 /// What the counting stage does.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +52,14 @@ pub struct CountingSpec {
 }
 
 impl CountingSpec {
+    /// Counters of each sub-window's first filter for `expected` distinct
+    /// count keys per window: `2·expected/subwindows` keys at γ = nk/m =
+    /// 0.7. A sub-window that receives more grows (see
+    /// [`WindowedCounts`]), so this sets only where growth starts.
+    pub fn counters_for_expected(expected: u64, subwindows: u32, hashes: u32) -> u64 {
+        counters_for((2 * expected).div_ceil(u64::from(subwindows.max(1))), hashes.max(1), 0.7)
+    }
+
     /// Validates the settings (names are the pipe-mode flags' and the daemon
     /// settings' common ones) and builds the stage.
     pub fn build(&self) -> Result<CountingStage, ParamError> {
@@ -127,6 +137,12 @@ impl CountingStage {
         self.stats
     }
 
+    /// The probability that a key with no record in the window is
+    /// estimated at 1 or more now (see [`WindowedCounts::false_positive`]).
+    pub fn false_positive(&self) -> f64 {
+        self.counts.false_positive()
+    }
+
     /// Keys flagged within the last window.
     pub fn flagged_keys(&self) -> usize {
         self.flagged.len()
@@ -177,11 +193,15 @@ impl CountingStage {
 /// window_ms u64 | subwindows u32 | max_per_window u64 | flag_threshold u64 (0 = none)
 /// newest u64 (u64::MAX = none) | pruned_at u64 | counted, limited, flagged u64
 /// flagged keys: u64 n, n × (h1 u64, h2 u64, at u64), sorted
-/// per ring filter, per counter array: u64 n, n × u64 | checksum u64
+/// per sub-window: (version 2: filters u32) per filter, level 0 first,
+/// per counter array: u64 n, n × u64 | checksum u64
 /// ```
 pub fn encode(stage: &CountingStage) -> Vec<u8> {
     let spec = &stage.spec;
-    let mut w = snapshot::begin(MAGIC, VERSION, 128 + stage.counts.memory_bytes() as usize);
+    let (ring, newest) = stage.counts.state();
+    let grown = ring.iter().any(|s| s.filters().len() > 1);
+    let version = if grown { VERSION } else { 1 };
+    let mut w = snapshot::begin(MAGIC, version, 128 + stage.counts.memory_bytes() as usize);
     w.push(spec.params.estimator.tag());
     put_u64(&mut w, spec.params.counters);
     put_u32(&mut w, spec.params.hashes);
@@ -190,7 +210,6 @@ pub fn encode(stage: &CountingStage) -> Vec<u8> {
     put_u32(&mut w, spec.subwindows);
     put_u64(&mut w, spec.max_per_window.unwrap_or(0));
     put_u64(&mut w, spec.flag_threshold.unwrap_or(0));
-    let (ring, newest) = stage.counts.state();
     put_u64(&mut w, newest.unwrap_or(u64::MAX));
     put_u64(&mut w, stage.pruned_at);
     for v in [stage.stats.counted, stage.stats.limited, stage.stats.flagged] {
@@ -205,11 +224,16 @@ pub fn encode(stage: &CountingStage) -> Vec<u8> {
             put_u64(&mut w, v);
         }
     }
-    for filter in ring {
-        for array in filter.arrays() {
-            put_u64(&mut w, array.words().len() as u64);
-            for &x in array.words() {
-                put_u64(&mut w, x);
+    for sub in ring {
+        if grown {
+            put_u32(&mut w, sub.filters().len() as u32);
+        }
+        for filter in sub.filters() {
+            for array in filter.arrays() {
+                put_u64(&mut w, array.words().len() as u64);
+                for &x in array.words() {
+                    put_u64(&mut w, x);
+                }
             }
         }
     }
@@ -220,7 +244,7 @@ pub fn encode(stage: &CountingStage) -> Vec<u8> {
 /// refusing a snapshot taken with other settings (naming the setting).
 pub fn decode(bytes: &[u8], spec: &CountingSpec) -> Result<CountingStage, SnapshotError> {
     let mut stage = spec.build().map_err(|e| SnapshotError::Malformed(format!("configured stage: {e}")))?;
-    let mut r = snapshot::open(bytes, MAGIC, VERSION)?;
+    let (mut r, version) = snapshot::open_any(bytes, MAGIC, 1..=VERSION)?;
     let tag = r.u8()?;
     let estimator = Estimator::from_tag(tag).map(|e| e.as_str()).unwrap_or("unknown");
     check(estimator, spec.params.estimator.as_str(), "estimator")?;
@@ -240,18 +264,27 @@ pub fn decode(bytes: &[u8], spec: &CountingSpec) -> Result<CountingStage, Snapsh
         stage.flagged.insert((h1, h2), at);
     }
     let (ring, _) = stage.counts.state();
-    // A ring has at least 9 filters, all of one shape.
-    let per_filter = ring[0].arrays().len();
+    // A ring has at least 9 sub-windows; every filter has the same arrays.
+    let per_filter = ring[0].filters()[0].arrays().len();
     let mut arrays = Vec::with_capacity(ring.len());
     for _ in 0..ring.len() {
-        let mut filter = Vec::with_capacity(per_filter);
-        for _ in 0..per_filter {
-            let words = r.u64()? as usize;
-            let raw =
-                r.take(words.checked_mul(8).ok_or_else(|| SnapshotError::Malformed(format!("{words} words")))?)?;
-            filter.push(raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect());
+        // Version 1: one filter per sub-window.
+        let filters = if version == 1 { 1 } else { r.u32()? };
+        if !(1..=GROWTH_LEVELS).contains(&filters) {
+            return Err(SnapshotError::Malformed(format!("a sub-window of {filters} filters")));
         }
-        arrays.push(filter);
+        let mut sub = Vec::with_capacity(filters as usize);
+        for _ in 0..filters {
+            let mut filter = Vec::with_capacity(per_filter);
+            for _ in 0..per_filter {
+                let words = r.u64()? as usize;
+                let raw =
+                    r.take(words.checked_mul(8).ok_or_else(|| SnapshotError::Malformed(format!("{words} words")))?)?;
+                filter.push(raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect());
+            }
+            sub.push(filter);
+        }
+        arrays.push(sub);
     }
     r.finish()?;
     if !stage.counts.restore(newest, arrays) {
@@ -329,6 +362,8 @@ mod tests {
                 let mut s = sp.build().unwrap();
                 let mut got: Vec<CountMark> = records[..cut].iter().map(|&(x, t)| s.judge(&key(x), t)).collect();
                 let bytes = encode(&s);
+                let grown = s.counts().filters() > 17;
+                assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), if grown { 2 } else { 1 }, "{e} at {cut}");
                 let mut back = decode(&bytes, &sp).unwrap();
                 assert_eq!(encode(&back), bytes, "{e}: re-encoding differs at {cut}");
                 got.extend(records[cut..].iter().map(|&(x, t)| back.judge(&key(x), t)));
@@ -344,9 +379,9 @@ mod tests {
         }
     }
 
-    /// Compact counters write the fixed store's snapshot bytes (the format
-    /// is unchanged: version 1), restore mid-stream to the uninterrupted
-    /// marks, and a snapshot of one store restores into the other.
+    /// Compact counters write the fixed store's snapshot bytes (one format
+    /// for both), restore mid-stream to the uninterrupted marks, and a
+    /// snapshot of one store restores into the other.
     #[test]
     fn compact_counters_round_trip_through_the_snapshot() {
         let records = zipf_records(5000, 1.2, 8, 3);
@@ -368,6 +403,46 @@ mod tests {
                 assert_eq!((back.judge(&key(x), t), cross.judge(&key(x), t)), (want, want), "{e}");
             }
         }
+    }
+
+    /// A ring that never grew is written as version 1 (which releases that
+    /// read only version 1 restore); a version-1 snapshot whose filters are
+    /// over the growth bound (one a release without growth wrote) restores
+    /// and grows at its sub-window's next record, and the overloaded
+    /// filter's counts still count.
+    #[test]
+    fn version_1_snapshots_restore_and_grow() {
+        let records = zipf_records(3000, 1.0, 5, 4);
+        let sp = spec(Estimator::Mi, 1 << 14, Some(3), None);
+        let mut s = sp.build().unwrap();
+        for &(x, t) in &records {
+            s.judge(&key(x), t);
+        }
+        assert_eq!(s.counts().filters(), 17, "large filters do not grow");
+        let bytes = encode(&s);
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1);
+        // The newest sub-window's filter, as an older release would have
+        // left it on a heavier stream: every counter at 1 or more.
+        let newest = s.counts().newest().unwrap();
+        let slot = (newest % 17) as usize;
+        let words = (1u64 << 14) / 8;
+        let end = bytes.len() - 8 - (16 - slot) * (8 + words as usize * 8);
+        let mut old = bytes[..bytes.len() - 8].to_vec();
+        for b in &mut old[end - words as usize * 8..end] {
+            *b |= 1;
+        }
+        let old = snapshot::seal(old);
+        let mut back = decode(&old, &sp).unwrap();
+        assert!(back.false_positive() > 0.5, "{}", back.false_positive());
+        let t = records.last().unwrap().1;
+        back.judge(&key(1), t);
+        assert_eq!(back.counts().filters(), 18, "the overloaded sub-window grew");
+        assert!(back.estimate(&key(1)) > s.estimate(&key(1)));
+        let again = encode(&back);
+        assert_eq!(u16::from_le_bytes([again[8], again[9]]), 2);
+        let mut twice = decode(&again, &sp).unwrap();
+        assert_eq!(encode(&twice), again);
+        assert_eq!(twice.judge(&key(2), t), back.judge(&key(2), t));
     }
 
     #[test]

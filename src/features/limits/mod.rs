@@ -12,9 +12,10 @@
 //!   part of the snapshot).
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
 //!   the flags topic, `kafka/worker/lookups.rs` answers `/v1/count`.
-//! - Where the core calls it: `engine/slice/state.rs` (`SliceCounting`, by
-//!   the name `engine::limits`), `engine/slice/codec.rs` (its snapshot
-//!   part), `engine/dedup.rs` (pipe mode, `dedupd filter`).
+//! - Where the core calls it: through the slice's list of stages
+//!   (`features/stages.rs`: `SliceCounting` is a
+//!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
+//!   tagged there), and `engine/dedup.rs` (pipe mode, `dedupd filter`).
 //!
 //! Not here: `kafka/limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
@@ -22,5 +23,8 @@
 pub mod counting;
 pub mod settings;
 pub mod stage;
+
+#[cfg(test)]
+mod skewed;
 
 pub use settings::{FlagSettings, LimitSettings};

@@ -8,7 +8,7 @@ use super::stage::CountingSetup;
 use crate::config::error::{ConfigError, invalid};
 use crate::config::filter::FilterSettings;
 use crate::config::sections::{CheckpointSettings, OutputSettings};
-use crate::filter::spectral::{SpectralParams, counters_for};
+use crate::filter::spectral::SpectralParams;
 use crate::filter::{FilterSpec, Growth};
 
 /// Frequency limits (docs/spectral.md): at most N records of a
@@ -101,11 +101,10 @@ impl LimitSettings {
         let expected = if l.count_expected == 0 { filter.expected_keys } else { l.count_expected };
         // Per slice: the count keys spread over the slices as dedup keys do.
         let per_slice = expected.div_ceil(u64::from(filter.slices.max(1)));
-        let per_sub = (2 * per_slice).div_ceil(u64::from(l.subwindows.max(1)));
         let spec = CountingSpec {
             params: SpectralParams {
                 estimator,
-                counters: counters_for(per_sub, l.count_hashes.max(1), 0.7),
+                counters: CountingSpec::counters_for_expected(per_slice, l.subwindows, l.count_hashes),
                 hashes: l.count_hashes,
                 counter_bits: l.counter_bits,
                 store: l.counters.parse().map_err(|e| invalid("limit.counters", &l.counters, e))?,

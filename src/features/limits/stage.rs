@@ -16,9 +16,10 @@
 
 use std::collections::HashMap;
 
-use super::counting::{self, CountMark, CountingSpec, CountingStage};
+use super::counting::{self, CountingSpec, CountingStage};
 use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
-use crate::filter::{KeyHash, SnapshotError};
+use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
+use crate::filter::{KeyHash, SnapshotError, Verdict};
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).
 #[derive(Clone, Debug, PartialEq)]
@@ -86,21 +87,6 @@ pub struct SliceCounting {
 }
 
 impl SliceCounting {
-    /// Whether the stage counts by the dedup key (and judges instead of the
-    /// timer filter).
-    pub fn replaces_filter(&self) -> bool {
-        self.key.is_none()
-    }
-
-    /// Reads the count key of an arriving record (a separate count key
-    /// only) and keeps its hash until the record is judged.
-    pub fn arrived(&mut self, offset: u64, record: &RecordView<'_>, seed: u64) -> Result<(), InvalidRecord> {
-        if let Some(hash) = self.count_hash(record, seed)? {
-            self.pending.insert(offset, hash);
-        }
-        Ok(())
-    }
-
     /// The count key's hash of `record`, `None` when counting by the dedup key.
     pub fn count_hash(&self, record: &RecordView<'_>, seed: u64) -> Result<Option<KeyHash>, InvalidRecord> {
         let Some(extractor) = &self.key else { return Ok(None) };
@@ -112,22 +98,55 @@ impl SliceCounting {
             }
         }
     }
+}
 
-    /// Counts the record at `position` (dedup key hash `dedup`) at
-    /// `time_ms`; `delivered` is the timer filter's verdict when the stage
-    /// does not replace it. Returns the mark if the record was counted.
-    pub fn judge(&mut self, position: u64, dedup: &KeyHash, time_ms: u64, delivered: bool) -> Option<CountMark> {
+impl Stage for SliceCounting {
+    /// Reads the count key of an arriving record (a separate count key
+    /// only) and keeps its hash until the record is judged.
+    fn arrived(&mut self, arrival: &Arrival<'_>) -> Result<(), InvalidRecord> {
+        if let Some(hash) = self.count_hash(arrival.record, arrival.seed)? {
+            self.pending.insert(arrival.offset, hash);
+        }
+        Ok(())
+    }
+
+    /// Counting by the dedup key, the stage judges instead of the timer filter.
+    fn judges_instead(&self) -> bool {
+        self.key.is_none()
+    }
+
+    /// Counts a record the filter let through (replays of a dedup key are
+    /// not counted, as in pipe mode); one over the limit becomes a duplicate.
+    fn judged(&mut self, record: Judging<'_>, verdict: &mut Verdict, notes: &mut StageNotes) {
         let hash = match self.key {
-            None => *dedup,
-            Some(_) => self.pending.remove(&position)?,
+            None => *record.hash,
+            Some(_) => match self.pending.remove(&record.position) {
+                Some(hash) => hash,
+                None => return,
+            },
         };
-        // Replays of a dedup key are not counted (as in pipe mode).
-        delivered.then(|| self.stage.judge(&hash, time_ms))
+        if *verdict != Verdict::Distinct {
+            return;
+        }
+        let mark = self.stage.judge(&hash, record.time_ms);
+        if mark.limited {
+            *verdict = Verdict::Duplicate { equal_timers: 0 };
+        }
+        notes.count = Some(mark);
     }
 
     /// A held record was refused (a time jump): its count key is dropped.
-    pub fn refused(&mut self, position: u64) {
+    fn refused(&mut self, position: u64) {
         self.pending.remove(&position);
+    }
+
+    /// Puts back the count key of a held record re-read from the log.
+    fn refill(&mut self, arrival: &Arrival<'_>) -> bool {
+        self.arrived(arrival).is_ok()
+    }
+
+    fn encode(&self, w: &mut Vec<u8>) {
+        w.extend_from_slice(&counting::encode(&self.stage));
     }
 }
 
@@ -136,6 +155,7 @@ mod tests {
     use super::*;
     use crate::engine::order::OrderSettings;
     use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
+    use crate::features::stages::StagesSetup;
     use crate::filter::spectral::{Estimator, SpectralParams};
     use crate::filter::{FilterChoice, FilterSpec};
 
@@ -213,9 +233,13 @@ mod tests {
         }
     }
 
+    fn stages(setup: &CountingSetup) -> StagesSetup {
+        StagesSetup { counting: Some(setup.clone()), ..Default::default() }
+    }
+
     fn fresh(setup: &CountingSetup) -> SliceState {
         let mut s = SliceState::new(0, params(), 0, order());
-        s.set_counting(Some(setup), &extractor());
+        s.set_stages(&stages(setup), &extractor());
         s
     }
 
@@ -230,8 +254,8 @@ mod tests {
         let log = Log::new(4_000);
         let mut whole = fresh(&setup);
         let expected = log.feed(&mut whole, 0..4_000);
-        let limited = expected.iter().filter(|j| j.count.is_some_and(|m| m.limited)).count();
-        let flagged = expected.iter().filter(|j| j.count.is_some_and(|m| m.flagged)).count();
+        let limited = expected.iter().filter(|j| j.notes.limited()).count();
+        let flagged = expected.iter().filter(|j| j.notes.flagged().is_some()).count();
         let missing = expected
             .iter()
             .filter(|j| matches!(&j.verdict, SliceVerdict::Invalid(w) if w.detail.starts_with("count key")))
@@ -239,14 +263,15 @@ mod tests {
         assert!(limited > 100 && flagged > 10, "{limited} limited, {flagged} flagged");
         assert_eq!(missing, (0..4_000).filter(|i| i % 97 == 5).count());
         // Replays of a click id are dropped by the timer filter, uncounted.
-        assert!(expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.count.is_none()));
+        assert!(
+            expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.notes.count.is_none())
+        );
 
         let mut first = fresh(&setup);
         let mut got = log.feed(&mut first, 0..2_345);
         let bytes = slice::encode(&first);
         assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 4);
-        let mut restored =
-            slice::decode_full(&bytes, 0, &params(), order(), None, Some((&setup, &extractor()))).unwrap();
+        let mut restored = slice::decode_full(&bytes, 0, &params(), order(), &stages(&setup), &extractor()).unwrap();
         assert!(!restored.unfilled.is_empty(), "some records are held");
         let reread: Vec<_> = restored
             .unfilled
@@ -254,7 +279,7 @@ mod tests {
             .iter()
             .map(|&(o, _)| {
                 log.with(o as usize, |r| {
-                    assert!(restored.refill_count_key(o, &r.record));
+                    assert!(restored.refill_stages(o, &r.record));
                     let (t, h) = restored.held_entry(&r.record, &extractor()).unwrap();
                     (o, t, h)
                 })
@@ -270,10 +295,10 @@ mod tests {
         assert!(e.to_string().contains("counting"), "{e}");
         let plain = slice::encode(&SliceState::new(0, params(), 0, order()));
         assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2, "without the stage: version 2");
-        let e = slice::decode_full(&plain, 0, &params(), order(), None, Some((&setup, &extractor()))).unwrap_err();
+        let e = slice::decode_full(&plain, 0, &params(), order(), &stages(&setup), &extractor()).unwrap_err();
         assert!(e.to_string().contains("counting"), "{e}");
         let other = CountingSetup { spec: CountingSpec { subwindows: 32, ..setup.spec.clone() }, ..setup.clone() };
-        let e = slice::decode_full(&bytes, 0, &params(), order(), None, Some((&other, &extractor()))).unwrap_err();
+        let e = slice::decode_full(&bytes, 0, &params(), order(), &stages(&other), &extractor()).unwrap_err();
         assert!(e.to_string().contains("subwindows"), "{e}");
         assert_ne!(setup.fingerprint(), other.fingerprint());
     }
@@ -289,7 +314,7 @@ mod tests {
             0,
             OrderSettings { lateness_ms: 0, max_clock_jump_ms: 100_000, jump_confirmations: 1 },
         );
-        s.set_counting(Some(&setup), &extractor());
+        s.set_stages(&stages(&setup), &extractor());
         let mut out = Vec::new();
         for i in 0..8u64 {
             let record =
@@ -298,7 +323,7 @@ mod tests {
         }
         let distinct: Vec<bool> = out.iter().map(|j| j.verdict == SliceVerdict::Distinct).collect();
         assert_eq!(distinct, [true, true, true, false, false, false, false, false]);
-        let flagged: Vec<u64> = out.iter().filter(|j| j.count.unwrap().flagged).map(|j| j.offset).collect();
+        let flagged: Vec<u64> = out.iter().filter(|j| j.notes.count.unwrap().flagged).map(|j| j.offset).collect();
         assert_eq!(flagged, [4]);
         assert_eq!(s.filter.as_timer().expect("a timer filter").counters().events, 0, "the timer filter judged");
     }

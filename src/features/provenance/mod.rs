@@ -9,9 +9,10 @@
 //!   filters of `filter/provenance/`.
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/lookups.rs`
 //!   answers `/v1/provenance`, `admin/` serves it.
-//! - Where the core calls it: `engine/slice/state.rs` and
-//!   `engine/slice/codec.rs` (`SliceProvenance`, by the name
-//!   `engine::provenance`).
+//! - Where the core calls it: through the slice's list of stages
+//!   (`features/stages.rs`: `SliceProvenance` is a
+//!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
+//!   tagged there).
 
 pub mod settings;
 pub mod stage;

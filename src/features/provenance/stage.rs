@@ -6,7 +6,7 @@
 //!
 //! A record's source is read when it arrives and recorded when it is
 //! judged (in event-time order, like the filter), so the state follows from
-//! the log alone (design invariant 1); the sources of records still waiting
+//! the log alone (docs/design.md, invariant 1); the sources of records still waiting
 //! for the watermark are in the snapshot with them.
 
 use std::collections::BTreeMap;
@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::engine::record::RecordView;
+use crate::engine::record::{InvalidRecord, RecordView};
+use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{Provenance, ProvenanceSpec};
-use crate::filter::{KeyHash, SnapshotError};
+use crate::filter::{SnapshotError, Verdict};
 
 /// Where a record's source comes from (`provenance.source`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -105,34 +106,29 @@ impl SliceProvenance {
         }
     }
 
-    /// A record arrived: remember its source until it is judged.
-    pub fn arrived(&mut self, offset: u64, source: Option<String>) {
-        match source {
-            Some(s) => {
-                self.pending.insert(offset, s.into());
+    /// The slice's provenance from its snapshot section; `None` (it
+    /// starts empty) when the snapshot's was sized otherwise: the slice's
+    /// verdicts do not depend on it, so the rest of the slice is kept.
+    pub fn restore(bytes: &[u8], setup: &ProvenanceSetup, slice: u32) -> Result<Option<Self>, SnapshotError> {
+        let mut sub = Reader::over(bytes);
+        match Self::decode(&mut sub, setup) {
+            Ok(p) => {
+                sub.finish()?;
+                Ok(Some(p))
             }
-            None => self.without_source += 1,
+            Err(SnapshotError::ParameterMismatch { parameter, snapshot, configured }) => {
+                log::warn!(
+                    "slice {slice}: the snapshot's provenance has {parameter} = {snapshot}, now {configured}: \
+                     provenance starts empty"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
-    }
-
-    /// The record at `offset` is judged: for a duplicate, returns the one
-    /// source that may have delivered its key before (for
-    /// `dedupd.first_source`); then records the record's own source.
-    pub fn judged(&mut self, offset: u64, hash: &KeyHash, time_ms: u64, duplicate: bool) -> Option<Arc<str>> {
-        let first = if duplicate { self.sources.only_source(hash) } else { None };
-        if let Some(source) = self.pending.remove(&offset) {
-            self.sources.record(hash, &source, time_ms);
-        }
-        first
-    }
-
-    /// The record at `offset` was refused after waiting (a time jump).
-    pub fn refused(&mut self, offset: u64) {
-        self.pending.remove(&offset);
     }
 
     /// Appends the state to a slice snapshot.
-    pub fn encode(&self, w: &mut Vec<u8>) {
+    fn encode_into(&self, w: &mut Vec<u8>) {
         self.sources.encode(w);
         put_u64(w, self.without_source);
         put_u64(w, self.pending.len() as u64);
@@ -143,7 +139,7 @@ impl SliceProvenance {
         }
     }
 
-    /// Reads what [`Self::encode`] wrote, checked against `setup`.
+    /// Reads what `encode_into` wrote, checked against `setup`.
     pub fn decode(r: &mut Reader<'_>, setup: &ProvenanceSetup) -> Result<Self, SnapshotError> {
         let sources = Provenance::decode(r, setup.spec.clone())?;
         let without_source = r.u64()?;
@@ -156,6 +152,41 @@ impl SliceProvenance {
             pending.insert(offset, Arc::from(name));
         }
         Ok(SliceProvenance { setup: setup.clone(), sources, pending, without_source })
+    }
+}
+
+impl Stage for SliceProvenance {
+    /// Reads the record's source and keeps it until the record is judged.
+    fn arrived(&mut self, arrival: &Arrival<'_>) -> Result<(), InvalidRecord> {
+        let topic = arrival.topic.unwrap_or(self.setup.input_topic.as_str());
+        match self.setup.source.of(arrival.record, topic) {
+            Some(s) => {
+                self.pending.insert(arrival.offset, s.into());
+            }
+            None => self.without_source += 1,
+        }
+        Ok(())
+    }
+
+    /// For a duplicate, names the one source that may have delivered its
+    /// key before (`dedupd.first_source`); then records the record's own
+    /// source.
+    fn judged(&mut self, record: Judging<'_>, verdict: &mut Verdict, notes: &mut StageNotes) {
+        if matches!(verdict, Verdict::Duplicate { .. }) {
+            notes.first_source = self.sources.only_source(record.hash);
+        }
+        if let Some(source) = self.pending.remove(&record.position) {
+            self.sources.record(record.hash, &source, record.time_ms);
+        }
+    }
+
+    /// The record waited and was refused (a time jump): its source goes.
+    fn refused(&mut self, position: u64) {
+        self.pending.remove(&position);
+    }
+
+    fn encode(&self, w: &mut Vec<u8>) {
+        self.encode_into(w)
     }
 }
 

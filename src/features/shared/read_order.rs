@@ -20,7 +20,7 @@
 //! records of the slice log (a router's progress, a delete request) are at
 //! index 0 of their offset. A replay re-reads the read-order log
 //! and the input ranges it names and so meets the same records in the same
-//! order (design invariant 1). Records are small: a batch of hundreds of
+//! order (docs/design.md, invariant 1). Records are small: a batch of hundreds of
 //! input records from a few partitions is a few runs.
 //!
 //! The encoding is versioned and checksummed like the snapshots

@@ -127,24 +127,24 @@ pub struct LeafSetup {
 
 /// The sparse leaf loop; returns when `stop` is set (after its forwards are
 /// acknowledged and its input offsets committed) or on a fatal error.
-pub fn run_leaf(deps: Arc<LeafSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+pub fn run_leaf(setup: Arc<LeafSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     crate::kafka::name_thread("dedupd-leaf");
-    let verdicts = verdict_reader(&deps.cfg)?;
-    let input = leaf_consumer(&deps.cfg)?;
-    let mut leaf = Leaf::new(&deps)?;
+    let verdicts = verdict_reader(&setup.cfg)?;
+    let input = leaf_consumer(&setup.cfg)?;
+    let mut leaf = Leaf::new(&setup)?;
     log::info!(
         "sparse leaf: {:?} → {} ({} partitions), learning from {}",
-        deps.cfg.settings.input.topics,
+        setup.cfg.settings.input.topics,
         leaf.parent,
         leaf.parent_partitions,
-        deps.cfg.settings.tier.verdict_topic
+        setup.cfg.settings.tier.verdict_topic
     );
     let mut last_commit = Instant::now();
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Some(f) = deps.producer.context().failure() {
+        if let Some(f) = setup.producer.context().failure() {
             break Err(KafkaLayerError::Fatal(f));
         }
         // Verdicts first: what the root has delivered resolves more records.
@@ -152,19 +152,19 @@ pub fn run_leaf(deps: Arc<LeafSetup>, stop: Arc<AtomicBool>) -> Result<(), Kafka
         if let Err(e) = leaf.take(&input) {
             break Err(e);
         }
-        if !deps.status.ready.load(Ordering::Relaxed) && input.assignment().is_ok_and(|a| a.count() > 0) {
-            deps.status.ready.store(true, Ordering::Relaxed);
+        if !setup.status.ready.load(Ordering::Relaxed) && input.assignment().is_ok_and(|a| a.count() > 0) {
+            setup.status.ready.store(true, Ordering::Relaxed);
             log::info!("sparse leaf: assigned, forwarding");
         }
         if last_commit.elapsed() >= COMMIT_EVERY {
             last_commit = Instant::now();
-            if let Err(e) = commit(&deps.producer, &input, CommitMode::Async) {
+            if let Err(e) = commit(&setup.producer, &input, CommitMode::Async) {
                 break Err(e);
             }
         }
     };
     if result.is_ok() {
-        commit(&deps.producer, &input, CommitMode::Sync)?;
+        commit(&setup.producer, &input, CommitMode::Sync)?;
     }
     log::info!("sparse leaf: cache of {} bytes at stop", leaf.cache.memory_bytes());
     result
@@ -198,7 +198,7 @@ fn leaf_consumer(cfg: &Resolved) -> Result<BaseConsumer<PlainContext>, KafkaLaye
 
 /// The sparse leaf's state: its cache of the root's verdicts, and where it forwards.
 struct Leaf<'d> {
-    deps: &'d LeafSetup,
+    setup: &'d LeafSetup,
     parent: &'d str,
     parent_partitions: u32,
     seed: u64,
@@ -213,16 +213,16 @@ struct Leaf<'d> {
 }
 
 impl<'d> Leaf<'d> {
-    fn new(deps: &'d LeafSetup) -> Result<Self, KafkaLayerError> {
-        let cfg = &deps.cfg;
+    fn new(setup: &'d LeafSetup) -> Result<Self, KafkaLayerError> {
+        let cfg = &setup.cfg;
         let parent = cfg.settings.tier.parent_topic.as_str();
-        let metrics = &deps.metrics;
+        let metrics = &setup.metrics;
         Ok(Leaf {
-            deps,
+            setup,
             parent,
             parent_partitions: topic_partitions(cfg, parent)?,
-            seed: deps.cache_params.seed,
-            cache: LeafCache::new(deps.cache_params.clone(), cfg.order.max_clock_jump_ms),
+            seed: setup.cache_params.seed,
+            cache: LeafCache::new(setup.cache_params.clone(), cfg.order.max_clock_jump_ms),
             counters: cfg.settings.input.topics.iter().map(|t| (t.as_str(), metrics.input_counter(t))).collect(),
             lookups: ["resolved", "forwarded"].map(|r| metrics.tier_lookups.with_label_values(&[r])),
             learned: ["applied", "too_old", "invalid"].map(|r| metrics.tier_verdicts.with_label_values(&[r])),
@@ -262,7 +262,7 @@ impl<'d> Leaf<'d> {
         let msg = match input.poll(Duration::from_millis(50)) {
             Some(Ok(msg)) => msg,
             Some(Err(e)) => {
-                log::warn!("consuming {:?}: {e}", self.deps.cfg.settings.input.topics);
+                log::warn!("consuming {:?}: {e}", self.setup.cfg.settings.input.topics);
                 return Ok(());
             }
             None => return Ok(()),
@@ -279,7 +279,7 @@ impl<'d> Leaf<'d> {
         };
         // An unreadable record is forwarded as it is: the root
         // dead-letters it with its reason (nothing is lost here).
-        let hash = self.deps.extractor.extract(&view, 0).ok().map(|e| (KeyHash::of(self.seed, &e.key), e.time_ms));
+        let hash = self.setup.extractor.extract(&view, 0).ok().map(|e| (KeyHash::of(self.seed, &e.key), e.time_ms));
         let decision = hash.map_or(LeafDecision::Forward, |(h, t)| self.cache.test(&h, t));
         if decision == LeafDecision::Resolved {
             self.lookups[0].inc();
@@ -304,10 +304,10 @@ impl<'d> Leaf<'d> {
         let mut stamp = [0u8; STAMP_BYTES];
         // No source for a topic name longer than Kafka allows (never panics).
         let source = SourceRef::stamp(&mut stamp, msg.topic(), msg.partition(), msg.offset());
-        let id = self.deps.cfg.settings.app.id.as_bytes();
+        let id = self.setup.cfg.settings.app.id.as_bytes();
         let extra = [(LEAF, id), (LEAF_SOURCE, source.unwrap_or_default())];
         let extra = &extra[..if source.is_some() { 2 } else { 1 }];
-        produce_copy(&self.deps.producer, self.parent, partition, msg, extra)
+        produce_copy(&self.setup.producer, self.parent, partition, msg, extra)
     }
 }
 

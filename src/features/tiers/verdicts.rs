@@ -9,7 +9,7 @@
 //! delivered its key less than the window before it (up to the leaf's FPR),
 //! i.e. only a record the root would also judge a duplicate; and removing
 //! records that are duplicates changes no other verdict (only delivered
-//! records set timers, design invariant 3). The root's output is therefore
+//! records set timers, docs/design.md, invariant 3). The root's output is therefore
 //! a single-level run's over all the leaves' inputs, whatever the timing.
 
 use crate::filter::{FilterParams, KeyHash, SlidingFilter};

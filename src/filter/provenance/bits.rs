@@ -5,7 +5,7 @@
 use crate::filter::KeyHash;
 
 /// The k bit positions of a key in filters of `m` bits: the same double
-/// hashing as the timer filters (design invariant 2), so one XXH3-128 per
+/// hashing as the timer filters (docs/design.md, invariant 2), so one XXH3-128 per
 /// key serves the dedup filter and the provenance index alike.
 pub fn positions(hash: &KeyHash, m: usize, k: u32, out: &mut Vec<usize>) {
     out.clear();

@@ -15,8 +15,9 @@
 //!   minimal counters grow; deletion is refused) or Recurring Minimum (RM: a
 //!   primary SBF, a secondary SBF of half its size for keys whose minimum is a
 //!   single counter, and the flags filter B_f marking keys moved there).
-//! - [`WindowedCounts`]: counts over a sliding window of event time, as a ring
-//!   of sub-window filters expired whole (no deletions, so MI works too).
+//! - [`WindowedCounts`] (in `windowed.rs`): counts over a sliding window of
+//!   event time, as a ring of sub-windows expired whole (no deletions, so MI
+//!   works too), each a chain of filters that grows with what it receives.
 //!
 //! One-sided error: with no deletes, MS and MI never report less than a
 //! key's true count (or report the counter maximum if a counter saturated,
@@ -35,6 +36,11 @@
 //! Pure: no I/O, no clock.
 
 pub mod compact_counters;
+mod windowed;
+
+pub use windowed::{
+    DEFAULT_SUBWINDOWS, GROWTH_LEVELS, RING_FALSE_POSITIVE, SUBWINDOWS_MAX, SUBWINDOWS_MIN, WindowedCounts,
+};
 
 use std::borrow::Cow;
 use std::fmt;
@@ -336,6 +342,15 @@ pub struct Slots {
 }
 
 impl Slots {
+    /// The first `k` positions of the key's probe over `m` counters.
+    pub fn of(h: &KeyHash, m: u64, k: u32) -> Slots {
+        let mut s = Slots { at: [0; MAX_HASHES as usize], k: k as usize };
+        for (slot, pos) in s.at.iter_mut().zip(h.probe(m).take(k as usize)) {
+            *slot = pos;
+        }
+        s
+    }
+
     fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.at[..self.k].iter().copied()
     }
@@ -369,11 +384,7 @@ impl Sbf {
     }
 
     fn slots(&self, h: &KeyHash) -> Slots {
-        let mut s = Slots { at: [0; MAX_HASHES as usize], k: self.k as usize };
-        for (slot, pos) in s.at.iter_mut().zip(h.probe(self.counters.len() as u64).take(self.k as usize)) {
-            *slot = pos;
-        }
-        s
+        Slots::of(h, self.counters.len() as u64, self.k)
     }
 
     /// The minimum of the key's counters (Minimum Selection) and whether
@@ -697,6 +708,21 @@ impl Spectral {
         }
     }
 
+    /// How many of the key's (distinct) primary counters are zero: those an
+    /// insert makes nonzero (every estimator raises all k of them).
+    pub fn zeros_at(&self, s: &Slots) -> u64 {
+        let c = &self.primary.counters;
+        s.iter().enumerate().filter(|&(i, p)| !s.at[..i].contains(&p) && c.get(p) == 0).count() as u64
+    }
+
+    /// Nonzero counters of the primary SBF. A key never inserted is
+    /// estimated nonzero only if all k of its counters are: with the
+    /// share z of nonzero counters, with probability ≈ z^k.
+    pub fn nonzero(&self) -> u64 {
+        let c = &self.primary.counters;
+        (0..c.len()).filter(|&i| c.get(i) != 0).count() as u64
+    }
+
     /// RM: whether the key is marked in B_f as moved to the secondary.
     pub fn is_moved(&self, h: &KeyHash) -> bool {
         self.secondary.as_ref().is_some_and(|(_, flags)| flags.contains(&salted(h, FLAGS_SALT)))
@@ -802,141 +828,6 @@ impl Spectral {
         if let (Some(f), Some(w)) = (flags, flag_words) {
             f.bits.words = w;
         }
-        true
-    }
-}
-
-/// Counts over a sliding window of event time: a ring of `subwindows + 1`
-/// spectral filters, each covering `ceil(W / subwindows)` ms of time. A
-/// sub-window is cleared whole when time leaves it, so no key is ever
-/// deleted (MI works). The estimate at time t sums the live sub-windows,
-/// which cover all of `(t - W, t]` plus up to one sub-window more: a window
-/// holds between W and W + W/subwindows of history, so counts are only
-/// ever overestimated by the granularity, never under.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WindowedCounts {
-    params: SpectralParams,
-    window_ms: u64,
-    sub_ms: u64,
-    ring: Vec<Spectral>,
-    /// The sub-window index (time / sub_ms) of the newest live sub-window.
-    newest: Option<u64>,
-}
-
-/// Sub-windows per window: allowed range and default.
-pub const SUBWINDOWS_MIN: u32 = 8;
-pub const SUBWINDOWS_MAX: u32 = 64;
-pub const DEFAULT_SUBWINDOWS: u32 = 16;
-
-impl WindowedCounts {
-    /// Validates the settings; errors name the setting, value and rule.
-    pub fn new(params: SpectralParams, window_ms: u64, subwindows: u32) -> Result<Self, ParamError> {
-        params.validate()?;
-        if !(SUBWINDOWS_MIN..=SUBWINDOWS_MAX).contains(&subwindows) {
-            return Err(ParamError::new(
-                "subwindows",
-                subwindows,
-                format!("must be {SUBWINDOWS_MIN} to {SUBWINDOWS_MAX}"),
-            ));
-        }
-        if window_ms < u64::from(subwindows) {
-            return Err(ParamError::new(
-                "window",
-                format!("{window_ms}ms"),
-                format!("must be at least 1ms per sub-window ({subwindows}ms)"),
-            ));
-        }
-        let ring = (0..=subwindows).map(|_| Spectral::new(&params)).collect();
-        Ok(WindowedCounts { params, window_ms, sub_ms: window_ms.div_ceil(u64::from(subwindows)), ring, newest: None })
-    }
-
-    pub fn params(&self) -> &SpectralParams {
-        &self.params
-    }
-
-    pub fn window_ms(&self) -> u64 {
-        self.window_ms
-    }
-
-    pub fn subwindows(&self) -> u32 {
-        self.ring.len() as u32 - 1
-    }
-
-    pub fn sub_ms(&self) -> u64 {
-        self.sub_ms
-    }
-
-    /// Bytes held by every sub-window filter's counters.
-    pub fn memory_bytes(&self) -> u64 {
-        self.ring.iter().map(Spectral::memory_bytes).sum()
-    }
-
-    /// Moves the window forward to `time_ms` (never back), clearing the
-    /// sub-windows time has left.
-    pub fn advance(&mut self, time_ms: u64) {
-        let j = time_ms / self.sub_ms;
-        let len = self.ring.len() as u64;
-        match self.newest {
-            Some(n) if j <= n => {}
-            Some(n) => {
-                for i in n + 1..=j.min(n + len) {
-                    self.ring[(i % len) as usize].clear();
-                }
-                self.newest = Some(j);
-            }
-            None => self.newest = Some(j),
-        }
-    }
-
-    /// The sub-window a record of `time_ms` is counted in: its own, or the
-    /// oldest live one for a record older than the ring (counted later than
-    /// its time, it stays counted longer: an overestimate, never an under).
-    fn slot(&self, time_ms: u64) -> usize {
-        let newest = self.newest.unwrap_or(0);
-        let oldest = newest.saturating_sub(self.ring.len() as u64 - 1);
-        ((time_ms / self.sub_ms).clamp(oldest, newest) % self.ring.len() as u64) as usize
-    }
-
-    /// The estimated count of the key in the window ending at the newest time
-    /// seen (see the type's docs for what the window covers).
-    pub fn estimate(&self, h: &KeyHash) -> u64 {
-        self.estimate_with(h, &self.ring[0].slots(h))
-    }
-
-    fn estimate_with(&self, h: &KeyHash, s: &Slots) -> u64 {
-        self.ring.iter().map(|f| u64::from(f.query_with(h, s))).sum()
-    }
-
-    /// Counts one record of the key at `time_ms` and returns the key's
-    /// estimate before and after it.
-    pub fn observe(&mut self, h: &KeyHash, time_ms: u64) -> (u64, u64) {
-        self.advance(time_ms);
-        let slot = self.slot(time_ms);
-        // Every filter of the ring has the same size: one set of positions.
-        let s = self.ring[0].slots(h);
-        let before = self.estimate_with(h, &s);
-        let own = u64::from(self.ring[slot].query_with(h, &s));
-        self.ring[slot].insert_with(h, &s, 1);
-        (before, before - own + u64::from(self.ring[slot].query_with(h, &s)))
-    }
-
-    /// The ring (for snapshots), and the newest sub-window index.
-    pub fn state(&self) -> (&[Spectral], Option<u64>) {
-        (&self.ring, self.newest)
-    }
-
-    /// Restores a ring taken with [`Self::state`] from a filter with the same
-    /// settings; `false` if the arrays do not fit.
-    pub fn restore(&mut self, newest: Option<u64>, arrays: Vec<Vec<Vec<u64>>>) -> bool {
-        if arrays.len() != self.ring.len() {
-            return false;
-        }
-        for (s, a) in self.ring.iter_mut().zip(arrays) {
-            if !s.set_arrays(a) {
-                return false;
-            }
-        }
-        self.newest = newest;
         true
     }
 }
@@ -1194,6 +1085,14 @@ mod tests {
         }
     }
 
+    /// Per sub-window, per filter, its counter arrays (as a snapshot has them).
+    fn ring_arrays(w: &WindowedCounts) -> Vec<Vec<Vec<Vec<u64>>>> {
+        let sub = |s: &windowed::SubWindow| -> Vec<Vec<Vec<u64>>> {
+            s.filters().iter().map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect()).collect()
+        };
+        w.state().0.iter().map(sub).collect()
+    }
+
     #[test]
     fn windowed_counts_on_either_store_agree_and_restore() {
         for e in Estimator::ALL {
@@ -1212,8 +1111,8 @@ mod tests {
             // The snapshot arrays are the fixed-width form for both stores:
             // each restores the other's.
             let (ring, newest) = compact.state();
-            let arrays: Vec<Vec<Vec<u64>>> =
-                ring.iter().map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect()).collect();
+            assert!(ring.iter().any(|s| s.filters().len() > 1), "{e}: some sub-window grew");
+            let arrays = ring_arrays(&compact);
             let mut back = WindowedCounts::new(SpectralParams { store: CounterKind::Compact, ..p }, 1000, 8).unwrap();
             assert!(back.restore(newest, arrays.clone()));
             let mut into_fixed = WindowedCounts::new(p, 1000, 8).unwrap();
@@ -1222,11 +1121,9 @@ mod tests {
                 let want = fixed.estimate(&key(x));
                 assert_eq!((back.estimate(&key(x)), into_fixed.estimate(&key(x))), (want, want), "{e} key {x}");
             }
-            let mut short = ring
-                .iter()
-                .map(|f| f.arrays().iter().map(|a| a.words().to_vec()).collect())
-                .collect::<Vec<Vec<Vec<u64>>>>();
-            short[3][0].pop();
+            assert_eq!(into_fixed.false_positive(), fixed.false_positive(), "{e}: the loads are re-derived");
+            let mut short = ring_arrays(&compact);
+            short[3][0][0].pop();
             assert!(!back.restore(newest, short), "a misfit array is refused");
         }
     }
@@ -1260,6 +1157,38 @@ mod tests {
         assert_eq!(e.to_string(), "invalid subwindows = 4: must be 8 to 64");
         let e = WindowedCounts::new(SpectralParams { counter_bits: 5, ..p }, 60_000, 16).unwrap_err();
         assert_eq!(e.to_string(), "invalid counter_bits = 5: must be 4, 8, 16 or 32");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        /// Sub-windows far smaller than what they receive grow through
+        /// several levels; at every record the estimate still bounds the
+        /// exact window count from above (MS and MI), and the ring's
+        /// false-positive bound holds while no sub-window is at the cap.
+        #[test]
+        fn grown_windows_bound_exact_window_counts(
+            seed in any::<u64>(), est in 0usize..2, counters in 16u64..200, keys in 100u64..3000,
+        ) {
+            let e = Estimator::ALL[est];
+            let window = 1000;
+            let mut w = WindowedCounts::new(params(e, counters, 8), window, 8).unwrap();
+            let mut rng = Rng::new(seed);
+            let zipf = crate::testkit::workload::Zipf::new(keys as usize, 1.1);
+            let mut times: HashMap<u64, Vec<u64>> = HashMap::new();
+            let mut t = 0u64;
+            for _ in 0..4000 {
+                t += rng.below(3);
+                let x = zipf.sample(&mut rng);
+                let (before, after) = w.observe(&key(x), t);
+                let seen = times.entry(x).or_default();
+                seen.push(t);
+                let exact = seen.iter().filter(|&&s| s + window > t).count() as u64;
+                prop_assert!(after >= exact && before + 1 >= exact, "{e}: {before}/{after} against {exact}");
+            }
+            prop_assert!(w.filters() > 9, "{e}: no sub-window grew");
+            let capped = w.state().0.iter().any(|s| s.filters().len() == GROWTH_LEVELS as usize);
+            prop_assert!(capped || w.false_positive() <= RING_FALSE_POSITIVE, "{e}: {}", w.false_positive());
+        }
     }
 
     proptest! {

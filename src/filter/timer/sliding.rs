@@ -295,7 +295,7 @@ impl SlidingFilter {
     }
 
     /// Test-then-insert for an event behind the clock, with lateness on
-    /// (design invariant 7): judged at its own time. Its tick is δ behind
+    /// (docs/design.md, invariant 7): judged at its own time. Its tick is δ behind
     /// the clock's; with δc = min(δ, Lt) (an event later than the lateness
     /// is judged as if it were at the edge of what is kept), it is a
     /// duplicate iff some generation holds all k of its cells at most

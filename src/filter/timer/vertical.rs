@@ -85,7 +85,7 @@
 //!
 //! After any sequence of batches the inner [`SlidingFilter`] is equal (`==`)
 //! to one fed the same events one at a time, and every verdict and counter
-//! is the same: so snapshots, restore and determinism (design invariant 1)
+//! is the same: so snapshots, restore and determinism (docs/design.md, invariant 1)
 //! are untouched. The tests below check it on seeded random streams
 //! (uniform and Zipf α = 1.2 keys, batch sizes from 1 up, T = 1…4, S not
 //! dividing m, equal timers on and off, density / cardinality / no growth,

@@ -1,4 +1,4 @@
-//! Where a slice resumes (design invariants 5 and 7).
+//! Where a slice resumes (docs/design.md, invariants 5 and 7).
 //!
 //! Load the newest valid snapshot (taken at slice offset X); re-read from
 //! the slice log the records that were waiting for the watermark at X (the

@@ -9,11 +9,10 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 use super::flush_log::{FlushLog, FlushLogSpan, PolicyRange, read_flushes};
 use super::tail::{Written, read_tail};
 use crate::config::{CorruptPolicy, SlicingMode};
-use crate::engine::limits::CountingSetup;
-use crate::engine::provenance::ProvenanceSetup;
 use crate::engine::slice as slice_codec;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::features::shared::read_order::{self, ReadOrder};
+use crate::features::stages::StagesSetup;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
@@ -79,10 +78,8 @@ pub struct Restorer<'a> {
     /// A dense tree's leaf: its `app.id`, which its outputs carry in the
     /// shared parent topic (see [`read_tail`]); `None` otherwise.
     pub leaf: Option<&'a str>,
-    /// `[provenance]`, restored with the slice (`None`: off).
-    pub provenance: Option<&'a ProvenanceSetup>,
-    /// The counting stage, restored with the slice (`None`: off).
-    pub counting: Option<&'a CountingSetup>,
+    /// The stages restored with the slice.
+    pub stages: &'a StagesSetup,
     /// `dedupd_restore_bounds_ignored_total` (`Restorer::checked`).
     pub bounds_ignored: &'a prometheus::IntCounter,
     /// `input.start = latest` in input-partitions mode, where the slice log
@@ -102,13 +99,9 @@ struct LogEnd {
 }
 
 /// The fingerprint of a slice's snapshot: the filter's parameters and the
-/// counting stage's (a snapshot taken with other ones is refused).
-pub fn fingerprint(filter: &FilterChoice, counting: Option<&CountingSetup>) -> String {
-    let mut f = filter.fingerprint();
-    if let Some(c) = counting {
-        f.push_str(&c.fingerprint());
-    }
-    f
+/// stages' (a snapshot taken with other ones is refused).
+pub fn fingerprint(filter: &FilterChoice, stages: &StagesSetup) -> String {
+    filter.fingerprint() + &stages.fingerprint()
 }
 
 impl Restorer<'_> {
@@ -260,14 +253,13 @@ impl Restorer<'_> {
         Ok(*end.exact.insert(exact))
     }
 
-    /// Decodes a slice snapshot with the configured filter, order and provenance.
+    /// Decodes a slice snapshot with the configured filter, order and stages.
     fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
-        let counting = self.counting.map(|c| (c, self.extractor));
-        slice_codec::decode_full(bytes, slice, self.filter, self.order, self.provenance, counting)
+        slice_codec::decode_full(bytes, slice, self.filter, self.order, self.stages, self.extractor)
     }
 
     fn fingerprint(&self) -> String {
-        fingerprint(self.filter, self.counting)
+        fingerprint(self.filter, self.stages)
     }
 
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
@@ -358,8 +350,7 @@ impl Restorer<'_> {
                     _ => first,
                 };
                 let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
-                fresh.set_provenance(self.provenance);
-                fresh.set_counting(self.counting, self.extractor);
+                fresh.set_stages(self.stages, self.extractor);
                 (fresh, BTreeMap::new())
             }
         };
@@ -434,7 +425,7 @@ impl Restorer<'_> {
                 timestamp_ms: m.timestamp().to_millis(),
             };
             if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
-                && state.refill_count_key(offset, &view)
+                && state.refill_stages(offset, &view)
             {
                 entries.push((offset, time_ms, hash));
                 drop(header_list);

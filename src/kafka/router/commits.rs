@@ -48,13 +48,13 @@ pub(super) struct Shared {
 /// Flushes the producer, then commits synchronously every routed offset (of
 /// `only`, if given; the other partitions' offsets stay pending).
 pub(super) fn commit_all<C: ConsumerContext>(
-    deps: &RouterSetup,
+    setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     only: Option<&[PartitionId]>,
 ) -> Result<(), KafkaLayerError> {
-    deps.producer.flush(FLUSH_TIMEOUT).context(|| "router: flushing slice records".into())?;
-    if let Some(f) = deps.producer.context().failure() {
+    setup.producer.flush(FLUSH_TIMEOUT).context(|| "router: flushing slice records".into())?;
+    if let Some(f) = setup.producer.context().failure() {
         return Err(KafkaLayerError::Fatal(format!("router: {f}")));
     }
     let chosen =
@@ -78,12 +78,12 @@ pub(super) fn commit_all<C: ConsumerContext>(
 /// Moves the pending offsets into a new candidate, then commits (without
 /// waiting) the newest offsets of every candidate whose records are all acknowledged.
 pub(super) fn commit_acknowledged<C: ConsumerContext>(
-    deps: &RouterSetup,
+    setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     new_candidate: bool,
 ) -> Result<(), KafkaLayerError> {
-    let counts = deps.producer.context().counts();
+    let counts = setup.producer.context().counts();
     let mut latest = Pending::new();
     {
         let mut s = shared.lock().expect("router lock");
@@ -100,7 +100,7 @@ pub(super) fn commit_acknowledged<C: ConsumerContext>(
         return Ok(());
     }
     // Checked after the acknowledgements: a failed record before them shows here.
-    if let Some(f) = deps.producer.context().failure() {
+    if let Some(f) = setup.producer.context().failure() {
         return Err(KafkaLayerError::Fatal(format!("router: {f}")));
     }
     commit_offsets(consumer, &latest, CommitMode::Async)

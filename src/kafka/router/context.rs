@@ -18,7 +18,7 @@ use crate::kafka::statistics::{InputLag, Statistics};
 
 /// The router consumer's context (see the module documentation).
 pub(super) struct RouterContext {
-    pub(super) deps: Arc<RouterSetup>,
+    pub(super) setup: Arc<RouterSetup>,
     pub(super) shared: Arc<Mutex<Shared>>,
     pub(super) join: JoinWatch,
     /// Set by the rebalance callbacks (which run inside `poll`, on the
@@ -33,7 +33,7 @@ impl ClientContext for RouterContext {
     /// Read for the input lag; never logged.
     fn stats_raw(&self, statistics: &[u8]) {
         match Statistics::parse(statistics) {
-            Ok(stats) => self.input_lag.publish(&self.deps.metrics, &stats),
+            Ok(stats) => self.input_lag.publish(&self.setup.metrics, &stats),
             Err(e) => log::debug!("librdkafka statistics without partition offsets: {e}"),
         }
     }
@@ -53,7 +53,7 @@ impl ConsumerContext for RouterContext {
             // Hand over cleanly: everything routed so far is delivered and committed.
             let revoked: Vec<PartitionId> =
                 tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-            if let Err(e) = commit_all(&self.deps, consumer, &self.shared, Some(&revoked)) {
+            if let Err(e) = commit_all(&self.setup, consumer, &self.shared, Some(&revoked)) {
                 log::warn!("router: committing before a rebalance: {e}");
             }
             self.shared.lock().expect("router lock").revoked.extend(revoked);

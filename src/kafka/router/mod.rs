@@ -90,11 +90,11 @@ const POLL_BATCH: usize = 512;
 const PREFETCH: &str = "20000";
 
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
-pub fn run(deps: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-router");
     let shared = Arc::new(Mutex::new(Shared::default()));
-    let consumer = subscribe(&deps, &shared)?;
-    let mut router = Router::new(&deps, &consumer);
+    let consumer = subscribe(&setup, &shared)?;
+    let mut router = Router::new(&setup, &consumer);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -105,7 +105,7 @@ pub fn run(deps: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
     };
     drop(router);
     if result.is_ok() {
-        commit_all(&deps, &consumer, &shared, None)?;
+        commit_all(&setup, &consumer, &shared, None)?;
     }
     drop(consumer);
     result
@@ -113,22 +113,22 @@ pub fn run(deps: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
 
 /// The router consumer, subscribed to the input topics.
 fn subscribe(
-    deps: &Arc<RouterSetup>,
+    setup: &Arc<RouterSetup>,
     shared: &Arc<Mutex<Shared>>,
 ) -> Result<BaseConsumer<RouterContext>, KafkaLayerError> {
-    let id = &deps.cfg.settings.app.id;
+    let id = &setup.cfg.settings.app.id;
     let group = format!("{id}.router");
-    let join = JoinWatch::new(&deps.cfg, "router", &group);
-    let mut config = clients::input_group_consumer(&deps.cfg, &group, &format!("{id}-router"));
+    let join = JoinWatch::new(&setup.cfg, "router", &group);
+    let mut config = clients::input_group_consumer(&setup.cfg, &group, &format!("{id}-router"));
     config.set("enable.partition.eof", "true");
     if config.get("queued.min.messages").is_none() {
         config.set("queued.min.messages", PREFETCH);
     }
     // Statistics feed the input-lag gauge.
-    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
-    let input_lag = InputLag::new(deps.cfg.settings.input.topics.clone());
+    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&setup.cfg, 2000));
+    let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone());
     let context = RouterContext {
-        deps: deps.clone(),
+        setup: setup.clone(),
         shared: shared.clone(),
         join,
         rebalanced: AtomicBool::new(false),
@@ -136,9 +136,9 @@ fn subscribe(
     };
     let consumer: BaseConsumer<RouterContext> =
         config.create_with_context(context).context(|| "creating the router consumer".into())?;
-    let topics: Vec<&str> = deps.cfg.settings.input.topics.iter().map(String::as_str).collect();
+    let topics: Vec<&str> = setup.cfg.settings.input.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).context(|| format!("subscribing to {topics:?}"))?;
-    log::info!("router: reading {topics:?} into {}", deps.cfg.slice_topic());
+    log::info!("router: reading {topics:?} into {}", setup.cfg.slice_topic());
     consumer.context().join.joining(&topics);
     Ok(consumer)
 }
@@ -146,7 +146,7 @@ fn subscribe(
 /// The router loop's state between turns; `'c`: the consumer its buffered
 /// records belong to.
 struct Router<'c> {
-    deps: Arc<RouterSetup>,
+    setup: Arc<RouterSetup>,
     topics: Vec<String>,
     lanes: BTreeMap<PartitionId, Lane<'c>>,
     /// Every partition of the input topics (announced as existing).
@@ -168,24 +168,24 @@ struct Router<'c> {
 }
 
 impl<'c> Router<'c> {
-    fn new(deps: &Arc<RouterSetup>, consumer: &BaseConsumer<RouterContext>) -> Self {
-        let topics: Vec<String> = deps.cfg.settings.input.topics.clone();
+    fn new(setup: &Arc<RouterSetup>, consumer: &BaseConsumer<RouterContext>) -> Self {
+        let topics: Vec<String> = setup.cfg.settings.input.topics.clone();
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         let now = Instant::now();
         Router {
-            deps: deps.clone(),
+            setup: setup.clone(),
             all_partitions: input_partitions(consumer, &names, &[]),
             topics,
             lanes: BTreeMap::new(),
             latest: None,
-            jump: i64::try_from(deps.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX),
+            jump: i64::try_from(setup.cfg.order.max_clock_jump_ms).unwrap_or(i64::MAX),
             input_counters: Vec::new(),
             last_candidate: now,
             last_commit_check: now,
             last_progress: now,
             announced: Vec::new(),
-            received: deps.metrics.stage("router_received").local(),
-            sent: deps.metrics.stage("router_sent").local(),
+            received: setup.metrics.stage("router_received").local(),
+            sent: setup.metrics.stage("router_sent").local(),
         }
     }
 
@@ -219,7 +219,7 @@ impl<'c> Router<'c> {
             self.last_progress = now;
             self.announce(now)?;
         }
-        let routed = route_ready(&self.deps, consumer, shared, &mut self.lanes, now, wall_ms, &self.sent);
+        let routed = route_ready(&self.setup, consumer, shared, &mut self.lanes, now, wall_ms, &self.sent);
         self.received.flush();
         self.sent.flush();
         routed?;
@@ -277,13 +277,13 @@ impl<'c> Router<'c> {
         match self.input_counters.iter().find(|(t, _)| t == topic) {
             Some((_, c)) => c.inc(),
             None => {
-                let c = self.deps.metrics.input_counter(topic);
+                let c = self.setup.metrics.input_counter(topic);
                 c.inc();
                 self.input_counters.push((topic.to_string(), c));
             }
         }
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
-        let target = read(&self.deps, &msg);
+        let target = read(&self.setup, &msg);
         // A handful of lanes: a scan finds one without allocating its key.
         let lane = match self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
             Some((_, lane)) => lane,
@@ -292,16 +292,16 @@ impl<'c> Router<'c> {
         lane.last_arrival = now;
         let order = match target {
             Ok((_, r)) => {
-                lane.order_time(event_time(&r), &mut self.latest, self.jump, self.deps.cfg.order.jump_confirmations)
+                lane.order_time(event_time(&r), &mut self.latest, self.jump, self.setup.cfg.order.jump_confirmations)
             }
             Err(_) => i64::MIN,
         };
         lane.at_end = false;
-        let max_bytes = usize::try_from(self.deps.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
+        let max_bytes = usize::try_from(self.setup.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
         if let Some(full) = lane.fills(&msg, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
             if full == Full::Bytes && lane.paused {
-                self.deps.metrics.router_byte_pauses.inc();
+                self.setup.metrics.router_byte_pauses.inc();
             }
         }
         lane.push(Read { msg, target, order });
@@ -310,17 +310,17 @@ impl<'c> Router<'c> {
     /// Announces the progress of the owned partitions if it changed, and
     /// publishes what the router holds.
     fn announce(&mut self, now: Instant) -> Result<(), KafkaLayerError> {
-        let deps = &self.deps;
+        let setup = &self.setup;
         // What the router holds, for the memory it takes (the soak reads them).
-        deps.metrics.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
-        deps.metrics.router_buffered_bytes.set(self.lanes.values().map(|l| l.bytes as i64).sum());
+        setup.metrics.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
+        setup.metrics.router_buffered_bytes.set(self.lanes.values().map(|l| l.bytes as i64).sum());
         for lane in self.lanes.values_mut() {
             if let Some(to) = shrink_target(lane.records.len(), lane.records.capacity()) {
                 lane.records.shrink_to(to);
             }
         }
-        deps.metrics.router_producer_queue.set(i64::from(deps.producer.in_flight_count()));
-        announce(deps, &self.lanes, &self.all_partitions, now, &mut self.announced)
+        setup.metrics.router_producer_queue.set(i64::from(setup.producer.in_flight_count()));
+        announce(setup, &self.lanes, &self.all_partitions, now, &mut self.announced)
     }
 
     /// Commits what is acknowledged; acknowledgements are looked at every
@@ -339,6 +339,6 @@ impl<'c> Router<'c> {
         if new_candidate {
             self.last_candidate = now;
         }
-        commit_acknowledged(&self.deps, consumer, shared, new_candidate)
+        commit_acknowledged(&self.setup, consumer, shared, new_candidate)
     }
 }

@@ -34,13 +34,13 @@ pub(super) type Announced = (u64, bool, bool, u64);
 /// Written after the records it covers, by the same producer, so each
 /// slice sees it after them.
 pub(super) fn announce(
-    deps: &RouterSetup,
+    setup: &RouterSetup,
     lanes: &BTreeMap<PartitionId, Lane<'_>>,
     all: &[PartitionId],
     now: Instant,
     announced: &mut Vec<(PartitionId, Announced)>,
 ) -> Result<(), KafkaLayerError> {
-    let idle_after = IDLE_AFTER.max(Duration::from_millis(deps.cfg.order.lateness_ms));
+    let idle_after = IDLE_AFTER.max(Duration::from_millis(setup.cfg.order.lateness_ms));
     // The owned partitions with something to say, then every other input
     // partition as only existing (see `Progress::owned`).
     let mut current: Vec<(&PartitionId, Announced)> = lanes
@@ -70,8 +70,8 @@ pub(super) fn announce(
         })
         .collect();
     let payload = Progress::encode(&entries);
-    for slice in 0..deps.slices {
-        produce_control(&deps.producer, &deps.slice_topic, slice as i32, headers::PROGRESS, &payload)?;
+    for slice in 0..setup.slices {
+        produce_control(&setup.producer, &setup.slice_topic, slice as i32, headers::PROGRESS, &payload)?;
     }
     *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
     Ok(())

@@ -30,7 +30,7 @@ const READ_ORDER_RECORDS: u64 = 4096;
 /// Routes buffered records in timestamp order while no partition that may
 /// still deliver an earlier record is empty.
 pub(super) fn route_ready<C: ConsumerContext>(
-    deps: &RouterSetup,
+    setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
     shared: &Mutex<Shared>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
@@ -39,11 +39,11 @@ pub(super) fn route_ready<C: ConsumerContext>(
     sent: &LocalHistogram,
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
-    let tolerance = i64::try_from(deps.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
-    let max_bytes = usize::try_from(deps.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
+    let tolerance = i64::try_from(setup.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
+    let max_bytes = usize::try_from(setup.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
     let mut frame = Vec::new();
     // Shared mode: the records routed are named, not copied (see `write_read_order`).
-    let mut named = (deps.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
+    let mut named = (setup.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
     let result = loop {
         let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
@@ -68,9 +68,9 @@ pub(super) fn route_ready<C: ConsumerContext>(
         let done = match (named.as_mut(), target) {
             (Some(names), Ok(_)) => {
                 names.push(&id.0, msg.partition(), msg.offset());
-                if names.next_position() >= READ_ORDER_RECORDS { write_read_order(deps, names) } else { Ok(()) }
+                if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
-            (_, target) => route(deps, &msg, &id.0, target, &mut frame),
+            (_, target) => route(setup, &msg, &id.0, target, &mut frame),
         };
         if let Err(e) = done {
             break Err(e);
@@ -83,7 +83,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
     };
     // Written before the offsets become pending: a commit waits for its acknowledgement.
     let result = match (result, named.as_mut()) {
-        (Ok(()), Some(names)) => write_read_order(deps, names),
+        (Ok(()), Some(names)) => write_read_order(setup, names),
         (result, _) => result,
     };
     if !routed.is_empty() {
@@ -100,12 +100,12 @@ pub(super) fn route_ready<C: ConsumerContext>(
 /// the router's progress after it, and starts a new one. The slice judges
 /// the records it names, in its order, re-reading them from the input: the
 /// records themselves are not copied.
-fn write_read_order(deps: &RouterSetup, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
+fn write_read_order(setup: &RouterSetup, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
     let record = std::mem::replace(names, ReadOrderBuilder::at(0)).take();
     if record.is_empty() {
         return Ok(());
     }
-    produce_control(&deps.producer, &deps.slice_topic, 0, headers::READ_ORDER, &record.encode())
+    produce_control(&setup.producer, &setup.slice_topic, 0, headers::READ_ORDER, &record.encode())
 }
 
 /// A reading's event time as the routing order takes it.
@@ -115,10 +115,8 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 
 /// Reads an input record's slice, key hash and event time (once, when it
 /// arrives; the slice takes the reading from the frame).
-pub(super) fn read(deps: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
-    // Only a key read from a header needs the header list (librdkafka
-    // parses it on each ask).
-    let header_list: Vec<(&str, &[u8])> = if deps.extractor.key.reads_headers() {
+pub(super) fn read(setup: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
+    let header_list: Vec<(&str, &[u8])> = if setup.key_reads_headers {
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
     } else {
         Vec::new()
@@ -129,15 +127,15 @@ pub(super) fn read(deps: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32
         headers: &header_list,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let x = deps.extractor.extract(&view, 0)?;
-    let hash = KeyHash::of(deps.seed, &x.key);
-    Ok((hash.slice(deps.slices), Reading { seed: deps.seed, hash, time_ms: x.time_ms }))
+    let x = setup.extractor.extract(&view, 0)?;
+    let hash = KeyHash::of(setup.seed, &x.key);
+    Ok((hash.slice(setup.slices), Reading { seed: setup.seed, hash, time_ms: x.time_ms }))
 }
 
 /// Sends one input record of `topic` to its slice, or to the dead-letter
 /// topic. `frame` is a buffer for the slice record's value (reused).
 fn route(
-    deps: &RouterSetup,
+    setup: &RouterSetup,
     msg: &BorrowedMessage<'_>,
     topic: &str,
     target: Result<(u32, Reading), InvalidRecord>,
@@ -149,23 +147,23 @@ fn route(
             // input record's own `dedupd.*` headers are not copied
             // (`produce_with`): a slice never takes one for a stamp, a
             // progress record or a delete request, and none reaches an output.
-            let reading = deps.hands_on_reading.then_some(&reading);
+            let reading = setup.hands_on_reading.then_some(&reading);
             frame_into(frame, topic, msg.partition(), msg.offset(), reading, msg.payload()).ok_or_else(|| {
                 // Input topics are named in `input.topics`, which allows no longer name.
                 KafkaLayerError::Topics(format!("input topic {topic:?} has a name longer than Kafka allows"))
             })?;
-            produce_with(&deps.producer, &deps.slice_topic, slice as i32, msg, Some(frame), &[], &[])
+            produce_with(&setup.producer, &setup.slice_topic, slice as i32, msg, Some(frame), &[], &[])
         }
         Err(why) => {
             let mut buf = [0u8; STAMP_BYTES];
-            deps.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
-            let partition = msg.partition().rem_euclid(deps.slices as i32);
+            setup.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            let partition = msg.partition().rem_euclid(setup.slices as i32);
             let mut extra =
                 vec![(headers::REASON, why.reason.as_str().as_bytes()), (headers::DETAIL, why.detail.as_bytes())];
             if let Some(stamp) = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset()) {
                 extra.push((headers::SOURCE, stamp));
             }
-            produce_copy(&deps.producer, &deps.cfg.settings.output.dead_letter_topic, partition, msg, &extra)
+            produce_copy(&setup.producer, &setup.cfg.settings.output.dead_letter_topic, partition, msg, &extra)
         }
     }
 }

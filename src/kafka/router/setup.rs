@@ -15,6 +15,10 @@ pub struct RouterSetup {
     /// `extractor` reads the dedup key (not a count key), so its reading
     /// is the slices' own and travels in the frame ([`crate::engine::Reading`]).
     pub hands_on_reading: bool,
+    /// `extractor`'s key is (or has a part) read from a header: only then
+    /// does the router ask for a record's headers (librdkafka parses them
+    /// on each ask). Decided once, at start-up.
+    pub key_reads_headers: bool,
     pub slices: u32,
     /// `<app.id>.slices`.
     pub slice_topic: String,

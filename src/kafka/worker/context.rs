@@ -23,8 +23,8 @@ use crate::kafka::statistics::{InputLag, Statistics};
 
 /// The consumer context: rebalances restore and release slices.
 pub struct WorkerContext {
-    pub(super) deps: Arc<WorkerSetup>,
-    pub(super) inner: Arc<Mutex<WorkerState>>,
+    pub(super) setup: Arc<WorkerSetup>,
+    pub(super) worker_state: Arc<Mutex<WorkerState>>,
     /// End of each slice partition as librdkafka's statistics last saw it.
     pub(super) high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     pub(super) join: JoinWatch,
@@ -51,11 +51,11 @@ impl ClientContext for WorkerContext {
             Err(e) => return log::debug!("librdkafka statistics without partition offsets: {e}"),
         };
         if let Some(at) = stats.broker_heard_at() {
-            self.deps.status.heard_from_broker(at);
+            self.setup.status.heard_from_broker(at);
         }
-        self.deps.metrics.consumer_queue_bytes.set(stats.fetched_bytes());
-        self.high_offsets.lock().expect("offsets lock").extend(stats.high_offsets(&self.deps.slice_topic));
-        self.input_lag.publish(&self.deps.metrics, &stats);
+        self.setup.metrics.consumer_queue_bytes.set(stats.fetched_bytes());
+        self.high_offsets.lock().expect("offsets lock").extend(stats.high_offsets(&self.setup.slice_topic));
+        self.input_lag.publish(&self.setup.metrics, &stats);
     }
 }
 
@@ -67,13 +67,13 @@ impl ConsumerContext for WorkerContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
-        let mut inner = self.inner.lock().expect("worker lock");
+        let mut worker_state = self.worker_state.lock().expect("worker lock");
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
-                self.on_assign(consumer, &mut inner, tpl, partitions, cooperative)
+                self.on_assign(consumer, &mut worker_state, tpl, partitions, cooperative)
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
-                self.on_revoke(consumer, &mut inner, partitions, cooperative)
+                self.on_revoke(consumer, &mut worker_state, partitions, cooperative)
             }
             other => {
                 log::error!("rebalance error: {other:?}");
@@ -83,8 +83,11 @@ impl ConsumerContext for WorkerContext {
                 return;
             }
         }
-        self.deps.metrics.slices_owned.set(inner.slices.len() as i64);
-        self.deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+        self.setup.metrics.slices_owned.set(worker_state.slices.len() as i64);
+        self.setup
+            .status
+            .ready
+            .store(worker_state.fatal.is_none() && worker_state.restoring.is_empty(), Ordering::Relaxed);
     }
 }
 
@@ -94,21 +97,21 @@ impl WorkerContext {
     fn on_assign(
         &self,
         consumer: &BaseConsumer<Self>,
-        inner: &mut WorkerState,
+        worker_state: &mut WorkerState,
         tpl: &mut TopicPartitionList,
         partitions: Vec<i32>,
         cooperative: bool,
     ) {
-        let topic = self.deps.slice_topic.as_str();
+        let topic = self.setup.slice_topic.as_str();
         self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
-        self.deps.metrics.rebalances.with_label_values(&["assign"]).inc();
-        self.deps.status.ready.store(false, Ordering::Relaxed);
+        self.setup.metrics.rebalances.with_label_values(&["assign"]).inc();
+        self.setup.status.ready.store(false, Ordering::Relaxed);
         // What the consumer takes now: with cooperative rebalancing
         // (what `clients::group_consumer` sets), only the partitions
         // that need no restore.
         let mut now = TopicPartitionList::new();
         for p in partitions {
-            if p as u32 >= self.deps.cfg.settings.filter.slices {
+            if p as u32 >= self.setup.cfg.settings.filter.slices {
                 // Left by `dedupd checkpoint merge`: no key routes
                 // there any more, and its old snapshot is not a slice.
                 log::info!("{topic}/{p} is beyond filter.slices (left by a merge): not consumed");
@@ -116,7 +119,7 @@ impl WorkerContext {
                     .set_partition_offset(topic, p, Offset::End)
                     .and_then(|()| now.add_partition_offset(topic, p, Offset::End));
                 if let Err(e) = skipped {
-                    inner.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
+                    worker_state.fatal.get_or_insert(format!("partition {p}: cannot skip it: {e}"));
                 }
                 continue;
             }
@@ -126,30 +129,30 @@ impl WorkerContext {
             // (`take_restored`). Eager rebalancing must assign
             // everything at once: there it is assigned paused, at a
             // placeholder offset, then sought and resumed.
-            inner.restores_asked += 1;
-            let id = inner.restores_asked;
-            inner.restoring.insert(p as u32, id);
+            worker_state.restores_asked += 1;
+            let id = worker_state.restores_asked;
+            worker_state.restoring.insert(p as u32, id);
             if cooperative {
-                inner.unassigned.insert(p as u32);
+                worker_state.unassigned.insert(p as u32);
             } else if let Err(e) = tpl.set_partition_offset(topic, p, Offset::Offset(0)) {
-                inner.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
+                worker_state.fatal.get_or_insert(format!("slice {p}: cannot set its start offset: {e}"));
             }
             let asked =
-                inner.restorer.jobs.as_ref().is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
+                worker_state.restorer.jobs.as_ref().is_some_and(|j| j.send(RestoreJob { slice: p as u32, id }).is_ok());
             if !asked {
-                inner.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
+                worker_state.fatal.get_or_insert(format!("slice {p}: the restore thread has stopped"));
             }
         }
         let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
         if let Err(e) = result {
-            inner.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
+            worker_state.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
         }
-        let waiting = restoring_list(topic, inner);
+        let waiting = restoring_list(topic, worker_state);
         if !cooperative
             && waiting.count() > 0
             && let Err(e) = consumer.pause(&waiting)
         {
-            inner.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
+            worker_state.fatal.get_or_insert(format!("cannot pause the slices being restored: {e}"));
         }
     }
 
@@ -161,35 +164,35 @@ impl WorkerContext {
     fn on_revoke(
         &self,
         consumer: &BaseConsumer<Self>,
-        inner: &mut WorkerState,
+        worker_state: &mut WorkerState,
         partitions: Vec<i32>,
         cooperative: bool,
     ) {
-        self.deps.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        self.setup.metrics.rebalances.with_label_values(&["revoke"]).inc();
         let lost = consumer.assignment_lost();
         // What the consumer gives up: not the partitions it never took.
         let mut taken = TopicPartitionList::new();
         for p in partitions {
             let slice = p as u32;
-            if !inner.unassigned.remove(&slice) {
-                taken.add_partition(&self.deps.slice_topic, p);
+            if !worker_state.unassigned.remove(&slice) {
+                taken.add_partition(&self.setup.slice_topic, p);
             }
             // Not restored yet: nothing to snapshot, its restore is dropped.
-            if inner.restoring.remove(&slice).is_some() {
-                inner.deciding.remove(&slice);
+            if worker_state.restoring.remove(&slice).is_some() {
+                worker_state.deciding.remove(&slice);
                 log::info!("slice {p}: revoked while being restored");
                 continue;
             }
             // A lost assignment may already be someone else's: write nothing more.
-            if !lost && let Err(e) = checkpoint_now(&self.deps, inner, slice) {
+            if !lost && let Err(e) = checkpoint_now(&self.setup, worker_state, slice) {
                 log::warn!("slice {p}: no snapshot on release ({e}); its next owner replays further");
             }
             // Whatever of the slice is still queued for the writer, or being
             // written, is dropped before its next step: it is not ours to write.
-            inner.writer.ownership.release(slice);
-            if inner.slices.remove(&slice).is_some() {
-                self.deps.status.slices.lock().expect("status lock").remove(&slice);
-                self.deps.metrics.forget_slice(slice);
+            worker_state.writer.ownership.release(slice);
+            if worker_state.slices.remove(&slice).is_some() {
+                self.setup.status.slices.lock().expect("status lock").remove(&slice);
+                self.setup.metrics.forget_slice(slice);
             }
         }
         let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };

@@ -20,7 +20,7 @@ use crate::kafka::{KafkaLayerError, headers};
 /// in a replay, a record goes only to the topics that do not hold it yet.
 /// `arriving` is the record whose arrival released them, if any.
 pub(super) fn emit(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &[Judgment],
     first: ReleasePos,
@@ -30,14 +30,14 @@ pub(super) fn emit(
     for (rank, j) in judged.iter().enumerate() {
         let pos = ReleasePos { rank: rank as u32, ..first };
         if let SliceVerdict::Duplicate { equal_timers } = j.verdict {
-            deps.metrics.equal_timers.observe(f64::from(equal_timers));
+            setup.metrics.equal_timers.observe(f64::from(equal_timers));
         }
         owned.last_judged = Some(pos);
         // Past every topic's bound, nothing is asked per topic (the usual case).
         let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
-        let flag = j.count.filter(|m| m.flagged && !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
-        if j.count.is_some_and(|m| m.limited) {
-            deps.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
+        let flag = j.notes.flagged().filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
+        if j.notes.limited() {
+            setup.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
         let (msg, framed) = match arriving.filter(|(offset, ..)| *offset == j.offset) {
@@ -49,13 +49,13 @@ pub(super) fn emit(
                 (&held as &dyn MessageRef, None)
             }
         };
-        msg.emit(deps, slice, j, pos, replay, framed)?;
-        if let Some(mark) = flag {
-            msg.flag(deps, slice, j, pos, mark.estimate, framed)?;
-            deps.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
+        msg.emit(setup, slice, j, pos, replay, framed)?;
+        if let Some(estimate) = flag {
+            msg.flag(setup, slice, j, pos, estimate, framed)?;
+            setup.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if replay.and_then(ReplayBounds::highest).is_some_and(|y| pos <= y) {
-            deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+            setup.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
         }
     }
     Ok(())
@@ -67,7 +67,7 @@ pub(super) fn emit(
 trait MessageRef {
     fn emit(
         &self,
-        deps: &WorkerSetup,
+        setup: &WorkerSetup,
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
@@ -76,7 +76,7 @@ trait MessageRef {
     ) -> Result<(), KafkaLayerError>;
     fn flag(
         &self,
-        deps: &WorkerSetup,
+        setup: &WorkerSetup,
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
@@ -88,28 +88,28 @@ trait MessageRef {
 impl<M: Message> MessageRef for M {
     fn emit(
         &self,
-        deps: &WorkerSetup,
+        setup: &WorkerSetup,
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
         replay: Option<&ReplayBounds>,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(deps.path.log_format, self));
-        emit_one(deps, slice, j, pos, self, &framed, replay)
+        let framed = framed.copied().unwrap_or_else(|| parts(setup.path.log_format, self));
+        emit_one(setup, slice, j, pos, self, &framed, replay)
     }
 
     fn flag(
         &self,
-        deps: &WorkerSetup,
+        setup: &WorkerSetup,
         slice: u32,
         j: &Judgment,
         pos: ReleasePos,
         count: u64,
         framed: Option<&Unframed<'_>>,
     ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(deps.path.log_format, self));
-        emit_flag(deps, slice, j, pos, self, framed.payload, count)
+        let framed = framed.copied().unwrap_or_else(|| parts(setup.path.log_format, self));
+        emit_flag(setup, slice, j, pos, self, framed.payload, count)
     }
 }
 
@@ -118,7 +118,7 @@ impl<M: Message> MessageRef for M {
 /// flag topic's last one, so a replay writes no flag twice) and the
 /// estimated count.
 fn emit_flag<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     pos: ReleasePos,
@@ -127,7 +127,7 @@ fn emit_flag<M: Message>(
     count: u64,
 ) -> Result<(), KafkaLayerError> {
     // Too large for the flag topic: the judgment's dead letter says so (emit_one).
-    if deps.limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
+    if setup.limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
         return Ok(());
     }
     let mut offset_buf = [0u8; 20];
@@ -137,7 +137,7 @@ fn emit_flag<M: Message>(
     let mut count_buf = [0u8; 20];
     let count_text = format_into(&mut count_buf, format_args!("{count}"));
     let extra = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text), (headers::COUNT, count_text)];
-    send(deps, &deps.path.flags, slice, msg, payload, &extra)
+    send(setup, &setup.path.flags, slice, msg, payload, &extra)
 }
 
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
@@ -145,7 +145,7 @@ fn emit_flag<M: Message>(
 /// `None` once past them all). A copy larger than its topic takes is not
 /// sent; the judgment's one dead letter ([`limits::REASON`]) names those topics.
 pub(super) fn emit_one<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     pos: ReleasePos,
@@ -155,13 +155,13 @@ pub(super) fn emit_one<M: Message>(
 ) -> Result<(), KafkaLayerError> {
     let payload = framed.payload;
     if let Some(late) = j.late_by_ms {
-        deps.metrics.lateness.observe(late as f64 / 1000.0);
+        setup.metrics.lateness.observe(late as f64 / 1000.0);
     }
     // On a replay too: verdicts are at least once, learning one twice changes nothing.
-    if let Some(v) = &deps.verdicts
+    if let Some(v) = &setup.verdicts
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&deps.producer, &deps.extractor, &deps.metrics, slice, msg, payload)?;
+        v.publish(&setup.producer, &setup.extractor, &setup.metrics, slice, msg, payload)?;
     }
     let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
     let mut offset_buf = [0u8; 20];
@@ -170,9 +170,9 @@ pub(super) fn emit_one<M: Message>(
     let release_text = format_into(&mut release_buf, format_args!("{pos}"));
     let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
     let size = copy_size(msg, payload, j);
-    let main = main_destination(deps, j).filter(|d| !written(*d));
-    let flagged = j.count.is_some_and(|m| m.flagged) && !written(Destination::Flags);
-    let late = j.late_by_ms.filter(|_| !deps.path.late.is_empty() && !written(Destination::Late));
+    let main = main_destination(setup, j).filter(|d| !written(*d));
+    let flagged = j.notes.flagged().is_some() && !written(Destination::Flags);
+    let late = j.late_by_ms.filter(|_| !setup.path.late.is_empty() && !written(Destination::Late));
     // The dead letters are the main destination of an unreadable record:
     // one too large for them loses its value there instead.
     let refused: Vec<(Destination, &Limit)> =
@@ -180,42 +180,49 @@ pub(super) fn emit_one<M: Message>(
             .into_iter()
             .flatten()
             .filter(|d| *d != Destination::DeadLetters)
-            .filter_map(|d| deps.limits.refuses(d, size).map(|l| (d, l)))
+            .filter_map(|d| setup.limits.refuses(d, size).map(|l| (d, l)))
             .collect();
     let fits = |dest| !refused.iter().any(|(d, _)| *d == dest);
     if let Some(late) = late
         && fits(Destination::Late)
     {
         let late_text = late.to_string();
-        send(deps, &deps.path.late, slice, msg, payload, &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())])?;
+        send(
+            setup,
+            &setup.path.late,
+            slice,
+            msg,
+            payload,
+            &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())],
+        )?;
     }
     if main.is_some_and(fits) {
-        send_main(deps, slice, j, msg, framed, &ids)?;
+        send_main(setup, slice, j, msg, framed, &ids)?;
     }
     if refused.is_empty() || written(Destination::DeadLetters) {
         return Ok(());
     }
-    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
+    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
 }
 
 /// A copy's size as [`limits::record_size`] counts it, with the headers
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
-    let first_source = j.first_source.as_deref().map_or(0, str::len) as u64;
+    let first_source = j.notes.first_source.as_deref().map_or(0, str::len) as u64;
     limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
 }
 
 /// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
 /// `availability.policy` decision's record: no headers beyond the usual ones).
 pub(super) fn refusal<'a, M: Message>(
-    deps: &'a WorkerSetup,
+    setup: &'a WorkerSetup,
     dest: Destination,
     msg: &M,
     payload: Option<&[u8]>,
 ) -> Option<&'a limits::Limit> {
     let size = limits::record_size(msg.key(), payload, limits::headers_of(msg));
-    deps.limits.refuses(dest, size)
+    setup.limits.refuses(dest, size)
 }
 
 /// The `dedupd.detail` of a copy of `size` bytes that the topics of
@@ -229,7 +236,7 @@ fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
 /// [`dead_letter`] of a record whose copies the topics of `refused` do not
 /// take, as [`limits::REASON`].
 pub(super) fn dead_letter_too_large<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     refused: &[(Destination, &Limit)],
     msg: &M,
@@ -237,16 +244,16 @@ pub(super) fn dead_letter_too_large<M: Message>(
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg));
-    dead_letter_as(deps, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
+    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
 }
 
 /// Where the judgment `j` sends its record, if anywhere: the output, the
 /// duplicates (when that topic is on) or the dead letters.
-fn main_destination(deps: &WorkerSetup, j: &Judgment) -> Option<Destination> {
+fn main_destination(setup: &WorkerSetup, j: &Judgment) -> Option<Destination> {
     match j.verdict {
         SliceVerdict::Distinct => Some(Destination::Output),
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => {
-            Some(Destination::Duplicates).filter(|_| !deps.path.duplicates.is_empty())
+            Some(Destination::Duplicates).filter(|_| !setup.path.duplicates.is_empty())
         }
         SliceVerdict::Invalid(_) => Some(Destination::DeadLetters),
     }
@@ -255,40 +262,40 @@ fn main_destination(deps: &WorkerSetup, j: &Judgment) -> Option<Destination> {
 /// Sends the judgment's record to its [`main_destination`], with `ids`
 /// (its slice offset and release position).
 fn send_main<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     msg: &M,
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8]); 2],
 ) -> Result<(), KafkaLayerError> {
-    let path = &deps.path;
+    let path = &setup.path;
     let payload = framed.payload;
     match &j.verdict {
         SliceVerdict::Distinct => match &path.leaf {
             // A dense leaf's output is its parent's input: named as this leaf's.
             Some(id) => {
                 let leaf = (crate::features::tiers::io::LEAF, id.as_bytes());
-                send(deps, &path.output, slice, msg, payload, &[ids[0], ids[1], leaf])
+                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], leaf])
             }
-            None => send(deps, &path.output, slice, msg, payload, ids),
+            None => send(setup, &path.output, slice, msg, payload, ids),
         },
         SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
-            let rule = match j.count {
+            let rule = match j.notes.count {
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
                 _ => format!("filter;equal_timers={equal_timers}"),
             };
             let mut extra = vec![ids[0], ids[1], (headers::RULE, rule.as_bytes())];
-            if let Some(first) = &j.first_source {
+            if let Some(first) = &j.notes.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));
             }
-            send(deps, &path.duplicates, slice, msg, payload, &extra)
+            send(setup, &path.duplicates, slice, msg, payload, &extra)
         }
         SliceVerdict::Resend if !path.duplicates.is_empty() => {
-            send(deps, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
+            send(setup, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
-        SliceVerdict::Invalid(why) => dead_letter(deps, slice, why, msg, framed, ids),
+        SliceVerdict::Invalid(why) => dead_letter(setup, slice, why, msg, framed, ids),
     }
 }
 
@@ -296,14 +303,14 @@ fn send_main<M: Message>(
 /// with its reason, where it was read, and `ids` (its slice offset and
 /// release position; a policy decision's headers too).
 pub(super) fn dead_letter<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     why: &InvalidRecord,
     msg: &M,
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    dead_letter_as(deps, slice, why.reason.as_str(), &why.detail, msg, framed, ids)
+    dead_letter_as(setup, slice, why.reason.as_str(), &why.detail, msg, framed, ids)
 }
 
 /// [`dead_letter`] with a `reason` and `detail` of the Kafka layer's own.
@@ -311,7 +318,7 @@ pub(super) fn dead_letter<M: Message>(
 /// still too large without its key and headers too ([`headers::VALUE_DROPPED`]
 /// says so): its source stamp still finds the input record.
 fn dead_letter_as<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     reason: &str,
     detail: &str,
@@ -319,7 +326,7 @@ fn dead_letter_as<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    deps.metrics.dead_letters.with_label_values(&[reason]).inc();
+    setup.metrics.dead_letters.with_label_values(&[reason]).inc();
     let mut extra = ids.to_vec();
     extra.push((headers::REASON, reason.as_bytes()));
     extra.push((headers::DETAIL, detail.as_bytes()));
@@ -332,10 +339,10 @@ fn dead_letter_as<M: Message>(
     if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
         extra.push((headers::SOURCE, stamp));
     }
-    let topic = &deps.path.dead_letters;
+    let topic = &setup.path.dead_letters;
     let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
-    let Some(limit) = deps.limits.refuses(Destination::DeadLetters, size) else {
-        return send(deps, topic, slice, msg, framed.payload, &extra);
+    let Some(limit) = setup.limits.refuses(Destination::DeadLetters, size) else {
+        return send(setup, topic, slice, msg, framed.payload, &extra);
     };
     let value = framed.payload.map_or(0, <[u8]>::len) as u64;
     let note = |dropped: &str| {
@@ -345,16 +352,16 @@ fn dead_letter_as<M: Message>(
         )
     };
     let mut note_text = note("value");
-    let bare = deps.limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
+    let bare = setup.limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
     if bare {
         note_text = note("value, key and headers");
     }
     let note = note_text;
     extra.push((headers::VALUE_DROPPED, note.as_bytes()));
     if bare {
-        crate::kafka::producer::produce_bare(&deps.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
+        crate::kafka::producer::produce_bare(&setup.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
     } else {
-        send(deps, topic, slice, msg, None, &extra)
+        send(setup, topic, slice, msg, None, &extra)
     }
 }
 
@@ -362,12 +369,12 @@ fn dead_letter_as<M: Message>(
 /// its input payload `payload`, from [`parts`]) to `topic` partition `slice`
 /// with `extra` headers, waiting while the queue is full.
 pub(super) fn send<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     topic: &str,
     slice: u32,
     msg: &M,
     payload: Option<&[u8]>,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    produce_with(&deps.producer, topic, slice as i32, msg, payload, extra, &[])
+    produce_with(&setup.producer, topic, slice as i32, msg, payload, extra, &[])
 }

@@ -10,22 +10,23 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
+use crate::engine::slice::stage::Stage;
 use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
 /// inserting it. In repartition mode the key's slice is `H_S(key)`; with
 /// input-partitions the producer's partitioner chose it, so every owned
 /// slice is asked.
-pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
-    let (deps, inner) = (deps.clone(), inner.clone());
+pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
+    let (setup, worker_state) = (setup.clone(), worker_state.clone());
     Arc::new(move |key: &[u8]| {
-        let (hash, home) = home_slice(&deps, key);
-        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
-        let results: Vec<serde_json::Value> = asked(&inner, home)
+        let (hash, home) = home_slice(&setup, key);
+        let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
+        let results: Vec<serde_json::Value> = asked(&worker_state, home)
             .map(|(s, owned)| {
                 // Counting by the dedup key replaces the timer filter: the
                 // next copy is a duplicate once the estimate reaches the limit.
-                if let Some(c) = owned.state.counting.as_ref().filter(|c| c.replaces_filter()) {
+                if let Some(c) = owned.state.stages.counting.as_ref().filter(|c| c.judges_instead()) {
                     let estimate = c.stage.estimate(&hash);
                     return serde_json::json!({
                         "slice": s,
@@ -55,7 +56,7 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
                             "slice": s,
                             "duplicate": l.duplicate,
                             "alive_cells": l.alive_cells,
-                            "hashes": deps.filter.params().hashes,
+                            "hashes": setup.filter.params().hashes,
                             "equal_timers": l.equal_timers,
                             "clock_ms": filter.clock_ms(),
                         })
@@ -79,22 +80,22 @@ pub(super) fn lookup_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>
 /// With a separate count key (`limit.count_key`) the router routes by the
 /// count key, so a dedup key's slice is not known either: every owned slice
 /// is asked.
-fn home_slice(deps: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
-    let hash = crate::filter::KeyHash::of(deps.filter.params().seed, key);
-    let routed_by_key = deps.cfg.counting.as_ref().is_none_or(|c| c.count_key.is_none());
-    (hash, routed_slice(deps, &hash, routed_by_key))
+fn home_slice(setup: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
+    let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
+    let routed_by_key = setup.cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none());
+    (hash, routed_slice(setup, &hash, routed_by_key))
 }
 
 /// The owned slices a key endpoint asks: `home`, or every one.
-pub(super) fn asked(inner: &WorkerState, home: Option<u32>) -> impl Iterator<Item = (&u32, &OwnedSlice)> {
-    inner.slices.iter().filter(move |(s, _)| home.is_none_or(|h| h == **s))
+pub(super) fn asked(worker_state: &WorkerState, home: Option<u32>) -> impl Iterator<Item = (&u32, &OwnedSlice)> {
+    worker_state.slices.iter().filter(move |(s, _)| home.is_none_or(|h| h == **s))
 }
 
 /// The slice the router sends a key to, if the router routes by that key
 /// (`routed`) in repartition mode; `None` otherwise (ask every owned slice).
-fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
-    match deps.cfg.slicing {
-        SlicingMode::Repartition if routed => Some(hash.slice(deps.cfg.settings.filter.slices)),
+fn routed_slice(setup: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool) -> Option<u32> {
+    match setup.cfg.slicing {
+        SlicingMode::Repartition if routed => Some(hash.slice(setup.cfg.settings.filter.slices)),
         _ => None,
     }
 }
@@ -104,16 +105,16 @@ fn routed_slice(deps: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool)
 /// is `H_S(count key)` (the router routes by the count key); with
 /// input-partitions every owned slice is asked, and `estimate` is the
 /// largest (the others see the key only through collisions).
-pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
-    let (deps, inner) = (deps.clone(), inner.clone());
+pub(super) fn count_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
+    let (setup, worker_state) = (setup.clone(), worker_state.clone());
     Arc::new(move |key: &[u8]| {
-        let hash = crate::filter::KeyHash::of(deps.filter.params().seed, key);
+        let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
         // The router routes by the count key (the dedup key, or limit.count_key).
-        let home = routed_slice(&deps, &hash, true);
-        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
-        let results: Vec<serde_json::Value> = asked(&inner, home)
+        let home = routed_slice(&setup, &hash, true);
+        let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
+        let results: Vec<serde_json::Value> = asked(&worker_state, home)
             .filter_map(|(s, owned)| {
-                let stage = &owned.state.counting.as_ref()?.stage;
+                let stage = &owned.state.stages.counting.as_ref()?.stage;
                 let counts = stage.counts();
                 // The window ends at the newest sub-window's end.
                 let newest = counts.state().1;
@@ -141,15 +142,18 @@ pub(super) fn count_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>)
 /// delivered it inside what the owned slices keep (no false negatives), and
 /// the estimated probability that a source which did not is listed (the
 /// largest over the slices asked).
-pub(super) fn provenance_fn(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
-    let (deps, inner) = (deps.clone(), inner.clone());
+pub(super) fn provenance_fn(
+    setup: &Arc<WorkerSetup>,
+    worker_state: &Arc<Mutex<WorkerState>>,
+) -> crate::admin::LookupFn {
+    let (setup, worker_state) = (setup.clone(), worker_state.clone());
     Arc::new(move |key: &[u8]| {
-        let (hash, home) = home_slice(&deps, key);
-        let inner = lock_within(&inner, LOOKUP_WAIT).ok_or(Busy)?;
+        let (hash, home) = home_slice(&setup, key);
+        let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
-        for (_, o) in asked(&inner, home) {
-            if let Some(p) = &o.state.provenance {
+        for (_, o) in asked(&worker_state, home) {
+            if let Some(p) = &o.state.stages.provenance {
                 owned = true;
                 let answer = p.sources.query(&hash);
                 sources.extend(answer.sources.iter().map(|s| s.to_string()));

@@ -1,7 +1,7 @@
 //! The slice workers: one group consumer on the slice topic; each assigned
 //! partition is a slice whose state this process owns until it is revoked.
 //!
-//! Ordering of the exactly-once protocol (design invariant 5):
+//! Ordering of the exactly-once protocol (docs/design.md, invariant 5):
 //! - on assignment, a slice is restored (snapshot X, last output Y) on the
 //!   restore thread while the worker goes on with its other slices; its
 //!   partition joins the consumer's assignment only once restored, at X
@@ -123,13 +123,13 @@ const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
 /// The slice worker loop. Returns when `stop` is set (after snapshotting
 /// every owned slice) or on a fatal error.
-pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
+pub fn run(setup: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-slices");
-    let inner = Arc::new(Mutex::new(WorkerState::new(&deps)));
-    serve_admin(&deps, &inner)?;
+    let worker_state = Arc::new(Mutex::new(WorkerState::new(&setup)));
+    serve_admin(&setup, &worker_state)?;
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
-    let consumer = subscribe(&deps, &inner, &high_offsets)?;
-    let mut worker = Loop::new(deps.clone(), inner.clone(), high_offsets)?;
+    let consumer = subscribe(&setup, &worker_state, &high_offsets)?;
+    let mut worker = Loop::new(setup.clone(), worker_state.clone(), high_offsets)?;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -139,65 +139,70 @@ pub fn run(deps: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLay
             break Err(e);
         }
     };
-    shut_down(&deps, &inner, consumer, &result);
+    shut_down(&setup, &worker_state, consumer, &result);
     result
 }
 
 /// Gives the admin endpoint its key lookups and deletes, answered from this worker's slices.
-fn serve_admin(deps: &Arc<WorkerSetup>, inner: &Arc<Mutex<WorkerState>>) -> Result<(), KafkaLayerError> {
-    *deps.status.lookup.lock().expect("status lock") = Some(lookup_fn(deps, inner));
-    let owner = inner.clone();
+fn serve_admin(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>) -> Result<(), KafkaLayerError> {
+    *setup.status.lookup.lock().expect("status lock") = Some(lookup_fn(setup, worker_state));
+    let owner = worker_state.clone();
     let delete = crate::features::deletes::requests::delete_fn(
-        &deps.cfg,
-        deps.filter.params().seed,
-        deps.filter.params().deletable,
-        &deps.slice_topic,
-        deps.status.clone(),
+        &setup.cfg,
+        setup.filter.params().seed,
+        setup.filter.params().deletable,
+        &setup.slice_topic,
+        setup.status.clone(),
         // A worker busy past the wait (waiting for the broker) is taken for
         // not owning the slice: the answer is 202 queued, not a long wait.
         move |slice| {
             crate::admin::lock_within(&owner, crate::admin::LOOKUP_WAIT).is_some_and(|w| w.slices.contains_key(&slice))
         },
     )?;
-    *deps.status.delete.lock().expect("status lock") = Some(delete);
-    if deps.cfg.provenance.is_some() {
-        *deps.status.provenance.lock().expect("status lock") = Some(provenance_fn(deps, inner));
+    *setup.status.delete.lock().expect("status lock") = Some(delete);
+    if setup.cfg.stages.provenance.is_some() {
+        *setup.status.provenance.lock().expect("status lock") = Some(provenance_fn(setup, worker_state));
     }
-    if deps.cfg.counting.is_some() {
-        *deps.status.count.lock().expect("status lock") = Some(count_fn(deps, inner));
+    if setup.cfg.stages.counting.is_some() {
+        *setup.status.count.lock().expect("status lock") = Some(count_fn(setup, worker_state));
     }
     Ok(())
 }
 
 /// The slice consumer, subscribed: its context runs the rebalance protocol.
 fn subscribe(
-    deps: &Arc<WorkerSetup>,
-    inner: &Arc<Mutex<WorkerState>>,
+    setup: &Arc<WorkerSetup>,
+    worker_state: &Arc<Mutex<WorkerState>>,
     high_offsets: &Arc<Mutex<BTreeMap<u32, i64>>>,
 ) -> Result<BaseConsumer<WorkerContext>, KafkaLayerError> {
-    let id = &deps.cfg.settings.app.id;
-    let join = JoinWatch::new(&deps.cfg, "slice workers", id);
-    let input_topics = match deps.cfg.slicing {
-        SlicingMode::InputPartitions => deps.cfg.settings.input.topics.clone(),
+    let id = &setup.cfg.settings.app.id;
+    let join = JoinWatch::new(&setup.cfg, "slice workers", id);
+    let input_topics = match setup.cfg.slicing {
+        SlicingMode::InputPartitions => setup.cfg.settings.input.topics.clone(),
         _ => Vec::new(),
     };
     let input_lag = InputLag::new(input_topics);
-    let context =
-        WorkerContext { deps: deps.clone(), inner: inner.clone(), high_offsets: high_offsets.clone(), join, input_lag };
-    let mut config = clients::group_consumer(&deps.cfg, id, &format!("{id}-slices"));
+    let context = WorkerContext {
+        setup: setup.clone(),
+        worker_state: worker_state.clone(),
+        high_offsets: high_offsets.clone(),
+        join,
+        input_lag,
+    };
+    let mut config = clients::group_consumer(&setup.cfg, id, &format!("{id}-slices"));
     // Statistics feed the lag gauges (the router's consumer asks for them too).
-    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&deps.cfg, 2000));
+    config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&setup.cfg, 2000));
     let consumer: BaseConsumer<WorkerContext> =
         config.create_with_context(context).context(|| "creating the slice consumer".into())?;
-    consumer.subscribe(&[&deps.slice_topic]).context(|| format!("subscribing to {}", deps.slice_topic))?;
-    consumer.context().join.joining(&[&deps.slice_topic]);
+    consumer.subscribe(&[&setup.slice_topic]).context(|| format!("subscribing to {}", setup.slice_topic))?;
+    consumer.context().join.joining(&[&setup.slice_topic]);
     Ok(consumer)
 }
 
 /// The worker loop's own state between turns.
 struct Loop {
-    deps: Arc<WorkerSetup>,
-    inner: Arc<Mutex<WorkerState>>,
+    setup: Arc<WorkerSetup>,
+    worker_state: Arc<Mutex<WorkerState>>,
     high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     /// Shared mode: the slice reads the input records the read order names.
     input: Option<InputReader>,
@@ -215,19 +220,19 @@ struct Loop {
 
 impl Loop {
     fn new(
-        deps: Arc<WorkerSetup>,
-        inner: Arc<Mutex<WorkerState>>,
+        setup: Arc<WorkerSetup>,
+        worker_state: Arc<Mutex<WorkerState>>,
         high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     ) -> Result<Self, KafkaLayerError> {
-        let input = match deps.cfg.slicing {
-            SlicingMode::Shared => Some(InputReader::new(&deps.cfg, deps.metrics.input_missing.clone())?),
+        let input = match setup.cfg.slicing {
+            SlicingMode::Shared => Some(InputReader::new(&setup.cfg, setup.metrics.input_missing.clone())?),
             _ => None,
         };
-        let received = deps.metrics.stage("slice_received").local();
+        let received = setup.metrics.stage("slice_received").local();
         let now = Instant::now();
         Ok(Loop {
-            deps,
-            inner,
+            setup,
+            worker_state,
             high_offsets,
             input,
             stall: StallWatch::new(),
@@ -242,9 +247,9 @@ impl Loop {
     /// Takes in the slices the restore thread has restored; a fatal error
     /// of the rebalance callbacks or of the producer ends the loop.
     fn take_restored(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
-        let mut guard = self.inner.lock().expect("worker lock");
-        take_restored(&self.deps, consumer, &mut guard);
-        match guard.fatal.clone().or_else(|| self.deps.producer.context().failure()) {
+        let mut guard = self.worker_state.lock().expect("worker lock");
+        take_restored(&self.setup, consumer, &mut guard);
+        match guard.fatal.clone().or_else(|| self.setup.producer.context().failure()) {
             Some(f) => Err(KafkaLayerError::Fatal(f)),
             None => Ok(()),
         }
@@ -262,7 +267,7 @@ impl Loop {
         // A stall is seen before what was polled is handled (see `stall.rs`).
         // (The worker lock is let go before the match: polls inside it run
         // the rebalance callbacks, which take it.)
-        let turn = self.stall.polled(&mut self.inner.lock().expect("worker lock"), now);
+        let turn = self.stall.polled(&mut self.worker_state.lock().expect("worker lock"), now);
         match turn {
             Turn::Handle => {}
             Turn::Settle => {
@@ -278,7 +283,7 @@ impl Loop {
             Turn::Resume => {
                 // What was polled with the seeks pending is read again after them.
                 drop(polled.take());
-                seek_back(&self.deps, consumer, &mut self.inner.lock().expect("worker lock"));
+                seek_back(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock"));
                 return Ok(());
             }
         }
@@ -290,7 +295,7 @@ impl Loop {
                     observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
                     result = self.take(&msg, now);
                 }
-                Err(e) => log::warn!("consuming {}: {e}", self.deps.slice_topic),
+                Err(e) => log::warn!("consuming {}: {e}", self.setup.slice_topic),
             }
             events += 1;
             if result.is_err() {
@@ -308,13 +313,13 @@ impl Loop {
     /// Takes in one slice-log record.
     fn take(&mut self, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
         if let Some(input) = self.input.as_mut().filter(|_| is_read_order(msg)) {
-            return handle_read_order(&self.deps, &self.inner, input, msg, now);
+            return handle_read_order(&self.setup, &self.worker_state, input, msg, now);
         }
-        let mut guard = self.inner.lock().expect("worker lock");
-        handle(&self.deps, &mut guard, msg, now)?;
+        let mut guard = self.worker_state.lock().expect("worker lock");
+        handle(&self.setup, &mut guard, msg, now)?;
         // A snapshot being copied advances by a step per record: the pause
         // per record stays short.
-        if let Err(e) = copy_some(&self.deps, &mut guard, COPY_STEP_BYTES) {
+        if let Err(e) = copy_some(&self.setup, &mut guard, COPY_STEP_BYTES) {
             log::warn!("snapshot failed: {e}");
         }
         Ok(())
@@ -323,27 +328,27 @@ impl Loop {
     /// What the worker does between turns: copies more of a snapshot when
     /// idle, flushes idle slices, starts the snapshot due, publishes metrics.
     fn housekeeping(&mut self) -> Result<(), KafkaLayerError> {
-        let deps = &self.deps;
+        let setup = &self.setup;
         if self.idle
-            && let Err(e) = copy_some(deps, &mut self.inner.lock().expect("worker lock"), IDLE_COPY_BYTES)
+            && let Err(e) = copy_some(setup, &mut self.worker_state.lock().expect("worker lock"), IDLE_COPY_BYTES)
         {
             log::warn!("snapshot failed: {e}");
         }
-        if self.stall.turn_ended(&mut self.inner.lock().expect("worker lock")) {
+        if self.stall.turn_ended(&mut self.worker_state.lock().expect("worker lock")) {
             self.snapshots_from = Instant::now() + SETTLE;
         }
         if self.last_idle_check.elapsed() >= IDLE_CHECK_EVERY && !self.stall.settling() {
             self.last_idle_check = Instant::now();
-            flush_idle(deps, &mut self.inner.lock().expect("worker lock"))?;
+            flush_idle(setup, &mut self.worker_state.lock().expect("worker lock"))?;
         }
         if self.last_housekeeping.elapsed() >= Duration::from_millis(200) {
             self.last_housekeeping = Instant::now();
-            let mut guard = self.inner.lock().expect("worker lock");
-            apply_written(deps, &mut guard);
+            let mut guard = self.worker_state.lock().expect("worker lock");
+            apply_written(setup, &mut guard);
             if Instant::now() >= self.snapshots_from {
-                start_due_snapshot(deps, &mut guard);
+                start_due_snapshot(setup, &mut guard);
             }
-            publish(deps, &mut guard, &self.high_offsets.lock().expect("offsets lock"));
+            publish(setup, &mut guard, &self.high_offsets.lock().expect("offsets lock"));
         }
         Ok(())
     }
@@ -352,10 +357,10 @@ impl Loop {
 /// Starts the snapshot of the most overdue slice, if one is due (by
 /// `checkpoint.interval` or `checkpoint.interval_records`): one snapshot
 /// in the writer's hands at a time.
-fn start_due_snapshot(deps: &WorkerSetup, inner: &mut WorkerState) {
-    let settings = &deps.cfg.settings.checkpoint;
+fn start_due_snapshot(setup: &WorkerSetup, worker_state: &mut WorkerState) {
+    let settings = &setup.cfg.settings.checkpoint;
     let interval = Duration::from_millis(settings.interval);
-    let WorkerState { slices, writer, buffer, .. } = inner;
+    let WorkerState { slices, writer, buffer, .. } = worker_state;
     if writer.outstanding > 0 || slices.values().any(|o| o.copying.is_some()) {
         return;
     }
@@ -368,31 +373,31 @@ fn start_due_snapshot(deps: &WorkerSetup, inner: &mut WorkerState) {
         })
         .min_by_key(|o| o.last_checkpoint);
     if let Some(owned) = due {
-        begin_snapshot(deps, buffer, owned);
+        begin_snapshot(setup, buffer, owned);
     }
 }
 
 /// Graceful stop: snapshot every slice (after a failure, only the writes
 /// in flight finish), then leave the group.
 fn shut_down(
-    deps: &WorkerSetup,
-    inner: &Mutex<WorkerState>,
+    setup: &WorkerSetup,
+    worker_state: &Mutex<WorkerState>,
     consumer: BaseConsumer<WorkerContext>,
     result: &Result<(), KafkaLayerError>,
 ) {
-    let mut guard = inner.lock().expect("worker lock");
+    let mut guard = worker_state.lock().expect("worker lock");
     let owned: Vec<u32> = guard.slices.keys().copied().collect();
     for slice in owned {
         let done = if result.is_ok() {
-            checkpoint_now(deps, &mut guard, slice)
+            checkpoint_now(setup, &mut guard, slice)
         } else {
-            wait_written(deps, &mut guard, slice)
+            wait_written(setup, &mut guard, slice)
         };
         if let Err(e) = done {
             log::warn!("slice {slice}: snapshot on shutdown failed: {e}");
         }
     }
-    publish(deps, &mut guard, &BTreeMap::new());
+    publish(setup, &mut guard, &BTreeMap::new());
     // Nothing left to snapshot on the revocation that closing triggers.
     for owned in guard.slices.values_mut() {
         owned.since_checkpoint = 0;
@@ -403,5 +408,5 @@ fn shut_down(
     guard.restorer.jobs = None;
     drop(guard);
     drop(consumer);
-    inner.lock().expect("worker lock").writer.stop();
+    worker_state.lock().expect("worker lock").writer.stop();
 }

@@ -47,7 +47,7 @@ const POLICY_STEP: u64 = 500;
 /// for the restored slice (it releases nothing); a record whose key or time
 /// cannot be read goes to the dead-letter topic at once.
 pub(super) fn decide_early(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     d: &mut Deciding,
     slice: u32,
     msg: &BorrowedMessage<'_>,
@@ -67,8 +67,8 @@ pub(super) fn decide_early(
         None => {
             let limit = d.ranges.iter().filter(|r| r.from > offset).map(|r| r.from - 1).min();
             let to = (offset + POLICY_STEP - 1).min(limit.unwrap_or(u64::MAX));
-            let range = PolicyRange { from: offset, to, policy: deps.path.policy };
-            log_range(deps, slice, &range)?;
+            let range = PolicyRange { from: offset, to, policy: setup.path.policy };
+            log_range(setup, slice, &range)?;
             d.ranges.push(range);
             range
         }
@@ -80,12 +80,12 @@ pub(super) fn decide_early(
         headers: &record.headers,
         timestamp_ms: msg.timestamp().to_millis(),
     };
-    let unreadable = deps.extractor.extract(&view, 0).err();
-    let (dest, refused) = routed(deps, range.policy, unreadable.is_some(), msg, framed);
+    let unreadable = setup.extractor.extract(&view, 0).err();
+    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
     if !d.bounds.holds_decision(dest, pos) {
         let after = d.bounds.policy_after(dest, None);
         let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
-        send_decision(deps, slice, msg, framed, &decision)?;
+        send_decision(setup, slice, msg, framed, &decision)?;
         d.bounds.raise(dest, Sent { normal: None, policy: Some(pos) });
     }
     Ok(())
@@ -109,7 +109,7 @@ fn destination(policy: AvailabilityPolicy, unreadable: bool) -> Destination {
 /// in a range is skipped and a delete request applied, as [`decide_early`]
 /// leaves them: the caller does that.)
 pub(super) fn decide_logged(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     msg: &BorrowedMessage<'_>,
     record: &LogRecord<'_>,
@@ -129,22 +129,22 @@ pub(super) fn decide_logged(
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
     let deliver = range.policy == AvailabilityPolicy::Deliver;
-    let decided = owned.state.decide(&slice_record, &deps.extractor, deliver);
+    let decided = owned.state.decide(&slice_record, &setup.extractor, deliver);
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
     let unreadable = if decided {
         None
     } else {
         owned.state.next_offset = offset + 1;
         owned.state.counters.invalid += 1;
-        deps.extractor.extract(&slice_record.record, 0).err()
+        setup.extractor.extract(&slice_record.record, 0).err()
     };
-    let (dest, refused) = routed(deps, range.policy, unreadable.is_some(), msg, framed);
+    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
     if owned.replay.holds_decision(dest, pos) {
-        deps.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+        setup.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {
         let after = owned.replay.policy_after(dest, owned.last_judged);
         let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
-        send_decision(deps, slice, msg, framed, &decision)?;
+        send_decision(setup, slice, msg, framed, &decision)?;
     }
     Ok(())
 }
@@ -153,14 +153,14 @@ pub(super) fn decide_logged(
 /// a record of its size: then to the dead letters, with the topic refusing
 /// it (a replay, against the same limits, routes it the same way).
 fn routed<'a>(
-    deps: &'a WorkerSetup,
+    setup: &'a WorkerSetup,
     policy: AvailabilityPolicy,
     unreadable: bool,
     msg: &BorrowedMessage<'_>,
     framed: &Unframed<'_>,
 ) -> (Destination, Option<(Destination, &'a crate::kafka::limits::Limit)>) {
     let dest = destination(policy, unreadable);
-    match super::emit::refusal(deps, dest, msg, framed.payload) {
+    match super::emit::refusal(setup, dest, msg, framed.payload) {
         Some(limit) if dest != Destination::DeadLetters => (Destination::DeadLetters, Some((dest, limit))),
         _ => (dest, None),
     }
@@ -188,13 +188,13 @@ struct Decision<'a> {
 /// `dedupd.policy.after` (a later restore tells these records from the
 /// ordinary ones by them: see [`crate::kafka::replay`]).
 fn send_decision<M: Message>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     slice: u32,
     msg: &M,
     framed: &Unframed<'_>,
     d: &Decision<'_>,
 ) -> Result<(), KafkaLayerError> {
-    let path = &deps.path;
+    let path = &setup.path;
     let offset_text = d.offset.to_string();
     let release_text = d.pos.to_string();
     let after_text = d.after.map(|y| y.to_string()).unwrap_or_default();
@@ -205,48 +205,48 @@ fn send_decision<M: Message>(
         (headers::POLICY_AFTER, after_text.as_bytes()),
     ];
     if let Some(why) = d.unreadable {
-        return dead_letter(deps, slice, why, msg, framed, &extra);
+        return dead_letter(setup, slice, why, msg, framed, &extra);
     }
     if let Some(refused) = d.refused {
-        return super::emit::dead_letter_too_large(deps, slice, &[refused], msg, framed, &extra);
+        return super::emit::dead_letter_too_large(setup, slice, &[refused], msg, framed, &extra);
     }
-    deps.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
+    setup.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
     match d.policy {
         AvailabilityPolicy::Drop => {
             extra.push((headers::RULE, b"policy"));
-            send(deps, &path.duplicates, slice, msg, framed.payload, &extra)
+            send(setup, &path.duplicates, slice, msg, framed.payload, &extra)
         }
-        _ => send(deps, &path.output, slice, msg, framed.payload, &extra),
+        _ => send(setup, &path.output, slice, msg, framed.payload, &extra),
     }
 }
 
 /// Writes a policy range to the slice's flush log and waits until the
 /// broker has it: no output of the range is sent before (see [`super::records::idle_flush`]).
-fn log_range(deps: &WorkerSetup, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
+fn log_range(setup: &WorkerSetup, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
     log::info!(
         "slice {slice}: offsets {}..={} decided by availability.policy = {} while it is restored (logged)",
         range.from,
         range.to,
         range.policy.as_str()
     );
-    log_and_wait(deps, slice, policy_record(range).as_bytes(), &format!("policy range {}..={}", range.from, range.to))
+    log_and_wait(setup, slice, policy_record(range).as_bytes(), &format!("policy range {}..={}", range.from, range.to))
 }
 
 /// Writes `payload` to the slice's flush log and waits until the broker has
 /// it. A broker that does not answer is waited for; librdkafka bounds the
 /// wait (`message.timeout.ms`): then the delivery fails and so does this.
-pub(super) fn log_and_wait(deps: &WorkerSetup, slice: u32, payload: &[u8], what: &str) -> Result<(), KafkaLayerError> {
+pub(super) fn log_and_wait(setup: &WorkerSetup, slice: u32, payload: &[u8], what: &str) -> Result<(), KafkaLayerError> {
     let record: BaseRecord<'_, [u8], [u8], ()> =
-        BaseRecord::with_opaque_to(&deps.flush_topic, ()).partition(slice as i32).payload(payload);
-    deps.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
+        BaseRecord::with_opaque_to(&setup.flush_topic, ()).partition(slice as i32).payload(payload);
+    setup.producer.send(record).map_err(|(e, _)| KafkaLayerError::Checkpoint {
         slice,
-        detail: format!("writing the {what} to {}: {e}", deps.flush_topic),
+        detail: format!("writing the {what} to {}: {e}", setup.flush_topic),
     })?;
-    deps.producer.context().counts().sent(&deps.flush_topic, slice as i32);
-    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    setup.producer.context().counts().sent(&setup.flush_topic, slice as i32);
+    let mark = setup.producer.context().counts().mark(Some(slice as usize));
     let started = Instant::now();
-    while let Err(detail) = wait_acked(&deps.producer, &mark, FLUSH_TIMEOUT) {
-        if deps.producer.context().failure().is_some() {
+    while let Err(detail) = wait_acked(&setup.producer, &mark, FLUSH_TIMEOUT) {
+        if setup.producer.context().failure().is_some() {
             return Err(KafkaLayerError::Checkpoint { slice, detail: format!("{what}: {detail}") });
         }
         log::warn!(

@@ -14,17 +14,17 @@ use crate::filter::FilterFigures;
 use crate::metrics::Metrics;
 
 /// Publishes counters, gauges and status of the owned slices.
-pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets: &BTreeMap<u32, i64>) {
-    let m = &deps.metrics;
+pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_offsets: &BTreeMap<u32, i64>) {
+    let m = &setup.metrics;
     // Room a backlog left in the buffers is given back here, off the per-record path.
-    if let Some(to) = shrink_target(inner.judged.len(), inner.judged.capacity()) {
-        inner.judged.shrink_to(to);
+    if let Some(to) = shrink_target(worker_state.judged.len(), worker_state.judged.capacity()) {
+        worker_state.judged.shrink_to(to);
     }
-    m.producer_queue.set(i64::from(deps.producer.in_flight_count()));
-    let mut status = deps.status.slices.lock().expect("status lock");
-    for (slice, owned) in inner.slices.iter_mut() {
+    m.producer_queue.set(i64::from(setup.producer.in_flight_count()));
+    let mut status = setup.status.slices.lock().expect("status lock");
+    for (slice, owned) in worker_state.slices.iter_mut() {
         let label = slice.to_string();
-        publish_counters(deps, &label, owned);
+        publish_counters(setup, &label, owned);
         m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
         m.held_bytes.with_label_values(&[&label]).set(owned.held.bytes() as i64);
         owned.held.shrink();
@@ -32,7 +32,7 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
         let filter = publish_filter(m, &label, owned);
         m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         // Shared mode: read-order records (a router's turn each) not taken in yet.
-        let next = deps.log_position(owned.state.next_offset) as i64;
+        let next = setup.log_position(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(*slice, slice_status(*slice, owned, &filter, lag));
@@ -41,8 +41,8 @@ pub(super) fn publish(deps: &WorkerSetup, inner: &mut WorkerState, high_offsets:
 
 /// The verdict counters, late records, tier lookups, hold overflows and
 /// provenance counters of one slice, as increments since the last publication.
-fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
-    let m = &deps.metrics;
+fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
+    let m = &setup.metrics;
     let c = &owned.state.counters;
     let p = &owned.published;
     for (result, now, before) in [
@@ -59,7 +59,7 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         m.late_records.with_label_values(&[label]).inc_by(c.late - p.late);
     }
     // A dense leaf resolves its duplicates itself and forwards its distinct records.
-    if deps.cfg.tier == crate::config::Tier::DenseLeaf {
+    if setup.cfg.tier == crate::config::Tier::DenseLeaf {
         m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
         m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
     }
@@ -70,13 +70,13 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         log::warn!(
             "slice {label}: held more than slicing.max_held = {} records for an input partition nobody \
              routes; released them past it ({} times so far): records of that partition may now arrive late",
-            deps.cfg.settings.slicing.max_held,
+            setup.cfg.settings.slicing.max_held,
             overflows
         );
         m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
-    if let Some(p) = &owned.state.provenance {
+    if let Some(p) = &owned.state.stages.provenance {
         let dropped = p.sources.dropped();
         if dropped > owned.published_provenance_dropped {
             m.provenance_dropped.with_label_values(&[label]).inc_by(dropped - owned.published_provenance_dropped);
@@ -84,8 +84,10 @@ fn publish_counters(deps: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         owned.published_provenance_dropped = dropped;
     }
     // Exported (0) with provenance off too, as every documented metric is.
-    let live_sources = owned.state.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+    let live_sources = owned.state.stages.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
     m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
+    let false_positive = owned.state.stages.counting.as_ref().map_or(0.0, |c| c.stage.false_positive());
+    m.limit_false_positive.with_label_values(&[label]).set(false_positive);
 }
 
 /// The filter's counters (as increments) and gauges of one slice.

@@ -14,7 +14,7 @@ use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
-use crate::engine::slice::{MAX_TOPIC_BYTES, Unframed};
+use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
 use crate::features::shared::read_order::{self, ReadOrder};
 use crate::features::shared::reader::InputReader;
@@ -30,13 +30,13 @@ use crate::kafka::{KafkaLayerError, headers};
 /// progress records, or nothing, while an input partition that is not idle
 /// waits for its router (a rebalance), releases nothing that partition
 /// may still come before.
-pub(super) fn flush_idle(deps: &WorkerSetup, inner: &mut WorkerState) -> Result<(), KafkaLayerError> {
-    let idle_after = deps.path.idle_after;
-    let WorkerState { slices, judged, .. } = inner;
+pub(super) fn flush_idle(setup: &WorkerSetup, worker_state: &mut WorkerState) -> Result<(), KafkaLayerError> {
+    let idle_after = setup.path.idle_after;
+    let WorkerState { slices, judged, .. } = worker_state;
     for owned in slices.values_mut() {
-        apply_logged_flushes(deps, owned, judged)?;
+        apply_logged_flushes(setup, owned, judged)?;
         if owned.state.order.flush_pending() && !replaying(owned) && owned.last_arrival.elapsed() >= idle_after {
-            idle_flush(deps, owned, judged)?;
+            idle_flush(setup, owned, judged)?;
         }
     }
     Ok(())
@@ -51,20 +51,20 @@ fn replaying(owned: &OwnedSlice) -> bool {
 /// Flushes a slice that holds more than `slicing.max_held_bytes` of
 /// records, as an idle flush: logged before it is applied, so a replay
 /// releases at the same place and the verdicts still follow from the logs
-/// (design invariant 1) — the trigger is memory, the decision is in the
+/// (docs/design.md, invariant 1) — the trigger is memory, the decision is in the
 /// log. What the hold keeps back is not released (`flush_pending` is
 /// false then): `slicing.max_held` bounds that.
 fn flush_over_budget(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
-    let over = owned.held.bytes() as u64 > deps.path.max_held_bytes;
+    let over = owned.held.bytes() as u64 > setup.path.max_held_bytes;
     if !over || replaying(owned) || !owned.state.order.flush_pending() {
         return Ok(());
     }
-    deps.metrics.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
-    idle_flush(deps, owned, judged)
+    setup.metrics.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    idle_flush(setup, owned, judged)
 }
 
 /// Whether a silent replay up to the last output `y` still waits for the
@@ -86,22 +86,22 @@ fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
 /// judgments it releases; then applies a logged idle flush that came right
 /// after it (replay).
 pub(super) fn handle(
-    deps: &WorkerSetup,
-    inner: &mut WorkerState,
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
     msg: &BorrowedMessage<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
-    let WorkerState { slices, judged, deciding, .. } = inner;
+    let WorkerState { slices, judged, deciding, .. } = worker_state;
     let Some(owned) = slices.get_mut(&slice) else {
         return match deciding.get_mut(&slice) {
-            Some(d) => decide_early(deps, d, slice, msg, &LogRecord::read(deps.path.log_format, msg)),
+            Some(d) => decide_early(setup, d, slice, msg, &LogRecord::read(setup.path.log_format, msg)),
             None => Ok(()), // fetched just before a revocation, or while restoring
         };
     };
     // Shared mode: a slice-log record (a router's progress, a delete
     // request) is at index 0 of its offset's virtual positions.
-    let offset = deps.slice_position(msg.offset() as u64);
+    let offset = setup.slice_position(msg.offset() as u64);
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
@@ -110,8 +110,8 @@ pub(super) fn handle(
     // the flush after it must not wait for the worker's idle check, which a
     // record arriving first would overtake (the flush would be skipped, and
     // the replay would release its records at other positions).
-    apply_logged_flushes(deps, owned, judged)?;
-    let record = LogRecord::read(deps.path.log_format, msg);
+    apply_logged_flushes(setup, owned, judged)?;
+    let record = LogRecord::read(setup.path.log_format, msg);
     // Inside a range of slice offsets logged as decided by
     // `availability.policy`: input records are decided, not judged, and a
     // router's progress moves nothing (nothing is released there).
@@ -122,17 +122,17 @@ pub(super) fn handle(
             owned.since_checkpoint += 1;
             owned.state.next_offset = offset + 1;
             judged.clear();
-            apply_logged_flushes(deps, owned, judged)
+            apply_logged_flushes(setup, owned, judged)
         }
-        (Kind::Progress, None) => take_progress(deps, owned, judged, offset, msg),
+        (Kind::Progress, None) => take_progress(setup, owned, judged, offset, msg),
         (Kind::Delete, _) => {
             owned.last_arrival = now;
-            take_delete(deps, owned, judged, offset, msg)
+            take_delete(setup, owned, judged, offset, msg)
         }
         (Kind::Input, Some(range)) => {
-            decide_logged(deps, owned, msg, &record, range, now)?;
+            decide_logged(setup, owned, msg, &record, range, now)?;
             judged.clear();
-            apply_logged_flushes(deps, owned, judged)
+            apply_logged_flushes(setup, owned, judged)
         }
         (Kind::Foreign, _) => {
             log::warn!(
@@ -143,7 +143,7 @@ pub(super) fn handle(
         }
         (Kind::Input, None) => {
             owned.last_arrival = now;
-            judge(deps, owned, judged, offset, msg, &record.framed, &record.headers)
+            judge(setup, owned, judged, offset, msg, &record.framed, &record.headers)
         }
     }
 }
@@ -152,7 +152,7 @@ pub(super) fn handle(
 /// not an arrival either — a slice that receives only these is idle, and
 /// its idle flush (up to the hold) is what releases its last records.
 fn take_progress(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
@@ -175,14 +175,14 @@ fn take_progress(
         });
     owned.state.announce(offset, &entries, judged);
     owned.since_checkpoint += 1;
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
-    apply_logged_flushes(deps, owned, judged)
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
+    apply_logged_flushes(setup, owned, judged)
 }
 
 /// A delete request (see `crate::features::deletes::requests`), applied here, in the
 /// log's order; the admin endpoint waits for the slice-log offset it wrote.
 fn take_delete(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
@@ -191,9 +191,9 @@ fn take_delete(
     let key = msg.key().unwrap_or_default();
     let outcome = owned.state.delete(offset, key);
     owned.since_checkpoint += 1;
-    crate::features::deletes::requests::posted(&deps.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
+    crate::features::deletes::requests::posted(&setup.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
     judged.clear();
-    apply_logged_flushes(deps, owned, judged)
+    apply_logged_flushes(setup, owned, judged)
 }
 
 /// Shared mode: judges the input records the read-order record `msg` names,
@@ -202,14 +202,14 @@ fn take_delete(
 /// The worker lock is taken per record: an admin lookup waits for one
 /// record, not for a whole read-order record and its fetches.
 pub(super) fn handle_read_order(
-    deps: &WorkerSetup,
-    inner: &Mutex<WorkerState>,
+    setup: &WorkerSetup,
+    worker_state: &Mutex<WorkerState>,
     input: &mut InputReader,
     msg: &BorrowedMessage<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
-    let Some(next) = inner.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
+    let Some(next) = worker_state.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
         return Ok(()); // fetched just before a revocation
     };
     let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
@@ -235,9 +235,9 @@ pub(super) fn handle_read_order(
             input.read_run(&run.topic, run.partition, first, run.count - skip as u32, |offset, record| {
                 let position = run_start + (offset - run.first) as u64;
                 let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
-                let mut guard = inner.lock().expect("worker lock");
-                handle_named(deps, &mut guard, slice, position, record, source, now)?;
-                if let Err(e) = copy_some(deps, &mut guard, COPY_STEP_BYTES) {
+                let mut guard = worker_state.lock().expect("worker lock");
+                handle_named(setup, &mut guard, slice, position, record, source, now)?;
+                if let Err(e) = copy_some(setup, &mut guard, COPY_STEP_BYTES) {
                     log::warn!("snapshot failed: {e}");
                 }
                 Ok(())
@@ -251,36 +251,36 @@ pub(super) fn handle_read_order(
 /// Shared mode: judges one input record a read-order record names, at
 /// virtual position `offset`; `source` is where it was read.
 fn handle_named(
-    deps: &WorkerSetup,
-    inner: &mut WorkerState,
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
     slice: u32,
     offset: u64,
     msg: &BorrowedMessage<'_>,
     source: SourceRef<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
-    let WorkerState { slices, judged, .. } = inner;
+    let WorkerState { slices, judged, .. } = worker_state;
     let Some(owned) = slices.get_mut(&slice) else {
         return Ok(()); // revoked meanwhile
     };
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
     }
-    apply_logged_flushes(deps, owned, judged)?;
+    apply_logged_flushes(setup, owned, judged)?;
     owned.last_arrival = now;
     let header_list: Vec<(&str, &[u8])> =
         msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
     let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
-    judge(deps, owned, judged, offset, msg, &framed, &header_list)
+    judge(setup, owned, judged, offset, msg, &framed, &header_list)
 }
 
 /// Judges an input record at slice offset (shared mode: virtual position)
 /// `offset`: emits the judgments it releases, keeps it if it waits, then
 /// applies a logged idle flush that came right after it (replay).
 pub(super) fn judge(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
@@ -289,8 +289,8 @@ pub(super) fn judge(
     header_list: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
-    if let Some(why) = broken_frame(deps.path.log_format, msg.payload(), source_header, framed) {
-        return refuse(deps, owned, judged, offset, msg, framed, why);
+    if let Some(why) = broken_frame(setup.path.log_format, msg.payload(), source_header, framed) {
+        return refuse(setup, owned, judged, offset, msg, framed, why);
     }
     let Unframed { source, payload, reading } = *framed;
     let record = RecordView {
@@ -301,18 +301,18 @@ pub(super) fn judge(
     };
     let slice_record = SliceRecord { offset, record, source, reading };
     judged.clear();
-    owned.process(&slice_record, &deps.extractor, judged);
+    owned.process(&slice_record, &setup.extractor, judged);
     owned.since_checkpoint += 1;
-    if let Some(input) = &deps.input_counter {
+    if let Some(input) = &setup.input_counter {
         input.inc();
     }
     // No judgment of its own: it waits for the watermark.
     if !judged.iter().any(|j| j.offset == offset) {
         owned.held.insert(offset, msg.detach());
     }
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
-    apply_logged_flushes(deps, owned, judged)?;
-    flush_over_budget(deps, owned, judged)
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    apply_logged_flushes(setup, owned, judged)?;
+    flush_over_budget(setup, owned, judged)
 }
 
 /// Dead-letters the record at slice offset `offset` unjudged, for `why`:
@@ -320,7 +320,7 @@ pub(super) fn judge(
 /// own release), without reading the record's bytes as a record. A replay
 /// refuses it again at the same place.
 fn refuse(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
@@ -331,20 +331,20 @@ fn refuse(
     owned.state.next_offset = offset + 1;
     owned.state.counters.invalid += 1;
     owned.since_checkpoint += 1;
-    if let Some(input) = &deps.input_counter {
+    if let Some(input) = &setup.input_counter {
         input.inc();
     }
     judged.clear();
     let verdict = SliceVerdict::Invalid(why);
-    judged.push(Judgment { offset, verdict, late_by_ms: None, first_source: None, count: None });
-    emit(deps, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
-    apply_logged_flushes(deps, owned, judged)
+    judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    apply_logged_flushes(setup, owned, judged)
 }
 
 /// Applies the logged idle flushes due after the slice's last record (a
 /// replay flushes where the original run did).
 pub(super) fn apply_logged_flushes(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
@@ -355,7 +355,7 @@ pub(super) fn apply_logged_flushes(
         }
         owned.flushes.pop_front();
         if Some(after) == last {
-            flush_slice(deps, owned, judged)?;
+            flush_slice(setup, owned, judged)?;
         }
     }
     Ok(())
@@ -363,27 +363,27 @@ pub(super) fn apply_logged_flushes(
 
 /// Judges every record the slice holds for the watermark (an idle flush,
 /// already logged) and emits the judgments.
-fn flush_slice(deps: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+fn flush_slice(setup: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
     judged.clear();
     owned.state.flush(judged);
     let after = owned.state.next_offset.saturating_sub(1);
-    deps.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
-    emit(deps, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
+    setup.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    emit(setup, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
 }
 
 /// Writes an idle flush of the slice to its flush log, waits until the
 /// broker has it, then applies it: a restart replays it at the same place.
 pub(super) fn idle_flush(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     let after = owned.state.next_offset.saturating_sub(1);
     let payload = flush_record(after);
-    log_and_wait(deps, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
+    log_and_wait(setup, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
     owned.since_checkpoint += 1;
-    flush_slice(deps, owned, judged)
+    flush_slice(setup, owned, judged)
 }
 
 /// Whether a slice-log record is a router's read-order record (shared mode).

@@ -36,20 +36,20 @@ pub(super) struct Restores {
 }
 
 impl Restores {
-    pub(super) fn start(deps: Arc<WorkerSetup>) -> Restores {
+    pub(super) fn start(setup: Arc<WorkerSetup>) -> Restores {
         let (jobs, job_rx) = mpsc::channel::<RestoreJob>();
         let (done_tx, done) = mpsc::channel();
         std::thread::Builder::new()
             .name("dedupd-restores".into())
             .spawn(move || {
                 for RestoreJob { slice, id } in job_rx {
-                    if deps.cfg.availability != AvailabilityPolicy::Wait {
-                        let result = restorer(&deps).locate(slice);
+                    if setup.cfg.availability != AvailabilityPolicy::Wait {
+                        let result = restorer(&setup).locate(slice);
                         if done_tx.send(RestoreEvent::Located { slice, id, result }).is_err() {
                             break;
                         }
                     }
-                    let result = restore(&deps, slice).map(Box::new);
+                    let result = restore(&setup, slice).map(Box::new);
                     if done_tx.send(RestoreEvent::Restored { slice, id, result }).is_err() {
                         break;
                     }
@@ -61,51 +61,50 @@ impl Restores {
 }
 
 /// The restore of the slices of this process.
-pub(super) fn restorer(deps: &WorkerSetup) -> Restorer<'_> {
+pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
     Restorer {
-        store: &deps.store,
-        reader: &deps.reader,
-        filter: &deps.filter,
-        order: deps.cfg.order,
-        extractor: &deps.extractor,
-        slice_topic: &deps.slice_topic,
-        slicing: deps.cfg.slicing,
-        leaf: (deps.cfg.tier == crate::config::Tier::DenseLeaf).then_some(deps.cfg.settings.app.id.as_str()),
-        flush_topic: &deps.flush_topic,
+        store: &setup.store,
+        reader: &setup.reader,
+        filter: &setup.filter,
+        order: setup.cfg.order,
+        extractor: &setup.extractor,
+        slice_topic: &setup.slice_topic,
+        slicing: setup.cfg.slicing,
+        leaf: (setup.cfg.tier == crate::config::Tier::DenseLeaf).then_some(setup.cfg.settings.app.id.as_str()),
+        flush_topic: &setup.flush_topic,
         destinations: Destination::ALL
             .into_iter()
-            .filter_map(|dest| Some((dest, dest.topic(&deps.cfg.settings)?)))
+            .filter_map(|dest| Some((dest, dest.topic(&setup.cfg.settings)?)))
             .collect(),
-        on_corrupt: deps.cfg.on_corrupt,
-        rejected: &deps.metrics.checkpoint_rejected,
-        bounds_ignored: &deps.metrics.restore_bounds_ignored,
-        provenance: deps.cfg.provenance.as_ref(),
-        counting: deps.cfg.counting.as_ref(),
-        start_at_end: deps.cfg.slicing == crate::config::SlicingMode::InputPartitions
-            && deps.cfg.input_start == crate::config::InputStart::Latest,
+        on_corrupt: setup.cfg.on_corrupt,
+        rejected: &setup.metrics.checkpoint_rejected,
+        bounds_ignored: &setup.metrics.restore_bounds_ignored,
+        stages: &setup.cfg.stages,
+        start_at_end: setup.cfg.slicing == crate::config::SlicingMode::InputPartitions
+            && setup.cfg.input_start == crate::config::InputStart::Latest,
     }
 }
 
-pub(super) fn restore(deps: &WorkerSetup, slice: u32) -> Result<OwnedSlice, KafkaLayerError> {
+pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, KafkaLayerError> {
     let started = Instant::now();
-    let mut point = restorer(deps).restore(slice)?;
-    point.state.passthrough = deps.cfg.passthrough;
-    let max_held = usize::try_from(deps.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
+    let mut point = restorer(setup).restore(slice)?;
+    point.state.passthrough = setup.cfg.passthrough;
+    let max_held = usize::try_from(setup.cfg.settings.slicing.max_held).unwrap_or(usize::MAX);
     point.state.order.set_max_held(max_held);
     let source = match point.from {
         RestoredFrom::Snapshot { .. } => "snapshot",
         RestoredFrom::Empty => "empty",
         RestoredFrom::Corrupt(..) => "corrupt",
     };
-    deps.metrics.restores.with_label_values(&[source]).inc();
+    setup.metrics.restores.with_label_values(&[source]).inc();
     log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
-    deps.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+    setup.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
     let figures = point.state.filter.figures();
     Ok(OwnedSlice {
         copying: None,
         published_filter: figures.counters,
         published: point.state.counters.clone(),
-        published_provenance_dropped: point.state.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_provenance_dropped: point.state.stages.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay: point.bounds,

@@ -14,9 +14,9 @@ use super::state::WorkerState;
 use crate::kafka::clients;
 
 /// The partitions of the slices being restored (paused, with eager rebalancing).
-pub(super) fn restoring_list(topic: &str, inner: &WorkerState) -> TopicPartitionList {
+pub(super) fn restoring_list(topic: &str, worker_state: &WorkerState) -> TopicPartitionList {
     let mut tpl = TopicPartitionList::new();
-    for &slice in inner.restoring.keys() {
+    for &slice in worker_state.restoring.keys() {
         tpl.add_partition(topic, slice as i32);
     }
     tpl
@@ -28,14 +28,14 @@ pub(super) fn restoring_list(topic: &str, inner: &WorkerState) -> TopicPartition
 /// from where it resumes. What comes for a restore whose slice was revoked
 /// meanwhile is dropped.
 pub(super) fn take_restored<C: ConsumerContext>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     consumer: &BaseConsumer<C>,
-    inner: &mut WorkerState,
+    worker_state: &mut WorkerState,
 ) {
-    while let Ok(event) = inner.restorer.done.try_recv() {
+    while let Ok(event) = worker_state.restorer.done.try_recv() {
         match event {
             RestoreEvent::Located { slice, id, result } => {
-                if inner.restoring.get(&slice) != Some(&id) {
+                if worker_state.restoring.get(&slice) != Some(&id) {
                     continue;
                 }
                 match result {
@@ -47,16 +47,16 @@ pub(super) fn take_restored<C: ConsumerContext>(
                         // Records below the snapshot's offset are in it: judged, or
                         // waiting for the watermark (judged once it is restored).
                         let next = bounds.highest().map_or(0, |y| y.after + 1).max(snapshot.unwrap_or(0));
-                        if let Err(e) = read_from(deps, consumer, inner, slice, next) {
-                            inner.fatal.get_or_insert(e);
+                        if let Err(e) = read_from(setup, consumer, worker_state, slice, next) {
+                            worker_state.fatal.get_or_insert(e);
                             continue;
                         }
                         log::info!(
                             "slice {slice}: being restored; its records from offset {next} are decided by \
                              availability.policy = {} meanwhile",
-                            deps.cfg.availability.as_str()
+                            setup.cfg.availability.as_str()
                         );
-                        inner.deciding.insert(slice, Deciding { next, bounds, ranges });
+                        worker_state.deciding.insert(slice, Deciding { next, bounds, ranges });
                     }
                     Err(e) => {
                         log::warn!("slice {slice}: cannot read where its outputs stopped ({e}); its records wait")
@@ -64,12 +64,12 @@ pub(super) fn take_restored<C: ConsumerContext>(
                 }
             }
             RestoreEvent::Restored { slice, id, result } => {
-                if inner.restoring.get(&slice) != Some(&id) {
+                if worker_state.restoring.get(&slice) != Some(&id) {
                     log::debug!("slice {slice}: a restore finished after the slice was revoked; dropped");
                     continue;
                 }
-                inner.restoring.remove(&slice);
-                let deciding = inner.deciding.remove(&slice);
+                worker_state.restoring.remove(&slice);
+                let deciding = worker_state.deciding.remove(&slice);
                 match result {
                     Ok(mut owned) => {
                         if let Some(d) = deciding {
@@ -85,19 +85,22 @@ pub(super) fn take_restored<C: ConsumerContext>(
                                 d.next.saturating_sub(1)
                             );
                         }
-                        if let Err(e) = read_from(deps, consumer, inner, slice, owned.state.next_offset) {
-                            inner.fatal.get_or_insert(e);
+                        if let Err(e) = read_from(setup, consumer, worker_state, slice, owned.state.next_offset) {
+                            worker_state.fatal.get_or_insert(e);
                             continue;
                         }
-                        inner.slices.insert(slice, *owned);
-                        deps.metrics.init_slice(slice);
+                        worker_state.slices.insert(slice, *owned);
+                        setup.metrics.init_slice(slice);
                     }
                     Err(e) => {
-                        inner.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
+                        worker_state.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
                     }
                 }
-                deps.metrics.slices_owned.set(inner.slices.len() as i64);
-                deps.status.ready.store(inner.fatal.is_none() && inner.restoring.is_empty(), Ordering::Relaxed);
+                setup.metrics.slices_owned.set(worker_state.slices.len() as i64);
+                setup
+                    .status
+                    .ready
+                    .store(worker_state.fatal.is_none() && worker_state.restoring.is_empty(), Ordering::Relaxed);
             }
         }
     }
@@ -109,20 +112,20 @@ pub(super) fn take_restored<C: ConsumerContext>(
 /// paused, with eager rebalancing; a partition read by `availability.policy`
 /// during the restore is not paused and the resume does nothing).
 pub(super) fn read_from<C: ConsumerContext>(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     consumer: &BaseConsumer<C>,
-    inner: &mut WorkerState,
+    worker_state: &mut WorkerState,
     slice: u32,
     offset: u64,
 ) -> Result<(), String> {
-    let at = Offset::Offset(deps.log_position(offset) as i64);
+    let at = Offset::Offset(setup.log_position(offset) as i64);
     let mut tpl = TopicPartitionList::new();
-    let result = tpl.add_partition_offset(&deps.slice_topic, slice as i32, at).and_then(|()| {
-        if inner.unassigned.remove(&slice) {
+    let result = tpl.add_partition_offset(&setup.slice_topic, slice as i32, at).and_then(|()| {
+        if worker_state.unassigned.remove(&slice) {
             return consumer.incremental_assign(&tpl);
         }
         // One assigned a moment ago (`Located`) may not be fetching yet.
-        clients::seek_started(consumer, &deps.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))
+        clients::seek_started(consumer, &setup.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))
     });
     result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
 }

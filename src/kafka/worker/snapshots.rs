@@ -25,17 +25,17 @@ pub(super) const IDLE_COPY_BYTES: usize = 4 << 20;
 
 /// Takes a snapshot of the slice: begins a copy of its state (everything
 /// but the filter's cells now; the cells while the slice goes on).
-pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, owned: &mut OwnedSlice) {
+pub(super) fn begin_snapshot(setup: &WorkerSetup, buffer: &mut Option<Vec<u8>>, owned: &mut OwnedSlice) {
     let taken = Instant::now();
     let slice = owned.state.slice;
     owned.state.begin_copy(buffer.take().unwrap_or_default());
     let offset = owned.state.next_offset;
-    let mark = deps.producer.context().counts().mark(Some(slice as usize));
+    let mark = setup.producer.context().counts().mark(Some(slice as usize));
     // Taken on the worker thread, which logs flushes and ranges and waits
     // for them: whatever it logs after this lies at or beyond the end it
     // has seen acknowledged.
     let pending = !owned.flushes.is_empty() || owned.ranges.iter().any(|r| r.to >= offset);
-    let logged = deps.producer.context().counts().end(&deps.flush_topic, slice as i32);
+    let logged = setup.producer.context().counts().end(&setup.flush_topic, slice as i32);
     let flush_log_offset = owned.flush_log.read_from(pending, logged);
     log::debug!(
         "slice {slice}: snapshot at offset {offset} taken, {} bytes of cells to copy",
@@ -56,8 +56,12 @@ pub(super) fn begin_snapshot(deps: &WorkerSetup, buffer: &mut Option<Vec<u8>>, o
 
 /// Copies up to `budget` more bytes of the snapshot being copied, if any,
 /// and hands it to the writer once complete.
-pub(super) fn copy_some(deps: &WorkerSetup, inner: &mut WorkerState, budget: usize) -> Result<(), KafkaLayerError> {
-    let WorkerState { slices, writer, .. } = inner;
+pub(super) fn copy_some(
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
+    budget: usize,
+) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, writer, .. } = worker_state;
     let Some(owned) = slices.values_mut().find(|o| o.copying.is_some()) else {
         return Ok(());
     };
@@ -65,14 +69,14 @@ pub(super) fn copy_some(deps: &WorkerSetup, inner: &mut WorkerState, budget: usi
     let started = Instant::now();
     let complete = owned.state.advance_copy(budget);
     c.longest_pause = c.longest_pause.max(started.elapsed());
-    if complete { hand_over(deps, writer, owned, false) } else { Ok(()) }
+    if complete { hand_over(setup, writer, owned, false) } else { Ok(()) }
 }
 
 /// Finishes the slice's snapshot copy (whatever is left, at once) and hands
 /// it to the checkpoint writer. `releasing`: the slice is being released or
 /// the process is stopping, so the copy could not wait (logged as such).
 fn hand_over(
-    deps: &WorkerSetup,
+    setup: &WorkerSetup,
     writer: &mut Writer,
     owned: &mut OwnedSlice,
     releasing: bool,
@@ -105,20 +109,20 @@ fn hand_over(
     } else {
         log::debug!("{line}");
     }
-    deps.metrics.checkpoint_stall.observe(longest_pause.as_secs_f64());
+    setup.metrics.checkpoint_stall.observe(longest_pause.as_secs_f64());
     Ok(())
 }
 
 /// Takes in a written snapshot; returns its error, if any. An answer for an
 /// earlier ownership of its slice (released since) changes nothing of the
 /// slice owned now.
-fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
-    inner.writer.outstanding -= 1;
-    inner.buffer = Some(written.buffer);
+fn apply(setup: &WorkerSetup, worker_state: &mut WorkerState, written: Written) -> Option<KafkaLayerError> {
+    worker_state.writer.outstanding -= 1;
+    worker_state.buffer = Some(written.buffer);
     let slice = written.slice;
     let label = slice.to_string();
-    let current = inner.writer.ownership.holds(slice, written.epoch);
-    let owned = inner.slices.get_mut(&slice).filter(|_| current);
+    let current = worker_state.writer.ownership.holds(slice, written.epoch);
+    let owned = worker_state.slices.get_mut(&slice).filter(|_| current);
     match written.result {
         Ok(Done::Written(manifest, bytes)) => {
             log::debug!(
@@ -126,9 +130,9 @@ fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Optio
                 manifest.offset,
                 written.took.as_secs_f64() * 1000.0
             );
-            deps.metrics.checkpoints.with_label_values(&[&label]).inc();
-            deps.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
-            deps.metrics.checkpoint_duration.observe(written.took.as_secs_f64());
+            setup.metrics.checkpoints.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
+            setup.metrics.checkpoint_duration.observe(written.took.as_secs_f64());
             if let Some(owned) = owned {
                 owned.writing = false;
                 owned.manifest = Some(manifest);
@@ -138,14 +142,14 @@ fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Optio
         }
         Ok(Done::Dropped(before)) => {
             log::info!("slice {slice}: snapshot dropped before {before}: the slice was released after it was taken");
-            deps.metrics.checkpoint_dropped.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint_dropped.with_label_values(&[&label]).inc();
             if let Some(owned) = owned {
                 owned.writing = false;
             }
             None
         }
         Err(e) => {
-            deps.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
             let Some(owned) = owned else {
                 // Not the failure of the slice owned now, if any: only logged.
                 log::warn!("slice {slice}: snapshot failed after the slice was released: {e}");
@@ -160,10 +164,10 @@ fn apply(deps: &WorkerSetup, inner: &mut WorkerState, written: Written) -> Optio
 }
 
 /// Takes in every snapshot written so far, without waiting.
-pub(super) fn apply_written(deps: &WorkerSetup, inner: &mut WorkerState) {
-    while let Ok(w) = inner.writer.written.try_recv() {
+pub(super) fn apply_written(setup: &WorkerSetup, worker_state: &mut WorkerState) {
+    while let Ok(w) = worker_state.writer.written.try_recv() {
         let slice = w.slice;
-        if let Some(e) = apply(deps, inner, w) {
+        if let Some(e) = apply(setup, worker_state, w) {
             log::warn!("slice {slice}: snapshot failed: {e}");
         }
     }
@@ -175,21 +179,25 @@ pub(super) fn apply_written(deps: &WorkerSetup, inner: &mut WorkerState) {
 /// The wait ends when the slice's write must have ended, as its job was
 /// queued before now: [`WRITE_DEADLINE`] (and the writer's
 /// [`ANSWER_MARGIN`]) from now, whatever other slices' answers come first.
-pub(super) fn wait_written(deps: &WorkerSetup, inner: &mut WorkerState, slice: u32) -> Result<(), KafkaLayerError> {
-    let WorkerState { slices, writer, .. } = &mut *inner;
+pub(super) fn wait_written(
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
+    slice: u32,
+) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, writer, .. } = &mut *worker_state;
     if let Some(owned) = slices.get_mut(&slice) {
-        hand_over(deps, writer, owned, true)?;
+        hand_over(setup, writer, owned, true)?;
     }
     let until = Instant::now() + WRITE_DEADLINE + ANSWER_MARGIN;
     let mut failure = Ok(());
-    while inner.slices.get(&slice).is_some_and(|o| o.writing) {
+    while worker_state.slices.get(&slice).is_some_and(|o| o.writing) {
         let left = until.saturating_duration_since(Instant::now());
-        let w = inner.writer.written.recv_timeout(left).map_err(|_| KafkaLayerError::Checkpoint {
+        let w = worker_state.writer.written.recv_timeout(left).map_err(|_| KafkaLayerError::Checkpoint {
             slice,
             detail: format!("the checkpoint writer did not answer within {:?}", WRITE_DEADLINE + ANSWER_MARGIN),
         })?;
         let of = w.slice;
-        if let Some(e) = apply(deps, inner, w) {
+        if let Some(e) = apply(setup, worker_state, w) {
             if of == slice {
                 failure = Err(e);
             } else {
@@ -202,10 +210,14 @@ pub(super) fn wait_written(deps: &WorkerSetup, inner: &mut WorkerState, slice: u
 
 /// Snapshots `slice` and waits until the snapshot is written (on release and
 /// shutdown). A slice snapshotted since its last record needs no new one.
-pub(super) fn checkpoint_now(deps: &WorkerSetup, inner: &mut WorkerState, slice: u32) -> Result<(), KafkaLayerError> {
+pub(super) fn checkpoint_now(
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
+    slice: u32,
+) -> Result<(), KafkaLayerError> {
     // A failed write in flight leaves the slice due: it is retried here.
-    let _ = wait_written(deps, inner, slice);
-    let WorkerState { slices, buffer, .. } = &mut *inner;
+    let _ = wait_written(setup, worker_state, slice);
+    let WorkerState { slices, buffer, .. } = &mut *worker_state;
     let Some(owned) = slices.get_mut(&slice) else {
         return Ok(());
     };
@@ -213,6 +225,6 @@ pub(super) fn checkpoint_now(deps: &WorkerSetup, inner: &mut WorkerState, slice:
         return Ok(());
     }
     // Copied at once by `wait_written`: the slice is being released.
-    begin_snapshot(deps, buffer, owned);
-    wait_written(deps, inner, slice)
+    begin_snapshot(setup, buffer, owned);
+    wait_written(setup, worker_state, slice)
 }

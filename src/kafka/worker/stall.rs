@@ -54,10 +54,10 @@ impl StallWatch {
     }
 
     /// Called when a poll returns, before its batch is handled.
-    pub(super) fn polled(&mut self, inner: &mut WorkerState, now: Instant) -> Turn {
+    pub(super) fn polled(&mut self, worker_state: &mut WorkerState, now: Instant) -> Turn {
         let stalled = now.saturating_duration_since(self.last_turn);
         if stalled >= WORKER_STALL {
-            after_stall(inner, stalled, "what is polled for the next 2 s is read again after");
+            after_stall(worker_state, stalled, "what is polled for the next 2 s is read again after");
             self.settle_until = Some(now + SETTLE);
         }
         let turn = match self.settle_until {
@@ -74,13 +74,13 @@ impl StallWatch {
     }
 
     /// Called when a turn ends; `true` if it stood still inside the turn.
-    pub(super) fn turn_ended(&mut self, inner: &mut WorkerState) -> bool {
+    pub(super) fn turn_ended(&mut self, worker_state: &mut WorkerState) -> bool {
         let stalled = self.last_turn.elapsed();
         self.last_turn = Instant::now();
         if stalled < WORKER_STALL {
             return false;
         }
-        after_stall(inner, stalled, "idle flushes and snapshots count from now");
+        after_stall(worker_state, stalled, "idle flushes and snapshots count from now");
         true
     }
 
@@ -93,18 +93,18 @@ impl StallWatch {
 /// Idleness counts again from now: without this, every slice holding
 /// records would look idle on waking and be flushed at once (measured: 14
 /// outputs delivered twice by `scripts/faults.sh daemon-pause` before).
-fn after_stall(inner: &mut WorkerState, stalled: Duration, then: &str) {
+fn after_stall(worker_state: &mut WorkerState, stalled: Duration, then: &str) {
     log::info!(
         "slice workers: stood still for {:.1} s (a stopped process or a starved CPU); {then}",
         stalled.as_secs_f64()
     );
-    idle_from_now(inner);
+    idle_from_now(worker_state);
 }
 
 /// Every owned slice counts its idleness from now.
-fn idle_from_now(inner: &mut WorkerState) {
+fn idle_from_now(worker_state: &mut WorkerState) {
     let now = Instant::now();
-    for owned in inner.slices.values_mut() {
+    for owned in worker_state.slices.values_mut() {
         owned.last_arrival = now;
     }
 }
@@ -112,18 +112,22 @@ fn idle_from_now(inner: &mut WorkerState) {
 /// After settling: every slice still owned (or decided by the policy) is
 /// read again from where it stands, records polled meanwhile included;
 /// idleness counts from now (those records are on their way again).
-pub(super) fn seek_back<C: ConsumerContext>(deps: &WorkerSetup, consumer: &BaseConsumer<C>, inner: &mut WorkerState) {
-    idle_from_now(inner);
-    let at: Vec<(u32, u64)> = inner
+pub(super) fn seek_back<C: ConsumerContext>(
+    setup: &WorkerSetup,
+    consumer: &BaseConsumer<C>,
+    worker_state: &mut WorkerState,
+) {
+    idle_from_now(worker_state);
+    let at: Vec<(u32, u64)> = worker_state
         .slices
         .iter()
         .map(|(&s, o)| (s, o.state.next_offset))
-        .chain(inner.deciding.iter().map(|(&s, d)| (s, d.next)))
+        .chain(worker_state.deciding.iter().map(|(&s, d)| (s, d.next)))
         .collect();
     log::info!("slice workers: settled after the stall; slices {at:?} are read again from these offsets");
     for (slice, next) in at {
-        if let Err(e) = read_from(deps, consumer, inner, slice, next) {
-            inner.fatal.get_or_insert(e);
+        if let Err(e) = read_from(setup, consumer, worker_state, slice, next) {
+            worker_state.fatal.get_or_insert(e);
         }
     }
 }

@@ -42,18 +42,18 @@ pub(super) struct WorkerState {
 
 impl WorkerState {
     /// Owns nothing yet; starts the checkpoint writer and the restore thread.
-    pub(super) fn new(deps: &Arc<WorkerSetup>) -> Self {
+    pub(super) fn new(setup: &Arc<WorkerSetup>) -> Self {
         WorkerState {
             slices: BTreeMap::new(),
             judged: Vec::new(),
             fatal: None,
-            writer: Writer::start(deps.clone()),
+            writer: Writer::start(setup.clone()),
             buffer: None,
             restoring: BTreeMap::new(),
             unassigned: BTreeSet::new(),
             deciding: BTreeMap::new(),
             restores_asked: 0,
-            restorer: Restores::start(deps.clone()),
+            restorer: Restores::start(setup.clone()),
         }
     }
 }

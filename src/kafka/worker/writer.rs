@@ -99,8 +99,8 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn start(deps: Arc<WorkerSetup>) -> Writer {
-        Writer::start_with(move |job, fence| write_snapshot(&deps, job, fence))
+    pub(super) fn start(setup: Arc<WorkerSetup>) -> Writer {
+        Writer::start_with(move |job, fence| write_snapshot(&setup, job, fence))
     }
 
     /// The writer thread, writing each job (unless fenced off) with `write`.
@@ -162,18 +162,18 @@ fn fenced(
 
 /// The checkpoint writer's work: waits until the slice's outputs up to the
 /// snapshot are acknowledged, then writes the snapshot.
-fn write_snapshot(deps: &WorkerSetup, job: &mut Job, fence: &Fence<'_>) -> Result<Done, KafkaLayerError> {
+fn write_snapshot(setup: &WorkerSetup, job: &mut Job, fence: &Fence<'_>) -> Result<Done, KafkaLayerError> {
     let Job { slice, offset, image, mark, previous, flush_log_offset, .. } = job;
     let slice = *slice;
     let timeout = fence.deadline.saturating_duration_since(Instant::now()).min(FLUSH_TIMEOUT);
-    wait_acked(&deps.producer, mark, timeout).map_err(|detail| KafkaLayerError::Checkpoint {
+    wait_acked(&setup.producer, mark, timeout).map_err(|detail| KafkaLayerError::Checkpoint {
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let fingerprint = crate::kafka::restore::fingerprint(&deps.filter, deps.cfg.counting.as_ref());
+    let fingerprint = crate::kafka::restore::fingerprint(&setup.filter, &setup.cfg.stages);
     let bytes = image.seal();
     let at = (*offset, Some(*flush_log_offset));
-    Ok(match deps.store.write_fenced(slice, at, bytes, &fingerprint, previous.as_ref(), fence)? {
+    Ok(match setup.store.write_fenced(slice, at, bytes, &fingerprint, previous.as_ref(), fence)? {
         WriteOutcome::Written(manifest) => Done::Written(manifest, bytes.len()),
         WriteOutcome::Dropped(before) => Done::Dropped(before),
     })

@@ -14,9 +14,11 @@ use std::path::PathBuf;
 
 use super::codec::encode_tagged;
 use super::*;
-use crate::engine::limits::CountingSetup;
-use crate::engine::provenance::{ProvenanceSetup, SourceSpec};
-use crate::engine::{CountingSpec, KeySpec};
+use crate::engine::KeySpec;
+use crate::features::limits::counting::CountingSpec;
+use crate::features::limits::stage::CountingSetup;
+use crate::features::provenance::stage::{ProvenanceSetup, SourceSpec};
+use crate::features::stages::StagesSetup;
 use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 use crate::filter::spectral::{CounterKind, Estimator, SpectralParams};
 use crate::filter::{DecayingKind, DecayingSpec, FilterChoice};
@@ -117,14 +119,16 @@ impl Case {
 
     fn fresh(self) -> SliceState {
         let mut s = SliceState::new(4, self.filter(), 0, order(300));
-        s.set_provenance(self.provenance().as_ref());
-        s.set_counting(self.counting().as_ref(), &extractor());
+        s.set_stages(&self.stages(), &extractor());
         s
     }
 
+    fn stages(self) -> StagesSetup {
+        StagesSetup { counting: self.counting(), provenance: self.provenance() }
+    }
+
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {
-        let (provenance, counting, ex) = (self.provenance(), self.counting(), extractor());
-        decode_full(bytes, 4, &self.filter(), order(300), provenance.as_ref(), counting.as_ref().map(|c| (c, &ex)))
+        decode_full(bytes, 4, &self.filter(), order(300), &self.stages(), &extractor())
     }
 }
 
@@ -188,7 +192,7 @@ impl Log {
         let mut reread = Vec::new();
         for (o, _) in s.unfilled.clone() {
             self.with(o as usize, |record| {
-                assert!(s.refill_count_key(o, record), "record {o}'s count key");
+                assert!(s.refill_stages(o, record), "record {o}'s count key");
                 let (t, h) = s.held_entry(record, &ex).unwrap();
                 reread.push((o, t, h));
             });
@@ -241,7 +245,7 @@ fn snapshots_of_every_version_restore_and_judge_on() {
         let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
         assert!(duplicates > 100, "{case:?}: {duplicates} duplicates (the stream must repeat keys)");
         if case.counting().is_some() {
-            assert!(expected.iter().any(|j| j.count.is_some_and(|m| m.limited)), "{case:?}: nothing limited");
+            assert!(expected.iter().any(|j| j.notes.limited()), "{case:?}: nothing limited");
         }
     }
 }
