@@ -33,9 +33,6 @@ const BATCH: usize = 4096;
 pub enum FilterKind {
     /// Deduplicate with the sliding timer Bloom filter.
     Timer,
-    /// Deduplicate within --window with the cuckoo table filter: one
-    /// 16-bit (fingerprint, stamp) slot per key (see docs/cuckoo.md).
-    Cuckoo,
     /// Read records exactly as `timer` does (keys and times extracted,
     /// unreadable records reported) but filter nothing: every readable record
     /// is written. The difference in speed is what dedup costs.
@@ -46,6 +43,9 @@ pub enum FilterKind {
     /// The Stable Bloom Filter: fixed memory (`--memory`), no window;
     /// forgets at random at a rate set by `--fpr`.
     Stable,
+    /// Deduplicate within --window with the cuckoo table filter: one
+    /// 16-bit (fingerprint, stamp) slot per key (see docs/cuckoo.md).
+    Cuckoo,
 }
 
 impl FilterKind {
