@@ -23,6 +23,9 @@
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
 //!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
 //!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
+//! - `cuckoo`: the cuckoo table filter (`CuckooFilter::observe`), the same bytes of 16-bit
+//!   slots, sized by its own rule (20% headroom at 95% load) for a window of as many keys,
+//!   one event at a time;
 //! - `bloomfilter`: the `bloomfilter` crate, same bytes, k = 7, `check_and_set`;
 //! - `hashbrown-exact`: an exact `hashbrown::HashMap<u64 fingerprint, u32 time>` holding the
 //!   same number of in-window keys as the 8-bit filter, evicting with a `retain` every
@@ -47,6 +50,7 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{BatchSize, BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
+use dedupd::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use dedupd::filter::{Event, FilterSpec, Growth, KeyHash, Layout, SlidingFilter, Verdict};
 use dedupd::testkit::workload::Rng;
 use twox_hash::XxHash3_64;
@@ -209,6 +213,51 @@ fn bench_dedupd(
             "  {size}/{name}: {} B of cells, FPR measured {:.3}% over the timed events, {:.1} bits per in-window key",
             s.f.memory_bytes(),
             100.0 * false_positive_share(&s.f, s.before),
+            s.f.memory_bytes() as f64 * 8.0 / s.window_keys as f64,
+        );
+    }
+}
+
+struct CuckooState {
+    f: CuckooFilter,
+    clock: u64,
+    window_keys: u64,
+    before: (u64, u64),
+}
+
+/// The cuckoo table filter whose first table is `bytes` of slots (its
+/// window the keys it is sized for), warmed up through one window.
+fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
+    let setup = || {
+        // Slots hold the keys of W + 1 ticks (W = 57) at 95% load, 20% headroom.
+        let keys = (bytes / 2) as f64 * 0.95 / 1.2 * 57.0 / 58.0;
+        let keys = keys as u64;
+        let spec = CuckooSpec { window_ms: keys, expected_keys: keys, ..CuckooSpec::default() };
+        let mut f = CuckooFilter::new(spec.resolve().expect("valid spec"));
+        let mut rng = Rng::new(1);
+        let mut clock = 1_000_000u64;
+        for k in fresh_keys(&mut rng, keys as usize) {
+            clock += 1;
+            f.observe(&KeyHash::of(f.params().seed, &k), clock);
+        }
+        let before = (f.counters().events, f.counters().duplicates);
+        CuckooState { f, clock, window_keys: keys, before }
+    };
+    let state = bench(group, "cuckoo", setup, |s, keys| {
+        let seed = s.f.params().seed;
+        let mut distinct = 0;
+        for k in keys {
+            s.clock += 1;
+            distinct += usize::from(!s.f.observe(&KeyHash::of(seed, k), s.clock));
+        }
+        distinct
+    });
+    if let Some(s) = state {
+        let c = s.f.counters();
+        eprintln!(
+            "  {size}/cuckoo: {} B of slots, FPR measured {:.3}% over the timed events, {:.1} bits per in-window key",
+            s.f.memory_bytes(),
+            100.0 * (c.duplicates - s.before.1) as f64 / (c.events - s.before.0).max(1) as f64,
             s.f.memory_bytes() as f64 * 8.0 / s.window_keys as f64,
         );
     }
@@ -412,6 +461,7 @@ fn test_then_insert(c: &mut Criterion) {
         for bits in [4u8, 8, 16] {
             bench_dedupd(&mut group, &size, bytes, bits, Layout::Blocked, true);
         }
+        bench_cuckoo(&mut group, &size, bytes);
         bench_fastbloom(&mut group, bytes, false);
         bench_fastbloom(&mut group, bytes, true);
         bench_bloomfilter(&mut group, bytes);

@@ -220,6 +220,28 @@ fn real_text_disorder_within_the_lateness_gives_the_event_time_answer() {
     );
 }
 
+/// The cuckoo kind on the real-text stream, in the same test as the timer
+/// filter: the event-time answer within the lateness, in less memory at its
+/// peak; with the estimate ten times too low it grows and stays accurate.
+#[test]
+fn the_cuckoo_kind_on_real_text_beside_the_timer_filter() {
+    let events = text_stream(130);
+    let shuffled = jittered(&events, 1_500, 11);
+    let timer = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s"]);
+    let cuckoo = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s", "--kind", "cuckoo"]);
+    assert!(cuckoo.confusion.fpr() <= 0.015, "FPR {} ({:?})", cuckoo.confusion.fpr(), cuckoo.confusion);
+    assert!(cuckoo.confusion.fnr() <= 0.01, "FNR {} ({:?})", cuckoo.confusion.fnr(), cuckoo.confusion);
+    let peak = |m: &Measured| m.stats["memory_bytes_peak"].as_u64().unwrap();
+    assert!(peak(&cuckoo) * 3 < peak(&timer), "cuckoo {} B, timer {} B", peak(&cuckoo), peak(&timer));
+    assert_eq!(cuckoo.stats["kind"], "cuckoo");
+    assert_eq!(cuckoo.stats["saturated_inserts"], 0, "no key forgotten at the cap");
+
+    let low = measure_arrivals(&shuffled, "2700", "density", &["--lateness", "2s", "--kind", "cuckoo"]);
+    assert!(low.confusion.fpr() <= 0.02, "FPR {} ({:?})", low.confusion.fpr(), low.confusion);
+    assert!(low.confusion.fnr() <= 0.01, "FNR {} ({:?})", low.confusion.fnr(), low.confusion);
+    assert!(low.stats["generations_created"].as_u64().unwrap() >= 3, "{}", low.stats);
+}
+
 #[test]
 fn headline_stream_meets_the_accuracy_targets() {
     let events = headline_stream(300);

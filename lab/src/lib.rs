@@ -8,6 +8,8 @@
 //!   (`dedupd-lab design-space`).
 //! - [`spectral`]: the Spectral Bloom Filter's error rates against the
 //!   paper's formulas (`dedupd-lab spectral`).
+//! - [`cuckoo`]: the cuckoo table filter beside the timer filter on real
+//!   text (`dedupd-lab cuckoo`).
 //! - [`bloofi`]: the provenance indexes against the naive scan
 //!   (`dedupd-lab bloofi`).
 //! - [`dynamic`]: the Dynamic Bloom Filter, the paper's reference model for
@@ -18,6 +20,7 @@
 
 pub mod accuracy;
 pub mod bloofi;
+pub mod cuckoo;
 pub mod design_space;
 pub mod dynamic;
 pub mod sim;

@@ -1,7 +1,7 @@
 //! `dedupd-lab`: the measurements behind dedupd's documented figures.
 
 use clap::{Parser, Subcommand};
-use dedupd_lab::{accuracy, bloofi, design_space, spectral, stream_kinds};
+use dedupd_lab::{accuracy, bloofi, cuckoo, design_space, spectral, stream_kinds};
 
 /// dedupd's measurements: accuracy against an exact oracle and the papers' experiments.
 #[derive(Debug, Parser)]
@@ -29,6 +29,10 @@ enum Experiment {
     /// Which of N Bloom filters hold a key: naive scan, Bloofi and
     /// Flat-Bloofi in the Bloofi paper's setting; writes CSV.
     Bloofi(bloofi::BloofiArgs),
+    /// The cuckoo table filter beside the timer filter on real text
+    /// (Brown Corpus bigrams), with the expected keys right and 10x low;
+    /// prints a table.
+    Cuckoo(cuckoo::CuckooArgs),
 }
 
 fn main() {
@@ -38,6 +42,7 @@ fn main() {
         Experiment::DesignSpace(args) => design_space::run(&args),
         Experiment::Spectral(args) => spectral::run(&args),
         Experiment::Bloofi(args) => bloofi::run(&args),
+        Experiment::Cuckoo(args) => cuckoo::run(&args),
     };
     if let Err(e) = result {
         eprintln!("dedupd-lab: {e:#}");

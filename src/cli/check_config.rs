@@ -106,6 +106,20 @@ impl Sizing {
                 max_generations: None,
             };
         }
+        if let FilterChoice::Cuckoo(_, table) = &choice {
+            // A slot is a cell of 16 bits; a key has 2 candidate buckets.
+            let slots = table.buckets * 4;
+            return Sizing {
+                kind,
+                slices,
+                cells: slots,
+                cell_bits: 16,
+                hashes: 2,
+                tick_ms: Some(table.tick_ms),
+                bytes_per_slice: slots * 2,
+                max_generations: Some(table.max_tables),
+            };
+        }
         let params = choice.params();
         Sizing {
             kind,
@@ -310,6 +324,12 @@ mod tests {
             "{counted}"
         );
         assert!(counted.cells <= 128, "{counted:?}");
+        // The cuckoo kind: its level-0 table's 16-bit slots, not the idle timer filter.
+        let cuckoo = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "cuckoo")]));
+        assert_eq!((cuckoo.cell_bits, cuckoo.hashes), (16, 2), "{cuckoo:?}");
+        assert_eq!(cuckoo.bytes_per_slice, cuckoo.cells * 2);
+        assert!(cuckoo.cells > 1000, "{cuckoo:?}");
+        assert!(cuckoo.to_string().starts_with("filter sizing: cuckoo, 8 slices, each "), "{cuckoo}");
         let none = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "passthrough")]));
         assert_eq!(none.to_string(), "filter sizing: passthrough, 8 slices, no filter memory (no deduplication)");
     }

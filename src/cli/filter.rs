@@ -20,6 +20,7 @@ use crate::engine::{
     Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
 use crate::features::limits::counting::{CountingSpec, CountingStage};
+use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams};
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
@@ -44,12 +45,16 @@ pub enum FilterKind {
     /// The Stable Bloom Filter: fixed memory (`--memory`), no window;
     /// forgets at random at a rate set by `--fpr`.
     Stable,
+    /// Deduplicate within --window with the cuckoo table filter: one
+    /// 16-bit (fingerprint, stamp) slot per key (see docs/cuckoo.md).
+    Cuckoo,
 }
 
 impl FilterKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FilterKind::Timer => "timer",
+            FilterKind::Cuckoo => "cuckoo",
             FilterKind::Passthrough => "passthrough",
             FilterKind::Rsbf => "rsbf",
             FilterKind::Stable => "stable",
@@ -61,14 +66,16 @@ impl FilterKind {
         match self {
             FilterKind::Rsbf => Some(DecayingKind::Rsbf),
             FilterKind::Stable => Some(DecayingKind::Stable),
-            FilterKind::Timer | FilterKind::Passthrough => None,
+            FilterKind::Timer | FilterKind::Cuckoo | FilterKind::Passthrough => None,
         }
     }
 }
 
 #[derive(Debug, clap::Args)]
 pub struct FilterArgs {
-    /// `timer` (deduplicate within --window), `passthrough` (read and write
+    /// `timer` (deduplicate within --window), `cuckoo` (the same with the
+    /// cuckoo table filter: --window, --fpr, --expected, --headroom,
+    /// --slices, --lateness and --max-generations apply), `passthrough` (read and write
     /// every readable record, no filter: to measure what dedup costs), or the
     /// decaying `rsbf` and `stable` (no window: fixed --memory for the
     /// whole stream, records judged in arrival order; --window, --expected,
@@ -371,6 +378,23 @@ impl FilterArgs {
 }
 
 impl FilterArgs {
+    /// The cuckoo table filters of `--kind cuckoo`, one per slice, validated.
+    pub fn cuckoo_filters(&self) -> anyhow::Result<Vec<CuckooFilter>> {
+        let timer = self.filter_spec();
+        let spec = CuckooSpec {
+            window_ms: timer.window_ms,
+            fpr: timer.fpr,
+            expected_keys: timer.expected_keys,
+            headroom: timer.headroom,
+            slices: timer.slices,
+            lateness_ms: timer.lateness_ms,
+            seed: timer.seed,
+            max_tables: timer.max_generations,
+        };
+        let params = spec.resolve().map_err(flag_error)?;
+        Ok((0..self.slices).map(|_| CuckooFilter::new(params.clone())).collect())
+    }
+
     /// The decaying filter of `rsbf` and `stable`, validated, from
     /// --load-state if given.
     pub fn decaying_filter(&self, kind: DecayingKind) -> anyhow::Result<DecayingFilter> {
@@ -479,6 +503,8 @@ pub struct FilterStats {
     pub max_late_ms: u64,
     pub lateness_ms: u64,
     pub memory_bytes: u64,
+    /// The most bytes the filter held at the end of any batch.
+    pub memory_bytes_peak: u64,
     pub generations_max: u32,
     pub generations_live: u64,
     pub generations_created: u64,
@@ -537,8 +563,12 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             if args.load_state.is_some() || args.save_state.is_some() {
                 anyhow::bail!("--load-state and --save-state are for --kind rsbf or stable");
             }
-            let filter = SlicedFilter::new(&args.filter_spec()).map_err(flag_error)?;
-            Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough)
+            if args.kind == FilterKind::Cuckoo {
+                Deduplicator::cuckoo(args.cuckoo_filters()?, extractor, order)
+            } else {
+                let filter = SlicedFilter::new(&args.filter_spec()).map_err(flag_error)?;
+                Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough)
+            }
         }
     };
     if let Some(stage) = args.counting_stage()? {
@@ -566,6 +596,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
     let mut decoded: Vec<Vec<u8>> = Vec::new();
     let mut judged = Vec::with_capacity(BATCH);
     let mut held = HeldLines::default();
+    let mut memory_bytes_peak = dedup.memory_bytes();
     let mut tally =
         Tally { invalid_by_reason: InvalidReason::ALL.iter().map(|r| (r.as_str(), 0)).collect(), ..Tally::default() };
     let mut sinks = Sinks {
@@ -607,6 +638,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
                 }
             }
             dedup.push_batch(&views, arrival, &mut judged);
+            memory_bytes_peak = memory_bytes_peak.max(dedup.memory_bytes());
             held.push(&buf, &ends);
             held.settle(&judged, &mut tally, &mut sinks)?;
         }
@@ -651,6 +683,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             max_late_ms,
             lateness_ms: order.lateness_ms,
             memory_bytes: s.memory_bytes,
+            memory_bytes_peak,
             generations_max: s.generations_max,
             generations_live: s.generations_live,
             generations_created: s.generations_created,
@@ -672,6 +705,29 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
             seed: None,
             counting: dedup.counting_stage().map(|s| CountingStatsJson::of(s, args.count_key.is_none())),
         };
+        if let [first, ..] = dedup.cuckoo_filters() {
+            // The timer fields describe the idle timer filter: replace them
+            // with the tables' (a "generation" is a table; cells are slots).
+            let all = dedup.cuckoo_filters();
+            let p = first.params();
+            let counters = all.iter().map(|f| f.counters());
+            stats = FilterStats {
+                memory_bytes: dedup.memory_bytes(),
+                estimated_fpr: all.iter().map(|f| f.estimated_fpr()).sum::<f64>() / all.len() as f64,
+                generations_max: 0,
+                generations_live: all.iter().map(|f| f.tables().len() as u64).sum(),
+                generations_created: counters.clone().map(|c| c.tables_created).sum(),
+                generations_dropped: counters.clone().map(|c| c.tables_dropped).sum(),
+                saturated_inserts: counters.map(|c| c.forced_evictions).sum(),
+                cells_per_slice: p.buckets * 4,
+                hashes: 2,
+                timer_bits: p.clock_bits as u8,
+                tick_ms: p.tick_ms,
+                window_ms: p.window_ms,
+                equal_timer_counts: Vec::new(),
+                ..stats
+            };
+        }
         if let Some(filter) = dedup.decaying_filter() {
             // The timer fields describe the idle timer filter: replace or clear them.
             let c = filter.stats();

@@ -4,12 +4,14 @@ use serde::Deserialize;
 
 use super::error::{ConfigError, invalid};
 use super::values::{bytes, duration_ms, optional_bytes, optional_duration_ms};
+use crate::filter::cuckoo::CuckooSpec;
 use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
-    /// `timer` (the sliding timer Bloom filter), `passthrough` (no dedup), or
+    /// `timer` (the sliding timer Bloom filter), `cuckoo` (the cuckoo table
+    /// filter: the same window in 16-bit slots), `passthrough` (no dedup), or
     /// the count-based kinds with no window, `rsbf` (reservoir-sampling Bloom
     /// filter) and `stable` (Stable Bloom Filter).
     pub kind: String,
@@ -53,6 +55,39 @@ pub struct FilterSettings {
 }
 
 impl FilterSettings {
+    /// The settings of the cuckoo table filter: one per slice, sized from
+    /// the same window, target, expected keys, headroom and slices as the
+    /// timer filter (`filter.max_generations` caps its tables), judging
+    /// instead of the timer filter, whose `timer` spec (validated) is shrunk
+    /// to the smallest there is, as for a decaying kind.
+    pub(super) fn cuckoo_spec(
+        &self,
+        timer: FilterSpec,
+        lateness_ms: u64,
+    ) -> Result<(FilterSpec, CuckooSpec), ConfigError> {
+        let cuckoo = CuckooSpec {
+            window_ms: self.window,
+            fpr: self.fpr,
+            expected_keys: self.expected_keys,
+            headroom: self.headroom,
+            slices: self.slices,
+            lateness_ms: Some(lateness_ms),
+            seed: timer.seed,
+            max_tables: self.max_generations,
+        };
+        cuckoo.resolve().map_err(|e| {
+            let name = match e.setting {
+                "expected" => "filter.expected_keys".to_string(),
+                other => format!("filter.{other}"),
+            };
+            invalid(&name, e.value, format!("{} (filter.kind = cuckoo)", e.rule))
+        })?;
+        let slices = u64::from(self.slices);
+        let timer =
+            FilterSpec { expected_keys: slices, total_cells: None, growth: Growth::None, max_generations: 1, ..timer };
+        Ok((timer, cuckoo))
+    }
+
     /// The settings of a decaying kind: one filter per slice with an
     /// equal share of `memory`, judging instead of the timer filter, whose
     /// `timer` spec (validated) is shrunk to the smallest there is: it stays

@@ -115,6 +115,9 @@ pub struct Resolved {
     /// `filter.kind = "rsbf" | "stable"`: the decaying kind that judges
     /// instead of the timer filter ([`Resolved::filter_choice`]).
     pub decaying: Option<crate::filter::DecayingSpec>,
+    /// `filter.kind = "cuckoo"`: the cuckoo table filter's settings, which
+    /// judge instead of the timer filter ([`Resolved::filter_choice`]).
+    pub cuckoo: Option<crate::filter::cuckoo::CuckooSpec>,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     /// `availability.policy`.
@@ -166,9 +169,10 @@ impl Resolved {
     /// The kind the slices judge with and its settings (validated at load).
     pub fn filter_choice(&self) -> Result<crate::filter::FilterChoice, crate::filter::ParamError> {
         let params = self.filter.resolve()?;
-        Ok(match &self.decaying {
-            None => crate::filter::FilterChoice::Timer(params),
-            Some(spec) => crate::filter::FilterChoice::Decaying(params, spec.clone()),
+        Ok(match (&self.decaying, &self.cuckoo) {
+            (Some(spec), _) => crate::filter::FilterChoice::Decaying(params, spec.clone()),
+            (None, Some(spec)) => crate::filter::FilterChoice::Cuckoo(params, spec.resolve()?),
+            (None, None) => crate::filter::FilterChoice::Timer(params),
         })
     }
 }

@@ -708,3 +708,21 @@ fn secrets_do_not_show_in_debug_output() {
         assert!(!is_secret_setting(name), "{name}");
     }
 }
+
+/// The cuckoo table filter: sized from the timer filter's settings, its
+/// parameters in the fingerprint; a target its 16-bit slots cannot reach
+/// fails at start-up naming the setting.
+#[test]
+fn the_cuckoo_kind_is_resolved_and_validated() {
+    let r = load(&[("DEDUPD__FILTER__KIND", "cuckoo")]).unwrap();
+    let spec = r.cuckoo.as_ref().unwrap();
+    assert_eq!((spec.slices, spec.fpr, spec.window_ms), (r.settings.filter.slices, 0.01, r.settings.filter.window));
+    let choice = r.filter_choice().unwrap();
+    assert!(matches!(choice, crate::filter::FilterChoice::Cuckoo(..)));
+    assert!(choice.fingerprint().starts_with("kind=cuckoo,"), "{}", choice.fingerprint());
+    assert!(choice.params().cells <= 64 * 2, "the idle timer filter is the smallest there is");
+    assert!(load(&[]).unwrap().cuckoo.is_none());
+    let e = rejected(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__FPR", "0.0001")]);
+    assert!(e.starts_with("invalid setting filter.fpr = 0.0001: needs 16-bit fingerprints"), "{e}");
+    assert!(e.ends_with("(filter.kind = cuckoo)"), "{e}");
+}

@@ -122,8 +122,10 @@ impl Settings {
             "passthrough" => (true, None),
             "rsbf" => (false, Some(DecayingKind::Rsbf)),
             "stable" => (false, Some(DecayingKind::Stable)),
-            other => return Err(invalid("filter.kind", other, "expected timer, passthrough, rsbf or stable")),
+            "cuckoo" => (false, None),
+            other => return Err(invalid("filter.kind", other, "expected timer, cuckoo, passthrough, rsbf or stable")),
         };
+        let cuckoo_kind = s.filter.kind == "cuckoo";
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
@@ -239,6 +241,13 @@ impl Settings {
                 (filter, Some(decaying))
             }
         };
+        let (filter, cuckoo) = match cuckoo_kind {
+            false => (filter, None),
+            true => {
+                let (filter, cuckoo) = s.filter.cuckoo_spec(filter, s.input.lateness)?;
+                (filter, Some(cuckoo))
+            }
+        };
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
         }
@@ -285,7 +294,7 @@ impl Settings {
         availability.check_counting(counting.is_some())?;
         let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
         s.flag.validate_topic(&s.output, &s.checkpoint)?;
-        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some())?;
+        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some() || cuckoo_kind)?;
         // Once the level is known: the counting stage by the dedup key, and
         // the rules across [limit], [flag] and [tier].
         if let Some(c) = &counting
@@ -339,6 +348,7 @@ impl Settings {
             time,
             filter,
             decaying,
+            cuckoo,
             slicing,
             on_corrupt,
             availability,

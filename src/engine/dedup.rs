@@ -20,10 +20,15 @@
 //! The decaying kinds (`rsbf`, `stable`) have no window and no notion of
 //! time: their records are judged at once, in arrival order, by the one
 //! [`DecayingFilter`] (see [`Deduplicator::decaying`]).
+//!
+//! The cuckoo table filter judges like the timer filter (in event-time
+//! order, within the lateness), one table filter per slice
+//! ([`Deduplicator::cuckoo`]).
 
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::features::limits::counting::{CountMark, CountingStage};
+use crate::filter::cuckoo::CuckooFilter;
 use crate::filter::{DecayingFilter, Event, KeyHash, SlicedFilter, Verdict};
 
 /// What became of one record.
@@ -52,6 +57,9 @@ pub struct Deduplicator {
     filter: SlicedFilter,
     /// A decaying filter judges instead of `filter` (which then stays empty).
     decaying: Option<DecayingFilter>,
+    /// Cuckoo table filters, one per slice, judge instead of `filter`
+    /// (which then stays empty) unless this is empty.
+    cuckoo: Vec<CuckooFilter>,
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
@@ -84,6 +92,7 @@ impl Deduplicator {
         Deduplicator {
             filter,
             decaying: None,
+            cuckoo: Vec::new(),
             extractor,
             seed,
             passthrough: false,
@@ -105,6 +114,30 @@ impl Deduplicator {
         let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, ..Default::default() };
         let idle = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
         Deduplicator { decaying: Some(filter), ..Deduplicator::new(idle, extractor, order) }
+    }
+
+    /// Records judged by cuckoo table filters, one per slice (keys spread
+    /// by their hash as over the timer filter's slices), in event-time order.
+    pub fn cuckoo(filters: Vec<CuckooFilter>, extractor: Extractor, order: OrderSettings) -> Self {
+        assert!(!filters.is_empty(), "at least one slice");
+        let seed = filters[0].params().seed;
+        let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, seed, ..Default::default() };
+        let idle = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
+        Deduplicator { cuckoo: filters, ..Deduplicator::new(idle, extractor, order) }
+    }
+
+    /// The cuckoo table filters, for [`Self::cuckoo`] (empty otherwise).
+    pub fn cuckoo_filters(&self) -> &[CuckooFilter] {
+        &self.cuckoo
+    }
+
+    /// Bytes the judging filter holds now.
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.decaying {
+            Some(d) => d.stats().memory_bytes,
+            None if !self.cuckoo.is_empty() => self.cuckoo.iter().map(|f| f.memory_bytes() as u64).sum(),
+            None => self.filter.slices().iter().map(|f| f.memory_bytes() as u64).sum(),
+        }
     }
 
     /// Adds the counting stage; `count_key` `None` counts by the dedup key
@@ -213,6 +246,12 @@ impl Deduplicator {
         let replaced = matches!(self.counting, Some((_, None)));
         if replaced {
             self.verdicts.resize(self.events.len(), Verdict::Distinct);
+        } else if !self.cuckoo.is_empty() {
+            let slices = self.cuckoo.len() as u32;
+            for e in &self.events {
+                let duplicate = self.cuckoo[e.hash.slice(slices) as usize].observe(&e.hash, e.time_ms);
+                self.verdicts.push(if duplicate { Verdict::Duplicate { equal_timers: 0 } } else { Verdict::Distinct });
+            }
         } else {
             self.filter.observe_batch(&self.events, &mut self.verdicts);
         }
@@ -314,6 +353,33 @@ mod tests {
         );
         // Without lateness the arrival order decides.
         assert_eq!(judge_all(&mut dedup(0), &lines)[..2], [Outcome::Distinct, Outcome::Duplicate { equal_timers: 7 }]);
+    }
+
+    /// The cuckoo kind judges like the timer filter: in event-time order
+    /// within the lateness, one table filter per slice, forgetting after the window.
+    #[test]
+    fn the_cuckoo_kind_judges_in_event_time_order() {
+        use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
+        let cuckoo = |lateness_ms| {
+            let spec = CuckooSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..CuckooSpec::default() };
+            let params = spec.resolve().unwrap();
+            let extractor = Extractor {
+                key: "json:/k".parse().unwrap(),
+                time: "json:/t".parse().unwrap(),
+                max_record_bytes: 1 << 20,
+            };
+            Deduplicator::cuckoo(vec![CuckooFilter::new(params); 4], extractor, order(lateness_ms))
+        };
+        let lines =
+            [r#"{"k":"a","t":1200}"#, r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":1500}"#, r#"{"k":"a","t":2500}"#];
+        let dup = Outcome::Duplicate { equal_timers: 0 };
+        assert_eq!(
+            judge_all(&mut cuckoo(500), &lines),
+            [dup.clone(), Outcome::Distinct, Outcome::Distinct, Outcome::Distinct]
+        );
+        assert_eq!(judge_all(&mut cuckoo(0), &lines)[..2], [Outcome::Distinct, dup]);
+        let d = cuckoo(0);
+        assert_eq!(d.memory_bytes(), d.cuckoo_filters().iter().map(|f| f.memory_bytes() as u64).sum::<u64>());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The filter kinds a slice judges with, as one closed family chosen at
 //! start-up ([`FilterChoice`]): the sliding-window timer filter
-//! (`filter.kind = "timer"`) and the decaying kinds (`rsbf`, `stable`). A
+//! (`filter.kind = "timer"`), the cuckoo table filter (`cuckoo`) and the
+//! decaying kinds (`rsbf`, `stable`). A
 //! closed enum, not a trait object: the record path matches on it, with no
 //! dynamic call.
 //!
@@ -11,8 +12,9 @@
 
 use std::ops::Range;
 
+use super::cuckoo::{self, CuckooFilter, CuckooParams};
 use super::decaying::{self, DecayingFilter, DecayingSpec};
-use super::envelope::SnapshotError;
+use super::envelope::{SnapshotError, TIMER_MAGIC};
 use super::hash::KeyHash;
 use super::params::FilterParams;
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
@@ -29,6 +31,9 @@ pub enum FilterChoice {
     /// daemon makes it the smallest there is): its lateness decides which
     /// records a snapshot holds, as for timers.
     Decaying(FilterParams, DecayingSpec),
+    /// The cuckoo table filter, one per slice. The timer parameters beside
+    /// it are the settings' idle timer filter, as for a decaying kind.
+    Cuckoo(FilterParams, CuckooParams),
 }
 
 /// A timer filter's parameters choose the timer filter.
@@ -39,43 +44,54 @@ impl From<FilterParams> for FilterChoice {
 }
 
 impl FilterChoice {
-    /// The filter of the chosen kind in a snapshot's `bytes`, checked
-    /// against the settings (a snapshot of another kind is refused, naming
-    /// `kind`).
-    pub fn decode(&self, bytes: &[u8]) -> Result<SliceFilter, SnapshotError> {
-        let kind = match self {
-            FilterChoice::Decaying(_, spec) => {
-                let configured =
-                    spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
-                FilterKind::Decaying(decaying::decode(bytes, &configured)?)
-            }
-            FilterChoice::Timer(params) => match decaying::kind_of(bytes) {
-                Some(kind) => {
-                    return Err(SnapshotError::ParameterMismatch {
-                        parameter: "kind",
-                        snapshot: kind.as_str().to_string(),
-                        configured: "timer".to_string(),
-                    });
-                }
-                None => FilterKind::Timer(timer_snapshot::decode(bytes, params)?),
-            },
-        };
-        Ok(kind.into())
-    }
-
     /// The timer parameters (of the idle timer filter for a decaying kind).
     pub fn params(&self) -> &FilterParams {
         match self {
-            FilterChoice::Timer(params) | FilterChoice::Decaying(params, _) => params,
+            FilterChoice::Timer(params) | FilterChoice::Decaying(params, _) | FilterChoice::Cuckoo(params, _) => params,
         }
     }
 
     /// The decaying kind's settings, if this is one.
     pub fn decaying(&self) -> Option<&DecayingSpec> {
         match self {
-            FilterChoice::Timer(_) => None,
+            FilterChoice::Timer(_) | FilterChoice::Cuckoo(..) => None,
             FilterChoice::Decaying(_, spec) => Some(spec),
         }
+    }
+
+    /// The kind's name, as in `filter.kind`.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            FilterChoice::Timer(_) => "timer",
+            FilterChoice::Decaying(_, spec) => spec.kind.as_str(),
+            FilterChoice::Cuckoo(..) => "cuckoo",
+        }
+    }
+
+    /// The filter of the chosen kind in a snapshot's `bytes`, checked
+    /// against the settings (a snapshot of another kind is refused, naming
+    /// `kind` and both kinds).
+    pub fn decode(&self, bytes: &[u8]) -> Result<SliceFilter, SnapshotError> {
+        let written = snapshot_kind(bytes);
+        if let Some(written) = written
+            && written != self.kind_name()
+        {
+            return Err(SnapshotError::ParameterMismatch {
+                parameter: "kind",
+                snapshot: written.to_string(),
+                configured: self.kind_name().to_string(),
+            });
+        }
+        let kind = match self {
+            FilterChoice::Timer(params) => FilterKind::Timer(timer_snapshot::decode(bytes, params)?),
+            FilterChoice::Decaying(_, spec) => {
+                let configured =
+                    spec.build().map_err(|e| SnapshotError::Malformed(format!("count filter settings: {e}")))?;
+                FilterKind::Decaying(decaying::decode(bytes, &configured)?)
+            }
+            FilterChoice::Cuckoo(_, params) => FilterKind::Cuckoo(cuckoo::snapshot::decode(bytes, params)?),
+        };
+        Ok(kind.into())
     }
 
     /// The parameters a snapshot's filter depends on, as text: equal
@@ -93,8 +109,21 @@ impl FilterChoice {
                     Some(l) => format!("{own},lateness_ms={l}"),
                 }
             }
+            FilterChoice::Cuckoo(_, params) => params.fingerprint(),
         }
     }
+}
+
+/// The kind a snapshot's filter part was written by, from its magic (read
+/// before its checksum: for naming it when it is refused).
+fn snapshot_kind(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(&TIMER_MAGIC) {
+        return Some("timer");
+    }
+    if bytes.starts_with(&cuckoo::snapshot::MAGIC) {
+        return Some("cuckoo");
+    }
+    decaying::kind_of(bytes).map(|k| k.as_str())
 }
 
 /// One slice's filter, of whichever kind was configured.
@@ -115,6 +144,9 @@ pub enum FilterKind {
     /// A decaying kind: fixed memory, no window, nothing expires; late
     /// records are judged like any other, in their release order.
     Decaying(DecayingFilter),
+    /// The cuckoo table filter: records expire after the window, as for
+    /// timers; its slots can be deleted one by one.
+    Cuckoo(CuckooFilter),
 }
 
 /// How a snapshot's filter part is copied.
@@ -122,12 +154,13 @@ pub enum FilterKind {
 enum Copied {
     /// The timer filter's cells, chunk by chunk while the slice goes on.
     Cells(FilterCopy),
-    /// A decaying filter, encoded whole when the copy began: the slice
+    /// A decaying or cuckoo filter, encoded whole when the copy began: the slice
     /// stops for one copy of its share of `filter.memory` (a pause over
     /// 100 ms is logged as a warning, and measured in
     /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
     /// than for timers: every record after the warm-up writes random words
-    /// all over the arrays (the resets and decrements).
+    /// all over the arrays (the resets and decrements); for a cuckoo table,
+    /// see [`crate::filter::cuckoo`] ("Snapshot copy").
     Whole { buffer: Vec<u8>, filter: Range<usize> },
 }
 
@@ -136,7 +169,7 @@ enum Copied {
 pub enum Prepared {
     /// The timer filter's encoding, this long (its cells are copied later).
     Cells(usize),
-    /// A decaying filter's whole encoding.
+    /// A decaying or cuckoo filter's whole encoding.
     Whole(Vec<u8>),
 }
 
@@ -183,6 +216,7 @@ impl SliceFilter {
             FilterChoice::Decaying(_, spec) => {
                 FilterKind::Decaying(spec.build().expect("count filter settings validated at start-up"))
             }
+            FilterChoice::Cuckoo(_, params) => FilterKind::Cuckoo(CuckooFilter::new(params)),
         };
         kind.into()
     }
@@ -195,14 +229,22 @@ impl SliceFilter {
     pub fn as_timer(&self) -> Option<&SlidingFilter> {
         match &self.kind {
             FilterKind::Timer(f) => Some(f),
-            FilterKind::Decaying(_) => None,
+            FilterKind::Decaying(_) | FilterKind::Cuckoo(_) => None,
+        }
+    }
+
+    /// The cuckoo table filter, if this is one.
+    pub fn as_cuckoo(&self) -> Option<&CuckooFilter> {
+        match &self.kind {
+            FilterKind::Cuckoo(f) => Some(f),
+            FilterKind::Timer(_) | FilterKind::Decaying(_) => None,
         }
     }
 
     /// The decaying filter, if this is one.
     pub fn as_decaying(&self) -> Option<&DecayingFilter> {
         match &self.kind {
-            FilterKind::Timer(_) => None,
+            FilterKind::Timer(_) | FilterKind::Cuckoo(_) => None,
             FilterKind::Decaying(c) => Some(c),
         }
     }
@@ -212,6 +254,7 @@ impl SliceFilter {
         match &self.kind {
             FilterKind::Timer(f) => f.params().seed,
             FilterKind::Decaying(c) => c.hash_seed(),
+            FilterKind::Cuckoo(f) => f.params().seed,
         }
     }
 
@@ -226,16 +269,22 @@ impl SliceFilter {
                 true => Verdict::Duplicate { equal_timers: 0 },
                 false => Verdict::Distinct,
             },
+            // A whole copy was taken when it began: nothing to tell it.
+            (FilterKind::Cuckoo(f), _) => match f.observe(hash, time_ms) {
+                true => Verdict::Duplicate { equal_timers: 0 },
+                false => Verdict::Distinct,
+            },
         }
     }
 
-    /// Forgets a key (deletable timer filters only; a decaying kind refuses,
-    /// as a timer filter that is not deletable does).
+    /// Forgets a key (deletable timer filters and cuckoo tables; a decaying
+    /// kind refuses, as a timer filter that is not deletable does).
     pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
         match (&mut self.kind, &mut self.copy) {
             (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.delete_copying(hash, copy),
             (FilterKind::Timer(f), _) => f.delete(hash),
             (FilterKind::Decaying(_), _) => Err(DeleteRefusal::NotDeletable),
+            (FilterKind::Cuckoo(f), _) => f.delete(hash),
         }
     }
 
@@ -245,6 +294,7 @@ impl SliceFilter {
         match &self.kind {
             FilterKind::Timer(f) => Prepared::Cells(Skeleton::of(f).len()),
             FilterKind::Decaying(c) => Prepared::Whole(decaying::encode(c)),
+            FilterKind::Cuckoo(f) => Prepared::Whole(cuckoo::snapshot::encode(f)),
         }
     }
 
@@ -260,10 +310,10 @@ impl SliceFilter {
                 buffer[..head.len()].copy_from_slice(head);
                 Copied::Cells(FilterCopy::begin(f, buffer, head.len(), trailer, CHUNK_BYTES))
             }
-            (FilterKind::Decaying(_), prepared) => {
+            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), prepared) => {
                 let bytes = match prepared {
                     Prepared::Whole(bytes) => bytes,
-                    Prepared::Cells(_) => unreachable!("a decaying kind is prepared whole"),
+                    Prepared::Cells(_) => unreachable!("only the timer filter is prepared by cells"),
                 };
                 let filter = head.len()..head.len() + bytes.len();
                 buffer.clear();
@@ -305,7 +355,9 @@ impl SliceFilter {
         match (&self.kind, self.copy.take()?) {
             (FilterKind::Timer(f), Copied::Cells(c)) => Some(c.finish(f)),
             (_, Copied::Whole { buffer, filter }) => Some((buffer, filter)),
-            (FilterKind::Decaying(_), Copied::Cells(_)) => unreachable!("a decaying kind is copied whole"),
+            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), Copied::Cells(_)) => {
+                unreachable!("only the timer filter is copied by cells")
+            }
         }
     }
 
@@ -318,7 +370,9 @@ impl SliceFilter {
         match (&self.kind, prepared) {
             (FilterKind::Timer(f), _) => Skeleton::of(f).write(f, &mut buffer[filter.clone()]),
             (_, Prepared::Whole(bytes)) => buffer[filter.clone()].copy_from_slice(&bytes),
-            (FilterKind::Decaying(_), Prepared::Cells(_)) => unreachable!("a decaying kind is prepared whole"),
+            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), Prepared::Cells(_)) => {
+                unreachable!("only the timer filter is prepared by cells")
+            }
         }
         (buffer, filter)
     }
@@ -327,7 +381,8 @@ impl SliceFilter {
 /// What a filter reports of itself, of whichever kind (for the metrics and
 /// the status).
 pub struct FilterFigures {
-    /// Generations created, dropped, saturated inserts (timer filter; 0 otherwise).
+    /// Generations created, dropped, saturated inserts (timer filter); tables
+    /// created, dropped, forced evictions (cuckoo); 0 otherwise.
     pub counters: [u64; 3],
     pub density: f64,
     pub estimated_fpr: f64,
@@ -363,6 +418,18 @@ impl SliceFilter {
                     clock_ms: None,
                 }
             }
+            // The newest table's load stands for the density.
+            FilterKind::Cuckoo(f) => {
+                let c = f.counters();
+                FilterFigures {
+                    counters: [c.tables_created, c.tables_dropped, c.forced_evictions],
+                    density: f.load(),
+                    estimated_fpr: f.estimated_fpr(),
+                    memory_bytes: f.memory_bytes(),
+                    generations: f.tables().len(),
+                    clock_ms: f.clock_ms(),
+                }
+            }
         }
     }
 }
@@ -390,5 +457,39 @@ mod tests {
         let timer = FilterChoice::from(params.clone());
         assert_eq!(timer.fingerprint(), params.fingerprint());
         assert_eq!(timer.decaying(), None);
+    }
+
+    /// The cuckoo arm: judged, deleted, copied whole while it goes on (the
+    /// copy holds the filter as it was when it began), restored by the
+    /// choice, and another kind's snapshot refused by name.
+    #[test]
+    fn a_cuckoo_table_is_one_arm_of_the_family() {
+        use crate::filter::cuckoo::CuckooSpec;
+        let spec = FilterSpec { window_ms: 1000, expected_keys: 8, ..FilterSpec::default() };
+        let params = spec.resolve().unwrap();
+        let table = CuckooSpec { window_ms: 1000, expected_keys: 1000, ..CuckooSpec::default() }.resolve().unwrap();
+        let choice = FilterChoice::Cuckoo(params.clone(), table);
+        let mut f = SliceFilter::new(choice.clone());
+        let seed = f.hash_seed();
+        let key = |i: u32| KeyHash::of(seed, &i.to_le_bytes());
+        for i in 0..100 {
+            assert!(f.observe(&key(i), 10).is_distinct());
+        }
+        assert!(!f.observe(&key(3), 20).is_distinct());
+        assert_eq!(f.delete(&key(3)), Ok(()));
+        let before = f.clone();
+        let prepared = f.prepare_copy();
+        f.begin_copy(prepared, b"head", Vec::new(), 2);
+        assert!(f.observe(&key(3), 30).is_distinct(), "deleted");
+        let (buffer, at) = f.finish_copy().unwrap();
+        assert_eq!(&buffer[..4], b"head");
+        let restored = choice.decode(&buffer[at]).unwrap();
+        assert_eq!(restored, before);
+        assert_eq!(f.figures().generations, 1);
+
+        let timer = SliceFilter::new(FilterChoice::Timer(params));
+        let (bytes, at) = timer.encode(timer.prepare_copy(), &[], 0);
+        let refused = choice.decode(&bytes[at]).unwrap_err();
+        assert!(matches!(refused, SnapshotError::ParameterMismatch { parameter: "kind", .. }), "{refused:?}");
     }
 }

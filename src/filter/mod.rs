@@ -21,6 +21,7 @@
 //!   windowed counts for frequency limits.
 //! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
 
+pub mod cuckoo;
 pub mod decaying;
 pub mod envelope;
 mod event;

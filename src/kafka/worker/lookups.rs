@@ -43,6 +43,13 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
                         "kind": filter.kind().as_str(),
                         "hashes": filter.stats().hashes,
                     }),
+                    FilterKind::Cuckoo(filter) => serde_json::json!({
+                        "slice": s,
+                        "duplicate": filter.contains(&hash),
+                        "kind": "cuckoo",
+                        "tables": filter.tables().len(),
+                        "clock_ms": filter.clock_ms(),
+                    }),
                     FilterKind::Timer(filter) => {
                         let l = filter.lookup(&hash);
                         serde_json::json!({

@@ -1,0 +1,102 @@
+//! The cuckoo table filter (`cuckoo`): a sliding-window filter that keeps
+//! one (fingerprint, coarse stamp) slot per key in the window, in a cuckoo
+//! table (Fan et al., CoNEXT 2014) of buckets of b = 4 slots with two
+//! candidate buckets per key (partial-key cuckoo hashing). Same verdicts
+//! as the timer filter: first-test-then-set on the record's own event
+//! time, the first delivered copy opens the window, late records judged
+//! at their own time within the lateness.
+//!
+//! Named after the structure (as `rsbf` and `stable` are): "fingerprint"
+//! already means the settings line a snapshot is checked against
+//! ([`crate::filter::FilterChoice::fingerprint`]).
+//!
+//! # The arithmetic
+//!
+//! A slot is 16 bits: f fingerprint bits and c = 16 − f stamp bits.
+//!
+//! - **FPR.** A key meets the 2b = 8 slots of its buckets; each alive one
+//!   holds its fingerprint with probability 2^-f, so at a load α of alive
+//!   slots, FPR ≈ 2·b·α / 2^f = 8α / 2^f ([`params::table_fpr`]). f is the
+//!   fewest bits that keep it under the target at the design load
+//!   α = 0.95: f = ⌈log2(8 · 0.95 / ε)⌉, 10 bits for ε = 1% (0.74%).
+//! - **Rounding towards keeping.** Stamps count ticks of
+//!   ⌈(window + lateness) / 57⌉ ms at c = 6 (1 053 ms for a 60 s window).
+//!   A copy stamped at tick s was delivered before (s + 1)·tick, so it is
+//!   alive while (s + 1)·tick > clock − window: kept past its window by
+//!   the rest of its own tick, half a tick on average, never less than its
+//!   window. That costs false positives on keys that come back just after
+//!   their window: r·tick/2 for a key recurring at rate r per ms there, so
+//!   FPR ≈ 8α/2^f + r·tick/2 (`rounding_towards_keeping_costs_what_the_formula_says`).
+//!   Slots are kept W + Lt ticks (the lateness) before they can be reused,
+//!   so a table is sized for N·(W + Lt + 1)/W keys at α = 0.95.
+//! - **Bits per key.** 16 bits per slot over a load α: 16 / 0.95 = 16.8
+//!   bits per key at the design load; the first table is sized for the
+//!   expected keys plus the headroom (20%): 16 · 1.2 · (W+1)/W / 0.95 (W = 57) ≈
+//!   20.6 bits per key in the window when the estimate is right (the timer
+//!   filter: k cells of 8 bits, 92 bits per key at its design load).
+//! - **Wrap-round.** Stamps are `tick mod R + 1`, R = 2^c − 1 (0: empty).
+//!   Every bucket is swept once every S = R − 1 − W − Lt ticks (a 1/S of
+//!   the buckets per tick), so an expired slot is emptied before its stamp
+//!   comes round again; W + Lt takes R − 1 less a sixteenth (at least 2)
+//!   for the sweep and 2 for rounding up.
+//!   At c = 6: R = 63, W + Lt ≤ 59, S ≥ 3: the sweep reads 1/S of
+//!   the table per tick, about 1.3·W/S slots per event. Expired slots (older than
+//!   W + Lt) count as free to an insert before the sweep reaches them.
+//!
+//! # Growth without forgetting
+//!
+//! An insert that finds no free slot moves slots to their other buckets
+//! (at most 500 moves); if none finds room, every move is undone — so a
+//! failed insert forgets nothing — and the key goes into a new table
+//! beside the old ones, 4× larger per level (or sized for the live keys
+//! ×1.5 if larger). Lookups check every table; only the newest takes
+//! keys; an older table is dropped once its slots have all expired, within
+//! W + Lt + S ticks of its last insert. No rehash: fingerprints cannot be
+//! moved into a table of another size (their buckets came from hash bits
+//! the slot does not keep), and need not be. A lone table larger than its
+//! keys need (×1.5 at the design load) hands over to a smaller new one and
+//! drains: the filter shrinks once a window's worth of keys has left. At
+//! the cap on tables (`filter.max_generations`) an insert with no room
+//! takes the slot with the oldest stamp of its buckets, counted as
+//! `forced_evictions`: the one way a key in the window can be forgotten.
+//!
+//! With the estimate 10× low: tables of 1, 4 and 16 units while the
+//! window fills, 21 units for 10 units of keys at the peak (2.1× the
+//! right-estimate memory for the same keys), 16 once the small tables drain.
+//!
+//! # Deletes
+//!
+//! A table stores fingerprints, so a delete clears the one slot holding
+//! the key's fingerprint in its buckets — refused (`Ambiguous`) when more
+//! than one slot of all tables matches, since another key may be what a
+//! slot stands for, and `Absent` when none does. Exactly what the timer
+//! filter does with `deletable`, with no counting cells.
+//!
+//! # Snapshot copy
+//!
+//! The family copies this kind whole when a snapshot begins (the slice
+//! stops for one copy of its tables). Chunked copy-on-write as for timer
+//! cells would pay off less than there: a slot write is 2 bytes and the
+//! sweep writes 1/S of the table every tick, so most chunks are dirtied
+//! within S ticks anyway; the table is also ~4× smaller than the timer
+//! filter's cells for the same keys.
+//!
+//! Files from the bottom up:
+//!
+//! - [`params`]: settings and their resolution (f, c, tick, buckets).
+//! - `clock`: ticks, stamps, ages; the fingerprint of a hash.
+//! - [`table`]: one table, its inserts (kicks with roll-back) and sweep.
+//! - [`filter`]: the tables of one slice under its clock.
+//! - [`snapshot`]: encode and decode in the envelope.
+
+mod clock;
+pub mod filter;
+pub mod params;
+pub mod snapshot;
+pub mod table;
+
+pub use filter::{CuckooCounters, CuckooFilter};
+pub use params::{CuckooParams, CuckooSpec};
+
+#[cfg(test)]
+mod tests;
