@@ -3,6 +3,7 @@
 
 use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
 pub use super::param_error::ParamError;
+use super::param_error::check_window_sizing;
 use super::timer::sizing;
 
 /// When a slice starts a new generation (one-is-enough §5).
@@ -196,25 +197,7 @@ pub struct FilterParams {
 impl FilterSpec {
     /// Validates the spec and resolves the per-slice parameters.
     pub fn resolve(&self) -> Result<FilterParams, ParamError> {
-        if self.window_ms == 0 {
-            return Err(ParamError::new("window", "0ms", "must be at least 1ms"));
-        }
-        if !(self.fpr > 0.0 && self.fpr < 1.0) {
-            return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
-        }
-        if self.expected_keys == 0 {
-            return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
-        }
-        if !(0.0..=10.0).contains(&self.headroom) {
-            return Err(ParamError::new(
-                "headroom",
-                self.headroom,
-                "must be between 0 and 10 (a fraction of expected)",
-            ));
-        }
-        if self.slices == 0 || self.slices > 65_536 {
-            return Err(ParamError::new("slices", self.slices, "must be between 1 and 65536"));
-        }
+        check_window_sizing(self.window_ms, self.fpr, self.expected_keys, self.headroom, self.slices)?;
         if !(4..=32).contains(&self.timer_bits) {
             return Err(ParamError::new("timer_bits", self.timer_bits, "must be between 4 and 32"));
         }

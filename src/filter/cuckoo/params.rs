@@ -2,7 +2,7 @@
 //! per-slice parameters it runs with ([`CuckooParams`]).
 
 use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::param_error::ParamError;
+use crate::filter::param_error::{ParamError, check_window_sizing};
 
 /// Bits of one slot: a fingerprint and a coarse stamp share a `u16`.
 pub const SLOT_BITS: u32 = 16;
@@ -93,21 +93,7 @@ impl CuckooSpec {
     /// Validates the spec and resolves a slice's parameters; errors name the
     /// setting, value and rule.
     pub fn resolve(&self) -> Result<CuckooParams, ParamError> {
-        if self.window_ms == 0 {
-            return Err(ParamError::new("window", "0ms", "must be at least 1ms"));
-        }
-        if !(self.fpr > 0.0 && self.fpr < 1.0) {
-            return Err(ParamError::new("fpr", self.fpr, "must be greater than 0 and less than 1"));
-        }
-        if self.expected_keys == 0 {
-            return Err(ParamError::new("expected", 0, "must be at least 1 distinct key per window"));
-        }
-        if !(0.0..=10.0).contains(&self.headroom) {
-            return Err(ParamError::new("headroom", self.headroom, "must be between 0 and 10"));
-        }
-        if self.slices == 0 || self.slices > 65_536 {
-            return Err(ParamError::new("slices", self.slices, "must be between 1 and 65536"));
-        }
+        check_window_sizing(self.window_ms, self.fpr, self.expected_keys, self.headroom, self.slices)?;
         if self.max_tables == 0 || self.max_tables > 64 {
             return Err(ParamError::new("max_generations", self.max_tables, "must be between 1 and 64"));
         }
