@@ -301,8 +301,9 @@ impl SliceState {
     /// record that was held could.
     pub fn refill_stages(&mut self, offset: u64, record: &RecordView<'_>) -> bool {
         let seed = self.hash_seed();
-        // Held records of a restored slice: the stages that keep something
-        // of a record until it is judged read only its record, not its topic.
+        // No topic: what a stage keeps of a held record beyond the snapshot
+        // (a count key) comes from the record alone; provenance's sources of
+        // held records are in the snapshot.
         self.stages.refill(&Arrival { offset, record, topic: None, seed })
     }
 
