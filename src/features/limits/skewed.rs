@@ -168,7 +168,9 @@ fn check(name: &str, records: &[Record]) {
                     loss[j] * 100.0
                 ));
             }
-            if e != Estimator::Rm && o.over[j] > 0 {
+            // RM can undercount in general (docs/spectral.md); on these
+            // seeded streams it does not, and the test holds it to that.
+            if o.over[j] > 0 {
                 failures.push(format!("{name} {e} limit {n}: {} deliveries over the limit", o.over[j]));
             }
         }
