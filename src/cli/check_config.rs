@@ -107,7 +107,8 @@ impl Sizing {
             };
         }
         if let FilterChoice::Cuckoo(_, table) = &choice {
-            // A slot is a cell of 16 bits; a key has 2 candidate buckets.
+            // A slot is a cell of 16 bits of memory (a semi-sorted bucket of 4
+            // slots is one u64); a key has 2 candidate buckets.
             let slots = table.buckets * 4;
             return Sizing {
                 kind,

@@ -710,7 +710,7 @@ fn secrets_do_not_show_in_debug_output() {
 }
 
 /// The cuckoo table filter: sized from the timer filter's settings, its
-/// parameters in the fingerprint; a target its 16-bit slots cannot reach
+/// parameters in the fingerprint; a target its slots cannot reach
 /// fails at start-up naming the setting.
 #[test]
 fn the_cuckoo_kind_is_resolved_and_validated() {
@@ -723,6 +723,6 @@ fn the_cuckoo_kind_is_resolved_and_validated() {
     assert!(choice.params().cells <= 64 * 2, "the idle timer filter is the smallest there is");
     assert!(load(&[]).unwrap().cuckoo.is_none());
     let e = rejected(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__FPR", "0.0001")]);
-    assert!(e.starts_with("invalid setting filter.fpr = 0.0001: needs 16-bit fingerprints"), "{e}");
+    assert!(e.starts_with("invalid setting filter.fpr = 0.0001: needs 17-bit fingerprints"), "{e}");
     assert!(e.ends_with("(filter.kind = cuckoo)"), "{e}");
 }

@@ -2,6 +2,7 @@
 //! set now stores, which stamps are alive or kept, and how a key's hash
 //! becomes a fingerprint.
 
+use super::bucket::ENTRY_BITS;
 use super::params::{CuckooParams, MAX_CLOCK_BITS};
 use crate::filter::hash::KeyHash;
 
@@ -17,8 +18,10 @@ pub struct Clock {
     pub window: u32,
     /// W + Lt: a slot at most this old is kept (not reusable).
     pub retain: u32,
-    /// The fingerprint's bits of a slot (its high f bits).
-    pub fp_mask: u16,
+    /// The fingerprint's bits of a slot's 17-bit entry (its high f bits).
+    pub fp_mask: u32,
+    /// The stamp's bits (its low c bits).
+    pub stamp_mask: u32,
     clock_bits: u32,
     fp_bits: u32,
 }
@@ -31,7 +34,8 @@ impl Clock {
             period: p.period,
             window: p.window_ticks,
             retain: p.retain_ticks(),
-            fp_mask: !((1u16 << p.clock_bits) - 1),
+            fp_mask: ((1u32 << ENTRY_BITS) - 1) & !((1u32 << p.clock_bits) - 1),
+            stamp_mask: (1u32 << p.clock_bits) - 1,
             clock_bits: p.clock_bits,
             fp_bits: p.fingerprint_bits,
         }
@@ -50,22 +54,23 @@ impl Clock {
         (hash.h2 >> (64 - self.fp_bits)) as u16
     }
 
-    /// A fingerprint in its place in a slot.
+    /// A fingerprint in its place in a slot's entry.
     #[inline]
-    pub fn fp_field(&self, fp: u16) -> u16 {
-        fp << self.clock_bits
+    pub fn fp_field(&self, fp: u16) -> u32 {
+        u32::from(fp) << self.clock_bits
     }
 
-    /// The fingerprint a slot holds.
+    /// The fingerprint an entry holds.
     #[inline]
-    pub fn fingerprint_of(&self, slot: u16) -> u16 {
-        slot >> self.clock_bits
+    pub fn fingerprint_of(&self, entry: u32) -> u16 {
+        (entry >> self.clock_bits) as u16
     }
 
-    /// Ticks since a slot's stamp (in `0..R`); `u32::MAX` for an empty slot.
+    /// Ticks since an entry's stamp (in `0..R`); `u32::MAX` for an empty
+    /// slot. Reads the stamp bits only, so a bucket's field will do.
     #[inline]
-    pub fn age(&self, slot: u16) -> u32 {
-        let v = u32::from(slot & !self.fp_mask);
+    pub fn age(&self, entry: u32) -> u32 {
+        let v = entry & self.stamp_mask;
         if v == 0 {
             return u32::MAX;
         }
@@ -78,15 +83,15 @@ impl Clock {
     pub fn expired_stamps(&self) -> [bool; 1 << MAX_CLOCK_BITS] {
         let mut expired = [false; 1 << MAX_CLOCK_BITS];
         for (v, e) in expired.iter_mut().enumerate().take(self.period as usize + 1).skip(1) {
-            *e = self.age(v as u16) > self.retain;
+            *e = self.age(v as u32) > self.retain;
         }
         expired
     }
 
-    /// Whether a slot is set and at most `limit` ticks old.
+    /// Whether an entry is set and at most `limit` ticks old.
     #[inline]
-    pub fn is_within(&self, slot: u16, limit: u32) -> bool {
-        self.age(slot) <= limit
+    pub fn is_within(&self, entry: u32, limit: u32) -> bool {
+        self.age(entry) <= limit
     }
 }
 

@@ -89,6 +89,7 @@
 //! - [`filter`]: the tables of one slice under its clock.
 //! - [`snapshot`]: encode and decode in the envelope.
 
+pub mod bucket;
 mod clock;
 pub mod filter;
 pub mod params;

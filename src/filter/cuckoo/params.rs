@@ -4,8 +4,12 @@
 use crate::filter::hash::DEFAULT_SEED;
 use crate::filter::param_error::{ParamError, check_window_sizing};
 
-/// Bits of one slot: a fingerprint and a coarse stamp share a `u16`.
-pub const SLOT_BITS: u32 = 16;
+/// Bits of one slot's entry: a fingerprint and a coarse stamp share 17
+/// bits, of which a semi-sorted bucket stores 16 per slot
+/// ([`super::bucket`]).
+pub const SLOT_BITS: u32 = super::bucket::ENTRY_BITS;
+/// Bits of memory per slot: a bucket of 4 slots is one `u64`.
+pub const MEMORY_BITS_PER_SLOT: u32 = 16;
 /// Slots per bucket (b in the formulas): Fan et al.'s choice, 95% load.
 pub const BUCKET_SLOTS: usize = 4;
 /// The load a table is sized for (and the one the FPR is derived at):
@@ -15,9 +19,9 @@ pub const DESIGN_LOAD: f64 = 0.95;
 /// Fewest bits of the stamp: 15 stamp values, of which the window,
 /// the lateness, one tick of rounding and the sweep share 14.
 pub const MIN_CLOCK_BITS: u32 = 4;
-/// Most bits of the stamp (so fingerprints have at least 4): a sweep
-/// looks stamps up in a table of 2^12 entries.
-pub const MAX_CLOCK_BITS: u32 = 12;
+/// Most bits of the stamp (so fingerprints have at least the 4 bits of
+/// their nibble): a sweep looks stamps up in a table of 2^13 entries.
+pub const MAX_CLOCK_BITS: u32 = 13;
 /// Largest table level: level ℓ has `buckets · 4^ℓ` buckets.
 pub const MAX_LEVEL: u8 = 6;
 /// Fewest buckets of a level-0 table.
@@ -72,7 +76,7 @@ pub struct CuckooParams {
     pub buckets: u64,
     /// f: bits of a fingerprint.
     pub fingerprint_bits: u32,
-    /// c = 16 − f: bits of the stamp; it stores `tick mod R + 1` (0: empty).
+    /// c = 17 − f: bits of the stamp; it stores `tick mod R + 1` (0: empty).
     pub clock_bits: u32,
     pub tick_ms: u64,
     /// W = ⌈window / tick⌉: a slot stamped at tick t is alive through
@@ -104,8 +108,8 @@ impl CuckooSpec {
                 "fpr",
                 self.fpr,
                 format!(
-                    "needs {fingerprint_bits}-bit fingerprints, but a 16-bit slot keeps at most {} beside its \
-                     {MIN_CLOCK_BITS}-bit stamp: at least {:.4} with the cuckoo kind (or use the timer kind)",
+                    "needs {fingerprint_bits}-bit fingerprints, but a slot keeps at most {} beside its \
+                     {MIN_CLOCK_BITS}-bit stamp: at least {:.5} with the cuckoo kind (or use the timer kind)",
                     SLOT_BITS - MIN_CLOCK_BITS,
                     table_fpr(SLOT_BITS - MIN_CLOCK_BITS, DESIGN_LOAD)
                 ),

@@ -1,5 +1,5 @@
 //! A cuckoo table filter's snapshot, in the envelope every dedupd snapshot
-//! is written in (version 1, little-endian):
+//! is written in (version 2, little-endian):
 //!
 //! ```text
 //! magic "DEDUPDCK" | version u16
@@ -8,28 +8,32 @@
 //! clock: set u8, clock_ms u64
 //! counters: events, distinct, duplicates, late_events, tables_created,
 //!           tables_dropped, failed_kicks, forced_evictions (u64 each)
-//! tables u32, each: level u8, buckets u64, cursor u64, buckets·4 × slot u16
+//! tables u32, each: level u8, buckets u64, cursor u64, buckets × bucket u64
+//!   (a semi-sorted bucket: 12-bit code of the nibbles, 4 × 13-bit fields)
 //! checksum: XXH3-64 of everything above, u64
 //! ```
 //!
 //! Every parameter is checked against the configured filter; another
-//! kind's snapshot is refused by its magic.
+//! kind's snapshot is refused by its magic. Version 1 (16-bit slots, f + c
+//! = 16, unsorted) is refused as an unsupported version: its stamps count
+//! other ticks and its slots cannot be re-sorted without the bit they lack.
 
+use super::bucket::CODES;
 use super::filter::{CuckooCounters, CuckooFilter};
-use super::params::{BUCKET_SLOTS, CuckooParams, MAX_LEVEL};
+use super::params::{CuckooParams, MAX_LEVEL};
 use super::table::Table;
 use crate::filter::envelope::{self, Reader, SnapshotError, check, put_u32, put_u64};
 
 /// The first bytes of a cuckoo table snapshot.
 pub const MAGIC: [u8; 8] = *b"DEDUPDCK";
-/// The format version this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this build writes and reads (2: semi-sorted buckets).
+pub const VERSION: u16 = 2;
 
 /// Encodes the filter's complete state.
 pub fn encode(f: &CuckooFilter) -> Vec<u8> {
     let p = f.params();
-    let slots: usize = f.tables().iter().map(|t| t.slots().len()).sum();
-    let mut w = envelope::begin(MAGIC, VERSION, 160 + 2 * slots);
+    let words: usize = f.tables().iter().map(|t| t.words().len()).sum();
+    let mut w = envelope::begin(MAGIC, VERSION, 160 + 8 * words);
     put_u64(&mut w, p.seed);
     put_u64(&mut w, p.buckets);
     w.push(p.fingerprint_bits as u8);
@@ -58,8 +62,8 @@ pub fn encode(f: &CuckooFilter) -> Vec<u8> {
         w.push(t.level);
         put_u64(&mut w, t.buckets());
         put_u64(&mut w, t.cursor());
-        for &s in t.slots() {
-            w.extend_from_slice(&s.to_le_bytes());
+        for &word in t.words() {
+            w.extend_from_slice(&word.to_le_bytes());
         }
     }
     envelope::seal(w)
@@ -116,10 +120,13 @@ fn read_table(r: &mut Reader<'_>, params: &CuckooParams) -> Result<Table, Snapsh
         return Err(SnapshotError::Malformed(format!("a level-{level} table of {buckets} buckets")));
     }
     let cursor = r.u64()?;
-    let len =
-        (buckets as usize).checked_mul(BUCKET_SLOTS * 2).ok_or_else(|| SnapshotError::Malformed("size".into()))?;
+    let len = (buckets as usize).checked_mul(8).ok_or_else(|| SnapshotError::Malformed("size".into()))?;
     let raw = r.take(len)?;
-    let slots = raw.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
-    Table::from_state(level, buckets, cursor, slots)
-        .ok_or_else(|| SnapshotError::Malformed(format!("table cursor {cursor} past its {buckets} buckets")))
+    let words = raw.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))).collect();
+    Table::from_state(level, buckets, cursor, words).ok_or_else(|| {
+        SnapshotError::Malformed(format!(
+            "table cursor {cursor} past its {buckets} buckets, or a bucket code past {}",
+            CODES - 1
+        ))
+    })
 }

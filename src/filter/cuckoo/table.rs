@@ -1,13 +1,18 @@
-//! One cuckoo table: buckets of 4 slots of 16 bits, each a fingerprint
-//! (high f bits) and a stamp (low c bits, 0 = empty), with partial-key
-//! cuckoo hashing over any number of buckets.
+//! One cuckoo table: semi-sorted buckets of 4 slots ([`super::bucket`]),
+//! one `u64` each; a slot's entry is a fingerprint (high f bits) and a
+//! stamp (low c bits, 0 = empty), f + c = 17; partial-key cuckoo hashing
+//! over any number of buckets.
 //!
 //! A key's buckets are `i1 = fastrange(h1, n)` and `i2 = alt(i1, fp)`,
 //! where `alt(i, fp) = (H(fp) − i) mod n`: an involution for any n (the
 //! XOR of Fan et al. needs n a power of two, which would waste up to half
 //! the memory), so a slot moved out of either bucket finds the other from
 //! its fingerprint alone.
+//!
+//! A slot is addressed as `bucket · 4 + position`; a write to a bucket may
+//! move its slots (the re-sort), a clear never does.
 
+use super::bucket::{self, Entries};
 use super::clock::Clock;
 use super::params::BUCKET_SLOTS;
 use crate::filter::hash::{KeyHash, fastrange};
@@ -23,13 +28,23 @@ pub struct Place {
     pub i2: u64,
 }
 
+/// Where an insert found its key's slot in the key's buckets.
+enum Found {
+    /// A slot of the same fingerprint, still kept: (bucket, position).
+    Kept(usize, usize),
+    /// The first free slot (empty or expired).
+    Free(usize, usize),
+    /// Neither: the buckets are full of kept slots.
+    Full,
+}
+
 /// One table of a slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Table {
     pub level: u8,
     buckets: u64,
-    /// `buckets · 4` slots, bucket by bucket.
-    slots: Vec<u16>,
+    /// One semi-sorted bucket per word.
+    words: Vec<u64>,
     /// Slots with a stamp (alive, kept or expired but not yet swept).
     occupied: u64,
     /// The next bucket the sweep visits.
@@ -38,28 +53,26 @@ pub struct Table {
 
 impl Table {
     pub fn new(level: u8, buckets: u64) -> Self {
-        Table { level, buckets, slots: vec![0; buckets as usize * BUCKET_SLOTS], occupied: 0, cursor: 0 }
+        Table { level, buckets, words: vec![0; buckets as usize], occupied: 0, cursor: 0 }
     }
 
-    /// Rebuilds a table from a snapshot's fields; `None` if they disagree.
-    pub fn from_state(level: u8, buckets: u64, cursor: u64, slots: Vec<u16>) -> Option<Self> {
-        if slots.len() as u64 != buckets * BUCKET_SLOTS as u64 || cursor >= buckets.max(1) {
+    /// Rebuilds a table from a snapshot's fields; `None` if they disagree
+    /// or a word is not a bucket.
+    pub fn from_state(level: u8, buckets: u64, cursor: u64, words: Vec<u64>) -> Option<Self> {
+        if words.len() as u64 != buckets || cursor >= buckets.max(1) || !words.iter().all(|&w| bucket::is_valid(w)) {
             return None;
         }
-        Some(Table { level, buckets, occupied: 0, cursor, slots }.recount())
-    }
-
-    fn recount(mut self) -> Self {
-        self.occupied = self.slots.iter().filter(|&&s| s != 0).count() as u64;
-        self
+        let occupied = words.iter().map(|&w| u64::from(bucket::occupied(w))).sum();
+        Some(Table { level, buckets, words, occupied, cursor })
     }
 
     pub fn buckets(&self) -> u64 {
         self.buckets
     }
 
-    pub fn slots(&self) -> &[u16] {
-        &self.slots
+    /// The buckets' words, in bucket order.
+    pub fn words(&self) -> &[u64] {
+        &self.words
     }
 
     pub fn cursor(&self) -> u64 {
@@ -71,7 +84,7 @@ impl Table {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.slots.len() * 2
+        self.words.len() * 8
     }
 
     /// Where `hash` goes in this table.
@@ -91,18 +104,15 @@ impl Table {
     }
 
     #[inline]
-    fn bucket(&self, i: u64) -> &[u16] {
-        let at = i as usize * BUCKET_SLOTS;
-        &self.slots[at..at + BUCKET_SLOTS]
+    fn entries(&self, i: usize) -> Entries {
+        bucket::decode(self.words[i])
     }
 
-    /// Slot indexes of the key's two buckets (the second bucket's only when
-    /// it is another one).
+    /// The key's buckets (the second only when it is another one).
     #[inline]
-    fn candidates(&self, p: &Place) -> impl Iterator<Item = usize> + use<> {
-        let (a, b) = (p.i1 as usize * BUCKET_SLOTS, p.i2 as usize * BUCKET_SLOTS);
-        let second = if p.i2 == p.i1 { 0 } else { BUCKET_SLOTS };
-        (a..a + BUCKET_SLOTS).chain(b..b + second)
+    fn candidates(p: &Place) -> impl Iterator<Item = usize> + use<> {
+        let second = (p.i2 != p.i1).then_some(p.i2 as usize);
+        std::iter::once(p.i1 as usize).chain(second)
     }
 
     /// Whether a slot of the key's fingerprint is set and at most `limit`
@@ -110,22 +120,28 @@ impl Table {
     #[inline]
     pub fn holds_within(&self, p: &Place, clock: &Clock, limit: u32) -> bool {
         let want = clock.fp_field(p.fp);
-        let hit = |b: &[u16]| b.iter().any(|&s| s & clock.fp_mask == want && clock.is_within(s, limit));
-        hit(self.bucket(p.i1)) || hit(self.bucket(p.i2))
+        let hit =
+            |i: u64| self.entries(i as usize).iter().any(|&e| e & clock.fp_mask == want && clock.is_within(e, limit));
+        hit(p.i1) || hit(p.i2)
     }
 
-    /// The slots holding the key's fingerprint kept at the clock (what a
-    /// delete would clear).
+    /// The slots (`bucket · 4 + position`) holding the key's fingerprint
+    /// kept at the clock (what a delete would clear).
     pub fn kept_slots(&self, p: &Place, clock: &Clock) -> Vec<usize> {
         let want = clock.fp_field(p.fp);
-        let kept = |&j: &usize| self.slots[j] & clock.fp_mask == want && clock.is_within(self.slots[j], clock.retain);
-        self.candidates(p).filter(kept).collect()
+        let kept = move |(i, e): (usize, Entries)| {
+            (0..BUCKET_SLOTS)
+                .filter(move |&k| e[k] & clock.fp_mask == want && clock.is_within(e[k], clock.retain))
+                .map(move |k| i * BUCKET_SLOTS + k)
+        };
+        Self::candidates(p).map(|i| (i, self.entries(i))).flat_map(kept).collect()
     }
 
-    /// Empties one slot (a delete).
+    /// Empties one slot (a delete); no slot moves.
     pub fn clear_slot(&mut self, j: usize) {
-        if self.slots[j] != 0 {
-            self.slots[j] = 0;
+        let (i, k) = (j / BUCKET_SLOTS, j % BUCKET_SLOTS);
+        if bucket::field(self.words[i], k) != 0 {
+            self.words[i] = bucket::clear_field(self.words[i], k);
             self.occupied -= 1;
         }
     }
@@ -138,87 +154,106 @@ impl Table {
     /// lookup. Expired slots (older than the window and lateness) count as
     /// free.
     pub fn insert(&mut self, p: &Place, clock: &Clock, stamp: u16, age: u32) -> bool {
-        let want = clock.fp_field(p.fp);
-        let entry = want | stamp;
-        let mut free = None;
-        for j in self.candidates(p) {
-            let s = self.slots[j];
-            if s & clock.fp_mask == want && clock.is_within(s, clock.retain) {
-                if clock.age(s) > age {
-                    self.slots[j] = entry;
+        let entry = clock.fp_field(p.fp) | u32::from(stamp);
+        match self.find(p, clock) {
+            Found::Kept(i, k) => {
+                if clock.age(self.entries(i)[k]) > age {
+                    self.put(i, k, entry);
                 }
-                return true;
+                true
             }
-            if free.is_none() && !clock.is_within(s, clock.retain) {
-                free = Some(j);
+            Found::Free(i, k) => {
+                self.put(i, k, entry);
+                true
             }
+            Found::Full => self.kick(p, clock, entry),
         }
-        if let Some(j) = free {
-            self.put(j, entry);
-            return true;
-        }
-        self.kick(p, clock, entry)
     }
 
-    /// Writes `entry` into a free slot `j`.
+    /// The key's kept slot, else the first free slot of its buckets.
     #[inline]
-    fn put(&mut self, j: usize, entry: u16) {
-        if self.slots[j] == 0 {
+    fn find(&self, p: &Place, clock: &Clock) -> Found {
+        let want = clock.fp_field(p.fp);
+        let mut free = Found::Full;
+        for i in Self::candidates(p) {
+            for (k, &e) in self.entries(i).iter().enumerate() {
+                let kept = clock.is_within(e, clock.retain);
+                if kept && e & clock.fp_mask == want {
+                    return Found::Kept(i, k);
+                }
+                if !kept && matches!(free, Found::Full) {
+                    free = Found::Free(i, k);
+                }
+            }
+        }
+        free
+    }
+
+    /// A free (empty or expired) slot of bucket `i`.
+    #[inline]
+    fn free_in(&self, i: usize, clock: &Clock) -> Option<usize> {
+        self.entries(i).iter().position(|&e| !clock.is_within(e, clock.retain))
+    }
+
+    /// Writes `entry` into slot `k` of bucket `i` (re-sorting the bucket).
+    #[inline]
+    fn put(&mut self, i: usize, k: usize, entry: u32) {
+        let mut e = self.entries(i);
+        if bucket::field(self.words[i], k) == 0 {
             self.occupied += 1;
         }
-        self.slots[j] = entry;
+        e[k] = entry;
+        self.words[i] = bucket::encode(e);
     }
 
     /// Moves slots to their other buckets until one has room for `entry`;
     /// undoes every move if none has within [`MAX_KICKS`], so a failed
     /// insert forgets nothing. The victim in each bucket is chosen from the
-    /// carried fingerprint and the step (deterministic: a replay moves the
-    /// same slots).
-    fn kick(&mut self, p: &Place, clock: &Clock, entry: u16) -> bool {
-        let mut moves: Vec<(usize, u16)> = Vec::with_capacity(16);
-        let (mut carried, mut at) = (entry, if p.fp & 1 == 0 { p.i1 } else { p.i2 });
+    /// carried entry and the step (deterministic: a replay moves the same
+    /// slots).
+    fn kick(&mut self, p: &Place, clock: &Clock, entry: u32) -> bool {
+        let mut moves: Vec<(usize, u64)> = Vec::with_capacity(16);
+        let (mut carried, mut at) = (entry, if p.fp & 1 == 0 { p.i1 } else { p.i2 } as usize);
         for step in 0..MAX_KICKS {
-            let pick = (u64::from(carried).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize + step;
-            let j = at as usize * BUCKET_SLOTS + pick % BUCKET_SLOTS;
-            moves.push((j, self.slots[j]));
-            (carried, self.slots[j]) = (self.slots[j], carried);
-            at = self.alt(at, clock.fingerprint_of(carried));
-            let base = at as usize * BUCKET_SLOTS;
-            if let Some(k) = (base..base + BUCKET_SLOTS).find(|&k| !clock.is_within(self.slots[k], clock.retain)) {
-                self.put(k, carried);
+            let pick = ((u64::from(carried).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize + step) % BUCKET_SLOTS;
+            moves.push((at, self.words[at]));
+            let mut e = self.entries(at);
+            (carried, e[pick]) = (e[pick], carried);
+            self.words[at] = bucket::encode(e);
+            at = self.alt(at as u64, clock.fingerprint_of(carried)) as usize;
+            if let Some(k) = self.free_in(at, clock) {
+                self.put(at, k, carried);
                 return true;
             }
         }
-        for (j, was) in moves.into_iter().rev() {
-            self.slots[j] = was;
+        for (i, was) in moves.into_iter().rev() {
+            self.words[i] = was;
         }
         false
     }
 
-    /// Stores `entry` in the key's buckets in place of the slot with the
-    /// oldest stamp (at the cap on tables only: the one way a key is
-    /// forgotten, counted).
+    /// Stores the key in its buckets in place of the slot with the oldest
+    /// stamp (at the cap on tables only: the one way a key is forgotten,
+    /// counted).
     pub fn force(&mut self, p: &Place, clock: &Clock, stamp: u16) {
-        let oldest = self.candidates(p).max_by_key(|&j| clock.age(self.slots[j])).expect("a bucket has slots");
-        self.put(oldest, clock.fp_field(p.fp) | stamp);
+        let slots = Self::candidates(p).flat_map(|i| (0..BUCKET_SLOTS).map(move |k| (i, k)));
+        let (i, k) = slots.max_by_key(|&(i, k)| clock.age(self.entries(i)[k])).expect("a bucket has slots");
+        self.put(i, k, clock.fp_field(p.fp) | u32::from(stamp));
     }
 
     /// Clears the expired slots of the next `buckets` buckets: a run of
-    /// slots from the cursor (wrapping once), each judged by one load from
-    /// a table of the stamps that have expired.
+    /// buckets from the cursor (wrapping once), each slot judged by one load
+    /// from a table of the stamps that have expired; no bucket is re-sorted.
     pub fn sweep(&mut self, buckets: u64, clock: &Clock) {
         let n = self.buckets;
         let mut left = buckets.min(n);
         let expired = clock.expired_stamps();
-        let mask = !clock.fp_mask;
         while left > 0 {
             let run = left.min(n - self.cursor);
-            let (from, to) = (self.cursor as usize * BUCKET_SLOTS, (self.cursor + run) as usize * BUCKET_SLOTS);
+            let (from, to) = (self.cursor as usize, (self.cursor + run) as usize);
             let mut cleared = 0;
-            for s in &mut self.slots[from..to] {
-                let dead = expired[usize::from(*s & mask)];
-                cleared += u64::from(dead);
-                *s &= u16::from(dead).wrapping_sub(1);
+            for w in &mut self.words[from..to] {
+                cleared += bucket::clear_expired(w, &expired, clock.stamp_mask);
             }
             self.occupied -= cleared;
             self.cursor = (self.cursor + run) % n;
@@ -228,12 +263,14 @@ impl Table {
 
     /// Empties every slot (the clock jumped past everything kept).
     pub fn clear(&mut self) {
-        self.slots.fill(0);
+        self.words.fill(0);
         self.occupied = 0;
     }
 
-    /// Slots alive at the clock (for the FPR estimate); a scan.
+    /// Slots alive at the clock (for the FPR estimate); a scan of the stamps.
     pub fn alive_slots(&self, clock: &Clock) -> u64 {
-        self.slots.iter().filter(|&&s| clock.is_within(s, clock.window)).count() as u64
+        let alive =
+            |&w: &u64| (0..BUCKET_SLOTS).filter(|&k| clock.is_within(bucket::field(w, k), clock.window)).count();
+        self.words.iter().map(alive).sum::<usize>() as u64
     }
 }

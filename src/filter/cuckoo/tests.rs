@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 
+use super::bucket;
 use super::params::{DESIGN_LOAD, table_fpr};
 use super::snapshot::{decode, encode};
 use super::*;
@@ -89,14 +90,110 @@ fn run(f: &mut CuckooFilter, events: &[(u64, u64)], window_ms: u64) -> (Confusio
 }
 
 #[test]
-fn resolves_ten_bit_fingerprints_and_six_bit_stamps_at_one_percent() {
+fn resolves_ten_bit_fingerprints_and_seven_bit_stamps_at_one_percent() {
     let p = spec(60_000, 1_000).resolve().unwrap();
-    assert_eq!((p.fingerprint_bits, p.clock_bits, p.period), (10, 6, 63));
+    assert_eq!((p.fingerprint_bits, p.clock_bits, p.period), (10, 7, 127));
+    assert_eq!((p.window_ticks, p.sweep_ticks, p.tick_ms), (117, 9, 513));
     assert!(p.window_ticks + p.lateness_ticks + p.sweep_ticks < p.period);
-    assert!(p.window_ticks >= 40, "{p:?}");
     assert!(table_fpr(10, DESIGN_LOAD) < 0.01);
-    let e = CuckooSpec { fpr: 0.0001, ..spec(60_000, 1_000) }.resolve().unwrap_err();
+    // Other targets: a bit of fingerprint more is a bit of stamp less.
+    let at = |fpr| CuckooSpec { fpr, ..spec(60_000, 1_000) }.resolve().unwrap();
+    let (tight, loose) = (at(0.001), at(0.05));
+    assert_eq!((tight.fingerprint_bits, tight.clock_bits, tight.window_ticks), (13, 4, 10));
+    assert_eq!((loose.fingerprint_bits, loose.clock_bits, loose.window_ticks), (8, 9, 477));
+    let e = CuckooSpec { fpr: 0.0005, ..spec(60_000, 1_000) }.resolve().unwrap_err();
     assert_eq!(e.setting, "fpr");
+    assert!(e.to_string().contains("needs 14-bit fingerprints"), "{e}");
+}
+
+/// Every 12-bit prefix code stands for one sorted multiset of four nibbles
+/// and back; the 220 words past the last code are not buckets.
+#[test]
+fn every_prefix_code_round_trips() {
+    let fields = 0x000F_EDCB_A987_6543_u64;
+    let mut seen = std::collections::HashSet::new();
+    for code in 0..bucket::CODES {
+        let word = u64::from(code) << 52 | fields;
+        assert!(bucket::is_valid(word));
+        let e = bucket::decode(word);
+        let nibbles = e.map(|x| x >> bucket::FIELD_BITS);
+        assert!(nibbles.is_sorted(), "code {code}: {nibbles:?}");
+        assert!(seen.insert(nibbles), "code {code}: {nibbles:?} twice");
+        assert_eq!(bucket::encode(e), word, "code {code}");
+        assert_eq!((0..4).map(|i| bucket::field(word, i)).collect::<Vec<_>>(), e.map(|x| x & 0x1FFF).to_vec());
+    }
+    assert_eq!(seen.len(), 3_876);
+    assert!(!bucket::is_valid(u64::from(bucket::CODES) << 52));
+    assert!(!bucket::is_valid(u64::MAX));
+    assert_eq!(bucket::encode([0; 4]), 0, "an all-zero word is an empty bucket");
+}
+
+/// Encoding sorts by nibble and keeps slots of one nibble in their order.
+#[test]
+fn encoding_sorts_by_nibble_stably() {
+    let e = |nibble: u32, field: u32| nibble << bucket::FIELD_BITS | field;
+    let word = bucket::encode([e(9, 1), e(3, 2), e(9, 3), e(3, 4)]);
+    assert_eq!(bucket::decode(word), [e(3, 2), e(3, 4), e(9, 1), e(9, 3)]);
+    // A cleared field keeps its nibble and its place.
+    let cleared = bucket::clear_field(word, 1);
+    assert_eq!(bucket::decode(cleared), [e(3, 2), e(3, 0), e(9, 1), e(9, 3)]);
+    assert_eq!(bucket::encode(bucket::decode(cleared)), cleared);
+    assert_eq!(bucket::occupied(cleared), 3);
+}
+
+/// Each bucket of each table is canonical (re-encoding changes nothing)
+/// and its occupied slots are the table's count.
+fn assert_canonical(f: &CuckooFilter) {
+    for t in f.tables() {
+        for &w in t.words() {
+            assert!(bucket::is_valid(w));
+            assert_eq!(bucket::encode(bucket::decode(w)), w);
+        }
+        assert_eq!(t.occupied(), t.words().iter().map(|&w| u64::from(bucket::occupied(w))).sum::<u64>());
+    }
+}
+
+/// Inserts, deletes and sweeps on one filter: every bucket stays sorted and
+/// canonical; a delete or a sweep only empties fields (no code changes, no
+/// slot moves); no key the filter delivered in the window is lost.
+#[test]
+fn buckets_stay_sorted_through_inserts_deletes_and_sweeps() {
+    let p = spec(1_000, 300).resolve().unwrap();
+    let mut f = CuckooFilter::new(p.clone());
+    let mut rng = Rng::new(5);
+    let (mut t, mut clears) = (0, 0);
+    for _ in 0..12_000 {
+        let before: Vec<(u8, Vec<u64>)> = f.tables().iter().map(|t| (t.level, t.words().to_vec())).collect();
+        let id = rng.below(6_000);
+        match rng.below(10) {
+            0 => {
+                let _ = f.delete(&key(id));
+            }
+            1 => {
+                t += p.tick_ms;
+                f.advance(t);
+            }
+            _ => {
+                f.observe(&key(id), t);
+                assert!(f.contains(&key(id)), "just observed");
+                assert_canonical(&f);
+                continue;
+            }
+        }
+        assert_canonical(&f);
+        if f.tables().iter().map(|t| t.level).ne(before.iter().map(|b| b.0)) {
+            continue;
+        }
+        for ((_, old), new) in before.iter().zip(f.tables()) {
+            for (&a, &b) in old.iter().zip(new.words()) {
+                assert_eq!(a >> 52, b >> 52, "a clear changed a code");
+                assert!((0..4).all(|i| bucket::field(b, i) == bucket::field(a, i) || bucket::field(b, i) == 0));
+                clears += u64::from(a != b);
+            }
+        }
+    }
+    assert!(clears > 1_000, "{clears} buckets cleared");
+    assert!(f.counters().tables_created >= 2, "{:?}", f.counters());
 }
 
 #[test]
@@ -293,6 +390,18 @@ fn snapshot_round_trips_and_refuses_damage_and_other_settings() {
         assert_eq!(a.observe(&key(id), t + 3_000), b.observe(&key(id), t + 3_000));
     }
 
+    // The 16-bit slot format (version 1) is refused by its version.
+    let mut v1 = bytes.clone();
+    v1[8..10].copy_from_slice(&1u16.to_le_bytes());
+    let e = decode(&v1, &p).unwrap_err();
+    assert_eq!(e, SnapshotError::UnsupportedVersion { expected: 2, got: 1 });
+    assert!(e.to_string().contains("version 1 is not supported (expected 2)"), "{e}");
+    let mut bad_code = bytes.clone();
+    let last_word = bytes.len() - 16;
+    bad_code[last_word..last_word + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    crate::filter::envelope::seal_in_place(&mut bad_code);
+    assert!(matches!(decode(&bad_code, &p), Err(SnapshotError::Malformed(_))));
+
     let mut damaged = bytes.clone();
     damaged[40] ^= 1;
     assert!(matches!(decode(&damaged, &p), Err(SnapshotError::ChecksumMismatch { .. })));
@@ -309,15 +418,15 @@ fn a_snapshot_is_pinned() {
     }
     let bytes = encode(&f);
     let checksum = u64::from_le_bytes(bytes[bytes.len() - 8..].try_into().unwrap());
-    // 16 buckets of 4 slots: 128 bytes of slots in 318.
-    assert_eq!((bytes.len(), &bytes[..10]), (318, &b"DEDUPDCK\x01\x00"[..]));
-    assert_eq!(checksum, 0x4a6e_8de9_15bd_faca, "the format or the hashing changed: a new version");
+    // 16 buckets of 4 slots, one u64 each: 128 bytes of buckets in 318.
+    assert_eq!((bytes.len(), &bytes[..10]), (318, &b"DEDUPDCK\x02\x00"[..]));
+    assert_eq!(checksum, 0xd7ee_d95a_4ed7_11a5, "the format or the hashing changed: a new version");
 }
 
 #[test]
 fn a_loose_target_keeps_four_fingerprint_bits() {
     let p = CuckooSpec { fpr: 0.9, ..spec(1_000, 100) }.resolve().unwrap();
-    assert_eq!((p.fingerprint_bits, p.clock_bits), (4, 12));
+    assert_eq!((p.fingerprint_bits, p.clock_bits), (4, 13));
     let mut f = CuckooFilter::new(p);
     assert!(!f.observe(&key(1), 0));
     assert!(f.observe(&key(1), 999));
