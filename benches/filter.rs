@@ -23,8 +23,8 @@
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
 //!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
 //!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
-//! - `cuckoo`: the cuckoo table filter (`CuckooFilter::observe`), the same bytes of 16-bit
-//!   slots, sized by its own rule (20% headroom at 95% load) for a window of as many keys,
+//! - `cuckoo`: the cuckoo table filter (`CuckooFilter::observe`), the same bytes of slots
+//!   (16 bits each in semi-sorted buckets), sized by its own rule (20% headroom at 95% load) for a window of as many keys,
 //!   one event at a time;
 //! - `bloomfilter`: the `bloomfilter` crate, same bytes, k = 7, `check_and_set`;
 //! - `hashbrown-exact`: an exact `hashbrown::HashMap<u64 fingerprint, u32 time>` holding the
@@ -229,8 +229,8 @@ struct CuckooState {
 /// window the keys it is sized for), warmed up through one window.
 fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
     let setup = || {
-        // Slots hold the keys of W + 1 ticks (W = 57) at 95% load, 20% headroom.
-        let keys = (bytes / 2) as f64 * 0.95 / 1.2 * 57.0 / 58.0;
+        // Slots (2 bytes each) hold the keys of W + 1 ticks (W = 117) at 95% load, 20% headroom.
+        let keys = (bytes / 2) as f64 * 0.95 / 1.2 * 117.0 / 118.0;
         let keys = keys as u64;
         let spec = CuckooSpec { window_ms: keys, expected_keys: keys, ..CuckooSpec::default() };
         let mut f = CuckooFilter::new(spec.resolve().expect("valid spec"));

@@ -11,7 +11,7 @@ use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 #[serde(deny_unknown_fields)]
 pub struct FilterSettings {
     /// `timer` (the sliding timer Bloom filter), `cuckoo` (the cuckoo table
-    /// filter: the same window in 16-bit slots), `passthrough` (no dedup), or
+    /// filter: the same window in 16 bits per key slot), `passthrough` (no dedup), or
     /// the count-based kinds with no window, `rsbf` (reservoir-sampling Bloom
     /// filter) and `stable` (Stable Bloom Filter).
     pub kind: String,

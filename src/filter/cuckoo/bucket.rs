@@ -22,7 +22,9 @@ pub const ENTRY_BITS: u32 = FIELD_BITS + 4;
 /// Multisets of four nibbles: the prefix codes `0..CODES`.
 pub const CODES: u16 = 3_876;
 
-const FIELD_MASK: u64 = (1 << FIELD_BITS) - 1;
+/// A field's bits, at bit 0.
+pub const FIELD_MASK: u32 = (1 << FIELD_BITS) - 1;
+const FIELD_MASK64: u64 = FIELD_MASK as u64;
 const CODE_SHIFT: u32 = 4 * FIELD_BITS;
 
 /// A bucket's four entries (`nibble << 13 | field`), nibbles non-decreasing.
@@ -30,8 +32,10 @@ pub type Entries = [u32; 4];
 
 /// C(n, k) for n < 19, k ≤ 4.
 const BINOM: [[u16; 5]; 19] = binomials();
-/// The nibbles of each code, slot i's at bits 4·i (7.6 KiB).
-static DECODE: [u16; CODES as usize] = decode_table();
+/// The nibbles of each code, slot i's at bits 4·i; 4 096 entries (8 KiB),
+/// so that any 12 bits index it without a bounds check (the codes past
+/// the last read as 0; a restored word is checked with [`is_valid`]).
+static DECODE: [u16; 1 << 12] = decode_table();
 
 const fn binomials() -> [[u16; 5]; 19] {
     let mut t = [[0u16; 5]; 19];
@@ -53,11 +57,12 @@ const fn binomials() -> [[u16; 5]; 19] {
 /// C(a, 1) + C(b + 1, 2) + C(c + 2, 3) + C(d + 3, 4), is in `0..CODES`.
 #[inline]
 const fn rank(n: [u32; 4]) -> u16 {
-    BINOM[n[0] as usize][1] + BINOM[n[1] as usize + 1][2] + BINOM[n[2] as usize + 2][3] + BINOM[n[3] as usize + 3][4]
+    let (a, b, c, d) = ((n[0] & 0xF) as usize, (n[1] & 0xF) as usize, (n[2] & 0xF) as usize, (n[3] & 0xF) as usize);
+    BINOM[a][1] + BINOM[b + 1][2] + BINOM[c + 2][3] + BINOM[d + 3][4]
 }
 
-const fn decode_table() -> [u16; CODES as usize] {
-    let mut t = [0u16; CODES as usize];
+const fn decode_table() -> [u16; 1 << 12] {
+    let mut t = [0u16; 1 << 12];
     let mut d = 0;
     while d < 16 {
         let mut c = 0;
@@ -86,35 +91,50 @@ pub fn is_valid(word: u64) -> bool {
 /// A bucket's entries, in slot order.
 #[inline]
 pub fn decode(word: u64) -> Entries {
-    let nibbles = u32::from(DECODE[(word >> CODE_SHIFT) as usize]);
+    let nibbles = u32::from(DECODE[(word >> CODE_SHIFT) as usize & 0xFFF]);
     std::array::from_fn(|i| (nibbles >> (4 * i) & 0xF) << FIELD_BITS | field(word, i))
 }
 
 /// The bucket of `entries`: sorted by nibble (stably), then coded.
 #[inline]
-pub fn encode(mut entries: Entries) -> u64 {
-    for i in 1..4 {
-        let mut j = i;
-        while j > 0 && entries[j - 1] >> FIELD_BITS > entries[j] >> FIELD_BITS {
-            entries.swap(j - 1, j);
-            j -= 1;
-        }
-    }
-    let code = rank(entries.map(|e| e >> FIELD_BITS));
-    let fields = (0..4).fold(0, |w, i| w | (u64::from(entries[i]) & FIELD_MASK) << (FIELD_BITS * i as u32));
+pub fn encode(entries: Entries) -> u64 {
+    let sorted = sort_by_nibble(entries);
+    let code = rank(sorted.map(|e| e >> FIELD_BITS));
+    let fields = (0..4).fold(0, |w, i| w | (u64::from(sorted[i] & FIELD_MASK)) << (FIELD_BITS * i as u32));
     u64::from(code) << CODE_SHIFT | fields
+}
+
+/// A stable sort by nibble without branches: each entry is keyed by its
+/// nibble and then its position (above its field), and a five-comparator
+/// network sorts the keys.
+#[inline]
+fn sort_by_nibble(entries: Entries) -> Entries {
+    let mut k: [u32; 4] = std::array::from_fn(|i| {
+        (entries[i] >> FIELD_BITS) << (FIELD_BITS + 2) | (i as u32) << FIELD_BITS | entries[i] & FIELD_MASK
+    });
+    for (a, b) in [(0, 1), (2, 3), (0, 2), (1, 3), (1, 2)] {
+        let (lo, hi) = (k[a].min(k[b]), k[a].max(k[b]));
+        (k[a], k[b]) = (lo, hi);
+    }
+    k.map(|x| (x >> (FIELD_BITS + 2)) << FIELD_BITS | x & FIELD_MASK)
+}
+
+/// Slot i's nibble (the top 4 bits of its fingerprint).
+#[inline]
+pub fn nibble(word: u64, i: usize) -> u32 {
+    u32::from(DECODE[(word >> CODE_SHIFT) as usize & 0xFFF]) >> (4 * i) & 0xF
 }
 
 /// Slot i's field (0: empty).
 #[inline]
 pub fn field(word: u64, i: usize) -> u32 {
-    (word >> (FIELD_BITS * i as u32) & FIELD_MASK) as u32
+    (word >> (FIELD_BITS * i as u32) & FIELD_MASK64) as u32
 }
 
 /// The bucket with slot i emptied (its nibble, and the code, kept).
 #[inline]
 pub fn clear_field(word: u64, i: usize) -> u64 {
-    word & !(FIELD_MASK << (FIELD_BITS * i as u32))
+    word & !(FIELD_MASK64 << (FIELD_BITS * i as u32))
 }
 
 /// Empties the slots whose stamp (`field & stamp_mask`) `expired` marks;
@@ -125,7 +145,7 @@ pub fn clear_expired(word: &mut u64, expired: &[bool], stamp_mask: u32) -> u64 {
     for i in 0..4 {
         let dead = u64::from(expired[(field(*word, i) & stamp_mask) as usize]);
         cleared += dead;
-        *word &= !((FIELD_MASK * dead) << (FIELD_BITS * i as u32));
+        *word &= !((FIELD_MASK64 * dead) << (FIELD_BITS * i as u32));
     }
     cleared
 }

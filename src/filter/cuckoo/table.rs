@@ -120,9 +120,22 @@ impl Table {
     #[inline]
     pub fn holds_within(&self, p: &Place, clock: &Clock, limit: u32) -> bool {
         let want = clock.fp_field(p.fp);
-        let hit =
-            |i: u64| self.entries(i as usize).iter().any(|&e| e & clock.fp_mask == want && clock.is_within(e, limit));
-        hit(p.i1) || hit(p.i2)
+        self.holding(p.i1 as usize, want, clock, limit).is_some()
+            || self.holding(p.i2 as usize, want, clock, limit).is_some()
+    }
+
+    /// The position of a slot of bucket `i` holding the entry fingerprint
+    /// `want` at most `limit` ticks old: the field first, the nibble (a
+    /// load from the code table) only when the field matches.
+    #[inline]
+    fn holding(&self, i: usize, want: u32, clock: &Clock, limit: u32) -> Option<usize> {
+        let w = self.words[i];
+        let low = clock.fp_mask & bucket::FIELD_MASK;
+        let (want_field, want_nibble) = (want & low, want >> bucket::FIELD_BITS);
+        (0..BUCKET_SLOTS).find(|&k| {
+            let field = bucket::field(w, k);
+            field & low == want_field && clock.is_within(field, limit) && bucket::nibble(w, k) == want_nibble
+        })
     }
 
     /// The slots (`bucket · 4 + position`) holding the key's fingerprint
@@ -174,25 +187,24 @@ impl Table {
     #[inline]
     fn find(&self, p: &Place, clock: &Clock) -> Found {
         let want = clock.fp_field(p.fp);
-        let mut free = Found::Full;
         for i in Self::candidates(p) {
-            for (k, &e) in self.entries(i).iter().enumerate() {
-                let kept = clock.is_within(e, clock.retain);
-                if kept && e & clock.fp_mask == want {
-                    return Found::Kept(i, k);
-                }
-                if !kept && matches!(free, Found::Full) {
-                    free = Found::Free(i, k);
-                }
+            if let Some(k) = self.holding(i, want, clock, clock.retain) {
+                return Found::Kept(i, k);
             }
         }
-        free
+        for i in Self::candidates(p) {
+            if let Some(k) = self.free_in(i, clock) {
+                return Found::Free(i, k);
+            }
+        }
+        Found::Full
     }
 
-    /// A free (empty or expired) slot of bucket `i`.
+    /// A free (empty or expired) slot of bucket `i`: its stamp alone says.
     #[inline]
     fn free_in(&self, i: usize, clock: &Clock) -> Option<usize> {
-        self.entries(i).iter().position(|&e| !clock.is_within(e, clock.retain))
+        let w = self.words[i];
+        (0..BUCKET_SLOTS).find(|&k| !clock.is_within(bucket::field(w, k), clock.retain))
     }
 
     /// Writes `entry` into slot `k` of bucket `i` (re-sorting the bucket).
