@@ -229,16 +229,16 @@ fn the_cuckoo_kind_on_real_text_beside_the_timer_filter() {
     let shuffled = jittered(&events, 1_500, 11);
     let timer = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s"]);
     let cuckoo = measure_arrivals(&shuffled, "27000", "density", &["--lateness", "2s", "--kind", "cuckoo"]);
-    assert!(cuckoo.confusion.fpr() <= 0.015, "FPR {} ({:?})", cuckoo.confusion.fpr(), cuckoo.confusion);
-    assert!(cuckoo.confusion.fnr() <= 0.01, "FNR {} ({:?})", cuckoo.confusion.fnr(), cuckoo.confusion);
+    assert!(cuckoo.confusion.fpr() <= 0.01, "FPR {} ({:?})", cuckoo.confusion.fpr(), cuckoo.confusion);
+    assert!(cuckoo.confusion.fnr() <= 0.002, "FNR {} ({:?})", cuckoo.confusion.fnr(), cuckoo.confusion);
     let peak = |m: &Measured| m.stats["memory_bytes_peak"].as_u64().unwrap();
-    assert!(peak(&cuckoo) * 3 < peak(&timer), "cuckoo {} B, timer {} B", peak(&cuckoo), peak(&timer));
+    assert!(peak(&cuckoo) * 4 < peak(&timer), "cuckoo {} B, timer {} B", peak(&cuckoo), peak(&timer));
     assert_eq!(cuckoo.stats["kind"], "cuckoo");
     assert_eq!(cuckoo.stats["saturated_inserts"], 0, "no key forgotten at the cap");
 
     let low = measure_arrivals(&shuffled, "2700", "density", &["--lateness", "2s", "--kind", "cuckoo"]);
-    assert!(low.confusion.fpr() <= 0.02, "FPR {} ({:?})", low.confusion.fpr(), low.confusion);
-    assert!(low.confusion.fnr() <= 0.01, "FNR {} ({:?})", low.confusion.fnr(), low.confusion);
+    assert!(low.confusion.fpr() <= 0.015, "FPR {} ({:?})", low.confusion.fpr(), low.confusion);
+    assert!(low.confusion.fnr() <= 0.002, "FNR {} ({:?})", low.confusion.fnr(), low.confusion);
     assert!(low.stats["generations_created"].as_u64().unwrap() >= 3, "{}", low.stats);
 }
 
