@@ -226,9 +226,8 @@ fn repartition_external_client_resends_and_bad_input() {
         r.sort();
         r
     };
-    wait_for("6 dead letters", Duration::from_secs(60), || {
-        read_all(&format!("{app}.dlq"), Duration::from_millis(800)).values().map(Vec::len).sum::<usize>() >= 6
-    });
+    let dead = count_records(&format!("{app}.dlq"), 6, Duration::from_secs(60));
+    assert!(dead >= 6, "{dead} of 6 dead letters after 60 s");
     std::thread::sleep(Duration::from_secs(2));
 
     let out = read_all(&format!("{app}.out"), Duration::from_secs(3));

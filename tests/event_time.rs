@@ -111,16 +111,12 @@ fn an_idle_tail_is_released_and_survives_a_restart() {
     produce(&input, &batch(0, 300));
     let produced = Instant::now();
     let out = format!("{app}.out");
-    let mut seen = 0;
-    while seen < 300 {
-        assert!(
-            produced.elapsed() < Duration::from_secs(4),
-            "{seen} of 300 records delivered {:?} after the input stopped (lateness 2 s)",
-            produced.elapsed()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-        seen = read_all(&out, Duration::from_millis(300)).values().map(Vec::len).sum::<usize>();
-    }
+    let seen = count_records(&out, 300, Duration::from_secs(4).saturating_sub(produced.elapsed()));
+    assert!(
+        seen >= 300,
+        "{seen} of 300 records delivered {:?} after the input stopped (lateness 2 s)",
+        produced.elapsed()
+    );
     eprintln!("idle tail delivered {:?} after the input stopped", produced.elapsed());
     let metrics = http_get(d.admin_port, "/metrics").unwrap().1;
     assert!(
@@ -132,9 +128,8 @@ fn an_idle_tail_is_released_and_survives_a_restart() {
     produce(&input, &batch(300, 100));
     let mut d = Daemon::start("tail-restarted", &env);
     d.wait_ready(Duration::from_secs(60));
-    wait_for("400 records delivered", Duration::from_secs(30), || {
-        read_all(&out, Duration::from_millis(300)).values().map(Vec::len).sum::<usize>() >= 400
-    });
+    let delivered = count_records(&out, 400, Duration::from_secs(30));
+    assert!(delivered >= 400, "{delivered} of 400 records delivered after 30 s");
     std::thread::sleep(Duration::from_secs(1));
     let mut seqs = delivered_seqs(&out);
     seqs.sort_unstable();

@@ -290,7 +290,7 @@ impl Settings {
             }
         }
         let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
-        let counting = s.limit.validate(&s.flag, &s.filter)?;
+        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
         availability.check_counting(counting.is_some())?;
         let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
         s.flag.validate_topic(&s.output, &s.checkpoint)?;

@@ -11,7 +11,7 @@
 
 use super::limits::stage::{CountingSetup, SliceCounting};
 use super::provenance::stage::{ProvenanceSetup, SliceProvenance};
-use crate::engine::record::{Extractor, InvalidRecord};
+use crate::engine::record::InvalidRecord;
 use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
 use crate::filter::{SnapshotError, Verdict};
 
@@ -59,7 +59,7 @@ pub struct SliceStages {
 /// records are re-derived on restore, not state).
 impl PartialEq for SliceStages {
     fn eq(&self, other: &Self) -> bool {
-        self.provenance == other.provenance && self.sections() == other.sections()
+        self.sections() == other.sections()
     }
 }
 
@@ -71,12 +71,19 @@ impl SliceStages {
         counting.into_iter().chain(provenance)
     }
 
+    /// The stages that are on, in hook order, to read.
+    fn each_ref(&self) -> impl Iterator<Item = &dyn Stage> {
+        let counting = self.counting.as_ref().map(|s| s as &dyn Stage);
+        let provenance = self.provenance.as_ref().map(|s| s as &dyn Stage);
+        counting.into_iter().chain(provenance)
+    }
+
     /// Turns each stage on as `setup` says (a stage restored with the slice
-    /// is kept) or off; `dedup` is the dedup key's extractor.
-    pub fn set(&mut self, setup: &StagesSetup, dedup: &Extractor) {
+    /// is kept) or off.
+    pub fn set(&mut self, setup: &StagesSetup) {
         match &setup.counting {
             None => self.counting = None,
-            Some(s) if self.counting.is_none() => self.counting = Some(s.start(dedup)),
+            Some(s) if self.counting.is_none() => self.counting = Some(s.start()),
             Some(_) => {}
         }
         match &setup.provenance {
@@ -86,9 +93,9 @@ impl SliceStages {
         }
     }
 
-    /// Whether a stage judges instead of the timer filter.
+    /// See [`Stage::judges_instead`]: whether any stage does.
     pub fn judges_instead(&self) -> bool {
-        self.counting.as_ref().is_some_and(|c| c.judges_instead())
+        self.each_ref().any(|s| s.judges_instead())
     }
 
     /// See [`Stage::arrived`]: the first stage that cannot read the record refuses it.
@@ -132,24 +139,19 @@ impl SliceStages {
     /// the manifest fingerprint refuses it first); provenance resized, or
     /// not in the snapshot, starts empty (the slice's verdicts do not
     /// depend on it).
-    pub fn restore(
-        sections: &[Section<'_>],
-        setup: &StagesSetup,
-        dedup: &Extractor,
-        slice: u32,
-    ) -> Result<SliceStages, SnapshotError> {
+    pub fn restore(sections: &[Section<'_>], setup: &StagesSetup, slice: u32) -> Result<SliceStages, SnapshotError> {
         let find = |tag| sections.iter().find(|s| s.tag == tag).map(|s| s.bytes);
         let mut stages = SliceStages::default();
         if let (Some(bytes), Some(setup)) = (find(SectionTag::Provenance), &setup.provenance) {
             stages.provenance = SliceProvenance::restore(bytes, setup, slice)?;
         }
         stages.counting = match (find(SectionTag::Counting), &setup.counting) {
-            (Some(bytes), Some(setup)) => Some(setup.restore(bytes, dedup)?),
+            (Some(bytes), Some(setup)) => Some(setup.restore(bytes)?),
             (Some(_), None) => return Err(counting_mismatch("on", "off")),
             (None, Some(_)) => return Err(counting_mismatch("off", "on")),
             (None, None) => None,
         };
-        stages.set(setup, dedup);
+        stages.set(setup);
         Ok(stages)
     }
 }

@@ -258,6 +258,36 @@ pub fn read_all_on(broker: &ClientConfig, topic: &str, quiet: Duration) -> BTree
     out
 }
 
+/// How many records `topic` holds, read by one consumer from the beginning
+/// until it has seen `at_least` of them or `within` has passed. For waits:
+/// unlike [`read_all`] with a short `quiet`, a slow first fetch (a loaded
+/// broker) does not end the read early and read as "none yet".
+pub fn count_records(topic: &str, at_least: usize, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    let c = reader();
+    let mut tpl = TopicPartitionList::new();
+    while tpl.count() == 0 && Instant::now() < deadline {
+        let md = c.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+        let partitions = md.topics().iter().find(|t| t.name() == topic).map_or(0, |t| t.partitions().len());
+        for p in 0..partitions as i32 {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+        if partitions == 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    c.assign(&tpl).expect("assign");
+    let mut seen = 0;
+    while seen < at_least && Instant::now() < deadline {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => seen += 1,
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    seen
+}
+
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

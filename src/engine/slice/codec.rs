@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
-use super::super::record::{Extractor, KeySpec, TimeSpec};
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
 use super::state::SliceState;
@@ -130,14 +129,10 @@ pub fn decode(
     filter: &FilterChoice,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    let no_stages = StagesSetup::default();
-    // Read by the counting stage only, which is off.
-    let dedup = Extractor { key: KeySpec::RecordKey, time: TimeSpec::Arrival, max_record_bytes: 0 };
-    decode_full(bytes, slice, filter, order, &no_stages, &dedup)
+    decode_full(bytes, slice, filter, order, &StagesSetup::default())
 }
 
-/// [`decode`] with the stages configured as `stages` (`dedup`: the dedup
-/// key's extractor). See [`SliceStages::restore`] for what a snapshot
+/// [`decode`] with the stages configured as `stages`. See [`SliceStages::restore`] for what a snapshot
 /// taken with other stages restores to: a counting stage on in one and off
 /// in the other is refused, naming `counting`; other counting parameters
 /// are refused naming the parameter; provenance starts empty if the
@@ -148,7 +143,6 @@ pub fn decode_full(
     filter: &FilterChoice,
     order: OrderSettings,
     stages: &StagesSetup,
-    dedup: &Extractor,
 ) -> Result<SliceState, SnapshotError> {
     let (mut r, version) = envelope::open_any(bytes, MAGIC, VERSION_BASE..=VERSION)?;
     let got_slice = r.u32()?;
@@ -173,7 +167,7 @@ pub fn decode_full(
     let unfilled = read_held(&mut r, bytes.len())?;
     let resend_marks = read_resend_marks(&mut r)?;
     let found = sections::read(&mut r, version)?;
-    let stages = SliceStages::restore(&found.stages, stages, dedup, slice)?;
+    let stages = SliceStages::restore(&found.stages, stages, slice)?;
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;

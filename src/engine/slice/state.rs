@@ -88,8 +88,8 @@ impl SliceState {
 
     /// Turns the stages on as `setup` says (a stage restored with the
     /// slice is kept) or off; `dedup` is the dedup key's extractor.
-    pub fn set_stages(&mut self, setup: &StagesSetup, dedup: &Extractor) {
-        self.stages.set(setup, dedup)
+    pub fn set_stages(&mut self, setup: &StagesSetup) {
+        self.stages.set(setup)
     }
 
     /// Takes in the next record of the slice log and appends to `out` the

@@ -351,7 +351,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
     };
     let fresh = || {
         let mut s = SliceState::new(2, params(), 0, order(300));
-        s.set_stages(&with(&setup), &ex);
+        s.set_stages(&with(&setup));
         s
     };
     let mut whole = fresh();
@@ -361,7 +361,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
     assert!(!first.stages.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
     let bytes = encode(&first);
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_PROVENANCE, "with provenance: version 3");
-    let mut restored = decode_full(&bytes, 2, &params(), order(300), &with(&setup), &ex).unwrap();
+    let mut restored = decode_full(&bytes, 2, &params(), order(300), &with(&setup)).unwrap();
     let reread = restored
         .unfilled
         .clone()
@@ -405,7 +405,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
     // empty and the rest of the slice is restored.
     assert!(decode(&bytes, 2, &params(), order(300)).unwrap().stages.provenance.is_none());
     let resized = ProvenanceSetup { spec: ProvenanceSpec { bits: 2_048, ..setup.spec.clone() }, ..setup.clone() };
-    let back = decode_full(&bytes, 2, &params(), order(300), &with(&resized), &ex).unwrap();
+    let back = decode_full(&bytes, 2, &params(), order(300), &with(&resized)).unwrap();
     assert_eq!(back.stages.provenance.unwrap().sources.live_sources(), 0);
     assert_eq!(back.filter, first.filter);
 }

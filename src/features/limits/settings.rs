@@ -64,6 +64,7 @@ impl LimitSettings {
         &self,
         flag: &FlagSettings,
         filter: &FilterSettings,
+        max_record_bytes: usize,
     ) -> Result<Option<CountingSetup>, ConfigError> {
         let (l, f) = (self, flag);
         match (f.threshold, f.topic.is_empty()) {
@@ -126,7 +127,7 @@ impl LimitSettings {
             "window" => invalid("filter.window", e.value, e.rule),
             other => invalid(&format!("limit.{other}"), e.value, e.rule),
         })?;
-        Ok(Some(CountingSetup { spec, count_key }))
+        Ok(Some(CountingSetup { spec, count_key, max_record_bytes }))
     }
 }
 

@@ -27,6 +27,8 @@ pub struct CountingSetup {
     pub spec: CountingSpec,
     /// What records are counted by; `None`: the dedup key.
     pub count_key: Option<KeySpec>,
+    /// `input.max_record_bytes`: the count key is read within the same bound.
+    pub max_record_bytes: usize,
 }
 
 impl CountingSetup {
@@ -50,27 +52,28 @@ impl CountingSetup {
     }
 
     /// The stage of a fresh slice, and the count key's extractor.
-    pub fn start(&self, dedup: &Extractor) -> SliceCounting {
+    pub fn start(&self) -> SliceCounting {
         SliceCounting {
             stage: self.spec.build().expect("counting settings validated at start-up"),
-            key: self.extractor(dedup),
+            key: self.extractor(),
             pending: HashMap::new(),
         }
     }
 
     /// A stage restored from its snapshot section.
-    pub fn restore(&self, bytes: &[u8], dedup: &Extractor) -> Result<SliceCounting, SnapshotError> {
+    pub fn restore(&self, bytes: &[u8]) -> Result<SliceCounting, SnapshotError> {
         Ok(SliceCounting {
             stage: counting::decode(bytes, &self.spec)?,
-            key: self.extractor(dedup),
+            key: self.extractor(),
             pending: HashMap::new(),
         })
     }
 
     /// The count key's extractor (`None`: the dedup key). Only its key is
     /// read: the time is the dedup extractor's.
-    fn extractor(&self, dedup: &Extractor) -> Option<Extractor> {
-        self.count_key.clone().map(|key| Extractor { key, time: TimeSpec::Arrival, ..dedup.clone() })
+    fn extractor(&self) -> Option<Extractor> {
+        let max_record_bytes = self.max_record_bytes;
+        self.count_key.clone().map(|key| Extractor { key, time: TimeSpec::Arrival, max_record_bytes })
     }
 }
 
@@ -179,6 +182,7 @@ mod tests {
                 flag_threshold: Some(5),
             },
             count_key,
+            max_record_bytes: 100,
         }
     }
 
@@ -239,7 +243,7 @@ mod tests {
 
     fn fresh(setup: &CountingSetup) -> SliceState {
         let mut s = SliceState::new(0, params(), 0, order());
-        s.set_stages(&stages(setup), &extractor());
+        s.set_stages(&stages(setup));
         s
     }
 
@@ -271,7 +275,7 @@ mod tests {
         let mut got = log.feed(&mut first, 0..2_345);
         let bytes = slice::encode(&first);
         assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 4);
-        let mut restored = slice::decode_full(&bytes, 0, &params(), order(), &stages(&setup), &extractor()).unwrap();
+        let mut restored = slice::decode_full(&bytes, 0, &params(), order(), &stages(&setup)).unwrap();
         assert!(!restored.unfilled.is_empty(), "some records are held");
         let reread: Vec<_> = restored
             .unfilled
@@ -295,10 +299,10 @@ mod tests {
         assert!(e.to_string().contains("counting"), "{e}");
         let plain = slice::encode(&SliceState::new(0, params(), 0, order()));
         assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2, "without the stage: version 2");
-        let e = slice::decode_full(&plain, 0, &params(), order(), &stages(&setup), &extractor()).unwrap_err();
+        let e = slice::decode_full(&plain, 0, &params(), order(), &stages(&setup)).unwrap_err();
         assert!(e.to_string().contains("counting"), "{e}");
         let other = CountingSetup { spec: CountingSpec { subwindows: 32, ..setup.spec.clone() }, ..setup.clone() };
-        let e = slice::decode_full(&bytes, 0, &params(), order(), &stages(&other), &extractor()).unwrap_err();
+        let e = slice::decode_full(&bytes, 0, &params(), order(), &stages(&other)).unwrap_err();
         assert!(e.to_string().contains("subwindows"), "{e}");
         assert_ne!(setup.fingerprint(), other.fingerprint());
     }
@@ -314,7 +318,7 @@ mod tests {
             0,
             OrderSettings { lateness_ms: 0, max_clock_jump_ms: 100_000, jump_confirmations: 1 },
         );
-        s.set_stages(&stages(&setup), &extractor());
+        s.set_stages(&stages(&setup));
         let mut out = Vec::new();
         for i in 0..8u64 {
             let record =

@@ -257,7 +257,7 @@ impl Restorer<'_> {
 
     /// Decodes a slice snapshot with the configured filter, order and stages.
     fn decode(&self, bytes: &[u8], slice: u32) -> Result<SliceState, crate::filter::SnapshotError> {
-        slice_codec::decode_full(bytes, slice, self.filter, self.order, self.stages, self.extractor)
+        slice_codec::decode_full(bytes, slice, self.filter, self.order, self.stages)
     }
 
     fn fingerprint(&self) -> String {
@@ -352,7 +352,7 @@ impl Restorer<'_> {
                     _ => first,
                 };
                 let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
-                fresh.set_stages(self.stages, self.extractor);
+                fresh.set_stages(self.stages);
                 (fresh, BTreeMap::new())
             }
         };

@@ -114,12 +114,13 @@ impl Case {
                 flag_threshold: Some(5),
             },
             count_key: Some("header:ip".parse::<KeySpec>().unwrap()),
+            max_record_bytes: 100,
         })
     }
 
     fn fresh(self) -> SliceState {
         let mut s = SliceState::new(4, self.filter(), 0, order(300));
-        s.set_stages(&self.stages(), &extractor());
+        s.set_stages(&self.stages());
         s
     }
 
@@ -128,7 +129,7 @@ impl Case {
     }
 
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {
-        decode_full(bytes, 4, &self.filter(), order(300), &self.stages(), &extractor())
+        decode_full(bytes, 4, &self.filter(), order(300), &self.stages())
     }
 }
 
