@@ -170,7 +170,7 @@ impl Table {
         let entry = clock.fp_field(p.fp) | u32::from(stamp);
         match self.find(p, clock) {
             Found::Kept(i, k) => {
-                if clock.age(self.entries(i)[k]) > age {
+                if clock.age(bucket::field(self.words[i], k)) > age {
                     self.put(i, k, entry);
                 }
                 true
