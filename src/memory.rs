@@ -2,12 +2,13 @@
 //! (`filter.max_memory`) and the container's memory limit, decided once at
 //! start-up from the settings alone.
 //!
-//! A slice's timer filter grows by generations; at its largest it holds
-//! `filter.max_generations` generations of the top level. When that worst
-//! case, for all slices together, exceeds the cap, the generation count is
-//! lowered until it fits: the filter then saturates (its false-positive
-//! rate rises, `dedupd_filter_saturated_inserts_total` counts it) instead of
-//! growing past the cap. The count is a setting's value, so the verdicts
+//! A slice's timer filter grows by generations (the cuckoo kind by tables,
+//! planned the same way); at its largest it holds `filter.max_generations`
+//! generations of the top level. When that worst case, for all slices
+//! together, exceeds the cap, the generation count is lowered until it
+//! fits: the filter then saturates (its false-positive rate rises,
+//! `dedupd_filter_saturated_inserts_total` counts it) instead of growing
+//! past the cap. The count is a setting's value, so the verdicts
 //! still follow from the settings and the log alone (docs/design.md, invariant 1).
 //! When even one first-size generation per slice does not fit, start-up is
 //! refused.
@@ -15,6 +16,8 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use crate::filter::cuckoo::CuckooSpec;
+use crate::filter::cuckoo::params::MAX_LEVEL;
 use crate::filter::{DecayingSpec, FilterParams, FilterSpec, Growth};
 use crate::units::format_bytes;
 
@@ -178,11 +181,28 @@ pub struct MemoryError {
     pub rule: String,
 }
 
-/// The filters a plan sizes: a timer filter per slice, or a decaying kind of
-/// fixed size per slice.
+/// The filters a plan sizes: a timer filter per slice, a decaying kind of
+/// fixed size per slice, or the cuckoo kind's tables per slice.
 pub enum Filters<'a> {
     Timer(&'a FilterParams),
-    Fixed { bytes_per_slice: u64 },
+    Fixed {
+        bytes_per_slice: u64,
+    },
+    /// Up to `max_tables` tables beside the idle timer filter: one first
+    /// table when they cannot grow, else each at the top level (the largest
+    /// a new one can be), as for the timer filter's generations.
+    Tables {
+        idle_bytes: u64,
+        first_bytes: u64,
+        top_bytes: u64,
+        max_tables: u32,
+    },
+}
+
+/// Bytes one slice's cuckoo tables hold at most with `tables` tables.
+fn tables_worst_case(idle_bytes: u64, first_bytes: u64, top_bytes: u64, tables: u32) -> u64 {
+    let tables_bytes = if tables <= 1 { first_bytes } else { top_bytes.saturating_mul(u64::from(tables)) };
+    idle_bytes.saturating_add(tables_bytes)
 }
 
 /// Checks the filters' worst case against `cap` (`filter.max_memory`, or
@@ -219,6 +239,11 @@ pub fn plan(
             Box::new(move |g| all(timer_slice_worst_case(&p, g)))
         }),
         Filters::Fixed { bytes_per_slice } => (1, all(bytes_per_slice), Box::new(move |_| all(bytes_per_slice))),
+        Filters::Tables { idle_bytes, first_bytes, top_bytes, max_tables } => {
+            (max_tables, all(tables_worst_case(idle_bytes, first_bytes, top_bytes, 1)), {
+                Box::new(move |g| all(tables_worst_case(idle_bytes, first_bytes, top_bytes, g)))
+            })
+        }
     };
     let configured_worst_case = worst_with(configured);
     let Some(cap_bytes) = cap else {
@@ -267,28 +292,50 @@ pub fn plan(
     })
 }
 
-/// The start-up check of a validated filter spec (and of the decaying kind
-/// that judges instead of its timer filter, if any): its worst case for
-/// `slices` slices against `cap` and this process's container limit; the
-/// spec comes back with the generation count the cap allows.
+/// The kind that judges instead of the timer filter, if any.
+#[derive(Clone, Copy)]
+pub enum Instead<'a> {
+    Timer,
+    Decaying(&'a DecayingSpec),
+    Cuckoo(&'a CuckooSpec),
+}
+
+/// The start-up check of a validated filter spec (and of the kind that
+/// judges instead of its timer filter, if any): its worst case for `slices`
+/// slices against `cap` and this process's container limit. The spec comes
+/// back with the generation count the cap allows, or the cuckoo spec with
+/// the table count it allows.
 pub fn check(
     spec: FilterSpec,
-    decaying: Option<&DecayingSpec>,
+    instead: Instead<'_>,
     slices: u32,
     cap: Option<u64>,
-) -> Result<(FilterSpec, MemoryPlan), MemoryError> {
-    let params = spec.resolve().map_err(|e| MemoryError {
+) -> Result<(FilterSpec, Option<CuckooSpec>, MemoryPlan), MemoryError> {
+    let invalid = |e: crate::filter::ParamError| MemoryError {
         setting: "filter.expected_keys",
         value: e.value.clone(),
         rule: e.to_string(),
-    })?;
-    let filters = match decaying.and_then(|d| d.size().ok()) {
-        Some(size) => Filters::Fixed { bytes_per_slice: size.bytes.saturating_add(params.memory_bytes()) },
-        None => Filters::Timer(&params),
+    };
+    let params = spec.resolve().map_err(invalid)?;
+    let idle_bytes = params.memory_bytes();
+    let filters = match instead {
+        Instead::Timer => Filters::Timer(&params),
+        Instead::Decaying(d) => match d.size() {
+            Ok(size) => Filters::Fixed { bytes_per_slice: size.bytes.saturating_add(idle_bytes) },
+            Err(_) => Filters::Timer(&params),
+        },
+        Instead::Cuckoo(c) => {
+            let tables = c.resolve().map_err(invalid)?;
+            let (first_bytes, top_bytes) = (tables.table_bytes(0), tables.table_bytes(MAX_LEVEL));
+            Filters::Tables { idle_bytes, first_bytes, top_bytes, max_tables: c.max_tables }
+        }
     };
     let plan = plan(filters, slices, cap, container_limit())?;
-    let max_generations = if decaying.is_some() { spec.max_generations } else { plan.max_generations };
-    Ok((FilterSpec { max_generations, ..spec }, plan))
+    Ok(match instead {
+        Instead::Timer => (FilterSpec { max_generations: plan.max_generations, ..spec }, None, plan),
+        Instead::Decaying(_) => (spec, None, plan),
+        Instead::Cuckoo(c) => (spec, Some(CuckooSpec { max_tables: plan.max_generations, ..c.clone() }), plan),
+    })
 }
 
 #[cfg(test)]
@@ -382,6 +429,24 @@ mod tests {
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
     }
 
+    /// The cuckoo kind's tables are planned as the timer's generations:
+    /// one first table when they cannot grow, else each at the top level; a
+    /// cap lowers the table count, and refuses one that not even the first
+    /// tables fit.
+    #[test]
+    fn the_cuckoo_tables_are_planned_like_generations() {
+        let tables =
+            |max_tables| Filters::Tables { idle_bytes: 100, first_bytes: 1_000, top_bytes: 64_000, max_tables };
+        let uncapped = plan(tables(12), 4, None, None).unwrap();
+        assert_eq!((uncapped.max_generations, uncapped.worst_case), (12, 4 * (100 + 12 * 64_000)));
+        let capped = plan(tables(12), 4, Some(4 * (100 + 3 * 64_000)), None).unwrap();
+        assert_eq!((capped.max_generations, capped.worst_case), (3, 4 * (100 + 3 * 64_000)));
+        let lone = plan(tables(12), 4, Some(4 * 1_100), None).unwrap();
+        assert_eq!((lone.max_generations, lone.worst_case), (1, 4 * 1_100), "one table cannot grow");
+        let e = plan(tables(12), 4, Some(4 * 1_100 - 1), None).unwrap_err();
+        assert_eq!(e.setting, "filter.max_memory");
+    }
+
     /// The settings: `filter.max_memory` lowers the count the filters run
     /// with; the byte budgets take units and must hold one record.
     #[test]
@@ -397,6 +462,12 @@ mod tests {
         let capped = load(&[("DEDUPD__FILTER__MAX_MEMORY", "512MiB")]).unwrap();
         assert_eq!((capped.filter.max_generations, capped.memory.configured_generations), (2, 12));
         assert_eq!(capped.filter.resolve().unwrap().max_generations, 2);
+        let cuckoo = load(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__MAX_MEMORY", "512MiB")]).unwrap();
+        let tables = cuckoo.cuckoo.as_ref().unwrap().max_tables;
+        assert!((1..12).contains(&tables) && cuckoo.memory.capped(), "{tables} tables: {}", cuckoo.memory);
+        assert!(cuckoo.memory.worst_case <= 512 << 20, "{}", cuckoo.memory);
+        let choice = cuckoo.filter_choice().unwrap();
+        assert!(matches!(choice, crate::filter::FilterChoice::Cuckoo(_, p) if p.max_tables == tables));
         let roomy = load(&[("DEDUPD__FILTER__MAX_MEMORY", "4GiB")]).unwrap();
         assert_eq!(roomy.filter.max_generations, 12, "a cap the growth fits changes nothing");
         let e = load(&[("DEDUPD__FILTER__MAX_MEMORY", "lots")]).unwrap_err().to_string();

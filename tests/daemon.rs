@@ -28,6 +28,24 @@ fn by_partition(out: &BTreeMap<i32, Vec<Rec>>) -> BTreeMap<i32, Vec<Signature>> 
 
 #[test]
 fn crash_equivalence_and_scale_out() {
+    crash_equivalence_and_scale_out_with("timer");
+}
+
+/// The same with the cuckoo kind: its tables restore from their snapshots
+/// and replay to the same verdicts.
+#[test]
+fn crash_equivalence_and_scale_out_cuckoo() {
+    crash_equivalence_and_scale_out_with("cuckoo");
+}
+
+fn crash_equivalence_and_scale_out_with(kind: &str) {
+    let env = |app: &str, input: &str, partitions: u32| {
+        let mut env = app_env(app, input, "input-partitions", partitions);
+        if kind != "timer" {
+            env.push(("DEDUPD__FILTER__KIND".to_string(), kind.to_string()));
+        }
+        env
+    };
     let partitions = 4;
     let input = unique("clicks-keyed");
     create_topic(&input, partitions as i32);
@@ -37,17 +55,17 @@ fn crash_equivalence_and_scale_out() {
 
     // Reference: one process, never interrupted.
     let reference_app = unique("ref");
-    let mut reference = Daemon::start("reference", &app_env(&reference_app, &input, "input-partitions", partitions));
+    let mut reference = Daemon::start("reference", &env(&reference_app, &input, partitions));
     reference.wait_ready(Duration::from_secs(60));
 
     // Crashing: killed with SIGKILL at random moments while input arrives.
     let crash_app = unique("crash");
-    let crash_env = app_env(&crash_app, &input, "input-partitions", partitions);
+    let crash_env = env(&crash_app, &input, partitions);
     let (mut crashing, mut crash_logs) = kill_storm("crashing", &crash_env, 5, Duration::from_millis(200), &produced);
 
     // Scale-out: three processes in one group, one killed and one added mid-stream.
     let scale_app = unique("scale");
-    let scale_env = app_env(&scale_app, &input, "input-partitions", partitions);
+    let scale_env = env(&scale_app, &input, partitions);
     let mut members: Vec<Daemon> = (0..3).map(|i| Daemon::start(&format!("member{i}"), &scale_env)).collect();
     std::thread::sleep(Duration::from_secs(4));
     members[1].kill();

@@ -192,11 +192,23 @@ fn deletes_unconfirmed_by_a_silent_broker_answer_202_concurrently_and_apply_late
 /// window, and new keys are.
 #[test]
 fn merge_16_to_8_mid_stream_forgets_no_key() {
+    merge_16_to_8_mid_stream("timer");
+}
+
+/// The same with the cuckoo kind: the old slices' tables stand side by
+/// side in the new ones.
+#[test]
+fn merge_16_to_8_mid_stream_forgets_no_key_cuckoo() {
+    merge_16_to_8_mid_stream("cuckoo");
+}
+
+fn merge_16_to_8_mid_stream(kind: &str) {
     let input = unique("merge-in");
     create_topic(&input, 1);
     let app = unique("merge");
-    let env16 = app_env(&app, &input, "repartition", 16);
-    let mut before = Daemon::start("merge-16", &env16);
+    let mut env16 = app_env(&app, &input, "repartition", 16);
+    env16.push(("DEDUPD__FILTER__KIND".into(), kind.into()));
+    let mut before = Daemon::start(&format!("merge-16-{kind}"), &env16);
     before.wait_ready(Duration::from_secs(60));
     // 800 clicks of 500 keys over 8 s.
     produce(&input, &clicks(0, 800, 500, BASE_TS, 10));
@@ -226,7 +238,7 @@ fn merge_16_to_8_mid_stream_forgets_no_key() {
     let mut env8 = env16.clone();
     env8.retain(|(k, _)| k != "DEDUPD__FILTER__SLICES");
     env8.push(("DEDUPD__FILTER__SLICES".into(), "8".into()));
-    let mut after = Daemon::start("merge-8", &env8);
+    let mut after = Daemon::start(&format!("merge-8-{kind}"), &env8);
     after.wait_ready(Duration::from_secs(60));
     // Every old key again 10 s later (inside the 60 s window), and 300 new keys.
     let mut again = clicks(800, 500, 500, BASE_TS + 10_000, 10);

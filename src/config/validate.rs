@@ -328,8 +328,15 @@ impl Settings {
             ));
         }
         s.tier.check_leaf_cache(tier, &filter)?;
-        let (filter, memory) = crate::memory::check(filter, decaying.as_ref(), s.filter.slices, s.filter.max_memory)
-            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let instead = match (&decaying, &cuckoo) {
+            (Some(d), _) => crate::memory::Instead::Decaying(d),
+            (None, Some(c)) => crate::memory::Instead::Cuckoo(c),
+            (None, None) => crate::memory::Instead::Timer,
+        };
+        let (filter, capped_cuckoo, memory) =
+            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory)
+                .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let cuckoo = capped_cuckoo.or(cuckoo);
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
             // A leaf's output is its parent's input.

@@ -22,9 +22,10 @@
 use std::collections::BTreeMap;
 
 use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
-use super::slice::{SliceCounters, SliceState};
+use super::slice::{InputProgress, SliceCounters, SliceState};
 use crate::features::stages::SliceStages;
-use crate::filter::{FilterCounters, FilterKind, FilterParams, SlidingFilter};
+use crate::filter::cuckoo::CuckooFilter;
+use crate::filter::{FilterChoice, FilterCounters, FilterKind, FilterParams, SliceFilter, SlidingFilter};
 
 /// Why slice states cannot be merged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -39,12 +40,12 @@ pub enum MergeError {
     #[error("the filters differ in {parameter} ({left} and {right}): only filters with identical parameters unite")]
     Parameters { parameter: &'static str, left: String, right: String },
     #[error(
-        "slice {slice} holds a filter.kind = {kind} filter: only the timer kind's generations unite (run the \
-         count kinds with their slice count, or start the new slices cold)"
+        "slice {slice} holds a filter.kind = {kind} filter: only the timer kind's generations and the cuckoo \
+         kind's tables unite (run the count kinds with their slice count, or start the new slices cold)"
     )]
     DecayingKind { slice: u32, kind: &'static str },
-    #[error("new slice {slice} would hold {generations} generations (at most 64 are restored)")]
-    TooManyGenerations { slice: u32, generations: usize },
+    #[error("new slice {slice} would hold {generations} generations (at most {most} are restored)")]
+    TooManyGenerations { slice: u32, generations: usize, most: usize },
 }
 
 /// `sources(from, to)[j]`: the old slices new slice `j` takes.
@@ -107,19 +108,19 @@ fn unite(filters: Vec<SlidingFilter>, params: &FilterParams, slice: u32) -> Resu
         return Ok(SlidingFilter::new(params.clone()));
     }
     if older.len() > 64 {
-        return Err(MergeError::TooManyGenerations { slice, generations: older.len() });
+        return Err(MergeError::TooManyGenerations { slice, generations: older.len(), most: 64 });
     }
     counters.generations_max = older.len() as u32;
     Ok(SlidingFilter::from_parts(params.clone(), clock, older, counters))
 }
 
 /// Merges `old` (old slice `i` at index `i`, all of one filter's
-/// parameters) into `to` slices with `params` (the filter settings for `to`
+/// parameters) into `to` slices with `filter` (the filter settings for `to`
 /// slices) and `order` (the event-time settings).
 pub fn merge(
     old: Vec<SliceState>,
     to: u32,
-    params: &FilterParams,
+    filter: &FilterChoice,
     order: OrderSettings,
 ) -> Result<Vec<SliceState>, MergeError> {
     let from = old.len() as u32;
@@ -130,30 +131,16 @@ pub fn merge(
         if let Some(decaying) = s.filter.as_decaying() {
             return Err(MergeError::DecayingKind { slice: s.slice, kind: decaying.kind().as_str() });
         }
-        // Not yet: the parts' tables could stand side by side under one
-        // clock (lookups check every table), with no rehash.
-        if s.filter.as_cuckoo().is_some() {
-            return Err(MergeError::DecayingKind { slice: s.slice, kind: "cuckoo" });
-        }
         if !s.unfilled.is_empty() || s.order.held().next().is_some() {
             return Err(MergeError::Waiting { slice: s.slice, waiting: s.unfilled.len().max(s.order.held().count()) });
         }
     }
-    let mut resend_marks: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    for s in &old {
-        for (input, &offset) in &s.resend_marks {
-            let mark = resend_marks.entry(input.clone()).or_insert(offset);
-            *mark = (*mark).max(offset);
-        }
-    }
+    let resend_marks = largest_resend_marks(&old);
     let plan = sources(from, to);
     let mut merged = Vec::with_capacity(to as usize);
     for (j, from_slices) in plan.iter().enumerate() {
         let j = j as u32;
         let parts: Vec<&SliceState> = from_slices.iter().map(|&i| &old[i as usize]).collect();
-        // Other kinds were refused above: every part is a timer filter.
-        let timers = parts.iter().filter_map(|s| s.filter.as_timer().cloned()).collect();
-        let filter = unite(timers, params, j)?;
         // Each old slice's counts go to one new slice (the first that takes it).
         let mut counters = SliceCounters::default();
         for s in parts.iter().filter(|s| plan.iter().position(|p| p.contains(&s.slice)) == Some(j as usize)) {
@@ -166,7 +153,7 @@ pub fn merge(
         let own = &old[j as usize];
         merged.push(SliceState {
             slice: j,
-            filter: FilterKind::Timer(filter).into(),
+            filter: unite_filters(&parts, filter, j)?,
             next_offset: own.next_offset,
             resend_marks: resend_marks.clone(),
             counters,
@@ -179,29 +166,72 @@ pub fn merge(
             order: ReorderBuffer::restore(order, marks, Vec::new(), Vec::new()),
             unfilled: Vec::new(),
             flushes_next: own.flushes_next,
-            // The slowest partition's progress of the parts: the merged
-            // slice holds where the most held of them did (the hold only
-            // delays releases; it never judges differently).
-            progress: {
-                let mut progress: BTreeMap<(String, i32), super::slice::InputProgress> = BTreeMap::new();
-                for s in &parts {
-                    for (id, p) in &s.progress {
-                        let e = progress.entry(id.clone()).or_insert(*p);
-                        e.time_ms = e.time_ms.min(p.time_ms);
-                        e.idle &= p.idle;
-                    }
-                }
-                progress
-            },
+            progress: slowest_progress(&parts),
         });
     }
     Ok(merged)
 }
 
+/// The union of the parts' filters, of the kind `filter` chooses (the
+/// parts must all hold it: decaying kinds were refused before).
+fn unite_filters(parts: &[&SliceState], filter: &FilterChoice, slice: u32) -> Result<SliceFilter, MergeError> {
+    let other_kind = |s: &SliceState| MergeError::Parameters {
+        parameter: "kind",
+        left: if s.filter.as_cuckoo().is_some() { "cuckoo" } else { "timer" }.to_string(),
+        right: filter.kind_name().to_string(),
+    };
+    match filter {
+        FilterChoice::Timer(params) => {
+            let timers = parts.iter().map(|s| s.filter.as_timer().cloned().ok_or_else(|| other_kind(s)));
+            Ok(FilterKind::Timer(unite(timers.collect::<Result<_, _>>()?, params, slice)?).into())
+        }
+        FilterChoice::Cuckoo(_, params) => {
+            let tables = parts.iter().map(|s| s.filter.as_cuckoo().cloned().ok_or_else(|| other_kind(s)));
+            let united = CuckooFilter::unite(tables.collect::<Result<_, _>>()?, params)
+                .map_err(|d| MergeError::Parameters { parameter: d.parameter, left: d.left, right: d.right })?;
+            let (generations, most) = (united.tables().len(), params.max_tables as usize);
+            if generations > most {
+                return Err(MergeError::TooManyGenerations { slice, generations, most });
+            }
+            Ok(FilterKind::Cuckoo(united).into())
+        }
+        FilterChoice::Decaying(_, spec) => Err(MergeError::DecayingKind { slice, kind: spec.kind.as_str() }),
+    }
+}
+
+/// The largest re-send mark of every old slice, per input partition: a
+/// record the router sends again is caught by whichever slice it now goes to.
+fn largest_resend_marks(old: &[SliceState]) -> BTreeMap<(String, i32), i64> {
+    let mut marks: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    for s in old {
+        for (input, &offset) in &s.resend_marks {
+            let mark = marks.entry(input.clone()).or_insert(offset);
+            *mark = (*mark).max(offset);
+        }
+    }
+    marks
+}
+
+/// The slowest partition's progress of the parts: the merged slice holds
+/// where the most held of them did (the hold only delays releases; it
+/// never judges differently).
+fn slowest_progress(parts: &[&SliceState]) -> BTreeMap<(String, i32), InputProgress> {
+    let mut progress: BTreeMap<(String, i32), InputProgress> = BTreeMap::new();
+    for s in parts {
+        for (id, p) in &s.progress {
+            let e = progress.entry(id.clone()).or_insert(*p);
+            e.time_ms = e.time_ms.min(p.time_ms);
+            e.idle &= p.idle;
+        }
+    }
+    progress
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::{FilterSpec, KeyHash};
+    use crate::filter::cuckoo::CuckooSpec;
+    use crate::filter::{FilterSpec, KeyHash, Verdict};
 
     #[test]
     fn every_key_lands_in_a_slice_that_took_its_old_slice() {
@@ -241,7 +271,7 @@ mod tests {
         }
         old[3].resend_marks.insert(("in".into(), 0), 41);
         old[12].resend_marks.insert(("in".into(), 0), 77);
-        let merged = merge(old.clone(), 8, &p8, order).unwrap();
+        let merged = merge(old.clone(), 8, &p8.clone().into(), order).unwrap();
         assert_eq!(merged.len(), 8);
         for i in 0..3_000u64 {
             let h = key(i);
@@ -258,9 +288,58 @@ mod tests {
         let back = super::super::slice::decode(&bytes, 5, &p8.clone().into(), order).unwrap();
         assert_eq!(back, merged[5]);
         // Refusals.
-        assert!(matches!(merge(old.clone(), 16, &p8, order), Err(MergeError::Counts { .. })));
+        assert!(matches!(merge(old.clone(), 16, &p8.clone().into(), order), Err(MergeError::Counts { .. })));
         let other = FilterSpec { window_ms: 20_000, slices: 8, tick_ms: Some(100), ..FilterSpec::default() };
         let other = other.resolve().unwrap();
-        assert!(matches!(merge(old, 8, &other, order), Err(MergeError::Parameters { parameter: "window_ms", .. })));
+        assert!(matches!(
+            merge(old, 8, &other.into(), order),
+            Err(MergeError::Parameters { parameter: "window_ms", .. })
+        ));
+    }
+
+    fn cuckoo(slices: u32) -> FilterChoice {
+        let spec = CuckooSpec { window_ms: 10_000, expected_keys: 4_000, slices, ..CuckooSpec::default() };
+        FilterChoice::Cuckoo(params(slices), spec.resolve().unwrap())
+    }
+
+    /// The cuckoo kind's tables unite as the timer's generations do: 16
+    /// slices merged into 8 remember every key of the window, keep their
+    /// false positives few, count every event, and snapshot under the new
+    /// parameters; a timer filter's slices do not become a cuckoo table.
+    #[test]
+    fn merged_cuckoo_slices_remember_every_key() {
+        let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: 600_000, jump_confirmations: 16 };
+        let (c16, c8) = (cuckoo(16), cuckoo(8));
+        let mut old: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, c16.clone(), 0, order)).collect();
+        let seed = c16.params().seed;
+        let key = |i: u64| KeyHash::of(seed, &i.to_le_bytes());
+        for i in 0..3_000u64 {
+            let h = key(i);
+            old[h.slice(16) as usize].filter.observe(&h, 1_000 + i * 2);
+        }
+        let merged = merge(old.clone(), 8, &c8, order).unwrap();
+        let table = |s: &SliceState| s.filter.as_cuckoo().unwrap().clone();
+        for i in 0..3_000u64 {
+            let h = key(i);
+            assert!(table(&merged[h.slice(8) as usize]).contains(&h), "key {i} forgotten");
+        }
+        let fresh = (10_000..12_000u64).filter(|&i| table(&merged[key(i).slice(8) as usize]).contains(&key(i)));
+        assert!(fresh.count() < 60, "too many false positives");
+        let events = |states: &[SliceState]| states.iter().map(|s| table(s).counters().events).sum::<u64>();
+        assert_eq!(events(&merged), events(&old));
+        assert!(merged.iter().all(|s| table(s).tables().len() >= 2), "each new slice holds two old slices' tables");
+        // A merged slice judges on: an old key is a duplicate, a new one is stored.
+        let mut five = merged[5].clone();
+        let old_key = (0..3_000u64).map(key).find(|h| h.slice(8) == 5).unwrap();
+        assert!(matches!(five.filter.observe(&old_key, 7_000), Verdict::Duplicate { .. }));
+        let bytes = super::super::slice::encode(&merged[5]);
+        let back = super::super::slice::decode(&bytes, 5, &c8, order).unwrap();
+        assert_eq!(back, merged[5]);
+        let timers: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, params(16), 0, order)).collect();
+        let e = merge(timers, 8, &c8, order).unwrap_err();
+        assert!(matches!(&e, MergeError::Parameters { parameter: "kind", .. }), "{e}");
+        let wider = CuckooSpec { window_ms: 20_000, expected_keys: 4_000, slices: 8, ..CuckooSpec::default() };
+        let wider = FilterChoice::Cuckoo(params(8), wider.resolve().unwrap());
+        assert!(matches!(merge(old, 8, &wider, order), Err(MergeError::Parameters { .. })));
     }
 }

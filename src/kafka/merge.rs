@@ -88,7 +88,7 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
         old.push(state);
         manifests.push(manifest);
     }
-    let merged = merge(old, to, new_filter.params(), new_cfg.order).map_err(|e| fail(e.to_string()))?;
+    let merged = merge(old, to, &new_filter, new_cfg.order).map_err(|e| fail(e.to_string()))?;
     let plan = sources(from, to);
     let mut images = Vec::with_capacity(merged.len());
     for state in &merged {
@@ -110,7 +110,10 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
             slice: j,
             from_slices: plan[j as usize].clone(),
             offset: state.next_offset,
-            generations: state.filter.as_timer().map_or(0, |f| f.generations().len()),
+            generations: state
+                .filter
+                .as_timer()
+                .map_or_else(|| state.filter.as_cuckoo().map_or(0, |c| c.tables().len()), |f| f.generations().len()),
             bytes: bytes.len(),
         });
     }

@@ -109,6 +109,11 @@ impl CuckooFilter {
         self.clock_ms
     }
 
+    /// The tables, oldest first (a union takes them).
+    pub(crate) fn into_tables(self) -> Vec<Table> {
+        self.tables
+    }
+
     /// Bytes of the tables' slots (what the filter holds resident).
     pub fn memory_bytes(&self) -> usize {
         self.tables.iter().map(Table::memory_bytes).sum()

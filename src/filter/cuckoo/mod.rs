@@ -109,6 +109,7 @@
 //! - [`table`]: one table, its inserts (kicks with roll-back) and sweep.
 //! - [`filter`]: the tables of one slice under its clock.
 //! - [`snapshot`]: encode and decode in the envelope.
+//! - [`unite`]: the union of several slices' tables (`checkpoint merge`).
 
 pub mod bucket;
 mod clock;
@@ -116,9 +117,11 @@ pub mod filter;
 pub mod params;
 pub mod snapshot;
 pub mod table;
+pub mod unite;
 
 pub use filter::{CuckooCounters, CuckooFilter};
 pub use params::{CuckooParams, CuckooSpec};
+pub use unite::SlotsDiffer;
 
 #[cfg(test)]
 mod tests;

@@ -172,6 +172,11 @@ impl CuckooParams {
         self.buckets << (2 * u32::from(level))
     }
 
+    /// Bytes of a table of `level` (what [`super::table::Table::memory_bytes`] reports).
+    pub fn table_bytes(&self, level: u8) -> u64 {
+        self.level_buckets(level) * BUCKET_SLOTS as u64 * 2
+    }
+
     /// W + Lt: slots are kept (not reusable) this many ticks.
     pub fn retain_ticks(&self) -> u32 {
         self.window_ticks + self.lateness_ticks

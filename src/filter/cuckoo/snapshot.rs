@@ -115,9 +115,12 @@ fn read_table(r: &mut Reader<'_>, params: &CuckooParams) -> Result<Table, Snapsh
     if level > MAX_LEVEL {
         return Err(SnapshotError::Malformed(format!("table level {level} (at most {MAX_LEVEL})")));
     }
+    // Any size up to the largest level's: a merged slice keeps the tables
+    // of the slices it took, each of their size (`unite`).
     let buckets = r.u64()?;
-    if buckets != params.level_buckets(level) {
-        return Err(SnapshotError::Malformed(format!("a level-{level} table of {buckets} buckets")));
+    let most = params.level_buckets(MAX_LEVEL);
+    if buckets == 0 || buckets > most {
+        return Err(SnapshotError::Malformed(format!("a table of {buckets} buckets (1 to {most} allowed)")));
     }
     let cursor = r.u64()?;
     let len = (buckets as usize).checked_mul(8).ok_or_else(|| SnapshotError::Malformed("size".into()))?;
