@@ -216,7 +216,8 @@ pub fn reader_on(broker: &ClientConfig) -> BaseConsumer {
         .expect("reader")
 }
 
-/// Every record of `topic`, per partition in offset order: reads until no
+/// Every record of `topic`, per partition in offset order: reads at least
+/// up to each partition's end as listed when the read begins, then until no
 /// record has arrived for `quiet`.
 pub fn read_all(topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
     read_all_on(&local_broker(), topic, quiet)
@@ -233,11 +234,25 @@ pub fn read_all_on(broker: &ClientConfig, topic: &str, quiet: Duration) -> BTree
         out.insert(p, Vec::new());
     }
     c.assign(&tpl).expect("assign");
+    // A loaded broker's first fetch can take longer than `quiet`: until the
+    // records listed at the start have arrived, silence is not the end (for
+    // at most REACH_END, in case a listed end is never reached).
+    const REACH_END: Duration = Duration::from_secs(15);
+    let mut ends: BTreeMap<i32, i64> = (0..partitions as i32)
+        .filter_map(|p| match c.fetch_watermarks(topic, p, Duration::from_secs(10)) {
+            Ok((low, high)) if high > low => Some((p, high)),
+            _ => None,
+        })
+        .collect();
+    let started = Instant::now();
     let mut last = Instant::now();
-    while last.elapsed() < quiet {
+    while last.elapsed() < quiet || (!ends.is_empty() && started.elapsed() < REACH_END) {
         match c.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 last = Instant::now();
+                if ends.get(&m.partition()).is_some_and(|&end| m.offset() + 1 >= end) {
+                    ends.remove(&m.partition());
+                }
                 let headers = m
                     .headers()
                     .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
