@@ -63,6 +63,8 @@ pub struct Metrics {
     pub idle_flushes: IntCounterVec,
     /// Flushes because a slice held more than `slicing.max_held_bytes`.
     pub held_bytes_flushes: IntCounterVec,
+    /// Gaps in a slice's partition of the slice log, by what came of them.
+    pub slice_log_gaps: IntCounterVec,
     /// The cap on all slices' filters (`filter.max_memory`); 0: none.
     pub memory_cap: IntGauge,
     /// All slices' filters at their largest under the cap.
@@ -333,6 +335,12 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            slice_log_gaps: b.counter(
+                "dedupd_slice_log_gaps_total",
+                "Records of the slice log read past offsets not read yet: waited (the slice read its partition \
+                 again until they came) or skipped (still missing after 30 s).",
+                &["slice", "outcome"],
+            ),
             idle_flushes: b.counter(
                 "dedupd_idle_flushes_total",
                 "Idle flushes: the slice received nothing for input.lateness and judged the records it held.",
@@ -481,6 +489,9 @@ impl Metrics {
         }
         for policy in ["deliver", "drop"] {
             self.policy_decisions.with_label_values(&[&label, policy]);
+        }
+        for outcome in ["waited", "skipped"] {
+            self.slice_log_gaps.with_label_values(&[&label, outcome]);
         }
         for counter in [
             &self.replayed,

@@ -129,6 +129,14 @@ pub fn producer() -> ThreadedProducer<DefaultProducerContext> {
     producer_on(&local_broker())
 }
 
+/// A producer that counts the records the broker refused: a test that
+/// writes with it asserts [`CountingDelivery::assert_none_failed`] after its
+/// flush, so a record the broker never took cannot pass for one the
+/// daemon lost.
+pub fn counting_producer() -> ThreadedProducer<CountingDelivery> {
+    producer_settings(&local_broker()).create_with_context(CountingDelivery::default()).expect("producer")
+}
+
 pub fn producer_on(broker: &ClientConfig) -> ThreadedProducer<DefaultProducerContext> {
     producer_settings(broker).create().expect("producer")
 }
@@ -150,6 +158,14 @@ pub fn produce(topic: &str, records: &[Rec]) {
 #[derive(Default)]
 pub struct CountingDelivery {
     failed: std::sync::Mutex<Vec<String>>,
+}
+
+impl CountingDelivery {
+    /// Panics naming the first refusal, if there was one.
+    pub fn assert_none_failed(&self, topic: &str) {
+        let failed = self.failed.lock().unwrap();
+        assert!(failed.is_empty(), "{} records to {topic} refused, first: {}", failed.len(), failed[0]);
+    }
 }
 
 impl rdkafka::ClientContext for CountingDelivery {}
@@ -192,14 +208,7 @@ pub fn produce_on(broker: &ClientConfig, topic: &str, records: &[Rec]) {
         }
     }
     p.flush(Duration::from_secs(30)).expect("flush");
-    let failed = p.context().failed.lock().unwrap();
-    assert!(
-        failed.is_empty(),
-        "{} of {} records to {topic} refused, first: {}",
-        failed.len(),
-        records.len(),
-        failed[0]
-    );
+    p.context().assert_none_failed(topic);
 }
 
 pub fn reader() -> BaseConsumer {
@@ -613,6 +622,34 @@ pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Waits until the slices of `daemons` have judged `total` records (the sum
+/// of `fields` in `/v1/slices`) for as long as they make progress: it fails
+/// only after `stall` without a new judgment (a fixed deadline fails a
+/// slow machine that is still working), printing what each daemon's slices
+/// hold and the end of its log — what a stuck record waits for.
+pub fn wait_judged(daemons: &[&Daemon], fields: &[&str], total: u64, stall: Duration) {
+    let started = Instant::now();
+    let mut last = (slice_total(daemons, fields), Instant::now());
+    while last.0 < total {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = slice_total(daemons, fields);
+        if now > last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() >= stall {
+            for d in daemons {
+                let log = d.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(30).collect();
+                eprintln!("{}: slices {}", d.log.display(), serde_json::to_string(&d.slices()).unwrap_or_default());
+                for line in tail.iter().rev() {
+                    eprintln!("  {line}");
+                }
+            }
+            panic!("{} of {total} records judged, none more for {stall:?}", last.0);
+        }
+    }
+    eprintln!("all {total} records judged {:.1} s after the wait began", started.elapsed().as_secs_f64());
 }
 
 /// Waits until the daemons have judged `total` records (by `/v1/slices`).

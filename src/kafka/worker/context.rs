@@ -177,6 +177,7 @@ impl WorkerContext {
             if !worker_state.unassigned.remove(&slice) {
                 taken.add_partition(&self.setup.slice_topic, p);
             }
+            worker_state.gaps.forget(slice);
             // Not restored yet: nothing to snapshot, its restore is dropped.
             if worker_state.restoring.remove(&slice).is_some() {
                 worker_state.deciding.remove(&slice);

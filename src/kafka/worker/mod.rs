@@ -42,6 +42,8 @@
 //! Where things are (files of this folder), from the bottom up (a file
 //! imports only files above it in this list):
 //! - `setup.rs`: [`WorkerSetup`], what the worker is started with.
+//! - `gaps.rs`: a record read past slice-log offsets not read yet waits
+//!   until they are (a broker that shows a batch before the ones below it).
 //! - `owned.rs`: `OwnedSlice`, a slice this member owns; the one place that
 //!   routes its changes through a snapshot copy in progress.
 //! - `writer.rs`: the checkpoint writer thread.
@@ -74,6 +76,7 @@
 
 mod context;
 mod emit;
+mod gaps;
 mod held;
 mod lookups;
 mod owned;
@@ -260,6 +263,7 @@ impl Loop {
     /// cost as much as judging it. The worker lock is taken per record,
     /// not held across a poll: rebalance callbacks run inside `poll` and take it.
     fn turn(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
+        gaps::reread(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock").gaps, Instant::now());
         let mut polled = consumer.poll(Duration::from_millis(100));
         let now = Instant::now();
         let wall_ms = now_ms();
@@ -312,10 +316,15 @@ impl Loop {
 
     /// Takes in one slice-log record.
     fn take(&mut self, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
+        let (slice, log_offset) = (msg.partition() as u32, msg.offset() as u64);
+        let mut guard = self.worker_state.lock().expect("worker lock");
+        if !gaps::admitted(&self.setup, &mut guard.gaps, slice, log_offset, now) {
+            return Ok(()); // read again once the records before it can be
+        }
         if let Some(input) = self.input.as_mut().filter(|_| is_read_order(msg)) {
+            drop(guard);
             return handle_read_order(&self.setup, &self.worker_state, input, msg, now);
         }
-        let mut guard = self.worker_state.lock().expect("worker lock");
         handle(&self.setup, &mut guard, msg, now)?;
         // A snapshot being copied advances by a step per record: the pause
         // per record stays short.

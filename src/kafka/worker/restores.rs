@@ -118,7 +118,8 @@ pub(super) fn read_from<C: ConsumerContext>(
     slice: u32,
     offset: u64,
 ) -> Result<(), String> {
-    let at = Offset::Offset(setup.log_position(offset) as i64);
+    let log_offset = setup.log_position(offset);
+    let at = Offset::Offset(log_offset as i64);
     let mut tpl = TopicPartitionList::new();
     let result = tpl.add_partition_offset(&setup.slice_topic, slice as i32, at).and_then(|()| {
         if worker_state.unassigned.remove(&slice) {
@@ -127,5 +128,6 @@ pub(super) fn read_from<C: ConsumerContext>(
         // One assigned a moment ago (`Located`) may not be fetching yet.
         clients::seek_started(consumer, &setup.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))
     });
+    worker_state.gaps.expect(slice, log_offset);
     result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
 }

@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use super::gaps::SliceLogGaps;
 use super::owned::OwnedSlice;
 use super::policy::Deciding;
 use super::restore_thread::Restores;
@@ -38,6 +39,8 @@ pub(super) struct WorkerState {
     /// Numbers restores.
     pub(super) restores_asked: u64,
     pub(super) restorer: Restores,
+    /// The slice-log offset each slice reads next, and the gaps it waits on.
+    pub(super) gaps: SliceLogGaps,
 }
 
 impl WorkerState {
@@ -54,6 +57,7 @@ impl WorkerState {
             deciding: BTreeMap::new(),
             restores_asked: 0,
             restorer: Restores::start(setup.clone()),
+            gaps: SliceLogGaps::default(),
         }
     }
 }
