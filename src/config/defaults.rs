@@ -44,9 +44,9 @@ max_held = 200000
 max_held_bytes = "32MiB"
 max_buffered_bytes = "16MiB"
 [output]
-topic = "clicks.distinct"
+topic = ""
 duplicates_topic = ""
-dead_letter_topic = "clicks.dead-letter"
+dead_letter_topic = ""
 late_topic = ""
 [checkpoint]
 topic = ""
