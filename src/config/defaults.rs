@@ -58,6 +58,7 @@ on_corrupt = "cold-start"
 policy = "wait"
 [admin]
 listen = "127.0.0.1:9464"
+health_listen = ""
 token = ""
 token_file = ""
 key_endpoints = "auto"

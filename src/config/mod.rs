@@ -133,6 +133,8 @@ pub struct Resolved {
     /// `availability.policy`.
     pub availability: AvailabilityPolicy,
     pub admin_listen: SocketAddr,
+    /// `admin.health_listen`, if set.
+    pub health_listen: Option<SocketAddr>,
     /// `admin.key_endpoints` with its token.
     pub key_endpoints: KeyEndpoints,
     /// `filter.kind = "passthrough"`: no deduplication (to measure its cost).

@@ -283,6 +283,23 @@ impl Settings {
             .listen
             .parse()
             .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        let health_listen = match s.admin.health_listen.as_str() {
+            "" => None,
+            text => Some(
+                text.parse::<SocketAddr>()
+                    .map_err(|_| invalid("admin.health_listen", text, "empty, or an address such as 0.0.0.0:9465"))?,
+            ),
+        };
+        if let Some(health) = health_listen
+            && health.port() != 0
+            && health.port() == admin_listen.port()
+        {
+            return Err(invalid(
+                "admin.health_listen",
+                &s.admin.health_listen,
+                format!("a port other than admin.listen's ({admin_listen}): the health port has slots of its own"),
+            ));
+        }
         let key_endpoints = s.admin.key_endpoints()?;
         if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
             return Err(invalid(
@@ -367,6 +384,7 @@ impl Settings {
             on_corrupt,
             availability,
             admin_listen,
+            health_listen,
             key_endpoints,
             passthrough,
             order_tolerance_ms,
