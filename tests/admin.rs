@@ -256,19 +256,21 @@ fn slow_and_hostile_clients_do_not_starve_metrics() {
             s
         })
         .collect();
-    // One peer holds at most 256 (admin::Limits::default().max_connections_per_peer): the rest
-    // are closed at once.
-    std::thread::sleep(Duration::from_millis(300));
-    let refused = held.iter().filter(|s| closed_now(s)).count();
-    assert!(refused >= 500 - 256, "only {refused} of one peer's 500 connections closed at once");
+    eprintln!("500 connections opened in {:?}", opened.elapsed());
     for round in 0..3 {
         assert_metrics_answer(port, &format!("with 500 connections held open (round {round})"));
         assert_eq!(get_from("127.0.0.2", port, "/healthz").unwrap().0, 200);
     }
-    assert!(opened.elapsed() < header_timeout, "the connections took too long to open to test them held");
+    // One peer holds at most 256 (admin::Limits::default().max_connections_per_peer): the rest
+    // were closed at once; those held are still open (within the header timeout).
+    let still_open = held.iter().filter(|s| !closed_now(s)).count();
+    eprintln!("{still_open} of one peer's 500 connections open after {:?}", opened.elapsed());
+    assert!(still_open > 0, "the connections took too long to open to test them held");
+    assert!(still_open <= 256, "one peer holds {still_open} connections, over its cap of 256");
 
     // A slowloris: the head one byte at a time, a byte every 200 ms; cut off at the header timeout.
-    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // From another peer than the held connections' (whose cap they fill).
+    let mut slow = connect_from("127.0.0.3", port).unwrap();
     let started = Instant::now();
     let head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
     let mut cut = false;
@@ -293,7 +295,7 @@ fn slow_and_hostile_clients_do_not_starve_metrics() {
 
     // An 8 MB header: 431 as soon as the head passes the limit (16 KiB).
     let started = Instant::now();
-    let mut big = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut big = connect_from("127.0.0.3", port).unwrap();
     let mut reader = big.try_clone().unwrap();
     let writer = std::thread::spawn(move || {
         let mut sent = 0usize;
