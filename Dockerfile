@@ -53,8 +53,11 @@ COPY config/dedupd.toml /etc/dedupd/dedupd.toml
 # The admin endpoint (/metrics, /healthz, /readyz, /v1/slices) must be reachable from outside
 # the container; the file's 127.0.0.1 is for running on a workstation.
 ENV DEDUPD__ADMIN__LISTEN=0.0.0.0:9464
+# /healthz and /readyz alone, with connection slots of their own: for liveness and readiness
+# probes, which clients holding the admin port's connections open then cannot fail.
+ENV DEDUPD__ADMIN__HEALTH_LISTEN=0.0.0.0:9465
 USER 10001:10001
-EXPOSE 9464
+EXPOSE 9464 9465
 # dedupd stops gracefully on SIGTERM within shutdown.timeout (default 30s): give
 # `docker stop` more than that, e.g. docker stop -t 45.
 STOPSIGNAL SIGTERM

@@ -22,7 +22,7 @@ part switched on) and with a few invalid values that must be refused:
     equals config/dedupd.toml with the default values (but for the in-container admin
     address), and carries the values set (window = "5m", the TLS file paths, the admin
     token file, ...), never a secret;
-  * the Deployment: replicas (replicaCount), probes on /healthz and /readyz at the admin port,
+  * the Deployment: replicas (replicaCount), probes on /healthz and /readyz at the health port,
     terminationGracePeriodSeconds > shutdown timeout, DEDUPD__ADMIN__LISTEN, non-root and a
     read-only root filesystem, secrets as DEDUPD__KAFKA__* env vars, the TLS and admin
     token mounts, the config checksum annotation;
@@ -33,7 +33,7 @@ part switched on) and with a few invalid values that must be refused:
     (and `helm lint`) refuse wrong-typed, unknown and renamed values with a schema error
     (--set replicaCount=abc, --set-string service.port=x, --set replicas=3, ...);
   * the NetworkPolicy (networkPolicy.enabled): selects the pods, ingress only to the admin
-    port from networkPolicy.ingress.from, egress to the broker ports (from kafka.brokers or
+    and health ports from networkPolicy.ingress.from, egress to the broker ports (from kafka.brokers or
     networkPolicy.egress.brokerPorts) and DNS, matches the Kubernetes API schema;
   * the PrometheusRule is files/alerts.yml with prometheusRule.* substituted: with the
     defaults it equals grafana/alerts.yml (generated from it: --write-alerts), with other
@@ -508,12 +508,13 @@ def check_common(c: Checks, schema: Schema, out: dict, docs: dict, values: dict)
     port = int(values["service"]["port"])
     ports = {p.get("name"): p.get("containerPort") for p in ctr.get("ports", [])}
     c.eq(ports.get("admin"), port, "container port named admin")
+    c.eq(ports.get("health"), int(values["probes"]["port"]), "container port named health (probes.port)")
     c.eq(ctr.get("args"), ["run", "--config", "/etc/dedupd/dedupd.toml"], "container args")
 
     # Probes.
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz"), ("startupProbe", "/healthz")):
         get = (ctr.get(probe) or {}).get("httpGet") or {}
-        c.eq((get.get("path"), get.get("port")), (path, "admin"), f"{probe} on {path} at the admin port")
+        c.eq((get.get("path"), get.get("port")), (path, "health"), f"{probe} on {path} at the health port")
     startup = ctr.get("startupProbe") or {}
     budget = startup.get("periodSeconds", 10) * startup.get("failureThreshold", 3)
     c.ok(budget >= 300, "startupProbe allows at least 5 minutes", f"{budget}s")
@@ -598,6 +599,8 @@ def check_toml(c: Checks, tomllib, cm: dict, shipped: dict, values: dict) -> dic
             c.ok(type_name(value) == type_name(want), f"{section}.{key} has the type of config/dedupd.toml",
                  f"{value!r} vs {want!r}")
     c.eq(conf.get("admin", {}).get("listen"), f"0.0.0.0:{int(values['service']['port'])}", "admin.listen in the container")
+    c.eq(conf.get("admin", {}).get("health_listen"), f"0.0.0.0:{int(values['probes']['port'])}",
+         "admin.health_listen in the container (probes.port)")
     c.eq(conf.get("shutdown", {}).get("timeout"), f"{int(values['shutdownTimeoutSeconds'])}s", "shutdown.timeout")
     c.eq(conf.get("kafka", {}).get("brokers"), values["kafka"]["brokers"], "kafka.brokers")
     return conf
@@ -614,7 +617,7 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
     # address (0.0.0.0 in a pod) and the brokers (kafka.brokers).
     for section, table in shipped.items():
         for key, want in table.items():
-            if (section, key) in (("admin", "listen"), ("kafka", "brokers")):
+            if (section, key) in (("admin", "listen"), ("admin", "health_listen"), ("kafka", "brokers")):
                 continue
             got = conf.get(section, {}).get(key, "<missing>")
             c.ok(got == want, f"default {section}.{key} equals config/dedupd.toml",
@@ -975,8 +978,9 @@ def check_network_policy(c: Checks, schema: "Schema", helm, yaml) -> None:
     c.eq(len(ingress), 1, "one ingress rule")
     rule = ingress[0] if ingress else {}
     ctr_ports = {p["name"] for p in kinds["Deployment"]["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    c.eq(rule.get("ports"), [{"port": "admin", "protocol": "TCP"}], "ingress only to the admin port")
-    c.ok("admin" in ctr_ports, "the admin port is a named container port")
+    c.eq(rule.get("ports"), [{"port": "admin", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}],
+         "ingress only to the admin and health ports")
+    c.ok({"admin", "health"} <= ctr_ports, "the admin and health ports are named container ports")
     c.eq(rule.get("from"), np_values["ingress"]["from"], "ingress from networkPolicy.ingress.from")
     egress = spec.get("egress", [])
     broker_rule = egress[0] if egress else {}
@@ -994,8 +998,9 @@ def check_network_policy(c: Checks, schema: "Schema", helm, yaml) -> None:
     errors: list[str] = []
     schema.validate(np, "V1NetworkPolicy", "NetworkPolicy", errors)
     c.ok(not errors, "NetworkPolicy with defaults matches the Kubernetes API schema", "; ".join(errors))
-    c.eq(np.get("spec", {}).get("ingress"), [{"ports": [{"port": "admin", "protocol": "TCP"}]}],
-         "ingress.from empty: the admin port from every source, no other port")
+    c.eq(np.get("spec", {}).get("ingress"),
+         [{"ports": [{"port": "admin", "protocol": "TCP"}, {"port": "health", "protocol": "TCP"}]}],
+         "ingress.from empty: the admin and health ports from every source, no other port")
     c.eq([r.get("ports") for r in np.get("spec", {}).get("egress", [])],
          [[{"port": 9092, "protocol": "TCP"}], [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]],
          "egress: the broker port of kafka.brokers and DNS")
@@ -1022,6 +1027,9 @@ def check_dockerfile(c: Checks, chart_values: dict) -> None:
     c.ok("COPY config/dedupd.toml /etc/dedupd/dedupd.toml" in final, "the image has /etc/dedupd/dedupd.toml")
     c.ok(re.search(r"^WORKDIR\s", final, re.M) is None, "no WORKDIR in the runtime stage (./config is /config)")
     c.ok("DEDUPD__ADMIN__LISTEN=0.0.0.0:9464" in final, "admin endpoint listens on all addresses")
+    health = int(chart_values["probes"]["port"])
+    c.ok(f"DEDUPD__ADMIN__HEALTH_LISTEN=0.0.0.0:{health}" in final, "health endpoint on probes.port, all addresses")
+    c.ok(re.search(rf"^EXPOSE\s+.*\b{health}\b", final, re.M) is not None, "EXPOSE probes.port")
     c.ok(re.search(r"^STOPSIGNAL\s+SIGTERM\b", final, re.M) is not None, "STOPSIGNAL SIGTERM")
 
 

@@ -55,7 +55,7 @@ fn one_slice(app: &str, input: &str) -> Vec<(String, String)> {
 }
 
 /// The `dedupd.*` headers dedupd writes on an ordinary output.
-const OUTPUT_HEADERS: [&str; 2] = ["dedupd.slice.offset", "dedupd.release"];
+const OUTPUT_HEADERS: [&str; 3] = ["dedupd.slice.offset", "dedupd.release", "dedupd.app"];
 
 /// An input record carrying the availability-policy headers (which made its
 /// slice silent after the next restore when the outputs copied them), then,
@@ -98,6 +98,7 @@ fn dedupd_headers_on_input_records_change_nothing() {
         ("dedupd.slice.offset", "999999999".into()),
         ("dedupd.first_source", "elsewhere".into()),
         ("dedupd.tier.leaf", "another-app".into()),
+        ("dedupd.app", "another-app".into()),
         ("dedupd.rule", "resend".into()),
         ("trace", "t-150".into()),
     ]
@@ -117,6 +118,7 @@ fn dedupd_headers_on_input_records_change_nothing() {
     for r in &got {
         let own: Vec<&str> = r.headers.iter().map(|(k, _)| k.as_str()).filter(|k| k.starts_with("dedupd.")).collect();
         assert_eq!(own, OUTPUT_HEADERS, "seq {}: dedupd.* headers of an output", seq_of(r));
+        assert_eq!(r.header("dedupd.app"), Some(app.as_bytes()), "seq {}: named as this application's", seq_of(r));
     }
     let trace = |seq: u64| got.iter().find(|r| seq_of(r) == seq).and_then(|r| r.header("trace")).map(<[u8]>::to_vec);
     assert_eq!(trace(100), Some(b"t-100".to_vec()), "other headers are copied");

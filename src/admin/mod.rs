@@ -1,4 +1,6 @@
-//! The HTTP admin endpoint, one port (`admin.listen`), one [`router`]:
+//! The HTTP admin endpoint, one port (`admin.listen`), one [`router`],
+//! and optionally a health port (`admin.health_listen`, [`health_router`]:
+//! `/healthz` and `/readyz` alone, with slots of their own):
 //!
 //! - open to anyone who reaches the port, revealing no keys: `/metrics`
 //!   (Prometheus text), `/healthz`, `/readyz` (ready once every assigned
@@ -230,6 +232,9 @@ pub struct Limits {
     pub connection_lifetime: Duration,
     /// Connections served at once; more are closed as soon as accepted.
     pub max_connections: usize,
+    /// Connections of one peer address served at once; more of its are
+    /// closed as soon as accepted, while other peers are served.
+    pub max_connections_per_peer: usize,
     /// Largest request head (request line and headers); larger: 431.
     pub max_header_bytes: usize,
     /// Most header fields in a request; more: 431.
@@ -247,10 +252,13 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            header_read_timeout: Duration::from_secs(5),
+            // Any client on a network sends a request head within this; a
+            // half-sent one holds its slot no longer.
+            header_read_timeout: Duration::from_secs(2),
             request_timeout: Duration::from_secs(10),
             connection_lifetime: Duration::from_secs(60),
             max_connections: 1024,
+            max_connections_per_peer: 256,
             max_header_bytes: 16 << 10,
             max_headers: 64,
             max_body_bytes: 64 << 10,
@@ -260,34 +268,74 @@ impl Default for Limits {
     }
 }
 
-/// A running admin endpoint.
+impl Limits {
+    /// The health listener's (`admin.health_listen`): it answers two cheap
+    /// requests, so a few slots, a short head and a short life suffice, and
+    /// its per-peer cap keeps a peer other than the prober from filling them.
+    pub fn health() -> Self {
+        Limits {
+            header_read_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(2),
+            connection_lifetime: Duration::from_secs(10),
+            max_connections: 64,
+            max_connections_per_peer: 16,
+            max_header_bytes: 8 << 10,
+            max_headers: 32,
+            max_body_bytes: 1 << 10,
+            key_concurrency: 1,
+            drain: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A running admin endpoint: the admin port, and the health port if set.
 pub struct Admin {
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
+    servers: Vec<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)>,
 }
 
 impl Admin {
-    /// Serves [`router`] on `listener` with the default [`Limits`].
+    /// Serves [`router`] on `listener` with the default [`Limits`], and
+    /// [`health_router`] on `health` (if any) with [`Limits::health`].
     pub fn start(
         listener: TcpListener,
+        health: Option<TcpListener>,
         status: Arc<Status>,
         metrics: Arc<Metrics>,
         key_endpoints: &KeyEndpoints,
     ) -> Admin {
         let limits = Limits::default();
-        let app = router(status, metrics, Access::from(key_endpoints), limits);
+        let app = router(status.clone(), metrics.clone(), Access::from(key_endpoints), limits);
+        let mut servers = vec![Self::serve(listener, app, limits)];
+        if let Some(health) = health {
+            let limits = Limits::health();
+            servers.push(Self::serve(health, health_router(status, metrics, limits), limits));
+        }
+        Admin { servers }
+    }
+
+    fn serve(
+        listener: TcpListener,
+        app: Router,
+        limits: Limits,
+    ) -> (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(server::serve(listener, app, limits, async {
             let _ = stopped.await;
         }));
-        Admin { stop, task }
+        (stop, task)
     }
 
     /// Stops accepting, lets the requests in flight finish (at most
     /// [`Limits::drain`]) and returns.
     pub async fn stop(self) {
-        let _ = self.stop.send(());
-        let _ = self.task.await;
+        let mut tasks = Vec::new();
+        for (stop, task) in self.servers {
+            let _ = stop.send(());
+            tasks.push(task);
+        }
+        for task in tasks {
+            let _ = task.await;
+        }
     }
 }
 
@@ -334,6 +382,22 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
         .fallback(|| async {
             text(StatusCode::NOT_FOUND, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n")
         })
+        .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n") })
+        .with_state(Shared { status, metrics })
+        .layer(
+            ServiceBuilder::new()
+                .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
+                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout)),
+        )
+}
+
+/// The health listener's endpoints: `/healthz` and `/readyz` only, so that
+/// a port of their own answers the probes however busy the admin port is.
+pub fn health_router(status: Arc<Status>, metrics: Arc<Metrics>, limits: Limits) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { text(StatusCode::NOT_FOUND, "the health port answers /healthz and /readyz\n") })
         .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n") })
         .with_state(Shared { status, metrics })
         .layer(

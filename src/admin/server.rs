@@ -1,9 +1,12 @@
 //! The admin endpoint's connections: hyper's HTTP/1 server, one task per
 //! connection, with the limits that keep slow or hostile clients from
-//! starving `/metrics` and `/healthz` (see [`Limits`]).
+//! starving `/metrics` and `/healthz` (see [`Limits`]): a header-read
+//! timeout, a cap on connections in all and on those of one peer.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::{Extension, Router};
@@ -36,6 +39,7 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
         .max_headers(limits.max_headers);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let peers = PeerSlots::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -49,7 +53,9 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
                 }
             },
         };
-        // Over the limit the connection is closed at once: it holds nothing.
+        // Over a limit the connection is closed at once: it holds nothing.
+        // The peer's first: one that holds its share takes no more.
+        let Some(peer_slot) = peers.take(peer.ip(), limits.max_connections_per_peer) else { continue };
         let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
         // Each request carries where it came from (for the log of deletes).
         let service = Extension(Peer(peer)).layer(app.clone());
@@ -58,12 +64,50 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits, shutdown:
             // Also bounds a client that reads its responses too slowly; the
             // error (a reset, a timeout) is the client's and is not logged.
             let _ = tokio::time::timeout(limits.connection_lifetime, connection).await;
-            drop(slot);
+            drop((slot, peer_slot));
         });
     }
     drop(listener);
     if tokio::time::timeout(limits.drain, graceful.shutdown()).await.is_err() {
         log::debug!("admin endpoint: requests still open after {:?}: dropped", limits.drain);
+    }
+}
+
+/// Connections open per peer address: no peer holds more than
+/// [`Limits::max_connections_per_peer`] of the slots, so one client holding
+/// connections open (half-sent requests, reopened as they close) leaves the
+/// others' slots free.
+#[derive(Clone, Default)]
+struct PeerSlots(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+/// One connection of a peer, counted until dropped.
+struct PeerSlot {
+    peers: PeerSlots,
+    ip: IpAddr,
+}
+
+impl PeerSlots {
+    /// A slot of `ip`'s, if it holds fewer than `cap`.
+    fn take(&self, ip: IpAddr, cap: usize) -> Option<PeerSlot> {
+        let mut open = self.0.lock().expect("peer slots lock");
+        let n = open.entry(ip).or_insert(0);
+        if *n >= cap {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: self.clone(), ip })
+    }
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.0.lock().expect("peer slots lock");
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&self.ip); // the map holds only peers with connections open
+            }
+        }
     }
 }
 
@@ -155,6 +199,33 @@ mod tests {
                 break;
             }
             assert!(Instant::now() < deadline, "slots not released");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_peer_over_its_cap_is_closed_at_once_while_others_are_served() {
+        let limits = Limits { max_connections_per_peer: 2, ..Limits::default() };
+        let (addr, _stop, _task) = start(limits).await;
+        let held = [TcpStream::connect(addr).await.unwrap(), TcpStream::connect(addr).await.unwrap()];
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        let _ = third.write_all(GET).await;
+        assert_eq!(read_to_close(&mut third).await, "", "a third connection of one peer was served");
+        // Another peer (another loopback address) is served.
+        let other = tokio::net::TcpSocket::new_v4().unwrap();
+        other.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut other = other.connect(addr).await.unwrap();
+        other.write_all(GET).await.unwrap();
+        assert!(read_to_close(&mut other).await.ends_with("hi"), "another peer was not served");
+        drop(held);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut s = TcpStream::connect(addr).await.unwrap();
+            let _ = s.write_all(GET).await;
+            if read_to_close(&mut s).await.ends_with("hi") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the peer's slots were not released");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

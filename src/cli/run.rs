@@ -157,7 +157,17 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         KeyEndpoints::Token(_) => "bearer token required",
     };
     log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
-    let admin = Admin::start(listener, status.clone(), metrics.clone(), &cfg.key_endpoints);
+    let health = match cfg.health_listen {
+        None => None,
+        Some(addr) => {
+            let health = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("invalid setting admin.health_listen = {addr}: cannot listen there"))?;
+            log::info!("health endpoint on http://{} (/healthz, /readyz)", health.local_addr().unwrap_or(addr));
+            Some(health)
+        }
+    };
+    let admin = Admin::start(listener, health, status.clone(), metrics.clone(), &cfg.key_endpoints);
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
     // Taken over from here on: a SIGTERM while the topics are made and
     // their limits read stops the daemon cleanly instead of killing it.

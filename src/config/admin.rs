@@ -13,6 +13,10 @@ pub struct AdminSettings {
     /// Address of the HTTP admin endpoint (`/metrics`, `/healthz`, `/readyz`,
     /// `/v1/slices`, and the key endpoints such as `/v1/lookup`).
     pub listen: String,
+    /// Address of a port answering `/healthz` and `/readyz` alone, with
+    /// connection slots of its own (point liveness and readiness probes
+    /// here); empty: none (the probes use `listen`).
+    pub health_listen: String,
     /// Bearer token the key endpoints require; empty: none. Prefer `token_file`.
     pub token: Secret,
     /// A file holding the bearer token, read at start-up (a trailing newline

@@ -44,9 +44,9 @@ max_held = 200000
 max_held_bytes = "32MiB"
 max_buffered_bytes = "16MiB"
 [output]
-topic = "clicks.distinct"
+topic = ""
 duplicates_topic = ""
-dead_letter_topic = "clicks.dead-letter"
+dead_letter_topic = ""
 late_topic = ""
 [checkpoint]
 topic = ""
@@ -58,6 +58,7 @@ on_corrupt = "cold-start"
 policy = "wait"
 [admin]
 listen = "127.0.0.1:9464"
+health_listen = ""
 token = ""
 token_file = ""
 key_endpoints = "auto"

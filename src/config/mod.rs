@@ -13,6 +13,7 @@
 //!   feature's section's validation in turn, the rules across sections.
 //! - `sections.rs`: the core sections (`[app]`, `[input]`, `[slicing]`,
 //!   `[output]`, `[checkpoint]`, `[topics]`, `[shutdown]`, `[log]`).
+//! - `roles.rs`: one topic, one role (the rule across the topic settings).
 //! - `filter.rs`: `[filter]`. `kafka.rs`: `[kafka]`. `admin.rs`: `[admin]`
 //!   and the bearer token. `secret.rs`: secrets and their redaction.
 //! - `file.rs`: which settings file is read. `defaults.rs`: the built-in
@@ -34,6 +35,7 @@ mod file;
 pub(crate) mod filter;
 mod formats;
 mod kafka;
+mod roles;
 mod secret;
 pub(crate) mod sections;
 mod validate;
@@ -68,6 +70,14 @@ pub use crate::features::tiers::{Tier, TierSettings};
 
 /// The default checkpoint topic is `<app.id>` and this.
 const CHECKPOINT_SUFFIX: &str = ".checkpoints";
+/// The default output topic (`output.topic` empty) is `<app.id>` and this.
+const OUTPUT_SUFFIX: &str = ".distinct";
+/// The default dead-letter topic (`output.dead_letter_topic` empty) is `<app.id>` and this.
+const DEAD_LETTER_SUFFIX: &str = ".dead-letter";
+
+/// The longest `app.id`, in bytes: `<app.id>.flushes`, which every mode
+/// writes, is a Kafka topic name (at most 249 bytes).
+pub const MAX_APP_ID_BYTES: usize = 249 - ".flushes".len();
 
 /// All settings, one struct per section.
 ///
@@ -123,6 +133,8 @@ pub struct Resolved {
     /// `availability.policy`.
     pub availability: AvailabilityPolicy,
     pub admin_listen: SocketAddr,
+    /// `admin.health_listen`, if set.
+    pub health_listen: Option<SocketAddr>,
     /// `admin.key_endpoints` with its token.
     pub key_endpoints: KeyEndpoints,
     /// `filter.kind = "passthrough"`: no deduplication (to measure its cost).
@@ -183,6 +195,28 @@ impl Settings {
     /// refuses another's), so the default never shares a topic between two.
     pub fn default_checkpoint_topic(&self) -> String {
         format!("{}{CHECKPOINT_SUFFIX}", self.app.id)
+    }
+
+    /// `output.topic` when it is empty: `<app.id>.distinct`. Every output
+    /// record names its application and restore reads only its own, but
+    /// by default two applications never share an output topic either.
+    pub fn default_output_topic(&self) -> String {
+        format!("{}{OUTPUT_SUFFIX}", self.app.id)
+    }
+
+    /// `output.dead_letter_topic` when it is empty: `<app.id>.dead-letter`.
+    pub fn default_dead_letter_topic(&self) -> String {
+        format!("{}{DEAD_LETTER_SUFFIX}", self.app.id)
+    }
+
+    /// The topic settings an empty value derives from `app.id`: (setting,
+    /// suffix, value).
+    fn derived_topics(&mut self) -> [(&'static str, &'static str, &mut String); 3] {
+        [
+            ("output.topic", OUTPUT_SUFFIX, &mut self.output.topic),
+            ("output.dead_letter_topic", DEAD_LETTER_SUFFIX, &mut self.output.dead_letter_topic),
+            ("checkpoint.topic", CHECKPOINT_SUFFIX, &mut self.checkpoint.topic),
+        ]
     }
 
     /// Loads defaults < `file` (if given) < the environment, then validates.

@@ -124,7 +124,7 @@ fn counting_is_off_by_default_and_checked() {
         ),
         (&[flag[0], flag[1], ("DEDUPD__FILTER__KIND", "rsbf")][..], "invalid setting filter.kind = rsbf"),
         (&[flag[0], flag[1], ("DEDUPD__FILTER__DELETABLE", "true")][..], "invalid setting filter.deletable"),
-        (&[flag[0], ("DEDUPD__FLAG__TOPIC", "clicks.distinct")][..], "invalid setting flag.topic = clicks.distinct"),
+        (&[flag[0], ("DEDUPD__FLAG__TOPIC", "dedupd.distinct")][..], "invalid setting flag.topic = dedupd.distinct"),
         (&[flag[0], ("DEDUPD__FLAG__TOPIC", "no way")][..], "invalid setting flag.topic = \"no way\""),
     ] {
         let e = rejected(env);
@@ -194,10 +194,103 @@ fn the_checkpoint_topic_defaults_to_the_applications_own() {
     let explicit = load(&[("DEDUPD__APP__ID", "fraud-b"), ("DEDUPD__CHECKPOINT__TOPIC", "shared.cp")]).unwrap();
     assert_eq!(explicit.settings.checkpoint.topic, "shared.cp");
     // The default is a topic name too: an app id too long for it is refused by name.
-    let e = rejected(&[("DEDUPD__APP__ID", &"a".repeat(238))]);
+    let dlq = ("DEDUPD__OUTPUT__DEAD_LETTER_TOPIC", "d");
+    let e = rejected(&[("DEDUPD__APP__ID", &"a".repeat(238)), dlq]);
     assert!(e.contains("app.id") && e.contains("at most 237") && e.contains("checkpoint.topic"), "{e}");
     assert!(load(&[("DEDUPD__APP__ID", &"a".repeat(237))]).is_ok());
-    assert!(load(&[("DEDUPD__APP__ID", &"a".repeat(238)), ("DEDUPD__CHECKPOINT__TOPIC", "x")]).is_ok());
+    assert!(load(&[("DEDUPD__APP__ID", &"a".repeat(238)), ("DEDUPD__CHECKPOINT__TOPIC", "x"), dlq]).is_ok());
+}
+
+/// Two applications left on the default output settings write topics of
+/// their own: `<app.id>.distinct` and `<app.id>.dead-letter`.
+#[test]
+fn the_output_and_dead_letter_topics_default_to_the_applications_own() {
+    let r = load(&[]).unwrap();
+    assert_eq!(
+        (r.settings.output.topic.as_str(), r.settings.output.dead_letter_topic.as_str()),
+        ("dedupd.distinct", "dedupd.dead-letter")
+    );
+    let other = load(&[("DEDUPD__APP__ID", "fraud-b")]).unwrap();
+    assert_eq!(other.settings.output.topic, "fraud-b.distinct");
+    assert_eq!(other.settings.output.dead_letter_topic, "fraud-b.dead-letter");
+    let explicit =
+        load(&[("DEDUPD__OUTPUT__TOPIC", "clicks.distinct"), ("DEDUPD__OUTPUT__DEAD_LETTER_TOPIC", "clicks.dlq")])
+            .unwrap();
+    assert_eq!(explicit.settings.output.topic, "clicks.distinct");
+    assert_eq!(explicit.settings.output.dead_letter_topic, "clicks.dlq");
+    // Derived names are Kafka topic names: the error names app.id and the setting left empty.
+    let e = rejected(&[("DEDUPD__APP__ID", &"a".repeat(238))]);
+    assert!(e.contains("app.id") && e.contains("at most 237") && e.contains("output.dead_letter_topic"), "{e}");
+    let set = [("DEDUPD__OUTPUT__DEAD_LETTER_TOPIC", "d"), ("DEDUPD__CHECKPOINT__TOPIC", "c")];
+    let e = rejected(&[&set[..], &[("DEDUPD__APP__ID", &"a".repeat(241))]].concat());
+    assert!(e.contains("app.id") && e.contains("at most 240") && e.contains("output.topic"), "{e}");
+    let all = [&set[..], &[("DEDUPD__OUTPUT__TOPIC", "o")]].concat();
+    assert!(load(&[&all[..], &[("DEDUPD__APP__ID", &"a".repeat(241))]].concat()).is_ok());
+    let e = rejected(&[&all[..], &[("DEDUPD__APP__ID", &"a".repeat(242))]].concat());
+    assert!(e.starts_with("invalid setting app.id = ") && e.contains("1 to 241"), "{e}");
+}
+
+/// A topic named for two roles is refused at start-up, naming both
+/// settings, the topic and the rule.
+#[test]
+fn a_topic_in_two_roles_is_refused() {
+    for (env, setting, also) in [
+        (
+            &[("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "dedupd.dead-letter")][..],
+            "output.dead_letter_topic = dedupd.dead-letter",
+            "the duplicates topic (output.duplicates_topic)",
+        ),
+        (
+            &[("DEDUPD__OUTPUT__DEAD_LETTER_TOPIC", "dedupd.distinct")][..],
+            "output.dead_letter_topic = dedupd.distinct",
+            "the output topic (output.topic)",
+        ),
+        (
+            &[("DEDUPD__OUTPUT__LATE_TOPIC", "dedupd.distinct")][..],
+            "output.late_topic = dedupd.distinct",
+            "the output topic (output.topic)",
+        ),
+        (
+            &[("DEDUPD__CHECKPOINT__TOPIC", "dedupd.dead-letter")][..],
+            "checkpoint.topic = dedupd.dead-letter",
+            "the dead-letter topic (output.dead_letter_topic)",
+        ),
+        (
+            &[("DEDUPD__OUTPUT__TOPIC", "dedupd.slices")][..],
+            "output.topic = dedupd.slices",
+            "the slice log (<app.id>.slices)",
+        ),
+        (
+            &[("DEDUPD__OUTPUT__DUPLICATES_TOPIC", "dedupd.flushes")][..],
+            "output.duplicates_topic = dedupd.flushes",
+            "the flush log (<app.id>.flushes)",
+        ),
+        (
+            &[("DEDUPD__INPUT__TOPICS", "dedupd.distinct")][..],
+            "input.topics = dedupd.distinct",
+            "the output topic (output.topic)",
+        ),
+        (
+            &[("DEDUPD__INPUT__TOPICS", "clicks,x.ckpt"), ("DEDUPD__CHECKPOINT__TOPIC", "x.ckpt")][..],
+            "input.topics = x.ckpt",
+            "the checkpoint topic (checkpoint.topic)",
+        ),
+        (
+            &[("DEDUPD__FLAG__THRESHOLD", "5"), ("DEDUPD__FLAG__TOPIC", "dedupd.distinct")][..],
+            "flag.topic = dedupd.distinct",
+            "the output topic (output.topic)",
+        ),
+    ] {
+        let e = rejected(env);
+        assert!(e.starts_with(&format!("invalid setting {setting}: ")), "{e}");
+        assert!(e.contains(&format!("is also {also}; each topic has one role")), "{e}");
+    }
+    // The slice log is the input in input-partitions mode: not two roles.
+    assert!(load(&[("DEDUPD__SLICING__MODE", "input-partitions"), ("DEDUPD__INPUT__TOPICS", "dedupd.slices")]).is_ok());
+    // An input topic listed twice is one role.
+    assert!(load(&[("DEDUPD__INPUT__TOPICS", "a,a")]).is_ok());
+    // Optional topics left empty are no role.
+    assert!(load(&[("DEDUPD__OUTPUT__DUPLICATES_TOPIC", ""), ("DEDUPD__OUTPUT__LATE_TOPIC", "")]).is_ok());
 }
 
 /// dedupd removes `dedupd.*` headers from input records, so none can be
@@ -256,7 +349,7 @@ fn errors_name_setting_value_and_rule() {
     assert!(rejected(&[("DEDUPD__CHECKPOINT__ON_CORRUPT", "ignore")]).contains("checkpoint.on_corrupt"));
     let two = rejected(&[("DEDUPD__SLICING__MODE", "input-partitions"), ("DEDUPD__INPUT__TOPICS", "a,b")]);
     assert!(two.contains("exactly one topic"), "{two}");
-    assert!(rejected(&[("DEDUPD__INPUT__TOPICS", "clicks.distinct")]).contains("cannot also be"));
+    assert!(rejected(&[("DEDUPD__INPUT__TOPICS", "dedupd.distinct")]).contains("is also the output topic"));
     assert!(
         rejected(&[("DEDUPD__SLICING__ORDER_TOLERANCE", "later")])
             .starts_with("invalid setting slicing.order_tolerance = later: a duration"),

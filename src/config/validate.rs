@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use super::error::{ConfigError, RESERVED_HEADER_RULE, invalid, is_reserved_header};
 use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
-use super::{CHECKPOINT_SUFFIX, Resolved, Settings};
+use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::tiers::Tier;
 use crate::features::{deletes, limits, shared};
@@ -26,12 +26,48 @@ const MAX_HELD_LIMIT: u64 = 100_000_000;
 const MAX_BUDGET_BYTES: u64 = 1 << 40;
 
 impl Settings {
+    /// Gives each topic setting left empty that has a name derived from
+    /// `app.id` that name (`<app.id>.distinct`, `<app.id>.dead-letter`,
+    /// `<app.id>.checkpoints`): what it writes belongs to one application
+    /// (invariant 8). A derived name too long for Kafka names `app.id`.
+    fn derive_topics(&mut self) -> Result<(), ConfigError> {
+        let id = self.app.id.clone();
+        for (setting, suffix, topic) in self.derived_topics() {
+            if !topic.is_empty() {
+                continue;
+            }
+            *topic = format!("{id}{suffix}");
+            if topic.len() > MAX_TOPIC_BYTES {
+                return Err(invalid(
+                    "app.id",
+                    format!("{id:?}"),
+                    format!(
+                        "at most {} characters while {setting} is empty (its default, \"<app.id>{suffix}\", is a \
+                         Kafka topic name of at most {MAX_TOPIC_BYTES})",
+                        MAX_TOPIC_BYTES - suffix.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every rule and derives the typed settings.
     pub fn validate(mut self) -> Result<Resolved, ConfigError> {
-        // The checkpoint topic belongs to one application: by default its own.
-        if self.checkpoint.topic.is_empty() {
-            self.checkpoint.topic = self.default_checkpoint_topic();
+        if self.app.id.is_empty()
+            || self.app.id.len() > MAX_APP_ID_BYTES
+            || !self.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        {
+            return Err(invalid(
+                "app.id",
+                format!("{:?}", self.app.id),
+                format!(
+                    "1 to {MAX_APP_ID_BYTES} of [a-zA-Z0-9._-] (it prefixes topic names: <app.id>.flushes is a \
+                     Kafka topic name of at most {MAX_TOPIC_BYTES})"
+                ),
+            ));
         }
+        self.derive_topics()?;
         let s = &self;
         let topic_name = |setting: &str, name: &str, optional: bool| -> Result<(), ConfigError> {
             if name.is_empty() && optional {
@@ -48,13 +84,6 @@ impl Settings {
                 Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]"))
             }
         };
-        if s.app.id.is_empty() || !s.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) {
-            return Err(invalid(
-                "app.id",
-                format!("{:?}", s.app.id),
-                "1 or more of [a-zA-Z0-9._-] (it prefixes topic names)",
-            ));
-        }
         if s.kafka.brokers.trim().is_empty() {
             return Err(invalid("kafka.brokers", "\"\"", "at least one host:port"));
         }
@@ -90,17 +119,6 @@ impl Settings {
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
         topic_name("output.late_topic", &s.output.late_topic, true)?;
         topic_name("flag.topic", &s.flag.topic, true)?;
-        if s.checkpoint.topic == s.default_checkpoint_topic() && s.checkpoint.topic.len() > MAX_TOPIC_BYTES {
-            return Err(invalid(
-                "app.id",
-                format!("{:?}", s.app.id),
-                format!(
-                    "at most {} characters while checkpoint.topic is empty (its default, \"<app.id>.checkpoints\", \
-                     is a Kafka topic name of at most {MAX_TOPIC_BYTES})",
-                    MAX_TOPIC_BYTES - CHECKPOINT_SUFFIX.len()
-                ),
-            ));
-        }
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         if key.header_names().into_iter().any(is_reserved_header) {
@@ -265,6 +283,23 @@ impl Settings {
             .listen
             .parse()
             .map_err(|_| invalid("admin.listen", &s.admin.listen, "an address such as 127.0.0.1:9464"))?;
+        let health_listen = match s.admin.health_listen.as_str() {
+            "" => None,
+            text => Some(
+                text.parse::<SocketAddr>()
+                    .map_err(|_| invalid("admin.health_listen", text, "empty, or an address such as 0.0.0.0:9465"))?,
+            ),
+        };
+        if let Some(health) = health_listen
+            && health.port() != 0
+            && health.port() == admin_listen.port()
+        {
+            return Err(invalid(
+                "admin.health_listen",
+                &s.admin.health_listen,
+                format!("a port other than admin.listen's ({admin_listen}): the health port has slots of its own"),
+            ));
+        }
         let key_endpoints = s.admin.key_endpoints()?;
         if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
             return Err(invalid(
@@ -278,23 +313,12 @@ impl Settings {
             "json" => LogFormat::Json,
             other => return Err(invalid("log.format", other, "expected text or json")),
         };
-        let owned = [&s.output.topic, &s.output.dead_letter_topic, &s.checkpoint.topic];
-        for t in &s.input.topics {
-            if owned.contains(&t) || *t == s.output.duplicates_topic || *t == s.output.late_topic || *t == s.flag.topic
-            {
-                return Err(invalid(
-                    "input.topics",
-                    t,
-                    "an input topic cannot also be an output, dead-letter or checkpoint topic",
-                ));
-            }
-        }
         let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
         let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
         availability.check_counting(counting.is_some())?;
         let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
-        s.flag.validate_topic(&s.output, &s.checkpoint)?;
         let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some() || cuckoo_kind)?;
+        super::roles::check(s, slicing, tier)?;
         // Once the level is known: the counting stage by the dedup key, and
         // the rules across [limit], [flag] and [tier].
         if let Some(c) = &counting
@@ -360,6 +384,7 @@ impl Settings {
             on_corrupt,
             availability,
             admin_listen,
+            health_listen,
             key_endpoints,
             passthrough,
             order_tolerance_ms,

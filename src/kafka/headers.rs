@@ -37,6 +37,13 @@ pub const VALUE_DROPPED: &str = "dedupd.value_dropped";
 /// the record, and its rank in that release). Restore reads it from the last
 /// output record: the judgments up to it are replayed silently.
 pub const RELEASE: &str = "dedupd.release";
+/// On every record a slice writes to its topics (output, duplicates, dead
+/// letters, late copies, flags, availability decisions) and on the router's
+/// dead letters: the `app.id` of the application that wrote it. Restore
+/// takes its replay bounds only from its own application's records and
+/// reads past other applications' (several may write one topic on purpose:
+/// docs/design.md, invariant 8).
+pub const APP: &str = "dedupd.app";
 /// On duplicates, with provenance on: the source of the first delivered
 /// copy, when only one source may have delivered the key before.
 pub const FIRST_SOURCE: &str = "dedupd.first_source";

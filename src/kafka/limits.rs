@@ -39,8 +39,11 @@ const RECORD_FRAMING: u64 = 5 + 1 + 10 + 5 + 5 + 5 + 5;
 /// A header's two length varints at their widest.
 const HEADER_FRAMING: u64 = 10;
 /// What dedupd adds in headers of its own (slice offset, release position,
-/// rule, lateness, count, reason, detail, source stamp, policy), at most.
-pub const OWN_HEADERS: u64 = 1024;
+/// rule, lateness, count, reason, detail, source stamp, policy), at most,
+/// and the application's name (`dedupd.app`: an `app.id` of at most
+/// [`crate::config::MAX_APP_ID_BYTES`]).
+pub const OWN_HEADERS: u64 =
+    1024 + HEADER_FRAMING + super::headers::APP.len() as u64 + crate::config::MAX_APP_ID_BYTES as u64;
 
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -14,6 +14,11 @@
 //! One bound for all topics (the highest) would lose the records of the
 //! topics that lagged; the lowest would write the others' again.
 //!
+//! A bound counts only the records of this application (`dedupd.app`,
+//! invariant 8): several applications may write one topic, and another's
+//! release positions say nothing of this one's slice log
+//! ([`crate::kafka::restore::read_tail`] reads past them).
+//!
 //! A bound is the *highest* position in the partition's tail, not its last
 //! record's: a member that stood still past its session and woke up may
 //! still deliver what its producer held, repeating positions below those

@@ -144,7 +144,7 @@ brokers = {{ include "dedupd.tomlValue" (dict "value" (required "kafka.brokers i
 {{- end }}
 
 {{/*
-The [admin] table: the listen address from service.port; the token only as a file from the
+The [admin] table: the listen address from service.port, the health port from probes.port; the token only as a file from the
 Secret admin.tokenSecret (mounted by the Deployment), never in the ConfigMap.
 */}}
 {{- define "dedupd.adminTable" -}}
@@ -164,6 +164,7 @@ Secret admin.tokenSecret (mounted by the Deployment), never in the ConfigMap.
 {{- end -}}
 [admin]
 listen = {{ printf "0.0.0.0:%d" (int .Values.service.port) | toJson }}
+health_listen = {{ printf "0.0.0.0:%d" (int .Values.probes.port) | toJson }}
 token = ""
 token_file = {{ $tokenFile | toJson }}
 key_endpoints = {{ $mode | toJson }}

@@ -7,7 +7,6 @@ use super::counting::CountingSpec;
 use super::stage::CountingSetup;
 use crate::config::error::{ConfigError, invalid};
 use crate::config::filter::FilterSettings;
-use crate::config::sections::{CheckpointSettings, OutputSettings};
 use crate::filter::spectral::SpectralParams;
 use crate::filter::{FilterSpec, Growth};
 
@@ -128,25 +127,6 @@ impl LimitSettings {
             other => invalid(&format!("limit.{other}"), e.value, e.rule),
         })?;
         Ok(Some(CountingSetup { spec, count_key, max_record_bytes }))
-    }
-}
-
-impl FlagSettings {
-    /// `flag.topic` is a topic of its own (`checkpoint.topic` resolved).
-    pub(crate) fn validate_topic(
-        &self,
-        output: &OutputSettings,
-        checkpoint: &CheckpointSettings,
-    ) -> Result<(), ConfigError> {
-        let others = [&output.topic, &output.dead_letter_topic, &checkpoint.topic, &output.duplicates_topic];
-        if !self.topic.is_empty() && (others.contains(&&self.topic) || self.topic == output.late_topic) {
-            return Err(invalid(
-                "flag.topic",
-                &self.topic,
-                "a topic of its own: not the output, duplicates, late, dead-letter or checkpoint topic",
-            ));
-        }
-        Ok(())
     }
 }
 

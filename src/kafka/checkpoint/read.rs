@@ -374,6 +374,19 @@ pub fn stall_timeout() -> Duration {
     })
 }
 
+/// How far a read of `topic`/`partition` has come: past its last record
+/// (`next`), or past what the consumer passed over after it — transaction
+/// markers, which are never delivered, and aborted records when reading
+/// committed only. Without this, a partition whose last offsets are such
+/// would never be read to its end (the last record read lies before it).
+fn past(reader: &Reader, topic: &str, partition: i32, next: i64) -> i64 {
+    let position = reader.position().ok().and_then(|tpl| match tpl.find_partition(topic, partition)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    });
+    position.map_or(next, |o| o.max(next))
+}
+
 /// Reads the records of partition `partition` of `topic` from offset `start`
 /// up to `stop` (exclusive), or to the current end when `stop` is None,
 /// calling `each(offset, key, value)` in offset order. `high` is the listed
@@ -430,7 +443,11 @@ fn read_range(
             }
             // The listed end is a lower bound of the real one, so an
             // end-of-partition event before reaching it is stale.
-            Some(Err(KafkaError::PartitionEOF(p))) if p == partition && next >= high => break Ok(()),
+            Some(Err(KafkaError::PartitionEOF(p)))
+                if p == partition && past(reader, topic, partition, next) >= high =>
+            {
+                break Ok(());
+            }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => {
                 break Err(KafkaLayerError::Client { context: format!("reading {topic}/{partition}"), source: e });

@@ -77,6 +77,9 @@ pub struct Restorer<'a> {
     pub on_corrupt: CorruptPolicy,
     /// `dedupd_checkpoint_rejected_total`, by [`Rejection`].
     pub rejected: &'a prometheus::IntCounterVec,
+    /// `app.id`: the bounds are read from this application's records only
+    /// ([`read_tail`]).
+    pub app: &'a str,
     /// A dense tree's leaf: its `app.id`, which its outputs carry in the
     /// shared parent topic (see [`read_tail`]); `None` otherwise.
     pub leaf: Option<&'a str>,
@@ -145,7 +148,8 @@ impl Restorer<'_> {
             // Only the output topic is a dense leaf's parent's input, shared by leaves.
             let leaf = self.leaf.filter(|_| dest == Destination::Output);
             let mut sent = Sent::default();
-            for mut record in read_tail(self.reader, topic, slice as i32, leaf, dest.shared_with_router())? {
+            let tail = read_tail(self.reader, topic, slice as i32, self.app, leaf, dest.shared_with_router())?;
+            for mut record in tail {
                 if dest == Destination::Flags {
                     record.policy = None; // flags never carry policy headers
                 }

@@ -59,20 +59,28 @@ impl Written {
     }
 }
 
-/// The records a slice wrote in the tail of `topic`/`partition`, oldest
-/// first: the last [`TAIL_RECORDS`] records, or further back until one is
-/// found when `shared_with_router` (the router's dead letters, which carry
-/// no release position, are passed over). With `leaf` (a dense tree's leaf,
-/// whose parent topic other leaves write too), the whole partition, the
-/// records that name this leaf.
+/// The records a slice of application `app` wrote in the tail of
+/// `topic`/`partition`, oldest first: those among the last
+/// [`TAIL_RECORDS`] records of the application there. Other applications'
+/// records (`dedupd.app` naming another) are read past, window by window
+/// back, until that many of its own are read or the partition's start
+/// (invariant 8: several applications may write one topic on purpose, and
+/// none takes another's positions for its own). Records without
+/// `dedupd.app` (written by builds that did not name their application)
+/// are taken as the application's own. With `shared_with_router` (the
+/// router's dead letters, which carry no release position) the scan goes
+/// on back until a slice's record is found. With `leaf` (a dense tree's
+/// leaf, whose parent topic other leaves write too), the whole partition,
+/// the records that name this leaf.
 pub fn read_tail(
     reader: &Reader,
     topic: &str,
     partition: i32,
+    app: &str,
     leaf: Option<&str>,
     shared_with_router: bool,
 ) -> Result<Vec<Written>, KafkaLayerError> {
-    let mut scan = TailScan { leaf, shared_with_router, found: Vec::new(), unmarked: None };
+    let mut scan = TailScan { app, leaf, shared_with_router, found: Vec::new(), own: 0, unmarked: None };
     if leaf.is_some() {
         read_partition(reader, topic, partition, ReadFrom::Start, |o, _, _, m| scan.take(o, m))?;
     } else {
@@ -81,33 +89,48 @@ pub fn read_tail(
             .context(|| format!("watermarks of {topic}/{partition}"))?;
         let mut start = (high - TAIL_RECORDS).max(low);
         read_partition(reader, topic, partition, ReadFrom::Offset(start), |o, _, _, m| scan.take(o, m))?;
-        // Back window by window past the records no slice wrote.
-        while scan.found.is_empty() && scan.unmarked.is_none() && shared_with_router && start > low {
+        // Back window by window past the records no slice of this application wrote.
+        while scan.unmarked.is_none() && start > low && scan.wants_more() {
             let stop = start;
             start = (stop - TAIL_RECORDS).max(low);
+            // Records read earlier were newer: the older ones go first.
+            let newer = std::mem::take(&mut scan.found);
             read_partition_range(reader, topic, partition, start, stop, |o, _, _, m| scan.take(o, m))?;
+            scan.found.extend(newer);
         }
     }
     match scan.unmarked {
         None => Ok(scan.found),
         Some(offset) => Err(KafkaLayerError::ForeignRecord(format!(
-            "the record at offset {offset} of {topic}/{partition} has no {} header: is another application \
-             writing to this topic? dedupd needs its output partitions to itself",
-            headers::RELEASE
+            "the record at offset {offset} of {topic}/{partition} has neither a {} nor a {} header: is an \
+             application other than dedupd writing to this topic? dedupd needs its output partitions to itself \
+             and to other dedupd applications",
+            headers::RELEASE,
+            headers::APP
         ))),
     }
 }
 
 /// What [`read_tail`] has found so far.
 struct TailScan<'a> {
+    app: &'a str,
     leaf: Option<&'a str>,
     shared_with_router: bool,
     found: Vec<Written>,
+    /// Records of this application read (with a release position or not).
+    own: i64,
     /// The first record without a release position, where only slices write.
     unmarked: Option<i64>,
 }
 
 impl TailScan<'_> {
+    /// Whether to read further back: fewer than [`TAIL_RECORDS`] of the
+    /// application's records read yet, or none of its slices' where the
+    /// router writes too.
+    fn wants_more(&self) -> bool {
+        self.own < TAIL_RECORDS || (self.shared_with_router && self.found.is_empty())
+    }
+
     fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
         if let Some(id) = self.leaf
@@ -115,9 +138,15 @@ impl TailScan<'_> {
         {
             return;
         }
+        let app = header(headers::APP);
+        if app.is_some_and(|a| a != self.app.as_bytes()) {
+            return; // another application's: never its bound
+        }
+        self.own += 1;
         match written(offset, &header) {
             Some(w) => self.found.push(w),
-            None if self.shared_with_router => {}
+            // This application's router's dead letter, or one where the router writes.
+            None if self.shared_with_router || app.is_some() => {}
             None => {
                 self.unmarked.get_or_insert(offset);
             }

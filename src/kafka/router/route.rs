@@ -159,8 +159,12 @@ fn route(
             let mut buf = [0u8; STAMP_BYTES];
             setup.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
             let partition = msg.partition().rem_euclid(setup.slices as i32);
-            let mut extra =
-                vec![(headers::REASON, why.reason.as_str().as_bytes()), (headers::DETAIL, why.detail.as_bytes())];
+            // Named as this application's: restore passes over it as its own router's (invariant 8).
+            let mut extra = vec![
+                (headers::APP, setup.cfg.settings.app.id.as_bytes()),
+                (headers::REASON, why.reason.as_str().as_bytes()),
+                (headers::DETAIL, why.detail.as_bytes()),
+            ];
             if let Some(stamp) = SourceRef::stamp(&mut buf, topic, msg.partition(), msg.offset()) {
                 extra.push((headers::SOURCE, stamp));
             }

@@ -136,7 +136,12 @@ fn emit_flag<M: Message>(
     let release_text = format_into(&mut release_buf, format_args!("{pos}"));
     let mut count_buf = [0u8; 20];
     let count_text = format_into(&mut count_buf, format_args!("{count}"));
-    let extra = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text), (headers::COUNT, count_text)];
+    let extra = [
+        (headers::SLICE_OFFSET, offset_text),
+        (headers::RELEASE, release_text),
+        (headers::APP, setup.path.app.as_bytes()),
+        (headers::COUNT, count_text),
+    ];
     send(setup, &setup.path.flags, slice, msg, payload, &extra)
 }
 
@@ -168,7 +173,12 @@ pub(super) fn emit_one<M: Message>(
     let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
     let mut release_buf = [0u8; 48];
     let release_text = format_into(&mut release_buf, format_args!("{pos}"));
-    let ids = [(headers::SLICE_OFFSET, offset_text), (headers::RELEASE, release_text)];
+    // Which judgment, and of which application (invariant 8): on every record it writes.
+    let ids = [
+        (headers::SLICE_OFFSET, offset_text),
+        (headers::RELEASE, release_text),
+        (headers::APP, setup.path.app.as_bytes()),
+    ];
     let size = copy_size(msg, payload, j);
     let main = main_destination(setup, j).filter(|d| !written(*d));
     let flagged = j.notes.flagged().is_some() && !written(Destination::Flags);
@@ -193,7 +203,7 @@ pub(super) fn emit_one<M: Message>(
             slice,
             msg,
             payload,
-            &[ids[0], ids[1], (headers::LATE_BY, late_text.as_bytes())],
+            &[ids[0], ids[1], ids[2], (headers::LATE_BY, late_text.as_bytes())],
         )?;
     }
     if main.is_some_and(fits) {
@@ -260,14 +270,14 @@ fn main_destination(setup: &WorkerSetup, j: &Judgment) -> Option<Destination> {
 }
 
 /// Sends the judgment's record to its [`main_destination`], with `ids`
-/// (its slice offset and release position).
+/// (its slice offset, release position and application).
 fn send_main<M: Message>(
     setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     msg: &M,
     framed: &Unframed<'_>,
-    ids: &[(&str, &[u8]); 2],
+    ids: &[(&str, &[u8]); 3],
 ) -> Result<(), KafkaLayerError> {
     let path = &setup.path;
     let payload = framed.payload;
@@ -276,7 +286,7 @@ fn send_main<M: Message>(
             // A dense leaf's output is its parent's input: named as this leaf's.
             Some(id) => {
                 let leaf = (crate::features::tiers::io::LEAF, id.as_bytes());
-                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], leaf])
+                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], leaf])
             }
             None => send(setup, &path.output, slice, msg, payload, ids),
         },
@@ -285,14 +295,14 @@ fn send_main<M: Message>(
                 Some(m) if m.limited => format!("limit;count={}", m.estimate),
                 _ => format!("filter;equal_timers={equal_timers}"),
             };
-            let mut extra = vec![ids[0], ids[1], (headers::RULE, rule.as_bytes())];
+            let mut extra = vec![ids[0], ids[1], ids[2], (headers::RULE, rule.as_bytes())];
             if let Some(first) = &j.notes.first_source {
                 extra.push((headers::FIRST_SOURCE, first.as_bytes()));
             }
             send(setup, &path.duplicates, slice, msg, payload, &extra)
         }
         SliceVerdict::Resend if !path.duplicates.is_empty() => {
-            send(setup, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], (headers::RULE, b"resend")])
+            send(setup, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], ids[2], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
         SliceVerdict::Invalid(why) => dead_letter(setup, slice, why, msg, framed, ids),
@@ -300,8 +310,8 @@ fn send_main<M: Message>(
 }
 
 /// Sends `msg`, which cannot be judged (`why`), to the dead-letter topic
-/// with its reason, where it was read, and `ids` (its slice offset and
-/// release position; a policy decision's headers too).
+/// with its reason, where it was read, and `ids` (its slice offset,
+/// release position and application; a policy decision's headers too).
 pub(super) fn dead_letter<M: Message>(
     setup: &WorkerSetup,
     slice: u32,

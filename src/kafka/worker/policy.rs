@@ -186,7 +186,7 @@ struct Decision<'a> {
 
 /// Sends a record decided by the policy: to the output (`deliver`), the
 /// duplicates topic (`drop`) or, unreadable, the dead letters, with its
-/// slice offset, release position, header `dedupd.policy` and
+/// slice offset, release position, application, header `dedupd.policy` and
 /// `dedupd.policy.after` (a later restore tells these records from the
 /// ordinary ones by them: see [`crate::kafka::replay`]).
 fn send_decision<M: Message>(
@@ -203,6 +203,7 @@ fn send_decision<M: Message>(
     let mut extra = vec![
         (headers::SLICE_OFFSET, offset_text.as_bytes()),
         (headers::RELEASE, release_text.as_bytes()),
+        (headers::APP, path.app.as_bytes()),
         (headers::POLICY, d.policy.as_str().as_bytes()),
         (headers::POLICY_AFTER, after_text.as_bytes()),
     ];

@@ -71,6 +71,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
         slice_topic: &setup.slice_topic,
         slicing: setup.cfg.slicing,
+        app: &setup.cfg.settings.app.id,
         leaf: (setup.cfg.tier == crate::config::Tier::DenseLeaf).then_some(setup.cfg.settings.app.id.as_str()),
         flush_topic: &setup.flush_topic,
         destinations: Destination::ALL

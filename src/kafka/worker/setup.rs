@@ -49,6 +49,8 @@ pub struct RecordPath {
     pub dead_letters: String,
     pub late: String,
     pub flags: String,
+    /// `app.id`, which every record a slice writes names ([`crate::kafka::headers::APP`]).
+    pub app: String,
     /// A dense leaf's `app.id`, which its outputs carry to its parent (docs/tiers.md).
     pub leaf: Option<String>,
     /// `availability.policy`: what a slice's records get while it is restored.
@@ -70,6 +72,7 @@ impl RecordPath {
             dead_letters: out.dead_letter_topic.clone(),
             late: out.late_topic.clone(),
             flags: cfg.settings.flag.topic.clone(),
+            app: cfg.settings.app.id.clone(),
             leaf: (cfg.tier == Tier::DenseLeaf).then(|| cfg.settings.app.id.clone()),
             policy: cfg.availability,
             idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
