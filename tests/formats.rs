@@ -212,3 +212,159 @@ fn format_settings_are_checked_at_start_up() {
     assert!(resolved.status.success(), "{text}");
     assert!(text.contains("schema_registry_user") && !text.contains("hunter2"), "{text}");
 }
+
+/// A linked list as a legal recursive Avro schema: each event may hold the
+/// next one (schema id 7 in a directory of its own).
+const LINKED: &str = r#"{"type":"record","name":"Event","namespace":"deep","fields":[
+    {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"next","type":["null","Event"]}]}"#;
+
+fn linked_schemas(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("dedupd-linked-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("7.avsc"), LINKED).unwrap();
+    dir
+}
+
+fn zigzag(n: i64, out: &mut Vec<u8>) {
+    let mut v = ((n << 1) ^ (n >> 63)) as u64;
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// An event `levels` events deep in the wire format: the outermost with
+/// `id` and `ts`, those inside it empty (3 bytes each).
+fn linked(id: &str, ts: i64, levels: usize) -> Vec<u8> {
+    let mut out = vec![0, 0, 0, 0, 7];
+    zigzag(id.len() as i64, &mut out);
+    out.extend_from_slice(id.as_bytes());
+    zigzag(ts, &mut out);
+    for _ in 1..levels {
+        out.extend_from_slice(&[2, 0, 0]); // the union's second branch, then id "" and ts 0
+    }
+    out.push(0); // the innermost `next` is null
+    out
+}
+
+/// 100 ordinary events, one 100 levels deep (the limit) and three deeper
+/// ones (101, 2 000 and 100 000 levels: 6 KB and 300 KB), in the order
+/// they are fed; with what each should become.
+fn deep_stream() -> Vec<(Vec<u8>, Option<usize>)> {
+    let mut events: Vec<(Vec<u8>, Option<usize>)> =
+        (0..100).map(|i| (linked(&format!("e{i}"), BASE_TS + i * 1000, 1), None)).collect();
+    for (at, levels) in [(20, 100), (40, 101), (60, 2_000), (80, 100_000)] {
+        let id = format!("deep{levels}");
+        let over = (levels > 100).then_some(levels);
+        events.insert(at, (linked(&id, BASE_TS + at as i64 * 1000, levels), over));
+    }
+    events
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// The pipe mode: records nested deeper than 100 levels are `bad_avro`
+/// with their depth, the others are delivered, the exit status is 0 (it
+/// was an abort by stack overflow, 134, delivering nothing).
+#[test]
+fn deeply_nested_avro_in_the_pipe_mode() {
+    let events = deep_stream();
+    let lines: Vec<String> = events.iter().map(|(e, _)| base64(e)).collect();
+    let dir = linked_schemas("pipe");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["filter", "--format", "avro", "--schemas", dir.to_str().unwrap(), "--key", "json:/id"])
+        .args(["--time", "json:/ts", "--window", "2m", "--max-clock-jump", "10m", "--expected", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = lines.join("\n") + "\n";
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let kept: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    let want: Vec<&str> =
+        events.iter().zip(&lines).filter(|((_, over), _)| over.is_none()).map(|(_, l)| l.as_str()).collect();
+    assert_eq!(kept.len(), 101, "{stderr}");
+    assert!(kept == want, "the 100 ordinary events and the one 100 levels deep, in order\n{stderr}");
+    for (line, (_, over)) in events.iter().enumerate() {
+        if let Some(levels) = over {
+            let want = format!("line {}: bad_avro: schema id 7: nested {levels} levels deep: at most 100", line + 1);
+            assert!(stderr.contains(&want), "{want}\n{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The daemon: the same stream on Kafka. The deep records are dead letters
+/// `bad_avro` with their depth; the daemon keeps running and delivers the
+/// rest (it was a crash loop: the same record aborted every restart).
+#[test]
+fn deeply_nested_avro_in_the_daemon() {
+    let input = unique("deep-in");
+    create_topic(&input, 1);
+    let app = unique("deep-app");
+    let dir = linked_schemas("daemon");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    env.push(("DEDUPD__INPUT__FORMAT".into(), "avro".into()));
+    env.push(("DEDUPD__INPUT__SCHEMAS".into(), dir.display().to_string()));
+    let events = deep_stream();
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|(value, _)| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(value.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("deep", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    for (topic, want) in [(format!("{app}.dlq"), 3), (format!("{app}.out"), 101)] {
+        let got = count_records(&topic, want, Duration::from_secs(60));
+        assert!(got >= want, "{got} of {want} records in {topic} after 60 s:\n{}", daemon.log_text());
+    }
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(2));
+    let mut got: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let mut want: Vec<&[u8]> = events.iter().filter(|(_, over)| over.is_none()).map(|(e, _)| e.as_slice()).collect();
+    got.sort();
+    want.sort();
+    assert!(got == want, "the output is not the 101 events of at most 100 levels\n{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let mut dead: Vec<String> = dlq
+        .values()
+        .flatten()
+        .map(|r| {
+            assert_eq!(r.header("dedupd.reason"), Some(&b"bad_avro"[..]));
+            String::from_utf8_lossy(r.header("dedupd.detail").unwrap()).into_owned()
+        })
+        .collect();
+    dead.sort();
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    for levels in [101, 2_000, 100_000] {
+        let want = format!("schema id 7: nested {levels} levels deep");
+        assert!(dead.iter().any(|d| d.starts_with(&want)), "{want}: {dead:?}");
+    }
+    let (status, _) = http_get(daemon.admin_port, "/healthz").unwrap();
+    assert_eq!(status, 200, "still running");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}

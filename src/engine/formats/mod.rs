@@ -10,12 +10,15 @@
 //! - [`schemas`]: schemas by id, from local files or registry answers.
 //! - [`registry`]: schemas fetched from a schema registry at first sight, and kept.
 //! - [`avro`](mod@avro), [`protobuf`](mod@protobuf): decoding and field lookup.
+//! - [`depth`]: how deeply a record nests, measured before it is decoded.
 //!
 //! A record that is not in the wire format, or whose schema id is unknown,
 //! is `bad_schema`; a body that does not decode is `bad_avro` or
-//! `bad_protobuf`; never a panic.
+//! `bad_protobuf`, as is one nested deeper than [`depth::MAX_DEPTH`]
+//! levels; never a panic or a stack overflow.
 
 pub mod avro;
+pub mod depth;
 pub mod protobuf;
 pub mod registry;
 pub mod schemas;
@@ -123,14 +126,16 @@ impl<'a> FieldSource<'a> for Binary<'_, 'a> {
         };
         match (self.decoder.format, schema) {
             (Format::Avro, Schema::Avro(schema)) => {
-                let value = avro::decode(schema, body)
-                    .map_err(|e| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}")))?;
+                let bad = |e: String| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}"));
+                depth::avro(schema, body).map_err(bad)?;
+                let value = avro::decode(schema, body).map_err(bad)?;
                 Ok(pointers.map(|p| p.and_then(|p| avro::find(&value, p))))
             }
             (Format::Protobuf, Schema::Protobuf(file)) => {
                 let bad = |e: String| invalid(InvalidReason::BadProtobuf, format!("schema id {id}: {e}"));
                 let (indexes, message) = wire::message_indexes(body).map_err(bad)?;
                 let message_type = protobuf::message_type(file, &indexes).map_err(bad)?;
+                depth::protobuf(&message_type, message).map_err(bad)?;
                 let value = protobuf::decode(message_type, message).map_err(bad)?;
                 Ok(pointers.map(|p| p.and_then(|p| protobuf::find(&value, p))))
             }
