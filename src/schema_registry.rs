@@ -4,12 +4,92 @@
 //! when a user is given, and bounded waits (5 s to connect, 10 s for the
 //! answer). TLS is not spoken: an `https://` registry is reached through a
 //! local proxy, or its schemas saved as files (`--schemas`).
+//!
+//! Only a definite answer is passed on as a failure: the registry has no
+//! such id (HTTP 404). Anything else — no connection, a timeout, 5xx, 429,
+//! refused credentials, an answer that is not HTTP — is a fault outside the
+//! record, not bad data: the fetch waits and asks again with backoff, so
+//! the record waits and no verdict depends on when the network failed
+//! (invariant 1). The daemon waits until the registry answers (`/readyz`
+//! says so meanwhile, [`outage`]); the pipe mode gives up after
+//! [`Waiting::Until`] and stops without judging the record.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::engine::formats::Fetch;
+
+/// The `kind` label of `dedupd_schema_registry_errors_total`: every failed
+/// request, the definite `not_found` and the faults that are waited out.
+pub const ERROR_KINDS: [&str; 7] =
+    ["unreachable", "timeout", "server_error", "throttled", "refused_credentials", "bad_answer", "not_found"];
+
+static ERRORS: [AtomicU64; ERROR_KINDS.len()] = [const { AtomicU64::new(0) }; ERROR_KINDS.len()];
+
+/// Failed requests so far, by kind (in the order of [`ERROR_KINDS`]).
+pub fn errors() -> [u64; ERROR_KINDS.len()] {
+    std::array::from_fn(|i| ERRORS[i].load(Ordering::Relaxed))
+}
+
+fn count(kind: &str) {
+    if let Some(i) = ERROR_KINDS.iter().position(|k| *k == kind) {
+        ERRORS[i].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Since when a fetch has been waiting for the registry, and why (None:
+/// no fetch is waiting).
+static OUTAGE: Mutex<Option<(Instant, String)>> = Mutex::new(None);
+
+/// How long a fetch has been waiting for the registry to answer, and the
+/// last fault, if one is waiting.
+pub fn outage() -> Option<(Duration, String)> {
+    let outage = OUTAGE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    outage.as_ref().map(|(since, why)| (since.elapsed(), why.clone()))
+}
+
+fn set_outage(why: Option<&str>) {
+    let mut outage = OUTAGE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    match why {
+        None => *outage = None,
+        Some(why) => *outage = Some((outage.take().map_or_else(Instant::now, |(since, _)| since), why.to_string())),
+    }
+}
+
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// The daemon is stopping: a fetch waiting for the registry ends the
+/// process instead of waiting on (its record is not judged; the next
+/// start resumes from the last snapshot, as after a crash).
+pub fn shutting_down() {
+    SHUTTING_DOWN.store(true, Ordering::Relaxed);
+}
+
+/// How long a fetch waits for a registry that does not answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Waiting {
+    /// Until it answers (the daemon).
+    Forever,
+    /// This long, then the process stops with an error, the record not
+    /// judged (the pipe mode; refused credentials stop it at once).
+    Until(Duration),
+}
+
+/// First and longest pause between two requests while the registry does
+/// not answer.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(200), Duration::from_secs(5));
+
+/// Why a request got no schema.
+#[derive(Debug, PartialEq, Eq)]
+enum Failure {
+    /// The registry's own answer: it has no schema with this id.
+    Definite(String),
+    /// A fault outside the record, of the kind named (see [`ERROR_KINDS`]).
+    Transient(&'static str, String),
+}
 
 /// Most bytes of an answer read (a schema is far smaller).
 const MAX_ANSWER_BYTES: u64 = 8 << 20;
@@ -21,6 +101,7 @@ pub struct HttpRegistry {
     path: String,
     /// `Basic …` for the Authorization header.
     auth: Option<String>,
+    waiting: Waiting,
 }
 
 impl HttpRegistry {
@@ -36,7 +117,12 @@ impl HttpRegistry {
         }
         let path = format!("/{}", path.trim_end_matches('/')).trim_end_matches('/').to_string();
         let auth = user.map(|u| format!("Basic {}", base64(format!("{u}:{}", password.unwrap_or("")).as_bytes())));
-        Ok(HttpRegistry { host: host.to_string(), path, auth })
+        Ok(HttpRegistry { host: host.to_string(), path, auth, waiting: Waiting::Forever })
+    }
+
+    /// The same registry, waiting for it as `waiting` says.
+    pub fn waiting(self, waiting: Waiting) -> Self {
+        HttpRegistry { waiting, ..self }
     }
 
     fn get(&self, path: &str) -> Result<(u16, String), String> {
@@ -66,19 +152,85 @@ impl HttpRegistry {
     }
 }
 
-impl Fetch for HttpRegistry {
-    fn fetch(&self, id: u32) -> Result<String, String> {
+impl HttpRegistry {
+    /// One request for the schema of `id`.
+    fn ask(&self, id: u32) -> Result<String, Failure> {
         let path = format!("{}/schemas/ids/{id}", self.path);
-        let (status, body) = self.get(&path).map_err(|e| format!("registry {}{path}: {e}", self.host))?;
+        let at = format!("{}{path}", self.host);
+        let (status, body) = self.get(&path).map_err(|e| {
+            let kind = if e.contains("timed out") || e.contains("WouldBlock") || e.contains("temporarily unavailable") {
+                "timeout"
+            } else if e.starts_with("connecting") || e.contains("resolve") {
+                "unreachable"
+            } else {
+                "bad_answer"
+            };
+            Failure::Transient(kind, format!("registry {at}: {e}"))
+        })?;
+        let excerpt = || body.chars().take(120).collect::<String>();
         match status {
-            200 => Ok(body),
-            404 => Err(format!("the registry has no schema with this id (HTTP 404 from {}{path})", self.host)),
-            401 | 403 => Err(format!("the registry refused the credentials (HTTP {status} from {}{path})", self.host)),
-            _ => {
-                let excerpt: String = body.chars().take(120).collect();
-                Err(format!("HTTP {status} from {}{path}: {excerpt}", self.host))
-            }
+            200..=299 => Ok(body),
+            404 => Err(Failure::Definite(format!("the registry has no schema with this id (HTTP 404 from {at})"))),
+            401 | 403 => Err(Failure::Transient(
+                "refused_credentials",
+                format!("the registry refused the credentials (HTTP {status} from {at})"),
+            )),
+            429 => Err(Failure::Transient("throttled", format!("HTTP 429 from {at}: {}", excerpt()))),
+            500..=599 => Err(Failure::Transient("server_error", format!("HTTP {status} from {at}: {}", excerpt()))),
+            _ => Err(Failure::Transient("bad_answer", format!("HTTP {status} from {at}: {}", excerpt()))),
         }
+    }
+}
+
+impl Fetch for HttpRegistry {
+    /// The schema's answer, or the registry's definite "no such id"; other
+    /// failures are waited out here (see the module's comment).
+    fn fetch(&self, id: u32) -> Result<String, String> {
+        let (started, mut pause) = (Instant::now(), BACKOFF.0);
+        loop {
+            let (kind, why) = match self.ask(id) {
+                Ok(answer) => {
+                    set_outage(None);
+                    return Ok(answer);
+                }
+                Err(Failure::Definite(why)) => {
+                    count("not_found");
+                    set_outage(None);
+                    return Err(why);
+                }
+                Err(Failure::Transient(kind, why)) => (kind, why),
+            };
+            count(kind);
+            set_outage(Some(&why));
+            if let Waiting::Until(limit) = self.waiting
+                && (started.elapsed() >= limit || kind == "refused_credentials")
+            {
+                eprintln!(
+                    "dedupd: schema id {id}: {why}; waited {} s for the registry: stopping without judging this \
+                     record (fix the registry or its settings and run again)",
+                    started.elapsed().as_secs()
+                );
+                std::process::exit(1);
+            }
+            log::warn!("schema id {id}: {why}; the record waits, asking again in {} ms", pause.as_millis());
+            wait(pause);
+            pause = (pause * 2).min(BACKOFF.1);
+        }
+    }
+}
+
+/// Sleeps `pause`, or ends the process if the daemon stops meanwhile.
+fn wait(pause: Duration) {
+    let until = Instant::now() + pause;
+    while Instant::now() < until {
+        if SHUTTING_DOWN.load(Ordering::Relaxed) {
+            log::warn!(
+                "stopping while a record waits for the schema registry: exiting without judging it (the next \
+                 start resumes from the last snapshot)"
+            );
+            std::process::exit(75);
+        }
+        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
 }
 

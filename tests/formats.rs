@@ -36,6 +36,11 @@ struct Registry {
 
 impl Registry {
     fn start() -> Registry {
+        Registry::serve(&root().join("tests/formats/registry"), 0)
+    }
+
+    /// Serves `dir`'s `<id>.json` files on `port` (0: any free one).
+    fn serve(dir: &std::path::Path, port: u16) -> Registry {
         const SERVER: &str = r#"
 import base64, http.server, os, sys
 DIR = sys.argv[1]
@@ -58,14 +63,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), H)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
-        let dir = root().join("tests/formats/registry");
         let mut child = Command::new("python3")
             .args(["-c", SERVER])
             .arg(dir)
+            .arg(port.to_string())
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 for the test registry");
@@ -365,6 +370,82 @@ fn deeply_nested_avro_in_the_daemon() {
     }
     let (status, _) = http_get(daemon.admin_port, "/healthz").unwrap();
     assert_eq!(status, 200, "still running");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A registry outage is not bad data: with the registry down while 100
+/// valid records arrive, the slice holds them (`/readyz` 503, the errors
+/// counted) and delivers all 100 once it is up 10 s later, none a dead
+/// letter; then an id the registry answers 404 for is `bad_schema` at once.
+#[test]
+fn a_registry_outage_makes_records_wait() {
+    let input = unique("outage-in");
+    create_topic(&input, 1);
+    let app = unique("outage-app");
+    let dir = linked_schemas("outage");
+    let answer = serde_json::json!({ "schema": LINKED }).to_string();
+    std::fs::write(dir.join("7.json"), answer).unwrap();
+    let port = free_port();
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{port}")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    let rec = |value: Vec<u8>| Rec {
+        partition: 0,
+        offset: -1,
+        key: None,
+        value: Some(value),
+        timestamp: None,
+        headers: Vec::new(),
+    };
+    let events: Vec<Vec<u8>> = (0..100).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
+    let mut daemon = Daemon::start("outage", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &events.iter().cloned().map(rec).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(10));
+    let (status, body) = http_get(daemon.admin_port, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("records wait for the schema registry"), "{body}");
+    let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("dedupd_schema_registry_errors_total{kind=\"unreachable\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(refused.is_some_and(|n| n > 0), "{metrics}");
+    assert_eq!(count_records(&format!("{app}.out"), 1, Duration::from_millis(500)), 0, "nothing judged yet");
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+
+    let _registry = Registry::serve(&dir, port);
+    let got = count_records(&format!("{app}.out"), 100, Duration::from_secs(60));
+    assert_eq!(got, 100, "{}", daemon.log_text());
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let mut delivered: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let mut want: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    delivered.sort();
+    want.sort();
+    assert!(delivered == want, "the 100 records, once each");
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+    wait_for("/readyz 200", Duration::from_secs(30), || {
+        http_get(daemon.admin_port, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+
+    // A definite answer: the registry has no schema 99.
+    let mut unknown = linked("gone", BASE_TS + 200_000, 1);
+    unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+    produce(&input, &[rec(unknown)]);
+    let dead = count_records(&format!("{app}.dlq"), 1, Duration::from_secs(30));
+    assert_eq!(dead, 1, "{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let r = dlq.values().flatten().next().unwrap();
+    assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]));
+    let detail = String::from_utf8_lossy(r.header("dedupd.detail").unwrap()).into_owned();
+    assert!(detail.starts_with("schema id 99: the registry has no schema with this id (HTTP 404"), "{detail}");
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
     let _ = std::fs::remove_dir_all(dir);
 }

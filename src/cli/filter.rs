@@ -26,6 +26,10 @@ use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, Spectr
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
+/// How long a line waits for a schema registry that does not answer before
+/// the run stops (unjudged, exit status 1): a fault outside the record is
+/// not bad data, and a one-shot run has no later to wait for.
+pub const PIPE_REGISTRY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Records per batch: large enough to amortise per-batch work, small enough
 /// to keep output flowing.
 const BATCH: usize = 4096;
@@ -106,7 +110,8 @@ pub struct FilterArgs {
     /// With --format avro or protobuf: a schema registry
     /// (`http://HOST:PORT[/PATH]`) whose `GET /schemas/ids/<id>` gives the
     /// schemas --schemas does not have, fetched at first sight and kept; a
-    /// failed fetch is retried after 30 s. The password of
+    /// 404 is retried after 30 s, a registry that does not answer is waited
+    /// for up to 30 s, then the run stops (exit 1). The password of
     /// --schema-registry-user is read from DEDUPD_SCHEMA_REGISTRY_PASSWORD.
     #[arg(long)]
     pub schema_registry: Option<String>,
@@ -459,7 +464,8 @@ impl FilterArgs {
                     self.schema_registry_user.as_deref(),
                     password.as_deref(),
                 )
-                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
+                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?
+                .waiting(crate::schema_registry::Waiting::Until(PIPE_REGISTRY_WAIT));
                 Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
             }
         };

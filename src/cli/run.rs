@@ -301,6 +301,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     // The one shutdown order: router first (it feeds the workers), then the workers.
     let timeout = Duration::from_millis(cfg.settings.shutdown.timeout);
     let graceful = async {
+        crate::schema_registry::shutting_down();
         router_stop.store(true, Ordering::Relaxed);
         if let Some(t) = router_task {
             t.await.context("router task")?.context("router shutdown")?;
