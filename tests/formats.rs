@@ -449,3 +449,62 @@ fn a_registry_outage_makes_records_wait() {
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// SIGKILL while records wait for the registry, restart once it is back:
+/// the output is that of an uninterrupted run, record for record (the
+/// waiting records were never judged, so the restart judges them afresh).
+#[test]
+fn a_kill_during_a_registry_outage_changes_nothing() {
+    let input = unique("outage-kill-in");
+    create_topic(&input, 1);
+    let app = unique("outage-kill-app");
+    let dir = linked_schemas("outage-kill");
+    std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
+    let port = free_port();
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{port}")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    // Every fifth event repeats an earlier key: the verdicts matter, not only delivery.
+    let events: Vec<Vec<u8>> =
+        (0..100).map(|i| linked(&format!("e{}", if i % 5 == 4 { i - 2 } else { i }), BASE_TS + i * 1000, 1)).collect();
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut first = Daemon::start("outage-kill-1", &env);
+    first.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    std::thread::sleep(Duration::from_secs(6));
+    first.kill();
+    let _registry = Registry::serve(&dir, port);
+    let mut second = Daemon::start("outage-kill-2", &env);
+    second.wait_ready(Duration::from_secs(60));
+    let got = count_records(&format!("{app}.out"), 80, Duration::from_secs(60));
+    assert!(got >= 80, "{got} of 80\n{}", second.log_text());
+    std::thread::sleep(Duration::from_secs(2));
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let delivered: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let want: Vec<&[u8]> = events.iter().enumerate().filter(|(i, _)| i % 5 != 4).map(|(_, e)| e.as_slice()).collect();
+    assert!(
+        delivered == want,
+        "not the 80 distinct events in order: {} records\n{}",
+        delivered.len(),
+        second.log_text()
+    );
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+    assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
