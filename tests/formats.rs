@@ -189,8 +189,24 @@ fn format_settings_are_checked_at_start_up() {
     assert!(!ok && err.contains("invalid setting input.format = avro: needs input.schemas"), "{err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "xml")]);
     assert!(!ok && err.contains("input.format = xml: unknown format"), "{err}");
-    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "https://r:8081")]);
-    assert!(!ok && err.contains("input.schema_registry = https://r:8081"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "ftp://r:8081")]);
+    assert!(!ok && err.contains("input.schema_registry = ftp://r:8081: expected http://HOST"), "{err}");
+    let registry = [("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "https://r:8081")];
+    let (ok, err) = check(&registry);
+    assert!(ok, "https is spoken: {err}");
+    let (ok, err) =
+        check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", "/nonexistent/ca.pem")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_ca_file = /nonexistent/ca.pem: cannot be read"), "{err}");
+    let (ok, err) = check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", "Cargo.toml")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_ca_file = Cargo.toml: holds no PEM certificate"), "{err}");
+    let (ok, err) = check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", "Cargo.toml")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_key_file = : needed with a client certificate"), "{err}");
+    let both = [("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "u"), ("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "s3cr3t")];
+    let (ok, err) = check(&[&registry[..], &both[..]].concat());
+    assert!(!ok && err.contains("input.schema_registry_token = [redacted]: a token or a user, not both"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "s3cr3t")]);
+    assert!(!ok && err.contains("input.schema_registry_token = [redacted]: needs input.schema_registry"), "{err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__SCHEMAS", "tests/formats/schemas")]);
     assert!(!ok && err.contains("input.schemas = tests/formats/schemas: only for input.format"), "{err}");
     let (ok, err) =
@@ -506,5 +522,157 @@ fn a_kill_during_a_registry_outage_changes_nothing() {
     );
     assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
     assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A CA of its own, a server certificate for 127.0.0.1 and a client
+/// certificate it signs, made with the openssl command: the file names in `dir`.
+fn make_certificates(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl command");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=dedupd test CA"],
+        ]
+        .concat(),
+    );
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &["-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}")],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
+    }
+}
+
+/// Serves `dir`'s `<id>.json` files over https (its server.pem) to clients
+/// with a certificate its ca.pem signed and the bearer token `t0k3n`
+/// (401 to others, 404 for other ids), on a free port.
+fn serve_https(dir: &std::path::Path) -> Registry {
+    const SERVER: &str = r#"
+import http.server, os, ssl, sys
+DIR = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.headers.get("Authorization") != "Bearer t0k3n":
+            body, status = b'{"error_code":401,"message":"Unauthorized"}', 401
+        else:
+            path = os.path.join(DIR, self.path.split("/")[-1] + ".json")
+            ok = self.path.startswith("/schemas/ids/") and os.path.exists(path)
+            body = open(path, "rb").read() if ok else b'{"error_code":40403,"message":"Schema not found"}'
+            status = 200 if ok else 404
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(os.path.join(DIR, "server.pem"), os.path.join(DIR, "server.key"))
+ctx.verify_mode = ssl.CERT_REQUIRED
+ctx.load_verify_locations(os.path.join(DIR, "ca.pem"))
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", SERVER])
+        .arg(dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 for the test registry");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    Registry { child, port: line.trim().parse().expect("the test registry's port") }
+}
+
+/// The daemon against an https registry with a CA of its own that wants a
+/// client certificate (mutual TLS) and a bearer token: the records are
+/// read with the schemas it serves; an id it answers 404 for is
+/// `bad_schema`.
+#[test]
+fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token() {
+    let dir = linked_schemas("https");
+    std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
+    make_certificates(&dir);
+    let registry = serve_https(&dir);
+    let input = unique("https-in");
+    create_topic(&input, 1);
+    let app = unique("https-app");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    let path = |f: &str| dir.join(f).display().to_string();
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("https://127.0.0.1:{}", registry.port)),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "t0k3n".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", path("ca.pem")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", path("client.pem")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_KEY_FILE", path("client.key")),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    let mut events: Vec<Vec<u8>> = (0..20).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
+    let mut unknown = linked("gone", BASE_TS + 20_000, 1);
+    unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+    events.push(unknown);
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("https", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    let got = count_records(&format!("{app}.out"), 20, Duration::from_secs(60));
+    assert_eq!(got, 20, "{}", daemon.log_text());
+    let dead = count_records(&format!("{app}.dlq"), 1, Duration::from_secs(30));
+    assert_eq!(dead, 1, "{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let detail =
+        String::from_utf8_lossy(dlq.values().flatten().next().unwrap().header("dedupd.detail").unwrap()).into_owned();
+    assert!(
+        detail.starts_with("schema id 99: the registry has no schema with this id (HTTP 404 from https://"),
+        "{detail}"
+    );
+    let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
+    assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
+    assert!(!daemon.log_text().contains("t0k3n"), "the token is never logged");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -115,9 +115,20 @@ pub struct FilterArgs {
     /// --schema-registry-user is read from DEDUPD_SCHEMA_REGISTRY_PASSWORD.
     #[arg(long)]
     pub schema_registry: Option<String>,
-    /// The basic-authentication user of --schema-registry.
+    /// The basic-authentication user of --schema-registry. A bearer token
+    /// instead is read from DEDUPD_SCHEMA_REGISTRY_TOKEN.
     #[arg(long)]
     pub schema_registry_user: Option<String>,
+    /// PEM certificates of the CAs that sign an https registry's
+    /// certificate (default: the public ones).
+    #[arg(long)]
+    pub schema_registry_ca_file: Option<PathBuf>,
+    /// Mutual TLS with the registry: the client's PEM certificate (chain).
+    #[arg(long)]
+    pub schema_registry_cert_file: Option<PathBuf>,
+    /// Mutual TLS with the registry: the client's PEM private key.
+    #[arg(long)]
+    pub schema_registry_key_file: Option<PathBuf>,
     /// Sliding window: a key is a duplicate while its delivered copy is
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
@@ -458,14 +469,33 @@ impl FilterArgs {
         let registry = match &self.schema_registry {
             None => None,
             Some(url) => {
+                use crate::schema_registry::{Access, HttpRegistry, Setting};
                 let password = std::env::var("DEDUPD_SCHEMA_REGISTRY_PASSWORD").ok();
-                let http = crate::schema_registry::HttpRegistry::new(
+                let token = std::env::var("DEDUPD_SCHEMA_REGISTRY_TOKEN").ok();
+                let access = Access {
                     url,
-                    self.schema_registry_user.as_deref(),
-                    password.as_deref(),
-                )
-                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?
-                .waiting(crate::schema_registry::Waiting::Until(PIPE_REGISTRY_WAIT));
+                    user: self.schema_registry_user.as_deref(),
+                    password: password.as_deref(),
+                    token: token.as_deref(),
+                    ca_file: self.schema_registry_ca_file.as_deref(),
+                    cert_file: self.schema_registry_cert_file.as_deref(),
+                    key_file: self.schema_registry_key_file.as_deref(),
+                };
+                let shown = |p: &Option<PathBuf>| p.as_ref().map_or(String::new(), |p| p.display().to_string());
+                let http = HttpRegistry::new(&access)
+                    .map_err(|(setting, why)| {
+                        let (flag, value) = match setting {
+                            Setting::Url => ("--schema-registry", url.clone()),
+                            Setting::Token => ("DEDUPD_SCHEMA_REGISTRY_TOKEN", "[redacted]".to_string()),
+                            Setting::CaFile => ("--schema-registry-ca-file", shown(&self.schema_registry_ca_file)),
+                            Setting::CertFile => {
+                                ("--schema-registry-cert-file", shown(&self.schema_registry_cert_file))
+                            }
+                            Setting::KeyFile => ("--schema-registry-key-file", shown(&self.schema_registry_key_file)),
+                        };
+                        anyhow::anyhow!("invalid {flag} {value}: {why}")
+                    })?
+                    .waiting(crate::schema_registry::Waiting::Until(PIPE_REGISTRY_WAIT));
                 Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
             }
         };

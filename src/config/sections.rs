@@ -59,6 +59,16 @@ pub struct InputSettings {
     /// Its password (best from the environment,
     /// `DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD`, out of a secret store).
     pub schema_registry_password: super::secret::Secret,
+    /// Bearer authentication with `schema_registry` instead of a user: the
+    /// token (from the environment, `DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN`).
+    pub schema_registry_token: super::secret::Secret,
+    /// PEM certificates of the CAs that sign an https registry's
+    /// certificate, instead of the public ones; empty: the public ones.
+    pub schema_registry_ca_file: String,
+    /// Mutual TLS: the client's PEM certificate (chain) and private key;
+    /// both or neither.
+    pub schema_registry_cert_file: String,
+    pub schema_registry_key_file: String,
 }
 
 /// `input.start`: where reading starts in an input partition the
