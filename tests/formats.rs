@@ -575,15 +575,15 @@ fn make_certificates(dir: &std::path::Path) {
 }
 
 /// Serves `dir`'s `<id>.json` files over https (its server.pem) to clients
-/// with a certificate its ca.pem signed and the bearer token `t0k3n`
+/// with a certificate its ca.pem signed and the Authorization header `auth`
 /// (401 to others, 404 for other ids), on a free port.
-fn serve_https(dir: &std::path::Path) -> Registry {
+fn serve_https(dir: &std::path::Path, auth: &str) -> Registry {
     const SERVER: &str = r#"
 import http.server, os, ssl, sys
-DIR = sys.argv[1]
+DIR, AUTH = sys.argv[1], sys.argv[2]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        if self.headers.get("Authorization") != "Bearer t0k3n":
+        if self.headers.get("Authorization") != AUTH:
             body, status = b'{"error_code":401,"message":"Unauthorized"}', 401
         else:
             path = os.path.join(DIR, self.path.split("/")[-1] + ".json")
@@ -608,6 +608,7 @@ server.serve_forever()
     let mut child = Command::new("python3")
         .args(["-c", SERVER])
         .arg(dir)
+        .arg(auth)
         .stdout(Stdio::piped())
         .spawn()
         .expect("python3 for the test registry");
@@ -617,15 +618,24 @@ server.serve_forever()
 }
 
 /// The daemon against an https registry with a CA of its own that wants a
-/// client certificate (mutual TLS) and a bearer token: the records are
-/// read with the schemas it serves; an id it answers 404 for is
-/// `bad_schema`.
+/// client certificate (mutual TLS) and a bearer token, or basic
+/// authentication: the records are read with the schemas it serves; an id
+/// it answers 404 for is `bad_schema`.
 #[test]
-fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token() {
+fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token_or_a_password() {
     let dir = linked_schemas("https");
     std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
     make_certificates(&dir);
-    let registry = serve_https(&dir);
+    let bearer = [("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "t0k3n")];
+    let basic =
+        [("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd"), ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "t0k3n")];
+    https_run(&dir, "Bearer t0k3n", &bearer);
+    https_run(&dir, "Basic ZGVkdXBkOnQwazNu", &basic);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn https_run(dir: &std::path::Path, auth: &str, credentials: &[(&str, &str)]) {
+    let registry = serve_https(dir, auth);
     let input = unique("https-in");
     create_topic(&input, 1);
     let app = unique("https-app");
@@ -634,13 +644,13 @@ fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token() {
     for (k, v) in [
         ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
         ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("https://127.0.0.1:{}", registry.port)),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "t0k3n".to_string()),
         ("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", path("ca.pem")),
         ("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", path("client.pem")),
         ("DEDUPD__INPUT__SCHEMA_REGISTRY_KEY_FILE", path("client.key")),
     ] {
         env.push((k.to_string(), v));
     }
+    env.extend(credentials.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let mut events: Vec<Vec<u8>> = (0..20).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
     let mut unknown = linked("gone", BASE_TS + 20_000, 1);
     unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
@@ -672,7 +682,6 @@ fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token() {
     );
     let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
     assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
-    assert!(!daemon.log_text().contains("t0k3n"), "the token is never logged");
+    assert!(!daemon.log_text().contains("t0k3n"), "the secret is never logged");
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
-    let _ = std::fs::remove_dir_all(dir);
 }
