@@ -187,6 +187,8 @@ fn format_settings_are_checked_at_start_up() {
     };
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro")]);
     assert!(!ok && err.contains("invalid setting input.format = avro: needs input.schemas"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "json_schema")]);
+    assert!(ok, "json_schema needs no schemas: {err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "xml")]);
     assert!(!ok && err.contains("input.format = xml: unknown format"), "{err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "ftp://r:8081")]);
@@ -683,5 +685,78 @@ fn https_run(dir: &std::path::Path, auth: &str, credentials: &[(&str, &str)]) {
     let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
     assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
     assert!(!daemon.log_text().contains("t0k3n"), "the secret is never logged");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+}
+
+/// `--format json_schema`: JSON in the wire format (as a JSON Schema
+/// serializer writes it: `0x00`, the schema id, the JSON text), no schema
+/// needed; fields by pointer as in JSON.
+#[test]
+fn json_schema_records_in_the_pipe_mode() {
+    let record = |body: &str| base64(&[&[0u8, 0, 0, 0, 4][..], body.as_bytes()].concat());
+    let lines = [
+        record(r#"{"user":{"id":"u1"},"ts":1700000000000}"#),
+        record(r#"{"user":{"id":"u2"},"ts":1700000001000}"#),
+        record(r#"{"user":{"id":"u1"},"ts":1700000002000}"#),
+        base64(br#"{"user":{"id":"u3"},"ts":1700000003000}"#),
+        record(r#"{"user":"#),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["filter", "--format", "json_schema", "--key", "json:/user/id", "--time", "json:/ts", "--window", "2m"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), (lines.join("\n") + "\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let kept: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(kept, [lines[0].as_str(), lines[1].as_str()], "{stderr}");
+    assert!(stderr.contains("line 4: bad_schema: not in the Confluent wire format"), "{stderr}");
+    assert!(stderr.contains("line 5: bad_json"), "{stderr}");
+}
+
+/// The daemon on `json_schema` records: deduplicated by a nested field of
+/// the JSON body; a record without the wire format's header is `bad_schema`.
+#[test]
+fn json_schema_records_in_the_daemon() {
+    let input = unique("jsonschema-in");
+    create_topic(&input, 1);
+    let app = unique("jsonschema-app");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY");
+    env.push(("DEDUPD__INPUT__KEY".into(), "json:/user/id".into()));
+    env.push(("DEDUPD__INPUT__FORMAT".into(), "json_schema".into()));
+    let body = |i: i64| format!(r#"{{"user":{{"id":"u{}"}},"ts":{}}}"#, i % 8, BASE_TS + i * 1000);
+    let mut values: Vec<Vec<u8>> = (0..10).map(|i| [&[0u8, 0, 0, 0, 4][..], body(i).as_bytes()].concat()).collect();
+    values.push(body(10).into_bytes());
+    let recs: Vec<Rec> = values
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("jsonschema", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    for (topic, want) in [(format!("{app}.dlq"), 1), (format!("{app}.out"), 8)] {
+        let got = count_records(&topic, want, Duration::from_secs(60));
+        assert!(got >= want, "{got} of {want} records in {topic}:\n{}", daemon.log_text());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let got: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let want: Vec<&[u8]> = values[..8].iter().map(Vec::as_slice).collect();
+    assert!(got == want, "the first record of each of the 8 users, in order\n{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let r = dlq.values().flatten().next().unwrap();
+    assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]));
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
 }

@@ -455,7 +455,7 @@ impl FilterArgs {
             }
             return Ok(None);
         }
-        if self.schemas.is_none() && self.schema_registry.is_none() {
+        if self.schemas.is_none() && self.schema_registry.is_none() && self.format != Format::JsonSchema {
             anyhow::bail!("invalid --format {}: needs --schemas DIR or --schema-registry URL", self.format);
         }
         let mut schemas = Schemas::default();

@@ -49,7 +49,7 @@ pub(super) fn input_decoder(input: &InputSettings) -> Result<Option<Arc<Decoder>
         }
         return Ok(None);
     }
-    if input.schemas.is_empty() && input.schema_registry.is_empty() {
+    if input.schemas.is_empty() && input.schema_registry.is_empty() && format != Format::JsonSchema {
         return Err(invalid(
             "input.format",
             &input.format,
