@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 seconds="${1:-60}"
 shift || true
-all=(extract formats slice_records snapshot_bytes snapshot_mutated config)
+all=(extract formats nesting slice_records snapshot_bytes snapshot_mutated config)
 targets=("${@:-${all[@]}}")
 
 command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2; exit 2; }

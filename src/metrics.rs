@@ -75,6 +75,9 @@ pub struct Metrics {
     /// Shared mode: named input records gone from the input.
     pub input_missing: IntCounter,
     pub rebalances: IntCounterVec,
+    /// Failed schema registry requests, by kind (`schema_registry::ERROR_KINDS`);
+    /// copied from the client's counters when rendered.
+    pub schema_registry_errors: IntCounterVec,
     pub slices_owned: IntGauge,
     pub broker_silence: prometheus::Gauge,
     pub consumer_lag: IntGaugeVec,
@@ -367,6 +370,11 @@ impl Metrics {
                 .expect("valid metric"),
             ),
             rebalances: b.counter("dedupd_rebalances_total", "Group rebalance events of the slice workers.", &["kind"]),
+            schema_registry_errors: b.counter(
+                "dedupd_schema_registry_errors_total",
+                "Failed schema registry requests, by kind: faults the record waits out, and not_found.",
+                &["kind"],
+            ),
             slices_owned: b
                 .register(IntGauge::new("dedupd_slices_owned", "Slices this process owns.").expect("valid metric")),
             broker_silence: b.register(
@@ -475,6 +483,9 @@ impl Metrics {
         for kind in ["assign", "revoke"] {
             m.rebalances.with_label_values(&[kind]);
         }
+        for kind in crate::schema_registry::ERROR_KINDS {
+            m.schema_registry_errors.with_label_values(&[kind]);
+        }
         for stage in STAGES {
             m.stage_latency.with_label_values(&[stage]);
         }
@@ -540,6 +551,12 @@ impl Metrics {
             for (kind, bytes) in HEAP_KINDS.iter().zip([heap.allocated, heap.resident]) {
                 self.heap_bytes.with_label_values(&[kind]).set(i64::try_from(bytes).unwrap_or(i64::MAX));
             }
+        }
+        // The client counts in plain atomics (it has no handle on these
+        // metrics); the counters catch up here.
+        for (kind, n) in crate::schema_registry::ERROR_KINDS.iter().zip(crate::schema_registry::errors()) {
+            let counter = self.schema_registry_errors.with_label_values(&[kind]);
+            counter.inc_by(n.saturating_sub(counter.get()));
         }
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("text encoding");

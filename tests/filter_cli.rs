@@ -659,10 +659,11 @@ fn schemas_from_a_registry_over_http() {
                 .unwrap();
             child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
             let out = child.wait_with_output().unwrap();
-            assert!(out.status.success());
-            (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).into_owned())
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (out.status.code(), String::from_utf8(out.stdout).unwrap(), stderr)
         };
-        let (stdout, stderr) = run_with("dedupd", "pw");
+        let (status, stdout, stderr) = run_with("dedupd", "pw");
+        assert_eq!(status, Some(0), "{stderr}");
         let kept: Vec<&str> = stdout.lines().collect();
         assert_eq!(kept, [&lines[0], &lines[1], &lines[2], &lines[4], &lines[5]], "{format}: {stderr}");
         assert!(
@@ -674,9 +675,14 @@ fn schemas_from_a_registry_over_http() {
         let mut asked = registry.paths_asked(2);
         asked.sort();
         assert_eq!(asked, [format!("/schemas/ids/{id}"), "/schemas/ids/99".to_string()], "once per id");
-        let (stdout, stderr) = run_with("dedupd", "wrong");
+        // Refused credentials are no verdict on the record: the run stops
+        // without judging it (it waits out other faults, up to 30 s).
+        let (status, stdout, stderr) = run_with("dedupd", "wrong");
+        assert_eq!(status, Some(1), "{stderr}");
         assert!(stdout.is_empty());
         assert!(stderr.contains("refused the credentials (HTTP 401"), "{stderr}");
-        assert_eq!(registry.paths_asked(2).len(), 2, "the ids asked for again by the new run");
+        assert!(stderr.contains("stopping without judging this record"), "{stderr}");
+        assert!(!stderr.contains("bad_schema"), "{stderr}");
+        assert_eq!(registry.paths_asked(1).len(), 1, "the first id asked for again by the new run, which stops there");
     }
 }

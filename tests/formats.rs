@@ -36,6 +36,11 @@ struct Registry {
 
 impl Registry {
     fn start() -> Registry {
+        Registry::serve(&root().join("tests/formats/registry"), 0)
+    }
+
+    /// Serves `dir`'s `<id>.json` files on `port` (0: any free one).
+    fn serve(dir: &std::path::Path, port: u16) -> Registry {
         const SERVER: &str = r#"
 import base64, http.server, os, sys
 DIR = sys.argv[1]
@@ -58,14 +63,14 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), H)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
-        let dir = root().join("tests/formats/registry");
         let mut child = Command::new("python3")
             .args(["-c", SERVER])
             .arg(dir)
+            .arg(port.to_string())
             .stdout(Stdio::piped())
             .spawn()
             .expect("python3 for the test registry");
@@ -182,10 +187,28 @@ fn format_settings_are_checked_at_start_up() {
     };
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro")]);
     assert!(!ok && err.contains("invalid setting input.format = avro: needs input.schemas"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "json_schema")]);
+    assert!(ok, "json_schema needs no schemas: {err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "xml")]);
     assert!(!ok && err.contains("input.format = xml: unknown format"), "{err}");
-    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "https://r:8081")]);
-    assert!(!ok && err.contains("input.schema_registry = https://r:8081"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "ftp://r:8081")]);
+    assert!(!ok && err.contains("input.schema_registry = ftp://r:8081: expected http://HOST"), "{err}");
+    let registry = [("DEDUPD__INPUT__FORMAT", "avro"), ("DEDUPD__INPUT__SCHEMA_REGISTRY", "https://r:8081")];
+    let (ok, err) = check(&registry);
+    assert!(ok, "https is spoken: {err}");
+    let (ok, err) =
+        check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", "/nonexistent/ca.pem")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_ca_file = /nonexistent/ca.pem: cannot be read"), "{err}");
+    let (ok, err) = check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", "Cargo.toml")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_ca_file = Cargo.toml: holds no PEM certificate"), "{err}");
+    let (ok, err) = check(&[&registry[..], &[("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", "Cargo.toml")]].concat());
+    assert!(!ok && err.contains("input.schema_registry_key_file = : needed with a client certificate"), "{err}");
+    let both = [("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "u"), ("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "s3cr3t")];
+    let (ok, err) = check(&[&registry[..], &both[..]].concat());
+    assert!(!ok && err.contains("input.schema_registry_token = [redacted]: a token or a user, not both"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+    let (ok, err) = check(&[("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "s3cr3t")]);
+    assert!(!ok && err.contains("input.schema_registry_token = [redacted]: needs input.schema_registry"), "{err}");
     let (ok, err) = check(&[("DEDUPD__INPUT__SCHEMAS", "tests/formats/schemas")]);
     assert!(!ok && err.contains("input.schemas = tests/formats/schemas: only for input.format"), "{err}");
     let (ok, err) =
@@ -211,4 +234,529 @@ fn format_settings_are_checked_at_start_up() {
     let text = format!("{}{}", String::from_utf8_lossy(&resolved.stdout), String::from_utf8_lossy(&resolved.stderr));
     assert!(resolved.status.success(), "{text}");
     assert!(text.contains("schema_registry_user") && !text.contains("hunter2"), "{text}");
+}
+
+/// A linked list as a legal recursive Avro schema: each event may hold the
+/// next one (schema id 7 in a directory of its own).
+const LINKED: &str = r#"{"type":"record","name":"Event","namespace":"deep","fields":[
+    {"name":"id","type":"string"},{"name":"ts","type":"long"},{"name":"next","type":["null","Event"]}]}"#;
+
+fn linked_schemas(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("dedupd-linked-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("7.avsc"), LINKED).unwrap();
+    dir
+}
+
+fn zigzag(n: i64, out: &mut Vec<u8>) {
+    let mut v = ((n << 1) ^ (n >> 63)) as u64;
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// An event `levels` events deep in the wire format: the outermost with
+/// `id` and `ts`, those inside it empty (3 bytes each).
+fn linked(id: &str, ts: i64, levels: usize) -> Vec<u8> {
+    let mut out = vec![0, 0, 0, 0, 7];
+    zigzag(id.len() as i64, &mut out);
+    out.extend_from_slice(id.as_bytes());
+    zigzag(ts, &mut out);
+    for _ in 1..levels {
+        out.extend_from_slice(&[2, 0, 0]); // the union's second branch, then id "" and ts 0
+    }
+    out.push(0); // the innermost `next` is null
+    out
+}
+
+/// 100 ordinary events, one 100 levels deep (the limit) and three deeper
+/// ones (101, 2 000 and 100 000 levels: 6 KB and 300 KB), in the order
+/// they are fed; with what each should become.
+fn deep_stream() -> Vec<(Vec<u8>, Option<usize>)> {
+    let mut events: Vec<(Vec<u8>, Option<usize>)> =
+        (0..100).map(|i| (linked(&format!("e{i}"), BASE_TS + i * 1000, 1), None)).collect();
+    for (at, levels) in [(20, 100), (40, 101), (60, 2_000), (80, 100_000)] {
+        let id = format!("deep{levels}");
+        let over = (levels > 100).then_some(levels);
+        events.insert(at, (linked(&id, BASE_TS + at as i64 * 1000, levels), over));
+    }
+    events
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk.iter().enumerate().fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..4 {
+            out.push(if i <= chunk.len() { ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    out
+}
+
+/// The pipe mode: records nested deeper than 100 levels are `bad_avro`
+/// with their depth, the others are delivered, the exit status is 0 (it
+/// was an abort by stack overflow, 134, delivering nothing).
+#[test]
+fn deeply_nested_avro_in_the_pipe_mode() {
+    let events = deep_stream();
+    let lines: Vec<String> = events.iter().map(|(e, _)| base64(e)).collect();
+    let dir = linked_schemas("pipe");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["filter", "--format", "avro", "--schemas", dir.to_str().unwrap(), "--key", "json:/id"])
+        .args(["--time", "json:/ts", "--window", "2m", "--max-clock-jump", "10m", "--expected", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let input = lines.join("\n") + "\n";
+    let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let kept: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    let want: Vec<&str> =
+        events.iter().zip(&lines).filter(|((_, over), _)| over.is_none()).map(|(_, l)| l.as_str()).collect();
+    assert_eq!(kept.len(), 101, "{stderr}");
+    assert!(kept == want, "the 100 ordinary events and the one 100 levels deep, in order\n{stderr}");
+    for (line, (_, over)) in events.iter().enumerate() {
+        if let Some(levels) = over {
+            let want = format!("line {}: bad_avro: schema id 7: nested {levels} levels deep: at most 100", line + 1);
+            assert!(stderr.contains(&want), "{want}\n{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The daemon: the same stream on Kafka. The deep records are dead letters
+/// `bad_avro` with their depth; the daemon keeps running and delivers the
+/// rest (it was a crash loop: the same record aborted every restart).
+#[test]
+fn deeply_nested_avro_in_the_daemon() {
+    let input = unique("deep-in");
+    create_topic(&input, 1);
+    let app = unique("deep-app");
+    let dir = linked_schemas("daemon");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    env.push(("DEDUPD__INPUT__FORMAT".into(), "avro".into()));
+    env.push(("DEDUPD__INPUT__SCHEMAS".into(), dir.display().to_string()));
+    let events = deep_stream();
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|(value, _)| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(value.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("deep", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    for (topic, want) in [(format!("{app}.dlq"), 3), (format!("{app}.out"), 101)] {
+        let got = count_records(&topic, want, Duration::from_secs(60));
+        assert!(got >= want, "{got} of {want} records in {topic} after 60 s:\n{}", daemon.log_text());
+    }
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(2));
+    let mut got: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let mut want: Vec<&[u8]> = events.iter().filter(|(_, over)| over.is_none()).map(|(e, _)| e.as_slice()).collect();
+    got.sort();
+    want.sort();
+    assert!(got == want, "the output is not the 101 events of at most 100 levels\n{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let mut dead: Vec<String> = dlq
+        .values()
+        .flatten()
+        .map(|r| {
+            assert_eq!(r.header("dedupd.reason"), Some(&b"bad_avro"[..]));
+            String::from_utf8_lossy(r.header("dedupd.detail").unwrap()).into_owned()
+        })
+        .collect();
+    dead.sort();
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    for levels in [101, 2_000, 100_000] {
+        let want = format!("schema id 7: nested {levels} levels deep");
+        assert!(dead.iter().any(|d| d.starts_with(&want)), "{want}: {dead:?}");
+    }
+    let (status, _) = http_get(daemon.admin_port, "/healthz").unwrap();
+    assert_eq!(status, 200, "still running");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A registry outage is not bad data: with the registry down while 100
+/// valid records arrive, the slice holds them (`/readyz` 503, the errors
+/// counted) and delivers all 100 once it is up 10 s later, none a dead
+/// letter; then an id the registry answers 404 for is `bad_schema` at once.
+#[test]
+fn a_registry_outage_makes_records_wait() {
+    let input = unique("outage-in");
+    create_topic(&input, 1);
+    let app = unique("outage-app");
+    let dir = linked_schemas("outage");
+    let answer = serde_json::json!({ "schema": LINKED }).to_string();
+    std::fs::write(dir.join("7.json"), answer).unwrap();
+    let port = free_port();
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{port}")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    let rec = |value: Vec<u8>| Rec {
+        partition: 0,
+        offset: -1,
+        key: None,
+        value: Some(value),
+        timestamp: None,
+        headers: Vec::new(),
+    };
+    let events: Vec<Vec<u8>> = (0..100).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
+    let mut daemon = Daemon::start("outage", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &events.iter().cloned().map(rec).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(10));
+    let (status, body) = http_get(daemon.admin_port, "/readyz").unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("records wait for the schema registry"), "{body}");
+    let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
+    let refused = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("dedupd_schema_registry_errors_total{kind=\"unreachable\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(refused.is_some_and(|n| n > 0), "{metrics}");
+    assert_eq!(count_records(&format!("{app}.out"), 1, Duration::from_millis(500)), 0, "nothing judged yet");
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+
+    let _registry = Registry::serve(&dir, port);
+    let got = count_records(&format!("{app}.out"), 100, Duration::from_secs(60));
+    assert_eq!(got, 100, "{}", daemon.log_text());
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let mut delivered: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let mut want: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    delivered.sort();
+    want.sort();
+    assert!(delivered == want, "the 100 records, once each");
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+    wait_for("/readyz 200", Duration::from_secs(30), || {
+        http_get(daemon.admin_port, "/readyz").is_some_and(|(s, _)| s == 200)
+    });
+
+    // A definite answer: the registry has no schema 99.
+    let mut unknown = linked("gone", BASE_TS + 200_000, 1);
+    unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+    produce(&input, &[rec(unknown)]);
+    let dead = count_records(&format!("{app}.dlq"), 1, Duration::from_secs(30));
+    assert_eq!(dead, 1, "{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let r = dlq.values().flatten().next().unwrap();
+    assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]));
+    let detail = String::from_utf8_lossy(r.header("dedupd.detail").unwrap()).into_owned();
+    assert!(detail.starts_with("schema id 99: the registry has no schema with this id (HTTP 404"), "{detail}");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// SIGKILL while records wait for the registry, restart once it is back:
+/// the output is that of an uninterrupted run, record for record (the
+/// waiting records were never judged, so the restart judges them afresh).
+#[test]
+fn a_kill_during_a_registry_outage_changes_nothing() {
+    let input = unique("outage-kill-in");
+    create_topic(&input, 1);
+    let app = unique("outage-kill-app");
+    let dir = linked_schemas("outage-kill");
+    std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
+    let port = free_port();
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{port}")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    // Every fifth event repeats an earlier key: the verdicts matter, not only delivery.
+    let events: Vec<Vec<u8>> =
+        (0..100).map(|i| linked(&format!("e{}", if i % 5 == 4 { i - 2 } else { i }), BASE_TS + i * 1000, 1)).collect();
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut first = Daemon::start("outage-kill-1", &env);
+    first.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    std::thread::sleep(Duration::from_secs(6));
+    first.kill();
+    let _registry = Registry::serve(&dir, port);
+    let mut second = Daemon::start("outage-kill-2", &env);
+    second.wait_ready(Duration::from_secs(60));
+    let got = count_records(&format!("{app}.out"), 80, Duration::from_secs(60));
+    assert!(got >= 80, "{got} of 80\n{}", second.log_text());
+    std::thread::sleep(Duration::from_secs(2));
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let delivered: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let want: Vec<&[u8]> = events.iter().enumerate().filter(|(i, _)| i % 5 != 4).map(|(_, e)| e.as_slice()).collect();
+    assert!(
+        delivered == want,
+        "not the 80 distinct events in order: {} records\n{}",
+        delivered.len(),
+        second.log_text()
+    );
+    assert_eq!(count_records(&format!("{app}.dlq"), 1, Duration::from_millis(500)), 0, "no dead letter");
+    assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A CA of its own, a server certificate for 127.0.0.1 and a client
+/// certificate it signs, made with the openssl command: the file names in `dir`.
+fn make_certificates(dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl command");
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=dedupd test CA"],
+        ]
+        .concat(),
+    );
+    for (name, ext) in [
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &["-keyout", &format!("{name}.key"), "-out", &format!("{name}.csr"), "-subj", &format!("/CN={name}")],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &format!("{name}.pem"),
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
+    }
+}
+
+/// Serves `dir`'s `<id>.json` files over https (its server.pem) to clients
+/// with a certificate its ca.pem signed and the Authorization header `auth`
+/// (401 to others, 404 for other ids), on a free port.
+fn serve_https(dir: &std::path::Path, auth: &str) -> Registry {
+    const SERVER: &str = r#"
+import http.server, os, ssl, sys
+DIR, AUTH = sys.argv[1], sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.headers.get("Authorization") != AUTH:
+            body, status = b'{"error_code":401,"message":"Unauthorized"}', 401
+        else:
+            path = os.path.join(DIR, self.path.split("/")[-1] + ".json")
+            ok = self.path.startswith("/schemas/ids/") and os.path.exists(path)
+            body = open(path, "rb").read() if ok else b'{"error_code":40403,"message":"Schema not found"}'
+            status = 200 if ok else 404
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(os.path.join(DIR, "server.pem"), os.path.join(DIR, "server.key"))
+ctx.verify_mode = ssl.CERT_REQUIRED
+ctx.load_verify_locations(os.path.join(DIR, "ca.pem"))
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", SERVER])
+        .arg(dir)
+        .arg(auth)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 for the test registry");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    Registry { child, port: line.trim().parse().expect("the test registry's port") }
+}
+
+/// The daemon against an https registry with a CA of its own that wants a
+/// client certificate (mutual TLS) and a bearer token, or basic
+/// authentication: the records are read with the schemas it serves; an id
+/// it answers 404 for is `bad_schema`.
+#[test]
+fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token_or_a_password() {
+    let dir = linked_schemas("https");
+    std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
+    make_certificates(&dir);
+    let bearer = [("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "t0k3n")];
+    let basic =
+        [("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd"), ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "t0k3n")];
+    https_run(&dir, "Bearer t0k3n", &bearer);
+    https_run(&dir, "Basic ZGVkdXBkOnQwazNu", &basic);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn https_run(dir: &std::path::Path, auth: &str, credentials: &[(&str, &str)]) {
+    let registry = serve_https(dir, auth);
+    let input = unique("https-in");
+    create_topic(&input, 1);
+    let app = unique("https-app");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    let path = |f: &str| dir.join(f).display().to_string();
+    for (k, v) in [
+        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("https://127.0.0.1:{}", registry.port)),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", path("ca.pem")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", path("client.pem")),
+        ("DEDUPD__INPUT__SCHEMA_REGISTRY_KEY_FILE", path("client.key")),
+    ] {
+        env.push((k.to_string(), v));
+    }
+    env.extend(credentials.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut events: Vec<Vec<u8>> = (0..20).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
+    let mut unknown = linked("gone", BASE_TS + 20_000, 1);
+    unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
+    events.push(unknown);
+    let recs: Vec<Rec> = events
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("https", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    let got = count_records(&format!("{app}.out"), 20, Duration::from_secs(60));
+    assert_eq!(got, 20, "{}", daemon.log_text());
+    let dead = count_records(&format!("{app}.dlq"), 1, Duration::from_secs(30));
+    assert_eq!(dead, 1, "{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let detail =
+        String::from_utf8_lossy(dlq.values().flatten().next().unwrap().header("dedupd.detail").unwrap()).into_owned();
+    assert!(
+        detail.starts_with("schema id 99: the registry has no schema with this id (HTTP 404 from https://"),
+        "{detail}"
+    );
+    let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
+    assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
+    assert!(!daemon.log_text().contains("t0k3n"), "the secret is never logged");
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+}
+
+/// `--format json_schema`: JSON in the wire format (as a JSON Schema
+/// serializer writes it: `0x00`, the schema id, the JSON text), no schema
+/// needed; fields by pointer as in JSON.
+#[test]
+fn json_schema_records_in_the_pipe_mode() {
+    let record = |body: &str| base64(&[&[0u8, 0, 0, 0, 4][..], body.as_bytes()].concat());
+    let lines = [
+        record(r#"{"user":{"id":"u1"},"ts":1700000000000}"#),
+        record(r#"{"user":{"id":"u2"},"ts":1700000001000}"#),
+        record(r#"{"user":{"id":"u1"},"ts":1700000002000}"#),
+        base64(br#"{"user":{"id":"u3"},"ts":1700000003000}"#),
+        record(r#"{"user":"#),
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["filter", "--format", "json_schema", "--key", "json:/user/id", "--time", "json:/ts", "--window", "2m"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), (lines.join("\n") + "\n").as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let kept: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(kept, [lines[0].as_str(), lines[1].as_str()], "{stderr}");
+    assert!(stderr.contains("line 4: bad_schema: not in the Confluent wire format"), "{stderr}");
+    assert!(stderr.contains("line 5: bad_json"), "{stderr}");
+}
+
+/// The daemon on `json_schema` records: deduplicated by a nested field of
+/// the JSON body; a record without the wire format's header is `bad_schema`.
+#[test]
+fn json_schema_records_in_the_daemon() {
+    let input = unique("jsonschema-in");
+    create_topic(&input, 1);
+    let app = unique("jsonschema-app");
+    let mut env = app_env(&app, &input, "input-partitions", 1);
+    env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY");
+    env.push(("DEDUPD__INPUT__KEY".into(), "json:/user/id".into()));
+    env.push(("DEDUPD__INPUT__FORMAT".into(), "json_schema".into()));
+    let body = |i: i64| format!(r#"{{"user":{{"id":"u{}"}},"ts":{}}}"#, i % 8, BASE_TS + i * 1000);
+    let mut values: Vec<Vec<u8>> = (0..10).map(|i| [&[0u8, 0, 0, 0, 4][..], body(i).as_bytes()].concat()).collect();
+    values.push(body(10).into_bytes());
+    let recs: Vec<Rec> = values
+        .iter()
+        .map(|v| Rec {
+            partition: 0,
+            offset: -1,
+            key: None,
+            value: Some(v.clone()),
+            timestamp: None,
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut daemon = Daemon::start("jsonschema", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    produce(&input, &recs);
+    for (topic, want) in [(format!("{app}.dlq"), 1), (format!("{app}.out"), 8)] {
+        let got = count_records(&topic, want, Duration::from_secs(60));
+        assert!(got >= want, "{got} of {want} records in {topic}:\n{}", daemon.log_text());
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
+    let got: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
+    let want: Vec<&[u8]> = values[..8].iter().map(Vec::as_slice).collect();
+    assert!(got == want, "the first record of each of the 8 users, in order\n{}", daemon.log_text());
+    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
+    let r = dlq.values().flatten().next().unwrap();
+    assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]));
+    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
 }

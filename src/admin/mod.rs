@@ -198,6 +198,10 @@ pub struct Status {
 /// `fetch.wait.max.ms` (500 ms) and statistics come every 2 s.
 pub const BROKER_SILENCE_NOT_READY: Duration = Duration::from_secs(10);
 
+/// A record waiting this long for the schema registry makes `/readyz`
+/// answer 503 (the slice holds its input meanwhile).
+pub const REGISTRY_OUTAGE_NOT_READY: Duration = Duration::from_secs(5);
+
 impl Status {
     pub fn new() -> Arc<Self> {
         let s = Status::default();
@@ -436,7 +440,15 @@ async fn healthz(State(shared): State<Shared>) -> Response {
 
 async fn readyz(State(shared): State<Shared>) -> Response {
     let silence = shared.status.broker_silence().filter(|s| *s >= BROKER_SILENCE_NOT_READY);
-    if let Some(silence) = silence {
+    let registry = crate::schema_registry::outage().filter(|(d, _)| *d >= REGISTRY_OUTAGE_NOT_READY);
+    // A record waiting for the registry holds its slice's thread, which
+    // then polls no statistics either: the registry is the cause to name.
+    if let Some((waited, why)) = registry {
+        text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: records wait for the schema registry, unanswered for {} s: {why}\n", waited.as_secs()),
+        )
+    } else if let Some(silence) = silence {
         text(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: no answer from the broker for {} s\n", silence.as_secs()),

@@ -26,6 +26,10 @@ use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, Spectr
 use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, Growth, Layout, ParamError, SlicedFilter};
 use crate::units::{parse_bytes, parse_duration_ms};
 
+/// How long a line waits for a schema registry that does not answer before
+/// the run stops (unjudged, exit status 1): a fault outside the record is
+/// not bad data, and a one-shot run has no later to wait for.
+pub const PIPE_REGISTRY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Records per batch: large enough to amortise per-batch work, small enough
 /// to keep output flowing.
 const BATCH: usize = 4096;
@@ -106,13 +110,25 @@ pub struct FilterArgs {
     /// With --format avro or protobuf: a schema registry
     /// (`http://HOST:PORT[/PATH]`) whose `GET /schemas/ids/<id>` gives the
     /// schemas --schemas does not have, fetched at first sight and kept; a
-    /// failed fetch is retried after 30 s. The password of
+    /// 404 is retried after 30 s, a registry that does not answer is waited
+    /// for up to 30 s, then the run stops (exit 1). The password of
     /// --schema-registry-user is read from DEDUPD_SCHEMA_REGISTRY_PASSWORD.
     #[arg(long)]
     pub schema_registry: Option<String>,
-    /// The basic-authentication user of --schema-registry.
+    /// The basic-authentication user of --schema-registry. A bearer token
+    /// instead is read from DEDUPD_SCHEMA_REGISTRY_TOKEN.
     #[arg(long)]
     pub schema_registry_user: Option<String>,
+    /// PEM certificates of the CAs that sign an https registry's
+    /// certificate (default: the public ones).
+    #[arg(long)]
+    pub schema_registry_ca_file: Option<PathBuf>,
+    /// Mutual TLS with the registry: the client's PEM certificate (chain).
+    #[arg(long)]
+    pub schema_registry_cert_file: Option<PathBuf>,
+    /// Mutual TLS with the registry: the client's PEM private key.
+    #[arg(long)]
+    pub schema_registry_key_file: Option<PathBuf>,
     /// Sliding window: a key is a duplicate while its delivered copy is
     /// younger than this (e.g. 500ms, 60s, 10m, 2h).
     #[arg(long, default_value = "10m", value_parser = parse_duration_ms)]
@@ -439,7 +455,7 @@ impl FilterArgs {
             }
             return Ok(None);
         }
-        if self.schemas.is_none() && self.schema_registry.is_none() {
+        if self.schemas.is_none() && self.schema_registry.is_none() && self.format != Format::JsonSchema {
             anyhow::bail!("invalid --format {}: needs --schemas DIR or --schema-registry URL", self.format);
         }
         let mut schemas = Schemas::default();
@@ -453,13 +469,33 @@ impl FilterArgs {
         let registry = match &self.schema_registry {
             None => None,
             Some(url) => {
+                use crate::schema_registry::{Access, HttpRegistry, Setting};
                 let password = std::env::var("DEDUPD_SCHEMA_REGISTRY_PASSWORD").ok();
-                let http = crate::schema_registry::HttpRegistry::new(
+                let token = std::env::var("DEDUPD_SCHEMA_REGISTRY_TOKEN").ok();
+                let access = Access {
                     url,
-                    self.schema_registry_user.as_deref(),
-                    password.as_deref(),
-                )
-                .map_err(|e| anyhow::anyhow!("invalid --schema-registry {e}"))?;
+                    user: self.schema_registry_user.as_deref(),
+                    password: password.as_deref(),
+                    token: token.as_deref(),
+                    ca_file: self.schema_registry_ca_file.as_deref(),
+                    cert_file: self.schema_registry_cert_file.as_deref(),
+                    key_file: self.schema_registry_key_file.as_deref(),
+                };
+                let shown = |p: &Option<PathBuf>| p.as_ref().map_or(String::new(), |p| p.display().to_string());
+                let http = HttpRegistry::new(&access)
+                    .map_err(|(setting, why)| {
+                        let (flag, value) = match setting {
+                            Setting::Url => ("--schema-registry", url.clone()),
+                            Setting::Token => ("DEDUPD_SCHEMA_REGISTRY_TOKEN", "[redacted]".to_string()),
+                            Setting::CaFile => ("--schema-registry-ca-file", shown(&self.schema_registry_ca_file)),
+                            Setting::CertFile => {
+                                ("--schema-registry-cert-file", shown(&self.schema_registry_cert_file))
+                            }
+                            Setting::KeyFile => ("--schema-registry-key-file", shown(&self.schema_registry_key_file)),
+                        };
+                        anyhow::anyhow!("invalid {flag} {value}: {why}")
+                    })?
+                    .waiting(crate::schema_registry::Waiting::Until(PIPE_REGISTRY_WAIT));
                 Some(std::sync::Arc::new(Registry::new(Box::new(http), std::time::Duration::from_secs(30))))
             }
         };

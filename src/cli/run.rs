@@ -105,7 +105,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let cfg = Settings::load(file.path()).with_context(|| file.to_string())?;
     logs::init(cfg.log_format);
     log::info!("{file}");
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    // The slice workers and routers run on the blocking threads and decode
+    // records there: apache-avro recurses a few frames per nesting level
+    // (at most `formats::depth::MAX_DEPTH`), about 4 KB a level optimized
+    // and 70 KB unoptimized. 16 MiB of stack (reserved, touched only as
+    // used) leaves an unoptimized build room too.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_stack_size(16 << 20)
+        .enable_all()
+        .build()?;
     runtime.block_on(daemon(cfg))
 }
 
@@ -302,6 +311,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     // The one shutdown order: router first (it feeds the workers), then the workers.
     let timeout = Duration::from_millis(cfg.settings.shutdown.timeout);
     let graceful = async {
+        crate::schema_registry::shutting_down();
         router_stop.store(true, Ordering::Relaxed);
         if let Some(t) = router_task {
             t.await.context("router task")?.context("router shutdown")?;

@@ -44,14 +44,14 @@ pub struct InputSettings {
     /// Suspects in a row that confirm a jump of the stream's time; a suspect
     /// not confirmed goes to the dead-letter topic (`time_jump`).
     pub jump_confirmations: u32,
-    /// How payloads are written: `json`, or `avro` / `protobuf` in the
+    /// How payloads are written: `json`, or `avro` / `protobuf` / `json_schema` in the
     /// Confluent wire format (their fields named by `key` and `time` as
     /// `json:/a/b`).
     pub format: String,
     /// `avro` / `protobuf`: a directory of schema files by id (`<id>.avsc`,
     /// `<id>.proto`, `<id>.json`), read at start-up; empty: none.
     pub schemas: String,
-    /// `avro` / `protobuf`: a schema registry (`http://HOST:PORT[/PATH]`)
+    /// `avro` / `protobuf`: a schema registry (`http[s]://HOST[:PORT][/PATH]`)
     /// the ids `schemas` lacks are fetched from at first sight; empty: none.
     pub schema_registry: String,
     /// The basic-authentication user of `schema_registry`; empty: none.
@@ -59,6 +59,16 @@ pub struct InputSettings {
     /// Its password (best from the environment,
     /// `DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD`, out of a secret store).
     pub schema_registry_password: super::secret::Secret,
+    /// Bearer authentication with `schema_registry` instead of a user: the
+    /// token (from the environment, `DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN`).
+    pub schema_registry_token: super::secret::Secret,
+    /// PEM certificates of the CAs that sign an https registry's
+    /// certificate, instead of the public ones; empty: the public ones.
+    pub schema_registry_ca_file: String,
+    /// Mutual TLS: the client's PEM certificate (chain) and private key;
+    /// both or neither.
+    pub schema_registry_cert_file: String,
+    pub schema_registry_key_file: String,
 }
 
 /// `input.start`: where reading starts in an input partition the

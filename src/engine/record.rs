@@ -273,7 +273,7 @@ pub trait FieldSource<'a> {
 }
 
 /// A JSON payload.
-struct JsonPayload<'a>(&'a [u8]);
+pub(crate) struct JsonPayload<'a>(pub(crate) &'a [u8]);
 
 impl<'a> FieldSource<'a> for JsonPayload<'a> {
     #[inline]

@@ -1,5 +1,6 @@
 //! Record formats other than JSON: Avro and Protobuf in the Confluent wire
-//! format (`0x00`, a 4-byte schema id, the body), their schemas by id.
+//! format (`0x00`, a 4-byte schema id, the body), their schemas by id; and
+//! JSON in that wire format (`json_schema`), read as JSON.
 //!
 //! Keys and times are taken by field path with the syntax of JSON
 //! pointers (`json:/user/id`, `json:/ts:s`), so composite keys, RFC 3339
@@ -10,12 +11,15 @@
 //! - [`schemas`]: schemas by id, from local files or registry answers.
 //! - [`registry`]: schemas fetched from a schema registry at first sight, and kept.
 //! - [`avro`](mod@avro), [`protobuf`](mod@protobuf): decoding and field lookup.
+//! - [`depth`]: how deeply a record nests, measured before it is decoded.
 //!
 //! A record that is not in the wire format, or whose schema id is unknown,
 //! is `bad_schema`; a body that does not decode is `bad_avro` or
-//! `bad_protobuf`; never a panic.
+//! `bad_protobuf`, as is one nested deeper than [`depth::MAX_DEPTH`]
+//! levels; never a panic or a stack overflow.
 
 pub mod avro;
+pub mod depth;
 pub mod protobuf;
 pub mod registry;
 pub mod schemas;
@@ -25,7 +29,7 @@ use std::str::FromStr;
 
 use super::pointer::Found;
 use super::record::{
-    Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, PayloadDecoder, RecordView, invalid,
+    Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, JsonPayload, PayloadDecoder, RecordView, invalid,
 };
 pub use registry::{Fetch, Registry};
 pub use schemas::{Schema, Schemas};
@@ -40,6 +44,9 @@ pub enum Format {
     Avro,
     /// Protobuf in the Confluent wire format.
     Protobuf,
+    /// JSON in the Confluent wire format (what a JSON Schema serializer
+    /// writes): the body is read as JSON, its schema is not fetched.
+    JsonSchema,
 }
 
 impl FromStr for Format {
@@ -49,7 +56,8 @@ impl FromStr for Format {
             "json" => Ok(Format::Json),
             "avro" => Ok(Format::Avro),
             "protobuf" => Ok(Format::Protobuf),
-            _ => Err(format!("unknown format `{s}`: expected json, avro or protobuf")),
+            "json_schema" => Ok(Format::JsonSchema),
+            _ => Err(format!("unknown format `{s}`: expected json, avro, protobuf or json_schema")),
         }
     }
 }
@@ -60,6 +68,7 @@ impl std::fmt::Display for Format {
             Format::Json => "json",
             Format::Avro => "avro",
             Format::Protobuf => "protobuf",
+            Format::JsonSchema => "json_schema",
         })
     }
 }
@@ -108,6 +117,11 @@ struct Binary<'d, 'a> {
 impl<'a> FieldSource<'a> for Binary<'_, 'a> {
     fn find<const N: usize>(&self, pointers: [Option<&str>; N]) -> Result<[Option<Found<'a>>; N], InvalidRecord> {
         let (id, body) = wire::split(self.payload).map_err(|e| invalid(InvalidReason::BadSchema, e))?;
+        if self.decoder.format == Format::JsonSchema {
+            // The JSON body answers for itself: fields by pointer, as a
+            // plain JSON payload (`bad_json` if it is not JSON).
+            return JsonPayload(body).find(pointers);
+        }
         let fetched;
         let schema = match (self.decoder.schemas.get(id), &self.decoder.registry) {
             (Some(local), _) => local.as_ref(),
@@ -123,14 +137,16 @@ impl<'a> FieldSource<'a> for Binary<'_, 'a> {
         };
         match (self.decoder.format, schema) {
             (Format::Avro, Schema::Avro(schema)) => {
-                let value = avro::decode(schema, body)
-                    .map_err(|e| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}")))?;
+                let bad = |e: String| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}"));
+                depth::avro(schema, body).map_err(bad)?;
+                let value = avro::decode(schema, body).map_err(bad)?;
                 Ok(pointers.map(|p| p.and_then(|p| avro::find(&value, p))))
             }
             (Format::Protobuf, Schema::Protobuf(file)) => {
                 let bad = |e: String| invalid(InvalidReason::BadProtobuf, format!("schema id {id}: {e}"));
                 let (indexes, message) = wire::message_indexes(body).map_err(bad)?;
                 let message_type = protobuf::message_type(file, &indexes).map_err(bad)?;
+                depth::protobuf(&message_type, message).map_err(bad)?;
                 let value = protobuf::decode(message_type, message).map_err(bad)?;
                 Ok(pointers.map(|p| p.and_then(|p| protobuf::find(&value, p))))
             }

@@ -2,13 +2,15 @@
 //! kept for the run. The network part is the caller's ([`Fetch`]): the
 //! engine does no I/O of its own.
 //!
-//! A record whose schema id is not known yet waits for one fetch (the
-//! fetcher's timeouts bound it); every later record of that id finds the
-//! schema in memory. A fetch that fails, or an answer that does not parse,
+//! A record whose schema id is not known yet waits for its fetch; every
+//! later record of that id finds the schema in memory. The fetcher fails
+//! only on a definite answer (the registry has no such id); a fault outside
+//! the record (no connection, a timeout, 5xx) it waits out, so the record
+//! waits and its verdict does not depend on when the network failed
+//! (invariant 1). A definite failure, or an answer that does not parse,
 //! makes that record `bad_schema` with the reason, and is remembered for
 //! [`Registry::retry_after`]: the records of that id in the meantime are
-//! `bad_schema` at once, without asking the registry again, so that a
-//! registry outage costs one wait per id and interval, not one per record.
+//! `bad_schema` at once, without asking the registry again.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,7 +21,8 @@ use super::schemas::Schema;
 
 /// Fetches the registry's answer for one schema id (`GET /schemas/ids/<id>`).
 pub trait Fetch: Send + Sync + fmt::Debug {
-    /// The answer's JSON text, or why there is none.
+    /// The answer's JSON text, or the registry's definite answer that there
+    /// is none (faults outside the record are waited out, not returned).
     fn fetch(&self, id: u32) -> Result<String, String>;
 }
 

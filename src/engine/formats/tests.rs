@@ -168,5 +168,23 @@ fn formats_parse() {
     assert_eq!("avro".parse(), Ok(Format::Avro));
     assert_eq!("protobuf".parse(), Ok(Format::Protobuf));
     assert_eq!("json".parse(), Ok(Format::Json));
-    assert!("xml".parse::<Format>().unwrap_err().contains("expected json, avro or protobuf"));
+    assert_eq!("json_schema".parse(), Ok(Format::JsonSchema));
+    assert!("xml".parse::<Format>().unwrap_err().contains("expected json, avro, protobuf or json_schema"));
+}
+
+/// `json_schema`: JSON in the wire format, fields by pointer as in JSON;
+/// not in the wire format is `bad_schema`, a body that is not JSON `bad_json`.
+#[test]
+fn json_schema_records_are_read_as_json() {
+    let decoder = Decoder { format: Format::JsonSchema, schemas: Schemas::default(), registry: None };
+    let ex = extractor("json:/user/id+json:/ad/id", "json:/at");
+    let read = |payload: &[u8]| {
+        let record = RecordView { payload, decoder: Some(&decoder), ..RecordView::default() };
+        ex.extract(&record, 0).map(|e| (e.key.into_owned(), e.time_ms)).map_err(|e| (e.reason, e.detail))
+    };
+    let body = br#"{"user":{"id":"u1"},"ad":{"id":7},"at":"2026-01-02T03:04:05Z"}"#;
+    let record = [&[0, 0, 0, 0, 3][..], body].concat();
+    assert_eq!(read(&record), Ok((b"u1\x1f7".to_vec(), 1_767_323_045_000)));
+    assert_eq!(read(body).unwrap_err().0, InvalidReason::BadSchema, "no wire-format header");
+    assert_eq!(read(&[0, 0, 0, 0, 3, b'{']).unwrap_err().0, InvalidReason::BadJson);
 }
