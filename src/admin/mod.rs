@@ -382,12 +382,18 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
         .layer(GlobalConcurrencyLimitLayer::new(limits.key_concurrency));
     // The guard is the outer layer: a request without the token takes no slot.
     let keyed = key_routes().route_layer(key_limit).route_layer(middleware::from_fn_with_state(access, access::guard));
-    open.merge(keyed)
-        .fallback(|| async {
-            text(StatusCode::NOT_FOUND, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n")
-        })
+    let routes = open.merge(keyed).fallback(|| async {
+        text(StatusCode::NOT_FOUND, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n")
+    });
+    finish(routes, Shared { status, metrics }, &limits)
+}
+
+/// What every admin listener ends with: GET only, its state, and the
+/// limits on a request's body and time.
+fn finish(routes: Router<Shared>, shared: Shared, limits: &Limits) -> Router {
+    routes
         .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n") })
-        .with_state(Shared { status, metrics })
+        .with_state(shared)
         .layer(
             ServiceBuilder::new()
                 .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
@@ -398,17 +404,11 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
 /// The health listener's endpoints: `/healthz` and `/readyz` only, so that
 /// a port of their own answers the probes however busy the admin port is.
 pub fn health_router(status: Arc<Status>, metrics: Arc<Metrics>, limits: Limits) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .fallback(|| async { text(StatusCode::NOT_FOUND, "the health port answers /healthz and /readyz\n") })
-        .method_not_allowed_fallback(|| async { text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n") })
-        .with_state(Shared { status, metrics })
-        .layer(
-            ServiceBuilder::new()
-                .layer(RequestBodyLimitLayer::new(limits.max_body_bytes))
-                .layer(TimeoutLayer::with_status_code(StatusCode::SERVICE_UNAVAILABLE, limits.request_timeout)),
-        )
+        .fallback(|| async { text(StatusCode::NOT_FOUND, "the health port answers /healthz and /readyz\n") });
+    finish(routes, Shared { status, metrics }, &limits)
 }
 
 /// The endpoints that reveal or change keys. [`router`] puts them behind

@@ -126,12 +126,11 @@ pub(super) fn admitted(
     if setup.cfg.slicing == SlicingMode::InputPartitions {
         return true;
     }
-    let label = slice.to_string();
     match gaps.admit(slice, log_offset, now) {
         Admit::Take => true,
         Admit::Leave { opened: None } => false,
         Admit::Leave { opened: Some(expected) } => {
-            setup.metrics.slice_log_gaps.with_label_values(&[&label, "waited"]).inc();
+            setup.metrics.slice_log_gaps.with_label_values(&[&slice.to_string(), "waited"]).inc();
             log::info!(
                 "slice {slice}: the slice log gave offset {log_offset} before offsets {expected}..{log_offset} \
                  could be read; reading them again until they can"
@@ -139,7 +138,7 @@ pub(super) fn admitted(
             false
         }
         Admit::TakeAfterGap { expected, waited } => {
-            setup.metrics.slice_log_gaps.with_label_values(&[&label, "skipped"]).inc();
+            setup.metrics.slice_log_gaps.with_label_values(&[&slice.to_string(), "skipped"]).inc();
             log::error!(
                 "slice {slice}: offsets {expected}..{log_offset} of {} could not be read for {:.0} s; going on \
                  without whatever they held (records there, if any, are not judged)",
