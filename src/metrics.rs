@@ -67,6 +67,8 @@ pub struct Metrics {
     pub slice_log_gaps: IntCounterVec,
     /// The cap on all slices' filters (`filter.max_memory`); 0: none.
     pub memory_cap: IntGauge,
+    /// The memory budget's parts (`memory.limit` divided at start-up).
+    pub memory_budget: IntGaugeVec,
     /// All slices' filters at their largest under the cap.
     pub filter_worst_case: IntGauge,
     /// Records of a slice being restored decided by `availability.policy`.
@@ -323,10 +325,16 @@ impl Metrics {
                 "Flushes (logged, as idle flushes) because the slice held more than slicing.max_held_bytes.",
                 &["slice"],
             ),
+            memory_budget: b.int_gauge(
+                "dedupd_memory_budget_bytes",
+                "Bytes of the memory budget's part (memory.limit, or the container's limit, divided at start-up; \
+                 without a limit each buffer's own bound).",
+                &["part"],
+            ),
             memory_cap: b.register(
                 IntGauge::new(
                     "dedupd_memory_cap_bytes",
-                    "The cap on all slices' filters together (filter.max_memory, or half the container's limit); \
+                    "The cap on all slices' filters together (filter.max_memory, or half the memory limit); \
                      0: no cap.",
                 )
                 .expect("valid metric"),

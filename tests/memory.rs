@@ -180,7 +180,7 @@ fn filters_that_cannot_fit_the_cap_are_refused_at_start_up() {
     assert!(
         log.contains(
             "invalid setting filter.max_memory = 1048576B: the filters of 2 slices need 11504640B (11.0 MiB) before \
-             they grow, more than the cap; raise filter.max_memory (and the container's limit) to at least 11504640B"
+             they grow, more than the cap; raise filter.max_memory (and the memory limit) to at least 11504640B"
         ),
         "{log}"
     );
@@ -209,4 +209,110 @@ fn filters_that_cannot_fit_the_cap_are_refused_at_start_up() {
         "{text}"
     );
     assert!(text.contains("max_memory = 536870912\n"), "{text}");
+
+    // A memory limit the parts cannot fit is refused, naming what they need.
+    let small = std::process::Command::new(env!("CARGO_BIN_EXE_dedupd"))
+        .args(["check-config", "config/dedupd.toml"])
+        .current_dir(root())
+        .env_remove("DEDUPD_CONFIG")
+        .env("DEDUPD__MEMORY__LIMIT", "96MiB")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&small.stderr);
+    assert!(!small.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .contains("invalid setting memory.limit = 100663296B (96.0 MiB, memory.limit): the process needs at least"),
+        "{stderr}"
+    );
+}
+
+/// The resident memory of process `pid` (VmRSS in /proc), in bytes.
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next());
+    kb.and_then(|v| v.parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
+}
+
+/// One memory budget bounds the whole process: `memory.limit = 256MiB`,
+/// repartition mode, records of 64 KiB, and an output topic that accepts no
+/// write for 60 s (a proxy holds its Produce requests) while 3 000 records
+/// (about 190 MiB) arrive. The output producer's queue fills, the slices
+/// wait on it, their prefetch and held records stop at their parts, and the
+/// rest stays in the slice log on the broker: the process's resident memory
+/// stays under the limit at every sample. Once the output takes writes
+/// again, every record is delivered, once.
+#[test]
+fn the_memory_budget_holds_while_the_output_accepts_no_writes() {
+    const LIMIT: u64 = 256 << 20;
+    const RECORDS: u64 = 3_000;
+    let dir = std::env::temp_dir().join(unique("dedupd-budget"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let app = unique("budget");
+    let proxy = ProduceProxy::new(&dir, &format!("{app}.out"), false);
+    let input = unique("clicks-budget");
+    create_topic_on(&proxy.client, &input, 4);
+    let mut env = app_env(&app, &input, "repartition", 4);
+    env.extend(
+        [("DEDUPD__KAFKA__BROKERS", proxy.brokers()), ("DEDUPD__MEMORY__LIMIT", "256MiB".to_string())]
+            .map(|(k, v)| (k.to_string(), v)),
+    );
+    let mut daemon = Daemon::start("budget", &env);
+    daemon.wait_ready(Duration::from_secs(90));
+    let log = daemon.log_text();
+    assert!(log.contains("memory budget: 268435456B (256.0 MiB, memory.limit), divided into"), "{log}");
+    let m = metrics(&daemon);
+    let parts = series(&m, "dedupd_memory_budget_bytes");
+    assert!(parts.len() >= 7 && parts.values().sum::<f64>() <= LIMIT as f64, "{parts:?}");
+
+    let pad = "x".repeat(64 << 10);
+    let record = |seq: u64| {
+        let (id, ts) = (format!("big-{seq}"), BASE_TS + seq as i64 * 10);
+        let value = format!("{{\"id\":\"{id}\",\"ts\":{ts},\"seq\":{seq},\"pad\":\"{pad}\"}}");
+        Rec::new(partition_of(&id, 4), &id, &value, ts)
+    };
+    let pid = daemon.child.id();
+    let mut samples = Vec::new();
+    proxy.hold();
+    let held_since = std::time::Instant::now();
+    for batch in 0..RECORDS / 50 {
+        produce_on(&proxy.client, &input, &(batch * 50..(batch + 1) * 50).map(record).collect::<Vec<_>>());
+        // 50 records a second: 60 s of input while the output is held.
+        while std::time::Instant::now() < held_since + Duration::from_secs(batch + 1) {
+            samples.push(resident_bytes(pid));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    while held_since.elapsed() < Duration::from_secs(60) {
+        samples.push(resident_bytes(pid));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(daemon.child.try_wait().unwrap().is_none(), "the daemon died:\n{}", daemon.log_text());
+    let before_release = metric(&metrics(&daemon), "dedupd_records_total");
+    proxy.release();
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    let delivered = loop {
+        samples.push(resident_bytes(pid));
+        let out = proxy.read(&format!("{app}.out"), Duration::from_secs(2));
+        let n: usize = out.values().map(Vec::len).sum();
+        if n as u64 >= RECORDS || std::time::Instant::now() > deadline {
+            break out;
+        }
+    };
+    let peak = samples.iter().copied().max().unwrap_or(0);
+    eprintln!("peak resident {} MiB over {} samples; {before_release} judged while held", peak >> 20, samples.len());
+    assert!(samples.iter().all(|&b| b > 0), "VmRSS read at every sample");
+    assert!(peak < LIMIT, "resident {peak} bytes, above memory.limit {LIMIT}: {samples:?}");
+    let mut seqs: Vec<u64> = delivered
+        .values()
+        .flatten()
+        .map(|r| {
+            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
+            v["seq"].as_u64().unwrap()
+        })
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..RECORDS).collect::<Vec<_>>(), "every record delivered once after the output took writes");
+    let status = daemon.terminate(Duration::from_secs(40));
+    assert!(status.success(), "{status}\n{}", daemon.log_text());
 }

@@ -18,11 +18,8 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use support::*;
 
 const SLICES: u32 = 2;
@@ -55,62 +52,6 @@ fn records(seqs: std::ops::Range<u64>) -> Vec<Rec> {
 /// the duplicates and the dead-letter topic: the same number of each.
 fn per_topic(seqs: std::ops::Range<u64>, p: i32) -> usize {
     seqs.filter(|s| s % 3 == 0 && record(*s).partition == p).count()
-}
-
-/// A broker of its own that advertises the port of a lag proxy in front of
-/// it, the proxy holding back the Produce requests for `topic` between
-/// [`Lag::start`] and [`Lag::end`].
-struct Lag {
-    _broker: Proc,
-    proxy: Proc,
-    proxy_log: PathBuf,
-    client: ClientConfig,
-}
-
-impl Lag {
-    fn new(dir: &Path, topic: &str) -> Lag {
-        let proxy_port = free_port();
-        let (broker, broker_port) = own_broker_advertising(dir, Some(proxy_port), &[]);
-        let proxy_log = dir.join("proxy.log");
-        let script = root().join("scripts/produce_block_proxy.py");
-        let args = [
-            script.to_str().unwrap(),
-            "--listen",
-            &proxy_port.to_string(),
-            "--to",
-            &format!("127.0.0.1:{broker_port}"),
-            "--topic",
-            topic,
-            "--lag",
-        ];
-        let proxy = start_in(dir, Path::new("python3"), &args, &proxy_log, proxy_port);
-        let mut client = ClientConfig::new();
-        client.set("bootstrap.servers", format!("127.0.0.1:{proxy_port}"));
-        Lag { _broker: broker, proxy, proxy_log, client }
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill").args([sig, &self.proxy.0.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill {sig} the proxy");
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.proxy_log).unwrap_or_default()
-    }
-
-    fn start(&self) {
-        self.signal("-USR1");
-        wait_for("the proxy to lag", Duration::from_secs(5), || self.log().contains(" lagging ("));
-    }
-
-    fn end(&self) {
-        self.signal("-USR2");
-        wait_for("the proxy to pass everything on", Duration::from_secs(5), || self.log().contains(" writable ("));
-    }
-
-    fn read(&self, topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
-        read_all_on(&self.client, topic, quiet)
-    }
 }
 
 /// What the comparison looks at: key, payload, timestamp, slice offset and release position.
@@ -194,7 +135,7 @@ fn each_output_topic_resumes_from_its_own_replay_bound() {
     std::fs::create_dir_all(&dir).unwrap();
     let crash_app = unique("replay-crash");
     let reference_app = unique("replay-ref");
-    let lag = Lag::new(&dir, &format!("{crash_app}.out"));
+    let lag = ProduceProxy::new(&dir, &format!("{crash_app}.out"), true);
 
     let input = unique("replay-in");
     create_topic_on(&lag.client, &input, SLICES as i32);
@@ -231,7 +172,7 @@ fn each_output_topic_resumes_from_its_own_replay_bound() {
     });
 
     let (out, dups, dlq) = (format!("{crash_app}.out"), format!("{crash_app}.dups"), format!("{crash_app}.dlq"));
-    lag.start();
+    lag.hold();
     produce_on(&lag.client, &input, &records(LAGGING));
     // The duplicates and dead letters of the lagging records are acknowledged;
     // their outputs are not.
@@ -259,7 +200,7 @@ fn each_output_topic_resumes_from_its_own_replay_bound() {
     crashing.kill();
     // The held Produce requests die with the killed daemon's connection: never written.
     wait_for("the proxy to drop the held requests", Duration::from_secs(10), || lag.log().contains("dropped "));
-    lag.end();
+    lag.release();
 
     let mut restarted = Daemon::start("replay-crashing", &env(&crash_app));
     restarted.wait_ready(Duration::from_secs(60));

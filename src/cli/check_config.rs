@@ -38,6 +38,7 @@ pub fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
         println!("valid: {file}");
         println!("{sizing}");
         println!("{}", cfg.memory);
+        println!("{}", cfg.budget);
     }
     Ok(())
 }
@@ -176,6 +177,9 @@ pub fn resolved_toml(cfg: &Resolved, file: &SettingsFile, sizing: &Sizing) -> St
          the environment), durations in milliseconds, sizes in bytes; secrets are shown as {REDACTED}.\n",
         cfg.memory
     );
+    for line in cfg.budget.to_string().lines() {
+        out.push_str(&format!("# {line}\n"));
+    }
     let text = serde_json::to_string(&cfg.settings).expect("settings serialise");
     let Node::Table(sections) = serde_json::from_str(&text).expect("settings serialise to a JSON object") else {
         unreachable!("settings serialise to a JSON object");

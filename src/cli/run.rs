@@ -145,11 +145,15 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     } else {
         log::info!("{}", cfg.memory);
     }
+    log::info!("{}", cfg.budget);
     let filter = cfg.filter_choice().expect("validated at load");
     let params = filter.params();
     let metrics = Arc::new(Metrics::new(params.hashes));
     metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
     metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
+    for (part, bytes) in &cfg.budget.parts {
+        metrics.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+    }
     for topic in &cfg.settings.input.topics {
         metrics.input_counter(topic);
     }

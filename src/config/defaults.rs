@@ -45,8 +45,10 @@ max_memory = ""
 mode = "repartition"
 order_tolerance = "0ms"
 max_held = 200000
-max_held_bytes = "32MiB"
-max_buffered_bytes = "16MiB"
+max_held_bytes = ""
+max_buffered_bytes = ""
+[memory]
+limit = ""
 [output]
 topic = ""
 duplicates_topic = ""

@@ -35,6 +35,7 @@ mod file;
 pub(crate) mod filter;
 mod formats;
 mod kafka;
+mod memory;
 mod roles;
 mod secret;
 pub(crate) mod sections;
@@ -58,8 +59,8 @@ pub use filter::FilterSettings;
 pub use kafka::{ClientValue, KafkaSettings};
 pub use secret::{REDACTED, Secret, is_secret_setting};
 pub use sections::{
-    AppSettings, CheckpointSettings, CorruptPolicy, InputSettings, InputStart, LogFormat, LogSettings, OutputSettings,
-    ShutdownSettings, SlicingMode, SlicingSettings, TopicSettings,
+    AppSettings, CheckpointSettings, CorruptPolicy, InputSettings, InputStart, LogFormat, LogSettings, MemorySettings,
+    OutputSettings, ShutdownSettings, SlicingMode, SlicingSettings, TopicSettings,
 };
 pub use values::Scalar;
 
@@ -96,6 +97,7 @@ pub struct Settings {
     pub input: InputSettings,
     pub filter: FilterSettings,
     pub slicing: SlicingSettings,
+    pub memory: MemorySettings,
     pub output: OutputSettings,
     pub checkpoint: CheckpointSettings,
     pub availability: AvailabilitySettings,
@@ -152,6 +154,8 @@ pub struct Resolved {
     /// The filters' worst case against `filter.max_memory` and the
     /// container's limit; `filter.max_generations` is its count.
     pub memory: crate::memory::MemoryPlan,
+    /// `memory.limit` divided among the buffers (docs/capacity.md).
+    pub budget: crate::memory::Budget,
 }
 
 impl Resolved {

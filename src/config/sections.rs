@@ -4,7 +4,7 @@
 
 use serde::Deserialize;
 
-use super::values::{bytes, duration_ms, optional_duration_ms};
+use super::values::{duration_ms, optional_bytes, optional_duration_ms};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
@@ -129,14 +129,28 @@ pub struct SlicingSettings {
     /// if the partition were not there, and counts it
     /// (`dedupd_hold_overflows_total`). 1 to 100 000 000.
     pub max_held: u64,
-    /// Bytes of records a slice may hold for the watermark: beyond them it
-    /// flushes what it can release (logged, as an idle flush), e.g. `32MiB`.
-    #[serde(deserialize_with = "bytes")]
-    pub max_held_bytes: u64,
-    /// Bytes the router may buffer per input partition before it pauses
-    /// the partition, e.g. `16MiB`.
-    #[serde(deserialize_with = "bytes")]
-    pub max_buffered_bytes: u64,
+    /// Bytes of records (keys, values and headers) a slice may hold for the
+    /// watermark: beyond them it flushes what it can release (logged, as an
+    /// idle flush), e.g. `32MiB`. Empty: its part of `memory.limit`
+    /// (32MiB without a limit).
+    #[serde(deserialize_with = "optional_bytes")]
+    pub max_held_bytes: Option<u64>,
+    /// Bytes of records the router may buffer, all its input partitions
+    /// together: a partition whose share is full is paused, e.g. `64MiB`.
+    /// Empty: its part of `memory.limit` (64MiB without a limit).
+    #[serde(deserialize_with = "optional_bytes")]
+    pub max_buffered_bytes: Option<u64>,
+}
+
+/// The process's memory budget (docs/capacity.md).
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySettings {
+    /// Memory the whole process may take, e.g. `1GiB`, divided at start-up
+    /// among the filters, held records, router, client queues and prefetch.
+    /// Empty: the container's limit (cgroup v2 or v1); no limit without one.
+    #[serde(deserialize_with = "optional_bytes")]
+    pub limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]

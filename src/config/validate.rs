@@ -183,6 +183,7 @@ impl Settings {
             ("slicing.max_held_bytes", s.slicing.max_held_bytes),
             ("slicing.max_buffered_bytes", s.slicing.max_buffered_bytes),
         ] {
+            let Some(value) = value else { continue };
             if !(s.input.max_record_bytes as u64..=MAX_BUDGET_BYTES).contains(&value) {
                 return Err(invalid(
                     setting,
@@ -357,9 +358,14 @@ impl Settings {
             (None, Some(c)) => crate::memory::Instead::Cuckoo(c),
             (None, None) => crate::memory::Instead::Timer,
         };
+        let limit = crate::memory::process_limit(s.memory.limit);
         let (filter, capped_cuckoo, memory) =
-            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory)
+            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory, limit.clone())
                 .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let stages = crate::features::stages::StagesSetup { counting, provenance };
+        let clients = super::memory::clients(slicing, tier, s.filter.deletable);
+        let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
+            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
         let cuckoo = capped_cuckoo.or(cuckoo);
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
@@ -374,7 +380,7 @@ impl Settings {
             decoder,
             input_start,
             tier,
-            stages: crate::features::stages::StagesSetup { counting, provenance },
+            stages,
             key,
             time,
             filter,
@@ -391,6 +397,7 @@ impl Settings {
             order,
             log_format,
             memory,
+            budget,
             settings,
         })
     }

@@ -19,6 +19,7 @@ use rdkafka::types::{RDKafkaConfRes, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, ClientContext, Offset};
 
 use crate::config::{REDACTED, Resolved, is_secret_setting};
+use crate::memory::budget::LARGEST_RECORD;
 
 /// What every client of this daemon does with librdkafka's error events
 /// (each context's [`ClientContext::error`] calls this).
@@ -314,6 +315,7 @@ pub fn statistics_interval(cfg: &Resolved, default_ms: u64) -> String {
 /// Consumers of the input use [`input_group_consumer`].
 pub fn group_consumer(cfg: &Resolved, group: &str, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Consumer);
+    bounded_prefetch(cfg, &mut c);
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -347,11 +349,15 @@ fn follow_live(c: &mut ClientConfig) {
     if c.get("fetch.queue.backoff.ms").is_none() {
         c.set("fetch.queue.backoff.ms", "10");
     }
-    // Bounded memory: librdkafka's prefetch queue may otherwise hold 64 MiB
-    // (its default) before it stops fetching. 16 MiB is still hundreds of
-    // thousands of small records, several fetches ahead.
+}
+
+/// A consumer's prefetch from the memory budget (unless `[kafka]` sets it):
+/// librdkafka's default queue may hold 64 MiB before it stops fetching, and
+/// sizes a fetch response to the queue. Without a limit 16 MiB, still
+/// hundreds of thousands of small records, several fetches ahead.
+fn bounded_prefetch(cfg: &Resolved, c: &mut ClientConfig) {
     if c.get("queued.max.messages.kbytes").is_none() {
-        c.set("queued.max.messages.kbytes", "16384");
+        c.set("queued.max.messages.kbytes", (cfg.budget.consumer_queue / 1024).max(1).to_string());
     }
 }
 
@@ -381,14 +387,16 @@ pub fn input_reader(cfg: &Resolved, client_id: &str) -> ClientConfig {
 /// What every consumer by assignment has: no group membership, no commits.
 fn by_assignment(cfg: &Resolved, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Consumer);
+    bounded_prefetch(cfg, &mut c);
     c.set("group.id", format!("{}.reader", cfg.settings.app.id))
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
-    // Snapshots come in chunks of `checkpoint.chunk_bytes`: fetch many per round trip.
+    // Snapshots come in chunks of `checkpoint.chunk_bytes`: fetch many per
+    // round trip, within the prefetch the budget allows.
     if c.get("max.partition.fetch.bytes").is_none() {
-        c.set("max.partition.fetch.bytes", "16777216");
+        c.set("max.partition.fetch.bytes", cfg.budget.consumer_queue.clamp(1 << 20, 16 << 20).to_string());
     }
     c
 }
@@ -412,20 +420,18 @@ pub fn seek_started<C: ConsumerContext>(
     }
 }
 
-/// The producers' `message.max.bytes` when `[kafka]` does not set it: copies
-/// of records the broker already accepted must not be refused by the
-/// client's own (1 MB) default.
-const LARGEST_RECORD: &str = "104857600";
-
-/// The largest record (batch) dedupd's producers send: `kafka.message.max.bytes`
-/// or `LARGEST_RECORD`. The topics dedupd creates accept it (`max.message.bytes`).
+/// The largest record (batch) dedupd's producers send: `kafka.message.max.bytes`,
+/// else what the memory budget leaves a producer's queue room for, else
+/// 100 MiB — copies of records the broker already accepted must not be
+/// refused by the client's own (1 MB) default. The topics dedupd creates
+/// accept it (`max.message.bytes`).
 pub fn largest_record(cfg: &Resolved) -> String {
     cfg.settings
         .kafka
         .client_settings()
         .into_iter()
         .find(|(k, _)| k == "message.max.bytes")
-        .map_or_else(|| LARGEST_RECORD.to_string(), |(_, v)| v)
+        .map_or_else(|| cfg.budget.producer_max_record.unwrap_or(LARGEST_RECORD).to_string(), |(_, v)| v)
 }
 
 /// An idempotent producer: no duplicates from retries, order kept per partition.
@@ -433,16 +439,15 @@ pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
     let mut c = base(cfg, client_id, Role::Producer);
     c.set("enable.idempotence", "true").set("acks", "all");
     if c.get("message.max.bytes").is_none() {
-        c.set("message.max.bytes", LARGEST_RECORD);
+        c.set("message.max.bytes", largest_record(cfg));
     }
     // Bounded memory: librdkafka's default lets a producer queue 1 GiB of
     // records (a snapshot's chunks, or large records). Sends wait (back-pressure)
-    // while the queue is full; 100 000 records (librdkafka's default count)
-    // or 64 MiB, whichever comes first — but always room for one record of
-    // `message.max.bytes`, or a send of one would wait forever.
+    // while the queue is full: 100 000 records (librdkafka's default count)
+    // or the producer's share of the memory budget, which always has room
+    // for one record of `message.max.bytes` (or a send of one would wait forever).
     if c.get("queue.buffering.max.kbytes").is_none() {
-        let largest = c.get("message.max.bytes").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        c.set("queue.buffering.max.kbytes", (largest / 1024 + 1024).max(65536).to_string());
+        c.set("queue.buffering.max.kbytes", (cfg.budget.producer_queue / 1024).max(1).to_string());
     }
     if c.get("queue.buffering.max.messages").is_none() {
         c.set("queue.buffering.max.messages", "100000");

@@ -43,6 +43,14 @@ pub mod statistics;
 pub mod topics;
 pub mod worker;
 
+/// The bytes a record held in memory counts against its part of the
+/// memory budget: its key, value and headers (names and values).
+pub fn record_bytes(msg: &impl rdkafka::Message) -> usize {
+    use rdkafka::message::Headers;
+    let headers = msg.headers().map_or(0, |h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum());
+    msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len) + headers
+}
+
 /// Names the calling thread (as `top -H`, `perf` and `/proc/PID/task/*/comm`
 /// show it; at most 15 bytes), so the CPU of each stage can be told apart.
 pub fn name_thread(name: &str) {

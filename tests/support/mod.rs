@@ -748,6 +748,67 @@ pub fn keyed_stream_with(
     })
 }
 
+/// A broker of its own that advertises the port of a proxy in front of it
+/// (scripts/produce_block_proxy.py), the proxy holding back the Produce
+/// requests for `topic` between [`ProduceProxy::hold`] and
+/// [`ProduceProxy::release`]: with `lag`, only those requests (the
+/// connection's others are answered); without, the connection's every
+/// request from the first of them on (the topic does not accept writes).
+pub struct ProduceProxy {
+    _broker: Proc,
+    proxy: Proc,
+    proxy_log: PathBuf,
+    lag: bool,
+    pub client: ClientConfig,
+}
+
+impl ProduceProxy {
+    pub fn new(dir: &Path, topic: &str, lag: bool) -> ProduceProxy {
+        let proxy_port = free_port();
+        let (broker, broker_port) = own_broker_advertising(dir, Some(proxy_port), &[]);
+        let proxy_log = dir.join("proxy.log");
+        let script = root().join("scripts/produce_block_proxy.py");
+        let (port, to) = (proxy_port.to_string(), format!("127.0.0.1:{broker_port}"));
+        let mut args = vec![script.to_str().unwrap(), "--listen", &port, "--to", &to, "--topic", topic];
+        if lag {
+            args.push("--lag");
+        }
+        let proxy = start_in(dir, Path::new("python3"), &args, &proxy_log, proxy_port);
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", format!("127.0.0.1:{proxy_port}"));
+        ProduceProxy { _broker: broker, proxy, proxy_log, lag, client }
+    }
+
+    /// The address clients (the daemon) bootstrap from.
+    pub fn brokers(&self) -> String {
+        self.client.get("bootstrap.servers").unwrap().to_string()
+    }
+
+    fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.proxy.0.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig} the proxy");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.proxy_log).unwrap_or_default()
+    }
+
+    pub fn hold(&self) {
+        self.signal("-USR1");
+        let said = if self.lag { " lagging (" } else { " blocked (" };
+        wait_for("the proxy to hold", Duration::from_secs(5), || self.log().contains(said));
+    }
+
+    pub fn release(&self) {
+        self.signal("-USR2");
+        wait_for("the proxy to pass everything on", Duration::from_secs(5), || self.log().contains(" writable ("));
+    }
+
+    pub fn read(&self, topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {
+        read_all_on(&self.client, topic, quiet)
+    }
+}
+
 /// A process of the test (a broker of its own, a proxy), killed when dropped.
 pub struct Proc(pub Child);
 

@@ -32,6 +32,13 @@ pub struct CountingSetup {
 }
 
 impl CountingSetup {
+    /// Bytes one slice's counting stage holds at its planned size: a first
+    /// filter per sub-window and the one filling. (A sub-window that
+    /// receives more keys than planned grows a chain past this.)
+    pub fn planned_bytes(&self) -> u64 {
+        self.spec.params.memory_bytes().saturating_mul(u64::from(self.spec.subwindows) + 1)
+    }
+
     /// What the slice's snapshot fingerprint adds: every parameter the
     /// stage's state depends on, so a snapshot taken with other ones is
     /// refused as a whole (as for the filter's parameters).

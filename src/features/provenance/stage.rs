@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::engine::record::{InvalidRecord, RecordView};
 use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
 use crate::filter::envelope::{Reader, put_u32, put_u64};
-use crate::filter::provenance::{Provenance, ProvenanceSpec};
+use crate::filter::provenance::{IndexChoice, Provenance, ProvenanceSpec};
 use crate::filter::{SnapshotError, Verdict};
 
 /// Where a record's source comes from (`provenance.source`).
@@ -83,6 +83,24 @@ pub struct ProvenanceSetup {
     /// The input topic when the slice log is the input itself
     /// (input-partitions mode: its records carry no router stamp).
     pub input_topic: String,
+}
+
+impl ProvenanceSetup {
+    /// Bytes one slice's provenance holds at most: `max_sources` filters in
+    /// every generation kept (a generation spans the window and is kept for
+    /// window + lateness after it), and the index's inner nodes — a Bloofi
+    /// tree of order d adds about sources / (d − 1); `auto` may choose it.
+    pub fn worst_case_bytes(&self) -> u64 {
+        let s = &self.spec;
+        let generations = (s.generation_ms + s.keep_ms).div_ceil(s.generation_ms.max(1)) + 1;
+        let filter = (s.bits as u64).div_ceil(64) * 8;
+        let sources = s.max_sources as u64;
+        let inner = match s.index {
+            IndexChoice::Flat => 0,
+            IndexChoice::Tree | IndexChoice::Auto => sources / (s.tree_order as u64 - 1).max(1),
+        };
+        (sources + inner).saturating_mul(filter).saturating_mul(generations)
+    }
 }
 
 /// A slice's provenance state.

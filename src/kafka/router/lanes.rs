@@ -28,9 +28,15 @@ pub(super) enum Full {
 
 /// The bytes of a buffered record that count against the lane's budget:
 /// its key and value.
+/// A lane's share of the router's bytes (`slicing.max_buffered_bytes` or
+/// the router's part of the memory budget), all lanes sharing it equally:
+/// each lane paused at its share keeps the router within the whole.
+pub(super) fn lane_share(router_bytes: u64, lanes: usize) -> usize {
+    usize::try_from(router_bytes / lanes.max(1) as u64).unwrap_or(usize::MAX)
+}
+
 fn read_bytes(msg: &BorrowedMessage<'_>) -> usize {
-    use rdkafka::Message;
-    msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len)
+    crate::kafka::record_bytes(msg)
 }
 
 /// A buffered input record, read once: its slice and event time, or why
@@ -143,7 +149,7 @@ impl<'c> Lane<'c> {
 
     /// Whether buffering `msg` fills the lane, so that its partition should
     /// be paused now (`None` when it is paused already): by count
-    /// (`MAX_BUFFERED`) or by bytes (`max_bytes`, `slicing.max_buffered_bytes`).
+    /// (`MAX_BUFFERED`) or by bytes (`max_bytes`: the lane's share of `slicing.max_buffered_bytes`).
     pub(super) fn fills(&self, msg: &BorrowedMessage<'_>, max_bytes: usize) -> Option<Full> {
         if self.paused {
             None

@@ -285,10 +285,11 @@ impl<'c> Router<'c> {
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
         let target = read(&self.setup, &msg);
         // A handful of lanes: a scan finds one without allocating its key.
-        let lane = match self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
-            Some((_, lane)) => lane,
-            None => self.lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new),
-        };
+        if !self.lanes.keys().any(|(t, p)| t == topic && *p == partition) {
+            self.lanes.insert((topic.to_string(), partition), Lane::new());
+        }
+        let lane_count = self.lanes.len();
+        let (_, lane) = self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition).expect("inserted");
         lane.last_arrival = now;
         let order = match target {
             Ok((_, r)) => {
@@ -297,7 +298,7 @@ impl<'c> Router<'c> {
             Err(_) => i64::MIN,
         };
         lane.at_end = false;
-        let max_bytes = usize::try_from(self.setup.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
+        let max_bytes = lanes::lane_share(self.setup.cfg.budget.router, lane_count);
         if let Some(full) = lane.fills(&msg, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
             if full == Full::Bytes && lane.paused {

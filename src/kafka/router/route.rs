@@ -40,7 +40,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
 ) -> Result<(), KafkaLayerError> {
     let mut routed: Vec<(usize, i64)> = Vec::new();
     let tolerance = i64::try_from(setup.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
-    let max_bytes = usize::try_from(setup.cfg.settings.slicing.max_buffered_bytes).unwrap_or(usize::MAX);
+    let max_bytes = super::lanes::lane_share(setup.cfg.budget.router, lanes.len());
     let mut frame = Vec::new();
     // Shared mode: the records routed are named, not copied (see `write_read_order`).
     let mut named = (setup.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));

@@ -3,21 +3,16 @@
 
 use std::collections::HashMap;
 
-use rdkafka::Message;
 use rdkafka::message::OwnedMessage;
 
-/// Held records and the bytes of their keys and values.
+/// Held records and the bytes of their keys, values and headers.
 #[derive(Default)]
 pub(super) struct HeldRecords {
     records: HashMap<u64, OwnedMessage>,
     bytes: usize,
 }
 
-/// The bytes of a record that count against the budget: its key and value
-/// (headers are few and small next to them).
-fn record_bytes(msg: &impl Message) -> usize {
-    msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len)
-}
+use crate::kafka::record_bytes;
 
 impl HeldRecords {
     pub(super) fn insert(&mut self, offset: u64, msg: OwnedMessage) {

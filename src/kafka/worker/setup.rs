@@ -58,7 +58,8 @@ pub struct RecordPath {
     /// How long a slice holding records for the watermark hears nothing
     /// before its idle flush: the lateness, at least 100 ms.
     pub idle_after: Duration,
-    /// `slicing.max_held_bytes`: past it a slice flushes what it holds.
+    /// `slicing.max_held_bytes` or its part of the memory budget: past it a
+    /// slice flushes what it holds.
     pub max_held_bytes: u64,
 }
 
@@ -76,7 +77,7 @@ impl RecordPath {
             leaf: (cfg.tier == Tier::DenseLeaf).then(|| cfg.settings.app.id.clone()),
             policy: cfg.availability,
             idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
-            max_held_bytes: cfg.settings.slicing.max_held_bytes,
+            max_held_bytes: cfg.budget.held_per_slice,
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Memory bounded in bytes: the filters' worst case against a cap
-//! (`filter.max_memory`) and the container's memory limit, decided once at
+//! (`filter.max_memory`) and the process's memory limit, decided once at
 //! start-up from the settings alone.
 //!
 //! A slice's timer filter grows by generations (the cuckoo kind by tables,
@@ -14,70 +14,21 @@
 //! refused.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
 
+use super::limit::MemoryLimit;
 use crate::filter::cuckoo::CuckooSpec;
 use crate::filter::cuckoo::params::MAX_LEVEL;
 use crate::filter::{DecayingSpec, FilterParams, FilterSpec, Growth};
 use crate::units::format_bytes;
 
-/// The cgroup v2 memory limit of the process's container.
-pub const CGROUP_V2_LIMIT: &str = "/sys/fs/cgroup/memory.max";
-/// The cgroup v1 memory limit.
-pub const CGROUP_V1_LIMIT: &str = "/sys/fs/cgroup/memory/memory.limit_in_bytes";
-
-/// Limits at or above this are "no limit": cgroup v1 writes 2^63 rounded
-/// down to a page for an unlimited group, and no machine has an exbibyte.
-const UNLIMITED_FROM: u64 = 1 << 60;
-
-/// The share of the container's limit the filters get by default: the rest
+/// The share of the memory limit the filters get by default: the rest
 /// is for held and buffered records, the client queues and the snapshot
 /// buffer (docs/capacity.md).
 pub const DEFAULT_CAP_PERCENT: u64 = 50;
 
-/// The cap when `filter.max_memory` is empty: a share of the container's limit.
+/// The cap when `filter.max_memory` is empty: a share of the memory limit.
 pub fn default_cap(limit: u64) -> u64 {
     (u128::from(limit) * u128::from(DEFAULT_CAP_PERCENT) / 100) as u64
-}
-
-/// A container's memory limit and the file it was read from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerLimit {
-    pub bytes: u64,
-    pub source: PathBuf,
-}
-
-impl fmt::Display for ContainerLimit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}B ({}, from {})", self.bytes, format_bytes(self.bytes), self.source.display())
-    }
-}
-
-/// A cgroup memory limit file's text: bytes, or `None` for `max` (v2), a
-/// value too large to be a limit (v1's unlimited) or text that is not one.
-pub fn parse_limit(text: &str) -> Option<u64> {
-    let t = text.trim();
-    if t == "max" {
-        return None;
-    }
-    t.parse::<u64>().ok().filter(|&b| b > 0 && b < UNLIMITED_FROM)
-}
-
-/// The limit of the first of `paths` that can be read (v2 before v1: a host
-/// with both mounts the v1 file only for the hybrid hierarchy). A file that
-/// exists and says `max` means no limit: the later paths are not read.
-pub fn read_container_limit(paths: &[&Path]) -> Option<ContainerLimit> {
-    for path in paths {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            return parse_limit(&text).map(|bytes| ContainerLimit { bytes, source: path.to_path_buf() });
-        }
-    }
-    None
-}
-
-/// This process's container limit, if it has one.
-pub fn container_limit() -> Option<ContainerLimit> {
-    read_container_limit(&[Path::new(CGROUP_V2_LIMIT), Path::new(CGROUP_V1_LIMIT)])
 }
 
 /// Bytes one slice's timer filter holds at most with `generations`
@@ -99,9 +50,9 @@ pub fn timer_slice_worst_case(p: &FilterParams, generations: u32) -> u64 {
 pub enum CapSource {
     /// `filter.max_memory` was set.
     Setting,
-    /// [`DEFAULT_CAP_PERCENT`] of the container's limit.
-    Container,
-    /// No setting and no container limit: the filters are not capped.
+    /// [`DEFAULT_CAP_PERCENT`] of the memory limit.
+    Limit,
+    /// No setting and no memory limit: the filters are not capped.
     None,
 }
 
@@ -111,7 +62,8 @@ pub struct MemoryPlan {
     /// The cap on all slices' filters together, in bytes.
     pub cap: Option<u64>,
     pub cap_source: CapSource,
-    pub container: Option<ContainerLimit>,
+    /// `memory.limit` or the container's.
+    pub limit: Option<MemoryLimit>,
     pub slices: u32,
     /// `filter.max_generations` as configured.
     pub configured_generations: u32,
@@ -131,7 +83,7 @@ impl MemoryPlan {
 }
 
 /// One line for `dedupd check-config` and the start-up log: the worst
-/// case, the cap and where it came from, the container's limit, and
+/// case, the cap and where it came from, the memory limit, and
 /// whether the cap lowered the generation count.
 impl fmt::Display for MemoryPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -149,13 +101,13 @@ impl fmt::Display for MemoryPlan {
             }
             (Some(cap), _) => write!(
                 f,
-                "; cap {cap} bytes ({}, the default: {DEFAULT_CAP_PERCENT}% of the container's limit)",
+                "; cap {cap} bytes ({}, the default: {DEFAULT_CAP_PERCENT}% of the memory limit)",
                 format_bytes(cap)
             )?,
-            (None, _) => f.write_str("; no cap (filter.max_memory is empty and there is no container limit)")?,
+            (None, _) => f.write_str("; no cap (filter.max_memory is empty and there is no memory limit)")?,
         }
-        if let Some(limit) = &self.container {
-            write!(f, "; container limit {limit}")?;
+        if let Some(limit) = &self.limit {
+            write!(f, "; memory limit {limit}")?;
         }
         if self.capped() {
             write!(
@@ -206,31 +158,31 @@ fn tables_worst_case(idle_bytes: u64, first_bytes: u64, top_bytes: u64, tables: 
 }
 
 /// Checks the filters' worst case against `cap` (`filter.max_memory`, or
-/// [`DEFAULT_CAP_PERCENT`] of `container`) and lowers the generation count
+/// [`DEFAULT_CAP_PERCENT`] of `limit`) and lowers the generation count
 /// until it fits; refuses what cannot fit even without growth, and a cap
-/// above the container's limit.
+/// above the memory limit.
 pub fn plan(
     filters: Filters<'_>,
     slices: u32,
     cap: Option<u64>,
-    container: Option<ContainerLimit>,
+    limit: Option<MemoryLimit>,
 ) -> Result<MemoryPlan, MemoryError> {
     let all = |per_slice: u64| per_slice.saturating_mul(u64::from(slices));
-    if let (Some(c), Some(limit)) = (cap, &container)
+    if let (Some(c), Some(limit)) = (cap, &limit)
         && c > limit.bytes
     {
         return Err(MemoryError {
             setting: "filter.max_memory",
             value: format!("{c}B"),
             rule: format!(
-                "at most the container's memory limit {limit}: the process would be killed before the filters reach \
-                 their cap; lower filter.max_memory or raise the container's limit"
+                "at most the memory limit {limit}: the process would be killed before the filters reach their cap; \
+                 lower filter.max_memory or raise the limit"
             ),
         });
     }
-    let (cap, cap_source) = match (cap, &container) {
+    let (cap, cap_source) = match (cap, &limit) {
         (Some(c), _) => (Some(c), CapSource::Setting),
-        (None, Some(limit)) => (Some(default_cap(limit.bytes)), CapSource::Container),
+        (None, Some(l)) => (Some(default_cap(l.bytes)), CapSource::Limit),
         (None, None) => (None, CapSource::None),
     };
     let (configured, smallest, worst_with): (u32, u64, Box<dyn Fn(u32) -> u64>) = match filters {
@@ -250,7 +202,7 @@ pub fn plan(
         return Ok(MemoryPlan {
             cap,
             cap_source,
-            container,
+            limit,
             slices,
             configured_generations: configured,
             max_generations: configured,
@@ -260,9 +212,9 @@ pub fn plan(
     };
     if smallest > cap_bytes {
         let value = match cap_source {
-            CapSource::Container => format!(
-                "{cap_bytes}B (the default: {DEFAULT_CAP_PERCENT}% of the container's memory limit {})",
-                container.as_ref().expect("a container cap has a limit")
+            CapSource::Limit => format!(
+                "{cap_bytes}B (the default: {DEFAULT_CAP_PERCENT}% of the memory limit {})",
+                limit.as_ref().expect("a default cap has a limit")
             ),
             _ => format!("{cap_bytes}B"),
         };
@@ -271,7 +223,7 @@ pub fn plan(
             value,
             rule: format!(
                 "the filters of {slices} slices need {smallest}B ({}) before they grow, more than the cap; \
-                 raise filter.max_memory (and the container's limit) to at least {smallest}B, or lower \
+                 raise filter.max_memory (and the memory limit) to at least {smallest}B, or lower \
                  filter.expected_keys, raise filter.fpr, or use narrower filter.timer_bits (or, for rsbf and \
                  stable, a smaller filter.memory)",
                 format_bytes(smallest)
@@ -283,7 +235,7 @@ pub fn plan(
     Ok(MemoryPlan {
         cap,
         cap_source,
-        container,
+        limit,
         slices,
         configured_generations: configured,
         max_generations,
@@ -302,7 +254,7 @@ pub enum Instead<'a> {
 
 /// The start-up check of a validated filter spec (and of the kind that
 /// judges instead of its timer filter, if any): its worst case for `slices`
-/// slices against `cap` and this process's container limit. The spec comes
+/// slices against `cap` and the process's memory `limit`. The spec comes
 /// back with the generation count the cap allows, or the cuckoo spec with
 /// the table count it allows.
 pub fn check(
@@ -310,6 +262,7 @@ pub fn check(
     instead: Instead<'_>,
     slices: u32,
     cap: Option<u64>,
+    limit: Option<MemoryLimit>,
 ) -> Result<(FilterSpec, Option<CuckooSpec>, MemoryPlan), MemoryError> {
     let invalid = |e: crate::filter::ParamError| MemoryError {
         setting: "filter.expected_keys",
@@ -330,7 +283,7 @@ pub fn check(
             Filters::Tables { idle_bytes, first_bytes, top_bytes, max_tables: c.max_tables }
         }
     };
-    let plan = plan(filters, slices, cap, container_limit())?;
+    let plan = plan(filters, slices, cap, limit)?;
     Ok(match instead {
         Instead::Timer => (FilterSpec { max_generations: plan.max_generations, ..spec }, None, plan),
         Instead::Decaying(_) => (spec, None, plan),
@@ -346,31 +299,6 @@ mod tests {
         FilterSpec { expected_keys, slices, max_generations, window_ms: 60_000, ..FilterSpec::default() }
             .resolve()
             .unwrap()
-    }
-
-    #[test]
-    fn cgroup_limits_parse() {
-        assert_eq!(parse_limit("1073741824\n"), Some(1 << 30));
-        assert_eq!(parse_limit("max\n"), None);
-        assert_eq!(parse_limit("9223372036854771712\n"), None, "v1's unlimited");
-        assert_eq!(parse_limit("0"), None);
-        assert_eq!(parse_limit("lots"), None);
-    }
-
-    #[test]
-    fn the_container_limit_is_read_from_the_first_file_that_exists() {
-        let dir = std::env::temp_dir().join(format!("dedupd-memory-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (v2, v1, missing) = (dir.join("memory.max"), dir.join("memory.limit_in_bytes"), dir.join("none"));
-        std::fs::write(&v1, "536870912\n").unwrap();
-        assert_eq!(read_container_limit(&[&missing]), None);
-        let limit = read_container_limit(&[&missing, &v1]).unwrap();
-        assert_eq!((limit.bytes, limit.source.clone()), (512 << 20, v1.clone()));
-        std::fs::write(&v2, "max\n").unwrap();
-        assert_eq!(read_container_limit(&[&v2, &v1]), None, "v2 says no limit");
-        std::fs::write(&v2, "268435456\n").unwrap();
-        assert_eq!(read_container_limit(&[&v2, &v1]).unwrap().bytes, 256 << 20);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// The worst case is what a filter holds at its largest: every
@@ -415,15 +343,15 @@ mod tests {
         let e = plan(Filters::Timer(&p), 8, Some(4 << 20), None).unwrap_err();
         assert_eq!((e.setting, e.value.as_str()), ("filter.max_memory", "4194304B"));
         assert!(e.rule.contains("the filters of 8 slices need") && e.rule.contains("raise filter.max_memory"), "{e:?}");
-        let limit = ContainerLimit { bytes: 1 << 30, source: PathBuf::from(CGROUP_V2_LIMIT) };
+        let limit = MemoryLimit { bytes: 1 << 30, source: crate::memory::limit::LimitSource::Setting };
         let e = plan(Filters::Timer(&p), 8, Some(2 << 30), Some(limit.clone())).unwrap_err();
-        assert!(e.rule.contains("at most the container's memory limit 1073741824B"), "{e:?}");
-        // No setting: half the container's limit.
+        assert!(e.rule.contains("at most the memory limit 1073741824B"), "{e:?}");
+        // No setting: half the memory limit.
         let by_default = plan(Filters::Timer(&p), 8, None, Some(limit.clone())).unwrap();
-        assert_eq!((by_default.cap, by_default.cap_source.clone()), (Some(512 << 20), CapSource::Container));
-        let small = ContainerLimit { bytes: 16 << 20, ..limit };
+        assert_eq!((by_default.cap, by_default.cap_source.clone()), (Some(512 << 20), CapSource::Limit));
+        let small = MemoryLimit { bytes: 16 << 20, ..limit };
         let e = plan(Filters::Timer(&p), 8, None, Some(small)).unwrap_err();
-        assert!(e.value.contains("50% of the container's memory limit 16777216B"), "{e:?}");
+        assert!(e.value.contains("50% of the memory limit 16777216B"), "{e:?}");
         // A decaying kind is its fixed size.
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
         assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
@@ -452,7 +380,7 @@ mod tests {
     #[test]
     fn the_settings_are_checked_at_load() {
         // Caps above a small container's limit are refused there: those figures need room.
-        if container_limit().is_some_and(|l| l.bytes < 4 << 30) {
+        if crate::memory::limit::container_limit().is_some_and(|l| l.bytes < 4 << 30) {
             return;
         }
         let load = |env: &[(&str, &str)]| {
@@ -479,6 +407,11 @@ mod tests {
              must fit) and 1TiB"
         );
         let r = load(&[("DEDUPD__SLICING__MAX_BUFFERED_BYTES", "4MiB")]).unwrap();
-        assert_eq!((r.settings.slicing.max_buffered_bytes, r.settings.slicing.max_held_bytes), (4 << 20, 32 << 20));
+        assert_eq!((r.settings.slicing.max_buffered_bytes, r.settings.slicing.max_held_bytes), (Some(4 << 20), None));
+        assert_eq!(
+            (r.budget.router, r.budget.held_per_slice),
+            (4 << 20, 32 << 20),
+            "no limit: the held records' own default"
+        );
     }
 }
