@@ -73,6 +73,9 @@ cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 python3 scripts/import_cycles.py --selftest
 python3 scripts/import_cycles.py
+# User pages carry no machine, date, commit, issue or unreleased build (CONTRIBUTING.md).
+python3 scripts/user_docs_check.py --selftest
+python3 scripts/user_docs_check.py
 # Every intra-doc link resolves and none names a private item (the maps in the module docs
 # are how a reader finds their way; a moved file must not leave them pointing nowhere).
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --locked --quiet
