@@ -4,7 +4,8 @@
 # CARGO_FEATURES: extra cargo features, passed as --features to both cargo builds below. TLS
 # does not depend on it: Cargo.toml always enables rdkafka's `ssl` feature, so every build,
 # a plain `cargo build` included, links librdkafka against OpenSSL (security.protocol
-# PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL; SASL PLAIN, SCRAM and OAUTHBEARER). The
+# PLAINTEXT, SSL, SASL_PLAINTEXT and SASL_SSL; SASL PLAIN and SCRAM; no GSSAPI, no OIDC:
+# docs/security.md). The
 # default, rdkafka/ssl, only names that feature again: --build-arg CARGO_FEATURES= builds the
 # same binary.
 ARG CARGO_FEATURES=rdkafka/ssl

@@ -10,7 +10,7 @@
 #   DEDUPD_BROKER_BIN       broker binary to use (default: target/tools/nisshi, built by `install`
 #                          from crates.io's nisshi with its memory and SQLite storage)
 #   DEDUPD_BROKER_CACHE     where that build is kept between clones (default
-#                          ${XDG_CACHE_HOME:-~/.cache}/dedupd); the first build takes ~22 min on 2 cores
+#                          ${XDG_CACHE_HOME:-~/.cache}/dedupd); the first build takes 12-22 min on 2 cores
 #   DEDUPD_BROKER_DIR      pid and log files (default target/broker)
 #   DEDUPD_BROKER_TIMEOUT  seconds `start` waits for the broker to answer (default 30)
 #   PYTHON                 interpreter for pip and the readiness probe (default python3)
@@ -46,13 +46,39 @@ pip_install() {
     PIP_ROOT_USER_ACTION=ignore "$PY" "${args[@]}" --user --break-system-packages
 }
 
+# While the process $1 runs, a progress line: the time so far and the crates built in the target
+# directory $2. On a terminal one line rewritten every 5 s; otherwise (a log) a line a minute.
+progress() {
+  local pid="$1" target="$2" start=$SECONDS every=60 end=$'\n' n elapsed
+  if [[ -t 1 ]]; then every=5 end=""; fi
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    elapsed=$((SECONDS - start))
+    ((elapsed % every == 0)) || continue
+    n="$(find "$target" -mindepth 3 -maxdepth 3 -type d -path '*/.fingerprint/*'  2>/dev/null | wc -l)"
+    [[ -t 1 ]] && printf '\r\033[K'
+    printf 'broker.sh: building %s: %d min %02d s, %d crates compiled (12-22 min on 2 cores)%s' \
+      "$BROKER_CRATE" $((elapsed / 60)) $((elapsed % 60)) "$n" "$end"
+  done
+}
+
 # Builds the broker into $1/bin (once per machine and version; a fresh clone copies it from there).
 build_broker() {
-  local cache="$1"
-  say "building $BROKER_CRATE $BROKER_VERSION ($BROKER_FEATURES) from crates.io into $cache (once per machine; ~22 min on 2 cores)"
+  local cache="$1" pid shown rc=0 start=$SECONDS
+  say "building $BROKER_CRATE $BROKER_VERSION ($BROKER_FEATURES) from crates.io into $cache (once per machine; 12-22 min on 2 cores)"
   cargo install --quiet --locked --ignore-rust-version --no-default-features --features "$BROKER_FEATURES" \
-    --root "$cache" --target-dir "$cache/target" "$BROKER_CRATE@$BROKER_VERSION" ||
-    die "building $BROKER_CRATE $BROKER_VERSION failed (see the cargo output above)"
+    --root "$cache" --target-dir "$cache/target" "$BROKER_CRATE@$BROKER_VERSION" &
+  pid=$!
+  progress "$pid" "$cache/target" &
+  shown=$!
+  trap 'kill "$pid" "$shown" 2>/dev/null || true' EXIT
+  wait "$pid" || rc=$?
+  kill "$shown" 2>/dev/null || true
+  wait "$shown" 2>/dev/null || true
+  trap - EXIT
+  [[ -t 1 ]] && echo
+  ((rc == 0)) || die "building $BROKER_CRATE $BROKER_VERSION failed (see the cargo output above)"
+  say "built $BROKER_CRATE in $(((SECONDS - start) / 60)) min $(((SECONDS - start) % 60)) s"
   rm -rf "$cache/target"
 }
 

@@ -7,8 +7,9 @@
 #
 # --kind picks filter.kind (the timer filter by default; the demo's accuracy bounds hold for both).
 # --keep leaves dedupd running afterwards so you can look at http://127.0.0.1:9464/metrics,
-# /v1/slices and /v1/lookup?key=... (with the bearer token it prints); Ctrl-C stops it. Needs the set-up step
-# `scripts/broker.sh install` (or it installs on first use).
+# /v1/slices and /v1/lookup?key=... (with the bearer token it prints); Ctrl-C stops it. On first use
+# it installs the test broker (scripts/broker.sh install: 12-22 min on 2 cores, with a progress
+# line, then cached) and builds dedupd in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +30,7 @@ run="demo-$(date +%s)"
 # A fresh admin token for this run: /v1/lookup answers only with it.
 token="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 
-echo "== broker on $broker"
+echo "== broker on $broker (built on first use: 12-22 min on 2 cores, then cached)"
 scripts/broker.sh start
 echo "== building dedupd (release)"
 cargo build --release --quiet --bin dedupd --example demo

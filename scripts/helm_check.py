@@ -503,7 +503,8 @@ def check_common(c: Checks, schema: Schema, out: dict, docs: dict, values: dict)
     c.ok(bool(selector) and selector.items() <= pod_labels.items(), "Deployment selector matches its pod labels")
     spec = pod.get("spec", {})
     containers = spec.get("containers", [])
-    c.eq(len(containers), 1, "one container")
+    c.eq(len(containers), 1 + len(values.get("extraContainers") or []), "dedupd's container and extraContainers")
+    c.eq(containers[0].get("name") if containers else None, "dedupd", "dedupd's container first")
     ctr = containers[0] if containers else {}
     port = int(values["service"]["port"])
     ports = {p.get("name"): p.get("containerPort") for p in ctr.get("ports", [])}
@@ -683,6 +684,15 @@ def check_full(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_valu
     c.eq((volumes.get("admin-token") or {}).get("secret", {}).get("secretName"), admin_token["name"],
          "admin token Secret volume")
     c.eq((mounts.get("admin-token") or {}).get("mountPath"), admin_token["mountPath"], "admin token Secret mounted")
+    # extraVolumes, extraVolumeMounts, extraContainers: a sidecar beside dedupd sharing a volume.
+    c.eq((volumes.get("shared") or {}).get("emptyDir"), {"sizeLimit": "16Mi"}, "extraVolumes")
+    c.eq((mounts.get("shared") or {}).get("mountPath"), "/shared", "extraVolumeMounts reach the dedupd container")
+    names = [x.get("name") for x in spec["containers"]]
+    c.eq(names, ["dedupd", "log-shipper"], "extraContainers follow the dedupd container")
+    sidecar = spec["containers"][-1]
+    c.eq((sidecar.get("image"), sidecar.get("args")), ("registry.example.com/shipper:1.0", ["--watch", "/shared"]),
+         "extraContainers pass through unchanged")
+    c.eq([m.get("name") for m in sidecar.get("volumeMounts", [])], ["shared"], "the sidecar mounts only its own volumes")
     ann = dep["spec"]["template"]["metadata"].get("annotations", {})
     c.eq((ann.get("prometheus.io/scrape"), ann.get("prometheus.io/port")), ("true", "9464"), "prometheus annotations")
     c.eq(spec.get("serviceAccountName"), kinds.get("ServiceAccount", {}).get("metadata", {}).get("name"),
@@ -931,6 +941,8 @@ def check_schema(c: Checks, helm, yaml, tomllib, chart_values: dict) -> None:
         ("--set prometheusRule.thresholds.consumerLag=lots",
          helm.parse_set_string("prometheusRule.thresholds.consumerLag=lots"), "/prometheusRule/thresholds/consumerLag"),
         ("--set prometheusRule.job=a\"b", {"prometheusRule": {"job": 'a"b'}}, "/prometheusRule/job"),
+        ("extraContainers without an image", {"extraContainers": [{"name": "sidecar"}]}, "/extraContainers/0"),
+        ("--set extraContainers=sidecar", helm.parse_set_string("extraContainers=sidecar"), "/extraContainers"),
     ]
     for how, values, where in cases:
         try:

@@ -382,7 +382,7 @@ fn kafka_settings_pass_through_with_dotted_names() {
     let file = dir.join("k.toml");
     std::fs::write(
         &file,
-        "[kafka]\nbrokers = \"b:1\"\n\"session.timeout.ms\" = 6000\n\"security.protocol\" = \"SASL_SSL\"\n",
+        "[kafka]\nbrokers = \"b:1\"\n\"session.timeout.ms\" = 6000\n\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanisms\" = \"PLAIN\"\n",
     )
     .unwrap();
     let r = Settings::load_from(Some(&file), Vec::new()).unwrap();
@@ -390,7 +390,11 @@ fn kafka_settings_pass_through_with_dotted_names() {
     got.sort();
     assert_eq!(
         got,
-        vec![("security.protocol".to_string(), "SASL_SSL".to_string()), ("session.timeout.ms".into(), "6000".into())]
+        vec![
+            ("sasl.mechanisms".to_string(), "PLAIN".to_string()),
+            ("security.protocol".into(), "SASL_SSL".into()),
+            ("session.timeout.ms".into(), "6000".into())
+        ]
     );
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -818,4 +822,82 @@ fn the_cuckoo_kind_is_resolved_and_validated() {
     let e = rejected(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__FPR", "0.0001")]);
     assert!(e.starts_with("invalid setting filter.fpr = 0.0001: needs 17-bit fingerprints"), "{e}");
     assert!(e.ends_with("(filter.kind = cuckoo)"), "{e}");
+}
+
+/// Every SASL mechanism docs/security.md lists is accepted (by the rules
+/// and by librdkafka's own configuration check); GSSAPI, Kerberos settings,
+/// OIDC and OAUTHBEARER without a token source are refused naming the
+/// setting, the value, the reason and what to use instead.
+#[test]
+fn sasl_settings_are_checked_against_what_is_built() {
+    let sasl = |extra: &[(&'static str, &'static str)]| {
+        let mut env = vec![("DEDUPD__KAFKA__SECURITY_PROTOCOL", "SASL_SSL")];
+        env.extend_from_slice(extra);
+        env
+    };
+    for mechanism in ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "scram-sha-512"] {
+        let r = load(&sasl(&[("DEDUPD__KAFKA__SASL_MECHANISMS", mechanism)])).unwrap();
+        crate::kafka::clients::check(&r).unwrap();
+    }
+    let unsecured = [
+        ("DEDUPD__KAFKA__SASL_MECHANISMS", "OAUTHBEARER"),
+        ("DEDUPD__KAFKA__ENABLE_SASL_OAUTHBEARER_UNSECURE_JWT", "true"),
+    ];
+    crate::kafka::clients::check(&load(&sasl(&unsecured)).unwrap()).unwrap();
+    // Without SASL no mechanism is needed.
+    load(&[("DEDUPD__KAFKA__SECURITY_PROTOCOL", "ssl")]).unwrap();
+
+    let instead = "use SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN (over SASL_SSL)";
+    let gssapi =
+        format!("GSSAPI (Kerberos) is not built in: this build's librdkafka has no Cyrus SASL library; {instead}");
+    assert_eq!(
+        rejected(&sasl(&[("DEDUPD__KAFKA__SASL_MECHANISMS", "GSSAPI")])),
+        format!("invalid setting kafka.sasl.mechanisms = GSSAPI: {gssapi}")
+    );
+    // librdkafka's alias, and its default when SASL has no mechanism.
+    assert_eq!(
+        rejected(&[("DEDUPD__KAFKA__SASL_MECHANISM", "gssapi")]),
+        format!("invalid setting kafka.sasl.mechanism = gssapi: {gssapi}")
+    );
+    assert_eq!(
+        rejected(&sasl(&[])),
+        format!(
+            "invalid setting kafka.sasl.mechanisms = (unset: librdkafka's default, GSSAPI): security.protocol = \
+             sasl_ssl needs a mechanism, and {gssapi}"
+        )
+    );
+    assert_eq!(
+        rejected(&sasl(&[
+            ("DEDUPD__KAFKA__SASL_MECHANISMS", "PLAIN"),
+            ("DEDUPD__KAFKA__SASL_KERBEROS_KEYTAB", "k.tab")
+        ])),
+        format!("invalid setting kafka.sasl.kerberos.keytab = k.tab: {gssapi}")
+    );
+    assert_eq!(
+        rejected(&sasl(&[("DEDUPD__KAFKA__SASL_MECHANISMS", "SCRAM-SHA-1")])),
+        "invalid setting kafka.sasl.mechanisms = SCRAM-SHA-1: one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, \
+         OAUTHBEARER (one mechanism; GSSAPI is not built in)"
+    );
+    assert_eq!(
+        rejected(&sasl(&[
+            ("DEDUPD__KAFKA__SASL_MECHANISMS", "OAUTHBEARER"),
+            ("DEDUPD__KAFKA__SASL_OAUTHBEARER_METHOD", "oidc"),
+        ])),
+        format!(
+            "invalid setting kafka.sasl.oauthbearer.method = oidc: OIDC is not built in: this build's librdkafka \
+             has no libcurl to fetch tokens with; {instead}"
+        )
+    );
+    let e = rejected(&sasl(&[("DEDUPD__KAFKA__SASL_MECHANISMS", "OAUTHBEARER")]));
+    assert!(
+        e.starts_with(
+            "invalid setting kafka.sasl.mechanisms = OAUTHBEARER: this build has no OAUTHBEARER token source"
+        ) && e.contains("enable.sasl.oauthbearer.unsecure.jwt = true")
+            && e.ends_with(instead),
+        "{e}"
+    );
+    // Written in the file as librdkafka's dotted names.
+    let file = "[kafka]\n\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"GSSAPI\"\n";
+    let e = Settings::load_from_str(file, Vec::new()).unwrap_err().to_string();
+    assert!(e.starts_with("invalid setting kafka.sasl.mechanisms = GSSAPI: GSSAPI (Kerberos) is not built in"), "{e}");
 }

@@ -114,6 +114,7 @@ impl Settings {
                 ),
             ));
         }
+        s.kafka.check_auth()?;
         topic_name("output.topic", &s.output.topic, false)?;
         topic_name("output.duplicates_topic", &s.output.duplicates_topic, true)?;
         topic_name("output.dead_letter_topic", &s.output.dead_letter_topic, false)?;
