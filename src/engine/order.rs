@@ -303,6 +303,26 @@ impl<T> ReorderBuffer<T> {
             || (self.marks.max_seen_ms.is_none() && !self.suspects.is_empty())
     }
 
+    /// Whether the hold alone keeps records waiting: records wait, none of
+    /// which a [`Self::flush`] would release.
+    pub fn hold_keeps_back(&self) -> bool {
+        self.hold_ms.is_some() && !self.waiting.is_empty() && !self.flush_pending()
+    }
+
+    /// Releases every waiting record past the hold, as [`Self::flush`] does
+    /// without one: the hold's bound was reached in bytes (the caller's
+    /// measure; counted as an overflow). The watermark moves to the largest
+    /// time seen; records the held input delivers behind it later are late.
+    pub fn flush_past_hold(&mut self, mut emit: impl FnMut(Released<T>)) {
+        self.overflows += 1;
+        if self.marks.max_seen_ms.is_none() {
+            self.settle_first(&mut emit);
+        }
+        if let Some(max) = self.marks.max_seen_ms {
+            self.raise_watermark(max, &mut emit);
+        }
+    }
+
     /// Releases every waiting record, as if the lateness were over (an idle
     /// input, or its end): the watermark moves to the largest time seen —
     /// not past the hold's watermark, though (see `flush_limit`).

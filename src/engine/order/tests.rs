@@ -214,3 +214,26 @@ fn the_hold_is_bounded() {
     b.finish(|r| out.push(describe(&r)));
     assert_eq!(out, ["3", "5", "6"]);
 }
+
+/// A flush past the hold (the held records took more bytes than the slice
+/// may hold): the records only the hold kept back are released, up to the
+/// largest time seen, and counted as an overflow; a plain flush would
+/// release none of them, and a record of the held input is late after it.
+#[test]
+fn a_flush_past_the_hold_releases_what_only_the_hold_kept() {
+    let mut b = ReorderBuffer::new(settings(100));
+    b.set_hold(Some(1_000), |_| unreachable!("nothing waits"));
+    assert!(run(&mut b, &[(1_000, 0), (1_200, 1), (1_300, 2)]).is_empty());
+    assert!(!b.flush_pending() && b.hold_keeps_back(), "only the hold keeps them");
+    let mut out = Vec::new();
+    b.flush(|r| out.push(describe(&r)));
+    assert!(out.is_empty(), "a plain flush stops at the hold: {out:?}");
+    b.flush_past_hold(|r| out.push(describe(&r)));
+    assert_eq!(out, ["0", "1", "2"]);
+    assert_eq!((b.overflows(), b.marks().watermark_ms), (1, Some(1_300)));
+    assert!(!b.hold_keeps_back(), "nothing waits");
+    assert_eq!(run(&mut b, &[(1_250, 3)]), ["3 late 50"]);
+    // Without a hold there is nothing to go past.
+    let free = ReorderBuffer::<()>::new(settings(100));
+    assert!(!free.hold_keeps_back());
+}

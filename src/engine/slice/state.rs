@@ -107,6 +107,13 @@ impl SliceState {
         self.release(out, |order, emit| order.flush(emit))
     }
 
+    /// [`Self::flush`] past the hold (see [`ReorderBuffer::flush_past_hold`]):
+    /// the records it keeps back take more bytes than the slice may hold.
+    pub fn flush_past_hold(&mut self, out: &mut Vec<Judgment>) {
+        self.flushes_next = self.next_offset;
+        self.release(out, |order, emit| order.flush_past_hold(emit))
+    }
+
     /// Takes in the progress record at `offset` (see [`Progress`]) and
     /// appends to `out` the judgments it releases (release positions
     /// `(offset, rank)`). It judges nothing itself.

@@ -30,12 +30,21 @@ pub fn range_of(ranges: &[PolicyRange], offset: u64) -> Option<PolicyRange> {
     ranges.iter().find(|r| r.contains(offset)).copied()
 }
 
+/// An idle flush as logged: the slice offset it came after, and whether
+/// it released past the hold (the records an input nobody routes kept back
+/// took more bytes than the slice may hold).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggedFlush {
+    pub after: u64,
+    pub past_hold: bool,
+}
+
 /// What the flush log of a slice holds.
 #[derive(Debug, Default)]
 pub struct FlushLog {
     /// The idle flushes: the slice offsets they came after, in the order
     /// written (increasing: a slice flushes at most once after a record).
-    pub flushes: VecDeque<u64>,
+    pub flushes: VecDeque<LoggedFlush>,
     /// The policy ranges, in the order written.
     pub ranges: Vec<PolicyRange>,
     /// Where it was read from, and one past the last record read.
@@ -79,7 +88,7 @@ pub fn read_flushes(
     read_partition(reader, topic, partition, at, |offset, _, value, _| {
         log.span.end = log.span.end.max(u64::try_from(offset + 1).unwrap_or(0));
         match value.and_then(parse_flush) {
-            Some(Logged::Flush(after)) => log.flushes.push_back(after),
+            Some(Logged::Flush(flush)) => log.flushes.push_back(flush),
             Some(Logged::Range(range)) => log.ranges.push(range),
             None => {
                 bad.get_or_insert(offset);
@@ -95,9 +104,13 @@ pub fn read_flushes(
     }
 }
 
-/// The payload of a flush record: `{"after":<slice offset>}`.
-pub fn flush_record(after: u64) -> String {
-    format!("{{\"after\":{after}}}")
+/// The payload of a flush record: `{"after":<slice offset>}`, with
+/// `"past_hold":true` for a flush past the hold.
+pub fn flush_record(flush: LoggedFlush) -> String {
+    match flush.past_hold {
+        false => format!("{{\"after\":{}}}", flush.after),
+        true => format!("{{\"after\":{},\"past_hold\":true}}", flush.after),
+    }
 }
 
 /// The payload of a policy range record:
@@ -108,14 +121,15 @@ pub fn policy_record(range: &PolicyRange) -> String {
 
 /// A record of the flush log.
 enum Logged {
-    Flush(u64),
+    Flush(LoggedFlush),
     Range(PolicyRange),
 }
 
 fn parse_flush(payload: &[u8]) -> Option<Logged> {
     let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
     if let Some(after) = v.get("after") {
-        return after.as_u64().map(Logged::Flush);
+        let past_hold = v.get("past_hold").and_then(serde_json::Value::as_bool).unwrap_or(false);
+        return after.as_u64().map(|after| Logged::Flush(LoggedFlush { after, past_hold }));
     }
     let policy = AvailabilityPolicy::parse(v.get("policy")?.as_str()?)?;
     let (from, to) = (v.get("from")?.as_u64()?, v.get("to")?.as_u64()?);
@@ -142,7 +156,11 @@ mod tests {
     #[test]
     fn flush_and_policy_records_read_back() {
         let range = PolicyRange { from: 3, to: 502, policy: AvailabilityPolicy::Drop };
-        assert!(matches!(parse_flush(flush_record(17).as_bytes()), Some(Logged::Flush(17))));
+        let plain = LoggedFlush { after: 17, past_hold: false };
+        assert_eq!(flush_record(plain), r#"{"after":17}"#, "as before flushes past the hold existed");
+        assert!(matches!(parse_flush(flush_record(plain).as_bytes()), Some(Logged::Flush(f)) if f == plain));
+        let past = LoggedFlush { after: 18, past_hold: true };
+        assert!(matches!(parse_flush(flush_record(past).as_bytes()), Some(Logged::Flush(f)) if f == past));
         assert!(matches!(parse_flush(policy_record(&range).as_bytes()), Some(Logged::Range(r)) if r == range));
         assert!(parse_flush(b"not a flush").is_none());
     }

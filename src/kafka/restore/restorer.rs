@@ -50,7 +50,7 @@ pub struct ResumePoint {
     pub held: BTreeMap<u64, OwnedMessage>,
     /// Idle flushes logged and not in the snapshot: the slice offsets they
     /// came after, oldest first.
-    pub flushes: VecDeque<u64>,
+    pub flushes: VecDeque<crate::kafka::restore::LoggedFlush>,
     /// Policy ranges logged that reach the first offset to consume or beyond.
     pub ranges: Vec<PolicyRange>,
     /// The part of the flush log read.
@@ -372,7 +372,7 @@ impl Restorer<'_> {
             read_flushes(self.reader, self.flush_topic, slice as i32, flush_from)?;
         // Flushes the snapshot has applied, or that came after a record
         // before its last one, are in it already.
-        flushes.retain(|&after| after >= state.flushes_next && after + 1 >= start);
+        flushes.retain(|f| f.after >= state.flushes_next && f.after + 1 >= start);
         ranges.retain(|r| r.to >= start);
         log::info!(
             "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \

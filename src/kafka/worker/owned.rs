@@ -34,7 +34,7 @@ pub(super) struct OwnedSlice {
     pub(super) held: HeldRecords,
     /// Idle flushes logged and not applied yet (a replay): the slice
     /// offsets they came after.
-    pub(super) flushes: VecDeque<u64>,
+    pub(super) flushes: VecDeque<crate::kafka::restore::LoggedFlush>,
     /// The part of the flush log its restore read (a snapshot names where
     /// the next restore reads from, [`FlushLogSpan::read_from`]).
     pub(super) flush_log: FlushLogSpan,

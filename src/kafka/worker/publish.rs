@@ -68,9 +68,10 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
     if overflows > owned.published_overflows {
         // Once per publication, not per release: a storm of them is one line.
         log::warn!(
-            "slice {label}: held more than slicing.max_held = {} records for an input partition nobody \
-             routes; released them past it ({} times so far): records of that partition may now arrive late",
+            "slice {label}: held more than slicing.max_held = {} records or {} bytes for an input partition \
+             nobody routes; released them past it ({} times so far): records of that partition may now arrive late",
             setup.cfg.settings.slicing.max_held,
+            setup.path.max_held_bytes,
             overflows
         );
         m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);

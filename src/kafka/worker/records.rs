@@ -18,7 +18,7 @@ use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
 use crate::features::shared::read_order::{self, ReadOrder};
 use crate::features::shared::reader::InputReader;
-use crate::kafka::restore::{flush_record, range_of};
+use crate::kafka::restore::{LoggedFlush, flush_record, range_of};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -36,7 +36,7 @@ pub(super) fn flush_idle(setup: &WorkerSetup, worker_state: &mut WorkerState) ->
     for owned in slices.values_mut() {
         apply_logged_flushes(setup, owned, judged)?;
         if owned.state.order.flush_pending() && !replaying(owned) && owned.last_arrival.elapsed() >= idle_after {
-            idle_flush(setup, owned, judged)?;
+            idle_flush(setup, owned, judged, false)?;
         }
     }
     Ok(())
@@ -52,19 +52,28 @@ fn replaying(owned: &OwnedSlice) -> bool {
 /// records, as an idle flush: logged before it is applied, so a replay
 /// releases at the same place and the verdicts still follow from the logs
 /// (docs/design.md, invariant 1) — the trigger is memory, the decision is in the
-/// log. What the hold keeps back is not released (`flush_pending` is
-/// false then): `slicing.max_held` bounds that.
+/// log. When the hold alone keeps the records back (an input partition
+/// nobody routes), the flush goes past it, logged as such, as the hold's
+/// bound in records (`slicing.max_held`) does: the memory is bounded in
+/// bytes whatever holds the records.
 fn flush_over_budget(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
     let over = owned.held.bytes() as u64 > setup.path.max_held_bytes;
-    if !over || replaying(owned) || !owned.state.order.flush_pending() {
+    if !over || replaying(owned) {
         return Ok(());
     }
+    let past_hold = if owned.state.order.flush_pending() {
+        false
+    } else if owned.state.order.hold_keeps_back() {
+        true
+    } else {
+        return Ok(());
+    };
     setup.metrics.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
-    idle_flush(setup, owned, judged)
+    idle_flush(setup, owned, judged, past_hold)
 }
 
 /// Whether a silent replay up to the last output `y` still waits for the
@@ -350,13 +359,13 @@ pub(super) fn apply_logged_flushes(
     judged: &mut Vec<Judgment>,
 ) -> Result<(), KafkaLayerError> {
     let last = owned.state.next_offset.checked_sub(1);
-    while let Some(&after) = owned.flushes.front() {
-        if Some(after) > last {
+    while let Some(&flush) = owned.flushes.front() {
+        if Some(flush.after) > last {
             break;
         }
         owned.flushes.pop_front();
-        if Some(after) == last {
-            flush_slice(setup, owned, judged)?;
+        if Some(flush.after) == last {
+            flush_slice(setup, owned, judged, flush.past_hold)?;
         }
     }
     Ok(())
@@ -364,9 +373,18 @@ pub(super) fn apply_logged_flushes(
 
 /// Judges every record the slice holds for the watermark (an idle flush,
 /// already logged) and emits the judgments.
-fn flush_slice(setup: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+fn flush_slice(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    past_hold: bool,
+) -> Result<(), KafkaLayerError> {
     judged.clear();
-    owned.state.flush(judged);
+    if past_hold {
+        owned.state.flush_past_hold(judged);
+    } else {
+        owned.state.flush(judged);
+    }
     let after = owned.state.next_offset.saturating_sub(1);
     setup.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
     emit(setup, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
@@ -378,13 +396,14 @@ pub(super) fn idle_flush(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
+    past_hold: bool,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     let after = owned.state.next_offset.saturating_sub(1);
-    let payload = flush_record(after);
+    let payload = flush_record(LoggedFlush { after, past_hold });
     log_and_wait(setup, slice, payload.as_bytes(), &format!("idle flush after offset {after}"))?;
     owned.since_checkpoint += 1;
-    flush_slice(setup, owned, judged)
+    flush_slice(setup, owned, judged, past_hold)
 }
 
 /// Whether a slice-log record is a router's read-order record (shared mode).
