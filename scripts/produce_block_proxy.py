@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""A Kafka proxy that can make one topic unwritable, or make its writes lag, for
-scripts/faults.py (`unwritable`) and tests/replay_bounds.rs.
+"""A Kafka proxy that can make one topic unwritable, make its writes lag, or skip a record
+batch in a consumer's fetch, for scripts/faults.py (`unwritable`) and the tests
+(tests/replay_bounds.rs, tests/memory.rs, tests/event_time.rs).
 
   scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME [--lag] [--slow-fetch B]
+  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic - --skip-batch CLIENT_ID_SUFFIX
 
 Forwards every connection to the broker unchanged until SIGUSR1; SIGUSR2 ends what SIGUSR1
 started. Two ways to hold back the Produce requests that name --topic:
@@ -20,6 +22,12 @@ started. Two ways to hold back the Produce requests that name --topic:
   (a Produce request names one partition, and all of a partition's are held). So one
   connection's writes to --topic are acknowledged behind its writes to the other topics, as
   when partitions have different leaders.
+
+--skip-batch S: at SIGUSR1 the next Fetch answer to a client whose client.id ends in S that
+holds two or more record batches of a partition loses the first of them (once; SIGUSR2
+disarms it), as the test broker answers a reader standing at a batch it has numbered but not
+stored yet (docs/dev/broker.md, finding 12): the client's next fetch starts after the batch it
+was given, and the skipped one is never fetched again unless the client asks for it.
 
 --slow-fetch B passes the broker's answers on at B bytes per second per connection, in small
 pieces, from the start: a large read (a restore's snapshot) then takes seconds while records keep
@@ -127,6 +135,69 @@ def produce_topics(frame):
         return None
 
 
+FETCH = 1
+
+
+def request_header(frame):
+    """(api key, version, correlation id, client id) of a request frame."""
+    c = Cursor(frame, 4)
+    api_key, version, corr = c.fixed(">h"), c.fixed(">h"), c.fixed(">i")
+    return api_key, version, corr, c.string(False) or b""
+
+
+def without_first_batch(frame, version):
+    """A Fetch response frame (versions 4 to 17) with the first record batch of the first
+    partition holding two or more batches taken out, as a broker that skipped it would answer;
+    (frame, partition, base offset of the batch) or None if no partition holds two."""
+    flexible = version >= 12
+    c = Cursor(frame, 4)
+    c.skip(4)  # correlation id
+    if flexible:
+        c.tags()
+    c.skip(4 + 2 + 4)  # throttle time, error code, session id (v7+)
+    for _ in range(c.array_len(flexible)):
+        if version >= 13:
+            c.skip(16)  # topic id
+        else:
+            c.string(flexible)
+        for _ in range(c.array_len(flexible)):
+            partition = c.fixed(">i")
+            c.skip(2 + 8 + 8 + 8)  # error code, high watermark, last stable offset, log start offset
+            for _ in range(max(0, c.array_len(flexible))):  # aborted transactions
+                c.skip(16)
+                if flexible:
+                    c.tags()
+            if version >= 11:
+                c.skip(4)  # preferred read replica
+            length_at = c.pos
+            n = c.bytes_len(flexible)
+            start = c.pos
+            c.skip(n)
+            if n > 12:
+                (base,) = struct.unpack_from(">q", frame, start)
+                (batch,) = struct.unpack_from(">i", frame, start + 8)
+                first = 12 + batch
+                if first < n:
+                    rest = bytes(frame[start + first:start + n])
+                    length = uvarint_bytes(len(rest) + 1) if flexible else struct.pack(">i", len(rest))
+                    body = bytes(frame[4:length_at]) + length + rest + bytes(frame[start + n:])
+                    return struct.pack(">i", len(body)) + body, partition, base
+            if flexible:
+                c.tags()
+        if flexible:
+            c.tags()
+    return None
+
+
+def uvarint_bytes(v):
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
 def log(*a):
     print("produce_block_proxy:", *a, file=sys.stderr, flush=True)
 
@@ -138,12 +209,16 @@ async def main():
     ap.add_argument("--topic", required=True, help="the topic whose produce requests are held")
     ap.add_argument("--lag", action="store_true",
                     help="hold only the produce requests naming --topic, not the connection's later requests")
+    ap.add_argument("--skip-batch", metavar="CLIENT_ID_SUFFIX",
+                    help="at SIGUSR1, take the first record batch out of the next Fetch answer to a client "
+                         "whose client.id ends so that holds two or more (once), as a broker that skips one")
     ap.add_argument("--slow-fetch", type=int, metavar="BYTES_PER_S",
                     help="pass the broker's answers on at this many bytes per second per connection")
     args = ap.parse_args()
     host, port = args.to.rsplit(":", 1)
     topic = args.topic.encode()
-    mode = "lag" if args.lag else "block"
+    mode = "skip-batch" if args.skip_batch else "lag" if args.lag else "block"
+    skip_armed = [False]
     free = asyncio.Event()  # set: nothing is held back
     free.set()
     held_total = [0]
@@ -161,6 +236,7 @@ async def main():
         def __init__(self, client_r, client_w, broker_w):
             self.client_r, self.client_w, self.broker_w = client_r, client_w, broker_w
             self.held = []  # frames held back, in arrival order
+            self.fetches = {}  # --skip-batch: correlation id -> version of the client's Fetch requests
 
         def closed(self):
             return (self.client_r.at_eof() or self.client_r.exception() is not None
@@ -186,6 +262,10 @@ async def main():
                 self.held.clear()
 
     def hold(on):
+        if args.skip_batch:
+            skip_armed[0] = on
+            log(f"skip-batch {'armed' if on else 'disarmed'}")
+            return
         if on:
             free.clear()
             log(f"{args.topic} {'lagging' if args.lag else 'blocked'} ({held_total[0]} requests held so far)")
@@ -201,6 +281,10 @@ async def main():
     async def upstream(conn, client_r, broker_w):
         # Reads on while holding, so that a client closing its connection is seen at once.
         async for frame in frames(client_r):
+            if args.skip_batch:
+                api_key, version, corr, client_id = request_header(frame)
+                if api_key == FETCH and client_id.endswith(args.skip_batch.encode()):
+                    conn.fetches[corr] = version
             if not free.is_set() and names_topic(frame):
                 held_total[0] += 1
                 conn.held.append(frame)
@@ -209,6 +293,19 @@ async def main():
             else:
                 broker_w.write(frame)
                 await broker_w.drain()
+
+    async def skipping_downstream(conn, broker_r, client_w):
+        async for frame in frames(broker_r):
+            (corr,) = struct.unpack_from(">i", frame, 4)
+            version = conn.fetches.pop(corr, None)
+            if version is not None and skip_armed[0] and version >= 4:
+                cut = without_first_batch(frame, version)
+                if cut is not None:
+                    frame, partition, base = cut
+                    skip_armed[0] = False
+                    log(f"skipped the batch at offset {base} of partition {partition}")
+            client_w.write(frame)
+            await client_w.drain()
 
     async def downstream(broker_r, client_w):
         piece = 65536 if not args.slow_fetch else max(1, min(65536, args.slow_fetch // 20))
@@ -227,7 +324,8 @@ async def main():
         conn = Conn(client_r, client_w, broker_w)
         connections.add(conn)
         tasks = [asyncio.ensure_future(upstream(conn, client_r, broker_w)),
-                 asyncio.ensure_future(downstream(broker_r, client_w))]
+                 asyncio.ensure_future(skipping_downstream(conn, broker_r, client_w) if args.skip_batch
+                                       else downstream(broker_r, client_w))]
         # Either side closing ends the pair; a held request dies with its connection.
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         connections.discard(conn)

@@ -367,3 +367,75 @@ fn a_router_joining_and_leaving_while_records_flow() {
     assert_eq!((c.false_duplicates, c.false_distinct), (0, 0), "the exact answer's verdicts: {c:?}");
     assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
 }
+
+/// The test broker can skip a batch of the slice log: it numbers a batch
+/// before it stores it, and answers a reader standing at a numbered batch
+/// not stored yet with the next stored one (docs/dev/broker.md, finding 12;
+/// two routers writing one slice partition under load). A proxy takes the
+/// first batch out of one fetch answer to the slice consumer, as the broker
+/// does, deterministically: the slice sees its offsets jump, reads the gap
+/// again, and judges every record; the output is the exact answer's (the
+/// first copy of each key).
+#[test]
+fn a_batch_the_broker_skips_in_the_slice_log_is_read_again() {
+    let _one = serial();
+    let dir = std::env::temp_dir().join(unique("dedupd-skip"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proxy = ProduceProxy::with_mode(&dir, "-", ProxyMode::SkipBatch("-slices"));
+    let input = unique("clicks-skip");
+    create_topic_on(&proxy.client, &input, 2);
+    let app = unique("skip");
+    let mut env = app_env(&app, &input, "repartition", 2);
+    env.push(("DEDUPD__KAFKA__BROKERS".into(), proxy.brokers()));
+    // Fetch answers that wait for more than one batch (the routers' progress
+    // records alone are a batch every 100 ms).
+    env.push(("DEDUPD__KAFKA__FETCH_MIN_BYTES".into(), "1000000".into()));
+    env.push(("DEDUPD__KAFKA__FETCH_WAIT_MAX_MS".into(), "300".into()));
+    let mut d = Daemon::start("skip", &env);
+    d.wait_ready(Duration::from_secs(60));
+    // 300 keys, each sent again and again 10 ms apart: the first copy of each is distinct.
+    let record = |seq: u64| click(seq, &format!("k{}", seq % 300), BASE_TS + seq as i64 * 10, (seq % 2) as i32);
+    let burst =
+        |from: u64, n: u64| produce_on(&proxy.client, &input, &(from..from + n).map(record).collect::<Vec<_>>());
+    burst(0, 100);
+    wait_processed(&[&d], 100, Duration::from_secs(60));
+    proxy.hold();
+    let mut sent = 100;
+    // Bursts until one fetch answer holds two batches of a slice and loses the first.
+    while !proxy.log().contains("skipped the batch") {
+        assert!(sent < 5_000, "no fetch answer held two batches:\n{}", proxy.log());
+        burst(sent, 50);
+        sent += 50;
+    }
+    proxy.release();
+    // Every key sent again after the gap: 400 records at least.
+    loop {
+        burst(sent, 50);
+        sent += 50;
+        if sent >= 400 {
+            break;
+        }
+    }
+    wait_judged(&[&d], &["distinct", "duplicates", "invalid", "resends"], sent, Duration::from_secs(60));
+    let (code, metrics) = http_get(d.admin_port, "/metrics").expect("/metrics answers");
+    assert_eq!(code, 200);
+    let gaps = |outcome: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("dedupd_slice_log_gaps_total{") && l.contains(&format!("outcome=\"{outcome}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+    };
+    assert!(gaps("waited") >= 1.0 && gaps("skipped") == 0.0, "the gap should be waited out:\n{metrics}");
+    let mut seqs: Vec<u64> = proxy
+        .read(&format!("{app}.out"), Duration::from_secs(3))
+        .values()
+        .flatten()
+        .map(|r| {
+            serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap()
+        })
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "the first copy of every key, once");
+    assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+}

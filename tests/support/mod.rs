@@ -758,25 +758,48 @@ pub struct ProduceProxy {
     _broker: Proc,
     proxy: Proc,
     proxy_log: PathBuf,
-    lag: bool,
+    mode: ProxyMode,
     pub client: ClientConfig,
+}
+
+/// What a [`ProduceProxy`] does between `hold` and `release`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProxyMode {
+    /// Holds the connection's every request from the first Produce naming the topic on.
+    Block,
+    /// Holds only the Produce requests naming the topic.
+    Lag,
+    /// Takes the first record batch out of one Fetch answer (holding two or
+    /// more of a partition) to the client whose `client.id` ends so.
+    SkipBatch(&'static str),
 }
 
 impl ProduceProxy {
     pub fn new(dir: &Path, topic: &str, lag: bool) -> ProduceProxy {
+        Self::with_mode(dir, topic, if lag { ProxyMode::Lag } else { ProxyMode::Block })
+    }
+
+    pub fn with_mode(dir: &Path, topic: &str, mode: ProxyMode) -> ProduceProxy {
         let proxy_port = free_port();
         let (broker, broker_port) = own_broker_advertising(dir, Some(proxy_port), &[]);
         let proxy_log = dir.join("proxy.log");
         let script = root().join("scripts/produce_block_proxy.py");
         let (port, to) = (proxy_port.to_string(), format!("127.0.0.1:{broker_port}"));
         let mut args = vec![script.to_str().unwrap(), "--listen", &port, "--to", &to, "--topic", topic];
-        if lag {
-            args.push("--lag");
+        // `=`: a suffix may start with a dash.
+        let skip = match mode {
+            ProxyMode::SkipBatch(suffix) => format!("--skip-batch={suffix}"),
+            _ => String::new(),
+        };
+        match mode {
+            ProxyMode::Block => {}
+            ProxyMode::Lag => args.push("--lag"),
+            ProxyMode::SkipBatch(_) => args.push(&skip),
         }
         let proxy = start_in(dir, Path::new("python3"), &args, &proxy_log, proxy_port);
         let mut client = ClientConfig::new();
         client.set("bootstrap.servers", format!("127.0.0.1:{proxy_port}"));
-        ProduceProxy { _broker: broker, proxy, proxy_log, lag, client }
+        ProduceProxy { _broker: broker, proxy, proxy_log, mode, client }
     }
 
     /// The address clients (the daemon) bootstrap from.
@@ -795,13 +818,18 @@ impl ProduceProxy {
 
     pub fn hold(&self) {
         self.signal("-USR1");
-        let said = if self.lag { " lagging (" } else { " blocked (" };
+        let said = match self.mode {
+            ProxyMode::Block => " blocked (",
+            ProxyMode::Lag => " lagging (",
+            ProxyMode::SkipBatch(_) => "skip-batch armed",
+        };
         wait_for("the proxy to hold", Duration::from_secs(5), || self.log().contains(said));
     }
 
     pub fn release(&self) {
         self.signal("-USR2");
-        wait_for("the proxy to pass everything on", Duration::from_secs(5), || self.log().contains(" writable ("));
+        let said = if matches!(self.mode, ProxyMode::SkipBatch(_)) { "skip-batch disarmed" } else { " writable (" };
+        wait_for("the proxy to pass everything on", Duration::from_secs(5), || self.log().contains(said));
     }
 
     pub fn read(&self, topic: &str, quiet: Duration) -> BTreeMap<i32, Vec<Rec>> {

@@ -9,8 +9,11 @@
 //! delivered.
 //!
 //! So a record beyond the offset a slice expects next is not taken in: the
-//! partition is read again from the expected offset, every [`REREAD_EVERY`],
-//! until the records in between have arrived. A gap still open after
+//! partition is read again from the expected offset, until the records in
+//! between have arrived. It is read again only once a record past the gap
+//! has come since the last seek (and at most every [`REREAD_EVERY`]): a seek
+//! drops the fetch in flight, and a fetch the broker holds longer than the
+//! interval (`fetch.wait.max.ms`) would otherwise never be answered. A gap still open after
 //! [`PATIENCE`] is taken as real (offsets that hold nothing a reader is given,
 //! such as a foreign transactional writer's markers): the slice goes on,
 //! with an error in the log and `dedupd_slice_log_gaps_total{outcome="skipped"}`.
@@ -50,8 +53,11 @@ struct Open {
     /// The first offset missing.
     expected: u64,
     since: Instant,
-    /// When to read the partition again from `expected`.
+    /// When the partition may be read again from `expected`.
     reread_at: Instant,
+    /// Whether a record past the gap came since the last seek: the fetch
+    /// the seek started has been answered, without the records missing.
+    answered: bool,
 }
 
 /// The next log offset each slice expects, and the gaps open.
@@ -90,7 +96,8 @@ impl SliceLogGaps {
         }
         let expected = *next;
         let opened = !self.open.contains_key(&slice);
-        let open = self.open.entry(slice).or_insert(Open { expected, since: now, reread_at: now });
+        let open = self.open.entry(slice).or_insert(Open { expected, since: now, reread_at: now, answered: true });
+        open.answered = true;
         let waited = now.saturating_duration_since(open.since);
         if waited < PATIENCE {
             return Admit::Leave { opened: opened.then_some(expected) };
@@ -101,12 +108,14 @@ impl SliceLogGaps {
     }
 
     /// The slices whose partition is to be read again now, from the offset
-    /// each expects; the next reread of each is due [`REREAD_EVERY`] later.
+    /// each expects: those whose last read was answered past the gap, at
+    /// most every [`REREAD_EVERY`].
     pub(super) fn rereads_due(&mut self, now: Instant) -> Vec<(u32, u64)> {
         let mut due = Vec::new();
         for (&slice, open) in &mut self.open {
-            if now >= open.reread_at {
+            if open.answered && now >= open.reread_at {
                 open.reread_at = now + REREAD_EVERY;
+                open.answered = false;
                 due.push((slice, open.expected));
             }
         }
@@ -181,6 +190,12 @@ mod tests {
         assert_eq!(gaps.admit(3, 16, t), Admit::Leave { opened: Some(10) }, "offsets 10..16 not read yet");
         assert_eq!(gaps.admit(3, 17, t), Admit::Leave { opened: None });
         assert_eq!(gaps.rereads_due(t), vec![(3, 10)], "read again from 10 at once");
+        assert_eq!(gaps.rereads_due(t + REREAD_EVERY * 10), vec![], "not while the fetch of that seek is unanswered");
+        assert_eq!(
+            gaps.admit(3, 16, t + REREAD_EVERY / 2),
+            Admit::Leave { opened: None },
+            "answered, still past the gap"
+        );
         assert_eq!(gaps.rereads_due(t + REREAD_EVERY / 2), vec![], "not before REREAD_EVERY");
         assert_eq!(gaps.rereads_due(t + REREAD_EVERY), vec![(3, 10)]);
         // Read again from 10: the batch is there now.
