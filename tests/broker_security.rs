@@ -178,20 +178,6 @@ fn clicks_through(client: &ClientConfig, name: &str) -> String {
     input
 }
 
-/// The `seq` of every record of `app`'s output, read through `client`, sorted.
-fn output_seqs(client: &ClientConfig, app: &str) -> Vec<u64> {
-    let out = read_all_on(client, &format!("{app}.out"), Duration::from_secs(3));
-    let mut seqs: Vec<u64> = out
-        .values()
-        .flatten()
-        .map(|r| {
-            serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap()
-        })
-        .collect();
-    seqs.sort_unstable();
-    seqs
-}
-
 /// SASL/SCRAM-SHA-512 (`sasl.*` settings) for the user `dedupd`, with
 /// librdkafka's configuration, security and broker debug logs on.
 fn sasl_env(protocol: &str, port: u16, password: &str) -> Vec<(String, String)> {

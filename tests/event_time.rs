@@ -427,15 +427,7 @@ fn a_batch_the_broker_skips_in_the_slice_log_is_read_again() {
             .sum::<f64>()
     };
     assert!(gaps("waited") >= 1.0 && gaps("skipped") == 0.0, "the gap should be waited out:\n{metrics}");
-    let mut seqs: Vec<u64> = proxy
-        .read(&format!("{app}.out"), Duration::from_secs(3))
-        .values()
-        .flatten()
-        .map(|r| {
-            serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap()
-        })
-        .collect();
-    seqs.sort_unstable();
+    let seqs = output_seqs(&proxy.client, &app);
     assert_eq!(seqs, (0..300).collect::<Vec<_>>(), "the first copy of every key, once");
     assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
 }

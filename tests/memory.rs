@@ -291,27 +291,17 @@ fn the_memory_budget_holds_while_the_output_accepts_no_writes() {
     let before_release = metric(&metrics(&daemon), "dedupd_records_total");
     proxy.release();
     let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    let delivered = loop {
+    let seqs = loop {
         samples.push(resident_bytes(pid));
-        let out = proxy.read(&format!("{app}.out"), Duration::from_secs(2));
-        let n: usize = out.values().map(Vec::len).sum();
-        if n as u64 >= RECORDS || std::time::Instant::now() > deadline {
-            break out;
+        let seqs = output_seqs(&proxy.client, &app);
+        if seqs.len() as u64 >= RECORDS || std::time::Instant::now() > deadline {
+            break seqs;
         }
     };
     let peak = samples.iter().copied().max().unwrap_or(0);
     eprintln!("peak resident {} MiB over {} samples; {before_release} judged while held", peak >> 20, samples.len());
     assert!(samples.iter().all(|&b| b > 0), "VmRSS read at every sample");
     assert!(peak < LIMIT, "resident {peak} bytes, above memory.limit {LIMIT}: {samples:?}");
-    let mut seqs: Vec<u64> = delivered
-        .values()
-        .flatten()
-        .map(|r| {
-            let v: serde_json::Value = serde_json::from_slice(r.value.as_deref().unwrap()).unwrap();
-            v["seq"].as_u64().unwrap()
-        })
-        .collect();
-    seqs.sort_unstable();
     assert_eq!(seqs, (0..RECORDS).collect::<Vec<_>>(), "every record delivered once after the output took writes");
     let status = daemon.terminate(Duration::from_secs(40));
     assert!(status.success(), "{status}\n{}", daemon.log_text());

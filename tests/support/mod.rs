@@ -748,6 +748,20 @@ pub fn keyed_stream_with(
     })
 }
 
+/// The `seq` of every record of `app`'s output (`<app>.out`), read through `client`, sorted.
+pub fn output_seqs(client: &ClientConfig, app: &str) -> Vec<u64> {
+    let out = read_all_on(client, &format!("{app}.out"), Duration::from_secs(3));
+    let mut seqs: Vec<u64> = out
+        .values()
+        .flatten()
+        .map(|r| {
+            serde_json::from_slice::<serde_json::Value>(r.value.as_deref().unwrap()).unwrap()["seq"].as_u64().unwrap()
+        })
+        .collect();
+    seqs.sort_unstable();
+    seqs
+}
+
 /// A broker of its own that advertises the port of a proxy in front of it
 /// (scripts/produce_block_proxy.py), the proxy holding back the Produce
 /// requests for `topic` between [`ProduceProxy::hold`] and
