@@ -272,3 +272,46 @@ fn the_daemon_logs_its_sizing_once() {
     assert!(daemon.terminate(Duration::from_secs(30)).success());
     daemon.assert_clean_log();
 }
+
+/// A cluster where topics are made by hand: with `topics.auto_create =
+/// false` the daemon refuses to start without its topics, naming `dedupd
+/// topics`; the topics made from `dedupd topics --json` (names, partitions,
+/// configs) by an admin client let it run and deliver.
+#[test]
+fn topics_made_from_dedupd_topics_json_run_the_daemon_without_auto_create() {
+    let input = unique("clicks-by-hand");
+    create_topic(&input, 2);
+    let app = unique("by-hand");
+    let mut env = app_env(&app, &input, "repartition", 2);
+    env.push(("DEDUPD__TOPICS__AUTO_CREATE".into(), "false".into()));
+    let mut refused = Daemon::start("by-hand-missing", &env);
+    assert!(!refused.wait_exit(Duration::from_secs(60), "dedupd started without its topics").success());
+    assert!(refused.log_text().contains("topics.auto_create = false"), "{}", refused.log_text());
+    assert!(refused.log_text().contains("`dedupd topics` lists each"), "{}", refused.log_text());
+
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (ok, stdout, stderr) = dedupd(&["topics", "--json", "config/dedupd.toml"], &pairs);
+    assert!(ok, "{stderr}");
+    let needs: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let topics = needs["topics"].as_array().unwrap();
+    let names: Vec<&str> = topics.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    for own in [".out", ".dlq", ".ckpt", ".flushes", ".slices"] {
+        assert!(names.contains(&format!("{app}{own}").as_str()), "{own} missing from {names:?}");
+    }
+    assert!(needs["acls"].as_array().unwrap().iter().any(|a| a["name"] == input.as_str()), "{stdout}");
+    for t in topics {
+        let configs: Vec<(&str, &str)> =
+            t["configs"].as_object().unwrap().iter().map(|(k, v)| (k.as_str(), v.as_str().unwrap())).collect();
+        create_topic_with(t["name"].as_str().unwrap(), t["partitions"].as_i64().unwrap() as i32, &configs);
+    }
+
+    let mut daemon = Daemon::start("by-hand", &env);
+    daemon.wait_ready(Duration::from_secs(60));
+    let records: Vec<Rec> =
+        (0..100).map(|i| click(i, &format!("k{}", i % 50), BASE_TS + i as i64, (i % 2) as i32)).collect();
+    produce(&input, &records);
+    wait_processed(&[&daemon], 100, Duration::from_secs(60));
+    assert_eq!(output_seqs(&local_broker(), &app), (0..50).collect::<Vec<_>>(), "the first copy of each key");
+    assert!(!daemon.log_text().contains("created topic"), "it created none:\n{}", daemon.log_text());
+    assert!(daemon.terminate(Duration::from_secs(40)).success(), "{}", daemon.log_text());
+}

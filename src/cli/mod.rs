@@ -6,6 +6,7 @@
 //! - `dedupd keys …`: calls to a running daemon's key endpoints.
 //! - `dedupd status --admin URL…`: the members' slices, from their admin endpoints.
 //! - `dedupd check-config FILE`: checks a settings file as `run` would.
+//! - `dedupd topics FILE`: the topics and ACLs an application needs.
 //!
 //! The measurements (accuracy experiments, the design-space simulator) are
 //! not in this binary: they are the lab's, `cargo run --release -p dedupd-lab`.
@@ -18,6 +19,7 @@ pub mod keys;
 pub mod logs;
 pub mod run;
 pub mod status;
+pub mod topics;
 
 use clap::{Parser, Subcommand};
 
@@ -54,6 +56,10 @@ pub enum Command {
     /// broker): exit 0 and print the filter's sizing, or exit non-zero with
     /// the error the daemon would give.
     CheckConfig(check_config::CheckConfigArgs),
+    /// Print the topics an application writes (name, partitions, configs)
+    /// and the ACLs of its principal, from its settings (without a broker):
+    /// for clusters where topics are not created automatically.
+    Topics(topics::TopicsArgs),
 }
 
 /// Parses the command line and runs it; the error is printed by `main`.
@@ -66,5 +72,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Checkpoint(command) => checkpoint::run(command),
         Command::Status(args) => status::run(args),
         Command::CheckConfig(args) => check_config::run(args),
+        Command::Topics(args) => topics::run(args),
     }
 }

@@ -13,7 +13,9 @@ use rdkafka::consumer::Consumer;
 
 use super::clients::{self, PlainContext, Reader};
 use super::{Context, KafkaLayerError};
-use crate::config::{Resolved, SlicingMode, Tier};
+use crate::config::{Resolved, SlicingMode};
+
+pub mod needs;
 
 const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,41 +66,9 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
         }
     }
 
-    // (topic, partitions, topic configs). Every topic dedupd creates takes
-    // the largest record its producers send: a broker's default
-    // `max.message.bytes` (Kafka's ~1 MB) would refuse a copy of a larger
-    // input record (which the input topic's own limit allowed) on its way
-    // to the slice, output or dead-letter topic, and a checkpoint chunk of
-    // more than 1 MB.
-    let largest = clients::largest_record(cfg);
-    let sized = |extra: &[(&'static str, &str)]| -> Vec<(&'static str, String)> {
-        let mut config = vec![("max.message.bytes", largest.clone())];
-        config.extend(extra.iter().map(|(k, v)| (*k, v.to_string())));
-        config
-    };
-    type Wanted = (String, usize, Vec<(&'static str, String)>);
-    let mut wanted: Vec<Wanted> = vec![
-        (s.output.topic.clone(), slices, sized(&[])),
-        (s.output.dead_letter_topic.clone(), slices, sized(&[])),
-        (s.checkpoint.topic.clone(), slices, sized(&[("cleanup.policy", "compact")])),
-        (cfg.flush_topic(), slices, sized(&[])),
-    ];
-    for optional in [&s.output.duplicates_topic, &s.output.late_topic, &s.flag.topic] {
-        if !optional.is_empty() {
-            wanted.push((optional.clone(), slices, sized(&[])));
-        }
-    }
-    if cfg.slicing != SlicingMode::InputPartitions {
-        wanted.push((cfg.slice_topic(), slices, sized(&[])));
-    }
-    // A sparse tree's verdicts: whichever level starts first creates the
-    // topic; any partition count works (slice s writes s mod partitions).
-    if matches!(cfg.tier, Tier::SparseLeaf | Tier::SparseRoot) {
-        wanted.push((s.tier.verdict_topic.clone(), 1, sized(&[])));
-    }
-
+    let wanted = needs::topics(cfg);
     let mut missing = Vec::new();
-    for (topic, need, config) in &wanted {
+    for needs::TopicNeed { name: topic, partitions: need, configs: config, .. } in &wanted {
         match partition_count(&probe, topic)? {
             Some(have) if have < *need => {
                 return Err(KafkaLayerError::Topics(format!(
@@ -116,7 +86,8 @@ pub async fn ensure(cfg: &Resolved) -> Result<u32, KafkaLayerError> {
     if !s.topics.auto_create {
         let names: Vec<&str> = missing.iter().map(|m| m.0.as_str()).collect();
         return Err(KafkaLayerError::Topics(format!(
-            "missing topics {names:?} and topics.auto_create = false: create them with at least {slices} partitions"
+            "missing topics {names:?} and topics.auto_create = false: create them with at least {slices} partitions \
+             (`dedupd topics` lists each with its configs)"
         )));
     }
     let admin: AdminClient<PlainContext> = clients::base(cfg, &format!("{}-admin", s.app.id), clients::Role::Producer)
