@@ -42,7 +42,7 @@ fn serve(parts: Vec<Vec<u8>>, pause: Duration) -> String {
 fn ask(url: &str, deadline: Duration) -> (Result<String, Failure>, Duration) {
     let registry = HttpRegistry::with_deadline(&Access { url, ..Access::default() }, deadline).unwrap();
     let started = Instant::now();
-    let got = registry.ask(7);
+    let got = registry.ask(Asked::Id(7));
     (got, started.elapsed())
 }
 
@@ -173,4 +173,11 @@ fn settings_are_checked() {
     let registry = HttpRegistry::new(&Access { url: "http://r", token: Some("t0k"), ..Access::default() });
     assert_eq!(registry.unwrap().auth.as_deref(), Some("Bearer t0k"));
     assert_eq!(base64(b"ab"), "YWI=");
+}
+
+#[test]
+fn subjects_are_one_path_segment() {
+    assert_eq!(percent_encoded("clicks-value"), "clicks-value");
+    assert_eq!(percent_encoded("ads/ad.proto"), "ads%2Fad.proto");
+    assert_eq!(percent_encoded("a b?#%é"), "a%20b%3F%23%25%C3%A9");
 }
