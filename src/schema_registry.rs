@@ -230,7 +230,7 @@ impl HttpRegistry {
         let at = match asked {
             Asked::Id(id) => format!("{}/schemas/ids/{id}", self.base),
             Asked::Version { subject, version } => {
-                format!("{}/subjects/{}/versions/{version}", self.base, percent_encoded(subject))
+                format!("{}/subjects/{}/versions/{version}", self.base, crate::url::percent_encode(subject.as_bytes()))
             }
         };
         let mut request =
@@ -332,20 +332,6 @@ fn wait(pause: Duration) {
         }
         std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
-}
-
-/// `text` as one URL path segment: every byte but the unreserved ones
-/// (letters, digits, `-._~`) percent-encoded.
-fn percent_encoded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// Standard base64 with padding.

@@ -174,10 +174,3 @@ fn settings_are_checked() {
     assert_eq!(registry.unwrap().auth.as_deref(), Some("Bearer t0k"));
     assert_eq!(base64(b"ab"), "YWI=");
 }
-
-#[test]
-fn subjects_are_one_path_segment() {
-    assert_eq!(percent_encoded("clicks-value"), "clicks-value");
-    assert_eq!(percent_encoded("ads/ad.proto"), "ads%2Fad.proto");
-    assert_eq!(percent_encoded("a b?#%é"), "a%20b%3F%23%25%C3%A9");
-}
