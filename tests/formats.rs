@@ -90,11 +90,9 @@ impl Drop for Registry {
     }
 }
 
-fn run_format(format: &str, schemas: &[(&str, String)]) {
-    let input = unique(&format!("{format}-in"));
-    create_topic(&input, 1);
-    let app = unique(&format!("{format}-app"));
-    let mut env = app_env(&app, &input, "repartition", 2);
+/// `env` for the clicks of the fixtures in `format`: keyed by user and ad,
+/// timed by `at` (RFC 3339), a window of 2 minutes; with the `schemas` settings.
+fn clicks_env(mut env: Vec<(String, String)>, format: &str, schemas: &[(&str, String)]) -> Vec<(String, String)> {
     env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY" && k != "DEDUPD__INPUT__TIME" && k != "DEDUPD__FILTER__WINDOW");
     for (k, v) in [
         ("DEDUPD__INPUT__FORMAT", format.to_string()),
@@ -107,6 +105,14 @@ fn run_format(format: &str, schemas: &[(&str, String)]) {
     {
         env.push((k.to_string(), v));
     }
+    env
+}
+
+fn run_format(format: &str, schemas: &[(&str, String)]) {
+    let input = unique(&format!("{format}-in"));
+    create_topic(&input, 1);
+    let app = unique(&format!("{format}-app"));
+    let env = clicks_env(app_env(&app, &input, "repartition", 2), format, schemas);
     let mut records = fixture_records(format);
     assert_eq!(records.len(), 6);
     let mut unknown = records[0].clone();
@@ -754,20 +760,10 @@ fn serialized_run(format: &str, dead: &[&str]) {
     let values: Vec<Vec<u8>> =
         read_all(&input, Duration::from_secs(1)).remove(&0).unwrap().into_iter().map(|r| r.value.unwrap()).collect();
     assert_eq!(values.len(), written + 1);
-    let mut env = app_env(&app, &input, "input-partitions", 1);
-    env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY" && k != "DEDUPD__INPUT__TIME" && k != "DEDUPD__FILTER__WINDOW");
-    for (k, v) in [
-        ("DEDUPD__INPUT__FORMAT", format.to_string()),
-        ("DEDUPD__INPUT__KEY", "json:/user/id+json:/ad/id".to_string()),
-        ("DEDUPD__INPUT__TIME", "json:/at".to_string()),
-        ("DEDUPD__FILTER__WINDOW", "2m".to_string()),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("http://127.0.0.1:{}", registry.port)),
-    ] {
-        env.push((k.to_string(), v));
-    }
-    if format == "json_schema" {
-        env.retain(|(k, _)| k != "DEDUPD__INPUT__SCHEMA_REGISTRY");
-    }
+    let url = format!("http://127.0.0.1:{}", registry.port);
+    let registry_env = [("DEDUPD__INPUT__SCHEMA_REGISTRY", url)];
+    let schemas = if format == "json_schema" { &[][..] } else { &registry_env[..] };
+    let env = clicks_env(app_env(&app, &input, "input-partitions", 1), format, schemas);
     let mut daemon = Daemon::start(&format!("serialized-{format}"), &env);
     daemon.wait_ready(Duration::from_secs(60));
     for (topic, want) in [(format!("{app}.dlq"), dead.len()), (format!("{app}.out"), 5)] {
