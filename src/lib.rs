@@ -30,6 +30,7 @@
 //! - [`testkit`]: synthetic workloads, real text and the exact oracle, shared
 //!   by the tests, the examples and the lab (`lab/`, the accuracy experiments).
 //! - [`units`]: parsing of durations such as `10m`.
+//! - [`url`]: percent-encoding of URL path segments for the HTTP clients.
 
 pub mod admin;
 pub mod cli;
@@ -43,3 +44,4 @@ pub mod metrics;
 pub mod schema_registry;
 pub mod testkit;
 pub mod units;
+pub mod url;

@@ -1,6 +1,7 @@
 //! The schema registry client (`--schema-registry` in the pipe mode,
-//! `input.schema_registry` in the daemon): `GET <url>/schemas/ids/<id>`
-//! over HTTP/1.1 or https (ureq with rustls: docs/dev/schema-registry-client.md),
+//! `input.schema_registry` in the daemon): `GET <url>/schemas/ids/<id>`,
+//! and `GET <url>/subjects/<subject>/versions/<version>` for the schemas
+//! another refers to, over HTTP/1.1 or https (ureq with rustls: docs/dev/schema-registry-client.md),
 //! with basic or bearer authentication, a CA file of its own and a client
 //! certificate (mutual TLS). Every request has a total deadline
 //! ([`DEADLINE`]: a slowly dripping answer cannot hold the record longer)
@@ -21,7 +22,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::engine::formats::Fetch;
+use crate::engine::formats::{Asked, Fetch};
 
 /// The `kind` label of `dedupd_schema_registry_errors_total`: every failed
 /// request, the definite `not_found` and the faults that are waited out.
@@ -224,9 +225,14 @@ fn tls(access: &Access<'_>) -> Result<ureq::tls::TlsConfig, (Setting, String)> {
 }
 
 impl HttpRegistry {
-    /// One request for the schema of `id`.
-    fn ask(&self, id: u32) -> Result<String, Failure> {
-        let at = format!("{}/schemas/ids/{id}", self.base);
+    /// One request for a schema.
+    fn ask(&self, asked: Asked<'_>) -> Result<String, Failure> {
+        let at = match asked {
+            Asked::Id(id) => format!("{}/schemas/ids/{id}", self.base),
+            Asked::Version { subject, version } => {
+                format!("{}/subjects/{}/versions/{version}", self.base, crate::url::percent_encode(subject.as_bytes()))
+            }
+        };
         let mut request =
             self.agent.get(&at).header("Accept", "application/vnd.schemaregistry.v1+json, application/json");
         if let Some(auth) = &self.auth {
@@ -249,7 +255,10 @@ impl HttpRegistry {
         let excerpt = || text.chars().take(120).collect::<String>();
         match status {
             200 => registry_answer(&text).map_err(|why| Failure::Transient("bad_answer", format!("{at}: {why}"))),
-            404 => Err(Failure::Definite(format!("the registry has no schema with this id (HTTP 404 from {at})"))),
+            404 => Err(Failure::Definite(match asked {
+                Asked::Id(_) => format!("the registry has no schema with this id (HTTP 404 from {at})"),
+                Asked::Version { .. } => format!("the registry has no such subject or version (HTTP 404 from {at})"),
+            })),
             401 | 403 => Err(Failure::Transient(
                 "refused_credentials",
                 format!("the registry refused the credentials (HTTP {status} from {at})"),
@@ -276,10 +285,10 @@ fn registry_answer(text: &str) -> Result<String, String> {
 impl Fetch for HttpRegistry {
     /// The schema's answer, or the registry's definite "no such id"; other
     /// failures are waited out here (see the module's comment).
-    fn fetch(&self, id: u32) -> Result<String, String> {
+    fn fetch(&self, asked: Asked<'_>) -> Result<String, String> {
         let (started, mut pause) = (Instant::now(), BACKOFF.0);
         loop {
-            let (kind, why) = match self.ask(id) {
+            let (kind, why) = match self.ask(asked) {
                 Ok(answer) => {
                     set_outage(None);
                     return Ok(answer);
@@ -297,13 +306,13 @@ impl Fetch for HttpRegistry {
                 && (started.elapsed() >= limit || kind == "refused_credentials")
             {
                 eprintln!(
-                    "dedupd: schema id {id}: {why}; waited {} s for the registry: stopping without judging this \
+                    "dedupd: {asked}: {why}; waited {} s for the registry: stopping without judging this \
                      record (fix the registry or its settings and run again)",
                     started.elapsed().as_secs()
                 );
                 std::process::exit(1);
             }
-            log::warn!("schema id {id}: {why}; the record waits, asking again in {} ms", pause.as_millis());
+            log::warn!("{asked}: {why}; the record waits, asking again in {} ms", pause.as_millis());
             wait(pause);
             pause = (pause * 2).min(BACKOFF.1);
         }

@@ -1,10 +1,13 @@
-//! `dedupd run` on Avro and Protobuf records in the Confluent wire format,
-//! on the local broker: the records confluent-kafka's Python serializers
-//! wrote (tests/formats/, scripts/format_fixtures.py), deduplicated by a
-//! composite key of nested fields with an RFC 3339 time; Avro schemas from
-//! local files, Protobuf schemas fetched from a registry's REST path (a small
-//! Python http.server); a record whose schema id is unknown, and a JSON
-//! record on the Avro input, go to the dead letters with `bad_schema`.
+//! `dedupd run` on Avro, Protobuf and JSON Schema records in the Confluent
+//! wire format, on the local broker: the records confluent-kafka's Python
+//! serializers wrote (saved in tests/formats/ by scripts/format_fixtures.py,
+//! or written during the test by tests/formats/serializers.py into a test
+//! registry of its own, with schema references and Protobuf imports),
+//! deduplicated by a composite key of nested fields with an RFC 3339 time;
+//! schemas from local files or fetched from a registry's REST paths (small
+//! Python servers, over HTTP and https); a record whose schema id is
+//! unknown, or whose referenced schema is missing, and a JSON record on the
+//! Avro input, go to the dead letters with `bad_schema`.
 
 mod support;
 
@@ -87,11 +90,9 @@ impl Drop for Registry {
     }
 }
 
-fn run_format(format: &str, schemas: &[(&str, String)]) {
-    let input = unique(&format!("{format}-in"));
-    create_topic(&input, 1);
-    let app = unique(&format!("{format}-app"));
-    let mut env = app_env(&app, &input, "repartition", 2);
+/// `env` for the clicks of the fixtures in `format`: keyed by user and ad,
+/// timed by `at` (RFC 3339), a window of 2 minutes; with the `schemas` settings.
+fn clicks_env(mut env: Vec<(String, String)>, format: &str, schemas: &[(&str, String)]) -> Vec<(String, String)> {
     env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY" && k != "DEDUPD__INPUT__TIME" && k != "DEDUPD__FILTER__WINDOW");
     for (k, v) in [
         ("DEDUPD__INPUT__FORMAT", format.to_string()),
@@ -104,6 +105,14 @@ fn run_format(format: &str, schemas: &[(&str, String)]) {
     {
         env.push((k.to_string(), v));
     }
+    env
+}
+
+fn run_format(format: &str, schemas: &[(&str, String)]) {
+    let input = unique(&format!("{format}-in"));
+    create_topic(&input, 1);
+    let app = unique(&format!("{format}-app"));
+    let env = clicks_env(app_env(&app, &input, "repartition", 2), format, schemas);
     let mut records = fixture_records(format);
     assert_eq!(records.len(), 6);
     let mut unknown = records[0].clone();
@@ -718,45 +727,92 @@ fn json_schema_records_in_the_pipe_mode() {
     assert!(stderr.contains("line 5: bad_json"), "{stderr}");
 }
 
-/// The daemon on `json_schema` records: deduplicated by a nested field of
-/// the JSON body; a record without the wire format's header is `bad_schema`.
-#[test]
-fn json_schema_records_in_the_daemon() {
-    let input = unique("jsonschema-in");
+/// Starts tests/formats/serializers.py: a schema registry in memory, into
+/// which confluent-kafka's serializer of `format` registered its schemas
+/// while it wrote the records to `topic`; with how many it wrote.
+fn serialized(format: &str, topic: &str) -> (Registry, usize) {
+    let mut child = Command::new("python3")
+        .arg(root().join("tests/formats/serializers.py"))
+        .args([format, &broker(), topic])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 for the serializers");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let said: serde_json::Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("serializers.py {format}: {e}: {line:?} (confluent-kafka[avro,protobuf,json]?)"));
+    let registry = Registry { child, port: u16::try_from(said["port"].as_u64().unwrap()).unwrap() };
+    (registry, usize::try_from(said["records"].as_u64().unwrap()).unwrap())
+}
+
+/// The daemon on the records confluent-kafka's serializer of `format`
+/// wrote (its schemas in the test registry), and a JSON record without the
+/// wire format's header: records 0, 1, 2, 4 and 5 delivered in order
+/// (3 is a copy of 0), the dead letters `bad_schema` with the details
+/// `dead` names (the last one: the record without the header).
+fn serialized_run(format: &str, dead: &[&str]) {
+    let input = unique(&format!("serialized-{format}-in"));
     create_topic(&input, 1);
-    let app = unique("jsonschema-app");
-    let mut env = app_env(&app, &input, "input-partitions", 1);
-    env.retain(|(k, _)| k != "DEDUPD__INPUT__KEY");
-    env.push(("DEDUPD__INPUT__KEY".into(), "json:/user/id".into()));
-    env.push(("DEDUPD__INPUT__FORMAT".into(), "json_schema".into()));
-    let body = |i: i64| format!(r#"{{"user":{{"id":"u{}"}},"ts":{}}}"#, i % 8, BASE_TS + i * 1000);
-    let mut values: Vec<Vec<u8>> = (0..10).map(|i| [&[0u8, 0, 0, 0, 4][..], body(i).as_bytes()].concat()).collect();
-    values.push(body(10).into_bytes());
-    let recs: Vec<Rec> = values
-        .iter()
-        .map(|v| Rec {
-            partition: 0,
-            offset: -1,
-            key: None,
-            value: Some(v.clone()),
-            timestamp: None,
-            headers: Vec::new(),
-        })
-        .collect();
-    let mut daemon = Daemon::start("jsonschema", &env);
+    let app = unique(&format!("serialized-{format}-app"));
+    let (registry, written) = serialized(format, &input);
+    produce(&input, &[Rec::new(0, "plain", r#"{"user":{"id":"u1"},"ad":{"id":7},"at":"x"}"#, BASE_TS)]);
+    let values: Vec<Vec<u8>> =
+        read_all(&input, Duration::from_secs(1)).remove(&0).unwrap().into_iter().map(|r| r.value.unwrap()).collect();
+    assert_eq!(values.len(), written + 1);
+    let url = format!("http://127.0.0.1:{}", registry.port);
+    let registry_env = [("DEDUPD__INPUT__SCHEMA_REGISTRY", url)];
+    let schemas = if format == "json_schema" { &[][..] } else { &registry_env[..] };
+    let env = clicks_env(app_env(&app, &input, "input-partitions", 1), format, schemas);
+    let mut daemon = Daemon::start(&format!("serialized-{format}"), &env);
     daemon.wait_ready(Duration::from_secs(60));
-    produce(&input, &recs);
-    for (topic, want) in [(format!("{app}.dlq"), 1), (format!("{app}.out"), 8)] {
+    for (topic, want) in [(format!("{app}.dlq"), dead.len()), (format!("{app}.out"), 5)] {
         let got = count_records(&topic, want, Duration::from_secs(60));
-        assert!(got >= want, "{got} of {want} records in {topic}:\n{}", daemon.log_text());
+        assert!(got >= want, "{got} of {want} records in {topic} after 60 s:\n{}", daemon.log_text());
     }
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(1));
     let out = read_all(&format!("{app}.out"), Duration::from_secs(1));
     let got: Vec<&[u8]> = out.values().flatten().map(|r| r.value.as_deref().unwrap()).collect();
-    let want: Vec<&[u8]> = values[..8].iter().map(Vec::as_slice).collect();
-    assert!(got == want, "the first record of each of the 8 users, in order\n{}", daemon.log_text());
+    let want: Vec<&[u8]> = [0, 1, 2, 4, 5].iter().map(|&i| values[i].as_slice()).collect();
+    assert!(got == want, "{format}: the output is not records 0, 1, 2, 4 and 5 in order\n{}", daemon.log_text());
     let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
-    let r = dlq.values().flatten().next().unwrap();
-    assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]));
+    let details: Vec<String> = dlq
+        .values()
+        .flatten()
+        .map(|r| {
+            assert_eq!(r.header("dedupd.reason"), Some(&b"bad_schema"[..]), "{format}");
+            String::from_utf8_lossy(r.header("dedupd.detail").unwrap()).into_owned()
+        })
+        .collect();
+    assert_eq!(details.len(), dead.len(), "{details:?}");
+    for (detail, want) in details.iter().zip(dead) {
+        assert!(detail.contains(want), "{want}: {details:?}");
+    }
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+}
+
+/// Avro written by confluent-kafka's AvroSerializer with a schema that
+/// refers to a named type registered under another subject: read with the
+/// referenced schema; a schema whose referenced subject was deleted is
+/// `bad_schema` with the reference named.
+#[test]
+fn avro_records_with_a_schema_reference() {
+    let missing = "the reference clicks.Ad (subject \"ad\" version 1): the registry has no such subject or version \
+                   (HTTP 404 from http://127.0.0.1:";
+    serialized_run("avro", &[missing, "starts with 0x7b"]);
+}
+
+/// Protobuf written by confluent-kafka's ProtobufSerializer with a schema
+/// that imports another registered file (the serializer registers the
+/// import under its own subject and refers to it).
+#[test]
+fn protobuf_records_with_an_import() {
+    serialized_run("protobuf", &["starts with 0x7b"]);
+}
+
+/// `json_schema` records written by confluent-kafka's JSONSerializer:
+/// deduplicated by nested fields of the JSON body, no schema fetched.
+#[test]
+fn json_schema_records_in_the_daemon() {
+    serialized_run("json_schema", &["starts with 0x7b"]);
 }

@@ -1,43 +1,65 @@
 //! The command line's client of the admin endpoint (`dedupd keys`,
-//! `dedupd status`): plain HTTP/1.1 over a TCP connection, as the endpoint
-//! serves plain HTTP (behind a TLS proxy, use that proxy's own client).
+//! `dedupd status`): ureq, the schema registry client's HTTP client, over
+//! plain HTTP, as the endpoint serves plain HTTP (behind a TLS proxy, use
+//! that proxy's own client).
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+/// Most time to connect: a member that is gone must not hang the command
+/// for the system's connect timeout.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// Most time one request may take, the whole answer included.
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// Most bytes of an answer read (the admin endpoint's JSON is far smaller).
+const MAX_ANSWER_BYTES: u64 = 64 << 20;
+
 /// Sends one request and returns the status and body.
 pub(super) fn request(base: &str, method: &str, path: &str, token: Option<&str>) -> anyhow::Result<(u16, String)> {
-    let Some(host) = base.strip_prefix("http://").map(|h| h.trim_end_matches('/')) else {
-        bail!("invalid --admin {base}: expected http://HOST:PORT");
-    };
-    let addr = host
-        .to_socket_addrs()
-        .with_context(|| format!("invalid --admin {base}: expected http://HOST:PORT"))?
-        .next()
-        .with_context(|| format!("{host} resolves to no address"))?;
-    // A member that is gone must not hang the command for the system's connect timeout.
-    let mut stream =
-        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).with_context(|| format!("connecting to {host}"))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: {host}\r\n{auth}Connection: close\r\nContent-Length: 0\r\n\r\n")?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).with_context(|| format!("reading the answer of {host}"))?;
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .with_context(|| format!("not an HTTP answer from {host}: {head:?}"))?;
-    // Bodies of one chunk or with a length: the admin endpoint's JSON answers.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        body.split("\r\n").skip(1).step_by(2).collect::<Vec<_>>().join("")
-    } else {
-        body.to_string()
-    };
-    Ok((status, body))
+    let invalid = || format!("invalid --admin {base}: expected http://HOST:PORT");
+    let Some(host) = base.strip_prefix("http://").map(|h| h.trim_end_matches('/')) else { bail!(invalid()) };
+    if host.is_empty() || host.contains(['/', '@', '?', '#', ' ']) {
+        bail!(invalid());
+    }
+    let mut request = ureq::http::Request::builder().method(method).uri(format!("http://{host}{path}"));
+    if let Some(token) = token {
+        request = request.header("Authorization", format!("Bearer {token}"));
+    }
+    let request = request.body(()).with_context(invalid)?;
+    let agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_connect(Some(CONNECT))
+        .timeout_global(Some(DEADLINE))
+        .max_redirects(0)
+        .user_agent(concat!("dedupd/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .new_agent();
+    let mut answer = agent.run(request).with_context(|| format!("{method} {path} on {host}"))?;
+    let status = answer.status().as_u16();
+    let body = answer
+        .body_mut()
+        .with_config()
+        .limit(MAX_ANSWER_BYTES)
+        .read_to_vec()
+        .with_context(|| format!("reading the answer of {host}"))?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::request;
+
+    #[test]
+    fn addresses_are_checked_and_failures_named() {
+        for base in ["https://a:1", "127.0.0.1:1", "http://", "http://a:1/x", "http://u@a:1"] {
+            let err = request(base, "GET", "/healthz", None).unwrap_err().to_string();
+            assert!(err.contains("expected http://HOST:PORT"), "{base}: {err}");
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let err = format!("{:#}", request(&format!("http://127.0.0.1:{port}"), "GET", "/healthz", None).unwrap_err());
+        assert!(err.starts_with(&format!("GET /healthz on 127.0.0.1:{port}: ")), "{err}");
+    }
 }

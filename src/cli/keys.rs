@@ -28,7 +28,7 @@ pub struct DeleteArgs {
 pub fn run(command: KeysCommand) -> anyhow::Result<()> {
     match command {
         KeysCommand::Delete(args) => {
-            let path = format!("/v1/keys/{}", percent_encode(args.key.as_bytes()));
+            let path = format!("/v1/keys/{}", crate::url::percent_encode(args.key.as_bytes()));
             let token = args.token.or_else(|| std::env::var(crate::config::ADMIN_TOKEN_ENV).ok());
             let (status, body) = super::http::request(&args.admin, "DELETE", &path, token.as_deref())?;
             println!("{}", body.trim_end());
@@ -37,24 +37,5 @@ pub fn run(command: KeysCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-    }
-}
-
-/// Every byte but unreserved ones as %XX (keys are arbitrary bytes).
-fn percent_encode(bytes: &[u8]) -> String {
-    bytes
-        .iter()
-        .map(|&b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn keys_are_percent_encoded() {
-        assert_eq!(super::percent_encode(b"a b/c%"), "a%20b%2Fc%25");
     }
 }

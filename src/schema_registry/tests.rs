@@ -42,7 +42,7 @@ fn serve(parts: Vec<Vec<u8>>, pause: Duration) -> String {
 fn ask(url: &str, deadline: Duration) -> (Result<String, Failure>, Duration) {
     let registry = HttpRegistry::with_deadline(&Access { url, ..Access::default() }, deadline).unwrap();
     let started = Instant::now();
-    let got = registry.ask(7);
+    let got = registry.ask(Asked::Id(7));
     (got, started.elapsed())
 }
 

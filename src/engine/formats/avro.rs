@@ -9,10 +9,17 @@ use serde_json::Value;
 
 use super::super::pointer::{Found, array_index};
 
-/// The record a body decodes to.
-pub fn decode(schema: &apache_avro::Schema, body: &[u8]) -> Result<Avro, String> {
+/// The record a body decodes to; `named`: the schemas of the named types
+/// `schema` refers to (schema references).
+pub fn decode(schema: &apache_avro::Schema, named: &[apache_avro::Schema], body: &[u8]) -> Result<Avro, String> {
     let mut reader = body;
-    let value = apache_avro::from_avro_datum(schema, &mut reader, None).map_err(|e| e.to_string())?;
+    let value = if named.is_empty() {
+        apache_avro::from_avro_datum(schema, &mut reader, None)
+    } else {
+        let all = named.iter().chain(std::iter::once(schema)).collect();
+        apache_avro::from_avro_datum_schemata(schema, all, &mut reader, None)
+    }
+    .map_err(|e| e.to_string())?;
     if !reader.is_empty() {
         return Err(format!("{} bytes left after the record", reader.len()));
     }

@@ -96,8 +96,9 @@ impl Bytes<'_> {
 /// is refused. A malformed body may pass: the decoder then says why, and it
 /// never reads deeper than this walk did (it reads the same bytes the same
 /// way, and stops where this walk stops, or sooner).
-pub fn avro(schema: &S, body: &[u8]) -> Result<usize, String> {
-    let resolved = ResolvedSchema::try_from(schema).map_err(|e| e.to_string())?;
+pub fn avro(schema: &S, named: &[S], body: &[u8]) -> Result<usize, String> {
+    let resolved = ResolvedSchema::try_from(named.iter().chain(std::iter::once(schema)).collect::<Vec<_>>())
+        .map_err(|e| e.to_string())?;
     let names = resolved.get_names();
     let mut bytes = Bytes { bytes: body, at: 0 };
     let mut todo = vec![Todo::Value { schema, ns: None, level: 0 }];
@@ -330,36 +331,36 @@ mod tests {
     fn avro_lists_are_measured() {
         let schema = S::parse_str(LIST).unwrap();
         for levels in [1, 2, 50, MAX_DEPTH] {
-            assert_eq!(avro(&schema, &avro_list(levels)), Ok(levels), "{levels}");
+            assert_eq!(avro(&schema, &[], &avro_list(levels)), Ok(levels), "{levels}");
         }
         // What passes, apache-avro decodes in a quarter of a worker thread's
         // stack (optimized, as tests and releases are built: about 4 KB a
         // level; an unoptimized build takes 70 KB, hence the daemon's 16 MiB threads).
         let decoded = std::thread::Builder::new()
             .stack_size(512 << 10)
-            .spawn(move || super::super::avro::decode(&schema, &avro_list(MAX_DEPTH)).is_ok())
+            .spawn(move || super::super::avro::decode(&schema, &[], &avro_list(MAX_DEPTH)).is_ok())
             .unwrap()
             .join();
         assert_eq!(decoded.ok(), Some(true));
         let schema = S::parse_str(LIST).unwrap();
         for levels in [MAX_DEPTH + 1, 2_000, 100_000] {
-            let err = avro(&schema, &avro_list(levels)).unwrap_err();
+            let err = avro(&schema, &[], &avro_list(levels)).unwrap_err();
             assert!(err.starts_with(&format!("nested {levels} levels deep: at most 100")), "{err}");
         }
         // Cut short, or with a union index that is not in the union: passes
         // here, the decoder refuses it (no deeper than this walk went).
         let cut = &avro_list(3_000)[..450];
-        assert!(avro(&schema, cut).unwrap_err().starts_with("nested at least 151 levels deep"));
-        assert!(avro(&schema, &avro_list(50)[..60]).unwrap_err().contains("ends inside a number"));
-        assert_eq!(avro(&schema, &[2, b'x', 8]), Ok(1));
-        assert!(super::super::avro::decode(&schema, &[2, b'x', 8]).is_err());
+        assert!(avro(&schema, &[], cut).unwrap_err().starts_with("nested at least 151 levels deep"));
+        assert!(avro(&schema, &[], &avro_list(50)[..60]).unwrap_err().contains("ends inside a number"));
+        assert_eq!(avro(&schema, &[], &[2, b'x', 8]), Ok(1));
+        assert!(super::super::avro::decode(&schema, &[], &[2, b'x', 8]).is_err());
         // Arrays and maps are levels too.
         let arrays =
             S::parse_str(r#"{"type":"record","name":"A","fields":[{"name":"a","type":{"type":"array","items":"A"}}]}"#)
                 .unwrap();
         let mut deep = vec![2u8; 150];
         deep.extend(std::iter::repeat_n(0u8, 151));
-        let err = avro(&arrays, &deep).unwrap_err();
+        let err = avro(&arrays, &[], &deep).unwrap_err();
         assert!(err.starts_with("nested 302 levels deep"), "{err}");
     }
 
@@ -367,11 +368,11 @@ mod tests {
     fn avro_endless_chains_are_cut() {
         // A record that holds itself: no value ends, yet every level is empty.
         let endless = S::parse_str(r#"{"type":"record","name":"E","fields":[{"name":"e","type":"E"}]}"#).unwrap();
-        let err = avro(&endless, &[]).unwrap_err();
+        let err = avro(&endless, &[], &[]).unwrap_err();
         assert!(err.starts_with("nested at least 20"), "{err}");
         // A count of a billion empty records in a few bytes.
         let empties = S::parse_str(r#"{"type":"array","items":{"type":"record","name":"Z","fields":[]}}"#).unwrap();
-        let err = avro(&empties, &[0x80, 0xda, 0xc4, 0x09]).unwrap_err();
+        let err = avro(&empties, &[], &[0x80, 0xda, 0xc4, 0x09]).unwrap_err();
         assert!(err.contains("more values than its 4 bytes can hold"), "{err}");
     }
 

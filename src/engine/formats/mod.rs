@@ -31,7 +31,7 @@ use super::pointer::Found;
 use super::record::{
     Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, JsonPayload, PayloadDecoder, RecordView, invalid,
 };
-pub use registry::{Fetch, Registry};
+pub use registry::{Asked, Fetch, Registry};
 pub use schemas::{Schema, Schemas};
 
 /// How record payloads are written.
@@ -136,10 +136,10 @@ impl<'a> FieldSource<'a> for Binary<'_, 'a> {
             }
         };
         match (self.decoder.format, schema) {
-            (Format::Avro, Schema::Avro(schema)) => {
+            (Format::Avro, Schema::Avro(schema, named)) => {
                 let bad = |e: String| invalid(InvalidReason::BadAvro, format!("schema id {id}: {e}"));
-                depth::avro(schema, body).map_err(bad)?;
-                let value = avro::decode(schema, body).map_err(bad)?;
+                depth::avro(schema, named, body).map_err(bad)?;
+                let value = avro::decode(schema, named, body).map_err(bad)?;
                 Ok(pointers.map(|p| p.and_then(|p| avro::find(&value, p))))
             }
             (Format::Protobuf, Schema::Protobuf(file)) => {

@@ -5,21 +5,26 @@
 //! Registry's answer to `GET /schemas/ids/<id>`: `{"schema": …,
 //! "schemaType": "AVRO" | "PROTOBUF"}`; a Protobuf schema there is `.proto`
 //! text or, as confluent-kafka's Python serializer registers it, a base64
-//! `FileDescriptorProto`). Imports other than Google's well-known types
-//! (`google/protobuf/*.proto`) and Avro named types from other schemas
-//! (schema references) are not resolved.
+//! `FileDescriptorProto`). A schema that refers to others (Avro named
+//! types, Protobuf imports: the answer's `references`) is read with the
+//! schemas it refers to ([`Schema::with_references`]), which the registry
+//! client fetches ([`super::registry`]); in a local directory such a schema
+//! is refused with the reason. Google's well-known types
+//! (`google/protobuf/*.proto`) are always importable.
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use prost_reflect::FileDescriptor;
 use prost_reflect::prost::Message;
-use prost_reflect::{DescriptorPool, FileDescriptor};
 
 /// A parsed schema.
 #[derive(Clone, Debug)]
 pub enum Schema {
-    Avro(apache_avro::Schema),
+    /// The writer's schema, and the named types it refers to in other
+    /// schemas (schema references; empty for a schema of its own).
+    Avro(apache_avro::Schema, Vec<apache_avro::Schema>),
     /// The file whose messages the records' message indexes name.
     Protobuf(FileDescriptor),
 }
@@ -29,58 +34,141 @@ impl Schema {
     /// take no bytes (`null`, a record of such) are refused: a record of a
     /// few bytes could claim billions of them.
     pub fn avro(text: &str) -> Result<Schema, String> {
-        let schema = apache_avro::Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?;
-        if let Some(at) = zero_width_items(&schema, 0) {
-            return Err(format!(
-                "{at} has items that take no bytes (null, or a record of only such fields): dedupd refuses such \
-                 schemas, where a record of a few bytes could claim billions of items"
-            ));
+        Schema::avro_with(text, &[])
+    }
+
+    /// An Avro schema that may use the named types the `referenced`
+    /// schemas (JSON texts) define.
+    fn avro_with(text: &str, referenced: &[&str]) -> Result<Schema, String> {
+        let (schema, named) = if referenced.is_empty() {
+            (apache_avro::Schema::parse_str(text).map_err(|e| format!("not an Avro schema: {e}"))?, Vec::new())
+        } else {
+            apache_avro::Schema::parse_str_with_list(text, referenced)
+                .map_err(|e| format!("not an Avro schema with the schemas it refers to: {e}"))?
+        };
+        for s in std::iter::once(&schema).chain(&named) {
+            if let Some(at) = zero_width_items(s, 0) {
+                return Err(format!(
+                    "{at} has items that take no bytes (null, or a record of only such fields): dedupd refuses \
+                     such schemas, where a record of a few bytes could claim billions of items"
+                ));
+            }
         }
-        Ok(Schema::Avro(schema))
+        Ok(Schema::Avro(schema, named))
     }
 
     /// A Protobuf schema from `.proto` text, or from a base64
     /// `FileDescriptorProto` (what the Python serializer registers).
     pub fn protobuf(text: &str) -> Result<Schema, String> {
-        let trimmed = text.trim();
-        let base64ish = !trimmed.is_empty()
-            && trimmed.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
-        if base64ish && let Some(bytes) = base64_decode(trimmed) {
-            let proto = prost_reflect::prost_types::FileDescriptorProto::decode(bytes.as_slice())
-                .map_err(|e| format!("not a serialized FileDescriptorProto: {e}"))?;
-            let name = proto.name().to_string();
-            let mut pool = google_pool()?;
-            pool.add_file_descriptor_proto(proto).map_err(|e| format!("the file descriptor does not resolve: {e}"))?;
-            return pool
-                .get_file_by_name(&name)
-                .map(Schema::Protobuf)
-                .ok_or_else(|| "no file in the descriptor".into());
-        }
-        proto_text(text).map(Schema::Protobuf)
+        Schema::protobuf_with(text, &[])
     }
 
-    /// A schema from the registry's JSON answer for one id.
-    pub fn registry_answer(json: &str) -> Result<Schema, String> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Answer {
-            schema: String,
-            #[serde(default)]
-            schema_type: Option<String>,
+    /// A Protobuf schema that may import the `referenced` files (each by
+    /// the name it is imported as, and its text in either form).
+    fn protobuf_with(text: &str, referenced: &[(&str, &str)]) -> Result<Schema, String> {
+        let main = proto_file(SCHEMA_FILE, text)?;
+        let name = main.name().to_string();
+        let mut files = ProtoFiles(HashMap::new());
+        for &(import, text) in referenced {
+            let file = proto_file(import, text).map_err(|e| format!("the imported {import}: {e}"))?;
+            let mut proto = file.file_descriptor_proto().clone();
+            proto.name = Some(import.to_string());
+            files.0.entry(import.to_string()).or_insert(proto);
         }
-        let answer: Answer = serde_json::from_str(json).map_err(|e| format!("not a schema registry answer: {e}"))?;
-        match answer.schema_type.as_deref().unwrap_or("AVRO") {
-            "AVRO" => Schema::avro(&answer.schema),
-            "PROTOBUF" => Schema::protobuf(&answer.schema),
-            other => Err(format!("schemaType {other}: dedupd reads AVRO and PROTOBUF")),
+        files.0.insert(name.clone(), main.file_descriptor_proto().clone());
+        let mut resolver = protox::file::ChainFileResolver::new();
+        resolver.add(files);
+        resolver.add(protox::file::GoogleFileResolver::new());
+        let mut compiler = protox::Compiler::with_file_resolver(resolver);
+        compiler.include_imports(true);
+        compiler.open_file(&name).map_err(|e| format!("the schema does not resolve: {e}"))?;
+        let file = compiler.descriptor_pool().get_file_by_name(&name);
+        file.map(Schema::Protobuf).ok_or_else(|| "the schema compiled to nothing".to_string())
+    }
+
+    /// A schema from the registry's JSON answer for one id, if it refers
+    /// to no other schema (local files: references are resolved only from
+    /// a registry).
+    pub fn registry_answer(json: &str) -> Result<Schema, String> {
+        let answer = Answer::parse(json)?;
+        if let Some(r) = answer.references.first() {
+            return Err(format!(
+                "refers to other schemas ({} in subject {} and {} more): dedupd resolves schema references only \
+                 from a schema registry (input.schema_registry)",
+                r.name,
+                r.subject,
+                answer.references.len() - 1
+            ));
+        }
+        Schema::with_references(&answer, &[])
+    }
+
+    /// The schema of a registry answer, with the answers of the schemas it
+    /// refers to (directly or through others), each by its reference's
+    /// name: an Avro named type or a Protobuf import path.
+    pub fn with_references(answer: &Answer, referenced: &[(String, Answer)]) -> Result<Schema, String> {
+        let kind = answer.kind()?;
+        if let Some((name, other)) = referenced.iter().find(|(_, r)| r.kind() != Ok(kind)) {
+            return Err(format!(
+                "the {kind} schema refers to {name}, a {} schema",
+                other.schema_type.as_deref().unwrap_or("AVRO")
+            ));
+        }
+        match kind {
+            "AVRO" => {
+                let texts: Vec<&str> = referenced.iter().map(|(_, r)| r.schema.as_str()).collect();
+                Schema::avro_with(&answer.schema, &texts)
+            }
+            _ => {
+                let files: Vec<(&str, &str)> =
+                    referenced.iter().map(|(name, r)| (name.as_str(), r.schema.as_str())).collect();
+                Schema::protobuf_with(&answer.schema, &files)
+            }
         }
     }
 
     /// What kind of schema this is, for messages.
     pub fn kind(&self) -> &'static str {
         match self {
-            Schema::Avro(_) => "Avro",
+            Schema::Avro(..) => "Avro",
             Schema::Protobuf(_) => "Protobuf",
+        }
+    }
+}
+
+/// The registry's answer for a schema (`GET /schemas/ids/<id>`, `GET
+/// /subjects/<subject>/versions/<version>`): its text, its type (Avro if
+/// none), and the schemas it refers to.
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    pub schema: String,
+    #[serde(default)]
+    pub schema_type: Option<String>,
+    #[serde(default)]
+    pub references: Vec<Reference>,
+}
+
+/// One schema reference: the name it is used by (an Avro type's full name,
+/// a Protobuf import path), and where the registry keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub struct Reference {
+    pub name: String,
+    pub subject: String,
+    pub version: i64,
+}
+
+impl Answer {
+    pub fn parse(json: &str) -> Result<Answer, String> {
+        serde_json::from_str(json).map_err(|e| format!("not a schema registry answer: {e}"))
+    }
+
+    /// `AVRO` or `PROTOBUF`, or why not.
+    fn kind(&self) -> Result<&'static str, String> {
+        match self.schema_type.as_deref().unwrap_or("AVRO") {
+            "AVRO" => Ok("AVRO"),
+            "PROTOBUF" => Ok("PROTOBUF"),
+            other => Err(format!("schemaType {other}: dedupd reads AVRO and PROTOBUF")),
         }
     }
 }
@@ -115,39 +203,34 @@ fn zero_width(schema: &apache_avro::Schema, depth: usize) -> bool {
     }
 }
 
-/// A pool holding Google's well-known types, which schemas may import.
-fn google_pool() -> Result<DescriptorPool, String> {
-    let mut compiler = protox::Compiler::with_file_resolver(protox::file::GoogleFileResolver::new());
-    compiler.include_imports(true);
-    for name in ["google/protobuf/timestamp.proto", "google/protobuf/duration.proto", "google/protobuf/wrappers.proto"]
-    {
-        compiler.open_file(name).map_err(|e| format!("{name}: {e}"))?;
+/// The name a schema given as `.proto` text is compiled under.
+const SCHEMA_FILE: &str = "schema.proto";
+
+/// One file of a Protobuf schema: `.proto` text (parsed, named `name`), or
+/// a base64 `FileDescriptorProto` (under its own name, `name` if it has none).
+fn proto_file(name: &str, text: &str) -> Result<protox::file::File, String> {
+    let trimmed = text.trim();
+    let base64ish =
+        !trimmed.is_empty() && trimmed.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+    if base64ish && let Some(bytes) = base64_decode(trimmed) {
+        let mut proto = prost_reflect::prost_types::FileDescriptorProto::decode(bytes.as_slice())
+            .map_err(|e| format!("not a serialized FileDescriptorProto: {e}"))?;
+        if proto.name().is_empty() {
+            proto.name = Some(name.to_string());
+        }
+        return Ok(protox::file::File::from_file_descriptor_proto(proto));
     }
-    Ok(compiler.descriptor_pool())
+    protox::file::File::from_source(name, text).map_err(|e| format!("not a .proto file: {e}"))
 }
 
-/// `.proto` text compiled (protox), with Google's well-known types importable.
-fn proto_text(text: &str) -> Result<FileDescriptor, String> {
-    const NAME: &str = "schema.proto";
-    let source = protox::file::File::from_source(NAME, text).map_err(|e| format!("not a .proto file: {e}"))?;
-    let mut resolver = protox::file::ChainFileResolver::new();
-    resolver.add(OneFile(source));
-    resolver.add(protox::file::GoogleFileResolver::new());
-    let mut compiler = protox::Compiler::with_file_resolver(resolver);
-    compiler.include_imports(true);
-    compiler.open_file(NAME).map_err(|e| format!("the .proto does not compile: {e}"))?;
-    compiler.descriptor_pool().get_file_by_name(NAME).ok_or_else(|| "the .proto compiled to nothing".to_string())
-}
+/// A file resolver with the files of one schema, by name.
+struct ProtoFiles(HashMap<String, prost_reflect::prost_types::FileDescriptorProto>);
 
-/// A file resolver with the one file of a schema.
-struct OneFile(protox::file::File);
-
-impl protox::file::FileResolver for OneFile {
+impl protox::file::FileResolver for ProtoFiles {
     fn open_file(&self, name: &str) -> Result<protox::file::File, protox::Error> {
-        if name == self.0.name() {
-            Ok(protox::file::File::from_file_descriptor_proto(self.0.file_descriptor_proto().clone()))
-        } else {
-            Err(protox::Error::file_not_found(name))
+        match self.0.get(name) {
+            Some(proto) => Ok(protox::file::File::from_file_descriptor_proto(proto.clone())),
+            None => Err(protox::Error::file_not_found(name)),
         }
     }
 }
