@@ -585,116 +585,37 @@ fn make_certificates(dir: &std::path::Path) {
     }
 }
 
-/// Serves `dir`'s `<id>.json` files over https (its server.pem) to clients
-/// with a certificate its ca.pem signed and the Authorization header `auth`
-/// (401 to others, 404 for other ids), on a free port.
-fn serve_https(dir: &std::path::Path, auth: &str) -> Registry {
-    const SERVER: &str = r#"
-import http.server, os, ssl, sys
-DIR, AUTH = sys.argv[1], sys.argv[2]
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.headers.get("Authorization") != AUTH:
-            body, status = b'{"error_code":401,"message":"Unauthorized"}', 401
-        else:
-            path = os.path.join(DIR, self.path.split("/")[-1] + ".json")
-            ok = self.path.startswith("/schemas/ids/") and os.path.exists(path)
-            body = open(path, "rb").read() if ok else b'{"error_code":40403,"message":"Schema not found"}'
-            status = 200 if ok else 404
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(os.path.join(DIR, "server.pem"), os.path.join(DIR, "server.key"))
-ctx.verify_mode = ssl.CERT_REQUIRED
-ctx.load_verify_locations(os.path.join(DIR, "ca.pem"))
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-server.socket = ctx.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"#;
-    let mut child = Command::new("python3")
-        .args(["-c", SERVER])
-        .arg(dir)
-        .arg(auth)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 for the test registry");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    Registry { child, port: line.trim().parse().expect("the test registry's port") }
-}
-
 /// The daemon against an https registry with a CA of its own that wants a
 /// client certificate (mutual TLS) and a bearer token, or basic
-/// authentication: the records are read with the schemas it serves; an id
-/// it answers 404 for is `bad_schema`.
+/// authentication, holding the schemas confluent-kafka's AvroSerializer
+/// registered there (over the same https, with its own credentials): the
+/// records are read with them and their reference; an id the registry
+/// answers 404 for is `bad_schema`; no TLS error, no secret in the log.
 #[test]
 fn an_https_registry_with_its_own_ca_mutual_tls_and_a_token_or_a_password() {
-    let dir = linked_schemas("https");
-    std::fs::write(dir.join("7.json"), serde_json::json!({ "schema": LINKED }).to_string()).unwrap();
+    let dir = std::env::temp_dir().join(format!("dedupd-https-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     make_certificates(&dir);
     let bearer = [("DEDUPD__INPUT__SCHEMA_REGISTRY_TOKEN", "t0k3n")];
     let basic =
         [("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd"), ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "t0k3n")];
-    https_run(&dir, "Bearer t0k3n", &bearer);
-    https_run(&dir, "Basic ZGVkdXBkOnQwazNu", &basic);
+    let missing = "the reference clicks.Ad (subject \"ad\" version 1): the registry has no such subject or version \
+                   (HTTP 404 from https://127.0.0.1:";
+    let unknown = "schema id 99: the registry has no schema with this id (HTTP 404 from https://";
+    for (auth, credentials) in [("Bearer t0k3n", &bearer[..]), ("Basic ZGVkdXBkOnQwazNu", &basic[..])] {
+        let tls = Tls { dir: &dir, auth, credentials };
+        serialized_run_over("avro", &[missing, "starts with 0x7b", unknown], Some(&tls));
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
-fn https_run(dir: &std::path::Path, auth: &str, credentials: &[(&str, &str)]) {
-    let registry = serve_https(dir, auth);
-    let input = unique("https-in");
-    create_topic(&input, 1);
-    let app = unique("https-app");
-    let mut env = app_env(&app, &input, "input-partitions", 1);
-    let path = |f: &str| dir.join(f).display().to_string();
-    for (k, v) in [
-        ("DEDUPD__INPUT__FORMAT", "avro".to_string()),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("https://127.0.0.1:{}", registry.port)),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", path("ca.pem")),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", path("client.pem")),
-        ("DEDUPD__INPUT__SCHEMA_REGISTRY_KEY_FILE", path("client.key")),
-    ] {
-        env.push((k.to_string(), v));
-    }
-    env.extend(credentials.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let mut events: Vec<Vec<u8>> = (0..20).map(|i| linked(&format!("e{i}"), BASE_TS + i * 1000, 1)).collect();
-    let mut unknown = linked("gone", BASE_TS + 20_000, 1);
-    unknown[1..5].copy_from_slice(&99u32.to_be_bytes());
-    events.push(unknown);
-    let recs: Vec<Rec> = events
-        .iter()
-        .map(|v| Rec {
-            partition: 0,
-            offset: -1,
-            key: None,
-            value: Some(v.clone()),
-            timestamp: None,
-            headers: Vec::new(),
-        })
-        .collect();
-    let mut daemon = Daemon::start("https", &env);
-    daemon.wait_ready(Duration::from_secs(60));
-    produce(&input, &recs);
-    let got = count_records(&format!("{app}.out"), 20, Duration::from_secs(60));
-    assert_eq!(got, 20, "{}", daemon.log_text());
-    let dead = count_records(&format!("{app}.dlq"), 1, Duration::from_secs(30));
-    assert_eq!(dead, 1, "{}", daemon.log_text());
-    let dlq = read_all(&format!("{app}.dlq"), Duration::from_secs(1));
-    let detail =
-        String::from_utf8_lossy(dlq.values().flatten().next().unwrap().header("dedupd.detail").unwrap()).into_owned();
-    assert!(
-        detail.starts_with("schema id 99: the registry has no schema with this id (HTTP 404 from https://"),
-        "{detail}"
-    );
-    let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
-    assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
-    assert!(!daemon.log_text().contains("t0k3n"), "the secret is never logged");
-    assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
+/// An https test registry: `dir` holds its certificates (`make_certificates`),
+/// `auth` is the Authorization header it wants of dedupd, `credentials` the
+/// settings that make dedupd send it.
+struct Tls<'a> {
+    dir: &'a std::path::Path,
+    auth: &'a str,
+    credentials: &'a [(&'a str, &'a str)],
 }
 
 /// `--format json_schema`: JSON in the wire format (as a JSON Schema
@@ -727,13 +648,16 @@ fn json_schema_records_in_the_pipe_mode() {
     assert!(stderr.contains("line 5: bad_json"), "{stderr}");
 }
 
-/// Starts tests/formats/serializers.py: a schema registry in memory, into
-/// which confluent-kafka's serializer of `format` registered its schemas
-/// while it wrote the records to `topic`; with how many it wrote.
-fn serialized(format: &str, topic: &str) -> (Registry, usize) {
+/// Starts tests/formats/serializers.py: a schema registry in memory (over
+/// https with `tls`), into which confluent-kafka's serializer of `format`
+/// registered its schemas while it wrote the records to `topic`; with how
+/// many it wrote.
+fn serialized(format: &str, topic: &str, tls: Option<&Tls<'_>>) -> (Registry, usize) {
+    let over_https: Vec<String> = tls.map_or(vec![], |t| vec![t.dir.display().to_string(), t.auth.to_string()]);
     let mut child = Command::new("python3")
         .arg(root().join("tests/formats/serializers.py"))
         .args([format, &broker(), topic])
+        .args(&over_https)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -752,16 +676,38 @@ fn serialized(format: &str, topic: &str) -> (Registry, usize) {
 /// (3 is a copy of 0), the dead letters `bad_schema` with the details
 /// `dead` names (the last one: the record without the header).
 fn serialized_run(format: &str, dead: &[&str]) {
+    serialized_run_over(format, dead, None)
+}
+
+/// [`serialized_run`], over https with `tls`: then also a record with
+/// schema id 99, which the registry does not hold (its dead letter last in
+/// `dead`), and the daemon must not log the secret or meet a TLS error.
+fn serialized_run_over(format: &str, dead: &[&str], tls: Option<&Tls<'_>>) {
     let input = unique(&format!("serialized-{format}-in"));
     create_topic(&input, 1);
     let app = unique(&format!("serialized-{format}-app"));
-    let (registry, written) = serialized(format, &input);
+    let (registry, written) = serialized(format, &input, tls);
     produce(&input, &[Rec::new(0, "plain", r#"{"user":{"id":"u1"},"ad":{"id":7},"at":"x"}"#, BASE_TS)]);
+    if tls.is_some() {
+        let mut unknown = vec![0u8];
+        unknown.extend(99u32.to_be_bytes());
+        unknown.extend(b"\x04u1");
+        produce(&input, &[Rec { value: Some(unknown), ..Rec::new(0, "gone", "", BASE_TS) }]);
+    }
     let values: Vec<Vec<u8>> =
         read_all(&input, Duration::from_secs(1)).remove(&0).unwrap().into_iter().map(|r| r.value.unwrap()).collect();
-    assert_eq!(values.len(), written + 1);
-    let url = format!("http://127.0.0.1:{}", registry.port);
-    let registry_env = [("DEDUPD__INPUT__SCHEMA_REGISTRY", url)];
+    assert_eq!(values.len(), written + 1 + usize::from(tls.is_some()));
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut registry_env = vec![("DEDUPD__INPUT__SCHEMA_REGISTRY", format!("{scheme}://127.0.0.1:{}", registry.port))];
+    if let Some(t) = tls {
+        let path = |f: &str| t.dir.join(f).display().to_string();
+        registry_env.extend([
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_CA_FILE", path("ca.pem")),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_CERT_FILE", path("client.pem")),
+            ("DEDUPD__INPUT__SCHEMA_REGISTRY_KEY_FILE", path("client.key")),
+        ]);
+        registry_env.extend(t.credentials.iter().map(|(k, v)| (*k, v.to_string())));
+    }
     let schemas = if format == "json_schema" { &[][..] } else { &registry_env[..] };
     let env = clicks_env(app_env(&app, &input, "input-partitions", 1), format, schemas);
     let mut daemon = Daemon::start(&format!("serialized-{format}"), &env);
@@ -787,6 +733,11 @@ fn serialized_run(format: &str, dead: &[&str]) {
     assert_eq!(details.len(), dead.len(), "{details:?}");
     for (detail, want) in details.iter().zip(dead) {
         assert!(detail.contains(want), "{want}: {details:?}");
+    }
+    if tls.is_some() {
+        let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
+        assert!(metrics.contains("dedupd_schema_registry_errors_total{kind=\"tls\"} 0"), "{metrics}");
+        assert!(!daemon.log_text().contains("t0k3n"), "the secret is never logged");
     }
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A schema registry for the tests, and records written into it by confluent-kafka's serializers.
 
-    python3 tests/formats/serializers.py FORMAT BOOTSTRAP TOPIC
+    python3 tests/formats/serializers.py FORMAT BOOTSTRAP TOPIC [TLS_DIR AUTH]
 
 FORMAT is avro, protobuf or json_schema. It serves a registry in memory on a free port of
 127.0.0.1 (the part of Confluent's REST API the serializers and dedupd use: POST
@@ -10,6 +10,10 @@ GET /subjects/S/versions/V and GET /subjects/S/versions), writes the records of 
 with the serializer of FORMAT (AvroSerializer, ProtobufSerializer, JSONSerializer) through that
 registry, prints one JSON line ({"port": ..., "records": ...}) and serves until its standard input
 closes.
+
+With TLS_DIR and AUTH it serves https with TLS_DIR's server.pem and server.key, requires a client
+certificate signed by its ca.pem, and answers 401 to a request whose Authorization header is
+neither AUTH (what the client under test must send) nor the serializers' own basic credentials.
 
 - avro: the Click schema refers to the named type clicks.User registered under the subject
   `user` (a schema reference). One more record is written with a schema that refers to clicks.Ad
@@ -86,7 +90,19 @@ class Store:
 STORE = Store()
 
 
+# The Authorization headers answered (None: any), with TLS_DIR and AUTH.
+ALLOWED: set[str] | None = None
+# The serializers' own credentials over https (basic auth).
+SERIALIZER_USER = "serializer:s3cret"
+
+
 class Handler(BaseHTTPRequestHandler):
+    def authorized(self) -> bool:
+        if ALLOWED is None or self.headers.get("Authorization") in ALLOWED:
+            return True
+        self.answer(401, {"error_code": 401, "message": "Unauthorized"})
+        return False
+
     def answer(self, status: int, body) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
@@ -103,6 +119,8 @@ class Handler(BaseHTTPRequestHandler):
         return [urllib.parse.unquote(p) for p in path.strip("/").split("/")]
 
     def do_POST(self) -> None:
+        if not self.authorized():
+            return
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         match self.parts():
             case ["subjects", subject, "versions"]:
@@ -114,6 +132,8 @@ class Handler(BaseHTTPRequestHandler):
                 self.not_found(404, self.path)
 
     def do_GET(self) -> None:
+        if not self.authorized():
+            return
         match self.parts():
             case ["schemas", "ids", sid] if sid.isdigit() and 0 < int(sid) <= len(STORE.ids):
                 self.answer(200, STORE.by_id(int(sid)))
@@ -215,14 +235,31 @@ def json_schema_values(client, topic):
 
 
 def main() -> None:
+    global ALLOWED
     fmt, bootstrap, topic = sys.argv[1:4]
+    tls_dir, auth = (sys.argv[4], sys.argv[5]) if len(sys.argv) > 5 else (None, None)
     from confluent_kafka import Producer
     from confluent_kafka.schema_registry import SchemaRegistryClient
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     port = server.server_address[1]
-    client = SchemaRegistryClient({"url": f"http://127.0.0.1:{port}"})
+    conf = {"url": f"http://127.0.0.1:{port}"}
+    if tls_dir:
+        import base64
+        import os
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(os.path.join(tls_dir, "server.pem"), os.path.join(tls_dir, "server.key"))
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.load_verify_locations(os.path.join(tls_dir, "ca.pem"))
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
+        ALLOWED = {auth, "Basic " + base64.b64encode(SERIALIZER_USER.encode()).decode()}
+        conf = {"url": f"https://127.0.0.1:{port}", "basic.auth.user.info": SERIALIZER_USER,
+                "ssl.ca.location": os.path.join(tls_dir, "ca.pem"),
+                "ssl.certificate.location": os.path.join(tls_dir, "client.pem"),
+                "ssl.key.location": os.path.join(tls_dir, "client.key")}
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    client = SchemaRegistryClient(conf)
     values = {"avro": avro_values, "protobuf": protobuf_values, "json_schema": json_schema_values}[fmt](client, topic)
     failed = []
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": False})
