@@ -120,7 +120,10 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
 
 /// `dedupd_input_lag` seen by a real Prometheus: a repartition-mode daemon
 /// started on a backlog shows its router's lag on the input rise above 0 and
-/// come back to 0 once the backlog is read (the Prometheus check's `lag`).
+/// come back to 0 once the backlog is read (the Prometheus check's `lag`);
+/// the lag tools' view, the groups' committed offsets read with
+/// confluent-kafka's AdminClient, does the same: the router group's on the
+/// input, the slice group's on the slice log (from the snapshots).
 /// Prometheus scrapes the daemon's admin port from before the daemon starts,
 /// so that no part of the backlog's reading escapes it.
 #[test]
@@ -150,6 +153,24 @@ fn the_input_lag_rises_under_a_backlog_and_returns_to_zero() {
     // Statistics every 250 ms: the backlog is read in seconds.
     env.push(("DEDUPD__KAFKA__STATISTICS_INTERVAL_MS".into(), "250".into()));
     let mut daemon = Daemon::start("lag", &env);
+    // The lag tools' view meanwhile: the groups' committed offsets (confluent-kafka's AdminClient).
+    let groups = [app.clone(), format!("{app}.router")];
+    let probe = std::thread::spawn(move || {
+        let mut samples = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(180);
+        while std::time::Instant::now() < deadline {
+            let lags: Vec<Option<i64>> = groups.iter().map(|g| committed_lag(g)).collect();
+            // The slice log keeps growing by the routers' progress records (every 100 ms),
+            // committed at each snapshot (every second here): its lag stays a handful.
+            let caught_up = lags[1] == Some(0) && lags[0].is_some_and(|l| l < 100);
+            samples.push(lags);
+            if caught_up {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        samples
+    });
     let rest: Vec<String> = report.map(Result::unwrap).collect();
     let status = check.wait().unwrap();
     let rest = rest.join("\n");
@@ -157,6 +178,38 @@ fn the_input_lag_rises_under_a_backlog_and_returns_to_zero() {
     assert!(rest.contains("ok: sum(dedupd_input_lag{job=\"dedupd\"}) rose to"), "{rest}");
     eprintln!("{rest}");
     wait_processed(&[&daemon], RECORDS, Duration::from_secs(120));
+    let samples = probe.join().unwrap();
+    eprintln!("committed lag of the slice and router groups: {samples:?}");
+    let last = samples.last().unwrap();
+    assert!(last[1] == Some(0) && last[0].is_some_and(|l| l < 100), "the groups' lag falls to 0: {samples:?}");
+    for (group, name) in [(1, "router (input)"), (0, "slice (slice log)")] {
+        let lags: Vec<i64> = samples.iter().filter_map(|s| s[group]).collect();
+        assert!(lags.iter().any(|&l| l > 1_000), "the {name} group's lag was seen under the backlog: {samples:?}");
+    }
     assert!(daemon.terminate(Duration::from_secs(30)).success());
     daemon.assert_clean_log();
+}
+
+/// The lag a Kafka lag tool shows for `group`: the sum over the partitions
+/// it has committed offsets for of (end − committed offset), read with
+/// confluent-kafka's AdminClient; `None` while it has committed none.
+fn committed_lag(group: &str) -> Option<i64> {
+    const PROBE: &str = r#"
+import sys
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+broker, group = sys.argv[1:3]
+admin = AdminClient({"bootstrap.servers": broker})
+# Connected first: the test broker leaves a fresh admin client's first group request unanswered.
+admin.list_topics(timeout=10)
+answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+ends = Consumer({"bootstrap.servers": broker, "group.id": group + ".probe"})
+lag = [ends.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1] - tp.offset
+       for tp in answer.topic_partitions if tp.offset >= 0]
+print(sum(lag) if lag else "none")
+"#;
+    let out = Command::new("python3").args(["-c", PROBE, &broker(), group]).output().expect("python3");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the lag probe: {}", String::from_utf8_lossy(&out.stderr));
+    text.trim().parse().ok()
 }

@@ -67,6 +67,7 @@
 //!   its slices away.
 //! - `lookups.rs`: the admin endpoint's key lookups.
 //! - `publish.rs`: metrics and status of the owned slices.
+//! - `commits.rs`: the snapshot offsets committed to the group, for lag tools.
 //! - `context.rs`: the rebalance protocol ([`WorkerContext`]); `on_assign`
 //!   and `on_revoke` are its two hooks.
 //!
@@ -74,6 +75,7 @@
 //! turn (poll, take in each record, advancing the snapshot being copied),
 //! then the housekeeping (idle flushes, the snapshot due, metrics).
 
+mod commits;
 mod context;
 mod emit;
 mod gaps;
@@ -100,6 +102,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::Producer;
 
+use commits::SafeOffsets;
 pub use context::WorkerContext;
 use lookups::{count_fn, lookup_fn, provenance_fn};
 use publish::publish;
@@ -138,7 +141,7 @@ pub fn run(setup: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
             break Ok(());
         }
         let turn = worker.take_restored(&consumer).and_then(|()| worker.turn(&consumer));
-        if let Err(e) = turn.and_then(|()| worker.housekeeping()) {
+        if let Err(e) = turn.and_then(|()| worker.housekeeping(&consumer)) {
             break Err(e);
         }
     };
@@ -214,6 +217,8 @@ struct Loop {
     snapshots_from: Instant,
     last_housekeeping: Instant,
     last_idle_check: Instant,
+    /// The snapshot offsets committed for the lag tools.
+    safe_offsets: SafeOffsets,
     /// Whether the last turn took in nothing: a snapshot being copied then
     /// advances by more than a step.
     idle: bool,
@@ -242,6 +247,7 @@ impl Loop {
             snapshots_from: now,
             last_housekeeping: now,
             last_idle_check: now,
+            safe_offsets: SafeOffsets::default(),
             idle: false,
             received,
         })
@@ -336,7 +342,7 @@ impl Loop {
 
     /// What the worker does between turns: copies more of a snapshot when
     /// idle, flushes idle slices, starts the snapshot due, publishes metrics.
-    fn housekeeping(&mut self) -> Result<(), KafkaLayerError> {
+    fn housekeeping(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
         let setup = &self.setup;
         if self.idle
             && let Err(e) = copy_some(setup, &mut self.worker_state.lock().expect("worker lock"), IDLE_COPY_BYTES)
@@ -358,6 +364,7 @@ impl Loop {
                 start_due_snapshot(setup, &mut guard);
             }
             publish(setup, &mut guard, &self.high_offsets.lock().expect("offsets lock"));
+            self.safe_offsets.commit(setup, consumer, &guard);
         }
         Ok(())
     }
