@@ -26,8 +26,6 @@ pub(super) enum Full {
     Bytes,
 }
 
-/// The bytes of a buffered record that count against the lane's budget:
-/// its key and value.
 /// A lane's share of the router's bytes (`slicing.max_buffered_bytes` or
 /// the router's part of the memory budget), all lanes sharing it equally:
 /// each lane paused at its share keeps the router within the whole.
@@ -35,6 +33,8 @@ pub(super) fn lane_share(router_bytes: u64, lanes: usize) -> usize {
     usize::try_from(router_bytes / lanes.max(1) as u64).unwrap_or(usize::MAX)
 }
 
+/// The bytes of a buffered record that count against the lane's share:
+/// its key, value and headers.
 fn read_bytes(msg: &BorrowedMessage<'_>) -> usize {
     crate::kafka::record_bytes(msg)
 }

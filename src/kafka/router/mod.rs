@@ -285,11 +285,14 @@ impl<'c> Router<'c> {
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
         let target = read(&self.setup, &msg);
         // A handful of lanes: a scan finds one without allocating its key.
-        if !self.lanes.keys().any(|(t, p)| t == topic && *p == partition) {
-            self.lanes.insert((topic.to_string(), partition), Lane::new());
-        }
-        let lane_count = self.lanes.len();
-        let (_, lane) = self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition).expect("inserted");
+        let mut lane_count = self.lanes.len();
+        let lane = match self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
+            Some((_, lane)) => lane,
+            None => {
+                lane_count += 1;
+                self.lanes.entry((topic.to_string(), partition)).or_insert_with(Lane::new)
+            }
+        };
         lane.last_arrival = now;
         let order = match target {
             Ok((_, r)) => {
