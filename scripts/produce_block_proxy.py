@@ -5,6 +5,7 @@ batch in a consumer's fetch, for scripts/faults.py (`unwritable`) and the tests
 
   scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic NAME [--lag] [--slow-fetch B]
   scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic - --skip-batch CLIENT_ID_SUFFIX
+  scripts/produce_block_proxy.py --listen PORT --to HOST:PORT --topic - --fail-produce CLIENT_ID_SUFFIX
 
 Forwards every connection to the broker unchanged until SIGUSR1; SIGUSR2 ends what SIGUSR1
 started. Two ways to hold back the Produce requests that name --topic:
@@ -28,6 +29,11 @@ holds two or more record batches of a partition loses the first of them (once; S
 disarms it), as the test broker answers a reader standing at a batch it has numbered but not
 stored yet (docs/dev/broker.md, finding 12): the client's next fetch starts after the batch it
 was given, and the skipped one is never fetched again unless the client asks for it.
+
+--fail-produce S: at SIGUSR1 the next Produce answer to a client whose client.id ends in S says
+OUT_OF_ORDER_SEQUENCE_NUMBER for its first partition (once), as the test broker answered a
+router under load (finding 12): fatal to an idempotent producer, though the broker stored the
+records.
 
 --slow-fetch B passes the broker's answers on at B bytes per second per connection, in small
 pieces, from the start: a large read (a restore's snapshot) then takes seconds while records keep
@@ -189,6 +195,31 @@ def without_first_batch(frame, version):
     return None
 
 
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+
+
+def with_produce_error(frame, version, code):
+    """A Produce response frame (versions 3 to 12; flexible from 9) whose first partition answer
+    carries error `code`, or None if it cannot be read."""
+    flexible = version >= 9
+    try:
+        c = Cursor(frame, 4)
+        c.skip(4)  # correlation id
+        if flexible:
+            c.tags()
+        if c.array_len(flexible) < 1:
+            return None
+        c.string(flexible)  # topic name
+        if c.array_len(flexible) < 1:
+            return None
+        c.skip(4)  # partition index
+        out = bytearray(frame)
+        struct.pack_into(">h", out, c.pos, code)
+        return bytes(out)
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
 def uvarint_bytes(v):
     out = bytearray()
     while v >= 0x80:
@@ -212,12 +243,16 @@ async def main():
     ap.add_argument("--skip-batch", metavar="CLIENT_ID_SUFFIX",
                     help="at SIGUSR1, take the first record batch out of the next Fetch answer to a client "
                          "whose client.id ends so that holds two or more (once), as a broker that skips one")
+    ap.add_argument("--fail-produce", metavar="CLIENT_ID_SUFFIX",
+                    help="at SIGUSR1, answer the next Produce request of a client whose client.id ends so "
+                         "with OUT_OF_ORDER_SEQUENCE_NUMBER (once; the broker has stored its records)")
     ap.add_argument("--slow-fetch", type=int, metavar="BYTES_PER_S",
                     help="pass the broker's answers on at this many bytes per second per connection")
     args = ap.parse_args()
     host, port = args.to.rsplit(":", 1)
     topic = args.topic.encode()
-    mode = "skip-batch" if args.skip_batch else "lag" if args.lag else "block"
+    mode = ("skip-batch" if args.skip_batch else "fail-produce" if args.fail_produce
+            else "lag" if args.lag else "block")
     skip_armed = [False]
     free = asyncio.Event()  # set: nothing is held back
     free.set()
@@ -236,7 +271,7 @@ async def main():
         def __init__(self, client_r, client_w, broker_w):
             self.client_r, self.client_w, self.broker_w = client_r, client_w, broker_w
             self.held = []  # frames held back, in arrival order
-            self.fetches = {}  # --skip-batch: correlation id -> version of the client's Fetch requests
+            self.fetches = {}  # --skip-batch, --fail-produce: correlation id -> (api key, version)
 
         def closed(self):
             return (self.client_r.at_eof() or self.client_r.exception() is not None
@@ -262,9 +297,9 @@ async def main():
                 self.held.clear()
 
     def hold(on):
-        if args.skip_batch:
+        if args.skip_batch or args.fail_produce:
             skip_armed[0] = on
-            log(f"skip-batch {'armed' if on else 'disarmed'}")
+            log(f"{mode} {'armed' if on else 'disarmed'}")
             return
         if on:
             free.clear()
@@ -281,10 +316,12 @@ async def main():
     async def upstream(conn, client_r, broker_w):
         # Reads on while holding, so that a client closing its connection is seen at once.
         async for frame in frames(client_r):
-            if args.skip_batch:
+            if args.skip_batch or args.fail_produce:
                 api_key, version, corr, client_id = request_header(frame)
-                if api_key == FETCH and client_id.endswith(args.skip_batch.encode()):
-                    conn.fetches[corr] = version
+                if api_key == FETCH and args.skip_batch and client_id.endswith(args.skip_batch.encode()):
+                    conn.fetches[corr] = (FETCH, version)
+                if api_key == PRODUCE and args.fail_produce and client_id.endswith(args.fail_produce.encode()):
+                    conn.fetches[corr] = (PRODUCE, version)
             if not free.is_set() and names_topic(frame):
                 held_total[0] += 1
                 conn.held.append(frame)
@@ -297,13 +334,19 @@ async def main():
     async def skipping_downstream(conn, broker_r, client_w):
         async for frame in frames(broker_r):
             (corr,) = struct.unpack_from(">i", frame, 4)
-            version = conn.fetches.pop(corr, None)
-            if version is not None and skip_armed[0] and version >= 4:
+            api_key, version = conn.fetches.pop(corr, (None, None))
+            if api_key == FETCH and skip_armed[0] and version >= 4:
                 cut = without_first_batch(frame, version)
                 if cut is not None:
                     frame, partition, base = cut
                     skip_armed[0] = False
                     log(f"skipped the batch at offset {base} of partition {partition}")
+            elif api_key == PRODUCE and skip_armed[0] and 3 <= version <= 12:
+                failed = with_produce_error(frame, version, OUT_OF_ORDER_SEQUENCE_NUMBER)
+                if failed is not None:
+                    frame = failed
+                    skip_armed[0] = False
+                    log("answered a produce request with OUT_OF_ORDER_SEQUENCE_NUMBER")
             client_w.write(frame)
             await client_w.drain()
 
@@ -324,8 +367,8 @@ async def main():
         conn = Conn(client_r, client_w, broker_w)
         connections.add(conn)
         tasks = [asyncio.ensure_future(upstream(conn, client_r, broker_w)),
-                 asyncio.ensure_future(skipping_downstream(conn, broker_r, client_w) if args.skip_batch
-                                       else downstream(broker_r, client_w))]
+                 asyncio.ensure_future(skipping_downstream(conn, broker_r, client_w)
+                                       if args.skip_batch or args.fail_produce else downstream(broker_r, client_w))]
         # Either side closing ends the pair; a held request dies with its connection.
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         connections.discard(conn)

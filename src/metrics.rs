@@ -92,6 +92,8 @@ pub struct Metrics {
     pub router_buffered_bytes: IntGauge,
     /// Input partitions paused because their lane held `slicing.max_buffered_bytes`.
     pub router_byte_pauses: IntCounter,
+    /// Router starts after its producer failed.
+    pub router_restarts: IntCounter,
     /// Slice records in the router's producer queue, not yet acknowledged.
     pub router_producer_queue: IntGauge,
     /// Bytes librdkafka has fetched ahead for the slice consumer.
@@ -420,6 +422,13 @@ impl Metrics {
                 IntCounter::new(
                     "dedupd_router_byte_pauses_total",
                     "Input partitions paused because the router held slicing.max_buffered_bytes of their records.",
+                )
+                .expect("valid metric"),
+            ),
+            router_restarts: b.register(
+                IntCounter::new(
+                    "dedupd_router_restarts_total",
+                    "Times the router started again, with a new producer, after its producer failed.",
                 )
                 .expect("valid metric"),
             ),

@@ -266,26 +266,30 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             Some(key) => Extractor { key, ..extractor },
             None => extractor,
         };
-        let router_setup = Arc::new(router::RouterSetup {
-            cfg: cfg.clone(),
-            hands_on_reading,
-            key_reads_headers: extractor.key.reads_headers(),
-            extractor,
-            slices: slice_count,
-            slice_topic: cfg.slice_topic(),
-            seed: params.seed,
-            producer: producer::output_producer(
-                &cfg,
-                "router",
-                Some((cfg.slice_topic(), metrics.stage("router_acked"))),
-                vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
-                slice_count as usize,
-                Some(&limits),
-            )?,
-            metrics: metrics.clone(),
-        });
+        let (cfg, metrics, limits, seed) = (cfg.clone(), metrics.clone(), limits.clone(), params.seed);
+        // A new setup, with a new producer, at each start of the router.
+        let make_setup = move || {
+            Ok(Arc::new(router::RouterSetup {
+                cfg: cfg.clone(),
+                hands_on_reading,
+                key_reads_headers: extractor.key.reads_headers(),
+                extractor: extractor.clone(),
+                slices: slice_count,
+                slice_topic: cfg.slice_topic(),
+                seed,
+                producer: producer::output_producer(
+                    &cfg,
+                    "router",
+                    Some((cfg.slice_topic(), metrics.stage("router_acked"))),
+                    vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
+                    slice_count as usize,
+                    Some(&limits),
+                )?,
+                metrics: metrics.clone(),
+            }))
+        };
         let stop = router_stop.clone();
-        Some(tokio::task::spawn_blocking(move || router::run(router_setup, stop)))
+        Some(tokio::task::spawn_blocking(move || router::run_restarting(make_setup, stop)))
     } else {
         None
     };

@@ -472,6 +472,29 @@ impl Daemon {
         );
     }
 
+    /// [`Self::assert_clean_log`], but for what the test broker's
+    /// out-of-order sequence answer to a router causes (docs/dev/broker.md,
+    /// finding 12): librdkafka's lines about it and the router starting
+    /// again. Tests of two routers writing one slice log, where it happens
+    /// under load; what the daemon makes of it is asserted by
+    /// `a_router_whose_producer_fails_starts_again_and_loses_nothing`.
+    pub fn assert_clean_log_but_router_restarts(&self) {
+        let text = self.log_text();
+        let known = |l: &&str| {
+            l.contains("OutOfOrderSequenceNumber")
+                || l.contains("out of order sequence number")
+                || l.contains("router: its producer failed")
+        };
+        let bad: Vec<&str> = warnings_and_errors(&text).into_iter().filter(|l| !known(l)).collect();
+        assert!(
+            bad.is_empty(),
+            "{} WARN/ERROR line(s) in the log ({}):\n{}",
+            bad.len(),
+            self.log.display(),
+            bad.join("\n")
+        );
+    }
+
     /// Waits until `/readyz` answers 200.
     pub fn wait_ready(&mut self, within: Duration) {
         let deadline = Instant::now() + within;
@@ -786,6 +809,9 @@ pub enum ProxyMode {
     /// Takes the first record batch out of one Fetch answer (holding two or
     /// more of a partition) to the client whose `client.id` ends so.
     SkipBatch(&'static str),
+    /// Answers one Produce request of the client whose `client.id` ends so
+    /// with OUT_OF_ORDER_SEQUENCE_NUMBER (its records stored all the same).
+    FailProduce(&'static str),
 }
 
 impl ProduceProxy {
@@ -801,14 +827,15 @@ impl ProduceProxy {
         let (port, to) = (proxy_port.to_string(), format!("127.0.0.1:{broker_port}"));
         let mut args = vec![script.to_str().unwrap(), "--listen", &port, "--to", &to, "--topic", topic];
         // `=`: a suffix may start with a dash.
-        let skip = match mode {
+        let rewrite = match mode {
             ProxyMode::SkipBatch(suffix) => format!("--skip-batch={suffix}"),
+            ProxyMode::FailProduce(suffix) => format!("--fail-produce={suffix}"),
             _ => String::new(),
         };
         match mode {
             ProxyMode::Block => {}
             ProxyMode::Lag => args.push("--lag"),
-            ProxyMode::SkipBatch(_) => args.push(&skip),
+            ProxyMode::SkipBatch(_) | ProxyMode::FailProduce(_) => args.push(&rewrite),
         }
         let proxy = start_in(dir, Path::new("python3"), &args, &proxy_log, proxy_port);
         let mut client = ClientConfig::new();
@@ -836,13 +863,18 @@ impl ProduceProxy {
             ProxyMode::Block => " blocked (",
             ProxyMode::Lag => " lagging (",
             ProxyMode::SkipBatch(_) => "skip-batch armed",
+            ProxyMode::FailProduce(_) => "fail-produce armed",
         };
         wait_for("the proxy to hold", Duration::from_secs(5), || self.log().contains(said));
     }
 
     pub fn release(&self) {
         self.signal("-USR2");
-        let said = if matches!(self.mode, ProxyMode::SkipBatch(_)) { "skip-batch disarmed" } else { " writable (" };
+        let said = match self.mode {
+            ProxyMode::SkipBatch(_) => "skip-batch disarmed",
+            ProxyMode::FailProduce(_) => "fail-produce disarmed",
+            _ => " writable (",
+        };
         wait_for("the proxy to pass everything on", Duration::from_secs(5), || self.log().contains(said));
     }
 

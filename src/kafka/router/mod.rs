@@ -89,6 +89,61 @@ const POLL_BATCH: usize = 512;
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
 
+/// Runs the router ([`run`]); when its producer fails — an idempotence
+/// error that leaves it unusable, such as the test broker's out-of-order
+/// sequence (docs/dev/broker.md, finding 12) — starts it again with a new
+/// producer and a new consumer from the committed input positions. That is
+/// what a restart of the process does, without stopping the slices: the
+/// records sent again are dropped by the slices as exact re-sends
+/// (docs/design.md, invariant 3). Waits 1 s before the first new start,
+/// doubling up to 30 s while it fails again within a minute. Any other error
+/// ends it, as does `stop`.
+pub fn run_restarting(
+    mut make: impl FnMut() -> Result<Arc<RouterSetup>, KafkaLayerError>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), KafkaLayerError> {
+    let mut backoff = RESTART_FIRST;
+    loop {
+        let setup = make()?;
+        let started = Instant::now();
+        let failed = match run(setup.clone(), stop.clone()) {
+            Err(e) if !stop.load(Ordering::Relaxed) && producer_failed(&setup) => e,
+            result => return result,
+        };
+        if started.elapsed() > RESTART_CALM {
+            backoff = RESTART_FIRST;
+        }
+        log::error!(
+            "router: its producer failed ({failed}); starting the router again in {backoff:?} with a new producer, from \
+             the committed input positions (the slices drop what it sends again)"
+        );
+        setup.metrics.router_restarts.inc();
+        drop(setup);
+        let until = Instant::now() + backoff;
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        backoff = (backoff * 2).min(RESTART_MOST);
+    }
+}
+
+/// The first wait before the router starts again after its producer failed.
+const RESTART_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait.
+const RESTART_MOST: Duration = Duration::from_secs(30);
+/// A router that ran this long before failing starts again after [`RESTART_FIRST`].
+const RESTART_CALM: Duration = Duration::from_secs(60);
+
+/// Whether the router's producer can send no more: a delivery failed (the
+/// output producer is gapless: one failure is final) or librdkafka raised a
+/// fatal error.
+fn producer_failed(setup: &RouterSetup) -> bool {
+    setup.producer.context().failure().is_some() || setup.producer.client().fatal_error().is_some()
+}
+
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
 pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-router");
