@@ -260,7 +260,7 @@ fn the_memory_budget_holds_while_the_output_accepts_no_writes() {
     let mut daemon = Daemon::start("budget", &env);
     daemon.wait_ready(Duration::from_secs(90));
     let log = daemon.log_text();
-    assert!(log.contains("memory budget: 268435456B (256.0 MiB, memory.limit), divided into"), "{log}");
+    assert!(log.contains("memory budget: 268435456B (256.0 MiB, memory.limit): runtime 64.0 MiB, "), "{log}");
     let m = metrics(&daemon);
     let parts = series(&m, "dedupd_memory_budget_bytes");
     assert!(parts.len() >= 7 && parts.values().sum::<f64>() <= LIMIT as f64, "{parts:?}");

@@ -145,7 +145,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     } else {
         log::info!("{}", cfg.memory);
     }
-    log::info!("{}", cfg.budget);
+    log::info!("{}", cfg.budget.one_line());
     let filter = cfg.filter_choice().expect("validated at load");
     let params = filter.params();
     let metrics = Arc::new(Metrics::new(params.hashes));

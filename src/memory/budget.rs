@@ -364,6 +364,19 @@ impl Budget {
     pub fn total(&self) -> u64 {
         self.parts.iter().map(|(_, b)| b).sum()
     }
+
+    /// The division in one line, for the log (one record a line).
+    pub fn one_line(&self) -> String {
+        let parts: Vec<String> =
+            self.parts.iter().map(|(part, bytes)| format!("{} {}", part.label(), format_bytes(*bytes))).collect();
+        match &self.limit {
+            Some(limit) => format!("memory budget: {limit}: {}", parts.join(", ")),
+            None => format!(
+                "memory budget: no limit (memory.limit is empty and there is no container limit): {}",
+                parts.join(", ")
+            ),
+        }
+    }
 }
 
 /// Lines for `dedupd check-config` and the start-up log: the limit, then
@@ -439,6 +452,8 @@ mod tests {
         let text = b.to_string();
         assert!(text.starts_with("memory budget: 536870912B (512.0 MiB, memory.limit), divided into"), "{text}");
         assert!(text.contains("producer_queues") && text.contains("(3 producers,"), "{text}");
+        let line = b.one_line();
+        assert!(!line.contains('\n') && line.contains(", producer_queues "), "{line}");
     }
 
     /// A part a setting fixes keeps its value; the others share the rest.
