@@ -68,10 +68,20 @@ fn level_of(level: RDKafkaLogLevel, fac: &str, message: &str) -> log::Level {
         {
             log::Level::Info
         }
+        // An offset commit a rebalance overtook: the slices' commits are for
+        // the lag tools only and the next snapshot commits again; the routers
+        // commit again once their partitions are assigned.
+        RDKafkaLogLevel::Warning if fac == "COMMITFAIL" && is_rebalance_commit_failure(message) => log::Level::Info,
         RDKafkaLogLevel::Warning => log::Level::Warn,
         RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
         RDKafkaLogLevel::Debug => log::Level::Debug,
     }
+}
+
+/// Whether a failed commit's message names a rebalance: the group's
+/// generation moved on, or a rebalance is in progress, or the member left it.
+fn is_rebalance_commit_failure(message: &str) -> bool {
+    ["generation id is not valid", "Group rebalance in progress", "Unknown member"].iter().any(|m| message.contains(m))
 }
 
 /// The last reason librdkafka gave for failing a broker connection, in any
@@ -562,6 +572,13 @@ mod tests {
         let other = "[thrd:app]: Configuration property linger.ms is deprecated";
         assert_eq!(level_of(RDKafkaLogLevel::Warning, "CONFWARN", other), log::Level::Warn);
         assert_eq!(level_of(RDKafkaLogLevel::Error, "CONFWARN", gapless), log::Level::Error);
+        // A commit a rebalance overtook (seen in the two-routers test), and one that failed otherwise.
+        let overtaken = "[thrd:main]: Offset commit (manual) failed for 1/1 partition(s) in join-state wait-metadata: \
+                         Broker: Specified group generation id is not valid: app.slices((null))[2]@2";
+        assert_eq!(level_of(RDKafkaLogLevel::Warning, "COMMITFAIL", overtaken), log::Level::Info);
+        let refused =
+            "[thrd:main]: Offset commit (manual) failed for 1/1 partition(s): Broker: Group authorization failed";
+        assert_eq!(level_of(RDKafkaLogLevel::Warning, "COMMITFAIL", refused), log::Level::Warn);
     }
 
     #[test]
