@@ -174,7 +174,7 @@ key_endpoints = {{ $mode | toJson }}
 The whole dedupd.toml, sections in the order of config/dedupd.toml.
 */}}
 {{- define "dedupd.toml" -}}
-{{- $order := list "app" "kafka" "input" "filter" "slicing" "output" "checkpoint" "availability" "admin" "topics" "shutdown" "log" "provenance" "tier" "limit" "flag" -}}
+{{- $order := list "app" "kafka" "input" "filter" "slicing" "memory" "output" "checkpoint" "availability" "admin" "topics" "shutdown" "log" "provenance" "tier" "limit" "flag" -}}
 {{- range $section, $_ := .Values.config -}}
 {{- if not (has $section $order) -}}
 {{- fail (printf "config.%s: dedupd has no section [%s] (sections: %s)" $section $section (join ", " $order)) -}}
