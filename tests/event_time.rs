@@ -368,6 +368,37 @@ fn a_router_joining_and_leaving_while_records_flow() {
     assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
 }
 
+/// A repartition-mode daemon (2 slices, 2 input partitions) on a broker of
+/// its own behind a proxy in `mode`, and `burst(from, n)`, which produces
+/// clicks `from..from + n`: 300 keys, each sent again and again 10 ms
+/// apart, so the first copy of each key is the distinct one.
+struct Proxied {
+    proxy: ProduceProxy,
+    app: String,
+    d: Daemon,
+    burst: Box<dyn Fn(u64, u64)>,
+}
+
+fn proxied(name: &str, mode: ProxyMode, extra: &[(&str, &str)]) -> Proxied {
+    let dir = std::env::temp_dir().join(unique(&format!("dedupd-{name}")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let proxy = ProduceProxy::with_mode(&dir, "-", mode);
+    let input = unique(&format!("clicks-{name}"));
+    create_topic_on(&proxy.client, &input, 2);
+    let app = unique(name);
+    let mut env = app_env(&app, &input, "repartition", 2);
+    env.push(("DEDUPD__KAFKA__BROKERS".into(), proxy.brokers()));
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let mut d = Daemon::start(name, &env);
+    d.wait_ready(Duration::from_secs(60));
+    let client = proxy.client.clone();
+    let record = |seq: u64| click(seq, &format!("k{}", seq % 300), BASE_TS + seq as i64 * 10, (seq % 2) as i32);
+    let burst = Box::new(move |from: u64, n: u64| {
+        produce_on(&client, &input, &(from..from + n).map(record).collect::<Vec<_>>());
+    });
+    Proxied { proxy, app, d, burst }
+}
+
 /// The test broker can skip a batch of the slice log: it numbers a batch
 /// before it stores it, and answers a reader standing at a numbered batch
 /// not stored yet with the next stored one (docs/dev/broker.md, finding 12;
@@ -379,24 +410,10 @@ fn a_router_joining_and_leaving_while_records_flow() {
 #[test]
 fn a_batch_the_broker_skips_in_the_slice_log_is_read_again() {
     let _one = serial();
-    let dir = std::env::temp_dir().join(unique("dedupd-skip"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let proxy = ProduceProxy::with_mode(&dir, "-", ProxyMode::SkipBatch("-slices"));
-    let input = unique("clicks-skip");
-    create_topic_on(&proxy.client, &input, 2);
-    let app = unique("skip");
-    let mut env = app_env(&app, &input, "repartition", 2);
-    env.push(("DEDUPD__KAFKA__BROKERS".into(), proxy.brokers()));
     // Fetch answers that wait for more than one batch (the routers' progress
     // records alone are a batch every 100 ms).
-    env.push(("DEDUPD__KAFKA__FETCH_MIN_BYTES".into(), "1000000".into()));
-    env.push(("DEDUPD__KAFKA__FETCH_WAIT_MAX_MS".into(), "300".into()));
-    let mut d = Daemon::start("skip", &env);
-    d.wait_ready(Duration::from_secs(60));
-    // 300 keys, each sent again and again 10 ms apart: the first copy of each is distinct.
-    let record = |seq: u64| click(seq, &format!("k{}", seq % 300), BASE_TS + seq as i64 * 10, (seq % 2) as i32);
-    let burst =
-        |from: u64, n: u64| produce_on(&proxy.client, &input, &(from..from + n).map(record).collect::<Vec<_>>());
+    let waiting_fetches = [("DEDUPD__KAFKA__FETCH_MIN_BYTES", "1000000"), ("DEDUPD__KAFKA__FETCH_WAIT_MAX_MS", "300")];
+    let Proxied { proxy, app, mut d, burst } = proxied("skip", ProxyMode::SkipBatch("-slices"), &waiting_fetches);
     burst(0, 100);
     wait_processed(&[&d], 100, Duration::from_secs(60));
     proxy.hold();
@@ -442,19 +459,7 @@ fn a_batch_the_broker_skips_in_the_slice_log_is_read_again() {
 #[test]
 fn a_router_whose_producer_fails_starts_again_and_loses_nothing() {
     let _one = serial();
-    let dir = std::env::temp_dir().join(unique("dedupd-fail-produce"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let proxy = ProduceProxy::with_mode(&dir, "-", ProxyMode::FailProduce("-router"));
-    let input = unique("clicks-fail-produce");
-    create_topic_on(&proxy.client, &input, 2);
-    let app = unique("fail-produce");
-    let mut env = app_env(&app, &input, "repartition", 2);
-    env.push(("DEDUPD__KAFKA__BROKERS".into(), proxy.brokers()));
-    let mut d = Daemon::start("fail-produce", &env);
-    d.wait_ready(Duration::from_secs(60));
-    let record = |seq: u64| click(seq, &format!("k{}", seq % 300), BASE_TS + seq as i64 * 10, (seq % 2) as i32);
-    let burst =
-        |from: u64, n: u64| produce_on(&proxy.client, &input, &(from..from + n).map(record).collect::<Vec<_>>());
+    let Proxied { proxy, app, mut d, burst } = proxied("fail-produce", ProxyMode::FailProduce("-router"), &[]);
     burst(0, 100);
     wait_processed(&[&d], 100, Duration::from_secs(60));
     proxy.hold();
