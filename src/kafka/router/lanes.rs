@@ -33,12 +33,6 @@ pub(super) fn lane_share(router_bytes: u64, lanes: usize) -> usize {
     usize::try_from(router_bytes / lanes.max(1) as u64).unwrap_or(usize::MAX)
 }
 
-/// The bytes of a buffered record that count against the lane's share:
-/// its key, value and headers.
-fn read_bytes(msg: &BorrowedMessage<'_>) -> usize {
-    crate::kafka::record_bytes(msg)
-}
-
 /// A buffered input record, read once: its slice and event time, or why
 /// it cannot be read.
 pub(super) struct Read<'c> {
@@ -46,6 +40,9 @@ pub(super) struct Read<'c> {
     pub(super) target: Result<(u32, Reading), InvalidRecord>,
     /// Its place in the routing order (see [`Lane::order_time`]).
     pub(super) order: i64,
+    /// The bytes that count against the lane's share (its key, value and
+    /// headers), measured once.
+    pub(super) bytes: usize,
 }
 
 impl Read<'_> {
@@ -147,15 +144,15 @@ impl<'c> Lane<'c> {
         time
     }
 
-    /// Whether buffering `msg` fills the lane, so that its partition should
+    /// Whether buffering a record of `bytes` fills the lane, so that its partition should
     /// be paused now (`None` when it is paused already): by count
     /// (`MAX_BUFFERED`) or by bytes (`max_bytes`: the lane's share of `slicing.max_buffered_bytes`).
-    pub(super) fn fills(&self, msg: &BorrowedMessage<'_>, max_bytes: usize) -> Option<Full> {
+    pub(super) fn fills(&self, bytes: usize, max_bytes: usize) -> Option<Full> {
         if self.paused {
             None
         } else if self.records.len() + 1 >= MAX_BUFFERED {
             Some(Full::Records)
-        } else if self.bytes + read_bytes(msg) >= max_bytes {
+        } else if self.bytes + bytes >= max_bytes {
             Some(Full::Bytes)
         } else {
             None
@@ -164,14 +161,14 @@ impl<'c> Lane<'c> {
 
     /// Buffers a record.
     pub(super) fn push(&mut self, read: Read<'c>) {
-        self.bytes += read_bytes(&read.msg);
+        self.bytes += read.bytes;
         self.records.push_back(read);
     }
 
     /// Takes the oldest buffered record.
     pub(super) fn pop(&mut self) -> Option<Read<'c>> {
         let read = self.records.pop_front()?;
-        self.bytes -= read_bytes(&read.msg);
+        self.bytes -= read.bytes;
         Some(read)
     }
 

@@ -357,13 +357,15 @@ impl<'c> Router<'c> {
         };
         lane.at_end = false;
         let max_bytes = lanes::lane_share(self.setup.cfg.budget.router, lane_count);
-        if let Some(full) = lane.fills(&msg, max_bytes) {
+        // Measured once: headers are a librdkafka call to read.
+        let bytes = crate::kafka::record_bytes(&msg);
+        if let Some(full) = lane.fills(bytes, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
             if full == Full::Bytes && lane.paused {
                 self.setup.metrics.router_byte_pauses.inc();
             }
         }
-        lane.push(Read { msg, target, order });
+        lane.push(Read { msg, target, order, bytes });
     }
 
     /// Announces the progress of the owned partitions if it changed, and

@@ -53,7 +53,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, order } = lane.pop().expect("non-empty lane");
+        let Read { msg, target, order, .. } = lane.pop().expect("non-empty lane");
         if target.is_ok() {
             lane.routed += 1;
             if order != i64::MIN {
