@@ -3,88 +3,208 @@
 
     python3 scripts/import_cycles.py              check: fail on a circle not in the baseline
     python3 scripts/import_cycles.py --list       print every circle (strongly connected group)
-    python3 scripts/import_cycles.py --selftest   show that a planted circle fails the check
+    python3 scripts/import_cycles.py --edges      print every file's imports
+    python3 scripts/import_cycles.py --selftest   plant a circle in a copy of the source; it fails
 
-A file imports another when it names it in a path: `use crate::a::b`, `super::b`, `self::b`,
-`crate::a::b::Item` in code. Paths are resolved to files (a/b.rs or a/b/mod.rs), the longest
-prefix that is a file. Test modules (`#[cfg(test)] mod tests { … }` to the end of the file, and
-tests.rs files) are left out: a test may use what it tests.
+The files are the crate's module tree: from lib.rs, every `mod x;` that is not behind
+`#[cfg(test)]` (x.rs or x/mod.rs). Test modules and test-only imports are left out: a test may
+use what it tests.
+
+A file imports another when it names it in a path: `use crate::a::b::Item`, `super::b`,
+`self::b`, a child module (`b::Item`), or `crate::a::b::Item` in code. A path is followed
+through the module tree and through re-exports: when `a/mod.rs` says `pub use b::Item` (or
+`pub use b::*`), `crate::a::Item` names the file that defines `Item`, and `a/mod.rs` itself
+imports `a/b.rs`. So a circle through a re-export is a circle. A file naming one of its own
+parent modules is not an import (the parent declares it).
 
 Circles that exist today are listed in scripts/import_cycles.baseline, one group per line; the
 check fails when a group is new or has grown, so the list can only shrink. Remove a line when its
 circle is gone (the check says so).
 """
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rust_source import blank, cfg_test_spans, without  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE = ROOT / "scripts" / "import_cycles.baseline"
-PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
-USE_GROUP = re.compile(r"\buse\s+(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*)\};", re.S)
+CRATES = (("dedupd", Path("src")), ("dedupd_lab", Path("lab") / "src"))
+
+IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+MOD_DECL = re.compile(rf"\bmod\s+(?:r#)?({IDENT})\s*([;{{])")
+USE = re.compile(r"(?<![\w:])use\s+([^;]*);")
+CODE_PATH = re.compile(rf"(?<![\w:])({IDENT})((?:\s*::\s*{IDENT})+)")
+DEF = re.compile(
+    rf"\b(?:fn|struct|enum|trait|type|const|static|union|mod|macro_rules!)\s+(?:r#)?({IDENT})"
+)
 
 
-def module_of(path: Path, src: Path) -> list[str]:
-    rel = path.relative_to(src).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] in ("mod", "lib", "main"):
-        parts = parts[:-1]
-    return parts
+class Module:
+    def __init__(self, path: tuple, file: Path, code: str):
+        self.path, self.file, self.code = path, file, code
+        self.children: set[str] = set()
+        self.uses: list[list[str]] = []  # every `use` path, as written
+        self.bindings: dict[str, list[list[str]]] = {}  # name -> the paths it stands for
+        self.globs: list[list[str]] = []  # `use a::*` sources
+        self.defs = set(DEF.findall(code))
 
 
-def strip_tests(text: str) -> str:
-    cut = re.search(r"#\[cfg\(test\)\]\s*mod\s+tests\s*\{", text)
-    text = text[: cut.start()] if cut else text
-    text = re.sub(r"//[^\n]*", "", text)  # comments, doc comments
-    return text
+def use_tree(text: str) -> list[tuple[list[str], str | None, bool]]:
+    """The leaves of a use tree: (path, alias, is glob). `a::{b, c::d as e, f::*, self}`."""
+    tokens = re.findall(rf"::|[{{}},*]|{IDENT}", text)
+    pos = 0
+
+    def tree(prefix: list[str]) -> list:
+        nonlocal pos
+        out, segs = [], list(prefix)
+        while pos < len(tokens):
+            t = tokens[pos]
+            if t == "::":
+                pos += 1
+            elif t == "{":
+                pos += 1
+                while pos < len(tokens) and tokens[pos] != "}":
+                    out += tree(segs)
+                    if pos < len(tokens) and tokens[pos] == ",":
+                        pos += 1
+                pos += 1
+                return out
+            elif t == "*":
+                pos += 1
+                return out + [(segs, None, True)]
+            elif t in (",", "}"):
+                break
+            elif t == "as":
+                alias = tokens[pos + 1] if pos + 1 < len(tokens) else None
+                pos += 2
+                return out + [(segs, alias, False)]
+            else:
+                segs = segs + [t]
+                pos += 1
+        if len(segs) > len(prefix):
+            out.append((segs, None, False))
+        return out
+
+    return tree([])
 
 
-def resolve(files: dict, base: list[str], segs: list[str]):
-    """The file a module path names: the longest prefix that is a file."""
-    for n in range(len(segs), -1, -1):
-        mod = tuple(base + segs[:n])
-        if mod in files:
-            return mod
-    return None
+def read_crate(src: Path) -> dict:
+    """The crate's modules by path, following `mod` declarations from lib.rs."""
+    modules = {}
+
+    def visit(path: tuple, file: Path):
+        code = blank(file.read_text())
+        code = without(code, cfg_test_spans(code))
+        mod = modules[path] = Module(path, file, code)
+        folder = file.parent if file.name in ("lib.rs", "mod.rs", "main.rs") else file.with_suffix("")
+        for name, end in MOD_DECL.findall(code):
+            if end == "{":  # an inline module: its code is read as the file's
+                continue
+            mod.children.add(name)
+            for child in (folder / f"{name}.rs", folder / name / "mod.rs"):
+                if child.is_file():
+                    visit(path + (name,), child)
+                    break
+        for m in USE.finditer(code):
+            for segs, alias, glob in use_tree(m.group(1)):
+                if not segs:
+                    continue
+                if segs[-1] == "self":
+                    segs = segs[:-1]
+                mod.uses.append(segs)
+                if glob:
+                    mod.globs.append(segs)
+                elif segs:
+                    mod.bindings.setdefault(alias or segs[-1], []).append(segs)
+
+    root = src / "lib.rs"
+    if root.is_file():
+        visit((), root)
+    return modules
 
 
-def graph(src: Path) -> dict:
-    files = {}
-    for p in src.rglob("*.rs"):
-        if p.name == "tests.rs":
-            continue
-        files[tuple(module_of(p, src))] = p
-    edges = {m: set() for m in files}
-    for mod, p in files.items():
-        text = strip_tests(p.read_text())
-        here = list(mod) if p.name in ("mod.rs", "lib.rs", "main.rs") else list(mod)
-        parent = here[:-1] if p.name not in ("mod.rs", "lib.rs", "main.rs") else here[:-1]
-        # `self` in a mod.rs is the module itself; in a.rs it is a, whose children live in a/.
-        bases = {"crate": [], "self": here, "super": parent}
+class Crate:
+    def __init__(self, src: Path):
+        self.modules = read_crate(src)
 
-        def add(kind, rest):
-            segs = [s for s in rest.split("::") if s]
-            base = list(bases[kind])
-            while segs and segs[0] == "super":
-                base, segs = base[:-1], segs[1:]
-            target = resolve(files, base, segs)
-            if target is not None and target != mod and not is_ancestor(target, mod):
-                edges[mod].add(target)
+    def absolute(self, here: tuple, segs: list[str], depth=0) -> list[str] | None:
+        """A path as written in module `here`, from the crate root; None for other crates."""
+        if not segs:
+            return None
+        first, rest = segs[0], segs[1:]
+        if first == "crate":
+            return rest
+        if first in ("self", "super"):
+            base = list(here)
+            while segs and segs[0] in ("self", "super"):
+                if segs[0] == "super":
+                    base = base[:-1]
+                segs = segs[1:]
+            return base + segs
+        mod = self.modules.get(here)
+        if mod is None:
+            return None
+        if first in mod.children:
+            return list(here) + segs
+        if first in mod.bindings and depth < 8:
+            for target in mod.bindings[first]:
+                if target[0] != first or len(target) > 1:
+                    full = self.absolute(here, target, depth + 1)
+                    if full is not None:
+                        return full + rest
+        return None  # another crate: std, serde, …
 
-        for kind, prefix, inner in USE_GROUP.findall(text):
-            for item in re.split(r",", re.sub(r"\{[^{}]*\}", "", inner)):
-                item = item.strip().split(" as ")[0]
-                if item and item != "self":
-                    add(kind, prefix + "::" + item.split("::")[0] if "::" not in item else prefix + "::" + item)
-                elif item == "self":
-                    add(kind, prefix)
-        for kind, rest in PATH.findall(text):
-            add(kind, rest)
-    return edges
+    def files(self, segs: list[str], depth=0) -> set[tuple]:
+        """The files a path from the crate root names: through modules, then re-exports."""
+        mod, i = (), 0
+        while i < len(segs) and mod + (segs[i],) in self.modules:
+            mod, i = mod + (segs[i],), i + 1
+        rest = segs[i:]
+        if not rest or depth > 16:
+            return {mod}
+        m = self.modules[mod]
+        name = rest[0]
+        if name in m.bindings and name not in m.defs:
+            out = set()
+            for target in m.bindings[name]:
+                full = self.absolute(mod, target)
+                if full is not None:
+                    out |= self.files(full + rest[1:], depth + 1)
+            return out or {mod}
+        if name not in m.defs:
+            for source in m.globs:
+                full = self.absolute(mod, source)
+                if full is None:
+                    continue
+                inner = self.files(full, depth + 1)
+                for f in inner:
+                    g = self.modules[f]
+                    if name in g.defs or name in g.bindings or name in g.children:
+                        return self.files(list(f) + rest, depth + 1)
+        return {mod}
+
+    def edges(self) -> dict:
+        out = {}
+        for here, m in self.modules.items():
+            named = list(m.uses)
+            for first, rest in CODE_PATH.findall(m.code):
+                if first in ("crate", "self", "super") or first in m.children:
+                    named.append([first] + [s.strip() for s in rest.split("::") if s.strip()])
+            targets = set()
+            for segs in named:
+                full = self.absolute(here, segs)
+                if full is not None:
+                    targets |= self.files(full)
+            out[here] = {t for t in targets if t != here and not is_ancestor(t, here)}
+        return out
 
 
 def is_ancestor(a, b) -> bool:
-    """A module's own parents (mod.rs declaring it) are not imports."""
+    """A module's own parents (the mod.rs declaring it) are not imports."""
     return len(a) < len(b) and tuple(b[: len(a)]) == a
 
 
@@ -125,13 +245,17 @@ def name(crate: str, mod) -> str:
     return crate + "::" + "::".join(mod) if mod else crate
 
 
-def all_groups() -> list[set[str]]:
-    groups = []
-    for crate, src in (("dedupd", ROOT / "src"), ("dedupd_lab", ROOT / "lab" / "src")):
-        if src.is_dir():
-            for g in cycles(graph(src)):
-                groups.append({name(crate, m) for m in g})
-    return groups
+def all_edges(root: Path) -> dict:
+    out = {}
+    for crate, src in CRATES:
+        if (root / src).is_dir():
+            for mod, targets in Crate(root / src).edges().items():
+                out[name(crate, mod)] = {name(crate, t) for t in targets}
+    return out
+
+
+def all_groups(root: Path) -> list[set[str]]:
+    return [set(g) for g in cycles(all_edges(root))]
 
 
 def check(groups, baseline) -> list[str]:
@@ -151,18 +275,44 @@ def read_baseline() -> list[set[str]]:
     return [set(l.split()) for l in BASELINE.read_text().splitlines() if l.strip() and not l.startswith("#")]
 
 
+# The circle the self-test plants: through two re-exports (engine/mod.rs and engine/slice/mod.rs
+# re-export SliceState from engine/slice/state.rs, which runs the features' stages).
+PLANT_FILE = Path("src/features/limits/stage.rs")
+PLANT_LINE = "use crate::engine::SliceState;\n"
+PLANT_MEMBERS = {"dedupd::features::limits::stage", "dedupd::engine::slice::state"}
+
+
+def selftest() -> int:
+    """Copies the sources, checks that the copy passes, plants a circle, checks that it fails."""
+    baseline = read_baseline()
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp)
+        for _, src in CRATES:
+            if (ROOT / src).is_dir():
+                shutil.copytree(ROOT / src, copy / src)
+        clean = check(all_groups(copy), baseline)
+        planted = copy / PLANT_FILE
+        planted.write_text(planted.read_text() + PLANT_LINE)
+        caught = [p for p in check(all_groups(copy), baseline) if p.startswith("new import circle")]
+    ok = not clean and any(PLANT_MEMBERS <= set(p.split()[3:]) for p in caught)
+    print("import_cycles selftest: the unmodified copy", "passes" if not clean else "FAILS: " + "; ".join(clean))
+    print(f"import_cycles selftest: `{PLANT_LINE.strip()}` in {PLANT_FILE}:",
+          caught[0] if caught else "NOT caught")
+    return 0 if ok else 1
+
+
 def main() -> int:
-    groups = all_groups()
+    if "--selftest" in sys.argv:
+        return selftest()
+    if "--edges" in sys.argv:
+        for mod, targets in sorted(all_edges(ROOT).items()):
+            print(mod, "->", " ".join(sorted(targets)))
+        return 0
+    groups = all_groups(ROOT)
     if "--list" in sys.argv:
         for g in groups:
             print(" ".join(sorted(g)))
         return 0
-    if "--selftest" in sys.argv:
-        planted = {"dedupd::planted::a", "dedupd::planted::b"}
-        problems = check(groups + [planted], read_baseline())
-        ok = any("planted" in p for p in problems)
-        print("import_cycles selftest:", "a planted circle fails the check" if ok else "NOT caught")
-        return 0 if ok else 1
     problems = check(groups, read_baseline())
     for p in problems:
         print("import_cycles:", p)
