@@ -27,8 +27,10 @@
 //! - [`config`]: the settings, validated once at start-up (the core
 //!   sections; each feature's section is in its folder, re-exported here).
 //! - [`cli`]: the `dedupd` command line (`main.rs` only calls it).
-//! - [`testkit`]: synthetic workloads, real text and the exact oracle, shared
-//!   by the tests, the examples and the lab (`lab/`, the accuracy experiments).
+//! - `testkit`: synthetic workloads, real text and the exact oracle, shared
+//!   by the tests, the examples and the lab (`lab/`, the accuracy experiments);
+//!   built for the unit tests and with the `testkit` feature, not into the
+//!   daemon binary.
 //! - [`units`]: parsing of durations such as `10m`.
 //! - [`url`]: percent-encoding of URL path segments for the HTTP clients.
 
@@ -42,6 +44,7 @@ pub mod kafka;
 pub mod memory;
 pub mod metrics;
 pub mod schema_registry;
+#[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod units;
 pub mod url;
