@@ -20,7 +20,8 @@ use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::features::tiers::io as tier;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::{clients, producer, router, topics, worker};
+use crate::kafka::limits::RecordLimits;
+use crate::kafka::{KafkaLayerError, clients, producer, router, topics, worker};
 use crate::metrics::Metrics;
 
 /// The `dedupd` binary's allocator: the system allocator, with blocks of
@@ -137,6 +138,10 @@ fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
     topics
 }
 
+/// A task of the daemon's on the blocking threads: the slice workers (or a
+/// sparse leaf's loop), the router.
+type Task = tokio::task::JoinHandle<Result<(), KafkaLayerError>>;
+
 async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     clients::check(&cfg)?;
     log::info!("{}", super::check_config::Sizing::of(&cfg));
@@ -148,39 +153,9 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     log::info!("{}", cfg.budget.one_line());
     let filter = cfg.filter_choice().expect("validated at load");
     let params = filter.params();
-    let metrics = Arc::new(Metrics::new(params.hashes));
-    metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
-    metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
-    for (part, bytes) in &cfg.budget.parts {
-        metrics.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
-    }
-    for topic in &cfg.settings.input.topics {
-        metrics.input_counter(topic);
-    }
+    let metrics = start_metrics(&cfg, params.hashes);
     let status = Status::new();
-    // Bound before anything talks to the broker: a taken port fails the
-    // start at once, and `/healthz` answers while the topics are made.
-    let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
-        .await
-        .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
-    // Port 0 asks the system for a free port; this line says which one.
-    let bound = listener.local_addr().unwrap_or(cfg.admin_listen);
-    let key_endpoints = match cfg.key_endpoints {
-        KeyEndpoints::Off => "off",
-        KeyEndpoints::Token(_) => "bearer token required",
-    };
-    log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
-    let health = match cfg.health_listen {
-        None => None,
-        Some(addr) => {
-            let health = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("invalid setting admin.health_listen = {addr}: cannot listen there"))?;
-            log::info!("health endpoint on http://{} (/healthz, /readyz)", health.local_addr().unwrap_or(addr));
-            Some(health)
-        }
-    };
-    let admin = Admin::start(listener, health, status.clone(), metrics.clone(), &cfg.key_endpoints);
+    let admin = start_admin(&cfg, &status, &metrics).await?;
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
     // Taken over from here on: a SIGTERM while the topics are made and
     // their limits read stops the daemon cleanly instead of killing it.
@@ -207,40 +182,15 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         time: cfg.time.clone(),
         max_record_bytes: cfg.settings.input.max_record_bytes,
     };
-    let id = cfg.settings.app.id.clone();
-    let setup = Arc::new(worker::WorkerSetup {
-        filter: filter.clone(),
-        extractor: extractor.clone(),
-        slice_topic: cfg.slice_topic(),
-        flush_topic: cfg.flush_topic(),
-        producer: producer::output_producer(
-            &cfg,
-            "output",
-            Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
-            output_topics(&cfg),
-            slice_count as usize,
-            Some(&limits),
-        )?,
-        store: CheckpointStore::new(&cfg)?,
-        reader: clients::reader(&cfg, &format!("{id}-restore"))
-            .create_with_context(clients::PlainContext)
-            .context("creating the restore reader")?,
-        metrics: metrics.clone(),
-        status: status.clone(),
-        input_counter: (cfg.slicing == SlicingMode::InputPartitions)
-            .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
-        verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
-        limits: limits.clone(),
-        path: worker::RecordPath::of(&cfg),
-        cfg: cfg.clone(),
-    });
+    let started = Started { extractor, slice_count, limits, seed: params.seed };
+    let setup = worker_setup(&cfg, &filter, &started, &metrics, &status)?;
     let worker_stop = Arc::new(AtomicBool::new(false));
     // A sparse leaf has no slices: its loop takes the workers' place (and the router's).
     let sparse_leaf = cfg.tier == Tier::SparseLeaf;
     let mut worker = if sparse_leaf {
         let leaf = Arc::new(tier::LeafSetup {
             cfg: cfg.clone(),
-            extractor: extractor.clone(),
+            extractor: started.extractor.clone(),
             cache_params: cfg.leaf_cache().expect("validated at load"),
             producer: producer::output_producer(&cfg, "leaf", None, vec![], 0, None)?,
             metrics: metrics.clone(),
@@ -253,62 +203,10 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         tokio::task::spawn_blocking(move || worker::run(setup, stop))
     };
     let router_stop = Arc::new(AtomicBool::new(false));
-    let mut router_task = if cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf {
-        // With a separate count key the router routes by it: every record
-        // of a count key reaches one slice, so its counts, limit and flags
-        // are the whole stream's (copies of a dedup key carry the same count
-        // key, so they still meet in one slice).
-        let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
-        // A count key's hash is not the dedup key's: the slices read the
-        // record again then.
-        let hands_on_reading = route_key.is_none();
-        let extractor = match route_key {
-            Some(key) => Extractor { key, ..extractor },
-            None => extractor,
-        };
-        let (cfg, metrics, limits, seed) = (cfg.clone(), metrics.clone(), limits.clone(), params.seed);
-        // A new setup, with a new producer, at each start of the router.
-        let make_setup = move || {
-            Ok(Arc::new(router::RouterSetup {
-                cfg: cfg.clone(),
-                hands_on_reading,
-                key_reads_headers: extractor.key.reads_headers(),
-                extractor: extractor.clone(),
-                slices: slice_count,
-                slice_topic: cfg.slice_topic(),
-                seed,
-                producer: producer::output_producer(
-                    &cfg,
-                    "router",
-                    Some((cfg.slice_topic(), metrics.stage("router_acked"))),
-                    vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
-                    slice_count as usize,
-                    Some(&limits),
-                )?,
-                metrics: metrics.clone(),
-            }))
-        };
-        let stop = router_stop.clone();
-        Some(tokio::task::spawn_blocking(move || router::run_restarting(make_setup, stop)))
-    } else {
-        None
-    };
+    let mut router_task = (cfg.slicing != SlicingMode::InputPartitions && !sparse_leaf)
+        .then(|| start_router(&cfg, &started, &metrics, router_stop.clone()));
 
-    let failure: Option<anyhow::Error> = tokio::select! {
-        _ = terminate.recv() => { log::info!("SIGTERM: shutting down"); None }
-        _ = tokio::signal::ctrl_c() => { log::info!("SIGINT: shutting down"); None }
-        r = &mut worker => Some(match r {
-            Ok(Ok(())) => anyhow::anyhow!("the slice workers stopped unexpectedly"),
-            Ok(Err(e)) => anyhow::Error::new(e).context("slice workers"),
-            Err(e) => anyhow::anyhow!("the slice workers panicked: {e}"),
-        }),
-        r = async { match router_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => Some(match r {
-            Ok(Ok(())) => anyhow::anyhow!("the router stopped unexpectedly"),
-            Ok(Err(e)) => anyhow::Error::new(e).context("router"),
-            Err(e) => anyhow::anyhow!("the router panicked: {e}"),
-        }),
-    };
-    if let Some(e) = failure {
+    if let Some(e) = first_failure(&mut terminate, &mut worker, &mut router_task).await {
         status.healthy.store(false, Ordering::Relaxed);
         router_stop.store(true, Ordering::Relaxed);
         worker_stop.store(true, Ordering::Relaxed);
@@ -338,5 +236,167 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             Ok(())
         }
         Err(_) => anyhow::bail!("shutdown took longer than shutdown.timeout = {timeout:?}; exiting anyway"),
+    }
+}
+
+/// The metrics, with the memory plan's figures and a counter per input topic set.
+fn start_metrics(cfg: &crate::config::Resolved, hashes: u32) -> Arc<Metrics> {
+    let metrics = Arc::new(Metrics::new(hashes));
+    metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
+    metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
+    for (part, bytes) in &cfg.budget.parts {
+        metrics.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+    }
+    for topic in &cfg.settings.input.topics {
+        metrics.input_counter(topic);
+    }
+    metrics
+}
+
+/// Binds the admin port (and the health port) and serves them. Bound before
+/// anything talks to the broker: a taken port fails the start at once, and
+/// `/healthz` answers while the topics are made.
+async fn start_admin(
+    cfg: &crate::config::Resolved,
+    status: &Arc<Status>,
+    metrics: &Arc<Metrics>,
+) -> anyhow::Result<Admin> {
+    let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
+        .await
+        .with_context(|| format!("invalid setting admin.listen = {}: cannot listen there", cfg.admin_listen))?;
+    // Port 0 asks the system for a free port; this line says which one.
+    let bound = listener.local_addr().unwrap_or(cfg.admin_listen);
+    let key_endpoints = match cfg.key_endpoints {
+        KeyEndpoints::Off => "off",
+        KeyEndpoints::Token(_) => "bearer token required",
+    };
+    log::info!("admin endpoint on http://{bound} (key endpoints such as /v1/lookup: {key_endpoints})");
+    let health = match cfg.health_listen {
+        None => None,
+        Some(addr) => {
+            let health = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("invalid setting admin.health_listen = {addr}: cannot listen there"))?;
+            log::info!("health endpoint on http://{} (/healthz, /readyz)", health.local_addr().unwrap_or(addr));
+            Some(health)
+        }
+    };
+    Ok(Admin::start(listener, health, status.clone(), metrics.clone(), &cfg.key_endpoints))
+}
+
+/// What start-up found: the record reader, the slice count (the topics'
+/// partitions) and the record-size limits, and the filter's hash seed.
+struct Started {
+    extractor: Extractor,
+    slice_count: u32,
+    limits: RecordLimits,
+    seed: u64,
+}
+
+/// The slice workers' setup: their producer, checkpoint store and restore
+/// reader. Made in every mode, a sparse leaf's too, and kept to the end.
+fn worker_setup(
+    cfg: &crate::config::Resolved,
+    filter: &crate::filter::FilterChoice,
+    started: &Started,
+    metrics: &Arc<Metrics>,
+    status: &Arc<Status>,
+) -> anyhow::Result<Arc<worker::WorkerSetup>> {
+    let id = cfg.settings.app.id.clone();
+    Ok(Arc::new(worker::WorkerSetup {
+        filter: filter.clone(),
+        extractor: started.extractor.clone(),
+        slice_topic: cfg.slice_topic(),
+        flush_topic: cfg.flush_topic(),
+        producer: producer::output_producer(
+            cfg,
+            "output",
+            Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
+            output_topics(cfg),
+            started.slice_count as usize,
+            Some(&started.limits),
+        )?,
+        store: CheckpointStore::new(cfg)?,
+        reader: clients::reader(cfg, &format!("{id}-restore"))
+            .create_with_context(clients::PlainContext)
+            .context("creating the restore reader")?,
+        metrics: metrics.clone(),
+        status: status.clone(),
+        input_counter: (cfg.slicing == SlicingMode::InputPartitions)
+            .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
+        verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(cfg, started.seed)).transpose()?,
+        limits: started.limits.clone(),
+        path: worker::RecordPath::of(cfg),
+        cfg: cfg.clone(),
+    }))
+}
+
+/// Starts the router (repartition and shared slicing), restarting it with a
+/// new producer when its producer fails.
+fn start_router(
+    cfg: &crate::config::Resolved,
+    started: &Started,
+    metrics: &Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) -> Task {
+    let (extractor, slice_count, limits, seed) =
+        (started.extractor.clone(), started.slice_count, started.limits.clone(), started.seed);
+    // With a separate count key the router routes by it: every record
+    // of a count key reaches one slice, so its counts, limit and flags
+    // are the whole stream's (copies of a dedup key carry the same count
+    // key, so they still meet in one slice).
+    let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
+    // A count key's hash is not the dedup key's: the slices read the
+    // record again then.
+    let hands_on_reading = route_key.is_none();
+    let extractor = match route_key {
+        Some(key) => Extractor { key, ..extractor },
+        None => extractor,
+    };
+    let (cfg, metrics) = (cfg.clone(), metrics.clone());
+    // A new setup, with a new producer, at each start of the router.
+    let make_setup = move || {
+        Ok(Arc::new(router::RouterSetup {
+            cfg: cfg.clone(),
+            hands_on_reading,
+            key_reads_headers: extractor.key.reads_headers(),
+            extractor: extractor.clone(),
+            slices: slice_count,
+            slice_topic: cfg.slice_topic(),
+            seed,
+            producer: producer::output_producer(
+                &cfg,
+                "router",
+                Some((cfg.slice_topic(), metrics.stage("router_acked"))),
+                vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
+                slice_count as usize,
+                Some(&limits),
+            )?,
+            metrics: metrics.clone(),
+        }))
+    };
+    tokio::task::spawn_blocking(move || router::run_restarting(make_setup, stop))
+}
+
+/// Waits for a signal (None: shut down) or for a task to end, which is a
+/// failure: the workers and the router run until they are stopped.
+async fn first_failure(
+    terminate: &mut tokio::signal::unix::Signal,
+    worker: &mut Task,
+    router_task: &mut Option<Task>,
+) -> Option<anyhow::Error> {
+    tokio::select! {
+        _ = terminate.recv() => { log::info!("SIGTERM: shutting down"); None }
+        _ = tokio::signal::ctrl_c() => { log::info!("SIGINT: shutting down"); None }
+        r = worker => Some(match r {
+            Ok(Ok(())) => anyhow::anyhow!("the slice workers stopped unexpectedly"),
+            Ok(Err(e)) => anyhow::Error::new(e).context("slice workers"),
+            Err(e) => anyhow::anyhow!("the slice workers panicked: {e}"),
+        }),
+        r = async { match router_task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => Some(match r {
+            Ok(Ok(())) => anyhow::anyhow!("the router stopped unexpectedly"),
+            Ok(Err(e)) => anyhow::Error::new(e).context("router"),
+            Err(e) => anyhow::anyhow!("the router panicked: {e}"),
+        }),
     }
 }

@@ -12,7 +12,8 @@ use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::tiers::Tier;
 use crate::features::{deletes, limits, shared};
-use crate::filter::{DecayingKind, FilterSpec, Growth};
+use crate::filter::cuckoo::CuckooSpec;
+use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 use crate::units::parse_duration_ms;
 
 /// The longest topic name Kafka allows, in bytes.
@@ -52,8 +53,98 @@ impl Settings {
         Ok(())
     }
 
-    /// Checks every rule and derives the typed settings.
+    /// Checks every rule and derives the typed settings. The sections are
+    /// checked in this order, and the first broken rule is the error.
     pub fn validate(mut self) -> Result<Resolved, ConfigError> {
+        self.check_app_id()?;
+        self.derive_topics()?;
+        let s = &self;
+        let input_start = s.check_brokers_and_topics()?;
+        let (key, time) = s.key_and_time()?;
+        let (passthrough, count_kind) = match s.filter.kind.as_str() {
+            "timer" => (false, None),
+            "passthrough" => (true, None),
+            "rsbf" => (false, Some(DecayingKind::Rsbf)),
+            "stable" => (false, Some(DecayingKind::Stable)),
+            "cuckoo" => (false, None),
+            other => return Err(invalid("filter.kind", other, "expected timer, cuckoo, passthrough, rsbf or stable")),
+        };
+        let cuckoo_kind = s.filter.kind == "cuckoo";
+        let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
+        let slicing = match s.slicing.mode.as_str() {
+            "repartition" => SlicingMode::Repartition,
+            "input-partitions" => SlicingMode::InputPartitions,
+            "shared" => SlicingMode::Shared,
+            other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
+        };
+        shared::settings::validate(slicing, &s.filter)?;
+        deletes::settings::validate(&s.filter, slicing)?;
+        let (order_tolerance_ms, order) = s.order_and_budgets(slicing)?;
+        let (filter, decaying, cuckoo) = s.filter_spec(growth, count_kind, cuckoo_kind)?;
+        let on_corrupt = s.checkpoint_policy()?;
+        let availability = s.availability.validate(slicing, &s.output)?;
+        let (admin_listen, health_listen) = s.listeners()?;
+        let key_endpoints = s.admin.key_endpoints()?;
+        let log_format = s.replication_and_log()?;
+        let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
+        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
+        availability.check_counting(counting.is_some())?;
+        let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
+        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some() || cuckoo_kind)?;
+        super::roles::check(s, slicing, tier)?;
+        s.check_counting_with_tier(counting.as_ref(), tier)?;
+        s.tier.check_leaf_cache(tier, &filter)?;
+        let instead = match (&decaying, &cuckoo) {
+            (Some(d), _) => crate::memory::Instead::Decaying(d),
+            (None, Some(c)) => crate::memory::Instead::Cuckoo(c),
+            (None, None) => crate::memory::Instead::Timer,
+        };
+        let limit = crate::memory::process_limit(s.memory.limit);
+        let (filter, capped_cuckoo, memory) =
+            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory, limit.clone())
+                .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let stages = crate::features::stages::StagesSetup { counting, provenance };
+        let clients = super::memory::clients(slicing, tier, s.filter.deletable);
+        let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
+            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
+        let cuckoo = capped_cuckoo.or(cuckoo);
+        let mut settings = self;
+        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
+            // A leaf's output is its parent's input.
+            settings.output.topic = settings.tier.parent_topic.clone();
+        }
+        let decoder = super::formats::input_decoder(&settings.input)?;
+        if decoder.is_some() && tier == Tier::SparseLeaf {
+            return Err(invalid("input.format", &settings.input.format, "a sparse leaf ([tier]) reads JSON payloads"));
+        }
+        Ok(Resolved {
+            decoder,
+            input_start,
+            tier,
+            stages,
+            key,
+            time,
+            filter,
+            decaying,
+            cuckoo,
+            slicing,
+            on_corrupt,
+            availability,
+            admin_listen,
+            health_listen,
+            key_endpoints,
+            passthrough,
+            order_tolerance_ms,
+            order,
+            log_format,
+            memory,
+            budget,
+            settings,
+        })
+    }
+
+    /// `[app]`: the id prefixes topic names, so it must leave room for them.
+    fn check_app_id(&self) -> Result<(), ConfigError> {
         if self.app.id.is_empty()
             || self.app.id.len() > MAX_APP_ID_BYTES
             || !self.app.id.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
@@ -67,23 +158,13 @@ impl Settings {
                 ),
             ));
         }
-        self.derive_topics()?;
-        let s = &self;
-        let topic_name = |setting: &str, name: &str, optional: bool| -> Result<(), ConfigError> {
-            if name.is_empty() && optional {
-                return Ok(());
-            }
-            let legal = !name.is_empty()
-                && name.len() <= 249
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-                && name != "."
-                && name != "..";
-            if legal {
-                Ok(())
-            } else {
-                Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]"))
-            }
-        };
+        Ok(())
+    }
+
+    /// `[kafka]` and every topic name: the brokers, the input topics and
+    /// where reading starts, the client's authentication, the topics written.
+    fn check_brokers_and_topics(&self) -> Result<InputStart, ConfigError> {
+        let s = self;
         if s.kafka.brokers.trim().is_empty() {
             return Err(invalid("kafka.brokers", "\"\"", "at least one host:port"));
         }
@@ -121,6 +202,12 @@ impl Settings {
         topic_name("output.late_topic", &s.output.late_topic, true)?;
         topic_name("flag.topic", &s.flag.topic, true)?;
         topic_name("checkpoint.topic", &s.checkpoint.topic, false)?;
+        Ok(input_start)
+    }
+
+    /// `[input]`: the dedup key, the record time, the record size limit.
+    fn key_and_time(&self) -> Result<(KeySpec, TimeSpec), ConfigError> {
+        let s = self;
         let key: KeySpec = s.input.key.parse().map_err(|e| invalid("input.key", &s.input.key, e))?;
         if key.header_names().into_iter().any(is_reserved_header) {
             return Err(invalid("input.key", &s.input.key, RESERVED_HEADER_RULE));
@@ -136,24 +223,14 @@ impl Settings {
         if s.input.max_record_bytes == 0 {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
         }
-        let (passthrough, count_kind) = match s.filter.kind.as_str() {
-            "timer" => (false, None),
-            "passthrough" => (true, None),
-            "rsbf" => (false, Some(DecayingKind::Rsbf)),
-            "stable" => (false, Some(DecayingKind::Stable)),
-            "cuckoo" => (false, None),
-            other => return Err(invalid("filter.kind", other, "expected timer, cuckoo, passthrough, rsbf or stable")),
-        };
-        let cuckoo_kind = s.filter.kind == "cuckoo";
-        let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
-        let slicing = match s.slicing.mode.as_str() {
-            "repartition" => SlicingMode::Repartition,
-            "input-partitions" => SlicingMode::InputPartitions,
-            "shared" => SlicingMode::Shared,
-            other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
-        };
-        shared::settings::validate(slicing, &s.filter)?;
-        deletes::settings::validate(&s.filter, slicing)?;
+        Ok((key, time))
+    }
+
+    /// `[slicing]` and the event-time settings of `[input]`: the router's
+    /// order tolerance within the lateness, the held and buffered budgets,
+    /// the clock-jump guard, the topics of input-partition slicing.
+    fn order_and_budgets(&self, slicing: SlicingMode) -> Result<(u64, OrderSettings), ConfigError> {
+        let s = self;
         let order_tolerance_ms = parse_duration_ms(&s.slicing.order_tolerance).map_err(|e| {
             invalid(
                 "slicing.order_tolerance",
@@ -222,6 +299,18 @@ impl Settings {
                 "input-partitions slicing takes exactly one topic (its partitions are the slices)",
             ));
         }
+        Ok((order_tolerance_ms, order))
+    }
+
+    /// `[filter]`: the timer filter's sizing, and the decaying or cuckoo
+    /// kind's parameters when the kind is one of those.
+    fn filter_spec(
+        &self,
+        growth: Growth,
+        count_kind: Option<DecayingKind>,
+        cuckoo_kind: bool,
+    ) -> Result<(FilterSpec, Option<DecayingSpec>, Option<CuckooSpec>), ConfigError> {
+        let s = self;
         let filter = FilterSpec {
             window_ms: s.filter.window,
             fpr: s.filter.fpr,
@@ -268,18 +357,29 @@ impl Settings {
                 (filter, Some(cuckoo))
             }
         };
+        Ok((filter, decaying, cuckoo))
+    }
+
+    /// `[checkpoint]`: the interval, the chunk size, what a corrupt
+    /// checkpoint does at start-up.
+    fn checkpoint_policy(&self) -> Result<CorruptPolicy, ConfigError> {
+        let s = self;
         if s.checkpoint.interval == 0 {
             return Err(invalid("checkpoint.interval", "0ms", "at least 1ms"));
         }
         if !(1024..=16 << 20).contains(&s.checkpoint.chunk_bytes) {
             return Err(invalid("checkpoint.chunk_bytes", s.checkpoint.chunk_bytes, "between 1024 and 16777216"));
         }
-        let on_corrupt = match s.checkpoint.on_corrupt.as_str() {
-            "cold-start" => CorruptPolicy::ColdStart,
-            "fail" => CorruptPolicy::Fail,
-            other => return Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
-        };
-        let availability = s.availability.validate(slicing, &s.output)?;
+        match s.checkpoint.on_corrupt.as_str() {
+            "cold-start" => Ok(CorruptPolicy::ColdStart),
+            "fail" => Ok(CorruptPolicy::Fail),
+            other => Err(invalid("checkpoint.on_corrupt", other, "expected cold-start or fail")),
+        }
+    }
+
+    /// `[admin]`: the admin address and the health port, on different ports.
+    fn listeners(&self) -> Result<(SocketAddr, Option<SocketAddr>), ConfigError> {
+        let s = self;
         let admin_listen: SocketAddr = s
             .admin
             .listen
@@ -302,7 +402,13 @@ impl Settings {
                 format!("a port other than admin.listen's ({admin_listen}): the health port has slots of its own"),
             ));
         }
-        let key_endpoints = s.admin.key_endpoints()?;
+        Ok((admin_listen, health_listen))
+    }
+
+    /// `[topics]` and `[log]`: the replication factor of the topics dedupd
+    /// creates, the log format.
+    fn replication_and_log(&self) -> Result<LogFormat, ConfigError> {
+        let s = self;
         if !(s.topics.replication_factor == -1 || (1..=i32::from(i16::MAX)).contains(&s.topics.replication_factor)) {
             return Err(invalid(
                 "topics.replication_factor",
@@ -310,20 +416,22 @@ impl Settings {
                 "-1 (the broker's default.replication.factor) or 1 to 32767",
             ));
         }
-        let log_format = match s.log.format.as_str() {
-            "text" => LogFormat::Text,
-            "json" => LogFormat::Json,
-            other => return Err(invalid("log.format", other, "expected text or json")),
-        };
-        let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
-        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
-        availability.check_counting(counting.is_some())?;
-        let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
-        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some() || cuckoo_kind)?;
-        super::roles::check(s, slicing, tier)?;
-        // Once the level is known: the counting stage by the dedup key, and
-        // the rules across [limit], [flag] and [tier].
-        if let Some(c) = &counting
+        match s.log.format.as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(invalid("log.format", other, "expected text or json")),
+        }
+    }
+
+    /// The rules across `[limit]`, `[flag]` and `[tier]`, once the level is
+    /// known: counting by the dedup key, and no counting on a sparse leaf.
+    fn check_counting_with_tier(
+        &self,
+        counting: Option<&limits::stage::CountingSetup>,
+        tier: Tier,
+    ) -> Result<(), ConfigError> {
+        let s = self;
+        if let Some(c) = counting
             && c.count_key.is_none()
         {
             // Counting by the dedup key replaces the timer filter.
@@ -353,53 +461,24 @@ impl Settings {
                 "a sparse leaf cannot run [limit] or [flag] (set them on the root)",
             ));
         }
-        s.tier.check_leaf_cache(tier, &filter)?;
-        let instead = match (&decaying, &cuckoo) {
-            (Some(d), _) => crate::memory::Instead::Decaying(d),
-            (None, Some(c)) => crate::memory::Instead::Cuckoo(c),
-            (None, None) => crate::memory::Instead::Timer,
-        };
-        let limit = crate::memory::process_limit(s.memory.limit);
-        let (filter, capped_cuckoo, memory) =
-            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory, limit.clone())
-                .map_err(|e| invalid(e.setting, e.value, e.rule))?;
-        let stages = crate::features::stages::StagesSetup { counting, provenance };
-        let clients = super::memory::clients(slicing, tier, s.filter.deletable);
-        let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
-            .map_err(|e| invalid(e.setting, e.value, e.rule))?;
-        let cuckoo = capped_cuckoo.or(cuckoo);
-        let mut settings = self;
-        if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
-            // A leaf's output is its parent's input.
-            settings.output.topic = settings.tier.parent_topic.clone();
-        }
-        let decoder = super::formats::input_decoder(&settings.input)?;
-        if decoder.is_some() && tier == Tier::SparseLeaf {
-            return Err(invalid("input.format", &settings.input.format, "a sparse leaf ([tier]) reads JSON payloads"));
-        }
-        Ok(Resolved {
-            decoder,
-            input_start,
-            tier,
-            stages,
-            key,
-            time,
-            filter,
-            decaying,
-            cuckoo,
-            slicing,
-            on_corrupt,
-            availability,
-            admin_listen,
-            health_listen,
-            key_endpoints,
-            passthrough,
-            order_tolerance_ms,
-            order,
-            log_format,
-            memory,
-            budget,
-            settings,
-        })
+        Ok(())
+    }
+}
+
+/// A Kafka topic name: 1 to 249 of `[a-zA-Z0-9._-]`, not `.` or `..`; an
+/// `optional` one may be empty (the output it names is off).
+fn topic_name(setting: &str, name: &str, optional: bool) -> Result<(), ConfigError> {
+    if name.is_empty() && optional {
+        return Ok(());
+    }
+    let legal = !name.is_empty()
+        && name.len() <= 249
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && name != "."
+        && name != "..";
+    if legal {
+        Ok(())
+    } else {
+        Err(invalid(setting, format!("{name:?}"), "a Kafka topic name: 1 to 249 of [a-zA-Z0-9._-]"))
     }
 }

@@ -23,6 +23,9 @@ use crate::kafka::{Context, KafkaLayerError, headers};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// A slice restored from a snapshot, with the held records read back.
+type Restored = (SliceState, BTreeMap<u64, OwnedMessage>);
+
 /// How a slice came back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RestoredFrom {
@@ -269,6 +272,48 @@ impl Restorer<'_> {
     }
 
     pub fn restore(&self, slice: u32) -> Result<ResumePoint, KafkaLayerError> {
+        let (state, manifest, from) = self.latest_snapshot(slice)?;
+        let mut end = LogEnd::default();
+        let bounds = self.read_bounds(slice, &mut end)?;
+        let (state, held) = match state {
+            Some(s) => s,
+            None => (self.fresh(slice, &from, &bounds, &mut end)?, BTreeMap::new()),
+        };
+        let start = state.next_offset;
+        // From the offset the snapshot names: what it needs lies there or
+        // after. A slice rebuilt from its log (no snapshot, or one refused)
+        // needs every flush logged since its first record: from the start.
+        let flush_from = match from {
+            RestoredFrom::Snapshot { .. } => manifest.as_ref().and_then(|m| m.flush_log_offset),
+            _ => None,
+        };
+        let FlushLog { mut flushes, mut ranges, span } =
+            read_flushes(self.reader, self.flush_topic, slice as i32, flush_from)?;
+        // Flushes the snapshot has applied, or that came after a record
+        // before its last one, are in it already.
+        flushes.retain(|f| f.after >= state.flushes_next && f.after + 1 >= start);
+        ranges.retain(|r| r.to >= start);
+        log::info!(
+            "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
+             watermark, {} idle flushes and {} policy ranges to replay{}",
+            held.len(),
+            flushes.len(),
+            ranges.len(),
+            bounds
+                .highest()
+                .filter(|y| y.after + 1 >= start)
+                .map_or(String::new(), |_| format!(", silently up to what each topic holds: {bounds}"))
+        );
+        Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges, flush_log: span })
+    }
+
+    /// The slice's latest snapshot, decoded and with its held records read
+    /// back, or why there is none to use (logged, counted, and an error
+    /// under `checkpoint.on_corrupt = fail`).
+    fn latest_snapshot(
+        &self,
+        slice: u32,
+    ) -> Result<(Option<Restored>, Option<Manifest>, RestoredFrom), KafkaLayerError> {
         let mut read = ReadStats::default();
         let started = Instant::now();
         let latest = self.store.read_latest_counted(slice, &mut read);
@@ -334,58 +379,38 @@ impl Restorer<'_> {
                 });
             }
         }
-        let mut end = LogEnd::default();
-        let bounds = self.read_bounds(slice, &mut end)?;
-        let (state, held) = match state {
-            Some(s) => s,
-            None => {
-                let (low, _) = self
-                    .reader
-                    .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
-                    .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
-                let mut first = low.max(0) as u64;
-                // A slice that ran before (a rejected snapshot, or outputs
-                // written before its first snapshot) is rebuilt from the
-                // start whatever input.start says: starting at the end
-                // would skip records it has not judged yet.
-                if self.start_at_end && from == RestoredFrom::Empty && bounds == ReplayBounds::default() {
-                    first = first.max(self.exact_end(slice, &mut end)?);
-                }
-                let start = match self.slicing {
-                    SlicingMode::Shared => read_order::position(first, 0),
-                    _ => first,
-                };
-                let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
-                fresh.set_stages(self.stages);
-                (fresh, BTreeMap::new())
-            }
+        Ok((state, manifest, from))
+    }
+
+    /// A slice with no snapshot to restore: empty, from the start of its
+    /// retained log, or from its end when it never ran and `input.start`
+    /// says latest.
+    fn fresh(
+        &self,
+        slice: u32,
+        from: &RestoredFrom,
+        bounds: &ReplayBounds,
+        end: &mut LogEnd,
+    ) -> Result<SliceState, KafkaLayerError> {
+        let (low, _) = self
+            .reader
+            .fetch_watermarks(self.slice_topic, slice as i32, IO_TIMEOUT)
+            .context(|| format!("watermarks of {}/{slice}", self.slice_topic))?;
+        let mut first = low.max(0) as u64;
+        // A slice that ran before (a rejected snapshot, or outputs
+        // written before its first snapshot) is rebuilt from the
+        // start whatever input.start says: starting at the end
+        // would skip records it has not judged yet.
+        if self.start_at_end && *from == RestoredFrom::Empty && *bounds == ReplayBounds::default() {
+            first = first.max(self.exact_end(slice, end)?);
+        }
+        let start = match self.slicing {
+            SlicingMode::Shared => read_order::position(first, 0),
+            _ => first,
         };
-        let start = state.next_offset;
-        // From the offset the snapshot names: what it needs lies there or
-        // after. A slice rebuilt from its log (no snapshot, or one refused)
-        // needs every flush logged since its first record: from the start.
-        let flush_from = match from {
-            RestoredFrom::Snapshot { .. } => manifest.as_ref().and_then(|m| m.flush_log_offset),
-            _ => None,
-        };
-        let FlushLog { mut flushes, mut ranges, span } =
-            read_flushes(self.reader, self.flush_topic, slice as i32, flush_from)?;
-        // Flushes the snapshot has applied, or that came after a record
-        // before its last one, are in it already.
-        flushes.retain(|f| f.after >= state.flushes_next && f.after + 1 >= start);
-        ranges.retain(|r| r.to >= start);
-        log::info!(
-            "slice {slice}: restored from {from:?}, consuming from offset {start}, {} records waiting for the \
-             watermark, {} idle flushes and {} policy ranges to replay{}",
-            held.len(),
-            flushes.len(),
-            ranges.len(),
-            bounds
-                .highest()
-                .filter(|y| y.after + 1 >= start)
-                .map_or(String::new(), |_| format!(", silently up to what each topic holds: {bounds}"))
-        );
-        Ok(ResumePoint { state, manifest, start, bounds, from, held, flushes, ranges, flush_log: span })
+        let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
+        fresh.set_stages(self.stages);
+        Ok(fresh)
     }
 
     /// Re-reads from the slice log (shared mode: from the input, where the
