@@ -2,19 +2,22 @@
 //! of bits, so a filter answers "how many times was x inserted?" with a
 //! one-sided error — an estimate is never below the true count.
 //!
-//! - [`Counters`] (in `counters.rs`): m saturating fixed-width counters (4, 8, 16 or 32 bits)
-//!   packed in `u64` words. A saturated counter stays at its maximum (it is
-//!   never decremented or wrapped), so it still bounds every count above.
-//! - [`Store`]: the counter vector of a filter, either those fixed-width
-//!   counters or compact variable-length ones ([`CompactCounters`], the
-//!   paper's §4), chosen by [`CounterKind`]; the estimates are the same.
-//! - [`Sbf`] (in `sbf.rs`): one counter vector with k positions per key (the dedup filter's
-//!   double hashing over one XXH3-128), Minimum Selection (MS) queries,
-//!   insert, delete, union.
-//! - [`Spectral`] (in `estimators.rs`): MS, Minimal Increase (MI, "conservative update": only the
-//!   minimal counters grow; deletion is refused) or Recurring Minimum (RM: a
-//!   primary SBF, a secondary SBF of half its size for keys whose minimum is a
-//!   single counter, and the flags filter B_f marking keys moved there).
+//! - [`Counters`] (in `counters.rs`): m saturating fixed-width counters
+//!   (4, 8, 16 or 32 bits) packed in `u64` words. A saturated counter stays
+//!   at its maximum (it is never decremented or wrapped), so it still bounds
+//!   every count above.
+//! - [`Store`] (in `counters.rs`): the counter vector of a filter, either
+//!   those fixed-width counters or compact variable-length ones
+//!   ([`CompactCounters`](compact_counters::CompactCounters), the paper's
+//!   §4), chosen by [`CounterKind`]; the estimates are the same.
+//! - [`Sbf`] (in `sbf.rs`): one counter vector with k positions per key (the
+//!   dedup filter's double hashing over one XXH3-128), Minimum Selection (MS)
+//!   queries, insert, delete, union.
+//! - [`Spectral`] (in `estimators.rs`): MS, Minimal Increase (MI,
+//!   "conservative update": only the minimal counters grow; deletion is
+//!   refused) or Recurring Minimum (RM: a primary SBF, a secondary SBF of half
+//!   its size for keys whose minimum is a single counter, and the flags
+//!   filter B_f marking keys moved there).
 //! - [`WindowedCounts`] (in `windowed.rs`): counts over a sliding window of
 //!   event time, as a ring of sub-windows expired whole (no deletions, so MI
 //!   works too), each a chain of filters that grows with what it receives.
@@ -30,8 +33,7 @@
 //! test `recurring_minimum_undercounts_rarely`). Where an undercount must
 //! never happen (limits), prefer MI or MS.
 //!
-//!
-//! [`compact_counters`], below this file, is the compact store.
+//! [`compact_counters`] is the compact store.
 //!
 //! Pure: no I/O, no clock.
 
