@@ -137,30 +137,42 @@ def check(found: dict[str, int], baseline: dict[str, int]) -> list[str]:
 
 
 def selftest() -> int:
-    """A copy of src/ passes; a long function and a long record-path file planted in it fail."""
+    """A copy of src/ passes; a long function and a long record-path file planted in it fail, and
+    a function at the limit or behind #[cfg(test)] does not."""
     baseline = read_baseline()
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp)
         shutil.copytree(ROOT / "src", copy / "src")
         clean = check(offenders(copy), baseline)
-        target = copy / "src" / "engine" / "time.rs"
-        body = "".join(f'    let _x{i} = "{{ }} // ";\n' for i in range(101))
+        # Any record-path file within the limit will do: the first in order.
+        rel = next(
+            p for p in files(copy) if p.as_posix().startswith(RECORD_PATH) and f"file {p.as_posix()}" not in baseline
+        )
+        # Braces in strings and comments must not count.
+        line = '    let _x = "{ } // ";\n'
+
+        def planted_fn(head: str, lines: int) -> str:
+            return f"\n{head} {{\n" + line * (lines - 2) + "}\n"
+
         planted = (
-            "\npub fn planted_long() {\n" + body + "}\n"
-            + "\n#[cfg(test)]\nfn planted_test_only() {\n" + body + "}\n"
+            planted_fn("pub fn planted_long()", 103)
+            + planted_fn("fn planted_at_the_limit()", 100)
+            + "\n#[cfg(test)]" + planted_fn("fn planted_test_only()", 103)
             + "// }\n" * 600
         )
+        target = copy / rel
         target.write_text(target.read_text() + planted)
         found = check(offenders(copy), baseline)
-    want = {"new: fn src/engine/time.rs planted_long: 103 lines", "new: file src/engine/time.rs"}
+    path = rel.as_posix()
+    want = {f"new: fn {path} planted_long: 103 lines", f"new: file {path}"}
     caught = [p for p in found if any(p.startswith(w) for w in want)]
-    wrong = [p for p in found if "planted_test_only" in p]
+    wrong = [p for p in found if "planted_test_only" in p or "planted_at_the_limit" in p]
     ok = not clean and len(caught) == 2 and not wrong
     print("code_shape selftest: the unmodified copy", "passes" if not clean else "FAILS: " + "; ".join(clean))
     print("code_shape selftest: a planted 103-line function and a planted long file:",
           "; ".join(caught) if len(caught) == 2 else "NOT caught (" + "; ".join(found) + ")")
-    if wrong:
-        print("code_shape selftest: a #[cfg(test)] function counted:", "; ".join(wrong))
+    print("code_shape selftest: a 100-line function and a #[cfg(test)] one:",
+          "not counted" if not wrong else "COUNTED: " + "; ".join(wrong))
     return 0 if ok else 1
 
 

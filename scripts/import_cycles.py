@@ -4,7 +4,7 @@
     python3 scripts/import_cycles.py              check: fail on a circle not in the baseline
     python3 scripts/import_cycles.py --list       print every circle (strongly connected group)
     python3 scripts/import_cycles.py --edges      print every file's imports
-    python3 scripts/import_cycles.py --selftest   plant a circle in a copy of the source; it fails
+    python3 scripts/import_cycles.py --selftest   plant circles in a copy of the source; they fail
 
 The files are the crate's module tree: from lib.rs, every `mod x;` that is not behind
 `#[cfg(test)]` (x.rs or x/mod.rs). Test modules and test-only imports are left out: a test may
@@ -275,29 +275,64 @@ def read_baseline() -> list[set[str]]:
     return [set(l.split()) for l in BASELINE.read_text().splitlines() if l.strip() and not l.startswith("#")]
 
 
-# The circle the self-test plants: through two re-exports (engine/mod.rs and engine/slice/mod.rs
-# re-export SliceState from engine/slice/state.rs, which runs the features' stages).
+# The circles the self-test plants. The first is the one issue 44 found the old check blind to:
+# engine/mod.rs and engine/slice/mod.rs re-export SliceState from engine/slice/state.rs, which
+# runs the features' stages; it can only be planted while that file imports features/stages.rs.
 PLANT_FILE = Path("src/features/limits/stage.rs")
 PLANT_LINE = "use crate::engine::SliceState;\n"
 PLANT_MEMBERS = {"dedupd::features::limits::stage", "dedupd::engine::slice::state"}
+PLANT_NEEDS = ("dedupd::engine::slice::state", "dedupd::features::stages")
+# The second needs nothing of today's tree: a module of its own whose mod.rs re-exports an item
+# of `inner.rs`, which imports a file that imports the item through the re-export.
+FIXTURE = {
+    "src/planted/mod.rs": "mod inner;\npub use inner::Item;\n",
+    "src/planted/inner.rs": "use crate::planted_user::User;\npub struct Item(User);\n",
+    "src/planted_user.rs": "use crate::planted::Item;\npub struct User(Option<Box<Item>>);\n",
+}
+FIXTURE_MEMBERS = {"dedupd::planted::inner", "dedupd::planted_user"}
+
+
+def new_circles(root: Path, baseline) -> list[set[str]]:
+    prefix = "new import circle: "
+    return [set(p[len(prefix) :].split()) for p in check(all_groups(root), baseline) if p.startswith(prefix)]
 
 
 def selftest() -> int:
-    """Copies the sources, checks that the copy passes, plants a circle, checks that it fails."""
+    """Copies the sources, checks that the copy passes, plants circles, checks that each fails."""
     baseline = read_baseline()
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp)
         for _, src in CRATES:
             if (ROOT / src).is_dir():
                 shutil.copytree(ROOT / src, copy / src)
         clean = check(all_groups(copy), baseline)
-        planted = copy / PLANT_FILE
-        planted.write_text(planted.read_text() + PLANT_LINE)
-        caught = [p for p in check(all_groups(copy), baseline) if p.startswith("new import circle")]
-    ok = not clean and any(PLANT_MEMBERS <= set(p.split()[3:]) for p in caught)
-    print("import_cycles selftest: the unmodified copy", "passes" if not clean else "FAILS: " + "; ".join(clean))
-    print(f"import_cycles selftest: `{PLANT_LINE.strip()}` in {PLANT_FILE}:",
-          caught[0] if caught else "NOT caught")
+        print("import_cycles selftest: the unmodified copy", "passes" if not clean else "FAILS: " + "; ".join(clean))
+        ok &= not clean
+
+        edges = all_edges(copy)
+        if PLANT_NEEDS[1] in edges.get(PLANT_NEEDS[0], ()) and (copy / PLANT_FILE).is_file():
+            planted = copy / PLANT_FILE
+            before = planted.read_text()
+            planted.write_text(before + PLANT_LINE)
+            caught = [g for g in new_circles(copy, baseline) if PLANT_MEMBERS <= g]
+            planted.write_text(before)
+            print(f"import_cycles selftest: `{PLANT_LINE.strip()}` in {PLANT_FILE}:",
+                  "new import circle: " + " ".join(sorted(caught[0])) if caught else "NOT caught")
+            ok &= bool(caught)
+        else:
+            print(f"import_cycles selftest: {PLANT_NEEDS[0]} no longer imports {PLANT_NEEDS[1]}: "
+                  f"`{PLANT_LINE.strip()}` in {PLANT_FILE} closes no circle, not planted")
+
+        for path, text in FIXTURE.items():
+            (copy / path).parent.mkdir(parents=True, exist_ok=True)
+            (copy / path).write_text(text)
+        lib = copy / "src" / "lib.rs"
+        lib.write_text(lib.read_text() + "pub mod planted;\npub mod planted_user;\n")
+        caught = [g for g in new_circles(copy, baseline) if FIXTURE_MEMBERS <= g]
+        print("import_cycles selftest: a circle through a re-export in a planted module:",
+              "new import circle: " + " ".join(sorted(caught[0])) if caught else "NOT caught")
+        ok &= bool(caught)
     return 0 if ok else 1
 
 
