@@ -85,6 +85,8 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     /// Per input partition this member reads (`kafka::statistics`).
     pub input_lag: IntGaugeVec,
+    /// The same partitions' lag in seconds of record time (`kafka::lag_seconds`).
+    pub input_lag_seconds: GaugeVec,
     pub producer_queue: IntGauge,
     /// Input records the router holds to send them in event-time order.
     pub router_buffered: IntGauge,
@@ -398,6 +400,11 @@ impl Metrics {
             input_lag: b.int_gauge(
                 "dedupd_input_lag",
                 "Records of the input partition not yet read by this member (its end minus the position).",
+                &["topic", "partition"],
+            ),
+            input_lag_seconds: b.gauge(
+                "dedupd_input_lag_seconds",
+                "Timestamp of the input partition's newest record minus that of the last record this member read; 0 at its end.",
                 &["topic", "partition"],
             ),
             producer_queue: b.register(
