@@ -11,8 +11,10 @@
 //! 1, or the first to be read before any) with a consumer by assignment of its own, at most once a second, and
 //! sets the gauge from their timestamps. That consumer is created the first
 //! time a partition lags and fetches one batch per partition it asks for
-//! (`max.partition.fetch.bytes` 64 KiB: a larger batch comes alone), then
-//! gives the partitions up again.
+//! (`max.partition.fetch.bytes` 64 KiB: a larger batch comes alone; a fetch
+//! of about 1 MiB, librdkafka's `fetch.max.bytes` from the 64 KiB queue and
+//! `message.max.bytes`), then gives the partitions up again: the memory
+//! budget's runtime part holds it (docs/capacity.md).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
