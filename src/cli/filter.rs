@@ -19,7 +19,7 @@ use crate::engine::record::PayloadDecoder;
 use crate::engine::{
     Deduplicator, Extractor, InvalidReason, Judged, KeySpec, OrderSettings, Outcome, RecordView, TimeSpec,
 };
-use crate::features::limits::counting::{CountingSpec, CountingStage};
+use crate::filter::counting::{CountingSpec, CountingStage};
 use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use crate::filter::decaying::{self, DEFAULT_RNG_SEED};
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams};

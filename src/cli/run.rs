@@ -231,6 +231,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
         verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
         limits: limits.clone(),
+        stages: cfg.stages.setups(),
         path: worker::RecordPath::of(&cfg),
         cfg: cfg.clone(),
     });

@@ -34,3 +34,6 @@ pub mod provenance;
 pub mod shared;
 pub mod stages;
 pub mod tiers;
+
+#[cfg(test)]
+mod tests;

@@ -44,9 +44,6 @@ pub const RELEASE: &str = "dedupd.release";
 /// reads past other applications' (several may write one topic on purpose:
 /// docs/design.md, invariant 8).
 pub const APP: &str = "dedupd.app";
-/// On duplicates, with provenance on: the source of the first delivered
-/// copy, when only one source may have delivered the key before.
-pub const FIRST_SOURCE: &str = "dedupd.first_source";
 /// On late-topic records: how far behind the watermark the record arrived, in ms.
 pub const LATE_BY: &str = "dedupd.late_by_ms";
 /// On slice-log records written by `DELETE /v1/keys/{key}`: the record is a

@@ -5,9 +5,9 @@
 //! - Settings: `[limit]`, `[flag]`, in [`settings`] ([`LimitSettings`],
 //!   [`FlagSettings`] and their validation; the rules across `[limit]` and
 //!   `[tier]` are in `config/validate.rs`, which has both).
-//! - Stage (engine layer, deterministic): [`counting`], the counting stage —
-//!   the limit and flag policies over windowed Spectral Bloom Filter counts
-//!   (`filter/spectral/`), shared with pipe mode; [`stage`], the stage as
+//! - Stage (engine layer, deterministic): the limit and flag policies over
+//!   windowed Spectral Bloom Filter counts are `filter/counting.rs` (pure,
+//!   shared with pipe mode); [`stage`] is the stage as
 //!   a slice runs it (count keys, the hashes waiting for the watermark, its
 //!   part of the snapshot).
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
@@ -20,7 +20,6 @@
 //! Not here: `kafka/limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
 
-pub mod counting;
 pub mod settings;
 pub mod stage;
 

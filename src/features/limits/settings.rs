@@ -3,7 +3,7 @@
 
 use serde::Deserialize;
 
-use super::counting::CountingSpec;
+use crate::filter::counting::CountingSpec;
 use super::stage::CountingSetup;
 use crate::config::error::{ConfigError, invalid};
 use crate::config::filter::FilterSettings;

@@ -35,8 +35,8 @@ pub(super) fn emit(
         owned.last_judged = Some(pos);
         // Past every topic's bound, nothing is asked per topic (the usual case).
         let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
-        let flag = j.notes.flagged().filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
-        if j.notes.limited() {
+        let flag = j.notes.copy_count.filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
+        if j.notes.rule.is_some() {
             setup.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
@@ -181,7 +181,7 @@ pub(super) fn emit_one<M: Message>(
     ];
     let size = copy_size(msg, payload, j);
     let main = main_destination(setup, j).filter(|d| !written(*d));
-    let flagged = j.notes.flagged().is_some() && !written(Destination::Flags);
+    let flagged = j.notes.copy_count.is_some() && !written(Destination::Flags);
     let late = j.late_by_ms.filter(|_| !setup.path.late.is_empty() && !written(Destination::Late));
     // The dead letters are the main destination of an unreadable record:
     // one too large for them loses its value there instead.
@@ -219,8 +219,8 @@ pub(super) fn emit_one<M: Message>(
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
-    let first_source = j.notes.first_source.as_deref().map_or(0, str::len) as u64;
-    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
+    let stage_header = j.notes.duplicate_header.as_ref().map_or(0, |(_, value)| value.len()) as u64;
+    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + stage_header
 }
 
 /// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
@@ -291,13 +291,13 @@ fn send_main<M: Message>(
             None => send(setup, &path.output, slice, msg, payload, ids),
         },
         SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
-            let rule = match j.notes.count {
-                Some(m) if m.limited => format!("limit;count={}", m.estimate),
-                _ => format!("filter;equal_timers={equal_timers}"),
+            let rule = match j.notes.rule {
+                Some(r) => format!("{};count={}", r.name, r.count),
+                None => format!("filter;equal_timers={equal_timers}"),
             };
             let mut extra = vec![ids[0], ids[1], ids[2], (headers::RULE, rule.as_bytes())];
-            if let Some(first) = &j.notes.first_source {
-                extra.push((headers::FIRST_SOURCE, first.as_bytes()));
+            if let Some((name, value)) = &j.notes.duplicate_header {
+                extra.push((name, value.as_bytes()));
             }
             send(setup, &path.duplicates, slice, msg, payload, &extra)
         }

@@ -12,6 +12,8 @@ use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
 use crate::engine::slice::stage::Stage;
 use crate::filter::FilterKind;
+use crate::features::limits::stage::SliceCounting;
+use crate::features::provenance::stage::SliceProvenance;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
 /// inserting it. In repartition mode the key's slice is `H_S(key)`; with
@@ -26,7 +28,7 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
             .map(|(s, owned)| {
                 // Counting by the dedup key replaces the timer filter: the
                 // next copy is a duplicate once the estimate reaches the limit.
-                if let Some(c) = owned.state.stages.counting.as_ref().filter(|c| c.judges_instead()) {
+                if let Some(c) = owned.state.stages.get::<SliceCounting>().filter(|c| c.judges_instead()) {
                     let estimate = c.stage.estimate(&hash);
                     return serde_json::json!({
                         "slice": s,
@@ -114,7 +116,7 @@ pub(super) fn count_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worker
         let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
         let results: Vec<serde_json::Value> = asked(&worker_state, home)
             .filter_map(|(s, owned)| {
-                let stage = &owned.state.stages.counting.as_ref()?.stage;
+                let stage = &owned.state.stages.get::<SliceCounting>()?.stage;
                 let counts = stage.counts();
                 // The window ends at the newest sub-window's end.
                 let newest = counts.state().1;
@@ -153,7 +155,7 @@ pub(super) fn provenance_fn(
         let mut sources = std::collections::BTreeSet::new();
         let (mut owned, mut estimated_fpr) = (false, 0.0f64);
         for (_, o) in asked(&worker_state, home) {
-            if let Some(p) = &o.state.stages.provenance {
+            if let Some(p) = o.state.stages.get::<SliceProvenance>() {
                 owned = true;
                 let answer = p.sources.query(&hash);
                 sources.extend(answer.sources.iter().map(|s| s.to_string()));

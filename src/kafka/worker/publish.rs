@@ -12,6 +12,8 @@ use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
 use crate::filter::FilterFigures;
 use crate::metrics::Metrics;
+use crate::features::limits::stage::SliceCounting;
+use crate::features::provenance::stage::SliceProvenance;
 
 /// Publishes counters, gauges and status of the owned slices.
 pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_offsets: &BTreeMap<u32, i64>) {
@@ -77,7 +79,7 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
-    if let Some(p) = &owned.state.stages.provenance {
+    if let Some(p) = owned.state.stages.get::<SliceProvenance>() {
         let dropped = p.sources.dropped();
         if dropped > owned.published_provenance_dropped {
             m.provenance_dropped.with_label_values(&[label]).inc_by(dropped - owned.published_provenance_dropped);
@@ -85,9 +87,9 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         owned.published_provenance_dropped = dropped;
     }
     // Exported (0) with provenance off too, as every documented metric is.
-    let live_sources = owned.state.stages.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
+    let live_sources = owned.state.stages.get::<SliceProvenance>().map_or(0, |p| p.sources.live_sources());
     m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
-    let false_positive = owned.state.stages.counting.as_ref().map_or(0.0, |c| c.stage.false_positive());
+    let false_positive = owned.state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
     m.limit_false_positive.with_label_values(&[label]).set(false_positive);
 }
 

@@ -11,6 +11,7 @@ use crate::config::AvailabilityPolicy;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer};
+use crate::features::provenance::stage::SliceProvenance;
 
 /// A restore asked of the restore thread: the slice and its number.
 pub(super) struct RestoreJob {
@@ -81,7 +82,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         on_corrupt: setup.cfg.on_corrupt,
         rejected: &setup.metrics.checkpoint_rejected,
         bounds_ignored: &setup.metrics.restore_bounds_ignored,
-        stages: &setup.cfg.stages,
+        stages: &setup.stages,
         start_at_end: setup.cfg.slicing == crate::config::SlicingMode::InputPartitions
             && setup.cfg.input_start == crate::config::InputStart::Latest,
     }
@@ -106,7 +107,7 @@ pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kaf
         copying: None,
         published_filter: figures.counters,
         published: point.state.counters.clone(),
-        published_provenance_dropped: point.state.stages.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_provenance_dropped: point.state.stages.get::<SliceProvenance>().map_or(0, |p| p.sources.dropped()),
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay: point.bounds,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::admin::Status;
 use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
 use crate::engine::Extractor;
+use crate::engine::slice::stages::StageSetups;
 use crate::features::shared::read_order;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
@@ -20,6 +21,8 @@ pub struct WorkerSetup {
     pub cfg: Resolved,
     pub filter: FilterChoice,
     pub extractor: Extractor,
+    /// The stages the slices run (every feature's, on or off).
+    pub stages: StageSetups,
     pub slice_topic: String,
     /// The idle flush log, partition = slice.
     pub flush_topic: String,
