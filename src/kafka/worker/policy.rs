@@ -115,13 +115,10 @@ pub(super) fn decide_logged(
     msg: &BorrowedMessage<'_>,
     record: &LogRecord<'_>,
     range: PolicyRange,
-    now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     let offset = msg.offset() as u64;
     let framed = &record.framed;
-    owned.since_checkpoint += 1;
-    owned.last_arrival = now;
     let view = RecordView {
         key: msg.key(),
         payload: framed.payload.unwrap_or_default(),
