@@ -189,7 +189,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         let slice_count = topics::ensure(&cfg).await?;
         // Read once: every decision a replay makes again must be made
         // against the same limits (docs/design.md, invariant 1).
-        let limits = crate::kafka::limits::read(&cfg).await?;
+        let limits = crate::kafka::size_limits::read(&cfg).await?;
         anyhow::Ok((slice_count, limits))
     };
     let (slice_count, limits) = tokio::select! {

@@ -9,7 +9,7 @@
 //!   end offsets, the input lag).
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
-//! - [`limits`]: the record-size limit of each topic a slice writes, and a
+//! - [`size_limits`]: the record-size limit of each topic a slice writes, and a
 //!   record's size as the broker counts it.
 //! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
@@ -32,7 +32,7 @@ pub mod checkpoint;
 pub mod clients;
 pub mod headers;
 pub mod join;
-pub mod limits;
+pub mod size_limits;
 pub mod merge;
 pub mod producer;
 pub mod replay;

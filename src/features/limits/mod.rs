@@ -17,7 +17,7 @@
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
 //!   tagged there), and `engine/dedup.rs` (pipe mode, `dedupd filter`).
 //!
-//! Not here: `kafka/limits.rs` is the record-size limit of the topics a
+//! Not here: `kafka/size_limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
 
 pub mod settings;

@@ -8,7 +8,7 @@ use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
-use crate::kafka::limits::{self, Limit};
+use crate::kafka::size_limits::{self, Limit};
 use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::slice_log::parts;
@@ -148,7 +148,7 @@ fn emit_flag<M: Message>(
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
 /// to each topic that does not hold it yet (`replay`: the slice's bounds,
 /// `None` once past them all). A copy larger than its topic takes is not
-/// sent; the judgment's one dead letter ([`limits::REASON`]) names those topics.
+/// sent; the judgment's one dead letter ([`size_limits::REASON`]) names those topics.
 pub(super) fn emit_one<M: Message>(
     setup: &WorkerSetup,
     slice: u32,
@@ -212,15 +212,15 @@ pub(super) fn emit_one<M: Message>(
     if refused.is_empty() || written(Destination::DeadLetters) {
         return Ok(());
     }
-    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
 }
 
-/// A copy's size as [`limits::record_size`] counts it, with the headers
+/// A copy's size as [`size_limits::record_size`] counts it, with the headers
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
     let stage_header = j.notes.duplicate_header.as_ref().map_or(0, |(_, value)| value.len()) as u64;
-    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + stage_header
+    size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg)) + stage_header
 }
 
 /// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
@@ -230,8 +230,8 @@ pub(super) fn refusal<'a, M: Message>(
     dest: Destination,
     msg: &M,
     payload: Option<&[u8]>,
-) -> Option<&'a limits::Limit> {
-    let size = limits::record_size(msg.key(), payload, limits::headers_of(msg));
+) -> Option<&'a size_limits::Limit> {
+    let size = size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg));
     setup.limits.refuses(dest, size)
 }
 
@@ -244,7 +244,7 @@ fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
 }
 
 /// [`dead_letter`] of a record whose copies the topics of `refused` do not
-/// take, as [`limits::REASON`].
+/// take, as [`size_limits::REASON`].
 pub(super) fn dead_letter_too_large<M: Message>(
     setup: &WorkerSetup,
     slice: u32,
@@ -253,8 +253,8 @@ pub(super) fn dead_letter_too_large<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg));
-    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
+    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg));
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
 }
 
 /// Where the judgment `j` sends its record, if anywhere: the output, the
@@ -350,7 +350,7 @@ fn dead_letter_as<M: Message>(
         extra.push((headers::SOURCE, stamp));
     }
     let topic = &setup.path.dead_letters;
-    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
+    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg)) + detail.len() as u64;
     let Some(limit) = setup.limits.refuses(Destination::DeadLetters, size) else {
         return send(setup, topic, slice, msg, framed.payload, &extra);
     };

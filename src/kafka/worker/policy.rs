@@ -157,7 +157,7 @@ fn routed<'a>(
     unreadable: bool,
     msg: &BorrowedMessage<'_>,
     framed: &Unframed<'_>,
-) -> (Destination, Option<(Destination, &'a crate::kafka::limits::Limit)>) {
+) -> (Destination, Option<(Destination, &'a crate::kafka::size_limits::Limit)>) {
     let dest = destination(policy, unreadable);
     match super::emit::refusal(setup, dest, msg, framed.payload) {
         Some(limit) if dest != Destination::DeadLetters => (Destination::DeadLetters, Some((dest, limit))),
@@ -178,7 +178,7 @@ struct Decision<'a> {
     unreadable: Option<&'a InvalidRecord>,
     /// The topic it was decided for, when that topic does not take a record
     /// of its size: it goes to the dead letters.
-    refused: Option<(Destination, &'a crate::kafka::limits::Limit)>,
+    refused: Option<(Destination, &'a crate::kafka::size_limits::Limit)>,
 }
 
 /// Sends a record decided by the policy: to the output (`deliver`), the

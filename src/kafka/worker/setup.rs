@@ -36,7 +36,7 @@ pub struct WorkerSetup {
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
     pub verdicts: Option<crate::features::tiers::io::RootVerdicts>,
     /// How large a record each topic a slice writes takes (read at start-up).
-    pub limits: crate::kafka::limits::RecordLimits,
+    pub limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
     pub path: RecordPath,
 }
