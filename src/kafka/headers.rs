@@ -20,7 +20,7 @@ pub const SLICE_OFFSET: &str = "dedupd.slice.offset";
 /// On every dead letter: `topic/partition/offset` of the input record (the
 /// one the router read, in repartition mode). Slice-log records carry the
 /// same stamp in front of their value ([`crate::engine::slice::FRAME_MAGIC`]);
-/// those of releases before 2026-11-25 carried it in this header (still read).
+/// older slice-log records carry it in this header instead (still read).
 pub const SOURCE: &str = "dedupd.source";
 /// On duplicates: which rule matched (`filter;equal_timers=N` or `resend`).
 pub const RULE: &str = "dedupd.rule";

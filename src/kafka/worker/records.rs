@@ -82,9 +82,9 @@ fn flush_over_budget(
 /// before ones the replay has still to make. Once the record `y` names
 /// has arrived (`y.after < next_offset`), every judgment up to `y` has been
 /// made — a flush now comes after it. (A flush `y` is the logged flushes'
-/// business.) `y.after >= next_offset - 1` here once kept a slice restored
-/// right after its last output from ever flushing its waiting records when
-/// no record came after (a rebalance storm's last restore).
+/// business.) Not `y.after >= next_offset - 1`: a slice restored right
+/// after its last output would then never flush its waiting records when
+/// no record comes after (a rebalance storm's last restore).
 fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
     !y.flush && y.after >= next_offset
 }
