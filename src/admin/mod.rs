@@ -9,8 +9,8 @@
 //! - the key endpoints, which reveal whether a key was seen (or, later,
 //!   change keys): `/v1/lookup`. They answer 404 unless
 //!   `admin.key_endpoints` allows them, and then only with the bearer token
-//!   ([`access`]). Endpoints added later for keys (`/v1/count`,
-//!   `/v1/provenance`, `DELETE /v1/keys/{key}`) go into `key_routes`.
+//!   ([`access`]). The other key endpoints — `DELETE /v1/keys/{key}` and
+//!   each feature's `/v1/<name>` ([`FeatureLookup`]) — go into `key_routes`.
 //!
 //! The limits ([`Limits`]) are tower layers here and hyper settings in
 //! [`server`]; docs/security.md lists them.
@@ -67,11 +67,19 @@ pub struct SliceStatus {
     pub last_checkpoint_offset: Option<u64>,
 }
 
-/// Answers `/v1/lookup` (or `/v1/count`, `/v1/provenance`) for a key, or
+/// Answers `/v1/lookup` (or a feature's `/v1/<name>`) for a key, or
 /// [`Busy`] when the slice workers did not let it in within [`LOOKUP_WAIT`].
 /// An `Arc`: a request clones it out of [`Status`] and holds no lock of
 /// [`Status`] while it runs.
 pub type LookupFn = Arc<dyn Fn(&[u8]) -> Result<serde_json::Value, Busy> + Send + Sync>;
+
+/// A feature's key endpoint: its answer, set by the slice workers when the
+/// feature is on, and what it answers (404) while off.
+#[derive(Clone, Default)]
+pub struct FeatureLookup {
+    pub answer: Option<LookupFn>,
+    pub off: &'static str,
+}
 
 /// A key lookup that could not take the slice workers' lock in time: they
 /// hold it for as long as they wait for the broker (an idle flush during
@@ -180,12 +188,10 @@ pub struct Status {
     /// Set by the slice workers once they run.
     pub delete: Mutex<Option<DeleteFn>>,
     pub deletes: DeleteBoard,
-    /// Answers `/v1/provenance`; set by the slice workers when
-    /// `[provenance]` is on (else the endpoint answers 404).
-    pub provenance: Mutex<Option<LookupFn>>,
-    /// Answers `/v1/count`; set by the slice workers when the counting
-    /// stage (`[limit]`, `[flag]`) is on (else the endpoint answers 404).
-    pub count: Mutex<Option<LookupFn>>,
+    /// The features' key endpoints (`/v1/<name>`), by name: listed before
+    /// the endpoint starts (it routes those), answered once the slice
+    /// workers run with the feature on.
+    pub feature_lookups: Mutex<BTreeMap<&'static str, FeatureLookup>>,
     /// When the slice consumer last received anything from a broker, as
     /// librdkafka's statistics tell (None before the first statistics).
     /// A stopped or unreachable broker keeps its connections open without
@@ -381,7 +387,7 @@ pub fn router(status: Arc<Status>, metrics: Arc<Metrics>, access: Access, limits
         .load_shed()
         .layer(GlobalConcurrencyLimitLayer::new(limits.key_concurrency));
     // The guard is the outer layer: a request without the token takes no slot.
-    let keyed = key_routes().route_layer(key_limit).route_layer(middleware::from_fn_with_state(access, access::guard));
+    let keyed = key_routes(&status).route_layer(key_limit).route_layer(middleware::from_fn_with_state(access, access::guard));
     let routes = open.merge(keyed).fallback(|| async {
         text(StatusCode::NOT_FOUND, "try /metrics, /healthz, /readyz, /v1/slices or /v1/lookup?key=...\n")
     });
@@ -411,14 +417,18 @@ pub fn health_router(status: Arc<Status>, metrics: Arc<Metrics>, limits: Limits)
     finish(routes, Shared { status, metrics }, &limits)
 }
 
-/// The endpoints that reveal or change keys. [`router`] puts them behind
+/// The endpoints that reveal or change keys, the features' among them
+/// (`/v1/<name>`, as listed in `status`). [`router`] puts them behind
 /// the token check and the key-endpoint concurrency limit.
-fn key_routes() -> Router<Shared> {
-    Router::new()
+fn key_routes(status: &Status) -> Router<Shared> {
+    let routes = Router::new()
         .route("/v1/lookup", get(lookup))
-        .route("/v1/keys/{*key}", axum::routing::delete(delete_key))
-        .route("/v1/provenance", get(provenance))
-        .route("/v1/count", get(count))
+        .route("/v1/keys/{*key}", axum::routing::delete(delete_key));
+    let names: Vec<&'static str> = status.feature_lookups.lock().expect("status lock").keys().copied().collect();
+    names.into_iter().fold(routes, |routes, name| {
+        let handler = move |State(shared): State<Shared>, RawQuery(query): RawQuery| feature_lookup(shared, query, name);
+        routes.route(&format!("/v1/{name}"), get(handler))
+    })
 }
 
 async fn metrics_text(State(shared): State<Shared>) -> Response {
@@ -466,54 +476,37 @@ async fn slices(State(shared): State<Shared>) -> Response {
 }
 
 async fn lookup(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
-    key_answer(shared, query, "/v1/lookup", |s| &s.lookup).await
+    let answer = shared.status.lookup.lock().expect("status lock").clone();
+    key_answer(query, "/v1/lookup", answer).await
 }
 
-async fn provenance(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
-    if shared.provenance_off() {
-        return text(StatusCode::NOT_FOUND, "provenance is off: set provenance.source to turn it on\n");
+/// A feature's key endpoint `/v1/<name>`: 404 with what turns it on while
+/// the slice workers run without the feature.
+async fn feature_lookup(shared: Shared, query: Option<String>, name: &'static str) -> Response {
+    let off = {
+        let workers_run = shared.status.lookup.lock().expect("status lock").is_some();
+        let features = shared.status.feature_lookups.lock().expect("status lock");
+        let feature = features.get(name).filter(|f| workers_run && f.answer.is_none());
+        feature.map(|f| f.off)
+    };
+    if let Some(off) = off {
+        return text(StatusCode::NOT_FOUND, off);
     }
-    key_answer(shared, query, "/v1/provenance", |s| &s.provenance).await
+    let path = format!("/v1/{name}");
+    let answer = shared.status.feature_lookups.lock().expect("status lock").get(name).and_then(|f| f.answer.clone());
+    key_answer(query, &path, answer).await
 }
 
-async fn count(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Response {
-    if shared.counting_off() {
-        return text(
-            StatusCode::NOT_FOUND,
-            "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n",
-        );
-    }
-    key_answer(shared, query, "/v1/count", |s| &s.count).await
-}
-
-impl Shared {
-    /// `/v1/count` is not served: the workers run without a counting stage.
-    fn counting_off(&self) -> bool {
-        self.status.lookup.lock().expect("status lock").is_some()
-            && self.status.count.lock().expect("status lock").is_none()
-    }
-
-    /// `/v1/provenance` is not served: the workers run without `[provenance]`.
-    fn provenance_off(&self) -> bool {
-        self.status.lookup.lock().expect("status lock").is_some()
-            && self.status.provenance.lock().expect("status lock").is_none()
-    }
-}
-
-/// Answers a key endpoint with the function `pick` chooses.
-async fn key_answer(
-    shared: Shared,
-    query: Option<String>,
-    path: &str,
-    pick: fn(&Status) -> &Mutex<Option<LookupFn>>,
-) -> Response {
+/// Answers a key endpoint with `answer` (`None`: the slice workers do not
+/// run yet). The answer is cloned out of its lock by the caller: a lookup
+/// waiting for the slice workers holds no lock that /healthz, /readyz or
+/// another request takes.
+async fn key_answer(query: Option<String>, path: &str, answer: Option<LookupFn>) -> Response {
     // Keys are bytes: the query is percent-decoded here, not as UTF-8 text.
     let Some(key) = query.as_deref().and_then(|q| query_param(q, "key")) else {
         return text(StatusCode::BAD_REQUEST, format!("usage: {path}?key=URL-ENCODED-KEY\n"));
     };
-    // Cloned out of its lock: a lookup waiting for the slice workers holds
-    // no lock that /healthz, /readyz or another request takes.
-    let Some(answer) = pick(&shared.status).lock().expect("status lock").clone() else {
+    let Some(answer) = answer else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "the slice workers are not running yet\n");
     };
     // The answer waits (at most LOOKUP_WAIT) for the slice workers' lock:
@@ -691,7 +684,14 @@ mod tests {
             Ok(serde_json::json!({ "key": String::from_utf8_lossy(key) }))
         });
         *status.lookup.lock().unwrap() = Some(lookup);
+        feature(&status, "count", None);
         (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), limits), done)
+    }
+
+    /// Lists the feature endpoint `/v1/<name>`, answered by `answer` (`None`: off).
+    fn feature(status: &Status, name: &'static str, answer: Option<LookupFn>) {
+        let off = "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n";
+        status.feature_lookups.lock().unwrap().insert(name, FeatureLookup { answer, off });
     }
 
     fn app(key_endpoints: KeyEndpoints, delay: Duration) -> Router {
@@ -807,7 +807,7 @@ mod tests {
         assert!(body.contains("limit.max_per_window or flag.threshold"), "{body}");
         let status = Status::new();
         *status.lookup.lock().unwrap() = Some(Arc::new(|_: &[u8]| Ok(serde_json::json!({}))));
-        *status.count.lock().unwrap() = Some(Arc::new(|k: &[u8]| Ok(serde_json::json!({ "estimate": k.len() }))));
+        feature(&status, "count", Some(Arc::new(|k: &[u8]| Ok(serde_json::json!({ "estimate": k.len() })))));
         let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
         let (code, _, body) = call(&app, "GET", "/v1/count?key=abc", Some(&auth)).await;
         assert_eq!(code, StatusCode::OK);
@@ -853,7 +853,7 @@ mod tests {
 
     /// Lookups stuck on the slice workers' lock (held by a worker waiting
     /// for the broker) hold no lock of the status: `/healthz`, `/readyz`
-    /// and the checks of `/v1/count` and `/v1/provenance` answer at once,
+    /// and the checks of the features' endpoints answer at once,
     /// and each lookup answers 503 busy with a Retry-After after
     /// [`LOOKUP_WAIT`], not when the worker lets go.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -867,8 +867,8 @@ mod tests {
             })
         };
         *status.lookup.lock().unwrap() = Some(answer(worker.clone()));
-        *status.count.lock().unwrap() = Some(answer(worker.clone()));
-        *status.provenance.lock().unwrap() = Some(answer(worker.clone()));
+        feature(&status, "count", Some(answer(worker.clone())));
+        feature(&status, "sources", Some(answer(worker.clone())));
         let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
         let auth = format!("Bearer {TOKEN}");
         // The worker: a thread holding its lock until told to let go.
@@ -884,7 +884,7 @@ mod tests {
         };
         is_locked.recv().unwrap();
         let started = Instant::now();
-        let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/count?key=b", "/v1/provenance?key=c", "/v1/count?key=d"]
+        let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/count?key=b", "/v1/sources?key=c", "/v1/count?key=d"]
             .into_iter()
             .map(|path| {
                 let (app, auth) = (app.clone(), auth.clone());

@@ -158,6 +158,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         metrics.input_counter(topic);
     }
     let status = Status::new();
+    crate::features::lookups::list_in(&status);
     // Bound before anything talks to the broker: a taken port fails the
     // start at once, and `/healthz` answers while the topics are made.
     let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
@@ -232,6 +233,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
         limits: limits.clone(),
         stages: cfg.stages.setups(),
+        routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
         path: worker::RecordPath::of(&cfg),
         cfg: cfg.clone(),
     });

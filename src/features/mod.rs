@@ -13,7 +13,8 @@
 //! - [`shared`]: shared mode (`slicing.mode = "shared"`).
 //!
 //! [`stages`] lists the stages a slice runs (counting, provenance): the one
-//! place the core's slice state reaches the features through.
+//! place the core's slice state reaches the features through; [`lookups`]
+//! lists their key endpoints (`/v1/count`, `/v1/provenance`).
 //!
 //! The layers within a folder (`docs/architecture.md`):
 //! - `settings.rs` imports only `config`'s shared files (`config/error.rs`,
@@ -30,6 +31,7 @@
 pub mod availability;
 pub mod deletes;
 pub mod limits;
+pub mod lookups;
 pub mod provenance;
 pub mod shared;
 pub mod stages;

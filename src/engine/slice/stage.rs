@@ -103,6 +103,13 @@ pub trait Stage: Debug + Send + Sync + Any {
         true
     }
 
+    /// For a stage that judges instead of the filter: what `/v1/lookup`
+    /// answers for a key's hash (the verdict its next copy would get),
+    /// without counting it.
+    fn lookup(&self, _hash: &KeyHash) -> Option<serde_json::Value> {
+        None
+    }
+
     /// The stage's section of the slice snapshot.
     fn encode(&self, w: &mut Vec<u8>);
 

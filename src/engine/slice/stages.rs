@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageSetup};
 use crate::engine::record::InvalidRecord;
-use crate::filter::{SnapshotError, Verdict};
+use crate::filter::{KeyHash, SnapshotError, Verdict};
 
 /// Every feature's stage setup, on or off, in hook order.
 #[derive(Clone, Debug, Default)]
@@ -74,6 +74,11 @@ impl SliceStages {
     /// See [`Stage::judges_instead`]: whether any stage does.
     pub fn judges_instead(&self) -> bool {
         self.0.iter().any(|s| s.judges_instead())
+    }
+
+    /// See [`Stage::lookup`]: the first stage's answer.
+    pub fn lookup(&self, hash: &KeyHash) -> Option<serde_json::Value> {
+        self.0.iter().find_map(|s| s.lookup(hash))
     }
 
     /// See [`Stage::arrived`]: the first stage that cannot read the record refuses it.

@@ -11,7 +11,8 @@
 //!   a slice runs it (count keys, the hashes waiting for the watermark, its
 //!   part of the snapshot).
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
-//!   the flags topic, `kafka/worker/lookups.rs` answers `/v1/count`.
+//!   the flags topic from the judgments' notes. [`lookup`] answers
+//!   `/v1/count` (listed in `features/lookups.rs`).
 //! - Where the core calls it: through the slice's list of stages
 //!   (`features/stages.rs`: `SliceCounting` is a
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
@@ -20,6 +21,7 @@
 //! Not here: `kafka/size_limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
 
+pub mod lookup;
 pub mod settings;
 pub mod stage;
 

@@ -150,6 +150,19 @@ impl Stage for SliceCounting {
         }
     }
 
+    /// Counting by the dedup key replaces the timer filter: the next copy
+    /// is a duplicate once the estimate reaches the limit.
+    fn lookup(&self, hash: &KeyHash) -> Option<serde_json::Value> {
+        self.key.is_none().then(|| {
+            let estimate = self.stage.estimate(hash);
+            serde_json::json!({
+                "duplicate": self.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
+                "kind": "counting",
+                "estimate": estimate,
+            })
+        })
+    }
+
     /// A held record was refused (a time jump): its count key is dropped.
     fn refused(&mut self, position: u64) {
         self.pending.remove(&position);

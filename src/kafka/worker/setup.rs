@@ -23,6 +23,9 @@ pub struct WorkerSetup {
     pub extractor: Extractor,
     /// The stages the slices run (every feature's, on or off).
     pub stages: StageSetups,
+    /// Whether the router routes records by their dedup key (else by a
+    /// count key): then, in repartition mode, a dedup key's slice is known.
+    pub routes_by_dedup_key: bool,
     pub slice_topic: String,
     /// The idle flush log, partition = slice.
     pub flush_topic: String,
