@@ -178,7 +178,8 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
     let topic = m.topic();
     let mut text = format!("delivery to {topic}/{} failed: {e}", m.partition());
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-        let size = size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS;
+        let size =
+            size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS;
         let known = limits.of_topic(topic).map_or_else(
             || "dedupd does not check it".to_string(),
             |l| format!("its limit read at start-up was {} bytes", l.bytes),

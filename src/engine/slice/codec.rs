@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
-use super::state::SliceState;
 use super::stages::{SliceStages, StageSetups};
+use super::state::SliceState;
 use crate::filter::envelope::{self, put_u32, put_u64};
 use crate::filter::{FilterChoice, SnapshotError};
 

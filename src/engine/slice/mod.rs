@@ -40,9 +40,9 @@ pub mod stage;
 pub mod stages;
 mod state;
 
-pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, encode};
 #[cfg(test)]
 pub(crate) use codec::encode_tagged;
+pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, encode};
 pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
     Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,

@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::frame::InputProgress;
-use super::state::SliceState;
 use super::stage::{PROGRESS_TAG, SectionTag};
 use super::stages::Section;
+use super::state::SliceState;
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 

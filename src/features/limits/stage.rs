@@ -17,10 +17,10 @@
 use std::any::Any;
 use std::collections::HashMap;
 
-use crate::filter::counting::{self, CountingSpec, CountingStage};
 use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageRule, StageSetup};
 use crate::features::stages::COUNTING_TAG;
+use crate::filter::counting::{self, CountingSpec, CountingStage};
 use crate::filter::{KeyHash, SnapshotError, Verdict};
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).
@@ -230,8 +230,8 @@ impl StageSetup for Option<CountingSetup> {
 mod tests {
     use super::*;
     use crate::engine::order::OrderSettings;
-    use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
     use crate::engine::slice::stages::StageSetups;
+    use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
     use crate::features::stages::StagesSetup;
     use crate::filter::spectral::{Estimator, SpectralParams};
     use crate::filter::{FilterChoice, FilterSpec};
@@ -341,9 +341,7 @@ mod tests {
         assert!(limited > 100 && flagged > 10, "{limited} limited, {flagged} flagged");
         assert_eq!(missing, (0..4_000).filter(|i| i % 97 == 5).count());
         // Replays of a click id are dropped by the timer filter, not the limit.
-        assert!(
-            expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.notes.rule.is_none())
-        );
+        assert!(expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.notes.rule.is_none()));
 
         let mut first = fresh(&setup);
         let mut got = log.feed(&mut first, 0..2_345);

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{extractor, order, params};
-use crate::engine::slice::{Judgment, SliceRecord, SliceState, decode, decode_full, encode};
 use crate::engine::RecordView;
+use crate::engine::slice::{Judgment, SliceRecord, SliceState, decode, decode_full, encode};
 use crate::features::provenance::stage::{FIRST_SOURCE, ProvenanceSetup, SliceProvenance, SourceSpec};
 use crate::features::stages::StagesSetup;
 use crate::filter::KeyHash;
@@ -63,7 +63,10 @@ fn provenance_survives_a_snapshot_with_held_records() {
     let expected = feed(&mut whole, 0..2_000);
     let mut first = fresh();
     let mut got = feed(&mut first, 0..1_100);
-    assert!(!first.stages.get::<SliceProvenance>().unwrap().pending.is_empty(), "some records are held with their source");
+    assert!(
+        !first.stages.get::<SliceProvenance>().unwrap().pending.is_empty(),
+        "some records are held with their source"
+    );
     let bytes = encode(&first);
     assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 3, "with provenance: version 3");
     let mut restored = decode_full(&bytes, 2, &params(), order(300), &with(&setup)).unwrap();
@@ -114,4 +117,3 @@ fn provenance_survives_a_snapshot_with_held_records() {
     assert_eq!(back.stages.get::<SliceProvenance>().unwrap().sources.live_sources(), 0);
     assert_eq!(back.filter, first.filter);
 }
-

@@ -10,9 +10,9 @@ use super::flush_log::{FlushLog, FlushLogSpan, PolicyRange, read_flushes};
 use super::tail::{Written, read_tail};
 use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::slice as slice_codec;
+use crate::engine::slice::stages::StageSetups;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::features::shared::read_order::{self, ReadOrder};
-use crate::engine::slice::stages::StageSetups;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,

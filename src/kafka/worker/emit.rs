@@ -8,9 +8,9 @@ use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
-use crate::kafka::size_limits::{self, Limit};
 use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
+use crate::kafka::size_limits::{self, Limit};
 use crate::kafka::slice_log::parts;
 use crate::kafka::{KafkaLayerError, headers};
 

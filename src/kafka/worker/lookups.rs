@@ -10,8 +10,8 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
-use crate::filter::FilterKind;
 use crate::features::lookups::KeyLookup;
+use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
 /// inserting it. In repartition mode the key's slice is `H_S(key)`; with

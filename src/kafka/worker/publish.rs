@@ -10,10 +10,10 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
-use crate::filter::FilterFigures;
-use crate::metrics::Metrics;
 use crate::features::limits::stage::SliceCounting;
 use crate::features::provenance::stage::SliceProvenance;
+use crate::filter::FilterFigures;
+use crate::metrics::Metrics;
 
 /// Publishes counters, gauges and status of the owned slices.
 pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_offsets: &BTreeMap<u32, i64>) {

@@ -8,10 +8,10 @@ use std::time::Instant;
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::config::AvailabilityPolicy;
+use crate::features::provenance::stage::SliceProvenance;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer};
-use crate::features::provenance::stage::SliceProvenance;
 
 /// A restore asked of the restore thread: the slice and its number.
 pub(super) struct RestoreJob {
