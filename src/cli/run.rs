@@ -230,11 +230,13 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
-        verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(&cfg, params.seed)).transpose()?,
-        limits: limits.clone(),
+        on_distinct: (cfg.tier == Tier::SparseRoot)
+            .then(|| tier::RootVerdicts::new(&cfg, params.seed).map(|v| Box::new(v) as Box<dyn worker::OnDistinct>))
+            .transpose()?,
+        record_limits: limits.clone(),
         stages: cfg.stages.setups(),
         routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
-        path: worker::RecordPath::of(&cfg),
+        path: worker::RecordPath::of(&cfg, tier::output_header(&cfg)),
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));

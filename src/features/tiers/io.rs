@@ -13,7 +13,7 @@
 //!   deliver (at least once: on a replay too; learning one twice is
 //!   idempotent).
 //! - Dense leaf: a normal instance whose output topic is the parent topic;
-//!   its outputs carry [`LEAF`].
+//!   its outputs carry [`LEAF`] ([`output_header`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,6 +32,7 @@ use crate::filter::{FilterParams, KeyHash};
 use crate::kafka::clients::{self, PlainContext, Reader};
 use crate::kafka::producer::{OutputProducer, produce_copy, send_waiting};
 use crate::kafka::topics::partition_count;
+use crate::kafka::worker::OnDistinct;
 use crate::kafka::{Context, KafkaLayerError};
 use crate::metrics::Metrics;
 
@@ -45,7 +46,8 @@ pub const LEAF_SOURCE: &str = "dedupd.tier.source";
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A sparse root's verdict publisher, held by the slice workers.
+/// A sparse root's verdict publisher, held by the slice workers
+/// ([`OnDistinct`]).
 pub struct RootVerdicts {
     pub topic: String,
     pub seed: u64,
@@ -60,29 +62,22 @@ impl RootVerdicts {
         let partitions = topic_partitions(cfg, &topic)?;
         Ok(RootVerdicts { topic, seed, partitions })
     }
+}
 
-    /// Publishes that the record `msg` (judged distinct by `slice`) was
-    /// delivered: its key's hash and its event time, re-read as the slice
-    /// read them (the record was valid, so this cannot fail) from `payload`,
-    /// the input payload (`crate::kafka::slice_log::parts`).
-    pub fn publish<M: Message>(
+/// Publishes that a record judged distinct by `slice` was delivered: its
+/// key's hash and its event time, re-read as the slice read them (the
+/// record was valid, so this cannot fail). On a replay too: verdicts are at
+/// least once, learning one twice changes nothing.
+impl OnDistinct for RootVerdicts {
+    fn distinct(
         &self,
         producer: &OutputProducer,
         extractor: &Extractor,
         metrics: &Metrics,
         slice: u32,
-        msg: &M,
-        payload: Option<&[u8]>,
+        view: &RecordView<'_>,
     ) -> Result<(), KafkaLayerError> {
-        let headers = header_list(msg);
-        let view = RecordView {
-            key: msg.key(),
-            payload: payload.unwrap_or_default(),
-            headers: &headers,
-            timestamp_ms: msg.timestamp().to_millis(),
-            decoder: None,
-        };
-        let Ok(extracted) = extractor.extract(&view, 0) else {
+        let Ok(extracted) = extractor.extract(view, 0) else {
             return Ok(()); // judged distinct, so readable; nothing to tell otherwise
         };
         let verdict =
@@ -327,4 +322,9 @@ fn commit(
         Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
         other => other.context(|| "committing the leaf's input offsets".into()),
     }
+}
+
+/// The header a dense leaf's outputs carry to its parent: its `app.id`.
+pub fn output_header(cfg: &Resolved) -> Option<(&'static str, String)> {
+    (cfg.tier == crate::config::Tier::DenseLeaf).then(|| (LEAF, cfg.settings.app.id.clone()))
 }

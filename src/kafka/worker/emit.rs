@@ -2,12 +2,14 @@
 //! late topics), its flag, a sparse tree's verdict — each record only to a
 //! topic that does not hold it yet, in a replay ([`ReplayBounds`]).
 
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
-use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
+use crate::engine::{
+    InvalidRecord, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into,
+};
 use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::size_limits::{self, Limit};
@@ -127,7 +129,7 @@ fn emit_flag<M: Message>(
     count: u64,
 ) -> Result<(), KafkaLayerError> {
     // Too large for the flag topic: the judgment's dead letter says so (emit_one).
-    if setup.limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
+    if setup.record_limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
         return Ok(());
     }
     let mut offset_buf = [0u8; 20];
@@ -162,11 +164,19 @@ pub(super) fn emit_one<M: Message>(
     if let Some(late) = j.late_by_ms {
         setup.metrics.lateness.observe(late as f64 / 1000.0);
     }
-    // On a replay too: verdicts are at least once, learning one twice changes nothing.
-    if let Some(v) = &setup.verdicts
+    if let Some(hook) = &setup.on_distinct
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&setup.producer, &setup.extractor, &setup.metrics, slice, msg, payload)?;
+        let headers: Vec<(&str, &[u8])> =
+            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let record = RecordView {
+            key: msg.key(),
+            payload: payload.unwrap_or_default(),
+            headers: &headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+            decoder: None,
+        };
+        hook.distinct(&setup.producer, &setup.extractor, &setup.metrics, slice, &record)?;
     }
     let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
     let mut offset_buf = [0u8; 20];
@@ -190,7 +200,7 @@ pub(super) fn emit_one<M: Message>(
             .into_iter()
             .flatten()
             .filter(|d| *d != Destination::DeadLetters)
-            .filter_map(|d| setup.limits.refuses(d, size).map(|l| (d, l)))
+            .filter_map(|d| setup.record_limits.refuses(d, size).map(|l| (d, l)))
             .collect();
     let fits = |dest| !refused.iter().any(|(d, _)| *d == dest);
     if let Some(late) = late
@@ -223,8 +233,8 @@ fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
     size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg)) + stage_header
 }
 
-/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
-/// `availability.policy` decision's record: no headers beyond the usual ones).
+/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (a
+/// policy decision's record: no headers beyond the usual ones).
 pub(super) fn refusal<'a, M: Message>(
     setup: &'a WorkerSetup,
     dest: Destination,
@@ -232,7 +242,7 @@ pub(super) fn refusal<'a, M: Message>(
     payload: Option<&[u8]>,
 ) -> Option<&'a size_limits::Limit> {
     let size = size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg));
-    setup.limits.refuses(dest, size)
+    setup.record_limits.refuses(dest, size)
 }
 
 /// The `dedupd.detail` of a copy of `size` bytes that the topics of
@@ -282,11 +292,9 @@ fn send_main<M: Message>(
     let path = &setup.path;
     let payload = framed.payload;
     match &j.verdict {
-        SliceVerdict::Distinct => match &path.leaf {
-            // A dense leaf's output is its parent's input: named as this leaf's.
-            Some(id) => {
-                let leaf = (crate::features::tiers::io::LEAF, id.as_bytes());
-                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], leaf])
+        SliceVerdict::Distinct => match &path.output_header {
+            Some((name, value)) => {
+                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], (name, value.as_bytes())])
             }
             None => send(setup, &path.output, slice, msg, payload, ids),
         },
@@ -351,7 +359,7 @@ fn dead_letter_as<M: Message>(
     }
     let topic = &setup.path.dead_letters;
     let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg)) + detail.len() as u64;
-    let Some(limit) = setup.limits.refuses(Destination::DeadLetters, size) else {
+    let Some(limit) = setup.record_limits.refuses(Destination::DeadLetters, size) else {
         return send(setup, topic, slice, msg, framed.payload, &extra);
     };
     let value = framed.payload.map_or(0, <[u8]>::len) as u64;
@@ -362,7 +370,7 @@ fn dead_letter_as<M: Message>(
         )
     };
     let mut note_text = note("value");
-    let bare = setup.limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
+    let bare = setup.record_limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
     if bare {
         note_text = note("value, key and headers");
     }

@@ -108,7 +108,7 @@ use lookups::{feature_fn, lookup_fn};
 use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
 use restores::take_restored;
-pub use setup::{RecordPath, WorkerSetup};
+pub use setup::{OnDistinct, RecordPath, WorkerSetup};
 use snapshots::{
     COPY_STEP_BYTES, IDLE_COPY_BYTES, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
 };

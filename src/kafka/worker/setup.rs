@@ -5,11 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::Status;
-use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
-use crate::engine::Extractor;
+use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
 use crate::engine::slice::stages::StageSetups;
+use crate::engine::{Extractor, RecordView};
 use crate::features::shared::read_order;
 use crate::filter::FilterChoice;
+use crate::kafka::KafkaLayerError;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::producer::OutputProducer;
@@ -37,11 +38,26 @@ pub struct WorkerSetup {
     /// Counts input records when the slice log is the input (input-partitions mode).
     pub input_counter: Option<prometheus::IntCounter>,
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
-    pub verdicts: Option<crate::features::tiers::io::RootVerdicts>,
+    pub on_distinct: Option<Box<dyn OnDistinct>>,
     /// How large a record each topic a slice writes takes (read at start-up).
-    pub limits: crate::kafka::size_limits::RecordLimits,
+    pub record_limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
     pub path: RecordPath,
+}
+
+/// A feature's part in the outputs of every distinct judgment (a sparse
+/// tree's root publishes a verdict: docs/tiers.md). Called on a replay too,
+/// so it must be idempotent.
+pub trait OnDistinct: Send + Sync {
+    /// `record` (judged distinct by `slice`), as the slice read it.
+    fn distinct(
+        &self,
+        producer: &OutputProducer,
+        extractor: &Extractor,
+        metrics: &Metrics,
+        slice: u32,
+        record: &RecordView<'_>,
+    ) -> Result<(), KafkaLayerError>;
 }
 
 /// What the per-record path (`records.rs`, `emit.rs`, `policy.rs`) needs
@@ -57,8 +73,9 @@ pub struct RecordPath {
     pub flags: String,
     /// `app.id`, which every record a slice writes names ([`crate::kafka::headers::APP`]).
     pub app: String,
-    /// A dense leaf's `app.id`, which its outputs carry to its parent (docs/tiers.md).
-    pub leaf: Option<String>,
+    /// A header every output record carries (a dense leaf's `app.id`, to
+    /// its parent: docs/tiers.md).
+    pub output_header: Option<(&'static str, String)>,
     /// `availability.policy`: what a slice's records get while it is restored.
     pub policy: AvailabilityPolicy,
     /// How long a slice holding records for the watermark hears nothing
@@ -70,7 +87,7 @@ pub struct RecordPath {
 }
 
 impl RecordPath {
-    pub fn of(cfg: &Resolved) -> Self {
+    pub fn of(cfg: &Resolved, output_header: Option<(&'static str, String)>) -> Self {
         let out = &cfg.settings.output;
         RecordPath {
             log_format: cfg.slicing,
@@ -80,7 +97,7 @@ impl RecordPath {
             late: out.late_topic.clone(),
             flags: cfg.settings.flag.topic.clone(),
             app: cfg.settings.app.id.clone(),
-            leaf: (cfg.tier == Tier::DenseLeaf).then(|| cfg.settings.app.id.clone()),
+            output_header,
             policy: cfg.availability,
             idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
             max_held_bytes: cfg.budget.held_per_slice,
