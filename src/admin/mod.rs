@@ -15,11 +15,12 @@
 //! The limits ([`Limits`]) are tower layers here and hyper settings in
 //! [`server`]; docs/security.md lists them.
 //!
-//! Files: `status.rs` (what the slice workers share with the endpoint),
+//! Files: `answer.rs` (plain-text and JSON answers), `status.rs` (what the slice workers share with the endpoint),
 //! `limits.rs` ([`Limits`]), `routes.rs` (the routes and handlers),
 //! `access.rs` (the bearer token), `server.rs` (the HTTP server).
 
 pub mod access;
+mod answer;
 mod limits;
 mod routes;
 pub mod server;

@@ -10,13 +10,13 @@ use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use serde::Serialize;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{BoxError, ServiceBuilder};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
 use super::access::{self, Access};
+use super::answer::{json, text};
 use super::status::{
     BROKER_SILENCE_NOT_READY, Busy, LOOKUP_WAIT, LookupFn, REGISTRY_OUTAGE_NOT_READY, SliceStatus, Status,
 };
@@ -28,18 +28,6 @@ use crate::metrics::Metrics;
 struct Shared {
     status: Arc<Status>,
     metrics: Arc<Metrics>,
-}
-
-const TEXT: &str = "text/plain; charset=utf-8";
-
-/// A plain-text answer.
-pub(super) fn text(code: StatusCode, body: impl Into<String>) -> Response {
-    (code, [(header::CONTENT_TYPE, TEXT)], body.into()).into_response()
-}
-
-fn json(value: &impl Serialize) -> Response {
-    let body = serde_json::to_string_pretty(value).expect("admin answers serialise");
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The whole admin endpoint: the open routes, `key_routes` behind

@@ -158,7 +158,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         metrics.input_counter(topic);
     }
     let status = Status::new();
-    crate::features::lookups::list_in(&status);
+    crate::features::list_key_lookups(&status);
     // Bound before anything talks to the broker: a taken port fails the
     // start at once, and `/healthz` answers while the topics are made.
     let listener = tokio::net::TcpListener::bind(cfg.admin_listen)
@@ -230,13 +230,11 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
-        on_distinct: (cfg.tier == Tier::SparseRoot)
-            .then(|| tier::RootVerdicts::new(&cfg, params.seed).map(|v| Box::new(v) as Box<dyn worker::OnDistinct>))
-            .transpose()?,
+        on_distinct: crate::features::on_distinct(&cfg, params.seed)?,
         record_limits: limits.clone(),
-        stages: cfg.stages.setups(),
+        stages: crate::features::stage_setups(&cfg.stages),
         routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
-        path: worker::RecordPath::of(&cfg, tier::output_header(&cfg)),
+        path: worker::RecordPath::of(&cfg, crate::features::output_header(&cfg)),
         cfg: cfg.clone(),
     });
     let worker_stop = Arc::new(AtomicBool::new(false));

@@ -1,6 +1,6 @@
-//! The features' key endpoints (`/v1/<name>`), as one list: each answers
-//! for a key from the owned slices' states. The worker serves the list,
-//! the admin server routes it, and neither names a feature.
+//! A feature's key endpoint (`/v1/<name>`): it answers for a key from the
+//! owned slices' states. The worker serves the features' endpoints, the
+//! admin server routes them, and neither names a feature.
 
 use crate::engine::SliceState;
 use crate::filter::KeyHash;
@@ -25,16 +25,3 @@ pub struct KeyLookup {
 
 /// The owned slices a lookup asks, each with its number.
 pub type Asked<'a> = &'a mut dyn Iterator<Item = (u32, &'a SliceState)>;
-
-/// Every feature's key endpoint.
-pub static KEY_LOOKUPS: [KeyLookup; 2] = [super::limits::lookup::COUNT, super::provenance::lookup::PROVENANCE];
-
-/// Lists every feature's key endpoint in `status`, before the admin
-/// endpoint starts: it routes those listed (each answers 503 until the slice
-/// workers run, then 404 with [`KeyLookup::off`] if the feature is off).
-pub fn list_in(status: &crate::admin::Status) {
-    let mut endpoints = status.feature_lookups.lock().expect("status lock");
-    for lookup in &KEY_LOOKUPS {
-        endpoints.insert(lookup.name, crate::admin::FeatureLookup { answer: None, off: lookup.off });
-    }
-}

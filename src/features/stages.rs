@@ -1,26 +1,14 @@
-//! The features that run a stage in every slice, as one list chosen at
-//! start-up: the counting stage (`[limit]`, `[flag]`) and provenance. Each
-//! is a [`StageSetup`] of its folder; this file lists them in hook order and
-//! holds their section tags, so a new stage is its folder, an implementation
-//! of [`StageSetup`] and [`Stage`](crate::engine::slice::stage::Stage), a
-//! field here and a tag below.
+//! The settings of the features that run a stage in every slice: the
+//! counting stage (`[limit]`, `[flag]`) and provenance. Each feature hands
+//! the slices its [`StageSetup`](crate::engine::slice::stage::StageSetup)
+//! ([`Feature::stage`](super::feature::Feature::stage)), in the order of the
+//! list of features.
 //!
-//! The order of the list is the order of the hooks: the counting stage
-//! before provenance, because a limit may turn a record into a duplicate
-//! and provenance names a first source for duplicates only.
-
-use std::sync::Arc;
+//! Section tags in use (fixed for good: snapshots name sections by them):
+//! 1 provenance, 2 the counting stage, 3 the slice's own progress.
 
 use super::limits::stage::CountingSetup;
 use super::provenance::stage::ProvenanceSetup;
-use crate::engine::slice::stage::{SectionTag, StageSetup};
-use crate::engine::slice::stages::StageSetups;
-
-/// Provenance's section tag. Fixed for good: snapshots name sections by
-/// their tags (3 is the slice's own progress section).
-pub const PROVENANCE_TAG: SectionTag = SectionTag(1);
-/// The counting stage's section tag.
-pub const COUNTING_TAG: SectionTag = SectionTag(2);
 
 /// Which stages the slices run and their settings (from the settings,
 /// once at start-up; `None`: off).
@@ -30,13 +18,4 @@ pub struct StagesSetup {
     pub counting: Option<CountingSetup>,
     /// `[provenance]`.
     pub provenance: Option<ProvenanceSetup>,
-}
-
-impl StagesSetup {
-    /// The list the slices run, every feature on or off, in hook order.
-    pub fn setups(&self) -> StageSetups {
-        let counting: Arc<dyn StageSetup> = Arc::new(self.counting.clone());
-        let provenance: Arc<dyn StageSetup> = Arc::new(self.provenance.clone());
-        StageSetups::new(vec![counting, provenance])
-    }
 }

@@ -21,6 +21,7 @@
 //! Not here: `kafka/size_limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
 
+pub mod feature;
 pub mod lookup;
 pub mod settings;
 pub mod stage;

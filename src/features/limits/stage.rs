@@ -19,9 +19,11 @@ use std::collections::HashMap;
 
 use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageRule, StageSetup};
-use crate::features::stages::COUNTING_TAG;
 use crate::filter::counting::{self, CountingSpec, CountingStage};
 use crate::filter::{KeyHash, SnapshotError, Verdict};
+
+/// The counting stage's section tag (`features/stages.rs` lists them).
+pub const COUNTING_TAG: SectionTag = SectionTag(2);
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).
 #[derive(Clone, Debug, PartialEq)]
@@ -312,7 +314,7 @@ mod tests {
     }
 
     fn stages(setup: &CountingSetup) -> StageSetups {
-        StagesSetup { counting: Some(setup.clone()), ..Default::default() }.setups()
+        crate::features::stage_setups(&StagesSetup { counting: Some(setup.clone()), ..Default::default() })
     }
 
     fn fresh(setup: &CountingSetup) -> SliceState {
@@ -367,7 +369,7 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(restored, whole);
 
-        let off = StagesSetup::default().setups();
+        let off = crate::features::stage_setups(&StagesSetup::default());
         let e = slice::decode_full(&bytes, 0, &params(), order(), &off).unwrap_err();
         assert!(e.to_string().contains("counting"), "{e}");
         let e = slice::decode(&bytes, 0, &params(), order()).unwrap_err();

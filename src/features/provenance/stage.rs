@@ -18,7 +18,6 @@ use serde_json::Value;
 
 use crate::engine::record::{InvalidRecord, RecordView};
 use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageSetup};
-use crate::features::stages::PROVENANCE_TAG;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{IndexChoice, Provenance, ProvenanceSpec};
 use crate::filter::{SnapshotError, Verdict};
@@ -104,6 +103,9 @@ impl ProvenanceSetup {
         (sources + inner).saturating_mul(filter).saturating_mul(generations)
     }
 }
+
+/// Provenance's section tag (`features/stages.rs` lists them).
+pub const PROVENANCE_TAG: SectionTag = SectionTag(1);
 
 /// On duplicates: the source of the first delivered copy, when only one
 /// source may have delivered the key before.

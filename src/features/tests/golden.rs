@@ -128,7 +128,7 @@ impl Case {
     }
 
     fn stages(self) -> StageSetups {
-        StagesSetup { counting: self.counting(), provenance: self.provenance() }.setups()
+        crate::features::stage_setups(&StagesSetup { counting: self.counting(), provenance: self.provenance() })
     }
 
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {

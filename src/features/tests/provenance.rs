@@ -34,7 +34,9 @@ fn provenance_survives_a_snapshot_with_held_records() {
         },
         input_topic: "in".into(),
     };
-    let with = |setup: &ProvenanceSetup| StagesSetup { provenance: Some(setup.clone()), ..Default::default() }.setups();
+    let with = |setup: &ProvenanceSetup| {
+        crate::features::stage_setups(&StagesSetup { provenance: Some(setup.clone()), ..Default::default() })
+    };
     let ex = extractor();
     let mut rng = crate::testkit::workload::Rng::new(8);
     let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();

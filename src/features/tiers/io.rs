@@ -13,7 +13,7 @@
 //!   deliver (at least once: on a replay too; learning one twice is
 //!   idempotent).
 //! - Dense leaf: a normal instance whose output topic is the parent topic;
-//!   its outputs carry [`LEAF`] ([`output_header`]).
+//!   its outputs carry [`LEAF`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,11 +28,11 @@ use super::verdicts::{LeafCache, LeafDecision, Learned, VerdictRecord};
 use crate::admin::Status;
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
+use crate::features::feature::OnDistinct;
 use crate::filter::{FilterParams, KeyHash};
 use crate::kafka::clients::{self, PlainContext, Reader};
 use crate::kafka::producer::{OutputProducer, produce_copy, send_waiting};
 use crate::kafka::topics::partition_count;
-use crate::kafka::worker::OnDistinct;
 use crate::kafka::{Context, KafkaLayerError};
 use crate::metrics::Metrics;
 
@@ -322,9 +322,4 @@ fn commit(
         Err(rdkafka::error::KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => Ok(()),
         other => other.context(|| "committing the leaf's input offsets".into()),
     }
-}
-
-/// The header a dense leaf's outputs carry to its parent: its `app.id`.
-pub fn output_header(cfg: &Resolved) -> Option<(&'static str, String)> {
-    (cfg.tier == crate::config::Tier::DenseLeaf).then(|| (LEAF, cfg.settings.app.id.clone()))
 }

@@ -108,7 +108,7 @@ use lookups::{feature_fn, lookup_fn};
 use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
 use restores::take_restored;
-pub use setup::{OnDistinct, RecordPath, WorkerSetup};
+pub use setup::{RecordPath, WorkerSetup};
 use snapshots::{
     COPY_STEP_BYTES, IDLE_COPY_BYTES, apply_written, begin_snapshot, checkpoint_now, copy_some, wait_written,
 };
@@ -167,7 +167,7 @@ fn serve_admin(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>)
     )?;
     *setup.status.delete.lock().expect("status lock") = Some(delete);
     let mut endpoints = setup.status.feature_lookups.lock().expect("status lock");
-    for lookup in crate::features::lookups::KEY_LOOKUPS.iter().filter(|l| (l.on)(&setup.cfg.stages)) {
+    for lookup in crate::features::key_lookups().filter(|l| (l.on)(&setup.cfg.stages)) {
         endpoints.entry(lookup.name).or_default().answer = Some(feature_fn(setup, worker_state, lookup));
     }
     Ok(())

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use crate::admin::Status;
 use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
+use crate::engine::Extractor;
 use crate::engine::slice::stages::StageSetups;
-use crate::engine::{Extractor, RecordView};
+use crate::features::feature::OnDistinct;
 use crate::features::shared::read_order;
 use crate::filter::FilterChoice;
-use crate::kafka::KafkaLayerError;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::producer::OutputProducer;
@@ -43,21 +43,6 @@ pub struct WorkerSetup {
     pub record_limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
     pub path: RecordPath,
-}
-
-/// A feature's part in the outputs of every distinct judgment (a sparse
-/// tree's root publishes a verdict: docs/tiers.md). Called on a replay too,
-/// so it must be idempotent.
-pub trait OnDistinct: Send + Sync {
-    /// `record` (judged distinct by `slice`), as the slice read it.
-    fn distinct(
-        &self,
-        producer: &OutputProducer,
-        extractor: &Extractor,
-        metrics: &Metrics,
-        slice: u32,
-        record: &RecordView<'_>,
-    ) -> Result<(), KafkaLayerError>;
 }
 
 /// What the per-record path (`records.rs`, `emit.rs`, `policy.rs`) needs
