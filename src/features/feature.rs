@@ -4,13 +4,14 @@
 //! the slices, the worker, the emitter and the admin server go through it
 //! and name no feature.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::lookups::KeyLookup;
 use super::stages::StagesSetup;
 use crate::config::Resolved;
 use crate::engine::slice::stage::StageSetup;
-use crate::engine::{Extractor, RecordView};
+use crate::engine::{Extractor, RecordView, SliceState};
 use crate::kafka::KafkaLayerError;
 use crate::kafka::producer::OutputProducer;
 use crate::metrics::Metrics;
@@ -36,12 +37,24 @@ pub trait Feature: Sync {
         None
     }
 
+    /// Publishes its figures of one slice (`label`) to the metrics, whether
+    /// it is on or not (every documented metric is exported). Its counters
+    /// go as increments over what `published` holds under their names.
+    fn publish(&self, _metrics: &Metrics, _label: &str, _state: &SliceState, _published: &mut PublishedCounts) {}
+
+    /// A slice was restored: its counters as restored count as published
+    /// (a restart does not count them again).
+    fn restored(&self, _state: &SliceState, _published: &mut PublishedCounts) {}
+
     /// Its part in the outputs of every distinct judgment, if its settings
     /// ask for one (`seed`: the filter's hash seed).
     fn on_distinct(&self, _cfg: &Resolved, _seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
         Ok(None)
     }
 }
+
+/// The features' counters of one slice already published, by metric name.
+pub type PublishedCounts = BTreeMap<&'static str, u64>;
 
 /// A feature's part in the outputs of every distinct judgment (a sparse
 /// tree's root publishes a verdict: docs/tiers.md). Called on a replay too,
