@@ -83,7 +83,8 @@ ALERTS_HEADER = """\
 # (the chart takes these from prometheusRule.*):
 #   - job="{job}": the scrape job of the dedupd admin endpoints (prometheusRule.job);
 #   - the thresholds (prometheusRule.thresholds): lag floor {consumerLag} records, input lag
-#     {inputLag} records per topic, snapshot age {checkpointAgeSeconds} s, {checkpointFailures} failed snapshot writes in 10m,
+#     {inputLag} records per topic or {inputLagSeconds} s, p99 latency {latencySeconds} s, resident
+#     memory {memoryRatio} of the limit, snapshot age {checkpointAgeSeconds} s, {checkpointFailures} failed snapshot writes in 10m,
 #     estimated FPR {estimatedFpr} (2x the default filter.fpr = 0.01: set 2x yours), {deadLettersPerSecond} dead
 #     letter/s, {brokerSilenceSeconds} s of broker silence, late share {lateRatio};
 #   - runbook_url: {runbookBaseUrl}#<alert name in lower case>
@@ -842,7 +843,8 @@ def check_alerts(c: Checks, helm, yaml, chart_values: dict) -> None:
             "job": "clicks-dedup",
             "runbookBaseUrl": "https://runbooks.example.com/dedupd.html",
             "alertLabels": {"team": "streaming"},
-            "thresholds": {"consumerLag": 5000, "inputLag": 250000, "checkpointAgeSeconds": 900, "checkpointFailures": 5, "fprFactor": 3,
+            "thresholds": {"consumerLag": 5000, "inputLag": 250000, "inputLagSeconds": 120, "latencySeconds": 20,
+                           "memoryRatio": 0.8, "checkpointAgeSeconds": 900, "checkpointFailures": 5, "fprFactor": 3,
                            "deadLettersPerSecond": 0.5, "brokerSilenceSeconds": 45, "lateRatio": 0.05},
         },
         "config": {"filter": {"fpr": 0.001}},
@@ -863,6 +865,8 @@ def check_alerts(c: Checks, helm, yaml, chart_values: dict) -> None:
     c.ok(selectors_ok, "every series selector of every rule has job=prometheusRule.job", "; ".join(bad))
     c.ok(not any('job="dedupd"' in r["expr"] for r in custom_rules), 'no job="dedupd" left with prometheusRule.job set')
     for alert, fragment in (("DedupdConsumerLagGrowing", "> 5000"), ("DedupdInputLagHigh", "> 250000"),
+                            ("DedupdInputLagSecondsHigh", "> 120"), ("DedupdLatencyHigh", "> 20"),
+                            ("DedupdMemoryNearLimit", "> 0.8"),
                             ("DedupdCheckpointStale", "> 900"),
                             ("DedupdCheckpointFailures", "> 5"), ("DedupdFilterFprAboveTarget", "> 0.003"),
                             ("DedupdDeadLetterBurst", "> 0.5"), ("DedupdBrokerSilent", "> 45"),

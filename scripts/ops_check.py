@@ -483,22 +483,30 @@ def scalar(base, expr):
 
 
 def cmd_rise_and_fall(args):
-    """Passes once EXPR (one series) has been above 0 and is back at 0."""
+    """Passes once each EXPR (one series each) has been above 0 and is back at 0."""
     start = time.monotonic()
-    peak, peak_at = 0.0, None
+    peak = {expr: 0.0 for expr in args.expr}
+    peak_at, now, passed = {}, {}, set()
     while time.monotonic() - start < args.wait:
-        now = scalar(args.prometheus, args.expr)
-        # Every scrape counts, not only those this loop happens to look at.
-        seen = scalar(args.prometheus, f"max_over_time(({args.expr})[10m:1s])") or 0.0
-        if seen > peak:
-            peak, peak_at = seen, time.monotonic() - start
-        if peak > 0 and now == 0:
-            print(f"ok: {args.expr} rose to {peak:.0f} (at {peak_at:.0f} s) and was back at 0 "
-                  f"after {time.monotonic() - start:.0f} s")
+        for expr in args.expr:
+            if expr in passed:
+                continue
+            now[expr] = scalar(args.prometheus, expr)
+            # Every scrape counts, not only those this loop happens to look at.
+            seen = scalar(args.prometheus, f"max_over_time(({expr})[10m:1s])") or 0.0
+            if seen > peak[expr]:
+                peak[expr], peak_at[expr] = seen, time.monotonic() - start
+            if peak[expr] > 0 and now[expr] == 0:
+                passed.add(expr)
+                print(f"ok: {expr} rose to {peak[expr]:.0f} (at {peak_at[expr]:.0f} s) and was back at 0 "
+                      f"after {time.monotonic() - start:.0f} s", flush=True)
+        if len(passed) == len(args.expr):
             return 0
         time.sleep(1)
-    print(f"FAILED: {args.expr} peaked at {peak:.0f} and is {now} after {args.wait:.0f} s "
-          f"(it must rise above 0, then return to 0)")
+    for expr in args.expr:
+        if expr not in passed:
+            print(f"FAILED: {expr} peaked at {peak[expr]:.0f} and is {now.get(expr)} after {args.wait:.0f} s "
+                  f"(it must rise above 0, then return to 0)")
     return 1
 
 
@@ -523,7 +531,7 @@ def main():
     l.add_argument("--strict", action="store_true", help="a query answering only NaN fails too")
     r = sub.add_parser("rise-and-fall")
     r.add_argument("--prometheus", required=True)
-    r.add_argument("--expr", required=True)
+    r.add_argument("--expr", required=True, action="append", help="repeat for several series")
     r.add_argument("--wait", type=float, default=120)
     args = ap.parse_args()
     commands = {"static": cmd_static, "wait-ready": cmd_wait_ready, "live": cmd_live, "rise-and-fall": cmd_rise_and_fall}

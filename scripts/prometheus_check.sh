@@ -20,9 +20,11 @@
 #                                                of grafana/dedupd.json through /api/v1/query until all
 #                                                return series (or the deadline passes), and stops it
 #   scripts/prometheus_check.sh lag HOST:PORT    the same throw-away Prometheus; passes once the
-#                                                deployment's input lag (sum of dedupd_input_lag) has
-#                                                risen above 0 and is back at 0 (start it as dedupd
-#                                                starts on a backlog)
+#                                                deployment's input lag in records (sum of
+#                                                dedupd_input_lag) and in seconds (max of
+#                                                dedupd_input_lag_seconds) have each risen above 0
+#                                                and are back at 0 (start it as dedupd starts on a
+#                                                backlog)
 #
 # Prints `ok: ...` and exits 0 when everything passes; otherwise lists each failing check or
 # expression (with Prometheus's error) and exits 1. Usage errors exit 2.
@@ -207,7 +209,7 @@ case "$cmd" in
     [ $# -eq 2 ] || { echo "usage: $0 lag HOST:PORT" >&2; exit 2; }
     install_prometheus
     with_prometheus "$2" "$PY" "$OPS" rise-and-fall --expr 'sum(dedupd_input_lag{job="dedupd"})' \
-      --wait "${DEDUPD_PROM_WAIT:-120}"
+      --expr 'max(dedupd_input_lag_seconds{job="dedupd"})' --wait "${DEDUPD_PROM_WAIT:-120}"
     ;;
   *)
     echo "usage: $0 install | rules | dashboard | live HOST:PORT | lag HOST:PORT" >&2

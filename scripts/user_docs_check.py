@@ -3,10 +3,11 @@
 
     python3 scripts/user_docs_check.py [--selftest]
 
-Checks the user pages (README.md, docs/*.md but not docs/dev/, config/, helm/) for what belongs
-in development notes (docs/dev/) or commit messages: load averages, `nice`, a machine shared with
-other work, paths of a particular machine, dates, commit hashes, issue numbers, and notes about
-builds that were never released. Where a figure was measured is said as "2 cores" at most.
+Checks the user pages (README.md, CHANGELOG.md, docs/*.md but not docs/dev/, config/, helm/) for
+what belongs in development notes (docs/dev/) or commit messages: load averages, `nice`, a machine
+shared with other work, paths of a particular machine, dates, commit hashes, issue numbers, and
+notes about builds that were never released — in a changelog with no released version, any
+section of changes or upgrade notes (there is nothing yet to change from or upgrade from). Where a figure was measured is said as "2 cores" at most.
 Prints file:line: rule: text for each finding and exits 1 if there is one. Run by scripts/test.sh.
 """
 
@@ -61,7 +62,7 @@ TEXT_SUFFIXES = {".md", ".toml", ".yaml", ".yml", ".json", ".tpl", ".txt"}
 
 
 def user_pages(root=ROOT):
-    pages = [root / "README.md"]
+    pages = [root / "README.md", root / "CHANGELOG.md"]
     pages += sorted((root / "docs").glob("*.md"))
     for folder in ("config", "helm"):
         pages += sorted(
@@ -80,6 +81,19 @@ def findings_in(text):
         for m in pattern.finditer(flat):
             out.append((text.count("\n", 0, m.start()) + 1, rule, " ".join(m.group(0).split())))
     return sorted(out)
+
+
+RELEASED = re.compile(r"^## \[?v?\d+\.\d+\.\d+", re.MULTILINE)
+CHANGE_SECTION = re.compile(r"^### (Changed|Fixed|Removed|Deprecated|Upgrade notes|Upgrading)\b.*$", re.MULTILINE | re.IGNORECASE)
+
+
+def changelog_findings(text):
+    """(line number, rule, heading) for each section of a changelog with no released version
+    that describes changes from, or upgrades from, a build (none was released)."""
+    if RELEASED.search(text):
+        return []
+    return [(text.count("\n", 0, m.start()) + 1, "a build never released", m.group(0))
+            for m in CHANGE_SECTION.finditer(text)]
 
 
 def selftest():
@@ -132,7 +146,17 @@ def selftest():
         if found:
             print(f"selftest: false alarm in {text!r}: {found}")
             failures += 1
-    print(f"user_docs_check selftest: {len(bad) + len(good) - failures} passed, {failures} failed")
+    unreleased = "# Changelog\n\n## [Unreleased]\n\n### Added\n\n- a\n\n### Upgrade notes\n\n- b\n"
+    released = unreleased + "\n## [0.1.0]\n\n### Added\n\n- c\n"
+    changelogs = [(unreleased, 1), (unreleased.replace("Upgrade notes", "Changed"), 1), (released, 0),
+                  (unreleased.replace("### Upgrade notes", "### Known limitations"), 0)]
+    for text, want in changelogs:
+        found = changelog_findings(text)
+        if len(found) != want:
+            print(f"selftest: changelog {text!r}: {len(found)} finding(s), expected {want}: {found}")
+            failures += 1
+    checks = len(bad) + len(good) + len(changelogs)
+    print(f"user_docs_check selftest: {checks - failures} passed, {failures} failed")
     return 1 if failures else 0
 
 
@@ -146,7 +170,10 @@ def main(argv):
     pages = user_pages()
     for page in pages:
         text = page.read_text(encoding="utf-8", errors="replace")
-        for number, rule, match in findings_in(text):
+        found = findings_in(text)
+        if page.name == "CHANGELOG.md":
+            found += changelog_findings(text)
+        for number, rule, match in sorted(found):
             print(f"{page.relative_to(ROOT)}:{number}: {rule}: {match}")
             count += 1
     if count:

@@ -85,6 +85,8 @@ pub struct Metrics {
     pub consumer_lag: IntGaugeVec,
     /// Per input partition this member reads (`kafka::statistics`).
     pub input_lag: IntGaugeVec,
+    /// The same partitions' lag in seconds of record time (`kafka::lag_seconds`).
+    pub input_lag_seconds: GaugeVec,
     pub producer_queue: IntGauge,
     /// Input records the router holds to send them in event-time order.
     pub router_buffered: IntGauge,
@@ -100,6 +102,10 @@ pub struct Metrics {
     pub consumer_queue_bytes: IntGauge,
     /// The allocator's own account of the heap (`HEAP_KINDS`), read when scraped.
     pub heap_bytes: IntGaugeVec,
+    /// The limit the memory budget divides (0: none), set at start-up.
+    pub memory_limit: IntGauge,
+    /// The process's resident set, read when scraped.
+    pub resident_memory: IntGauge,
     pub end_to_end_latency: Histogram,
     /// Record timestamp → each stage of the pipeline (`STAGES`).
     pub stage_latency: HistogramVec,
@@ -126,6 +132,20 @@ static HEAP_SOURCE: std::sync::OnceLock<fn() -> Option<HeapStats>> = std::sync::
 /// Sets where the heap gauges come from (once per process; later calls are ignored).
 pub fn set_heap_source(source: fn() -> Option<HeapStats>) {
     let _ = HEAP_SOURCE.set(source);
+}
+
+/// The process's resident memory in bytes: `VmRSS` of `/proc/self/status`
+/// (what a container's memory limit mostly counts); `None` where there is none.
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    vm_rss(&status)
+}
+
+/// `VmRSS:   1234 kB` → bytes.
+fn vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
+    let kib: u64 = line.trim().strip_suffix("kB")?.trim().parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// The stages of `dedupd_stage_latency_seconds`, in pipeline order.
@@ -400,6 +420,11 @@ impl Metrics {
                 "Records of the input partition not yet read by this member (its end minus the position).",
                 &["topic", "partition"],
             ),
+            input_lag_seconds: b.gauge(
+                "dedupd_input_lag_seconds",
+                "Timestamp of the input partition's newest record minus that of the last record this member read; 0 at its end.",
+                &["topic", "partition"],
+            ),
             producer_queue: b.register(
                 IntGauge::new("dedupd_producer_queue_messages", "Messages in the output producer's queue.")
                     .expect("valid metric"),
@@ -451,6 +476,17 @@ impl Metrics {
                 "The allocator's heap: bytes allocated (live) and resident (its pages in memory).",
                 &["kind"],
             ),
+            memory_limit: b.register(
+                IntGauge::new(
+                    "dedupd_memory_limit_bytes",
+                    "The memory limit the budget divides (memory.limit, else the container's); 0: none.",
+                )
+                .expect("valid metric"),
+            ),
+            resident_memory: b.register(
+                IntGauge::new("dedupd_resident_memory_bytes", "The process's resident memory (VmRSS), read when scraped.")
+                    .expect("valid metric"),
+            ),
             end_to_end_latency: b.histogram(
                 "dedupd_end_to_end_latency_seconds",
                 "Record timestamp to output acknowledged by the broker.",
@@ -476,6 +512,8 @@ impl Metrics {
         m.router_buffered_bytes.set(0);
         m.router_producer_queue.set(0);
         m.consumer_queue_bytes.set(0);
+        m.memory_limit.set(0);
+        m.resident_memory.set(0);
         for kind in HEAP_KINDS {
             m.heap_bytes.with_label_values(&[kind]);
         }
@@ -568,6 +606,9 @@ impl Metrics {
             for (kind, bytes) in HEAP_KINDS.iter().zip([heap.allocated, heap.resident]) {
                 self.heap_bytes.with_label_values(&[kind]).set(i64::try_from(bytes).unwrap_or(i64::MAX));
             }
+        }
+        if let Some(bytes) = resident_bytes() {
+            self.resident_memory.set(i64::try_from(bytes).unwrap_or(i64::MAX));
         }
         // The client counts in plain atomics (it has no handle on these
         // metrics); the counters catch up here.
@@ -691,4 +732,20 @@ impl Observer for prometheus::local::LocalHistogram {
 /// Seconds as a Prometheus histogram observation.
 pub fn observe_duration(h: &Histogram, d: std::time::Duration) {
     h.observe(d.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resident_set_is_read_from_proc() {
+        assert_eq!(vm_rss("Name:\tdedupd\nVmHWM:\t  9000 kB\nVmRSS:\t  8192 kB\nRssAnon: 1 kB\n"), Some(8 << 20));
+        assert_eq!(vm_rss("Name:\tkthreadd\n"), None);
+        if cfg!(target_os = "linux") {
+            let metrics = Metrics::new(3);
+            metrics.render();
+            assert!(metrics.resident_memory.get() > 1 << 20, "{}", metrics.resident_memory.get());
+        }
+    }
 }

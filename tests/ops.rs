@@ -118,9 +118,12 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
     daemon.assert_clean_log();
 }
 
-/// `dedupd_input_lag` seen by a real Prometheus: a repartition-mode daemon
-/// started on a backlog shows its router's lag on the input rise above 0 and
-/// come back to 0 once the backlog is read (the Prometheus check's `lag`);
+/// `dedupd_input_lag` and `dedupd_input_lag_seconds` seen by a real
+/// Prometheus: a repartition-mode daemon started on a backlog shows its
+/// router's lag on the input, in records and in seconds of record time, rise
+/// above 0 and come back to 0 once the backlog is read (the Prometheus
+/// check's `lag`); the seconds never exceed the backlog's span of record
+/// time (its timestamps are 1 ms apart: 600 s);
 /// the lag tools' view, the groups' committed offsets read with
 /// confluent-kafka's AdminClient, does the same: the router group's on the
 /// input, the slice group's on the slice log (from the snapshots).
@@ -176,6 +179,13 @@ fn the_input_lag_rises_under_a_backlog_and_returns_to_zero() {
     let rest = rest.join("\n");
     assert!(status.success(), "{first}\n{rest}");
     assert!(rest.contains("ok: sum(dedupd_input_lag{job=\"dedupd\"}) rose to"), "{rest}");
+    let seconds_peak: f64 = rest
+        .lines()
+        .find_map(|l| l.strip_prefix("ok: max(dedupd_input_lag_seconds{job=\"dedupd\"}) rose to "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no rise and fall of dedupd_input_lag_seconds: {rest}"));
+    assert!(seconds_peak > 0.0 && seconds_peak <= RECORDS as f64 / 1000.0, "{rest}");
     eprintln!("{rest}");
     wait_processed(&[&daemon], RECORDS, Duration::from_secs(120));
     let samples = probe.join().unwrap();

@@ -151,6 +151,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::new(params.hashes));
     metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
     metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
+    metrics.memory_limit.set(cfg.budget.limit.as_ref().map_or(0, |l| i64::try_from(l.bytes).unwrap_or(i64::MAX)));
     for (part, bytes) in &cfg.budget.parts {
         metrics.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
     }

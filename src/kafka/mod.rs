@@ -7,6 +7,7 @@
 //! - [`join`]: logs a group consumer's wait for its assignment.
 //! - [`statistics`]: what librdkafka's statistics say (broker contact,
 //!   end offsets, the input lag).
+//! - [`lag_seconds`]: the input lag in seconds of record time.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
 //! - [`size_limits`]: the record-size limit of each topic a slice writes, and a
@@ -32,6 +33,7 @@ pub mod checkpoint;
 pub mod clients;
 pub mod headers;
 pub mod join;
+pub mod lag_seconds;
 pub mod merge;
 pub mod producer;
 pub mod replay;

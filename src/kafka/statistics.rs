@@ -3,12 +3,15 @@
 //! answered, the bytes fetched ahead, each partition's end offset, and the
 //! input lag — how far the consumer that reads the input (the router's
 //! group in repartition and shared mode, the slice workers in
-//! input-partitions mode) is behind the end of each input partition.
+//! input-partitions mode) is behind the end of each input partition, in
+//! records here and in seconds of record time in [`super::lag_seconds`].
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::lag_seconds::{LagSeconds, Offsets};
+use crate::config::Resolved;
 use crate::metrics::Metrics;
 
 /// The part of a statistics event dedupd reads.
@@ -99,7 +102,14 @@ impl Statistics {
     /// — on a new deployment the log start or end that `input.start` chose —
     /// else the committed offset. A partition with none is not listed.
     pub fn input_lag(&self, topics: &[String]) -> Vec<((String, i32), i64)> {
-        let mut lags = Vec::new();
+        let offsets = self.input_offsets(topics);
+        offsets.into_iter().map(|(tp, o)| (tp, (o.end - o.position).max(0))).collect()
+    }
+
+    /// The position and end of each partition of `topics` assigned to this
+    /// consumer, as [`Statistics::input_lag`] takes them.
+    pub fn input_offsets(&self, topics: &[String]) -> Vec<((String, i32), Offsets)> {
+        let mut offsets = Vec::new();
         for topic in topics {
             for (id, p) in self.topics.get(topic).map(|t| &t.partitions).into_iter().flatten() {
                 let Ok(partition) = id.parse::<i32>() else { continue };
@@ -112,32 +122,40 @@ impl Statistics {
                     p.committed_offset
                 };
                 if partition >= 0 && p.desired && end >= 0 && position >= 0 {
-                    lags.push(((topic.clone(), partition), (end - position).max(0)));
+                    offsets.push(((topic.clone(), partition), Offsets { position, end }));
                 }
             }
         }
-        lags
+        offsets
     }
 }
 
-/// `dedupd_input_lag` of the consumer that reads the input topics:
-/// publishes the lag of each partition it reads and removes those it no
-/// longer reads (another member reports them).
+/// `dedupd_input_lag` and `dedupd_input_lag_seconds` of the consumer that
+/// reads the input topics: publishes the lag of each partition it reads and
+/// removes those it no longer reads (another member reports them).
 #[derive(Debug, Default)]
 pub struct InputLag {
     /// The input topics; none when this consumer does not read them.
     topics: Vec<String>,
     reported: Mutex<BTreeSet<(String, i32)>>,
+    seconds: LagSeconds,
 }
 
 impl InputLag {
-    pub fn new(topics: Vec<String>) -> Self {
-        InputLag { topics, reported: Mutex::default() }
+    /// For a consumer that reads `topics` (none: it does not read the
+    /// input); the seconds are measured through a client made from `cfg`.
+    pub fn new(topics: Vec<String>, cfg: &Resolved, metrics: &Arc<Metrics>) -> Self {
+        let seconds = if topics.is_empty() { LagSeconds::default() } else { LagSeconds::reading(cfg, metrics.clone()) };
+        InputLag { topics, reported: Mutex::default(), seconds }
     }
 
     pub fn publish(&self, metrics: &Metrics, stats: &Statistics) {
         if !self.topics.is_empty() {
-            self.set(metrics, &stats.input_lag(&self.topics));
+            let offsets = stats.input_offsets(&self.topics);
+            let lags: Vec<((String, i32), i64)> =
+                offsets.iter().map(|(tp, o)| (tp.clone(), (o.end - o.position).max(0))).collect();
+            self.set(metrics, &lags);
+            self.seconds.update(metrics, &offsets);
         }
     }
 

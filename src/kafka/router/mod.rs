@@ -181,7 +181,7 @@ fn subscribe(
     }
     // Statistics feed the input-lag gauge.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&setup.cfg, 2000));
-    let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone());
+    let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone(), &setup.cfg, &setup.metrics);
     let context = RouterContext {
         setup: setup.clone(),
         shared: shared.clone(),

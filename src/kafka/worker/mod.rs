@@ -185,7 +185,7 @@ fn subscribe(
         SlicingMode::InputPartitions => setup.cfg.settings.input.topics.clone(),
         _ => Vec::new(),
     };
-    let input_lag = InputLag::new(input_topics);
+    let input_lag = InputLag::new(input_topics, &setup.cfg, &setup.metrics);
     let context = WorkerContext {
         setup: setup.clone(),
         worker_state: worker_state.clone(),
