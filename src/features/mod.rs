@@ -12,9 +12,11 @@
 //! - [`tiers`]: multi-level deployments (`[tier]`).
 //! - [`shared`]: shared mode (`slicing.mode = "shared"`).
 //!
-//! [`stages`] lists the stages a slice runs (counting, provenance): the one
-//! place the core's slice state reaches the features through; [`lookups`]
-//! lists their key endpoints (`/v1/count`, `/v1/provenance`).
+//! A feature plugs in through one trait, [`feature::Feature`] (its stage,
+//! key endpoint, metrics, output parts), and one list, [`FEATURES`]: the
+//! slices, the emitter, the admin server and the worker's metrics go through
+//! the list and name no feature. [`stages`] holds the settings of the
+//! stages; [`lookups`] what a key endpoint is.
 //!
 //! The layers within a folder (`docs/architecture.md`):
 //! - `settings.rs` imports only `config`'s shared files (`config/error.rs`,
