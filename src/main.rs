@@ -2,9 +2,8 @@
 // Rust (the unprefixed build exports malloc/free/...; `System` below calls
 // them too). librdkafka allocates and frees several blocks per record, many
 // freed on another thread than the one that allocated them; with glibc's
-// malloc that was 20-25% of the daemon's CPU and left free memory in
-// per-thread arenas (which the daemon used to hand back with malloc_trim
-// every 5 s). jemalloc: -24-28% CPU per record in both slicing modes
+// malloc that is 20-25% of the daemon's CPU and leaves free memory in
+// per-thread arenas. jemalloc: -24-28% CPU per record in both slicing modes
 // (docs/dev/performance-daemon.md §7).
 #[cfg(target_os = "linux")]
 use tikv_jemalloc_sys::mallctl;

@@ -522,7 +522,7 @@ impl Metrics {
         for reason in crate::engine::InvalidReason::ALL {
             m.dead_letters.with_label_values(&[reason.as_str()]);
         }
-        m.dead_letters.with_label_values(&[crate::kafka::limits::REASON]);
+        m.dead_letters.with_label_values(&[crate::kafka::size_limits::REASON]);
         for result in ["resolved", "forwarded"] {
             m.tier_lookups.with_label_values(&[result]);
         }

@@ -15,7 +15,7 @@ use subtle::ConstantTimeEq;
 
 use crate::config::KeyEndpoints;
 
-use super::text;
+use super::answer::text;
 
 /// `admin.key_endpoints`, ready to check requests.
 #[derive(Clone)]

@@ -20,7 +20,7 @@ use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::features::tiers::io as tier;
 use crate::kafka::checkpoint::CheckpointStore;
-use crate::kafka::limits::RecordLimits;
+use crate::kafka::size_limits::RecordLimits;
 use crate::kafka::{KafkaLayerError, clients, producer, router, topics, worker};
 use crate::metrics::Metrics;
 
@@ -155,6 +155,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
     let params = filter.params();
     let metrics = start_metrics(&cfg, params.hashes);
     let status = Status::new();
+    crate::features::list_key_lookups(&status);
     let admin = start_admin(&cfg, &status, &metrics).await?;
     tokio::spawn(logs::summarize(metrics.clone(), Duration::from_millis(cfg.settings.log.summary_interval)));
     // Taken over from here on: a SIGTERM while the topics are made and
@@ -164,7 +165,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         let slice_count = topics::ensure(&cfg).await?;
         // Read once: every decision a replay makes again must be made
         // against the same limits (docs/design.md, invariant 1).
-        let limits = crate::kafka::limits::read(&cfg).await?;
+        let limits = crate::kafka::size_limits::read(&cfg).await?;
         anyhow::Ok((slice_count, limits))
     };
     let (slice_count, limits) = tokio::select! {
@@ -325,9 +326,11 @@ fn worker_setup(
         status: status.clone(),
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
-        verdicts: (cfg.tier == Tier::SparseRoot).then(|| tier::RootVerdicts::new(cfg, started.seed)).transpose()?,
-        limits: started.limits.clone(),
-        path: worker::RecordPath::of(cfg),
+        on_distinct: crate::features::on_distinct(cfg, started.seed)?,
+        record_limits: started.limits.clone(),
+        stages: crate::features::stage_setups(&cfg.stages),
+        routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
+        path: worker::RecordPath::of(cfg, crate::features::output_header(cfg)),
         cfg: cfg.clone(),
     }))
 }

@@ -11,7 +11,7 @@
 //!
 //! With a counting stage ([`Deduplicator::with_counting`]) every record the
 //! dedup filter lets through is then counted under its count key, at its
-//! event time, in the order of judgment (see [`crate::features::limits::counting`]). When the
+//! event time, in the order of judgment (see [`crate::filter::counting`]). When the
 //! count key is the dedup key itself, the counting stage replaces the
 //! timer filter (a limit of N is then "N copies per window", and N = 1 is
 //! dedup by counts); otherwise replays of a dedup key are dropped first and
@@ -27,7 +27,7 @@
 
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
-use crate::features::limits::counting::{CountMark, CountingStage};
+use crate::filter::counting::{CountMark, CountingStage};
 use crate::filter::cuckoo::CuckooFilter;
 use crate::filter::{DecayingFilter, Event, KeyHash, SlicedFilter, Verdict};
 

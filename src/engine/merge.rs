@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::slice::{InputProgress, SliceCounters, SliceState};
-use crate::features::stages::SliceStages;
+use crate::engine::slice::stages::SliceStages;
 use crate::filter::cuckoo::CuckooFilter;
 use crate::filter::{FilterChoice, FilterCounters, FilterKind, FilterParams, SliceFilter, SlidingFilter};
 

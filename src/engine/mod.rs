@@ -14,8 +14,9 @@
 //!   (`dedupd checkpoint merge`).
 //!
 //! The features' stages live in their folders (`src/features/`): a slice
-//! runs them through the hooks of [`slice::stage::Stage`], as the one list
-//! of `crate::features::stages`, and names no feature.
+//! runs them through the hooks of [`slice::stage::Stage`], as the list the
+//! features hand it at start-up ([`slice::stages::StageSetups`]). No file
+//! here imports a feature.
 
 pub mod dedup;
 pub mod formats;

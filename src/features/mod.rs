@@ -12,8 +12,11 @@
 //! - [`tiers`]: multi-level deployments (`[tier]`).
 //! - [`shared`]: shared mode (`slicing.mode = "shared"`).
 //!
-//! [`stages`] lists the stages a slice runs (counting, provenance): the one
-//! place the core's slice state reaches the features through.
+//! A feature plugs in through one trait, [`feature::Feature`] (its stage,
+//! key endpoint, metrics, output parts), and one list, [`FEATURES`]: the
+//! slices, the emitter, the admin server and the worker's metrics go through
+//! the list and name no feature. [`stages`] holds the settings of the
+//! stages; [`lookups`] what a key endpoint is.
 //!
 //! The layers within a folder (`docs/architecture.md`):
 //! - `settings.rs` imports only `config`'s shared files (`config/error.rs`,
@@ -29,8 +32,70 @@
 
 pub mod availability;
 pub mod deletes;
+pub mod feature;
 pub mod limits;
+pub mod lookups;
 pub mod provenance;
 pub mod shared;
 pub mod stages;
 pub mod tiers;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use crate::admin::{FeatureLookup, Status};
+use crate::config::Resolved;
+use crate::engine::slice::stages::StageSetups;
+use crate::kafka::KafkaLayerError;
+use feature::{Feature, OnDistinct};
+use lookups::KeyLookup;
+use stages::StagesSetup;
+
+/// Every feature, in the order the slices run their stages: the counting
+/// stage before provenance, because a limit may turn a record into a
+/// duplicate and provenance names a first source for duplicates only.
+pub static FEATURES: [&dyn Feature; 6] = [
+    &limits::feature::LimitsFeature,
+    &provenance::feature::ProvenanceFeature,
+    &availability::feature::AvailabilityFeature,
+    &deletes::feature::DeletesFeature,
+    &tiers::feature::TiersFeature,
+    &shared::feature::SharedFeature,
+];
+
+/// The stages the slices run: every feature's, on or off, in list order.
+pub fn stage_setups(stages: &StagesSetup) -> StageSetups {
+    StageSetups::new(FEATURES.iter().filter_map(|f| f.stage(stages)).collect::<Vec<Arc<_>>>())
+}
+
+/// The features' key endpoints.
+pub fn key_lookups() -> impl Iterator<Item = &'static KeyLookup> {
+    FEATURES.iter().filter_map(|f| f.key_lookup())
+}
+
+/// Lists every feature's key endpoint in `status`, before the admin
+/// endpoint starts: it routes those listed (each answers 503 until the slice
+/// workers run, then 404 with [`KeyLookup::off`] if the feature is off).
+pub fn list_key_lookups(status: &Status) {
+    let mut endpoints = status.feature_lookups.lock().expect("status lock");
+    for lookup in key_lookups() {
+        endpoints.insert(lookup.name, FeatureLookup { answer: None, off: lookup.off });
+    }
+}
+
+/// The header the features put on every output record, if any.
+pub fn output_header(cfg: &Resolved) -> Option<(&'static str, String)> {
+    FEATURES.iter().find_map(|f| f.output_header(cfg))
+}
+
+/// The features' part in the outputs of every distinct judgment, if any.
+pub fn on_distinct(cfg: &Resolved, seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
+    for feature in &FEATURES {
+        if let Some(hook) = feature.on_distinct(cfg, seed)? {
+            return Ok(Some(hook));
+        }
+    }
+    Ok(None)
+}

@@ -18,9 +18,12 @@
 //!   filter a slice judges with, as one closed family ([`SliceFilter`]) that
 //!   owns its snapshot copy.
 //! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
-//!   windowed counts for frequency limits.
+//!   windowed counts.
+//! - [`counting`]: frequency limits and flags over windowed counts (the
+//!   `[limit]` and `[flag]` policies, in pipe mode and in a slice).
 //! - [`provenance`]: which sources may have delivered a key (Bloofi, Flat-Bloofi).
 
+pub mod counting;
 pub mod cuckoo;
 pub mod decaying;
 pub mod envelope;

@@ -20,7 +20,7 @@ pub const SLICE_OFFSET: &str = "dedupd.slice.offset";
 /// On every dead letter: `topic/partition/offset` of the input record (the
 /// one the router read, in repartition mode). Slice-log records carry the
 /// same stamp in front of their value ([`crate::engine::slice::FRAME_MAGIC`]);
-/// those of releases before 2026-11-25 carried it in this header (still read).
+/// older slice-log records carry it in this header instead (still read).
 pub const SOURCE: &str = "dedupd.source";
 /// On duplicates: which rule matched (`filter;equal_timers=N` or `resend`).
 pub const RULE: &str = "dedupd.rule";
@@ -44,9 +44,6 @@ pub const RELEASE: &str = "dedupd.release";
 /// reads past other applications' (several may write one topic on purpose:
 /// docs/design.md, invariant 8).
 pub const APP: &str = "dedupd.app";
-/// On duplicates, with provenance on: the source of the first delivered
-/// copy, when only one source may have delivered the key before.
-pub const FIRST_SOURCE: &str = "dedupd.first_source";
 /// On late-topic records: how far behind the watermark the record arrived, in ms.
 pub const LATE_BY: &str = "dedupd.late_by_ms";
 /// On slice-log records written by `DELETE /v1/keys/{key}`: the record is a

@@ -10,7 +10,7 @@
 //! - [`lag_seconds`]: the input lag in seconds of record time.
 //! - [`topics`]: creates the topics dedupd owns and checks the output topic.
 //! - [`headers`]: the header names dedupd writes and reads.
-//! - [`limits`]: the record-size limit of each topic a slice writes, and a
+//! - [`size_limits`]: the record-size limit of each topic a slice writes, and a
 //!   record's size as the broker counts it.
 //! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
@@ -34,12 +34,12 @@ pub mod clients;
 pub mod headers;
 pub mod join;
 pub mod lag_seconds;
-pub mod limits;
 pub mod merge;
 pub mod producer;
 pub mod replay;
 pub mod restore;
 pub mod router;
+pub mod size_limits;
 pub mod slice_log;
 pub mod statistics;
 pub mod topics;

@@ -23,7 +23,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
-use super::limits::{self, RecordLimits};
+use super::size_limits::{self, RecordLimits};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
@@ -178,7 +178,8 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
     let topic = m.topic();
     let mut text = format!("delivery to {topic}/{} failed: {e}", m.partition());
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-        let size = limits::record_size(m.key(), m.payload(), limits::headers_of(m)) - limits::OWN_HEADERS;
+        let size =
+            size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS;
         let known = limits.of_topic(topic).map_or_else(
             || "dedupd does not check it".to_string(),
             |l| format!("its limit read at start-up was {} bytes", l.bytes),
@@ -188,7 +189,7 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
              max.message.bytes was lowered since start-up, or its broker does not report it and takes less than \
              Kafka's default: set max.message.bytes on the topic. A restart reads the limits again and \
              dead-letters what exceeds them ({})",
-            limits::REASON
+            size_limits::REASON
         ));
     }
     text

@@ -9,7 +9,7 @@ use anyhow::Context;
 use super::{FilterArgs, FilterKind};
 use crate::engine::formats::{self, Decoder, Format, Registry, Schemas};
 use crate::engine::{OrderSettings, TimeSpec};
-use crate::features::limits::counting::{CountingSpec, CountingStage};
+use crate::filter::counting::{CountingSpec, CountingStage};
 use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use crate::filter::decaying;
 use crate::filter::spectral::SpectralParams;

@@ -7,7 +7,7 @@ use serde::Serialize;
 use super::FilterArgs;
 use super::lines::Tally;
 use crate::engine::Deduplicator;
-use crate::features::limits::counting::CountingStage;
+use crate::filter::counting::CountingStage;
 
 /// The counting stage's part of the stats JSON.
 #[derive(Debug, Serialize)]

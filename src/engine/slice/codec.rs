@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::judgment::SliceCounters;
 use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
+use super::stages::{SliceStages, StageSetups};
 use super::state::SliceState;
-use crate::features::stages::{SliceStages, StagesSetup};
 use crate::filter::envelope::{self, put_u32, put_u64};
 use crate::filter::{FilterChoice, SnapshotError};
 
@@ -110,7 +110,7 @@ fn head_in(state: &SliceState, sections: &Sections, version: u16, filter_len: us
 /// [`encode`] with the sections tagged (version 6) whatever they are: what a
 /// slice with a section that has no fixed place is written as.
 #[cfg(test)]
-pub(super) fn encode_tagged(state: &SliceState) -> Vec<u8> {
+pub(crate) fn encode_tagged(state: &SliceState) -> Vec<u8> {
     let prepared = state.filter.prepare_copy();
     let head = head_in(state, &Sections::of(state), VERSION_TAGGED, prepared.len());
     let (buffer, filter) = state.filter.encode(prepared, &head, 8);
@@ -129,20 +129,18 @@ pub fn decode(
     filter: &FilterChoice,
     order: OrderSettings,
 ) -> Result<SliceState, SnapshotError> {
-    decode_full(bytes, slice, filter, order, &StagesSetup::default())
+    decode_full(bytes, slice, filter, order, &StageSetups::default())
 }
 
-/// [`decode`] with the stages configured as `stages`. See [`SliceStages::restore`] for what a snapshot
-/// taken with other stages restores to: a counting stage on in one and off
-/// in the other is refused, naming `counting`; other counting parameters
-/// are refused naming the parameter; provenance starts empty if the
-/// snapshot has none or resized.
+/// [`decode`] with the stages configured as `stages`. Each feature decides
+/// what a snapshot taken with its stage set otherwise restores to (see
+/// [`SliceStages::restore`]).
 pub fn decode_full(
     bytes: &[u8],
     slice: u32,
     filter: &FilterChoice,
     order: OrderSettings,
-    stages: &StagesSetup,
+    stages: &StageSetups,
 ) -> Result<SliceState, SnapshotError> {
     let (mut r, version) = envelope::open_any(bytes, MAGIC, VERSION_BASE..=VERSION)?;
     let got_slice = r.u32()?;

@@ -20,13 +20,15 @@
 //! - `frame.rs`: what the router writes around an input record (source
 //!   stamp, frame, progress records).
 //! - `stage.rs`: what a stage of a feature is to a slice ([`stage::Stage`]:
-//!   its hooks, what it adds to a judgment); the list of stages is
-//!   `crate::features::stages`.
+//!   its hooks, what it adds to a judgment) and what a feature hands the
+//!   slices to start or restore it ([`stage::StageSetup`]).
+//! - `stages.rs`: the list of stages a slice runs ([`stages::SliceStages`])
+//!   and their setups, in the order the list of features gives.
 //! - `judgment.rs`: a slice-log record and what a slice makes of it
 //!   (judgments, release positions, verdict counts).
 //! - `state.rs`: [`SliceState`] and how it takes in the slice log.
-//! - `sections.rs`: the stages' sections of a snapshot (provenance,
-//!   counting, progress), tagged from version 6.
+//! - `sections.rs`: the sections of a snapshot (the stages', the slice's
+//!   progress), tagged from version 6.
 //! - `codec.rs`: the slice snapshot format ([`encode`], [`decode`]), and
 //!   a snapshot copied while the slice goes on ([`SliceState::begin_copy`]).
 
@@ -35,15 +37,18 @@ mod frame;
 mod judgment;
 mod sections;
 pub mod stage;
+pub mod stages;
 mod state;
 
+#[cfg(test)]
+pub(crate) use codec::encode_tagged;
 pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, encode};
 pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
     Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,
 };
 pub use judgment::{Judgment, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
-pub use stage::StageNotes;
+pub use stage::{StageNotes, StageRule};
 pub use state::SliceState;
 
 #[cfg(test)]

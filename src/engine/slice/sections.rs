@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::frame::InputProgress;
+use super::stage::{PROGRESS_TAG, SectionTag};
+use super::stages::Section;
 use super::state::SliceState;
-use crate::features::stages::{Section, SectionTag};
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 
@@ -27,74 +28,47 @@ pub(super) const VERSION_PROGRESS: u16 = 5;
 /// Version 6: tagged sections.
 pub(super) const VERSION_TAGGED: u16 = 6;
 
-/// A section's tag in a version 6 snapshot: the stages' own
-/// ([`SectionTag`]) and the slice's progress.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Tag {
-    Provenance = SectionTag::Provenance as isize,
-    Counting = SectionTag::Counting as isize,
-    Progress = 3,
+/// The sections versions 3 and 4 hold at fixed places, after a flag byte:
+/// the stages tagged 1 (provenance, not required) and 2 (the counting
+/// stage, required), with the version that added each place.
+const POSITIONAL: [(SectionTag, u16, bool); 2] =
+    [(SectionTag(1), VERSION_PROVENANCE, false), (SectionTag(2), VERSION_COUNTING, true)];
+
+/// The first positional version that has a place for the section `tag`
+/// (`None`: only a tagged snapshot holds it).
+fn positional(tag: SectionTag) -> Option<u16> {
+    if tag == PROGRESS_TAG {
+        return Some(VERSION_PROGRESS);
+    }
+    POSITIONAL.iter().find(|(t, ..)| *t == tag).map(|(_, since, _)| *since)
 }
 
-impl Tag {
-    fn of(tag: u16) -> Option<Tag> {
-        [Tag::Provenance, Tag::Counting, Tag::Progress].into_iter().find(|t| *t as u16 == tag)
-    }
-
-    fn stage(self) -> Option<SectionTag> {
-        match self {
-            Tag::Provenance => Some(SectionTag::Provenance),
-            Tag::Counting => Some(SectionTag::Counting),
-            Tag::Progress => None,
-        }
-    }
-
-    fn of_stage(tag: SectionTag) -> Tag {
-        match tag {
-            SectionTag::Provenance => Tag::Provenance,
-            SectionTag::Counting => Tag::Counting,
-        }
-    }
-
-    /// Whether a reader that does not know the section must refuse the
-    /// snapshot rather than restore without it. Provenance may start
-    /// empty (it does when resized); counts and progress may not (the
-    /// limits and the watermark would be wrong).
-    fn required(self) -> bool {
-        !matches!(self, Tag::Provenance)
-    }
-
-    /// The first positional version that has a place for the section.
-    fn positional(self) -> Option<u16> {
-        Some(match self {
-            Tag::Provenance => VERSION_PROVENANCE,
-            Tag::Counting => VERSION_COUNTING,
-            Tag::Progress => VERSION_PROGRESS,
-        })
-    }
-}
+/// A section of a state, encoded: its tag, whether a reader that does not
+/// know it must refuse the snapshot, its bytes.
+type Encoded = (SectionTag, bool, Vec<u8>);
 
 /// The sections of a state, each encoded, in tag order.
-pub(super) struct Sections(Vec<(Tag, Vec<u8>)>);
+pub(super) struct Sections(Vec<Encoded>);
 
 impl Sections {
     pub(super) fn of(state: &SliceState) -> Sections {
-        let mut sections: Vec<(Tag, Vec<u8>)> =
-            state.stages.sections().into_iter().map(|(tag, bytes)| (Tag::of_stage(tag), bytes)).collect();
+        let mut sections = state.stages.sections();
         if !state.progress.is_empty() {
-            sections.push((Tag::Progress, encode_progress(&state.progress)));
+            // Progress may not be dropped: the watermark would be wrong.
+            sections.push((PROGRESS_TAG, true, encode_progress(&state.progress)));
+            sections.sort_by_key(|(tag, ..)| *tag);
         }
         Sections(sections)
     }
 
     /// The oldest version that holds these sections.
     pub(super) fn version(&self) -> u16 {
-        let positional = self.0.iter().map(|(tag, _)| tag.positional()).try_fold(VERSION_BASE, |v, p| Some(v.max(p?)));
+        let positional = self.0.iter().map(|(tag, ..)| positional(*tag)).try_fold(VERSION_BASE, |v, p| Some(v.max(p?)));
         positional.unwrap_or(VERSION_TAGGED)
     }
 
-    fn get(&self, tag: Tag) -> Option<&[u8]> {
-        self.0.iter().find(|(t, _)| *t == tag).map(|(_, bytes)| bytes.as_slice())
+    fn get(&self, tag: SectionTag) -> Option<&[u8]> {
+        self.0.iter().find(|(t, ..)| *t == tag).map(|(_, _, bytes)| bytes.as_slice())
     }
 
     /// Writes the sections as `version` lays them out; `overflows` (the
@@ -104,17 +78,17 @@ impl Sections {
         if version == VERSION_TAGGED {
             put_u64(w, overflows);
             w.extend_from_slice(&(self.0.len() as u16).to_le_bytes());
-            for (tag, bytes) in &self.0 {
-                w.extend_from_slice(&(*tag as u16).to_le_bytes());
-                w.push(u8::from(tag.required()));
+            for (tag, required, bytes) in &self.0 {
+                w.extend_from_slice(&tag.0.to_le_bytes());
+                w.push(u8::from(*required));
                 put_u64(w, bytes.len() as u64);
                 w.extend_from_slice(bytes);
             }
             return;
         }
-        // Positional: a flag byte and a length for provenance (3 on) and
-        // the counting stage (4 on), then the overflows and progress (5).
-        for (tag, since) in [(Tag::Provenance, VERSION_PROVENANCE), (Tag::Counting, VERSION_COUNTING)] {
+        // Positional: a flag byte and a length for each stage section that
+        // has a place (3 on), then the overflows and progress (5).
+        for (tag, since, _) in POSITIONAL {
             if version < since {
                 continue;
             }
@@ -129,7 +103,7 @@ impl Sections {
         }
         if version >= VERSION_PROGRESS {
             put_u64(w, overflows);
-            match self.get(Tag::Progress) {
+            match self.get(PROGRESS_TAG) {
                 Some(bytes) => w.extend_from_slice(bytes),
                 None => put_u32(w, 0),
             }
@@ -160,27 +134,17 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, Sn
                 return Err(malformed(format!("section {tag} out of order or twice")));
             }
             last = Some(tag);
-            match Tag::of(tag) {
-                Some(Tag::Progress) => {
-                    let mut sub = Reader::over(bytes);
-                    found.progress = read_progress(&mut sub)?;
-                    sub.finish()?;
-                }
-                Some(t) => found.stages.extend(t.stage().map(|tag| Section { tag, bytes })),
-                None if required == 0 => {
-                    log::warn!("slice snapshot: section {tag} is not known to this release: restored without it")
-                }
-                None => {
-                    return Err(malformed(format!(
-                        "section {tag} is not known to this release (a later dedupd wrote it): restore it with \
-                         that release, or start this slice cold"
-                    )));
-                }
+            if SectionTag(tag) == PROGRESS_TAG {
+                let mut sub = Reader::over(bytes);
+                found.progress = read_progress(&mut sub)?;
+                sub.finish()?;
+            } else {
+                found.stages.push(Section { tag: SectionTag(tag), required: required != 0, bytes });
             }
         }
         return Ok(found);
     }
-    for (since, tag) in [(VERSION_PROVENANCE, SectionTag::Provenance), (VERSION_COUNTING, SectionTag::Counting)] {
+    for (tag, since, required) in POSITIONAL {
         if version < since {
             continue;
         }
@@ -188,7 +152,8 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, Sn
             0 => {}
             1 => {
                 let len = r.u64()?;
-                found.stages.push(Section { tag, bytes: r.take(usize::try_from(len).unwrap_or(usize::MAX))? });
+                let bytes = r.take(usize::try_from(len).unwrap_or(usize::MAX))?;
+                found.stages.push(Section { tag, required, bytes });
             }
             other => return Err(malformed(format!("section flag {other} (version {version})"))),
         }

@@ -6,15 +6,18 @@
 //! determinism).
 //!
 //! Every hook has a no-op default: a stage implements the ones it needs.
-//! The stages a slice runs are one closed list, chosen at start-up
-//! (`crate::features::stages`): the slice calls the list, never a feature
-//! by name, and a stage that is off costs the record path nothing.
+//! A feature hands the slices a [`StageSetup`], which starts its stage or
+//! restores it from its snapshot section; the slice holds the stages that
+//! are on ([`super::stages::SliceStages`]) and calls them in the order of
+//! the list, never a feature by name. A stage that is off costs the record
+//! path nothing.
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::engine::record::{InvalidRecord, RecordView};
-use crate::features::limits::counting::CountMark;
-use crate::filter::{KeyHash, Verdict};
+use crate::filter::{KeyHash, SnapshotError, Verdict};
 
 /// A readable record taking its place in the slice: what a stage may read
 /// of it when it arrives.
@@ -39,33 +42,40 @@ pub struct Judging<'a> {
 }
 
 /// What the stages add to a judgment, for the outputs: the worker writes
-/// them as headers and to the stages' own topics.
+/// them as headers and to the stages' own topic.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StageNotes {
-    /// The counting stage's decision (`[limit]`, `[flag]`), if it counted
-    /// the record. A limited record's verdict is a duplicate.
-    pub count: Option<CountMark>,
-    /// Provenance: the one source that may have delivered the key before
-    /// this record (then it did: the index has no false negatives).
-    pub first_source: Option<Arc<str>>,
+    /// A stage turned the record into a duplicate: the rule that did, for
+    /// the `dedupd.rule` header of its duplicates copy.
+    pub rule: Option<StageRule>,
+    /// A stage copies the record to its own topic with this count (the
+    /// flags topic, `dedupd.count`).
+    pub copy_count: Option<u64>,
+    /// A header a stage adds to the record's duplicates copy (name, value).
+    pub duplicate_header: Option<(&'static str, Arc<str>)>,
 }
 
-impl StageNotes {
-    /// Whether a frequency limit turned the record into a duplicate.
-    pub fn limited(&self) -> bool {
-        self.count.is_some_and(|m| m.limited)
-    }
-
-    /// The estimate of a record the counting stage flagged.
-    pub fn flagged(&self) -> Option<u64> {
-        self.count.filter(|m| m.flagged).map(|m| m.estimate)
-    }
+/// Why a stage turned a record into a duplicate: `<name>;count=<count>`
+/// in its `dedupd.rule` header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StageRule {
+    pub name: &'static str,
+    pub count: u64,
 }
+
+/// A stage's section tag in a slice snapshot: fixed for good, since a
+/// snapshot names its sections by them. Each feature's tag is in the list
+/// of features (`features/stages.rs`); [`PROGRESS_TAG`] is the slice's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SectionTag(pub u16);
+
+/// The tag of the slice's own progress section (not a stage's).
+pub const PROGRESS_TAG: SectionTag = SectionTag(3);
 
 /// A stage of a slice. The slice calls the hooks in the order of its log:
 /// `arrived` for every readable record, then `judged` or `refused` for the
 /// same record when it leaves the order buffer.
-pub trait Stage {
+pub trait Stage: Debug + Send + Sync + Any {
     /// A readable record arrived. A stage that reads more of the record may
     /// find it unreadable: the record is then a dead letter, not judged.
     fn arrived(&mut self, _arrival: &Arrival<'_>) -> Result<(), InvalidRecord> {
@@ -93,6 +103,57 @@ pub trait Stage {
         true
     }
 
+    /// For a stage that judges instead of the filter: what `/v1/lookup`
+    /// answers for a key's hash (the verdict its next copy would get),
+    /// without counting it.
+    fn lookup(&self, _hash: &KeyHash) -> Option<serde_json::Value> {
+        None
+    }
+
     /// The stage's section of the slice snapshot.
     fn encode(&self, w: &mut Vec<u8>);
+
+    /// The tag of its section.
+    fn tag(&self) -> SectionTag;
+
+    /// Whether a reader that does not run this stage must refuse a
+    /// snapshot holding its section rather than restore without it (a
+    /// stage whose state the verdicts depend on).
+    fn required(&self) -> bool {
+        true
+    }
+
+    /// A copy (the slice state is cloned for its snapshot copy).
+    fn boxed_clone(&self) -> Box<dyn Stage>;
+
+    /// The stage as its own type, for the feature that reads it (admin
+    /// lookups, metrics).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A feature's stage as configured: it starts the stage of a fresh slice or
+/// restores it from the slice's snapshot. Every feature with a stage is in
+/// the list, on or off, so a snapshot section is always read by its feature:
+/// the feature decides what a section taken with it off (or on) restores to.
+pub trait StageSetup: Debug + Send + Sync {
+    /// The tag of the stage's snapshot section.
+    fn tag(&self) -> SectionTag;
+
+    /// Whether the stage runs.
+    fn on(&self) -> bool;
+
+    /// What the slice snapshot's fingerprint adds: every parameter the
+    /// stage's state depends on, so a snapshot taken with other ones is
+    /// refused as a whole.
+    fn fingerprint(&self) -> String {
+        String::new()
+    }
+
+    /// The stage of a fresh slice (`None` when off).
+    fn start(&self) -> Option<Box<dyn Stage>>;
+
+    /// The stage of slice `slice` restored from its snapshot `section`
+    /// (`None`: the snapshot has none); `Ok(None)`: the slice runs no such
+    /// stage, or it starts fresh.
+    fn restore(&self, section: Option<&[u8]>, slice: u32) -> Result<Option<Box<dyn Stage>>, SnapshotError>;
 }

@@ -9,7 +9,7 @@ use super::super::record::{Extractor, InvalidRecord, RecordView};
 use super::frame::{InputProgress, Progress, SourceRef};
 use super::judgment::{Judgment, SliceCounters, SliceRecord, SliceVerdict};
 use super::stage::{Arrival, Judging, StageNotes};
-use crate::features::stages::{SliceStages, StagesSetup};
+use super::stages::{SliceStages, StageSetups};
 use crate::filter::{DeleteRefusal, FilterChoice, KeyHash, SliceFilter, Verdict};
 
 /// The state of one slice.
@@ -39,8 +39,7 @@ pub struct SliceState {
     /// Idle flushes logged after a slice offset below this one have been
     /// applied (a slice flushes at most once after a record).
     pub flushes_next: u64,
-    /// The features' stages the slice runs beside its filter (counting,
-    /// provenance), as configured.
+    /// The features' stages the slice runs beside its filter, as configured.
     pub stages: SliceStages,
     /// Per input (topic, partition) announced by a router's progress
     /// record: how far it has been routed (repartition mode; empty
@@ -88,7 +87,7 @@ impl SliceState {
 
     /// Turns the stages on as `setup` says (a stage restored with the
     /// slice is kept) or off; `dedup` is the dedup key's extractor.
-    pub fn set_stages(&mut self, setup: &StagesSetup) {
+    pub fn set_stages(&mut self, setup: &StageSetups) {
         self.stages.set(setup)
     }
 

@@ -1,8 +1,6 @@
-use std::collections::{BTreeMap, BTreeSet};
-
 use super::super::order::OrderSettings;
 use super::super::record::{Extractor, RecordView};
-use super::sections::{VERSION_PROGRESS, VERSION_PROVENANCE};
+use super::sections::VERSION_PROGRESS;
 use super::*;
 use crate::filter::{FilterChoice, FilterSpec, KeyHash, SnapshotError};
 
@@ -307,109 +305,6 @@ fn decaying_kinds_survive_a_snapshot_and_refuse_other_kinds() {
     }
 }
 
-/// With provenance on, records held for the watermark keep their source
-/// across a snapshot: the restored slice's provenance and judgments
-/// (first sources included) are the uninterrupted one's; every source
-/// of a key is listed; a snapshot read without provenance drops it.
-#[test]
-fn provenance_survives_a_snapshot_with_held_records() {
-    use crate::features::provenance::stage::{ProvenanceSetup, SourceSpec};
-    use crate::features::stages::StagesSetup;
-    use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
-    let setup = ProvenanceSetup {
-        source: SourceSpec::Header("src".into()),
-        spec: ProvenanceSpec {
-            bits: 4_096,
-            hashes: 5,
-            generation_ms: 1_000,
-            keep_ms: 1_300,
-            max_sources: 100,
-            index: IndexChoice::Tree,
-            tree_order: 2,
-        },
-        input_topic: "in".into(),
-    };
-    let with = |setup: &ProvenanceSetup| StagesSetup { provenance: Some(setup.clone()), ..Default::default() };
-    let ex = extractor();
-    let mut rng = crate::testkit::workload::Rng::new(8);
-    let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();
-    let sources: Vec<String> = (0..2_000).map(|_| format!("s{}", rng.below(12))).collect();
-    let times: Vec<i64> = (0..2_000i64).map(|i| 10_000 + i / 4 + rng.below(200) as i64).collect();
-    let feed = |s: &mut SliceState, range: std::ops::Range<usize>| {
-        let mut out = Vec::new();
-        for i in range {
-            let headers = [("src", sources[i].as_bytes())];
-            let record = RecordView {
-                key: Some(&keys[i]),
-                headers: &headers,
-                timestamp_ms: Some(times[i]),
-                ..Default::default()
-            };
-            s.process(&SliceRecord { offset: i as u64, record, source: None, reading: None }, &ex, &mut out);
-        }
-        out
-    };
-    let fresh = || {
-        let mut s = SliceState::new(2, params(), 0, order(300));
-        s.set_stages(&with(&setup));
-        s
-    };
-    let mut whole = fresh();
-    let expected = feed(&mut whole, 0..2_000);
-    let mut first = fresh();
-    let mut got = feed(&mut first, 0..1_100);
-    assert!(!first.stages.provenance.as_ref().unwrap().pending.is_empty(), "some records are held with their source");
-    let bytes = encode(&first);
-    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), VERSION_PROVENANCE, "with provenance: version 3");
-    let mut restored = decode_full(&bytes, 2, &params(), order(300), &with(&setup)).unwrap();
-    let reread = restored
-        .unfilled
-        .clone()
-        .iter()
-        .map(|&(o, _)| {
-            let r = RecordView {
-                key: Some(&keys[o as usize]),
-                timestamp_ms: Some(times[o as usize]),
-                ..Default::default()
-            };
-            let (t, h) = restored.held_entry(&r, &ex).unwrap();
-            (o, t, h)
-        })
-        .collect();
-    restored.refill(reread).unwrap();
-    assert_eq!(restored, first);
-    got.extend(feed(&mut restored, 1_100..2_000));
-    assert_eq!(got, expected);
-    assert_eq!(restored, whole);
-    // The first sources named are right: the first copy in time order
-    // (ties by offset) of each key judged a duplicate.
-    let mut by_time: Vec<usize> = (0..2_000).collect();
-    by_time.sort_by_key(|&i| (times[i], i));
-    let mut first_of = BTreeMap::new();
-    for &i in &by_time {
-        first_of.entry(keys[i]).or_insert(&sources[i]);
-    }
-    let named: Vec<&Judgment> = expected.iter().filter(|j| j.notes.first_source.is_some()).collect();
-    assert!(named.len() > 100, "{} first sources named", named.len());
-    for j in named {
-        assert_eq!(j.notes.first_source.as_deref(), Some(first_of[&keys[j.offset as usize]].as_str()), "{j:?}");
-    }
-    // Every source of a key judged in the kept generations is listed.
-    let p = &whole.stages.provenance.as_ref().unwrap().sources;
-    let judged: BTreeSet<u64> = expected.iter().map(|j| j.offset).collect();
-    for i in (0..2_000).filter(|&i| judged.contains(&(i as u64)) && times[i] >= 11_000) {
-        let listed = p.query(&KeyHash::of(params().params().seed, &keys[i])).sources;
-        assert!(listed.iter().any(|s| **s == *sources[i]), "record {i}: {} not in {listed:?}", sources[i]);
-    }
-    // Provenance turned off: the section is skipped; resized: it starts
-    // empty and the rest of the slice is restored.
-    assert!(decode(&bytes, 2, &params(), order(300)).unwrap().stages.provenance.is_none());
-    let resized = ProvenanceSetup { spec: ProvenanceSpec { bits: 2_048, ..setup.spec.clone() }, ..setup.clone() };
-    let back = decode_full(&bytes, 2, &params(), order(300), &with(&resized)).unwrap();
-    assert_eq!(back.stages.provenance.unwrap().sources.live_sources(), 0);
-    assert_eq!(back.filter, first.filter);
-}
-
 #[test]
 fn release_positions_order_and_parse() {
     let a = ReleasePos { after: 7, flush: false, rank: 3 };
@@ -426,5 +321,4 @@ fn release_positions_order_and_parse() {
     }
 }
 
-mod golden;
 mod watermark;

@@ -14,6 +14,7 @@
 //! - Where the core calls it: `kafka/worker/records.rs` and
 //!   `kafka/worker/restores.rs` (records of a slice being restored).
 
+pub mod feature;
 pub mod settings;
 
 pub use settings::{AvailabilityPolicy, AvailabilitySettings};

@@ -13,5 +13,6 @@
 //!   delete function; `kafka/worker/records.rs` applies a delete record and
 //!   posts its outcome; `admin/` serves the endpoint.
 
+pub mod feature;
 pub mod requests;
 pub mod settings;

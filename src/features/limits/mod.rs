@@ -5,22 +5,24 @@
 //! - Settings: `[limit]`, `[flag]`, in [`settings`] ([`LimitSettings`],
 //!   [`FlagSettings`] and their validation; the rules across `[limit]` and
 //!   `[tier]` are in `config/validate.rs`, which has both).
-//! - Stage (engine layer, deterministic): [`counting`], the counting stage —
-//!   the limit and flag policies over windowed Spectral Bloom Filter counts
-//!   (`filter/spectral/`), shared with pipe mode; [`stage`], the stage as
+//! - Stage (engine layer, deterministic): the limit and flag policies over
+//!   windowed Spectral Bloom Filter counts are `filter/counting.rs` (pure,
+//!   shared with pipe mode); [`stage`] is the stage as
 //!   a slice runs it (count keys, the hashes waiting for the watermark, its
 //!   part of the snapshot).
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
-//!   the flags topic, `kafka/worker/lookups.rs` answers `/v1/count`.
+//!   the flags topic from the judgments' notes. [`lookup`] answers
+//!   `/v1/count` (listed in `features/lookups.rs`).
 //! - Where the core calls it: through the slice's list of stages
 //!   (`features/stages.rs`: `SliceCounting` is a
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
 //!   tagged there), and `engine/dedup.rs` (pipe mode, `dedupd filter`).
 //!
-//! Not here: `kafka/limits.rs` is the record-size limit of the topics a
+//! Not here: `kafka/size_limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.
 
-pub mod counting;
+pub mod feature;
+pub mod lookup;
 pub mod settings;
 pub mod stage;
 

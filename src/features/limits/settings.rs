@@ -3,10 +3,10 @@
 
 use serde::Deserialize;
 
-use super::counting::CountingSpec;
 use super::stage::CountingSetup;
 use crate::config::error::{ConfigError, invalid};
 use crate::config::filter::FilterSettings;
+use crate::filter::counting::CountingSpec;
 use crate::filter::spectral::SpectralParams;
 use crate::filter::{FilterSpec, Growth};
 

@@ -13,7 +13,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use super::counting::CountingSpec;
+use crate::filter::counting::CountingSpec;
 use crate::filter::hash::DEFAULT_SEED;
 use crate::filter::random::Rng;
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator, SpectralParams, WindowedCounts};

@@ -1,5 +1,5 @@
 //! The counting stage in a slice (`[limit]`, `[flag]`; see
-//! [`super::counting`] for the policies): what a slice needs besides the
+//! [`crate::filter::counting`] for the policies): what a slice needs besides the
 //! stage itself to run it on its records in judgment order.
 //!
 //! Two ways to count, as in pipe mode:
@@ -14,12 +14,16 @@
 //!   those hashes from the held records it re-reads, so they are not in the
 //!   snapshot.
 
+use std::any::Any;
 use std::collections::HashMap;
 
-use super::counting::{self, CountingSpec, CountingStage};
 use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
-use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
+use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageRule, StageSetup};
+use crate::filter::counting::{self, CountingSpec, CountingStage};
 use crate::filter::{KeyHash, SnapshotError, Verdict};
+
+/// The counting stage's section tag (`features/stages.rs` lists them).
+pub const COUNTING_TAG: SectionTag = SectionTag(2);
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).
 #[derive(Clone, Debug, PartialEq)]
@@ -141,8 +145,24 @@ impl Stage for SliceCounting {
         let mark = self.stage.judge(&hash, record.time_ms);
         if mark.limited {
             *verdict = Verdict::Duplicate { equal_timers: 0 };
+            notes.rule = Some(StageRule { name: "limit", count: mark.estimate });
         }
-        notes.count = Some(mark);
+        if mark.flagged {
+            notes.copy_count = Some(mark.estimate);
+        }
+    }
+
+    /// Counting by the dedup key replaces the timer filter: the next copy
+    /// is a duplicate once the estimate reaches the limit.
+    fn lookup(&self, hash: &KeyHash) -> Option<serde_json::Value> {
+        self.key.is_none().then(|| {
+            let estimate = self.stage.estimate(hash);
+            serde_json::json!({
+                "duplicate": self.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
+                "kind": "counting",
+                "estimate": estimate,
+            })
+        })
     }
 
     /// A held record was refused (a time jump): its count key is dropped.
@@ -158,12 +178,61 @@ impl Stage for SliceCounting {
     fn encode(&self, w: &mut Vec<u8>) {
         w.extend_from_slice(&counting::encode(&self.stage));
     }
+
+    fn tag(&self) -> SectionTag {
+        COUNTING_TAG
+    }
+
+    fn boxed_clone(&self) -> Box<dyn Stage> {
+        Box::new(self.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The counting stage in the slices' list: on with its settings, or off.
+impl StageSetup for Option<CountingSetup> {
+    fn tag(&self) -> SectionTag {
+        COUNTING_TAG
+    }
+
+    fn on(&self) -> bool {
+        self.is_some()
+    }
+
+    fn fingerprint(&self) -> String {
+        self.as_ref().map_or_else(String::new, CountingSetup::fingerprint)
+    }
+
+    fn start(&self) -> Option<Box<dyn Stage>> {
+        self.as_ref().map(|s| Box::new(s.start()) as Box<dyn Stage>)
+    }
+
+    /// A counting stage on in the snapshot and off here, or the other way
+    /// round, is refused: counts cannot be made up or dropped silently (the
+    /// manifest's fingerprint refuses it first).
+    fn restore(&self, section: Option<&[u8]>, _slice: u32) -> Result<Option<Box<dyn Stage>>, SnapshotError> {
+        let mismatch = |snapshot: &str, configured: &str| SnapshotError::ParameterMismatch {
+            parameter: "counting",
+            snapshot: snapshot.to_string(),
+            configured: configured.to_string(),
+        };
+        match (section, self) {
+            (Some(bytes), Some(setup)) => Ok(Some(Box::new(setup.restore(bytes)?))),
+            (Some(_), None) => Err(mismatch("on", "off")),
+            (None, Some(_)) => Err(mismatch("off", "on")),
+            (None, None) => Ok(None),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::order::OrderSettings;
+    use crate::engine::slice::stages::StageSetups;
     use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
     use crate::features::stages::StagesSetup;
     use crate::filter::spectral::{Estimator, SpectralParams};
@@ -244,8 +313,8 @@ mod tests {
         }
     }
 
-    fn stages(setup: &CountingSetup) -> StagesSetup {
-        StagesSetup { counting: Some(setup.clone()), ..Default::default() }
+    fn stages(setup: &CountingSetup) -> StageSetups {
+        crate::features::stage_setups(&StagesSetup { counting: Some(setup.clone()), ..Default::default() })
     }
 
     fn fresh(setup: &CountingSetup) -> SliceState {
@@ -265,18 +334,16 @@ mod tests {
         let log = Log::new(4_000);
         let mut whole = fresh(&setup);
         let expected = log.feed(&mut whole, 0..4_000);
-        let limited = expected.iter().filter(|j| j.notes.limited()).count();
-        let flagged = expected.iter().filter(|j| j.notes.flagged().is_some()).count();
+        let limited = expected.iter().filter(|j| j.notes.rule.is_some()).count();
+        let flagged = expected.iter().filter(|j| j.notes.copy_count.is_some()).count();
         let missing = expected
             .iter()
             .filter(|j| matches!(&j.verdict, SliceVerdict::Invalid(w) if w.detail.starts_with("count key")))
             .count();
         assert!(limited > 100 && flagged > 10, "{limited} limited, {flagged} flagged");
         assert_eq!(missing, (0..4_000).filter(|i| i % 97 == 5).count());
-        // Replays of a click id are dropped by the timer filter, uncounted.
-        assert!(
-            expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.notes.count.is_none())
-        );
+        // Replays of a click id are dropped by the timer filter, not the limit.
+        assert!(expected.iter().any(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. }) && j.notes.rule.is_none()));
 
         let mut first = fresh(&setup);
         let mut got = log.feed(&mut first, 0..2_345);
@@ -302,8 +369,11 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(restored, whole);
 
-        let e = slice::decode(&bytes, 0, &params(), order()).unwrap_err();
+        let off = crate::features::stage_setups(&StagesSetup::default());
+        let e = slice::decode_full(&bytes, 0, &params(), order(), &off).unwrap_err();
         assert!(e.to_string().contains("counting"), "{e}");
+        let e = slice::decode(&bytes, 0, &params(), order()).unwrap_err();
+        assert!(e.to_string().contains("section 2"), "{e}");
         let plain = slice::encode(&SliceState::new(0, params(), 0, order()));
         assert_eq!(u16::from_le_bytes([plain[8], plain[9]]), 2, "without the stage: version 2");
         let e = slice::decode_full(&plain, 0, &params(), order(), &stages(&setup)).unwrap_err();
@@ -334,7 +404,7 @@ mod tests {
         }
         let distinct: Vec<bool> = out.iter().map(|j| j.verdict == SliceVerdict::Distinct).collect();
         assert_eq!(distinct, [true, true, true, false, false, false, false, false]);
-        let flagged: Vec<u64> = out.iter().filter(|j| j.notes.count.unwrap().flagged).map(|j| j.offset).collect();
+        let flagged: Vec<u64> = out.iter().filter(|j| j.notes.copy_count.is_some()).map(|j| j.offset).collect();
         assert_eq!(flagged, [4]);
         assert_eq!(s.filter.as_timer().expect("a timer filter").counters().events, 0, "the timer filter judged");
     }

@@ -14,6 +14,8 @@
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
 //!   tagged there).
 
+pub mod feature;
+pub mod lookup;
 pub mod settings;
 pub mod stage;
 

@@ -9,6 +9,7 @@
 //! the log alone (docs/design.md, invariant 1); the sources of records still waiting
 //! for the watermark are in the snapshot with them.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::engine::record::{InvalidRecord, RecordView};
-use crate::engine::slice::stage::{Arrival, Judging, Stage, StageNotes};
+use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageSetup};
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{IndexChoice, Provenance, ProvenanceSpec};
 use crate::filter::{SnapshotError, Verdict};
@@ -102,6 +103,13 @@ impl ProvenanceSetup {
         (sources + inner).saturating_mul(filter).saturating_mul(generations)
     }
 }
+
+/// Provenance's section tag (`features/stages.rs` lists them).
+pub const PROVENANCE_TAG: SectionTag = SectionTag(1);
+
+/// On duplicates: the source of the first delivered copy, when only one
+/// source may have delivered the key before.
+pub const FIRST_SOURCE: &str = "dedupd.first_source";
 
 /// A slice's provenance state.
 #[derive(Clone, Debug, PartialEq)]
@@ -191,7 +199,7 @@ impl Stage for SliceProvenance {
     /// source.
     fn judged(&mut self, record: Judging<'_>, verdict: &mut Verdict, notes: &mut StageNotes) {
         if matches!(verdict, Verdict::Duplicate { .. }) {
-            notes.first_source = self.sources.only_source(record.hash);
+            notes.duplicate_header = self.sources.only_source(record.hash).map(|s| (FIRST_SOURCE, s));
         }
         if let Some(source) = self.pending.remove(&record.position) {
             self.sources.record(record.hash, &source, record.time_ms);
@@ -205,6 +213,46 @@ impl Stage for SliceProvenance {
 
     fn encode(&self, w: &mut Vec<u8>) {
         self.encode_into(w)
+    }
+
+    fn tag(&self) -> SectionTag {
+        PROVENANCE_TAG
+    }
+
+    /// A reader without provenance restores the rest of the slice: its
+    /// verdicts do not depend on it.
+    fn required(&self) -> bool {
+        false
+    }
+
+    fn boxed_clone(&self) -> Box<dyn Stage> {
+        Box::new(self.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Provenance in the slices' list: on with its settings, or off.
+impl StageSetup for Option<ProvenanceSetup> {
+    fn tag(&self) -> SectionTag {
+        PROVENANCE_TAG
+    }
+
+    fn on(&self) -> bool {
+        self.is_some()
+    }
+
+    fn start(&self) -> Option<Box<dyn Stage>> {
+        self.as_ref().map(|s| Box::new(SliceProvenance::new(s)) as Box<dyn Stage>)
+    }
+
+    /// Off, the section is skipped; resized, or not in the snapshot, it
+    /// starts empty.
+    fn restore(&self, section: Option<&[u8]>, slice: u32) -> Result<Option<Box<dyn Stage>>, SnapshotError> {
+        let (Some(bytes), Some(setup)) = (section, self) else { return Ok(None) };
+        Ok(SliceProvenance::restore(bytes, setup, slice)?.map(|p| Box::new(p) as Box<dyn Stage>))
     }
 }
 

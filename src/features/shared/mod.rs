@@ -14,6 +14,7 @@
 //!   order), `kafka/worker/records.rs` and `kafka/worker/setup.rs` (read
 //!   it), `kafka/restore/restorer.rs` (replays it).
 
+pub mod feature;
 pub mod read_order;
 pub mod reader;
 pub mod settings;

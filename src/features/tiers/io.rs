@@ -28,6 +28,7 @@ use super::verdicts::{LeafCache, LeafDecision, Learned, VerdictRecord};
 use crate::admin::Status;
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
+use crate::features::feature::OnDistinct;
 use crate::filter::{FilterParams, KeyHash};
 use crate::kafka::clients::{self, PlainContext, Reader};
 use crate::kafka::producer::{OutputProducer, produce_copy, send_waiting};
@@ -45,7 +46,8 @@ pub const LEAF_SOURCE: &str = "dedupd.tier.source";
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A sparse root's verdict publisher, held by the slice workers.
+/// A sparse root's verdict publisher, held by the slice workers
+/// ([`OnDistinct`]).
 pub struct RootVerdicts {
     pub topic: String,
     pub seed: u64,
@@ -60,29 +62,22 @@ impl RootVerdicts {
         let partitions = topic_partitions(cfg, &topic)?;
         Ok(RootVerdicts { topic, seed, partitions })
     }
+}
 
-    /// Publishes that the record `msg` (judged distinct by `slice`) was
-    /// delivered: its key's hash and its event time, re-read as the slice
-    /// read them (the record was valid, so this cannot fail) from `payload`,
-    /// the input payload (`crate::kafka::slice_log::parts`).
-    pub fn publish<M: Message>(
+/// Publishes that a record judged distinct by `slice` was delivered: its
+/// key's hash and its event time, re-read as the slice read them (the
+/// record was valid, so this cannot fail). On a replay too: verdicts are at
+/// least once, learning one twice changes nothing.
+impl OnDistinct for RootVerdicts {
+    fn distinct(
         &self,
         producer: &OutputProducer,
         extractor: &Extractor,
         metrics: &Metrics,
         slice: u32,
-        msg: &M,
-        payload: Option<&[u8]>,
+        view: &RecordView<'_>,
     ) -> Result<(), KafkaLayerError> {
-        let headers = header_list(msg);
-        let view = RecordView {
-            key: msg.key(),
-            payload: payload.unwrap_or_default(),
-            headers: &headers,
-            timestamp_ms: msg.timestamp().to_millis(),
-            decoder: None,
-        };
-        let Ok(extracted) = extractor.extract(&view, 0) else {
+        let Ok(extracted) = extractor.extract(view, 0) else {
             return Ok(()); // judged distinct, so readable; nothing to tell otherwise
         };
         let verdict =

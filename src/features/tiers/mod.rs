@@ -14,6 +14,7 @@
 //!   `kafka/restore/tail.rs`; `config/validate.rs` gives a leaf's output
 //!   the parent topic.
 
+pub mod feature;
 pub mod io;
 pub mod settings;
 pub mod verdicts;

@@ -10,9 +10,9 @@ use super::flush_log::{FlushLog, FlushLogSpan, PolicyRange, read_flushes};
 use super::tail::{Written, read_tail};
 use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::slice as slice_codec;
+use crate::engine::slice::stages::StageSetups;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
 use crate::features::shared::read_order::{self, ReadOrder};
-use crate::features::stages::StagesSetup;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
@@ -87,7 +87,7 @@ pub struct Restorer<'a> {
     /// shared parent topic (see [`read_tail`]); `None` otherwise.
     pub leaf: Option<&'a str>,
     /// The stages restored with the slice.
-    pub stages: &'a StagesSetup,
+    pub stages: &'a StageSetups,
     /// `dedupd_restore_bounds_ignored_total` (`Restorer::checked`).
     pub bounds_ignored: &'a prometheus::IntCounter,
     /// `input.start = latest` in input-partitions mode, where the slice log
@@ -108,7 +108,7 @@ struct LogEnd {
 
 /// The fingerprint of a slice's snapshot: the filter's parameters and the
 /// stages' (a snapshot taken with other ones is refused).
-pub fn fingerprint(filter: &FilterChoice, stages: &StagesSetup) -> String {
+pub fn fingerprint(filter: &FilterChoice, stages: &StageSetups) -> String {
     filter.fingerprint() + &stages.fingerprint()
 }
 

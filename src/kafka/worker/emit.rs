@@ -2,15 +2,17 @@
 //! late topics), its flag, a sparse tree's verdict — each record only to a
 //! topic that does not hold it yet, in a replay ([`ReplayBounds`]).
 
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::slice::Unframed;
-use crate::engine::{InvalidRecord, Judgment, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into};
-use crate::kafka::limits::{self, Limit};
+use crate::engine::{
+    InvalidRecord, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into,
+};
 use crate::kafka::producer::produce_with;
 use crate::kafka::replay::{Destination, ReplayBounds};
+use crate::kafka::size_limits::{self, Limit};
 use crate::kafka::slice_log::parts;
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -35,8 +37,8 @@ pub(super) fn emit(
         owned.last_judged = Some(pos);
         // Past every topic's bound, nothing is asked per topic (the usual case).
         let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
-        let flag = j.notes.flagged().filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
-        if j.notes.limited() {
+        let flag = j.notes.copy_count.filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
+        if j.notes.rule.is_some() {
             setup.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
@@ -127,7 +129,7 @@ fn emit_flag<M: Message>(
     count: u64,
 ) -> Result<(), KafkaLayerError> {
     // Too large for the flag topic: the judgment's dead letter says so (emit_one).
-    if setup.limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
+    if setup.record_limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
         return Ok(());
     }
     let mut offset_buf = [0u8; 20];
@@ -148,7 +150,7 @@ fn emit_flag<M: Message>(
 /// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
 /// to each topic that does not hold it yet (`replay`: the slice's bounds,
 /// `None` once past them all). A copy larger than its topic takes is not
-/// sent; the judgment's one dead letter ([`limits::REASON`]) names those topics.
+/// sent; the judgment's one dead letter ([`size_limits::REASON`]) names those topics.
 pub(super) fn emit_one<M: Message>(
     setup: &WorkerSetup,
     slice: u32,
@@ -162,11 +164,19 @@ pub(super) fn emit_one<M: Message>(
     if let Some(late) = j.late_by_ms {
         setup.metrics.lateness.observe(late as f64 / 1000.0);
     }
-    // On a replay too: verdicts are at least once, learning one twice changes nothing.
-    if let Some(v) = &setup.verdicts
+    if let Some(hook) = &setup.on_distinct
         && j.verdict == SliceVerdict::Distinct
     {
-        v.publish(&setup.producer, &setup.extractor, &setup.metrics, slice, msg, payload)?;
+        let headers: Vec<(&str, &[u8])> =
+            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let record = RecordView {
+            key: msg.key(),
+            payload: payload.unwrap_or_default(),
+            headers: &headers,
+            timestamp_ms: msg.timestamp().to_millis(),
+            decoder: None,
+        };
+        hook.distinct(&setup.producer, &setup.extractor, &setup.metrics, slice, &record)?;
     }
     let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
     let mut offset_buf = [0u8; 20];
@@ -181,7 +191,7 @@ pub(super) fn emit_one<M: Message>(
     ];
     let size = copy_size(msg, payload, j);
     let main = main_destination(setup, j).filter(|d| !written(*d));
-    let flagged = j.notes.flagged().is_some() && !written(Destination::Flags);
+    let flagged = j.notes.copy_count.is_some() && !written(Destination::Flags);
     let late = j.late_by_ms.filter(|_| !setup.path.late.is_empty() && !written(Destination::Late));
     // The dead letters are the main destination of an unreadable record:
     // one too large for them loses its value there instead.
@@ -190,7 +200,7 @@ pub(super) fn emit_one<M: Message>(
             .into_iter()
             .flatten()
             .filter(|d| *d != Destination::DeadLetters)
-            .filter_map(|d| setup.limits.refuses(d, size).map(|l| (d, l)))
+            .filter_map(|d| setup.record_limits.refuses(d, size).map(|l| (d, l)))
             .collect();
     let fits = |dest| !refused.iter().any(|(d, _)| *d == dest);
     if let Some(late) = late
@@ -212,27 +222,27 @@ pub(super) fn emit_one<M: Message>(
     if refused.is_empty() || written(Destination::DeadLetters) {
         return Ok(());
     }
-    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
 }
 
-/// A copy's size as [`limits::record_size`] counts it, with the headers
+/// A copy's size as [`size_limits::record_size`] counts it, with the headers
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
 fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
-    let first_source = j.notes.first_source.as_deref().map_or(0, str::len) as u64;
-    limits::record_size(msg.key(), payload, limits::headers_of(msg)) + first_source
+    let stage_header = j.notes.duplicate_header.as_ref().map_or(0, |(_, value)| value.len()) as u64;
+    size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg)) + stage_header
 }
 
-/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (an
-/// `availability.policy` decision's record: no headers beyond the usual ones).
+/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (a
+/// policy decision's record: no headers beyond the usual ones).
 pub(super) fn refusal<'a, M: Message>(
     setup: &'a WorkerSetup,
     dest: Destination,
     msg: &M,
     payload: Option<&[u8]>,
-) -> Option<&'a limits::Limit> {
-    let size = limits::record_size(msg.key(), payload, limits::headers_of(msg));
-    setup.limits.refuses(dest, size)
+) -> Option<&'a size_limits::Limit> {
+    let size = size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg));
+    setup.record_limits.refuses(dest, size)
 }
 
 /// The `dedupd.detail` of a copy of `size` bytes that the topics of
@@ -244,7 +254,7 @@ fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
 }
 
 /// [`dead_letter`] of a record whose copies the topics of `refused` do not
-/// take, as [`limits::REASON`].
+/// take, as [`size_limits::REASON`].
 pub(super) fn dead_letter_too_large<M: Message>(
     setup: &WorkerSetup,
     slice: u32,
@@ -253,8 +263,8 @@ pub(super) fn dead_letter_too_large<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg));
-    dead_letter_as(setup, slice, limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
+    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg));
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
 }
 
 /// Where the judgment `j` sends its record, if anywhere: the output, the
@@ -282,22 +292,20 @@ fn send_main<M: Message>(
     let path = &setup.path;
     let payload = framed.payload;
     match &j.verdict {
-        SliceVerdict::Distinct => match &path.leaf {
-            // A dense leaf's output is its parent's input: named as this leaf's.
-            Some(id) => {
-                let leaf = (crate::features::tiers::io::LEAF, id.as_bytes());
-                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], leaf])
+        SliceVerdict::Distinct => match &path.output_header {
+            Some((name, value)) => {
+                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], (name, value.as_bytes())])
             }
             None => send(setup, &path.output, slice, msg, payload, ids),
         },
         SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
-            let rule = match j.notes.count {
-                Some(m) if m.limited => format!("limit;count={}", m.estimate),
-                _ => format!("filter;equal_timers={equal_timers}"),
+            let rule = match j.notes.rule {
+                Some(r) => format!("{};count={}", r.name, r.count),
+                None => format!("filter;equal_timers={equal_timers}"),
             };
             let mut extra = vec![ids[0], ids[1], ids[2], (headers::RULE, rule.as_bytes())];
-            if let Some(first) = &j.notes.first_source {
-                extra.push((headers::FIRST_SOURCE, first.as_bytes()));
+            if let Some((name, value)) = &j.notes.duplicate_header {
+                extra.push((name, value.as_bytes()));
             }
             send(setup, &path.duplicates, slice, msg, payload, &extra)
         }
@@ -350,8 +358,8 @@ fn dead_letter_as<M: Message>(
         extra.push((headers::SOURCE, stamp));
     }
     let topic = &setup.path.dead_letters;
-    let size = limits::record_size(msg.key(), framed.payload, limits::headers_of(msg)) + detail.len() as u64;
-    let Some(limit) = setup.limits.refuses(Destination::DeadLetters, size) else {
+    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg)) + detail.len() as u64;
+    let Some(limit) = setup.record_limits.refuses(Destination::DeadLetters, size) else {
         return send(setup, topic, slice, msg, framed.payload, &extra);
     };
     let value = framed.payload.map_or(0, <[u8]>::len) as u64;
@@ -362,7 +370,7 @@ fn dead_letter_as<M: Message>(
         )
     };
     let mut note_text = note("value");
-    let bare = setup.limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
+    let bare = setup.record_limits.refuses(Destination::DeadLetters, size - value + note_text.len() as u64).is_some();
     if bare {
         note_text = note("value, key and headers");
     }

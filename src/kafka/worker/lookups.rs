@@ -10,7 +10,7 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
-use crate::engine::slice::stage::Stage;
+use crate::features::lookups::KeyLookup;
 use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
@@ -24,16 +24,12 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
         let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
         let results: Vec<serde_json::Value> = asked(&worker_state, home)
             .map(|(s, owned)| {
-                // Counting by the dedup key replaces the timer filter: the
-                // next copy is a duplicate once the estimate reaches the limit.
-                if let Some(c) = owned.state.stages.counting.as_ref().filter(|c| c.judges_instead()) {
-                    let estimate = c.stage.estimate(&hash);
-                    return serde_json::json!({
-                        "slice": s,
-                        "duplicate": c.stage.spec().max_per_window.is_some_and(|n| estimate >= n),
-                        "kind": "counting",
-                        "estimate": estimate,
-                    });
+                // A stage that judges instead of the filter answers instead.
+                if let Some(mut answer) = owned.state.stages.lookup(&hash) {
+                    if let Some(fields) = answer.as_object_mut() {
+                        fields.insert("slice".into(), (*s).into());
+                    }
+                    return answer;
                 }
                 match owned.state.filter.kind() {
                     // No timers: the filter's own test, without its update.
@@ -82,8 +78,7 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
 /// is asked.
 fn home_slice(setup: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
-    let routed_by_key = setup.cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none());
-    (hash, routed_slice(setup, &hash, routed_by_key))
+    (hash, routed_slice(setup, &hash, setup.routes_by_dedup_key))
 }
 
 /// The owned slices a key endpoint asks: `home`, or every one.
@@ -100,72 +95,19 @@ fn routed_slice(setup: &WorkerSetup, hash: &crate::filter::KeyHash, routed: bool
     }
 }
 
-/// The `/v1/count` answer for a count key: its estimated count in the
-/// window ending at its slice's newest time. In repartition mode the slice
-/// is `H_S(count key)` (the router routes by the count key); with
-/// input-partitions every owned slice is asked, and `estimate` is the
-/// largest (the others see the key only through collisions).
-pub(super) fn count_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>) -> crate::admin::LookupFn {
-    let (setup, worker_state) = (setup.clone(), worker_state.clone());
-    Arc::new(move |key: &[u8]| {
-        let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
-        // The router routes by the count key (the dedup key, or limit.count_key).
-        let home = routed_slice(&setup, &hash, true);
-        let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
-        let results: Vec<serde_json::Value> = asked(&worker_state, home)
-            .filter_map(|(s, owned)| {
-                let stage = &owned.state.stages.counting.as_ref()?.stage;
-                let counts = stage.counts();
-                // The window ends at the newest sub-window's end.
-                let newest = counts.state().1;
-                Some(serde_json::json!({
-                    "slice": s,
-                    "estimate": stage.estimate(&hash),
-                    "window_ms": counts.window_ms(),
-                    "window_end_ms": newest.map(|n| (n + 1) * counts.sub_ms()),
-                    "subwindow_ms": counts.sub_ms(),
-                }))
-            })
-            .collect();
-        let estimate = results.iter().filter_map(|r| r["estimate"].as_u64()).max();
-        Ok(serde_json::json!({
-            "key": String::from_utf8_lossy(key),
-            "estimate": estimate,
-            "slice": home,
-            "owned": !results.is_empty(),
-            "results": results,
-        }))
-    })
-}
-
-/// The `/v1/provenance` answer for a key: every source that may have
-/// delivered it inside what the owned slices keep (no false negatives), and
-/// the estimated probability that a source which did not is listed (the
-/// largest over the slices asked).
-pub(super) fn provenance_fn(
+/// A feature's key endpoint ([`KeyLookup`]), answered from the owned
+/// slices' states under the worker lock.
+pub(super) fn feature_fn(
     setup: &Arc<WorkerSetup>,
     worker_state: &Arc<Mutex<WorkerState>>,
+    lookup: &'static KeyLookup,
 ) -> crate::admin::LookupFn {
     let (setup, worker_state) = (setup.clone(), worker_state.clone());
     Arc::new(move |key: &[u8]| {
-        let (hash, home) = home_slice(&setup, key);
+        let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
+        let home = routed_slice(&setup, &hash, lookup.routed_always || setup.routes_by_dedup_key);
         let worker_state = lock_within(&worker_state, LOOKUP_WAIT).ok_or(Busy)?;
-        let mut sources = std::collections::BTreeSet::new();
-        let (mut owned, mut estimated_fpr) = (false, 0.0f64);
-        for (_, o) in asked(&worker_state, home) {
-            if let Some(p) = &o.state.stages.provenance {
-                owned = true;
-                let answer = p.sources.query(&hash);
-                sources.extend(answer.sources.iter().map(|s| s.to_string()));
-                estimated_fpr = estimated_fpr.max(answer.estimated_fpr);
-            }
-        }
-        Ok(serde_json::json!({
-            "key": String::from_utf8_lossy(key),
-            "sources": sources,
-            "estimated_fpr": estimated_fpr,
-            "slice": home,
-            "owned": owned,
-        }))
+        let mut slices = asked(&worker_state, home).map(|(s, owned)| (*s, &owned.state));
+        Ok((lookup.answer)(key, &hash, home, &mut slices))
     })
 }

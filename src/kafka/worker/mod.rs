@@ -104,7 +104,7 @@ use rdkafka::producer::Producer;
 
 use commits::SafeOffsets;
 pub use context::WorkerContext;
-use lookups::{count_fn, lookup_fn, provenance_fn};
+use lookups::{feature_fn, lookup_fn};
 use publish::publish;
 use records::{flush_idle, handle, handle_read_order, is_read_order};
 use restores::take_restored;
@@ -166,11 +166,9 @@ fn serve_admin(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>)
         },
     )?;
     *setup.status.delete.lock().expect("status lock") = Some(delete);
-    if setup.cfg.stages.provenance.is_some() {
-        *setup.status.provenance.lock().expect("status lock") = Some(provenance_fn(setup, worker_state));
-    }
-    if setup.cfg.stages.counting.is_some() {
-        *setup.status.count.lock().expect("status lock") = Some(count_fn(setup, worker_state));
+    let mut endpoints = setup.status.feature_lookups.lock().expect("status lock");
+    for lookup in crate::features::key_lookups().filter(|l| (l.on)(&setup.cfg.stages)) {
+        endpoints.entry(lookup.name).or_default().answer = Some(feature_fn(setup, worker_state, lookup));
     }
     Ok(())
 }

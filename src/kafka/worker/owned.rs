@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::held::HeldRecords;
 use crate::engine::{Extractor, Judgment, ReleasePos, SliceCounters, SliceRecord, SliceState};
+use crate::features::feature::PublishedCounts;
 use crate::kafka::checkpoint::Manifest;
 use crate::kafka::producer::SentMark;
 use crate::kafka::replay::ReplayBounds;
@@ -49,8 +50,8 @@ pub(super) struct OwnedSlice {
     pub(super) published: SliceCounters,
     /// Filter counters already published: generations created, dropped, saturated inserts.
     pub(super) published_filter: [u64; 3],
-    /// `dedupd_provenance_dropped_total` already published.
-    pub(super) published_provenance_dropped: u64,
+    /// The features' counters already published.
+    pub(super) published_features: PublishedCounts,
     /// `dedupd_hold_overflows_total` already published.
     pub(super) published_overflows: u64,
 }

@@ -115,13 +115,10 @@ pub(super) fn decide_logged(
     msg: &BorrowedMessage<'_>,
     record: &LogRecord<'_>,
     range: PolicyRange,
-    now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     let offset = msg.offset() as u64;
     let framed = &record.framed;
-    owned.since_checkpoint += 1;
-    owned.last_arrival = now;
     let view = RecordView {
         key: msg.key(),
         payload: framed.payload.unwrap_or_default(),
@@ -160,7 +157,7 @@ fn routed<'a>(
     unreadable: bool,
     msg: &BorrowedMessage<'_>,
     framed: &Unframed<'_>,
-) -> (Destination, Option<(Destination, &'a crate::kafka::limits::Limit)>) {
+) -> (Destination, Option<(Destination, &'a crate::kafka::size_limits::Limit)>) {
     let dest = destination(policy, unreadable);
     match super::emit::refusal(setup, dest, msg, framed.payload) {
         Some(limit) if dest != Destination::DeadLetters => (Destination::DeadLetters, Some((dest, limit))),
@@ -181,7 +178,7 @@ struct Decision<'a> {
     unreadable: Option<&'a InvalidRecord>,
     /// The topic it was decided for, when that topic does not take a record
     /// of its size: it goes to the dead letters.
-    refused: Option<(Destination, &'a crate::kafka::limits::Limit)>,
+    refused: Option<(Destination, &'a crate::kafka::size_limits::Limit)>,
 }
 
 /// Sends a record decided by the policy: to the output (`deliver`), the

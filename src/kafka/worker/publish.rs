@@ -10,6 +10,7 @@ use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
+use crate::features::FEATURES;
 use crate::filter::FilterFigures;
 use crate::metrics::Metrics;
 
@@ -40,7 +41,8 @@ pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_
 }
 
 /// The verdict counters, late records, tier lookups, hold overflows and
-/// provenance counters of one slice, as increments since the last publication.
+/// the features' figures of one slice, counters as increments since the
+/// last publication.
 fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
     let m = &setup.metrics;
     let c = &owned.state.counters;
@@ -77,18 +79,9 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
-    if let Some(p) = &owned.state.stages.provenance {
-        let dropped = p.sources.dropped();
-        if dropped > owned.published_provenance_dropped {
-            m.provenance_dropped.with_label_values(&[label]).inc_by(dropped - owned.published_provenance_dropped);
-        }
-        owned.published_provenance_dropped = dropped;
+    for feature in &FEATURES {
+        feature.publish(m, label, &owned.state, &mut owned.published_features);
     }
-    // Exported (0) with provenance off too, as every documented metric is.
-    let live_sources = owned.state.stages.provenance.as_ref().map_or(0, |p| p.sources.live_sources());
-    m.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
-    let false_positive = owned.state.stages.counting.as_ref().map_or(0.0, |c| c.stage.false_positive());
-    m.limit_false_positive.with_label_values(&[label]).set(false_positive);
 }
 
 /// The filter's counters (as increments) and gauges of one slice.

@@ -18,7 +18,7 @@ use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
 use crate::features::shared::read_order::{self, ReadOrder};
 use crate::features::shared::reader::InputReader;
-use crate::kafka::restore::{LoggedFlush, flush_record, range_of};
+use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -82,9 +82,9 @@ fn flush_over_budget(
 /// before ones the replay has still to make. Once the record `y` names
 /// has arrived (`y.after < next_offset`), every judgment up to `y` has been
 /// made — a flush now comes after it. (A flush `y` is the logged flushes'
-/// business.) `y.after >= next_offset - 1` here once kept a slice restored
-/// right after its last output from ever flushing its waiting records when
-/// no record came after (a rebalance storm's last restore).
+/// business.) Not `y.after >= next_offset - 1`: a slice restored right
+/// after its last output would then never flush its waiting records when
+/// no record comes after (a rebalance storm's last restore).
 fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
     !y.flush && y.after >= next_offset
 }
@@ -121,40 +121,69 @@ pub(super) fn handle(
     // the replay would release its records at other positions).
     apply_logged_flushes(setup, owned, judged)?;
     let record = LogRecord::read(setup.path.log_format, msg);
-    // Inside a range of slice offsets logged as decided by
-    // `availability.policy`: input records are decided, not judged, and a
-    // router's progress moves nothing (nothing is released there).
     owned.ranges.retain(|r| r.to >= offset);
-    let decided_range = range_of(&owned.ranges, offset);
-    match (record.kind, decided_range) {
-        (Kind::Progress, Some(_)) => {
-            owned.since_checkpoint += 1;
+    let entry = Entry::of(&record, range_of(&owned.ranges, offset));
+    if entry.arrives() {
+        owned.last_arrival = now;
+    }
+    judged.clear();
+    match entry {
+        Entry::Input(record) => judge(setup, owned, judged, offset, msg, &record.framed, &record.headers)?,
+        Entry::Decided(record, range) => decide_logged(setup, owned, msg, record, range)?,
+        Entry::Progress { decided: false } => take_progress(setup, owned, judged, offset, msg)?,
+        Entry::Progress { decided: true } | Entry::Foreign => {
+            if matches!(entry, Entry::Foreign) {
+                log::warn!(
+                    "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
+                    msg.offset()
+                );
+            }
             owned.state.next_offset = offset + 1;
-            judged.clear();
-            apply_logged_flushes(setup, owned, judged)
         }
-        (Kind::Progress, None) => take_progress(setup, owned, judged, offset, msg),
-        (Kind::Delete, _) => {
-            owned.last_arrival = now;
-            take_delete(setup, owned, judged, offset, msg)
-        }
-        (Kind::Input, Some(range)) => {
-            decide_logged(setup, owned, msg, &record, range, now)?;
-            judged.clear();
-            apply_logged_flushes(setup, owned, judged)
-        }
-        (Kind::Foreign, _) => {
-            log::warn!(
-                "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
-                msg.offset()
-            );
-            Ok(())
-        }
-        (Kind::Input, None) => {
-            owned.last_arrival = now;
-            judge(setup, owned, judged, offset, msg, &record.framed, &record.headers)
+        Entry::Delete => take_delete(setup, owned, offset, msg),
+    }
+    taken(setup, owned, judged)
+}
+
+/// What a slice-log record is to its slice: its kind ([`LogRecord`], read
+/// once) placed against the ranges `availability.policy` decided.
+enum Entry<'r, 'm> {
+    /// An input record: judged.
+    Input(&'r LogRecord<'m>),
+    /// An input record inside a decided range: decided, not judged.
+    Decided(&'r LogRecord<'m>, PolicyRange),
+    /// A router's progress; inside a decided range it moves nothing
+    /// (nothing is released there).
+    Progress { decided: bool },
+    /// A delete request.
+    Delete,
+    /// Not a record dedupd writes: skipped.
+    Foreign,
+}
+
+impl<'r, 'm> Entry<'r, 'm> {
+    fn of(record: &'r LogRecord<'m>, decided: Option<PolicyRange>) -> Self {
+        match (record.kind, decided) {
+            (Kind::Input, None) => Entry::Input(record),
+            (Kind::Input, Some(range)) => Entry::Decided(record, range),
+            (Kind::Progress, decided) => Entry::Progress { decided: decided.is_some() },
+            (Kind::Delete, _) => Entry::Delete,
+            (Kind::Foreign, _) => Entry::Foreign,
         }
     }
+
+    /// Whether it is an arrival: a slice that receives none is idle (a
+    /// router's progress is not one: see [`take_progress`]).
+    fn arrives(&self) -> bool {
+        matches!(self, Entry::Input(_) | Entry::Decided(..) | Entry::Delete)
+    }
+}
+
+/// What follows every record a slice takes in: one more record since its
+/// snapshot, and the logged idle flush that came right after it (replay).
+fn taken(setup: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+    owned.since_checkpoint += 1;
+    apply_logged_flushes(setup, owned, judged)
 }
 
 /// A router's progress record (see `crate::kafka::router`): not input, and
@@ -167,7 +196,6 @@ fn take_progress(
     offset: u64,
     msg: &BorrowedMessage<'_>,
 ) -> Result<(), KafkaLayerError> {
-    judged.clear();
     // Only routers write these: a malformed one is a bug or a foreign
     // writer; it announces nothing (at the same place in a replay).
     // A topic name longer than Kafka allows is no input partition either
@@ -183,26 +211,15 @@ fn take_progress(
             Vec::new()
         });
     owned.state.announce(offset, &entries, judged);
-    owned.since_checkpoint += 1;
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)?;
-    apply_logged_flushes(setup, owned, judged)
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)
 }
 
 /// A delete request (see `crate::features::deletes::requests`), applied here, in the
 /// log's order; the admin endpoint waits for the slice-log offset it wrote.
-fn take_delete(
-    setup: &WorkerSetup,
-    owned: &mut OwnedSlice,
-    judged: &mut Vec<Judgment>,
-    offset: u64,
-    msg: &BorrowedMessage<'_>,
-) -> Result<(), KafkaLayerError> {
+fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &BorrowedMessage<'_>) {
     let key = msg.key().unwrap_or_default();
     let outcome = owned.state.delete(offset, key);
-    owned.since_checkpoint += 1;
     crate::features::deletes::requests::posted(&setup.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
-    judged.clear();
-    apply_logged_flushes(setup, owned, judged)
 }
 
 /// Shared mode: judges the input records the read-order record `msg` names,
@@ -282,12 +299,13 @@ fn handle_named(
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
     let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
-    judge(setup, owned, judged, offset, msg, &framed, &header_list)
+    judged.clear();
+    judge(setup, owned, judged, offset, msg, &framed, &header_list)?;
+    taken(setup, owned, judged)
 }
 
 /// Judges an input record at slice offset (shared mode: virtual position)
-/// `offset`: emits the judgments it releases, keeps it if it waits, then
-/// applies a logged idle flush that came right after it (replay).
+/// `offset`: emits the judgments it releases and keeps it if it waits.
 pub(super) fn judge(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
@@ -310,9 +328,7 @@ pub(super) fn judge(
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record, source, reading };
-    judged.clear();
     owned.process(&slice_record, &setup.extractor, judged);
-    owned.since_checkpoint += 1;
     if let Some(input) = &setup.input_counter {
         input.inc();
     }
@@ -321,7 +337,8 @@ pub(super) fn judge(
         owned.held.insert(offset, msg.detach());
     }
     emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
-    apply_logged_flushes(setup, owned, judged)?;
+    // During a replay (logged flushes still to apply) this waits: the order
+    // against `taken`'s logged flushes does not matter.
     flush_over_budget(setup, owned, judged)
 }
 
@@ -340,15 +357,12 @@ fn refuse(
 ) -> Result<(), KafkaLayerError> {
     owned.state.next_offset = offset + 1;
     owned.state.counters.invalid += 1;
-    owned.since_checkpoint += 1;
     if let Some(input) = &setup.input_counter {
         input.inc();
     }
-    judged.clear();
     let verdict = SliceVerdict::Invalid(why);
     judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
-    apply_logged_flushes(setup, owned, judged)
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))
 }
 
 /// Applies the logged idle flushes due after the slice's last record (a

@@ -8,6 +8,8 @@ use std::time::Instant;
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::config::AvailabilityPolicy;
+use crate::features::FEATURES;
+use crate::features::feature::PublishedCounts;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::restore::{PolicyRange, RestoredFrom, Restorer};
@@ -81,7 +83,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         on_corrupt: setup.cfg.on_corrupt,
         rejected: &setup.metrics.checkpoint_rejected,
         bounds_ignored: &setup.metrics.restore_bounds_ignored,
-        stages: &setup.cfg.stages,
+        stages: &setup.stages,
         start_at_end: setup.cfg.slicing == crate::config::SlicingMode::InputPartitions
             && setup.cfg.input_start == crate::config::InputStart::Latest,
     }
@@ -102,11 +104,15 @@ pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kaf
     log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
     setup.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
     let figures = point.state.filter.figures();
+    let mut published_features = PublishedCounts::new();
+    for feature in &FEATURES {
+        feature.restored(&point.state, &mut published_features);
+    }
     Ok(OwnedSlice {
         copying: None,
         published_filter: figures.counters,
         published: point.state.counters.clone(),
-        published_provenance_dropped: point.state.stages.provenance.as_ref().map_or(0, |p| p.sources.dropped()),
+        published_features,
         published_overflows: point.state.order.overflows(),
         state: point.state,
         replay: point.bounds,

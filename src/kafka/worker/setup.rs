@@ -5,8 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::Status;
-use crate::config::{AvailabilityPolicy, Resolved, SlicingMode, Tier};
+use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
 use crate::engine::Extractor;
+use crate::engine::slice::stages::StageSetups;
+use crate::features::feature::OnDistinct;
 use crate::features::shared::read_order;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
@@ -20,6 +22,11 @@ pub struct WorkerSetup {
     pub cfg: Resolved,
     pub filter: FilterChoice,
     pub extractor: Extractor,
+    /// The stages the slices run (every feature's, on or off).
+    pub stages: StageSetups,
+    /// Whether the router routes records by their dedup key (else by a
+    /// count key): then, in repartition mode, a dedup key's slice is known.
+    pub routes_by_dedup_key: bool,
     pub slice_topic: String,
     /// The idle flush log, partition = slice.
     pub flush_topic: String,
@@ -31,9 +38,9 @@ pub struct WorkerSetup {
     /// Counts input records when the slice log is the input (input-partitions mode).
     pub input_counter: Option<prometheus::IntCounter>,
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
-    pub verdicts: Option<crate::features::tiers::io::RootVerdicts>,
+    pub on_distinct: Option<Box<dyn OnDistinct>>,
     /// How large a record each topic a slice writes takes (read at start-up).
-    pub limits: crate::kafka::limits::RecordLimits,
+    pub record_limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
     pub path: RecordPath,
 }
@@ -51,8 +58,9 @@ pub struct RecordPath {
     pub flags: String,
     /// `app.id`, which every record a slice writes names ([`crate::kafka::headers::APP`]).
     pub app: String,
-    /// A dense leaf's `app.id`, which its outputs carry to its parent (docs/tiers.md).
-    pub leaf: Option<String>,
+    /// A header every output record carries (a dense leaf's `app.id`, to
+    /// its parent: docs/tiers.md).
+    pub output_header: Option<(&'static str, String)>,
     /// `availability.policy`: what a slice's records get while it is restored.
     pub policy: AvailabilityPolicy,
     /// How long a slice holding records for the watermark hears nothing
@@ -64,7 +72,7 @@ pub struct RecordPath {
 }
 
 impl RecordPath {
-    pub fn of(cfg: &Resolved) -> Self {
+    pub fn of(cfg: &Resolved, output_header: Option<(&'static str, String)>) -> Self {
         let out = &cfg.settings.output;
         RecordPath {
             log_format: cfg.slicing,
@@ -74,7 +82,7 @@ impl RecordPath {
             late: out.late_topic.clone(),
             flags: cfg.settings.flag.topic.clone(),
             app: cfg.settings.app.id.clone(),
-            leaf: (cfg.tier == Tier::DenseLeaf).then(|| cfg.settings.app.id.clone()),
+            output_header,
             policy: cfg.availability,
             idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
             max_held_bytes: cfg.budget.held_per_slice,

@@ -170,7 +170,7 @@ fn write_snapshot(setup: &WorkerSetup, job: &mut Job, fence: &Fence<'_>) -> Resu
         slice,
         detail: format!("outputs before the snapshot: {detail}"),
     })?;
-    let fingerprint = crate::kafka::restore::fingerprint(&setup.filter, &setup.cfg.stages);
+    let fingerprint = crate::kafka::restore::fingerprint(&setup.filter, &setup.stages);
     let bytes = image.seal();
     let at = (*offset, Some(*flush_log_offset));
     Ok(match setup.store.write_fenced(slice, at, bytes, &fingerprint, previous.as_ref(), fence)? {

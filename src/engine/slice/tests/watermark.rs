@@ -1,5 +1,7 @@
 //! The watermark held by the routers' progress (repartition mode).
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 /// A slice log of two input partitions (`in/0`, `in/1`): records

@@ -12,16 +12,19 @@
 
 use std::path::PathBuf;
 
-use super::codec::encode_tagged;
-use super::*;
-use crate::engine::KeySpec;
-use crate::features::limits::counting::CountingSpec;
+use super::{extractor, order};
+use crate::engine::slice::stages::StageSetups;
+use crate::engine::slice::{
+    Judgment, Progress, SliceRecord, SliceState, SliceVerdict, SourceRef, decode_full, encode, encode_tagged,
+};
+use crate::engine::{KeySpec, RecordView};
 use crate::features::limits::stage::CountingSetup;
 use crate::features::provenance::stage::{ProvenanceSetup, SourceSpec};
 use crate::features::stages::StagesSetup;
+use crate::filter::counting::CountingSpec;
 use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 use crate::filter::spectral::{CounterKind, Estimator, SpectralParams};
-use crate::filter::{DecayingKind, DecayingSpec, FilterChoice};
+use crate::filter::{DecayingKind, DecayingSpec, FilterChoice, FilterSpec, SnapshotError};
 
 /// Records in the stream; the snapshot is taken after `CUT` of them.
 const RECORDS: usize = 1_500;
@@ -124,8 +127,8 @@ impl Case {
         s
     }
 
-    fn stages(self) -> StagesSetup {
-        StagesSetup { counting: self.counting(), provenance: self.provenance() }
+    fn stages(self) -> StageSetups {
+        crate::features::stage_setups(&StagesSetup { counting: self.counting(), provenance: self.provenance() })
     }
 
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {
@@ -246,7 +249,7 @@ fn snapshots_of_every_version_restore_and_judge_on() {
         let duplicates = expected.iter().filter(|j| matches!(j.verdict, SliceVerdict::Duplicate { .. })).count();
         assert!(duplicates > 100, "{case:?}: {duplicates} duplicates (the stream must repeat keys)");
         if case.counting().is_some() {
-            assert!(expected.iter().any(|j| j.notes.limited()), "{case:?}: nothing limited");
+            assert!(expected.iter().any(|j| j.notes.rule.is_some()), "{case:?}: nothing limited");
         }
     }
 }

@@ -1,0 +1,72 @@
+//! What a feature plugs into the core, as one trait: every hook has a
+//! default that adds nothing, so a feature implements the ones it has. The
+//! list of features is `features/mod.rs`'s [`FEATURES`](super::FEATURES);
+//! the slices, the worker, the emitter and the admin server go through it
+//! and name no feature.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::lookups::KeyLookup;
+use super::stages::StagesSetup;
+use crate::config::Resolved;
+use crate::engine::slice::stage::StageSetup;
+use crate::engine::{Extractor, RecordView, SliceState};
+use crate::kafka::KafkaLayerError;
+use crate::kafka::producer::OutputProducer;
+use crate::metrics::Metrics;
+
+/// A feature (its folder in `src/features/`).
+pub trait Feature: Sync {
+    /// Its folder's name.
+    fn name(&self) -> &'static str;
+
+    /// Its stage in every slice, on or off as `stages` say: the slices run
+    /// the stages in the order of the list of features.
+    fn stage(&self, _stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
+        None
+    }
+
+    /// Its key endpoint, `/v1/<name>`.
+    fn key_lookup(&self) -> Option<&'static KeyLookup> {
+        None
+    }
+
+    /// A header its settings put on every output record.
+    fn output_header(&self, _cfg: &Resolved) -> Option<(&'static str, String)> {
+        None
+    }
+
+    /// Publishes its figures of one slice (`label`) to the metrics, whether
+    /// it is on or not (every documented metric is exported). Its counters
+    /// go as increments over what `published` holds under their names.
+    fn publish(&self, _metrics: &Metrics, _label: &str, _state: &SliceState, _published: &mut PublishedCounts) {}
+
+    /// A slice was restored: its counters as restored count as published
+    /// (a restart does not count them again).
+    fn restored(&self, _state: &SliceState, _published: &mut PublishedCounts) {}
+
+    /// Its part in the outputs of every distinct judgment, if its settings
+    /// ask for one (`seed`: the filter's hash seed).
+    fn on_distinct(&self, _cfg: &Resolved, _seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
+        Ok(None)
+    }
+}
+
+/// The features' counters of one slice already published, by metric name.
+pub type PublishedCounts = BTreeMap<&'static str, u64>;
+
+/// A feature's part in the outputs of every distinct judgment (a sparse
+/// tree's root publishes a verdict: docs/tiers.md). Called on a replay too,
+/// so it must be idempotent.
+pub trait OnDistinct: Send + Sync {
+    /// `record` (judged distinct by `slice`), as the slice read it.
+    fn distinct(
+        &self,
+        producer: &OutputProducer,
+        extractor: &Extractor,
+        metrics: &Metrics,
+        slice: u32,
+        record: &RecordView<'_>,
+    ) -> Result<(), KafkaLayerError>;
+}

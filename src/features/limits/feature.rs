@@ -1,0 +1,33 @@
+//! How the core plugs limits in (`features/feature.rs`).
+
+use std::sync::Arc;
+
+use super::stage::SliceCounting;
+use crate::engine::SliceState;
+use crate::engine::slice::stage::StageSetup;
+use crate::features::feature::{Feature, PublishedCounts};
+use crate::features::lookups::KeyLookup;
+use crate::features::stages::StagesSetup;
+use crate::metrics::Metrics;
+
+/// The feature as the core plugs it in.
+pub struct LimitsFeature;
+
+impl Feature for LimitsFeature {
+    fn name(&self) -> &'static str {
+        "limits"
+    }
+
+    fn stage(&self, stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
+        Some(Arc::new(stages.counting.clone()))
+    }
+
+    fn key_lookup(&self) -> Option<&'static KeyLookup> {
+        Some(&super::lookup::COUNT)
+    }
+
+    fn publish(&self, metrics: &Metrics, label: &str, state: &SliceState, _published: &mut PublishedCounts) {
+        let false_positive = state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
+        metrics.limit_false_positive.with_label_values(&[label]).set(false_positive);
+    }
+}

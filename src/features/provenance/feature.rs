@@ -1,0 +1,50 @@
+//! How the core plugs provenance in (`features/feature.rs`).
+
+use std::sync::Arc;
+
+use super::stage::SliceProvenance;
+use crate::engine::SliceState;
+use crate::engine::slice::stage::StageSetup;
+use crate::features::feature::{Feature, PublishedCounts};
+use crate::features::lookups::KeyLookup;
+use crate::features::stages::StagesSetup;
+use crate::metrics::Metrics;
+
+/// `dedupd_provenance_dropped_total`'s name in [`PublishedCounts`].
+const DROPPED: &str = "provenance_dropped";
+
+/// The feature as the core plugs it in.
+pub struct ProvenanceFeature;
+
+impl Feature for ProvenanceFeature {
+    fn name(&self) -> &'static str {
+        "provenance"
+    }
+
+    fn stage(&self, stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
+        Some(Arc::new(stages.provenance.clone()))
+    }
+
+    fn key_lookup(&self) -> Option<&'static KeyLookup> {
+        Some(&super::lookup::PROVENANCE)
+    }
+
+    fn publish(&self, metrics: &Metrics, label: &str, state: &SliceState, published: &mut PublishedCounts) {
+        let provenance = state.stages.get::<SliceProvenance>();
+        if let Some(p) = provenance {
+            let dropped = p.sources.dropped();
+            let before = published.insert(DROPPED, dropped).unwrap_or(0);
+            if dropped > before {
+                metrics.provenance_dropped.with_label_values(&[label]).inc_by(dropped - before);
+            }
+        }
+        let live_sources = provenance.map_or(0, |p| p.sources.live_sources());
+        metrics.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
+    }
+
+    fn restored(&self, state: &SliceState, published: &mut PublishedCounts) {
+        if let Some(p) = state.stages.get::<SliceProvenance>() {
+            published.insert(DROPPED, p.sources.dropped());
+        }
+    }
+}
