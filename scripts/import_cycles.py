@@ -275,13 +275,16 @@ def read_baseline() -> list[set[str]]:
     return [set(l.split()) for l in BASELINE.read_text().splitlines() if l.strip() and not l.startswith("#")]
 
 
-# The circles the self-test plants. The first is the one issue 44 found the old check blind to:
-# engine/mod.rs and engine/slice/mod.rs re-export SliceState from engine/slice/state.rs, which
-# runs the features' stages; it can only be planted while that file imports features/stages.rs.
+# The circles the self-test plants. The first is one a check blind to re-exports misses: a
+# feature's stage imports SliceState through engine/mod.rs's re-export, and engine/slice/state.rs
+# imports features/stages.rs (the engine imports no feature now, so that line is planted too).
 PLANT_FILE = Path("src/features/limits/stage.rs")
 PLANT_LINE = "use crate::engine::SliceState;\n"
 PLANT_MEMBERS = {"dedupd::features::limits::stage", "dedupd::engine::slice::state"}
 PLANT_NEEDS = ("dedupd::engine::slice::state", "dedupd::features::stages")
+# The engine file that closes it, and the import of `features/` it would need.
+ENGINE_FILE = Path("src/engine/slice/state.rs")
+ENGINE_LINE = "use crate::features::stages::StagesSetup;\n"
 # The second needs nothing of today's tree: a module of its own whose mod.rs re-exports an item
 # of `inner.rs`, which imports a file that imports the item through the re-export.
 FIXTURE = {
@@ -310,19 +313,24 @@ def selftest() -> int:
         print("import_cycles selftest: the unmodified copy", "passes" if not clean else "FAILS: " + "; ".join(clean))
         ok &= not clean
 
+        # The issue's circle: a feature's stage importing the engine's re-export of the slice
+        # state. It closes through an engine file that imports `features/` (which the engine
+        # no longer does): that import is planted too when the tree lacks it.
         edges = all_edges(copy)
-        if PLANT_NEEDS[1] in edges.get(PLANT_NEEDS[0], ()) and (copy / PLANT_FILE).is_file():
-            planted = copy / PLANT_FILE
-            before = planted.read_text()
-            planted.write_text(before + PLANT_LINE)
-            caught = [g for g in new_circles(copy, baseline) if PLANT_MEMBERS <= g]
-            planted.write_text(before)
-            print(f"import_cycles selftest: `{PLANT_LINE.strip()}` in {PLANT_FILE}:",
-                  "new import circle: " + " ".join(sorted(caught[0])) if caught else "NOT caught")
-            ok &= bool(caught)
-        else:
-            print(f"import_cycles selftest: {PLANT_NEEDS[0]} no longer imports {PLANT_NEEDS[1]}: "
-                  f"`{PLANT_LINE.strip()}` in {PLANT_FILE} closes no circle, not planted")
+        planted_files = [copy / PLANT_FILE]
+        if PLANT_NEEDS[1] not in edges.get(PLANT_NEEDS[0], ()):
+            planted_files.append(copy / ENGINE_FILE)
+        before = [f.read_text() for f in planted_files]
+        for f, text, line in zip(planted_files, before, [PLANT_LINE, ENGINE_LINE]):
+            f.write_text(text + line)
+        caught = [g for g in new_circles(copy, baseline) if PLANT_MEMBERS <= g]
+        for f, text in zip(planted_files, before):
+            f.write_text(text)
+        lines = " and ".join(f"`{line.strip()}` in {f.relative_to(copy)}"
+                             for f, line in zip(planted_files, [PLANT_LINE, ENGINE_LINE]))
+        print(f"import_cycles selftest: {lines}:",
+              "new import circle: " + " ".join(sorted(caught[0])) if caught else "NOT caught")
+        ok &= bool(caught)
 
         for path, text in FIXTURE.items():
             (copy / path).parent.mkdir(parents=True, exist_ok=True)
