@@ -74,3 +74,10 @@ pub const POLICY_AFTER: &str = "dedupd.policy.after";
 /// the input records, in the order the slice is to judge them, that the
 /// router read since its last one. The value of the header is empty.
 pub const READ_ORDER: &str = "dedupd.read_order";
+
+/// A record's headers as (name, value) pairs, as the extractors read them
+/// (a header without a value reads as empty).
+pub fn pairs<M: rdkafka::message::Message>(msg: &M) -> Vec<(&str, &[u8])> {
+    use rdkafka::message::Headers;
+    msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
+}

@@ -75,8 +75,7 @@ impl<'m> LogRecord<'m> {
     /// router removes `dedupd.*` headers from input records anyway). In
     /// input-partitions mode the slice log is the input: every record is one.
     pub fn read<M: Message>(slicing: SlicingMode, msg: &'m M) -> Self {
-        let headers: Vec<(&str, &[u8])> =
-            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let headers = headers::pairs(msg);
         let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
         let framed = parts_with(slicing, msg.payload(), source_header);
         let control = |name: &str| {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -92,11 +92,6 @@ impl OnDistinct for RootVerdicts {
         metrics.tier_verdicts.with_label_values(&["published"]).inc();
         Ok(())
     }
-}
-
-/// A record's headers as the extractor reads them.
-fn header_list<M: Message>(msg: &M) -> Vec<(&str, &[u8])> {
-    msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
 }
 
 /// Partitions of an existing `topic`.
@@ -266,7 +261,7 @@ impl<'d> Leaf<'d> {
         if let Some((_, c)) = self.counters.iter().find(|(t, _)| *t == msg.topic()) {
             c.inc();
         }
-        let headers = header_list(&msg);
+        let headers = crate::kafka::headers::pairs(&msg);
         let view = RecordView {
             key: msg.key(),
             payload: msg.payload().unwrap_or_default(),

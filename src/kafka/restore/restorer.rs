@@ -445,10 +445,7 @@ impl Restorer<'_> {
         let mut entries = Vec::new();
         // In slice-offset order: a count key is put back in arrival order.
         for (offset, m) in found {
-            let header_list: Vec<(&str, &[u8])> = m
-                .headers()
-                .map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect())
-                .unwrap_or_default();
+            let header_list = crate::kafka::headers::pairs(&m);
             let view = RecordView {
                 key: m.key(),
                 payload: crate::kafka::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use prometheus::local::LocalHistogram;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::commits::Shared;
 use super::lanes::{Lane, Read, set_paused};
@@ -116,11 +116,8 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 /// Reads an input record's slice, key hash and event time (once, when it
 /// arrives; the slice takes the reading from the frame).
 pub(super) fn read(setup: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
-    let header_list: Vec<(&str, &[u8])> = if setup.key_reads_headers {
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default()
-    } else {
-        Vec::new()
-    };
+    let header_list: Vec<(&str, &[u8])> =
+        if setup.key_reads_headers { crate::kafka::headers::pairs(msg) } else { Vec::new() };
     let view = RecordView {
         key: msg.key(),
         payload: msg.payload().unwrap_or_default(),

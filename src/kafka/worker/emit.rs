@@ -2,7 +2,7 @@
 //! late topics), its flag, a sparse tree's verdict — each record only to a
 //! topic that does not hold it yet, in a replay ([`ReplayBounds`]).
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
@@ -167,8 +167,7 @@ pub(super) fn emit_one<M: Message>(
     if let Some(hook) = &setup.on_distinct
         && j.verdict == SliceVerdict::Distinct
     {
-        let headers: Vec<(&str, &[u8])> =
-            msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+        let headers = headers::pairs(msg);
         let record = RecordView {
             key: msg.key(),
             payload: payload.unwrap_or_default(),

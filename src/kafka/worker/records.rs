@@ -294,8 +294,7 @@ fn handle_named(
     }
     apply_logged_flushes(setup, owned, judged)?;
     owned.last_arrival = now;
-    let header_list: Vec<(&str, &[u8])> =
-        msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())).collect()).unwrap_or_default();
+    let header_list = headers::pairs(msg);
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
     let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
