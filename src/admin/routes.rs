@@ -146,18 +146,15 @@ async fn lookup(State(shared): State<Shared>, RawQuery(query): RawQuery) -> Resp
 /// A feature's key endpoint `/v1/<name>`: 404 with what turns it on while
 /// the slice workers run without the feature.
 async fn feature_lookup(shared: Shared, query: Option<String>, name: &'static str) -> Response {
-    let off = {
-        let workers_run = shared.status.lookup.lock().expect("status lock").is_some();
-        let features = shared.status.feature_lookups.lock().expect("status lock");
-        let feature = features.get(name).filter(|f| workers_run && f.answer.is_none());
-        feature.map(|f| f.off)
-    };
-    if let Some(off) = off {
-        return text(StatusCode::NOT_FOUND, off);
+    let workers_run = shared.status.lookup.lock().expect("status lock").is_some();
+    let feature = shared.status.feature_lookups.lock().expect("status lock").get(name).cloned();
+    if let Some(f) = &feature
+        && workers_run
+        && f.answer.is_none()
+    {
+        return text(StatusCode::NOT_FOUND, f.off);
     }
-    let path = format!("/v1/{name}");
-    let answer = shared.status.feature_lookups.lock().expect("status lock").get(name).and_then(|f| f.answer.clone());
-    key_answer(query, &path, answer).await
+    key_answer(query, &format!("/v1/{name}"), feature.and_then(|f| f.answer)).await
 }
 
 /// Answers a key endpoint with `answer` (`None`: the slice workers do not

@@ -131,13 +131,12 @@ pub(super) fn handle(
         Entry::Input(record) => judge(setup, owned, judged, offset, msg, &record.framed, &record.headers)?,
         Entry::Decided(record, range) => decide_logged(setup, owned, msg, record, range)?,
         Entry::Progress { decided: false } => take_progress(setup, owned, judged, offset, msg)?,
-        Entry::Progress { decided: true } | Entry::Foreign => {
-            if matches!(entry, Entry::Foreign) {
-                log::warn!(
-                    "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
-                    msg.offset()
-                );
-            }
+        Entry::Progress { decided: true } => owned.state.next_offset = offset + 1,
+        Entry::Foreign => {
+            log::warn!(
+                "slice {slice}: the record at slice-log offset {} is not one dedupd writes; skipped",
+                msg.offset()
+            );
             owned.state.next_offset = offset + 1;
         }
         Entry::Delete => take_delete(setup, owned, offset, msg),
