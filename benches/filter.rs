@@ -232,7 +232,7 @@ fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
         // Slots (2 bytes each) hold the keys of W + 1 ticks (W = 117) at 95% load, 20% headroom.
         let keys = (bytes / 2) as f64 * 0.95 / 1.2 * 117.0 / 118.0;
         let keys = keys as u64;
-        let spec = CuckooSpec { window_ms: keys, expected_keys: keys, ..CuckooSpec::default() };
+        let spec = CuckooSpec { window_ms: keys, expected_keys: Some(keys), ..CuckooSpec::default() };
         let mut f = CuckooFilter::new(spec.resolve().expect("valid spec"));
         let mut rng = Rng::new(1);
         let mut clock = 1_000_000u64;

@@ -168,7 +168,7 @@ pub fn run(args: &CuckooArgs) -> anyhow::Result<()> {
     let timer =
         FilterSpec { window_ms: args.window_ms, fpr: args.fpr, expected_keys: average, ..FilterSpec::default() };
     let cuckoo = |expected_keys: Option<u64>| {
-        let spec = CuckooSpec { window_ms: args.window_ms, fpr: args.fpr, expected_keys: expected_keys.unwrap_or(100), ..CuckooSpec::default() };
+        let spec = CuckooSpec { window_ms: args.window_ms, fpr: args.fpr, expected_keys, ..CuckooSpec::default() };
         spec.resolve().map(|p| Under::Cuckoo(Box::new(CuckooFilter::new(p))))
     };
     let filters = vec![

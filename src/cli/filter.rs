@@ -400,7 +400,7 @@ impl FilterArgs {
         let spec = CuckooSpec {
             window_ms: timer.window_ms,
             fpr: timer.fpr,
-            expected_keys: timer.expected_keys,
+            expected_keys: Some(timer.expected_keys),
             headroom: timer.headroom,
             slices: timer.slices,
             lateness_ms: timer.lateness_ms,

@@ -68,7 +68,7 @@ impl FilterSettings {
         let cuckoo = CuckooSpec {
             window_ms: self.window,
             fpr: self.fpr,
-            expected_keys: self.expected_keys,
+            expected_keys: Some(self.expected_keys),
             headroom: self.headroom,
             slices: self.slices,
             lateness_ms: Some(lateness_ms),

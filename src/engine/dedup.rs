@@ -361,7 +361,7 @@ mod tests {
     fn the_cuckoo_kind_judges_in_event_time_order() {
         use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
         let cuckoo = |lateness_ms| {
-            let spec = CuckooSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..CuckooSpec::default() };
+            let spec = CuckooSpec { window_ms: 1000, expected_keys: Some(100), slices: 4, ..CuckooSpec::default() };
             let params = spec.resolve().unwrap();
             let extractor = Extractor {
                 key: "json:/k".parse().unwrap(),

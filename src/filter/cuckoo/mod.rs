@@ -114,6 +114,7 @@
 pub mod bucket;
 mod clock;
 pub mod filter;
+pub mod growth;
 pub mod params;
 pub mod snapshot;
 pub mod table;
@@ -123,5 +124,7 @@ pub use filter::{CuckooCounters, CuckooFilter};
 pub use params::{CuckooParams, CuckooSpec};
 pub use unite::SlotsDiffer;
 
+#[cfg(test)]
+mod growth_tests;
 #[cfg(test)]
 mod tests;

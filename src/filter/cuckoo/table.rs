@@ -279,6 +279,24 @@ impl Table {
         self.occupied = 0;
     }
 
+    /// Slots kept at the clock (at most W + Lt ticks old), those at most
+    /// `recent` ticks old, and the age of the oldest (0 when none is): a
+    /// scan of the stamps.
+    pub fn kept_profile(&self, clock: &Clock, recent: u32) -> (u64, u64, u32) {
+        let (mut kept, mut young, mut oldest) = (0, 0, 0);
+        for &w in &self.words {
+            for k in 0..BUCKET_SLOTS {
+                let age = clock.age(bucket::field(w, k));
+                if age <= clock.retain {
+                    kept += 1;
+                    young += u64::from(age <= recent);
+                    oldest = oldest.max(age);
+                }
+            }
+        }
+        (kept, young, oldest)
+    }
+
     /// Slots alive at the clock (for the FPR estimate); a scan of the stamps.
     pub fn alive_slots(&self, clock: &Clock) -> u64 {
         let alive =
