@@ -216,7 +216,12 @@ impl PartialEq for Generation {
 
 impl Generation {
     pub(crate) fn new(level: u8, params: &FilterParams) -> Self {
-        let m = params.level_cells(level);
+        Generation::sized(level, params.level_cells(level), params)
+    }
+
+    /// A generation of `level` (its FPR target) with `m` cells, at most the
+    /// level's (growth sizes it from the live keys).
+    pub(crate) fn sized(level: u8, m: u64, params: &FilterParams) -> Self {
         let cells = CellArray::new(params.timer_bits, m as usize);
         let counts = params.deletable.then(|| vec![0u8; m as usize]);
         let stored = StoredGeneration { level, m, cells, inserted: 0, sweep_cursor: 0, sweep_debt: 0, counts };
