@@ -156,9 +156,10 @@ pub struct FilterArgs {
     #[arg(long)]
     pub save_state: Option<PathBuf>,
     /// Distinct keys expected per window, all slices together (sizes the filter;
-    /// growth covers underestimates).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub expected: u64,
+    /// growth covers underestimates); `none`: the cuckoo kind sizes itself
+    /// from what it sees (the timer kind needs a number).
+    #[arg(long, default_value = "1000000")]
+    pub expected: Expected,
     /// Extra capacity of the first generation, as a fraction of --expected, so
     /// that normal fluctuations of the load do not start a second generation.
     #[arg(long, default_value_t = 0.2)]
@@ -292,7 +293,7 @@ impl FilterArgs {
                 self.kind.as_str()
             );
         }
-        let expected = self.count_expected.unwrap_or(self.expected);
+        let expected = self.count_expected.or(self.expected.0).unwrap_or(0);
         let spec = CountingSpec {
             params: SpectralParams {
                 estimator: self.estimator,
@@ -377,7 +378,8 @@ impl FilterArgs {
         FilterSpec {
             window_ms: self.window,
             fpr: self.fpr,
-            expected_keys: self.expected,
+            // 0 for `none`: refused, naming --expected, by the timer kind.
+            expected_keys: self.expected.0.unwrap_or(0),
             headroom: self.headroom,
             equal_timers: self.equal_timers,
             growth: self.growth,
@@ -400,7 +402,7 @@ impl FilterArgs {
         let spec = CuckooSpec {
             window_ms: timer.window_ms,
             fpr: timer.fpr,
-            expected_keys: Some(timer.expected_keys),
+            expected_keys: self.expected.0,
             headroom: timer.headroom,
             slices: timer.slices,
             lateness_ms: timer.lateness_ms,
@@ -900,4 +902,19 @@ impl HeldLines {
 fn strip_line_ending(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// `--expected`: a count of distinct keys per window, or `none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected(pub Option<u64>);
+
+impl std::str::FromStr for Expected {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Expected(None)),
+            n => n.parse().map(|n| Expected(Some(n))).map_err(|_| format!("{n:?}: a count of keys, or none")),
+        }
+    }
 }

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::error::{ConfigError, invalid};
-use super::values::{bytes, duration_ms, optional_bytes, optional_duration_ms};
+use super::values::{bytes, duration_ms, optional_bytes, optional_count, optional_duration_ms};
 use crate::filter::cuckoo::CuckooSpec;
 use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 
@@ -20,8 +20,10 @@ pub struct FilterSettings {
     pub window: u64,
     /// Target false-positive rate.
     pub fpr: f64,
-    /// Distinct keys per window, all slices together.
-    pub expected_keys: u64,
+    /// Distinct keys per window, all slices together; empty: the cuckoo
+    /// kind sizes itself from what it sees (the timer kind needs it).
+    #[serde(deserialize_with = "optional_count")]
+    pub expected_keys: Option<u64>,
     /// Extra capacity of a slice's first generation, as a fraction of expected_keys.
     pub headroom: f64,
     /// Equal-timers threshold k'; 0 turns it off.
@@ -68,7 +70,7 @@ impl FilterSettings {
         let cuckoo = CuckooSpec {
             window_ms: self.window,
             fpr: self.fpr,
-            expected_keys: Some(self.expected_keys),
+            expected_keys: self.expected_keys,
             headroom: self.headroom,
             slices: self.slices,
             lateness_ms: Some(lateness_ms),

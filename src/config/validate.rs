@@ -145,6 +145,19 @@ impl Settings {
             other => return Err(invalid("filter.kind", other, "expected timer, cuckoo, passthrough, rsbf or stable")),
         };
         let cuckoo_kind = s.filter.kind == "cuckoo";
+        let expected_keys = match s.filter.expected_keys {
+            Some(n) => n,
+            // The other kinds shrink the timer spec to nothing.
+            None if s.filter.kind != "timer" => u64::from(s.filter.slices.max(1)),
+            None => {
+                return Err(invalid(
+                    "filter.expected_keys",
+                    "",
+                    "the timer kind needs an estimate of the distinct keys per window (the cuckoo kind sizes \
+                     itself without one)",
+                ));
+            }
+        };
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
@@ -225,7 +238,7 @@ impl Settings {
         let filter = FilterSpec {
             window_ms: s.filter.window,
             fpr: s.filter.fpr,
-            expected_keys: s.filter.expected_keys,
+            expected_keys,
             headroom: s.filter.headroom,
             equal_timers: s.filter.equal_timers,
             growth,
