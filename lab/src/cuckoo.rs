@@ -54,6 +54,10 @@ pub struct CuckooArgs {
     /// Target FPR of both kinds.
     #[arg(long, default_value_t = 0.01)]
     pub fpr: f64,
+    /// Also write the stream as JSON lines `{"k": key, "t": ms}` here (for
+    /// `dedupd filter`).
+    #[arg(long)]
+    pub write_jsonl: Option<std::path::PathBuf>,
 }
 
 /// One filter under test.
@@ -162,6 +166,15 @@ pub fn run(args: &CuckooArgs) -> anyhow::Result<()> {
         other => anyhow::bail!("--stream {other}: bigrams or sentences"),
     }
     .context("the real-text stream")?;
+    if let Some(path) = &args.write_jsonl {
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for (k, t) in &events {
+            let k: String = k.chars().flat_map(|c| ['\\', c].into_iter().skip(usize::from(c != '"' && c != '\\'))).collect();
+            anyhow::ensure!(!k.chars().any(char::is_control), "a control character in {k:?}");
+            writeln!(out, "{{\"k\": \"{k}\", \"t\": {t}}}")?;
+        }
+    }
     let hashes: Vec<KeyHash> = events.iter().map(|(k, _)| KeyHash::of(DEFAULT_SEED, k.as_bytes())).collect();
     let (average, most) = window_keys(&events, args.window_ms);
 
