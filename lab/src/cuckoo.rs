@@ -170,7 +170,8 @@ pub fn run(args: &CuckooArgs) -> anyhow::Result<()> {
         use std::io::Write as _;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
         for (k, t) in &events {
-            let k: String = k.chars().flat_map(|c| ['\\', c].into_iter().skip(usize::from(c != '"' && c != '\\'))).collect();
+            let k: String =
+                k.chars().flat_map(|c| ['\\', c].into_iter().skip(usize::from(c != '"' && c != '\\'))).collect();
             anyhow::ensure!(!k.chars().any(char::is_control), "a control character in {k:?}");
             writeln!(out, "{{\"k\": \"{k}\", \"t\": {t}}}")?;
         }

@@ -5,8 +5,10 @@ use super::clock::Clock;
 use super::growth;
 use super::params::{BUCKET_SLOTS, CuckooParams, table_fpr};
 use super::table::Table;
+use crate::filter::event::{Event, PREFETCH_DISTANCE};
 use crate::filter::hash::KeyHash;
 use crate::filter::timer::sliding::DeleteRefusal;
+use crate::filter::timer::sliding::PREFETCH_MIN_BYTES;
 
 /// How many ticks old a slot may be and still hold a copy delivered less
 /// than a window before `clock_ms`: a copy stamped at tick s was delivered
@@ -127,6 +129,36 @@ impl CuckooFilter {
     pub fn load(&self) -> f64 {
         let t = self.tables.last().expect("never empty");
         t.occupied() as f64 / (t.buckets() as usize * BUCKET_SLOTS) as f64
+    }
+
+    /// Test-then-insert for a batch, verdicts (true: duplicate) appended to
+    /// `out` in order: exactly [`Self::observe`] on each event in turn.
+    /// While one event is judged, the buckets of the event
+    /// [`PREFETCH_DISTANCE`] places later are prefetched in every table, so
+    /// the cache misses of a batch overlap (only prefetched, never
+    /// reordered). Tables below [`PREFETCH_MIN_BYTES`] are not prefetched.
+    pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<bool>) {
+        let prefetch = self.worth_prefetching();
+        for (i, e) in events.iter().enumerate() {
+            if prefetch && let Some(ahead) = events.get(i + PREFETCH_DISTANCE) {
+                self.prefetch(&ahead.hash);
+            }
+            out.push(self.observe(&e.hash, e.time_ms));
+        }
+    }
+
+    /// Whether the tables are large enough to miss the core's own caches.
+    #[inline]
+    pub fn worth_prefetching(&self) -> bool {
+        self.memory_bytes() >= PREFETCH_MIN_BYTES
+    }
+
+    /// Prefetches the key's buckets in every table (a hint only).
+    #[inline]
+    pub fn prefetch(&self, hash: &KeyHash) {
+        for t in &self.tables {
+            t.prefetch(hash, &self.clock);
+        }
     }
 
     /// Test-then-insert for one event at `time_ms`; true for DUPLICATE.

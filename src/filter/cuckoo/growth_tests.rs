@@ -134,3 +134,25 @@ fn a_restored_filter_grows_and_shrinks_as_the_original() {
     }
     assert!(f.counters().tables_created >= 2, "{:?}", f.counters());
 }
+
+/// The batch path is [`CuckooFilter::observe`] in turn: the same verdicts
+/// and the same state, with a table large enough to prefetch.
+#[test]
+fn observe_batch_is_observe_in_turn() {
+    use crate::filter::event::Event;
+    let window = 1_000;
+    let events = varying(|ms| if ms % 2_000 < 1_000 { 150 } else { 300 }, 3 * window, window, 17);
+    let p = spec(window, 450_000).resolve().unwrap();
+    let (mut one, mut batched) = (CuckooFilter::new(p.clone()), CuckooFilter::new(p));
+    assert!(batched.worth_prefetching(), "{} B", batched.memory_bytes());
+    let mut out = Vec::new();
+    for part in events.chunks(777) {
+        let batch: Vec<Event> = part.iter().map(|&(id, t)| Event { hash: key(id), time_ms: t }).collect();
+        out.clear();
+        batched.observe_batch(&batch, &mut out);
+        let each: Vec<bool> = part.iter().map(|&(id, t)| one.observe(&key(id), t)).collect();
+        assert_eq!(out, each);
+    }
+    assert_eq!(encode(&batched), encode(&one));
+    assert!(one.counters().duplicates > 1_000, "{:?}", one.counters());
+}

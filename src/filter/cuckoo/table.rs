@@ -95,6 +95,15 @@ impl Table {
         Place { fp, i1, i2: self.alt(i1, fp) }
     }
 
+    /// Prefetches the key's two buckets (a hint only).
+    #[inline]
+    pub fn prefetch(&self, hash: &KeyHash, clock: &Clock) {
+        let p = self.place(hash, clock);
+        for i in [p.i1, p.i2] {
+            crate::filter::timer::cells::prefetch(self.words[i as usize..].as_ptr().cast());
+        }
+    }
+
     /// The other bucket of a fingerprint in bucket `i`.
     #[inline]
     fn alt(&self, i: u64, fp: u16) -> u64 {
