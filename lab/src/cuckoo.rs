@@ -179,14 +179,23 @@ pub fn run(args: &CuckooArgs) -> anyhow::Result<()> {
     let hashes: Vec<KeyHash> = events.iter().map(|(k, _)| KeyHash::of(DEFAULT_SEED, k.as_bytes())).collect();
     let (average, most) = window_keys(&events, args.window_ms);
 
-    let timer =
-        FilterSpec { window_ms: args.window_ms, fpr: args.fpr, expected_keys: average, ..FilterSpec::default() };
+    let timer = |sized_growth| {
+        let spec = FilterSpec {
+            window_ms: args.window_ms,
+            fpr: args.fpr,
+            expected_keys: average,
+            sized_growth,
+            ..FilterSpec::default()
+        };
+        spec.resolve().map(|p| Under::Timer(Box::new(SlidingFilter::new(p))))
+    };
     let cuckoo = |expected_keys: Option<u64>| {
         let spec = CuckooSpec { window_ms: args.window_ms, fpr: args.fpr, expected_keys, ..CuckooSpec::default() };
         spec.resolve().map(|p| Under::Cuckoo(Box::new(CuckooFilter::new(p))))
     };
     let filters = vec![
-        ("timer, expected = average".to_string(), Under::Timer(Box::new(SlidingFilter::new(timer.resolve()?)))),
+        ("timer, expected = average".to_string(), timer(false)?),
+        ("timer, expected = average, sized growth".to_string(), timer(true)?),
         (format!("cuckoo, expected = peak ({most})"), cuckoo(Some(most))?),
         (format!("cuckoo, expected = average ({average})"), cuckoo(Some(average))?),
         (format!("cuckoo, expected = average / 10 ({})", average / 10), cuckoo(Some(average / 10))?),

@@ -195,6 +195,10 @@ pub struct FilterArgs {
     /// `filter.deletable` (here for measuring what they cost).
     #[arg(long)]
     pub deletable: bool,
+    /// Timer generations sized from the live keys, as the daemon's
+    /// `filter.sized_growth`.
+    #[arg(long)]
+    pub sized_growth: bool,
     /// How far behind the largest event time seen a record may arrive and
     /// still be judged in event-time order: records wait until the watermark
     /// (largest time - lateness) passes them. Later records are judged at
@@ -390,6 +394,7 @@ impl FilterArgs {
             layout: self.layout,
             lateness_ms: Some(if self.time == TimeSpec::Arrival { 0 } else { self.lateness }),
             deletable: self.deletable,
+            sized_growth: self.sized_growth,
             ..FilterSpec::default()
         }
     }

@@ -248,6 +248,7 @@ impl Settings {
             max_generations: s.filter.max_generations,
             lateness_ms: Some(s.input.lateness),
             deletable: s.filter.deletable,
+            sized_growth: s.filter.sized_growth,
             ..FilterSpec::default()
         };
         filter.resolve().map_err(|e| {

@@ -1,4 +1,7 @@
-//! How a slice's generations follow its load (docs/design.md, invariant 4):
+//! How a slice's generations follow its load (docs/design.md, invariant 4)
+//! with `sized_growth` ([`crate::filter::FilterSpec::sized_growth`]; off,
+//! the newest generation takes every key and a new one takes the level
+//! that holds [`GROW_HEADROOM`] times the live keys, as before):
 //! which generation takes a distinct key, how large a new one is, and when
 //! one is dropped or handed over. Every decision reads only what a snapshot
 //! restores (the generations' cells, levels and sizes, and the clock), so a
@@ -49,8 +52,8 @@ impl SlidingFilter {
     #[inline]
     pub(crate) fn insert_target(&self) -> usize {
         let gens = &self.generations;
-        if gens.len() == 1 {
-            return 0;
+        if gens.len() == 1 || !self.params.sized_growth {
+            return gens.len() - 1;
         }
         let growth = self.params.growth;
         let live = self.live_keys();
@@ -73,6 +76,9 @@ impl SlidingFilter {
     /// with room).
     pub(crate) fn all_full(&self) -> bool {
         let growth = self.params.growth;
+        if !self.params.sized_growth {
+            return self.generations.last().expect("never empty").is_full(growth);
+        }
         growth != Growth::None && self.generations.iter().all(|g| g.is_full(growth))
     }
 
@@ -80,6 +86,11 @@ impl SlidingFilter {
     /// less the capacity there is: at level 1 or above (its target is
     /// tightened), the smallest level whose cells hold it.
     pub(crate) fn grow(&mut self) {
+        if !self.params.sized_growth {
+            let level = self.level_for(self.live_keys() * GROW_HEADROOM);
+            self.push_generation(level);
+            return;
+        }
         let have: f64 = self.generations.iter().map(|g| self.capacity(g)).sum();
         let need = (self.live_keys() * GROW_HEADROOM - have).max(have * MIN_STEP);
         let (level, cells) = self.sized_for(need, 1);
@@ -147,7 +158,7 @@ impl SlidingFilter {
         let mut drop = Vec::new();
         for i in empty {
             let c = self.capacity(&self.generations[i]);
-            if left - c >= KEEP_EMPTY * live || c < MIN_STEP * (left - c) {
+            if !self.params.sized_growth || left - c >= KEEP_EMPTY * live || c < MIN_STEP * (left - c) {
                 left -= c;
                 drop.push(i);
             }
@@ -196,7 +207,13 @@ mod tests {
     /// while the old one drains).
     #[test]
     fn bursts_settle_on_the_generations_the_first_one_needed() {
-        let spec = FilterSpec { window_ms: 1_000, expected_keys: 12_000, tick_ms: Some(10), ..FilterSpec::default() };
+        let spec = FilterSpec {
+            window_ms: 1_000,
+            expected_keys: 12_000,
+            tick_ms: Some(10),
+            sized_growth: true,
+            ..FilterSpec::default()
+        };
         let p = spec.resolve().unwrap();
         let mut f = SlidingFilter::new(p.clone());
         let mut rng = Rng::new(5);
@@ -225,7 +242,13 @@ mod tests {
     /// original.
     #[test]
     fn a_restored_filter_grows_as_the_original() {
-        let spec = FilterSpec { window_ms: 1_000, expected_keys: 3_000, tick_ms: Some(10), ..FilterSpec::default() };
+        let spec = FilterSpec {
+            window_ms: 1_000,
+            expected_keys: 3_000,
+            tick_ms: Some(10),
+            sized_growth: true,
+            ..FilterSpec::default()
+        };
         let p = spec.resolve().unwrap();
         let mut f = SlidingFilter::new(p.clone());
         let mut rng = Rng::new(9);
