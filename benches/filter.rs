@@ -23,9 +23,10 @@
 //! - `fastbloom`: `fastbloom::BloomFilter` (its default hasher, SipHash-1-3), same bytes of
 //!   bits, k = 7, `insert` (which returns whether the key was there: test-then-insert), no
 //!   timers; `fastbloom-thp` the same on a bit vector with transparent huge pages;
-//! - `cuckoo`: the cuckoo table filter (`CuckooFilter::observe`), the same bytes of slots
+//! - `cuckoo`, `cuckoo-batch`: the cuckoo table filter (`CuckooFilter::observe`, and
+//!   `observe_batch`, prefetching its buckets 16 events ahead), the same bytes of slots
 //!   (16 bits each in semi-sorted buckets), sized by its own rule (20% headroom at 95% load) for a window of as many keys,
-//!   one event at a time;
+//!   one event at a time (`cuckoo`) or a batch of 4 096 at a time (`cuckoo-batch`);
 //! - `bloomfilter`: the `bloomfilter` crate, same bytes, k = 7, `check_and_set`;
 //! - `hashbrown-exact`: an exact `hashbrown::HashMap<u64 fingerprint, u32 time>` holding the
 //!   same number of in-window keys as the 8-bit filter, evicting with a `retain` every
@@ -223,16 +224,19 @@ struct CuckooState {
     clock: u64,
     window_keys: u64,
     before: (u64, u64),
+    events: Vec<Event>,
+    out: Vec<bool>,
 }
 
 /// The cuckoo table filter whose first table is `bytes` of slots (its
 /// window the keys it is sized for), warmed up through one window.
-fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
+fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64, batched: bool) {
+    let name = if batched { "cuckoo-batch" } else { "cuckoo" };
     let setup = || {
         // Slots (2 bytes each) hold the keys of W + 1 ticks (W = 117) at 95% load, 20% headroom.
         let keys = (bytes / 2) as f64 * 0.95 / 1.2 * 117.0 / 118.0;
         let keys = keys as u64;
-        let spec = CuckooSpec { window_ms: keys, expected_keys: keys, ..CuckooSpec::default() };
+        let spec = CuckooSpec { window_ms: keys, expected_keys: Some(keys), ..CuckooSpec::default() };
         let mut f = CuckooFilter::new(spec.resolve().expect("valid spec"));
         let mut rng = Rng::new(1);
         let mut clock = 1_000_000u64;
@@ -242,10 +246,20 @@ fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
             f.observe(&KeyHash::of(f.params().seed, &rng.key16()), clock);
         }
         let before = (f.counters().events, f.counters().duplicates);
-        CuckooState { f, clock, window_keys: keys, before }
+        CuckooState { f, clock, window_keys: keys, before, events: Vec::new(), out: Vec::new() }
     };
-    let state = bench(group, "cuckoo", setup, |s, keys| {
+    let state = bench(group, name, setup, |s, keys| {
         let seed = s.f.params().seed;
+        if batched {
+            s.events.clear();
+            for k in keys {
+                s.clock += 1;
+                s.events.push(Event { hash: KeyHash::of(seed, k), time_ms: s.clock });
+            }
+            s.out.clear();
+            s.f.observe_batch(&s.events, &mut s.out);
+            return s.out.len();
+        }
         let mut distinct = 0;
         for k in keys {
             s.clock += 1;
@@ -256,7 +270,7 @@ fn bench_cuckoo(group: &mut BenchmarkGroup<WallTime>, size: &str, bytes: u64) {
     if let Some(s) = state {
         let c = s.f.counters();
         eprintln!(
-            "  {size}/cuckoo: {} B of slots, FPR measured {:.3}% over the timed events, {:.1} bits per in-window key",
+            "  {size}/{name}: {} B of slots, FPR measured {:.3}% over the timed events, {:.1} bits per in-window key",
             s.f.memory_bytes(),
             100.0 * (c.duplicates - s.before.1) as f64 / (c.events - s.before.0).max(1) as f64,
             s.f.memory_bytes() as f64 * 8.0 / s.window_keys as f64,
@@ -462,7 +476,8 @@ fn test_then_insert(c: &mut Criterion) {
         for bits in [4u8, 8, 16] {
             bench_dedupd(&mut group, &size, bytes, bits, Layout::Blocked, true);
         }
-        bench_cuckoo(&mut group, &size, bytes);
+        bench_cuckoo(&mut group, &size, bytes, false);
+        bench_cuckoo(&mut group, &size, bytes, true);
         bench_fastbloom(&mut group, bytes, false);
         bench_fastbloom(&mut group, bytes, true);
         bench_bloomfilter(&mut group, bytes);

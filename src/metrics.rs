@@ -24,6 +24,8 @@ pub struct Metrics {
     pub filter_density: GaugeVec,
     pub filter_generations: IntGaugeVec,
     pub filter_memory_bytes: IntGaugeVec,
+    /// The most bytes the slice's filter held since this process took it.
+    pub filter_memory_bytes_peak: IntGaugeVec,
     pub filter_estimated_fpr: GaugeVec,
     pub generations_created: IntCounterVec,
     pub generations_dropped: IntCounterVec,
@@ -223,6 +225,11 @@ impl Metrics {
                 &["slice"],
             ),
             filter_memory_bytes: b.int_gauge("dedupd_filter_memory_bytes", "Bytes of the slice's filter.", &["slice"]),
+            filter_memory_bytes_peak: b.int_gauge(
+                "dedupd_filter_memory_bytes_peak",
+                "The most bytes the slice's filter held since this process took the slice.",
+                &["slice"],
+            ),
             filter_estimated_fpr: b.gauge(
                 "dedupd_filter_estimated_fpr",
                 "False-positive rate the live densities predict, combined over generations.",
@@ -585,6 +592,7 @@ impl Metrics {
         let _ = self.filter_density.remove_label_values(&[&label]);
         let _ = self.filter_generations.remove_label_values(&[&label]);
         let _ = self.filter_memory_bytes.remove_label_values(&[&label]);
+        let _ = self.filter_memory_bytes_peak.remove_label_values(&[&label]);
         let _ = self.filter_estimated_fpr.remove_label_values(&[&label]);
         let _ = self.limit_false_positive.remove_label_values(&[&label]);
         let _ = self.provenance_sources.remove_label_values(&[&label]);

@@ -239,7 +239,8 @@ fn the_cuckoo_kind_on_real_text_beside_the_timer_filter() {
     let low = measure_arrivals(&shuffled, "2700", "density", &["--lateness", "2s", "--kind", "cuckoo"]);
     assert!(low.confusion.fpr() <= 0.015, "FPR {} ({:?})", low.confusion.fpr(), low.confusion);
     assert!(low.confusion.fnr() <= 0.002, "FNR {} ({:?})", low.confusion.fnr(), low.confusion);
-    assert!(low.stats["generations_created"].as_u64().unwrap() >= 3, "{}", low.stats);
+    // It grew once or twice, sized from the keys seen (not a ladder of 4× tables).
+    assert!((2..=3).contains(&low.stats["generations_created"].as_u64().unwrap()), "{}", low.stats);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 use serde::Deserialize;
 
 use super::error::{ConfigError, invalid};
-use super::values::{bytes, duration_ms, optional_bytes, optional_duration_ms};
+use super::values::{bytes, duration_ms, optional_bytes, optional_count, optional_duration_ms};
 use crate::filter::cuckoo::CuckooSpec;
 use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
 
@@ -20,8 +20,10 @@ pub struct FilterSettings {
     pub window: u64,
     /// Target false-positive rate.
     pub fpr: f64,
-    /// Distinct keys per window, all slices together.
-    pub expected_keys: u64,
+    /// Distinct keys per window, all slices together; empty: the cuckoo
+    /// kind sizes itself from what it sees (the timer kind needs it).
+    #[serde(deserialize_with = "optional_count")]
+    pub expected_keys: Option<u64>,
     /// Extra capacity of a slice's first generation, as a fraction of expected_keys.
     pub headroom: f64,
     /// Equal-timers threshold k'; 0 turns it off.
@@ -47,6 +49,8 @@ pub struct FilterSettings {
     /// Counting cells beside the timers (one byte per cell) so that
     /// `DELETE /v1/keys/{key}` can forget a key.
     pub deletable: bool,
+    /// Timer generations sized from the live keys ([`FilterSpec::sized_growth`]).
+    pub sized_growth: bool,
     /// The cap on all slices' filters together, e.g. `512MiB`; empty: half
     /// the container's memory limit, or no cap without one
     /// ([`crate::memory`]).

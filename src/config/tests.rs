@@ -88,7 +88,7 @@ fn counting_is_off_by_default_and_checked() {
     assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
     assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
     assert_eq!(c.spec.window_ms, r.filter.window_ms);
-    assert_eq!(r.filter.expected_keys, r.settings.filter.expected_keys, "a separate count key keeps the filter");
+    assert_eq!(Some(r.filter.expected_keys), r.settings.filter.expected_keys, "a separate count key keeps the filter");
     // Counting by the dedup key: the idle timer filter is the smallest.
     let r = load(&[("DEDUPD__LIMIT__MAX_PER_WINDOW", "3")]).unwrap();
     assert_eq!(r.filter.expected_keys, u64::from(r.settings.filter.slices));

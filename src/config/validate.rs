@@ -311,10 +311,23 @@ impl Settings {
         cuckoo_kind: bool,
     ) -> Result<(FilterSpec, Option<DecayingSpec>, Option<CuckooSpec>), ConfigError> {
         let s = self;
+        let expected_keys = match s.filter.expected_keys {
+            Some(n) => n,
+            // The other kinds shrink the timer spec to nothing.
+            None if s.filter.kind != "timer" => u64::from(s.filter.slices.max(1)),
+            None => {
+                return Err(invalid(
+                    "filter.expected_keys",
+                    "",
+                    "the timer kind needs an estimate of the distinct keys per window (the cuckoo kind sizes \
+                     itself without one)",
+                ));
+            }
+        };
         let filter = FilterSpec {
             window_ms: s.filter.window,
             fpr: s.filter.fpr,
-            expected_keys: s.filter.expected_keys,
+            expected_keys,
             headroom: s.filter.headroom,
             equal_timers: s.filter.equal_timers,
             growth,
@@ -324,6 +337,7 @@ impl Settings {
             max_generations: s.filter.max_generations,
             lateness_ms: Some(s.input.lateness),
             deletable: s.filter.deletable,
+            sized_growth: s.filter.sized_growth,
             ..FilterSpec::default()
         };
         filter.resolve().map_err(|e| {

@@ -44,6 +44,16 @@ pub(crate) fn optional_bytes<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u
     if text.trim().is_empty() { Ok(None) } else { parse_bytes(&text).map(Some).map_err(serde::de::Error::custom) }
 }
 
+/// A count, or empty for none (`filter.expected_keys`).
+pub(crate) fn optional_count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let text = Scalar::deserialize(d)?.to_string();
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse().map(Some).map_err(|_| serde::de::Error::custom(format!("{text:?} is not a count (or empty)")))
+}
+
 pub(crate) fn optional_duration_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
     let text = Scalar::deserialize(d)?.to_string();
     if text.trim().is_empty() { Ok(None) } else { parse_duration_ms(&text).map(Some).map_err(serde::de::Error::custom) }

@@ -247,11 +247,7 @@ impl Deduplicator {
         if replaced {
             self.verdicts.resize(self.events.len(), Verdict::Distinct);
         } else if !self.cuckoo.is_empty() {
-            let slices = self.cuckoo.len() as u32;
-            for e in &self.events {
-                let duplicate = self.cuckoo[e.hash.slice(slices) as usize].observe(&e.hash, e.time_ms);
-                self.verdicts.push(if duplicate { Verdict::Duplicate { equal_timers: 0 } } else { Verdict::Distinct });
-            }
+            judge_cuckoo(&mut self.cuckoo, &self.events, &mut self.verdicts);
         } else {
             self.filter.observe_batch(&self.events, &mut self.verdicts);
         }
@@ -292,6 +288,23 @@ fn take(
             let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);
             out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None, count: None });
         }
+    }
+}
+
+/// The cuckoo filters' verdicts on `events`, each judged by its slice's
+/// filter in order; as [`CuckooFilter::observe_batch`] does for one, the
+/// buckets of the event [`PREFETCH_DISTANCE`] places later are prefetched in
+/// its slice's filter while one is judged.
+fn judge_cuckoo(filters: &mut [CuckooFilter], events: &[Event], out: &mut Vec<Verdict>) {
+    use crate::filter::timer::sliding::PREFETCH_DISTANCE;
+    let slices = filters.len() as u32;
+    let prefetch = filters.iter().any(CuckooFilter::worth_prefetching);
+    for (i, e) in events.iter().enumerate() {
+        if prefetch && let Some(ahead) = events.get(i + PREFETCH_DISTANCE) {
+            filters[ahead.hash.slice(slices) as usize].prefetch(&ahead.hash);
+        }
+        let duplicate = filters[e.hash.slice(slices) as usize].observe(&e.hash, e.time_ms);
+        out.push(if duplicate { Verdict::Duplicate { equal_timers: 0 } } else { Verdict::Distinct });
     }
 }
 
@@ -361,7 +374,7 @@ mod tests {
     fn the_cuckoo_kind_judges_in_event_time_order() {
         use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
         let cuckoo = |lateness_ms| {
-            let spec = CuckooSpec { window_ms: 1000, expected_keys: 100, slices: 4, ..CuckooSpec::default() };
+            let spec = CuckooSpec { window_ms: 1000, expected_keys: Some(100), slices: 4, ..CuckooSpec::default() };
             let params = spec.resolve().unwrap();
             let extractor = Extractor {
                 key: "json:/k".parse().unwrap(),

@@ -298,7 +298,7 @@ mod tests {
     }
 
     fn cuckoo(slices: u32) -> FilterChoice {
-        let spec = CuckooSpec { window_ms: 10_000, expected_keys: 4_000, slices, ..CuckooSpec::default() };
+        let spec = CuckooSpec { window_ms: 10_000, expected_keys: Some(4_000), slices, ..CuckooSpec::default() };
         FilterChoice::Cuckoo(params(slices), spec.resolve().unwrap())
     }
 
@@ -338,7 +338,7 @@ mod tests {
         let timers: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, params(16), 0, order)).collect();
         let e = merge(timers, 8, &c8, order).unwrap_err();
         assert!(matches!(&e, MergeError::Parameters { parameter: "kind", .. }), "{e}");
-        let wider = CuckooSpec { window_ms: 20_000, expected_keys: 4_000, slices: 8, ..CuckooSpec::default() };
+        let wider = CuckooSpec { window_ms: 20_000, expected_keys: Some(4_000), slices: 8, ..CuckooSpec::default() };
         let wider = FilterChoice::Cuckoo(params(8), wider.resolve().unwrap());
         assert!(matches!(merge(old, 8, &wider, order), Err(MergeError::Parameters { .. })));
     }

@@ -467,7 +467,8 @@ mod tests {
         use crate::filter::cuckoo::CuckooSpec;
         let spec = FilterSpec { window_ms: 1000, expected_keys: 8, ..FilterSpec::default() };
         let params = spec.resolve().unwrap();
-        let table = CuckooSpec { window_ms: 1000, expected_keys: 1000, ..CuckooSpec::default() }.resolve().unwrap();
+        let table =
+            CuckooSpec { window_ms: 1000, expected_keys: Some(1000), ..CuckooSpec::default() }.resolve().unwrap();
         let choice = FilterChoice::Cuckoo(params.clone(), table);
         let mut f = SliceFilter::new(choice.clone());
         let seed = f.hash_seed();

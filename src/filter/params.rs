@@ -118,6 +118,13 @@ pub struct FilterSpec {
     /// Counting cells beside the timers (one saturating 8-bit counter per
     /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
     pub deletable: bool,
+    /// Generations sized from the live keys (the largest with room takes a
+    /// key, a new one holds 1.5× the live keys less what there is, emptied
+    /// ones kept with hysteresis: `timer/growth.rs`) instead of the newest
+    /// taking every key and a new one at the level that holds 1.5× them.
+    /// Off by default: it changes the verdicts a state continues with, so
+    /// it is part of the fingerprint a snapshot is checked against.
+    pub sized_growth: bool,
 }
 
 impl Default for FilterSpec {
@@ -141,6 +148,7 @@ impl Default for FilterSpec {
             layout: Layout::Standard,
             lateness_ms: None,
             deletable: false,
+            sized_growth: false,
         }
     }
 }
@@ -192,6 +200,8 @@ pub struct FilterParams {
     pub lateness_ticks: u32,
     /// [`FilterSpec::deletable`]: every generation has a counter per cell.
     pub deletable: bool,
+    /// [`FilterSpec::sized_growth`].
+    pub sized_growth: bool,
 }
 
 impl FilterSpec {
@@ -310,6 +320,7 @@ impl FilterSpec {
             lateness_ms: self.lateness_ms,
             lateness_ticks: lateness_ticks as u32,
             deletable: self.deletable,
+            sized_growth: self.sized_growth,
         })
     }
 }
@@ -343,7 +354,9 @@ impl FilterParams {
         };
         // Counting cells change the state's layout (a non-deletable
         // filter's fingerprint is the one it always had).
-        if self.deletable { lateness + ",deletable" } else { lateness }
+        let counting = if self.deletable { lateness + ",deletable" } else { lateness };
+        // So does the growth a state continues with (off: as it always was).
+        if self.sized_growth { counting + ",growth=sized" } else { counting }
     }
 
     /// Bytes one slice's timer filter holds while its keys fit one

@@ -414,4 +414,30 @@ mod tests {
             "no limit: the held records' own default"
         );
     }
+
+    /// Without `filter.expected_keys` the cuckoo kind starts each slice at
+    /// its small first table and is planned with its largest tables grown
+    /// from it; the timer kind refuses the empty estimate, naming it.
+    #[test]
+    fn an_absent_estimate_is_planned_from_the_small_start() {
+        let load = |env: &[(&str, &str)]| {
+            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            crate::config::Settings::load_from(None, env)
+        };
+        let none = [("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__EXPECTED_KEYS", "")];
+        let r = load(&none).unwrap();
+        let spec = r.cuckoo.as_ref().unwrap();
+        assert_eq!(spec.expected_keys, None);
+        let p = spec.resolve().unwrap();
+        assert_eq!(p.buckets, crate::filter::cuckoo::params::START_BUCKETS);
+        let slices = u64::from(r.settings.filter.slices);
+        let top = p.table_bytes(MAX_LEVEL);
+        assert!(r.memory.worst_case >= slices * p.table_bytes(0), "{}", r.memory);
+        if !r.memory.capped() {
+            assert!(r.memory.worst_case >= slices * top * u64::from(p.max_tables), "{}", r.memory);
+        }
+        assert!(r.memory.to_string().contains("filter"), "check-config prints a plan: {}", r.memory);
+        let e = load(&[("DEDUPD__FILTER__EXPECTED_KEYS", "")]).unwrap_err().to_string();
+        assert!(e.starts_with("invalid setting filter.expected_keys"), "{e}");
+    }
 }

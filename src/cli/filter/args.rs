@@ -131,9 +131,10 @@ pub struct FilterArgs {
     #[arg(long)]
     pub save_state: Option<PathBuf>,
     /// Distinct keys expected per window, all slices together (sizes the filter;
-    /// growth covers underestimates).
-    #[arg(long, default_value_t = 1_000_000)]
-    pub expected: u64,
+    /// growth covers underestimates); `none`: the cuckoo kind sizes itself
+    /// from what it sees (the timer kind needs a number).
+    #[arg(long, default_value = "1000000")]
+    pub expected: Expected,
     /// Extra capacity of the first generation, as a fraction of --expected, so
     /// that normal fluctuations of the load do not start a second generation.
     #[arg(long, default_value_t = 0.2)]
@@ -169,6 +170,10 @@ pub struct FilterArgs {
     /// `filter.deletable` (here for measuring what they cost).
     #[arg(long)]
     pub deletable: bool,
+    /// Timer generations sized from the live keys, as the daemon's
+    /// `filter.sized_growth`.
+    #[arg(long)]
+    pub sized_growth: bool,
     /// How far behind the largest event time seen a record may arrive and
     /// still be judged in event-time order: records wait until the watermark
     /// (largest time - lateness) passes them. Later records are judged at
@@ -244,4 +249,19 @@ pub struct FilterArgs {
     /// counters when it receives more (see docs/spectral.md).
     #[arg(long)]
     pub count_expected: Option<u64>,
+}
+
+/// `--expected`: a count of distinct keys per window, or `none`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected(pub Option<u64>);
+
+impl std::str::FromStr for Expected {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Expected(None)),
+            n => n.parse().map(|n| Expected(Some(n))).map_err(|_| format!("{n:?}: a count of keys, or none")),
+        }
+    }
 }

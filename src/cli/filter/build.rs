@@ -36,7 +36,7 @@ impl FilterArgs {
                 self.kind.as_str()
             );
         }
-        let expected = self.count_expected.unwrap_or(self.expected);
+        let expected = self.count_expected.or(self.expected.0).unwrap_or(0);
         let spec = CountingSpec {
             params: SpectralParams {
                 estimator: self.estimator,
@@ -66,7 +66,8 @@ impl FilterArgs {
         FilterSpec {
             window_ms: self.window,
             fpr: self.fpr,
-            expected_keys: self.expected,
+            // 0 for `none`: refused, naming --expected, by the timer kind.
+            expected_keys: self.expected.0.unwrap_or(0),
             headroom: self.headroom,
             equal_timers: self.equal_timers,
             growth: self.growth,
@@ -77,6 +78,7 @@ impl FilterArgs {
             layout: self.layout,
             lateness_ms: Some(if self.time == TimeSpec::Arrival { 0 } else { self.lateness }),
             deletable: self.deletable,
+            sized_growth: self.sized_growth,
             ..FilterSpec::default()
         }
     }
@@ -89,7 +91,7 @@ impl FilterArgs {
         let spec = CuckooSpec {
             window_ms: timer.window_ms,
             fpr: timer.fpr,
-            expected_keys: timer.expected_keys,
+            expected_keys: self.expected.0,
             headroom: timer.headroom,
             slices: timer.slices,
             lateness_ms: timer.lateness_ms,

@@ -98,7 +98,17 @@ impl LimitSettings {
             ));
         }
         let estimator = l.estimator.parse().map_err(|e| invalid("limit.estimator", &l.estimator, e))?;
-        let expected = if l.count_expected == 0 { filter.expected_keys } else { l.count_expected };
+        let expected = match (l.count_expected, filter.expected_keys) {
+            (0, Some(n)) => n,
+            (0, None) => {
+                return Err(invalid(
+                    "limit.count_expected",
+                    0,
+                    "needs a count of keys per window when filter.expected_keys is empty",
+                ));
+            }
+            (n, _) => n,
+        };
         // Per slice: the count keys spread over the slices as dedup keys do.
         let per_slice = expected.div_ceil(u64::from(filter.slices.max(1)));
         let spec = CountingSpec {

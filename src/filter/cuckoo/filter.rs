@@ -2,14 +2,13 @@
 //! first-test-then-set, growth beside the old table, the sweep, deletes.
 
 use super::clock::Clock;
-use super::params::{BUCKET_SLOTS, CuckooParams, DESIGN_LOAD, MAX_LEVEL, table_fpr};
+use super::growth;
+use super::params::{BUCKET_SLOTS, CuckooParams, table_fpr};
 use super::table::Table;
+use crate::filter::event::{Event, PREFETCH_DISTANCE};
 use crate::filter::hash::KeyHash;
 use crate::filter::timer::sliding::DeleteRefusal;
-
-/// A new table holds the live keys this many times over (as the timer
-/// filter's new generations do), so a steady load does not grow again.
-const HEADROOM: f64 = 1.5;
+use crate::filter::timer::sliding::PREFETCH_MIN_BYTES;
 
 /// How many ticks old a slot may be and still hold a copy delivered less
 /// than a window before `clock_ms`: a copy stamped at tick s was delivered
@@ -74,7 +73,7 @@ pub struct CuckooFilter {
 
 impl CuckooFilter {
     pub fn new(params: CuckooParams) -> Self {
-        let first = Table::new(0, params.level_buckets(0));
+        let first = Table::new(0, params.buckets);
         let counters = CuckooCounters { tables_created: 1, ..CuckooCounters::default() };
         CuckooFilter::from_parts(params, None, vec![first], counters)
     }
@@ -132,6 +131,36 @@ impl CuckooFilter {
         t.occupied() as f64 / (t.buckets() as usize * BUCKET_SLOTS) as f64
     }
 
+    /// Test-then-insert for a batch, verdicts (true: duplicate) appended to
+    /// `out` in order: exactly [`Self::observe`] on each event in turn.
+    /// While one event is judged, the buckets of the event
+    /// [`PREFETCH_DISTANCE`] places later are prefetched in every table, so
+    /// the cache misses of a batch overlap (only prefetched, never
+    /// reordered). Tables below [`PREFETCH_MIN_BYTES`] are not prefetched.
+    pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<bool>) {
+        let prefetch = self.worth_prefetching();
+        for (i, e) in events.iter().enumerate() {
+            if prefetch && let Some(ahead) = events.get(i + PREFETCH_DISTANCE) {
+                self.prefetch(&ahead.hash);
+            }
+            out.push(self.observe(&e.hash, e.time_ms));
+        }
+    }
+
+    /// Whether the tables are large enough to miss the core's own caches.
+    #[inline]
+    pub fn worth_prefetching(&self) -> bool {
+        self.memory_bytes() >= PREFETCH_MIN_BYTES
+    }
+
+    /// Prefetches the key's buckets in every table (a hint only).
+    #[inline]
+    pub fn prefetch(&self, hash: &KeyHash) {
+        for t in &self.tables {
+            t.prefetch(hash, &self.clock);
+        }
+    }
+
     /// Test-then-insert for one event at `time_ms`; true for DUPLICATE.
     #[inline]
     pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> bool {
@@ -169,30 +198,49 @@ impl CuckooFilter {
     }
 
     /// Stores a distinct key stamped `delta` ticks behind the clock in the
-    /// newest table; when it has no room, in a new larger table beside it
-    /// (at the cap on tables, in place of the oldest slot of its buckets).
+    /// table [`growth::insert_order`] offers first that has room; when none
+    /// has, in a new table sized by [`growth::grown_buckets`] (at the cap on
+    /// tables, in place of the oldest slot of its buckets in the first).
     fn insert(&mut self, hash: &KeyHash, delta: u32) {
         self.counters.distinct += 1;
         let clock = self.clock;
         let stamp = clock.stamp_behind(delta);
-        let newest = self.tables.last_mut().expect("never empty");
-        let p = newest.place(hash, &clock);
-        if newest.insert(&p, &clock, stamp, delta) {
-            return;
+        let mut order = [0u8; 64];
+        let n = match self.tables.len() {
+            1 => 1,
+            _ => growth::insert_order(&self.tables, self.live_slots(), &mut order),
+        };
+        for &i in &order[..n] {
+            let table = &mut self.tables[usize::from(i)];
+            if table.insert(&table.place(hash, &clock), &clock, stamp, delta) {
+                return;
+            }
         }
         self.counters.failed_kicks += 1;
         if self.tables.len() >= self.params.max_tables as usize {
             self.counters.forced_evictions += 1;
-            self.tables.last_mut().expect("never empty").force(&p, &clock, stamp);
+            let first = &mut self.tables[usize::from(order[0])];
+            first.force(&first.place(hash, &clock), &clock, stamp);
             return;
         }
-        let newest_level = self.tables.last().expect("never empty").level;
-        let level = self.level_for(self.live_keys() * HEADROOM).max(newest_level.saturating_add(1)).min(MAX_LEVEL);
-        self.push_table(level);
+        self.grow();
         let newest = self.tables.last_mut().expect("just pushed");
-        let p = newest.place(hash, &clock);
-        let stored = newest.insert(&p, &clock, stamp, delta);
+        let stored = newest.insert(&newest.place(hash, &clock), &clock, stamp, delta);
         debug_assert!(stored, "an empty table has room");
+    }
+
+    /// Adds a table sized from the kept keys (a scan of the stamps: growth
+    /// is rare).
+    #[cold]
+    fn grow(&mut self) {
+        let (mut kept, mut oldest) = (0, 0);
+        for t in &self.tables {
+            let (k, _, o) = t.kept_profile(&self.clock, 0);
+            kept += k;
+            oldest = oldest.max(o);
+        }
+        let total: u64 = self.tables.iter().map(|t| t.buckets() * BUCKET_SLOTS as u64).sum();
+        self.push_table(growth::grown_buckets(&self.params, kept, oldest, total));
     }
 
     /// Forgets a key: when exactly one slot of all tables holds its
@@ -282,48 +330,43 @@ impl CuckooFilter {
         self.retire();
     }
 
-    /// Drops the older tables with no slot left; lets a lone oversized
-    /// table hand over to the smallest level that holds its keys with
-    /// headroom (it then drains within W + Lt + S ticks).
+    /// Drops the emptied tables the others can do without
+    /// ([`growth::droppable`]); lets a lone oversized table hand over to a
+    /// smaller one (it then drains within W + Lt + S ticks).
     fn retire(&mut self) {
-        let before = self.tables.len();
-        let newest = before - 1;
-        let mut i = 0;
-        self.tables.retain(|t| {
-            i += 1;
-            i - 1 == newest || t.occupied() > 0
-        });
-        self.counters.tables_dropped += (before - self.tables.len()) as u64;
+        let live = self.live_slots();
+        let mut drop = growth::droppable(&self.tables, live);
+        if !drop.is_empty() {
+            drop.sort_unstable();
+            for &i in drop.iter().rev() {
+                self.tables.remove(i);
+            }
+            self.counters.tables_dropped += drop.len() as u64;
+        }
         if let [only] = self.tables.as_slice()
-            && only.level > 0
+            && growth::oversized(only, live)
         {
-            let level = self.level_for(only.occupied() as f64 * HEADROOM);
-            if level < only.level {
+            let recent = growth::recent_ticks(&self.params);
+            let buckets = growth::handover_buckets(&self.params, only.kept_profile(&self.clock, recent).1);
+            if buckets < only.buckets() {
                 if only.occupied() == 0 {
                     self.tables.clear();
                     self.counters.tables_dropped += 1;
                 }
-                self.push_table(level);
+                self.push_table(buckets);
             }
         }
     }
 
-    fn push_table(&mut self, level: u8) {
-        self.tables.push(Table::new(level, self.params.level_buckets(level)));
+    fn push_table(&mut self, buckets: u64) {
+        self.tables.push(Table::new(growth::level_of(&self.params, buckets), buckets));
         self.counters.tables_created += 1;
     }
 
-    /// Keys the tables hold (occupied slots: errs high by the expired slots
-    /// not yet swept).
-    fn live_keys(&self) -> f64 {
-        self.tables.iter().map(|t| t.occupied() as f64).sum()
-    }
-
-    /// The smallest level whose table holds `keys` at the design load.
-    fn level_for(&self, keys: f64) -> u8 {
-        (0..MAX_LEVEL)
-            .find(|&l| (self.params.level_buckets(l) * BUCKET_SLOTS as u64) as f64 * DESIGN_LOAD >= keys)
-            .unwrap_or(MAX_LEVEL)
+    /// Slots the tables hold (occupied: errs high by the expired slots not
+    /// yet swept).
+    fn live_slots(&self) -> u64 {
+        self.tables.iter().map(Table::occupied).sum()
     }
 
     #[cfg(test)]

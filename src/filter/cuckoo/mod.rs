@@ -66,22 +66,23 @@
 //!
 //! An insert that finds no free slot moves slots to their other buckets
 //! (at most 500 moves); if none finds room, every move is undone — so a
-//! failed insert forgets nothing — and the key goes into a new table
-//! beside the old ones, 4× larger per level (or sized for the live keys
-//! ×1.5 if larger). Lookups check every table; only the newest takes
-//! keys; an older table is dropped once its slots have all expired, within
-//! W + Lt + S ticks of its last insert. No rehash: fingerprints cannot be
+//! failed insert forgets nothing — and the next table is tried. Lookups
+//! check every table; a distinct key goes to the largest table with room
+//! (the least FPR per key). When none has room, a new table is added
+//! beside them, sized from the kept slots (extrapolated to a whole window
+//! while the filter has not seen one) times 1.5, less what the tables hold
+//! ([`growth`]): a load 1.5× the estimate adds a table about half the
+//! first one's size, not one 4× larger. No rehash: fingerprints cannot be
 //! moved into a table of another size (their buckets came from hash bits
-//! the slot does not keep), and need not be. A lone table larger than its
-//! keys need (×1.5 at the design load) hands over to a smaller new one and
-//! drains: the filter shrinks once a window's worth of keys has left. At
-//! the cap on tables (`filter.max_generations`) an insert with no room
-//! takes the slot with the oldest stamp of its buckets, counted as
-//! `forced_evictions`: the one way a key in the window can be forgotten.
-//!
-//! With the estimate 10× low: tables of 1, 4 and 16 units while the
-//! window fills, 21 units for 10 units of keys at the peak (2.1× the
-//! right-estimate memory for the same keys), 16 once the small tables drain.
+//! the slot does not keep), and need not be. An emptied table is dropped
+//! only while the others hold the live keys 1.5 times over (hysteresis: a
+//! burst that comes back finds its table); a lone table 3× larger than its
+//! keys need hands over to a smaller one and drains. Every decision reads
+//! only what a snapshot restores. Without an estimate the first table has
+//! [`params::START_BUCKETS`] buckets. At the cap on tables
+//! (`filter.max_generations`) an insert with no room takes the slot with
+//! the oldest stamp of its buckets, counted as `forced_evictions`: the one
+//! way a key in the window can be forgotten.
 //!
 //! # Deletes
 //!
@@ -107,6 +108,8 @@
 //!   four 13-bit fields in a `u64`).
 //! - `clock`: ticks, stamps, ages; the fingerprint of a hash.
 //! - [`table`]: one table, its inserts (kicks with roll-back) and sweep.
+//! - [`growth`]: where a key goes, how large a new table is, when one is
+//!   dropped or handed over.
 //! - [`filter`]: the tables of one slice under its clock.
 //! - [`snapshot`]: encode and decode in the envelope.
 //! - [`unite`]: the union of several slices' tables (`checkpoint merge`).
@@ -114,6 +117,7 @@
 pub mod bucket;
 mod clock;
 pub mod filter;
+pub mod growth;
 pub mod params;
 pub mod snapshot;
 pub mod table;
@@ -123,5 +127,7 @@ pub use filter::{CuckooCounters, CuckooFilter};
 pub use params::{CuckooParams, CuckooSpec};
 pub use unite::SlotsDiffer;
 
+#[cfg(test)]
+mod growth_tests;
 #[cfg(test)]
 mod tests;

@@ -26,6 +26,9 @@ pub const MAX_CLOCK_BITS: u32 = 13;
 pub const MAX_LEVEL: u8 = 6;
 /// Fewest buckets of a level-0 table.
 pub const MIN_BUCKETS: u64 = 16;
+/// Buckets of a slice's first table without an estimate (8 KiB): growth
+/// sizes the next one from the keys it sees.
+pub const START_BUCKETS: u64 = 1024;
 
 /// What a user asks of the table, for all slices together.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,8 +37,9 @@ pub struct CuckooSpec {
     pub window_ms: u64,
     /// Target false-positive rate.
     pub fpr: f64,
-    /// Distinct keys per window, all slices together.
-    pub expected_keys: u64,
+    /// Distinct keys per window, all slices together; `None`: the filter
+    /// starts small ([`START_BUCKETS`]) and sizes itself from what it sees.
+    pub expected_keys: Option<u64>,
     /// Extra capacity of the first table, as a fraction of `expected_keys`.
     pub headroom: f64,
     /// Slices the keys are spread over.
@@ -54,7 +58,7 @@ impl Default for CuckooSpec {
         CuckooSpec {
             window_ms: 600_000,
             fpr: 0.01,
-            expected_keys: 1_000_000,
+            expected_keys: Some(1_000_000),
             headroom: 0.2,
             slices: 1,
             lateness_ms: None,
@@ -97,7 +101,7 @@ impl CuckooSpec {
     /// Validates the spec and resolves a slice's parameters; errors name the
     /// setting, value and rule.
     pub fn resolve(&self) -> Result<CuckooParams, ParamError> {
-        check_window_sizing(self.window_ms, self.fpr, self.expected_keys, self.headroom, self.slices)?;
+        check_window_sizing(self.window_ms, self.fpr, self.expected_keys.unwrap_or(1), self.headroom, self.slices)?;
         if self.max_tables == 0 || self.max_tables > 64 {
             return Err(ParamError::new("max_generations", self.max_tables, "must be between 1 and 64"));
         }
@@ -127,12 +131,21 @@ impl CuckooSpec {
         let sweep_ticks = period - 1 - window_ticks - lateness_ticks;
         debug_assert!(sweep_ticks >= min_sweep);
 
-        let per_slice = (self.expected_keys as f64 * (1.0 + self.headroom) / f64::from(self.slices)).ceil();
-        // Slots hold the keys of W + Lt + 1 ticks, not W.
-        let kept = per_slice * f64::from(window_ticks + lateness_ticks + 1) / f64::from(window_ticks);
-        let buckets = (kept / (DESIGN_LOAD * BUCKET_SLOTS as f64)).ceil();
+        let buckets = match self.expected_keys {
+            Some(expected) => {
+                let per_slice = (expected as f64 * (1.0 + self.headroom) / f64::from(self.slices)).ceil();
+                // Slots hold the keys of W + Lt + 1 ticks, not W.
+                let kept = per_slice * f64::from(window_ticks + lateness_ticks + 1) / f64::from(window_ticks);
+                (kept / (DESIGN_LOAD * BUCKET_SLOTS as f64)).ceil()
+            }
+            None => START_BUCKETS as f64,
+        };
         if buckets.is_nan() || buckets > (1u64 << 38) as f64 {
-            return Err(ParamError::new("expected", self.expected_keys, "needs more than 1 TiB of slots per slice"));
+            return Err(ParamError::new(
+                "expected",
+                self.expected_keys.unwrap_or(0),
+                "needs more than 1 TiB of slots per slice",
+            ));
         }
         Ok(CuckooParams {
             seed: self.seed,

@@ -95,6 +95,15 @@ impl Table {
         Place { fp, i1, i2: self.alt(i1, fp) }
     }
 
+    /// Prefetches the key's two buckets (a hint only).
+    #[inline]
+    pub fn prefetch(&self, hash: &KeyHash, clock: &Clock) {
+        let p = self.place(hash, clock);
+        for i in [p.i1, p.i2] {
+            crate::filter::timer::cells::prefetch(self.words[i as usize..].as_ptr().cast());
+        }
+    }
+
     /// The other bucket of a fingerprint in bucket `i`.
     #[inline]
     fn alt(&self, i: u64, fp: u16) -> u64 {
@@ -277,6 +286,24 @@ impl Table {
     pub fn clear(&mut self) {
         self.words.fill(0);
         self.occupied = 0;
+    }
+
+    /// Slots kept at the clock (at most W + Lt ticks old), those at most
+    /// `recent` ticks old, and the age of the oldest (0 when none is): a
+    /// scan of the stamps.
+    pub fn kept_profile(&self, clock: &Clock, recent: u32) -> (u64, u64, u32) {
+        let (mut kept, mut young, mut oldest) = (0, 0, 0);
+        for &w in &self.words {
+            for k in 0..BUCKET_SLOTS {
+                let age = clock.age(bucket::field(w, k));
+                if age <= clock.retain {
+                    kept += 1;
+                    young += u64::from(age <= recent);
+                    oldest = oldest.max(age);
+                }
+            }
+        }
+        (kept, young, oldest)
     }
 
     /// Slots alive at the clock (for the FPR estimate); a scan of the stamps.

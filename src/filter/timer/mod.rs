@@ -21,6 +21,7 @@ pub(crate) mod cells;
 mod clock;
 pub mod copy;
 pub mod generation;
+mod growth;
 pub mod sizing;
 pub mod sliced;
 pub mod sliding;

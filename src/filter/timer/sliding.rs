@@ -24,7 +24,7 @@ use super::generation::{CellWrites, Generation, Judged, Run, Untold};
 use super::sizing;
 pub use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use crate::filter::hash::KeyHash;
-use crate::filter::params::{FilterParams, Growth, MAX_LEVEL};
+use crate::filter::params::FilterParams;
 
 /// Why [`SlidingFilter::delete`] refused to remove a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -185,8 +185,7 @@ impl SlidingFilter {
         let end = self.generations[0].observe_run(events, &run, judged);
         self.clock_ms = Some(clock_ms);
         if end.filled {
-            let level = self.level_for(self.live_keys() * HEADROOM);
-            self.push_generation(level);
+            self.grow();
         }
         end.handled
     }
@@ -257,7 +256,8 @@ impl SlidingFilter {
     }
 
     /// The second half of test-then-insert for a distinct event: counts it,
-    /// lets `insert` set its cells in the newest generation (at the current
+    /// lets `insert` set its cells in the generation [`Self::insert_target`]
+    /// picks (at the current
     /// clock, with its alive table), and adds a generation when that insert
     /// fills the newest one (at the cap, counts the insert as saturated
     /// instead). One path for the ordinary, late, pipelined and vertically
@@ -266,15 +266,13 @@ impl SlidingFilter {
     pub(crate) fn insert_distinct(&mut self, insert: impl FnOnce(&mut Generation, &Now, &AliveTable)) -> Verdict {
         self.counters.distinct += 1;
         let at_cap = self.generations.len() >= self.params.max_generations as usize;
-        let growth = self.params.growth;
-        let newest = self.generations.last_mut().expect("never empty");
-        if at_cap && growth != Growth::None && newest.is_full(growth) {
+        if at_cap && self.all_full() {
             self.counters.saturated_inserts += 1;
         }
-        insert(newest, &self.now, &self.alive);
-        if !at_cap && newest.is_full(growth) {
-            let level = self.level_for(self.live_keys() * HEADROOM);
-            self.push_generation(level);
+        let target = self.insert_target();
+        insert(&mut self.generations[target], &self.now, &self.alive);
+        if !at_cap && self.all_full() {
+            self.grow();
         }
         Verdict::Distinct
     }
@@ -471,80 +469,17 @@ impl SlidingFilter {
             .map(|(i, g)| (i, g.probe(hash, k, now)))
             .find(|(_, p)| p.alive == k && p.equal >= equal_min)
     }
-
-    fn push_generation(&mut self, level: u8) {
-        self.generations.push(Generation::new(level, &self.params));
-        self.counters.generations_created += 1;
-        self.counters.generations_max = self.counters.generations_max.max(self.generations.len() as u32);
-    }
-
-    /// Keys the live cells of all generations stand for.
-    fn live_keys(&self) -> f64 {
-        self.generations.iter().map(|g| g.estimated_keys(self.params.hashes)).sum()
-    }
-
-    /// The smallest level whose generation holds `keys` at its target FPR
-    /// (the top level if none does).
-    fn level_for(&self, keys: f64) -> u8 {
-        let p = &self.params;
-        (0..MAX_LEVEL)
-            .find(|&l| sizing::cardinality_threshold(p.level_cells(l), p.hashes, p.level_fpr(l)) >= keys)
-            .unwrap_or(MAX_LEVEL)
-    }
-
-    /// Drops generations with no live cell, and lets a lone oversized
-    /// generation hand over to the smallest level that holds its load with a
-    /// margin (it then expires within a window).
-    fn retire<W: CellWrites>(&mut self, writes: &mut W) {
-        let before = self.generations.len();
-        let newest = before - 1;
-        let mut i = 0;
-        self.generations.retain(|g| {
-            i += 1;
-            let keep = i - 1 == newest || g.live_cells() > 0;
-            if !keep {
-                writes.dropping(g);
-            }
-            keep
-        });
-        self.counters.generations_dropped += (before - self.generations.len()) as u64;
-
-        if let [only] = self.generations.as_slice()
-            && only.level > 0
-        {
-            if only.live_cells() == 0 {
-                writes.dropping(only);
-                self.generations.clear();
-                self.counters.generations_dropped += 1;
-                self.push_generation(0);
-            } else if self.params.max_generations > 1 {
-                let fits = self.level_for(self.live_keys() * HANDOVER_MARGIN);
-                if self.params.level_cells(fits) < self.generations[0].cells() {
-                    self.push_generation(fits);
-                }
-            }
-        }
-    }
 }
 
 /// Cells below this many bytes (per slice) are assumed to stay in the core's
 /// L2 cache, and batches are not prefetched.
 pub const PREFETCH_MIN_BYTES: usize = 1 << 20;
 
-/// A new generation (the newest is full) is sized for the live keys times
-/// this: room for a load that is still rising.
-const HEADROOM: f64 = 1.5;
-
-/// A lone oversized generation hands over to a smaller level that holds the
-/// live keys times this. Smaller than `HEADROOM`, and the gap between the two
-/// is the hysteresis that keeps a slice from handing over back and forth.
-const HANDOVER_MARGIN: f64 = 1.1;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::filter::hash::DEFAULT_SEED;
-    use crate::filter::params::FilterSpec;
+    use crate::filter::params::{FilterSpec, Growth};
 
     fn filter(spec: FilterSpec) -> SlidingFilter {
         SlidingFilter::new(spec.resolve().unwrap())

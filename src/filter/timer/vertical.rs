@@ -313,9 +313,8 @@ impl VerticalFilter {
         let blocked = filter.params().layout == Layout::Blocked;
         let read = filter.generations().len();
         overrides.begin(events.len() * k);
-        // Only the newest generation at the start of the round, and those
-        // added during it, take writes.
-        let mut view = RoundView { reads, overrides, read, written_from: read - 1, k, slot: 0 };
+        // Any generation may take writes (the largest with room does).
+        let mut view = RoundView { reads, overrides, read, written_from: 0, k, slot: 0 };
         let mut at = [0usize; MAX_HASHES as usize];
         let mut values = [0u32; MAX_HASHES as usize];
         for (n, e) in events.iter().enumerate() {
@@ -333,7 +332,7 @@ impl VerticalFilter {
                 out.push(filter.count_duplicate(equal));
                 continue;
             }
-            let g = filter.generations().len() - 1;
+            let g = filter.insert_target();
             out.push(filter.insert_distinct(|newest, now, _| {
                 positions(&e.hash, newest.cells(), blocked, k, &mut at);
                 for (j, &cell) in at[..k].iter().enumerate() {

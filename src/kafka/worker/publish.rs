@@ -96,6 +96,8 @@ fn publish_filter(m: &Metrics, label: &str, owned: &mut OwnedSlice) -> FilterFig
     m.filter_density.with_label_values(&[label]).set(f.density);
     m.filter_generations.with_label_values(&[label]).set(f.generations as i64);
     m.filter_memory_bytes.with_label_values(&[label]).set(f.memory_bytes as i64);
+    let peak = m.filter_memory_bytes_peak.with_label_values(&[label]);
+    peak.set(peak.get().max(f.memory_bytes as i64));
     m.filter_estimated_fpr.with_label_values(&[label]).set(f.estimated_fpr);
     f
 }
