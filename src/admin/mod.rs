@@ -9,19 +9,22 @@
 //! - the key endpoints, which reveal whether a key was seen (or, later,
 //!   change keys): `/v1/lookup`. They answer 404 unless
 //!   `admin.key_endpoints` allows them, and then only with the bearer token
-//!   ([`access`]). The other key endpoints — `DELETE /v1/keys/{key}` and
-//!   each feature's `/v1/<name>` ([`FeatureLookup`]) — go into `key_routes`.
+//!   ([`access`]). The features' key endpoints — each one's `/v1/<name>`
+//!   ([`FeatureLookup`]) and the routes a feature brings (`DELETE
+//!   /v1/keys/{key}`, answered by a [`KeyActionFn`]) — go into `key_routes`.
 //!
 //! The limits ([`Limits`]) are tower layers here and hyper settings in
 //! [`server`]; docs/security.md lists them.
 //!
-//! Files: `answer.rs` (plain-text and JSON answers), `status.rs` (what the slice workers share with the endpoint),
-//! `limits.rs` ([`Limits`]), `routes.rs` (the routes and handlers),
-//! `access.rs` (the bearer token), `server.rs` (the HTTP server).
+//! Files: `answer.rs` (plain-text and JSON answers), `request.rs` (the key
+//! a request names), `status.rs` (what the slice workers share with the
+//! endpoint), `limits.rs` ([`Limits`]), `routes.rs` (the routes and
+//! handlers), `access.rs` (the bearer token), `server.rs` (the HTTP server).
 
 pub mod access;
 mod answer;
 mod limits;
+pub mod request;
 mod routes;
 pub mod server;
 mod status;
@@ -36,9 +39,10 @@ use crate::metrics::Metrics;
 use access::Access;
 pub use limits::Limits;
 pub use routes::{health_router, router};
+pub use answer::{json, text};
 pub use status::{
-    BROKER_SILENCE_NOT_READY, Busy, DeleteBoard, DeleteFn, FeatureLookup, LOOKUP_WAIT, LookupFn,
-    REGISTRY_OUTAGE_NOT_READY, SliceStatus, Status, lock_within,
+    BROKER_SILENCE_NOT_READY, Busy, FeatureLookup, KeyActionFn, LOOKUP_WAIT, LookupFn, REGISTRY_OUTAGE_NOT_READY,
+    SliceStatus, Status, lock_within,
 };
 
 /// The address a request came from, put into its extensions by [`server`].

@@ -327,6 +327,7 @@ fn worker_setup(
         input_counter: (cfg.slicing == SlicingMode::InputPartitions)
             .then(|| metrics.input_counter(&cfg.settings.input.topics[0])),
         on_distinct: crate::features::on_distinct(cfg, started.seed)?,
+        requests_applied: std::sync::OnceLock::new(),
         record_limits: started.limits.clone(),
         stages: crate::features::stage_setups(&cfg.stages),
         routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),

@@ -109,7 +109,7 @@ pub enum SlicingMode {
     InputPartitions,
     /// One slice judges every input partition with no copy of the records:
     /// the router writes only the order it read them in (read-order
-    /// records, [`crate::features::shared::read_order`]) into `<app.id>.slices`, and
+    /// records, [`crate::kafka::slice_log::read_order`]) into `<app.id>.slices`, and
     /// the slice re-reads the records it names from the input
     /// (docs/shared-mode.md).
     Shared,

@@ -9,11 +9,14 @@ use std::sync::Arc;
 
 use super::lookups::KeyLookup;
 use super::stages::StagesSetup;
+use crate::admin::{KeyActionFn, Status};
 use crate::config::Resolved;
 use crate::engine::slice::stage::StageSetup;
 use crate::engine::{Extractor, RecordView, SliceState};
+use crate::filter::DeleteRefusal;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::producer::OutputProducer;
+use crate::kafka::slice_log::read_order::NamedRecords;
 use crate::metrics::Metrics;
 
 /// A feature (its folder in `src/features/`).
@@ -40,17 +43,71 @@ pub trait Feature: Sync {
     /// Publishes its figures of one slice (`label`) to the metrics, whether
     /// it is on or not (every documented metric is exported). Its counters
     /// go as increments over what `published` holds under their names.
-    fn publish(&self, _metrics: &Metrics, _label: &str, _state: &SliceState, _published: &mut PublishedCounts) {}
+    fn publish(&self, _cfg: &Resolved, _slice: &SlicePublish<'_>, _published: &mut PublishedCounts) {}
 
     /// A slice was restored: its counters as restored count as published
     /// (a restart does not count them again).
     fn restored(&self, _state: &SliceState, _published: &mut PublishedCounts) {}
+
+    /// Its routes on the admin endpoint, behind the key guard (their state:
+    /// the status the slice workers share with the endpoint).
+    fn admin_routes(&self) -> Option<axum::Router<Arc<Status>>> {
+        None
+    }
+
+    /// Its key action (answering a route of [`Self::admin_routes`]), made
+    /// by a slice worker once it runs.
+    fn key_action(&self, _worker: &WorkerView<'_>) -> Result<Option<KeyAction>, KafkaLayerError> {
+        Ok(None)
+    }
+
+    /// The reader of the input records its slice log's read orders name
+    /// (a slice worker makes one; `missing` counts records found gone).
+    fn named_records(
+        &self,
+        _cfg: &Resolved,
+        _missing: &prometheus::IntCounter,
+    ) -> Result<Option<Box<dyn NamedRecords>>, KafkaLayerError> {
+        Ok(None)
+    }
 
     /// Its part in the outputs of every distinct judgment, if its settings
     /// ask for one (`seed`: the filter's hash seed).
     fn on_distinct(&self, _cfg: &Resolved, _seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
         Ok(None)
     }
+}
+
+/// What a feature's key action is made from: the worker's settings and
+/// slice log, and whether it owns a slice now.
+pub struct WorkerView<'a> {
+    pub cfg: &'a Resolved,
+    /// The filter's hash seed (a key's slice).
+    pub seed: u64,
+    /// Whether the filter can delete keys.
+    pub deletable: bool,
+    pub slice_topic: &'a str,
+    /// Whether this worker owns `slice` now.
+    pub owns: Arc<dyn Fn(u32) -> bool + Send + Sync>,
+}
+
+/// A feature's action on a key through the slice log: the admin route's
+/// answer, and what the slice worker calls once it has applied a request
+/// of the slice log (`slice`, slice-log offset, outcome).
+pub struct KeyAction {
+    pub answer: KeyActionFn,
+    pub applied: AppliedFn,
+}
+
+/// Called by the slice worker with a request it applied.
+pub type AppliedFn = Arc<dyn Fn(u32, u64, Result<(), DeleteRefusal>) + Send + Sync>;
+
+/// One slice's figures as a feature publishes them.
+pub struct SlicePublish<'a> {
+    pub metrics: &'a Metrics,
+    /// The slice's label.
+    pub label: &'a str,
+    pub state: &'a SliceState,
 }
 
 /// The features' counters of one slice already published, by metric name.

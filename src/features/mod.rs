@@ -49,7 +49,8 @@ use crate::admin::{FeatureLookup, Status};
 use crate::config::Resolved;
 use crate::engine::slice::stages::StageSetups;
 use crate::kafka::KafkaLayerError;
-use feature::{Feature, OnDistinct};
+use crate::kafka::slice_log::read_order::NamedRecords;
+use feature::{Feature, KeyAction, OnDistinct, WorkerView};
 use lookups::KeyLookup;
 use stages::StagesSetup;
 
@@ -98,4 +99,35 @@ pub fn on_distinct(cfg: &Resolved, seed: u64) -> Result<Option<Box<dyn OnDistinc
         }
     }
     Ok(None)
+}
+
+/// The reader of the input records the slice log's read orders name, if
+/// the settings put read orders there.
+pub fn named_records(
+    cfg: &Resolved,
+    missing: &prometheus::IntCounter,
+) -> Result<Option<Box<dyn NamedRecords>>, KafkaLayerError> {
+    for feature in FEATURES {
+        if let Some(reader) = feature.named_records(cfg, missing)? {
+            return Ok(Some(reader));
+        }
+    }
+    Ok(None)
+}
+
+/// The features' routes on the admin endpoint (behind its key guard).
+pub fn admin_routes<S: Clone + Send + Sync + 'static>(status: &Arc<Status>) -> axum::Router<S> {
+    let routes = FEATURES.iter().filter_map(|f| f.admin_routes());
+    routes.fold(axum::Router::new(), |all, routes| all.merge(routes.with_state(status.clone())))
+}
+
+/// The features' key actions of a slice worker, by feature name.
+pub fn key_actions(worker: &WorkerView<'_>) -> Result<Vec<(&'static str, KeyAction)>, KafkaLayerError> {
+    let mut actions = Vec::new();
+    for feature in FEATURES {
+        if let Some(action) = feature.key_action(worker)? {
+            actions.push((feature.name(), action));
+        }
+    }
+    Ok(actions)
 }

@@ -70,7 +70,7 @@ pub const POLICY: &str = "dedupd.policy";
 /// record at the tail: judgments up to it are replayed silently.
 pub const POLICY_AFTER: &str = "dedupd.policy.after";
 /// On slice-log records a router writes in `slicing.mode = "shared"`: the
-/// payload is a read-order record ([`crate::features::shared::read_order`]) naming
+/// payload is a read-order record ([`crate::kafka::slice_log::read_order`]) naming
 /// the input records, in the order the slice is to judge them, that the
 /// router read since its last one. The value of the header is empty.
 pub const READ_ORDER: &str = "dedupd.read_order";

@@ -8,11 +8,14 @@
 //! - Stage: `SliceState::delete` (`engine/slice/state.rs`), which clears
 //!   the key's cells in the filter family (`filter/`).
 //! - Kafka part: [`requests`] — the control record written to the slice
-//!   log, and the wait for the outcome the slice posts.
-//! - Where the core calls it: `kafka/worker/mod.rs` builds the endpoint's
-//!   delete function; `kafka/worker/records.rs` applies a delete record and
-//!   posts its outcome; `admin/` serves the endpoint.
+//!   log, and the wait for the outcome the slice posts on the [`board`].
+//! - Admin route: [`endpoint`] — `DELETE /v1/keys/{key}` and its log line.
+//! - How the core calls it ([`feature`]): the admin endpoint serves its
+//!   route; each slice worker makes its key action (the answer, and where
+//!   the slice posts the outcome of a delete record it applied).
 
+pub mod board;
+pub mod endpoint;
 pub mod feature;
 pub mod requests;
 pub mod settings;

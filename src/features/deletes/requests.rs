@@ -32,8 +32,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
 use serde_json::json;
 
-use crate::admin::{DeleteBoard, DeleteFn};
-use crate::config::{Resolved, SlicingMode};
+use super::board::DeleteBoard;
+use crate::admin::KeyActionFn;
+use crate::config::SlicingMode;
+use crate::features::feature::WorkerView;
 use crate::filter::{DeleteRefusal, KeyHash};
 use crate::kafka::{Context, KafkaLayerError, clients, headers};
 
@@ -56,16 +58,11 @@ impl ProducerContext for Delivered {
     }
 }
 
-/// The `DELETE /v1/keys/{key}` answer, for [`crate::admin::Status::delete`].
-/// `owns` tells whether this process owns a slice now.
-pub fn delete_fn(
-    cfg: &Resolved,
-    seed: u64,
-    deletable: bool,
-    slice_topic: &str,
-    board: Arc<crate::admin::Status>,
-    owns: impl Fn(u32) -> bool + Send + Sync + 'static,
-) -> Result<DeleteFn, KafkaLayerError> {
+/// The `DELETE /v1/keys/{key}` answer ([`crate::admin::Status::key_actions`]),
+/// waiting on `board` for the outcome the slice posts.
+pub fn delete_fn(worker: &WorkerView<'_>, board: Arc<DeleteBoard>) -> Result<KeyActionFn, KafkaLayerError> {
+    let WorkerView { cfg, seed, deletable, slice_topic, .. } = *worker;
+    let owns = worker.owns.clone();
     let id = &cfg.settings.app.id;
     let producer: ThreadedProducer<Delivered> = clients::producer(cfg, &format!("{id}-deletes"))
         .create_with_context(Delivered)
@@ -91,7 +88,7 @@ pub fn delete_fn(
             }
             Sent::Unconfirmed => return unconfirmed(key, slice, &topic),
         };
-        let waited = owns(slice).then(|| board.deletes.wait(slice, offset, SLICE_WAIT)).flatten();
+        let waited = owns(slice).then(|| board.wait(slice, offset, SLICE_WAIT)).flatten();
         answer(key, slice, offset, waited)
     }))
 }

@@ -3,12 +3,11 @@
 use std::sync::Arc;
 
 use super::stage::SliceCounting;
-use crate::engine::SliceState;
+use crate::config::Resolved;
 use crate::engine::slice::stage::StageSetup;
-use crate::features::feature::{Feature, PublishedCounts};
+use crate::features::feature::{Feature, PublishedCounts, SlicePublish};
 use crate::features::lookups::KeyLookup;
 use crate::features::stages::StagesSetup;
-use crate::metrics::Metrics;
 
 /// The feature as the core plugs it in.
 pub struct LimitsFeature;
@@ -26,8 +25,8 @@ impl Feature for LimitsFeature {
         Some(&super::lookup::COUNT)
     }
 
-    fn publish(&self, metrics: &Metrics, label: &str, state: &SliceState, _published: &mut PublishedCounts) {
-        let false_positive = state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
-        metrics.limit_false_positive.with_label_values(&[label]).set(false_positive);
+    fn publish(&self, _cfg: &Resolved, slice: &SlicePublish<'_>, _published: &mut PublishedCounts) {
+        let false_positive = slice.state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
+        slice.metrics.limit_false_positive.with_label_values(&[slice.label]).set(false_positive);
     }
 }

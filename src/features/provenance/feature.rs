@@ -4,11 +4,11 @@ use std::sync::Arc;
 
 use super::stage::SliceProvenance;
 use crate::engine::SliceState;
+use crate::config::Resolved;
 use crate::engine::slice::stage::StageSetup;
-use crate::features::feature::{Feature, PublishedCounts};
+use crate::features::feature::{Feature, PublishedCounts, SlicePublish};
 use crate::features::lookups::KeyLookup;
 use crate::features::stages::StagesSetup;
-use crate::metrics::Metrics;
 
 /// `dedupd_provenance_dropped_total`'s name in [`PublishedCounts`].
 const DROPPED: &str = "provenance_dropped";
@@ -29,7 +29,8 @@ impl Feature for ProvenanceFeature {
         Some(&super::lookup::PROVENANCE)
     }
 
-    fn publish(&self, metrics: &Metrics, label: &str, state: &SliceState, published: &mut PublishedCounts) {
+    fn publish(&self, _cfg: &Resolved, slice: &SlicePublish<'_>, published: &mut PublishedCounts) {
+        let SlicePublish { metrics, label, state } = *slice;
         let provenance = state.stages.get::<SliceProvenance>();
         if let Some(p) = provenance {
             let dropped = p.sources.dropped();

@@ -6,15 +6,14 @@
 //!   `config/sections.rs`); what shared mode asks of the other settings is
 //!   in [`settings`] (its rule on `availability.policy` is with that
 //!   policy's).
-//! - Stage (engine layer, deterministic): [`read_order`] — the read-order
-//!   records and the virtual positions they give.
 //! - Kafka part: [`reader`] — the slice's reader of the input records the
-//!   read order names.
-//! - Where the core calls it: `kafka/router/route.rs` (writes the read
-//!   order), `kafka/worker/records.rs` and `kafka/worker/setup.rs` (read
-//!   it), `kafka/restore/restorer.rs` (replays it).
+//!   read order names ([`feature`] hands it to the slice worker).
+//! - The read-order records themselves, and the virtual positions they
+//!   give, are a form of the slice log (`kafka/slice_log/read_order.rs`):
+//!   the router writes them when the slice log holds read orders
+//!   (`kafka/slice_log/mod.rs`, `Holds`), the slice worker and the restore
+//!   read them.
 
 pub mod feature;
-pub mod read_order;
 pub mod reader;
 pub mod settings;

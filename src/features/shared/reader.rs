@@ -25,6 +25,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext};
+use crate::kafka::slice_log::read_order::NamedRecords;
 use crate::kafka::{Context, KafkaLayerError};
 
 /// How long a named record may take to come before the slice gives up (the
@@ -153,5 +154,18 @@ impl InputReader {
                 Ok(())
             }
         }
+    }
+}
+
+impl NamedRecords for InputReader {
+    fn read_run(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        count: u32,
+        each: &mut dyn FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+    ) -> Result<(), KafkaLayerError> {
+        InputReader::read_run(self, topic, partition, first, count, each)
     }
 }

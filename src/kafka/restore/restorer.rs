@@ -12,7 +12,8 @@ use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::slice as slice_codec;
 use crate::engine::slice::stages::StageSetups;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
-use crate::features::shared::read_order::{self, ReadOrder};
+use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::read_order::{self, ReadOrder};
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
@@ -83,9 +84,11 @@ pub struct Restorer<'a> {
     /// `app.id`: the bounds are read from this application's records only
     /// ([`read_tail`]).
     pub app: &'a str,
-    /// A dense tree's leaf: its `app.id`, which its outputs carry in the
-    /// shared parent topic (see [`read_tail`]); `None` otherwise.
-    pub leaf: Option<&'a str>,
+    /// The header (name, value) every output record carries when the
+    /// output topic is written by others too (a dense tree's leaf: its
+    /// `app.id`, in the parent's topic): the bounds count only records
+    /// that carry it (see [`read_tail`]); `None` otherwise.
+    pub output_mark: Option<(&'a str, &'a str)>,
     /// The stages restored with the slice.
     pub stages: &'a StageSetups,
     /// `dedupd_restore_bounds_ignored_total` (`Restorer::checked`).
@@ -149,9 +152,9 @@ impl Restorer<'_> {
                 continue;
             }
             // Only the output topic is a dense leaf's parent's input, shared by leaves.
-            let leaf = self.leaf.filter(|_| dest == Destination::Output);
+            let mark = self.output_mark.filter(|_| dest == Destination::Output);
             let mut sent = Sent::default();
-            let tail = read_tail(self.reader, topic, slice as i32, self.app, leaf, dest.shared_with_router())?;
+            let tail = read_tail(self.reader, topic, slice as i32, self.app, mark, dest.shared_with_router())?;
             for mut record in tail {
                 if dest == Destination::Flags {
                     record.policy = None; // flags never carry policy headers
@@ -225,10 +228,7 @@ impl Restorer<'_> {
 
     /// The end of the slice log if `pos` lies at or beyond it, else `None`.
     fn beyond_end(&self, slice: u32, pos: ReleasePos, end: &mut LogEnd) -> Result<Option<u64>, KafkaLayerError> {
-        let offset = match self.slicing {
-            SlicingMode::Shared => read_order::log_offset(pos.after),
-            _ => pos.after,
-        };
+        let offset = Holds::of(self.slicing).log_position(pos.after);
         if offset < self.listed_end(slice, end)? {
             return Ok(None);
         }
@@ -404,10 +404,7 @@ impl Restorer<'_> {
         if self.start_at_end && *from == RestoredFrom::Empty && *bounds == ReplayBounds::default() {
             first = first.max(self.exact_end(slice, end)?);
         }
-        let start = match self.slicing {
-            SlicingMode::Shared => read_order::position(first, 0),
-            _ => first,
-        };
+        let start = Holds::of(self.slicing).slice_position(first);
         let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
         fresh.set_stages(self.stages);
         Ok(fresh)
@@ -448,7 +445,7 @@ impl Restorer<'_> {
             let header_list = crate::kafka::headers::pairs(&m);
             let view = RecordView {
                 key: m.key(),
-                payload: crate::kafka::slice_log::parts(self.slicing, &m).payload.unwrap_or_default(),
+                payload: crate::kafka::slice_log::parts(Holds::of(self.slicing), &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
                 decoder: self.decoder,

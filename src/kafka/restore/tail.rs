@@ -69,19 +69,20 @@ impl Written {
 /// `dedupd.app` (written by builds that did not name their application)
 /// are taken as the application's own. With `shared_with_router` (the
 /// router's dead letters, which carry no release position) the scan goes
-/// on back until a slice's record is found. With `leaf` (a dense tree's
-/// leaf, whose parent topic other leaves write too), the whole partition,
-/// the records that name this leaf.
+/// on back until a slice's record is found. With `mark` (the header its
+/// outputs carry in a topic others write too: a dense tree's leaf's
+/// `app.id` in its parent's topic), the whole partition, the records that
+/// carry it.
 pub fn read_tail(
     reader: &Reader,
     topic: &str,
     partition: i32,
     app: &str,
-    leaf: Option<&str>,
+    mark: Option<(&str, &str)>,
     shared_with_router: bool,
 ) -> Result<Vec<Written>, KafkaLayerError> {
-    let mut scan = TailScan { app, leaf, shared_with_router, found: Vec::new(), own: 0, unmarked: None };
-    if leaf.is_some() {
+    let mut scan = TailScan { app, mark, shared_with_router, found: Vec::new(), own: 0, unmarked: None };
+    if mark.is_some() {
         read_partition(reader, topic, partition, ReadFrom::Start, |o, _, _, m| scan.take(o, m))?;
     } else {
         let (low, high) = reader
@@ -114,7 +115,7 @@ pub fn read_tail(
 /// What [`read_tail`] has found so far.
 struct TailScan<'a> {
     app: &'a str,
-    leaf: Option<&'a str>,
+    mark: Option<(&'a str, &'a str)>,
     shared_with_router: bool,
     found: Vec<Written>,
     /// Records of this application read (with a release position or not).
@@ -133,8 +134,8 @@ impl TailScan<'_> {
 
     fn take(&mut self, offset: i64, m: &rdkafka::message::BorrowedMessage<'_>) {
         let header = |name: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == name)).and_then(|h| h.value);
-        if let Some(id) = self.leaf
-            && header(crate::features::tiers::io::LEAF) != Some(id.as_bytes())
+        if let Some((name, value)) = self.mark
+            && header(name) != Some(value.as_bytes())
         {
             return;
         }

@@ -32,9 +32,9 @@ struct Candidate {
     mark: SentMark,
 }
 
-/// Shared between the router loop and its rebalance callbacks.
+/// CommitBook between the router loop and its rebalance callbacks.
 #[derive(Default)]
-pub(super) struct Shared {
+pub(super) struct CommitBook {
     /// Routed since the last candidate was taken.
     pub(super) pending: Pending,
     /// Oldest first.
@@ -50,7 +50,7 @@ pub(super) struct Shared {
 pub(super) fn commit_all<C: ConsumerContext>(
     setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
-    shared: &Mutex<Shared>,
+    book: &Mutex<CommitBook>,
     only: Option<&[PartitionId]>,
 ) -> Result<(), KafkaLayerError> {
     setup.producer.flush(FLUSH_TIMEOUT).context(|| "router: flushing slice records".into())?;
@@ -59,10 +59,10 @@ pub(super) fn commit_all<C: ConsumerContext>(
     }
     let chosen =
         |(topic, partition): &PartitionId| only.is_none_or(|o| o.iter().any(|(t, p)| t == topic && p == partition));
-    let mut shared = shared.lock().expect("router lock");
+    let mut book = book.lock().expect("router lock");
     let mut latest = Pending::new();
     // Oldest first, so the newest offset of each partition wins.
-    let Shared { pending, candidates, .. } = &mut *shared;
+    let CommitBook { pending, candidates, .. } = &mut *book;
     for offsets in candidates.iter_mut().map(|c| &mut c.offsets).chain(std::iter::once(pending)) {
         offsets.retain(|id, next| {
             if chosen(id) {
@@ -71,7 +71,7 @@ pub(super) fn commit_all<C: ConsumerContext>(
             !chosen(id)
         });
     }
-    drop(shared);
+    drop(book);
     commit_offsets(consumer, &latest, CommitMode::Sync)
 }
 
@@ -80,13 +80,13 @@ pub(super) fn commit_all<C: ConsumerContext>(
 pub(super) fn commit_acknowledged<C: ConsumerContext>(
     setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
-    shared: &Mutex<Shared>,
+    book: &Mutex<CommitBook>,
     new_candidate: bool,
 ) -> Result<(), KafkaLayerError> {
     let counts = setup.producer.context().counts();
     let mut latest = Pending::new();
     {
-        let mut s = shared.lock().expect("router lock");
+        let mut s = book.lock().expect("router lock");
         if new_candidate && !s.pending.is_empty() {
             let offsets = std::mem::take(&mut s.pending);
             s.candidates.push_back(Candidate { offsets, mark: counts.mark(None) });

@@ -1,6 +1,6 @@
 //! The router consumer's context: before partitions are revoked, everything
 //! routed from them is delivered and committed; the loop learns of
-//! assignments and revocations through [`Shared`].
+//! assignments and revocations through [`CommitBook`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,7 +10,7 @@ use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 
-use super::commits::{Shared, commit_all};
+use super::commits::{CommitBook, commit_all};
 use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::clients;
 use crate::kafka::join::JoinWatch;
@@ -19,10 +19,10 @@ use crate::kafka::statistics::{InputLag, Statistics};
 /// The router consumer's context (see the module documentation).
 pub(super) struct RouterContext {
     pub(super) setup: Arc<RouterSetup>,
-    pub(super) shared: Arc<Mutex<Shared>>,
+    pub(super) book: Arc<Mutex<CommitBook>>,
     pub(super) join: JoinWatch,
     /// Set by the rebalance callbacks (which run inside `poll`, on the
-    /// router's thread): the loop then looks at `Shared`'s assignment lists,
+    /// router's thread): the loop then looks at `CommitBook`'s assignment lists,
     /// and not under the lock for every record.
     pub(super) rebalanced: AtomicBool,
     /// `dedupd_input_lag`: the router's group reads the input.
@@ -53,10 +53,10 @@ impl ConsumerContext for RouterContext {
             // Hand over cleanly: everything routed so far is delivered and committed.
             let revoked: Vec<PartitionId> =
                 tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
-            if let Err(e) = commit_all(&self.setup, consumer, &self.shared, Some(&revoked)) {
+            if let Err(e) = commit_all(&self.setup, consumer, &self.book, Some(&revoked)) {
                 log::warn!("router: committing before a rebalance: {e}");
             }
-            self.shared.lock().expect("router lock").revoked.extend(revoked);
+            self.book.lock().expect("router lock").revoked.extend(revoked);
             self.rebalanced.store(true, Ordering::Relaxed);
         }
     }
@@ -67,7 +67,7 @@ impl ConsumerContext for RouterContext {
             let named: Vec<(&str, i32)> = elements.iter().map(|e| (e.topic(), e.partition())).collect();
             self.join.assigned(&named);
             let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
-            self.shared.lock().expect("router lock").assigned.extend(assigned);
+            self.book.lock().expect("router lock").assigned.extend(assigned);
             self.rebalanced.store(true, Ordering::Relaxed);
         }
     }

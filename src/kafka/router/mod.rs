@@ -76,7 +76,7 @@ use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
-use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, Shared, commit_acknowledged, commit_all};
+use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_all};
 use context::RouterContext;
 use lanes::{Full, Lane, Read, set_paused};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
@@ -147,20 +147,20 @@ fn producer_failed(setup: &RouterSetup) -> bool {
 /// The router loop; returns when `stop` is set (after a final commit) or on a fatal error.
 pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLayerError> {
     super::name_thread("dedupd-router");
-    let shared = Arc::new(Mutex::new(Shared::default()));
-    let consumer = subscribe(&setup, &shared)?;
+    let book = Arc::new(Mutex::new(CommitBook::default()));
+    let consumer = subscribe(&setup, &book)?;
     let mut router = Router::new(&setup, &consumer);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Err(e) = router.turn(&consumer, &shared) {
+        if let Err(e) = router.turn(&consumer, &book) {
             break Err(e);
         }
     };
     drop(router);
     if result.is_ok() {
-        commit_all(&setup, &consumer, &shared, None)?;
+        commit_all(&setup, &consumer, &book, None)?;
     }
     drop(consumer);
     result
@@ -169,7 +169,7 @@ pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
 /// The router consumer, subscribed to the input topics.
 fn subscribe(
     setup: &Arc<RouterSetup>,
-    shared: &Arc<Mutex<Shared>>,
+    book: &Arc<Mutex<CommitBook>>,
 ) -> Result<BaseConsumer<RouterContext>, KafkaLayerError> {
     let id = &setup.cfg.settings.app.id;
     let group = format!("{id}.router");
@@ -184,7 +184,7 @@ fn subscribe(
     let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone(), &setup.cfg, &setup.metrics);
     let context = RouterContext {
         setup: setup.clone(),
-        shared: shared.clone(),
+        book: book.clone(),
         join,
         rebalanced: AtomicBool::new(false),
         input_lag,
@@ -250,7 +250,7 @@ impl<'c> Router<'c> {
     fn turn(
         &mut self,
         consumer: &'c BaseConsumer<RouterContext>,
-        shared: &Mutex<Shared>,
+        book: &Mutex<CommitBook>,
     ) -> Result<(), KafkaLayerError> {
         let mut polled = consumer.poll(Duration::from_millis(10));
         let now = Instant::now();
@@ -262,7 +262,7 @@ impl<'c> Router<'c> {
             // the poll, and the end-of-partition event of a partition just
             // assigned (at its end) must find its lane — or it would never be
             // announced idle, and hold every slice until the bound.
-            self.take_rebalance(consumer, shared, now);
+            self.take_rebalance(consumer, book, now);
             let Some(event) = polled.take() else { break };
             self.take(consumer, event, now, wall_ms);
             taken += 1;
@@ -274,19 +274,19 @@ impl<'c> Router<'c> {
             self.last_progress = now;
             self.announce(now)?;
         }
-        let routed = route_ready(&self.setup, consumer, shared, &mut self.lanes, now, wall_ms, &self.sent);
+        let routed = route_ready(&self.setup, consumer, book, &mut self.lanes, now, wall_ms, &self.sent);
         self.received.flush();
         self.sent.flush();
         routed?;
-        self.commit(consumer, shared, now)
+        self.commit(consumer, book, now)
     }
 
     /// Lanes of the partitions revoked go, lanes of those assigned come.
-    fn take_rebalance(&mut self, consumer: &BaseConsumer<RouterContext>, shared: &Mutex<Shared>, now: Instant) {
+    fn take_rebalance(&mut self, consumer: &BaseConsumer<RouterContext>, book: &Mutex<CommitBook>, now: Instant) {
         if !consumer.context().rebalanced.swap(false, Ordering::Relaxed) {
             return;
         }
-        let mut s = shared.lock().expect("router lock");
+        let mut s = book.lock().expect("router lock");
         let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
         for gone in s.revoked.drain(..) {
             self.lanes.remove(&gone);
@@ -389,7 +389,7 @@ impl<'c> Router<'c> {
     fn commit(
         &mut self,
         consumer: &BaseConsumer<RouterContext>,
-        shared: &Mutex<Shared>,
+        book: &Mutex<CommitBook>,
         now: Instant,
     ) -> Result<(), KafkaLayerError> {
         if now.duration_since(self.last_commit_check) < COMMIT_CHECK_EVERY {
@@ -400,6 +400,6 @@ impl<'c> Router<'c> {
         if new_candidate {
             self.last_candidate = now;
         }
-        commit_acknowledged(&self.setup, consumer, shared, new_candidate)
+        commit_acknowledged(&self.setup, consumer, book, new_candidate)
     }
 }

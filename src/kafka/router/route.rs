@@ -10,21 +10,21 @@ use prometheus::local::LocalHistogram;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::message::{BorrowedMessage, Message};
 
-use super::commits::Shared;
+use super::commits::CommitBook;
 use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
-use crate::config::SlicingMode;
 use crate::engine::slice::frame_into;
 use crate::engine::{InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
-use crate::features::shared::read_order::ReadOrderBuilder;
+use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::read_order::ReadOrderBuilder;
 use crate::filter::KeyHash;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
 use crate::kafka::{KafkaLayerError, headers};
 use crate::metrics::observe_since;
 
-/// Shared mode: input records one read-order record names at most (each
+/// CommitBook mode: input records one read-order record names at most (each
 /// turn of the router writes one; a larger turn, several). Well below
-/// [`crate::features::shared::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
+/// [`crate::kafka::slice_log::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
 const READ_ORDER_RECORDS: u64 = 4096;
 
 /// Routes buffered records in timestamp order while no partition that may
@@ -32,7 +32,7 @@ const READ_ORDER_RECORDS: u64 = 4096;
 pub(super) fn route_ready<C: ConsumerContext>(
     setup: &RouterSetup,
     consumer: &BaseConsumer<C>,
-    shared: &Mutex<Shared>,
+    book: &Mutex<CommitBook>,
     lanes: &mut BTreeMap<PartitionId, Lane<'_>>,
     now: Instant,
     wall_ms: i64,
@@ -42,8 +42,8 @@ pub(super) fn route_ready<C: ConsumerContext>(
     let tolerance = i64::try_from(setup.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
     let max_bytes = super::lanes::lane_share(setup.cfg.budget.router, lanes.len());
     let mut frame = Vec::new();
-    // Shared mode: the records routed are named, not copied (see `write_read_order`).
-    let mut named = (setup.cfg.slicing == SlicingMode::Shared).then(|| ReadOrderBuilder::at(0));
+    // CommitBook mode: the records routed are named, not copied (see `write_read_order`).
+    let mut named = (Holds::of(setup.cfg.slicing) == Holds::ReadOrders).then(|| ReadOrderBuilder::at(0));
     let result = loop {
         let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
@@ -88,14 +88,14 @@ pub(super) fn route_ready<C: ConsumerContext>(
     };
     if !routed.is_empty() {
         let ids: Vec<&PartitionId> = lanes.keys().collect();
-        let mut s = shared.lock().expect("router lock");
+        let mut s = book.lock().expect("router lock");
         for (index, next) in routed {
             s.pending.insert(ids[index].clone(), next);
         }
     }
     result
 }
-/// Shared mode: writes what `names` gathered as one read-order record to
+/// CommitBook mode: writes what `names` gathered as one read-order record to
 /// the slice log (partition 0, the one slice), by the producer that writes
 /// the router's progress after it, and starts a new one. The slice judges
 /// the records it names, in its order, re-reading them from the input: the

@@ -119,7 +119,8 @@ use super::join::JoinWatch;
 use super::statistics::InputLag;
 use super::{Context, KafkaLayerError, clients};
 use crate::config::SlicingMode;
-use crate::features::shared::reader::InputReader;
+use crate::features::feature::WorkerView;
+use crate::kafka::slice_log::read_order::NamedRecords;
 use crate::metrics::{now_ms, observe_since};
 
 /// Records taken from the consumer per turn of the worker loop (see `run`).
@@ -149,23 +150,27 @@ pub fn run(setup: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     result
 }
 
-/// Gives the admin endpoint its key lookups and deletes, answered from this worker's slices.
+/// Gives the admin endpoint its key lookups and the features' key actions,
+/// answered from this worker's slices.
 fn serve_admin(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<WorkerState>>) -> Result<(), KafkaLayerError> {
     *setup.status.lookup.lock().expect("status lock") = Some(lookup_fn(setup, worker_state));
     let owner = worker_state.clone();
-    let delete = crate::features::deletes::requests::delete_fn(
-        &setup.cfg,
-        setup.filter.params().seed,
-        setup.filter.params().deletable,
-        &setup.slice_topic,
-        setup.status.clone(),
+    let view = WorkerView {
+        cfg: &setup.cfg,
+        seed: setup.filter.params().seed,
+        deletable: setup.filter.params().deletable,
+        slice_topic: &setup.slice_topic,
         // A worker busy past the wait (waiting for the broker) is taken for
         // not owning the slice: the answer is 202 queued, not a long wait.
-        move |slice| {
+        owns: Arc::new(move |slice| {
             crate::admin::lock_within(&owner, crate::admin::LOOKUP_WAIT).is_some_and(|w| w.slices.contains_key(&slice))
-        },
-    )?;
-    *setup.status.delete.lock().expect("status lock") = Some(delete);
+        }),
+    };
+    for (name, action) in crate::features::key_actions(&view)? {
+        setup.status.key_actions.lock().expect("status lock").insert(name, action.answer);
+        // One worker per process: a second would keep the first's.
+        let _ = setup.requests_applied.set(action.applied);
+    }
     let mut endpoints = setup.status.feature_lookups.lock().expect("status lock");
     for lookup in crate::features::key_lookups().filter(|l| (l.on)(&setup.cfg.stages)) {
         endpoints.entry(lookup.name).or_default().answer = Some(feature_fn(setup, worker_state, lookup));
@@ -208,8 +213,8 @@ struct Loop {
     setup: Arc<WorkerSetup>,
     worker_state: Arc<Mutex<WorkerState>>,
     high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
-    /// Shared mode: the slice reads the input records the read order names.
-    input: Option<InputReader>,
+    /// A slice log of read orders: the slice reads the input records they name.
+    input: Option<Box<dyn NamedRecords>>,
     stall: StallWatch,
     /// No snapshot starts before this (after a stall).
     snapshots_from: Instant,
@@ -230,10 +235,7 @@ impl Loop {
         worker_state: Arc<Mutex<WorkerState>>,
         high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     ) -> Result<Self, KafkaLayerError> {
-        let input = match setup.cfg.slicing {
-            SlicingMode::Shared => Some(InputReader::new(&setup.cfg, setup.metrics.input_missing.clone())?),
-            _ => None,
-        };
+        let input = crate::features::named_records(&setup.cfg, &setup.metrics.input_missing)?;
         let received = setup.metrics.stage("slice_received").local();
         let now = Instant::now();
         Ok(Loop {
@@ -327,7 +329,7 @@ impl Loop {
         }
         if let Some(input) = self.input.as_mut().filter(|_| is_read_order(msg)) {
             drop(guard);
-            return handle_read_order(&self.setup, &self.worker_state, input, msg, now);
+            return handle_read_order(&self.setup, &self.worker_state, input.as_mut(), msg, now);
         }
         handle(&self.setup, &mut guard, msg, now)?;
         // A snapshot being copied advances by a step per record: the pause

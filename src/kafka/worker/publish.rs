@@ -11,6 +11,7 @@ use super::state::WorkerState;
 use crate::admin::SliceStatus;
 use crate::engine::shrink_target;
 use crate::features::FEATURES;
+use crate::features::feature::SlicePublish;
 use crate::filter::FilterFigures;
 use crate::metrics::Metrics;
 
@@ -40,7 +41,7 @@ pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_
     }
 }
 
-/// The verdict counters, late records, tier lookups, hold overflows and
+/// The verdict counters, late records, hold overflows and
 /// the features' figures of one slice, counters as increments since the
 /// last publication.
 fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
@@ -60,11 +61,6 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
     if c.late > p.late {
         m.late_records.with_label_values(&[label]).inc_by(c.late - p.late);
     }
-    // A dense leaf resolves its duplicates itself and forwards its distinct records.
-    if setup.cfg.tier == crate::config::Tier::DenseLeaf {
-        m.tier_lookups.with_label_values(&["forwarded"]).inc_by(c.distinct - p.distinct);
-        m.tier_lookups.with_label_values(&["resolved"]).inc_by(c.duplicates - p.duplicates);
-    }
     owned.published = c.clone();
     let overflows = owned.state.order.overflows();
     if overflows > owned.published_overflows {
@@ -80,7 +76,8 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         owned.published_overflows = overflows;
     }
     for feature in &FEATURES {
-        feature.publish(m, label, &owned.state, &mut owned.published_features);
+        let slice = SlicePublish { metrics: m, label, state: &owned.state };
+        feature.publish(&setup.cfg, &slice, &mut owned.published_features);
     }
 }
 

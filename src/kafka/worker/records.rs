@@ -16,9 +16,8 @@ use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
-use crate::features::shared::read_order::{self, ReadOrder};
-use crate::features::shared::reader::InputReader;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
+use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -213,12 +212,15 @@ fn take_progress(
     emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, None)
 }
 
-/// A delete request (see `crate::features::deletes::requests`), applied here, in the
-/// log's order; the admin endpoint waits for the slice-log offset it wrote.
+/// A delete request (written by a feature's key action), applied here, in
+/// the log's order; the request waits for the outcome at the slice-log
+/// offset it wrote.
 fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &BorrowedMessage<'_>) {
     let key = msg.key().unwrap_or_default();
     let outcome = owned.state.delete(offset, key);
-    crate::features::deletes::requests::posted(&setup.status.deletes, owned.state.slice, msg.offset() as u64, outcome);
+    if let Some(applied) = setup.requests_applied.get() {
+        applied(owned.state.slice, msg.offset() as u64, outcome);
+    }
 }
 
 /// Shared mode: judges the input records the read-order record `msg` names,
@@ -229,7 +231,7 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
 pub(super) fn handle_read_order(
     setup: &WorkerSetup,
     worker_state: &Mutex<WorkerState>,
-    input: &mut InputReader,
+    input: &mut dyn NamedRecords,
     msg: &BorrowedMessage<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
@@ -257,7 +259,7 @@ pub(super) fn handle_read_order(
         let skip = next.saturating_sub(run_start);
         if skip < u64::from(run.count) {
             let first = run.first + skip as i64;
-            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, |offset, record| {
+            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, &mut |offset, record| {
                 let position = run_start + (offset - run.first) as u64;
                 let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
                 let mut guard = worker_state.lock().expect("worker lock");

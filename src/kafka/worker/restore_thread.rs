@@ -74,7 +74,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         slice_topic: &setup.slice_topic,
         slicing: setup.cfg.slicing,
         app: &setup.cfg.settings.app.id,
-        leaf: (setup.cfg.tier == crate::config::Tier::DenseLeaf).then_some(setup.cfg.settings.app.id.as_str()),
+        output_mark: setup.path.output_header.as_ref().map(|(name, value)| (*name, value.as_str())),
         flush_topic: &setup.flush_topic,
         destinations: Destination::ALL
             .into_iter()

@@ -5,15 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::Status;
-use crate::config::{AvailabilityPolicy, Resolved, SlicingMode};
+use crate::config::{AvailabilityPolicy, Resolved};
 use crate::engine::Extractor;
 use crate::engine::slice::stages::StageSetups;
-use crate::features::feature::OnDistinct;
-use crate::features::shared::read_order;
+use crate::features::feature::{AppliedFn, OnDistinct};
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::producer::OutputProducer;
+use crate::kafka::slice_log::Holds;
 use crate::metrics::Metrics;
 
 /// What the slice worker is started with: the resolved settings, the
@@ -39,6 +39,9 @@ pub struct WorkerSetup {
     pub input_counter: Option<prometheus::IntCounter>,
     /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
     pub on_distinct: Option<Box<dyn OnDistinct>>,
+    /// Where the slice posts the outcome of a request of the slice log it
+    /// applied (a feature's key action, set once the worker runs).
+    pub requests_applied: std::sync::OnceLock<AppliedFn>,
     /// How large a record each topic a slice writes takes (read at start-up).
     pub record_limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
@@ -49,7 +52,7 @@ pub struct WorkerSetup {
 /// of the settings, resolved once at start-up: those files read no setting.
 pub struct RecordPath {
     /// How a slice-log record holds its input record.
-    pub log_format: SlicingMode,
+    pub log_format: Holds,
     /// The topics a slice writes (empty: not written).
     pub output: String,
     pub duplicates: String,
@@ -75,7 +78,7 @@ impl RecordPath {
     pub fn of(cfg: &Resolved, output_header: Option<(&'static str, String)>) -> Self {
         let out = &cfg.settings.output;
         RecordPath {
-            log_format: cfg.slicing,
+            log_format: Holds::of(cfg.slicing),
             output: out.topic.clone(),
             duplicates: out.duplicates_topic.clone(),
             dead_letters: out.dead_letter_topic.clone(),
@@ -91,23 +94,15 @@ impl RecordPath {
 }
 
 impl WorkerSetup {
-    /// The slice offset — in shared mode the virtual position
-    /// ([`read_order::position`]) — of the slice-log record at `log_offset`
-    /// that is not a read-order record.
+    /// The slice offset of the slice-log record at `log_offset` that is not
+    /// a read-order record ([`Holds::slice_position`]).
     pub(super) fn slice_position(&self, log_offset: u64) -> u64 {
-        match self.cfg.slicing {
-            SlicingMode::Shared => read_order::position(log_offset, 0),
-            _ => log_offset,
-        }
+        self.path.log_format.slice_position(log_offset)
     }
 
     /// Where in the slice log a slice at slice offset `offset` goes on from
-    /// (the inverse of [`Self::slice_position`]; in shared mode the read-order record
-    /// that names `offset`, whose records before it are passed over).
+    /// ([`Holds::log_position`]).
     pub(super) fn log_position(&self, offset: u64) -> u64 {
-        match self.cfg.slicing {
-            SlicingMode::Shared => read_order::log_offset(offset),
-            _ => offset,
-        }
+        self.path.log_format.log_position(offset)
     }
 }

@@ -29,9 +29,27 @@
 
 use std::collections::BTreeMap;
 
+use rdkafka::message::BorrowedMessage;
+
 use crate::engine::slice::MAX_TOPIC_BYTES;
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
+use crate::kafka::KafkaLayerError;
+
+/// Reads the input records a read order names, for the slice that judges
+/// them (the slicing mode whose slice log holds read orders provides it).
+pub trait NamedRecords: Send {
+    /// Calls `each(offset, record)` for the records at offsets
+    /// `first..first + count` of `topic`/`partition`, in offset order.
+    fn read_run(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        count: u32,
+        each: &mut dyn FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+    ) -> Result<(), KafkaLayerError>;
+}
 
 /// Bits of a virtual position that index the records of one read-order record.
 pub const INDEX_BITS: u32 = 16;

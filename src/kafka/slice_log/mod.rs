@@ -1,6 +1,8 @@
-//! How a slice-log record holds its input record: the router's frame in
-//! repartition mode, the record itself otherwise. Read by the slice worker
-//! and by the restore's replay.
+//! How a slice-log record holds its input record ([`Holds`]): the router's
+//! frame, the record itself, or a read order naming input records
+//! ([`read_order`]). Read by the slice worker and by the restore's replay.
+
+pub mod read_order;
 
 use rdkafka::message::{Headers, Message};
 
@@ -11,35 +13,78 @@ use crate::engine::slice::{
 };
 use crate::engine::{InvalidReason, InvalidRecord, SourceRef};
 
+/// What the slice log holds, as the slicing mode decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// The router's framed copy of each input record (repartition mode).
+    Copies,
+    /// The input records themselves: the slice log is the input
+    /// (input-partitions mode).
+    Input,
+    /// Read-order records naming input records, which the slice re-reads
+    /// from the input (shared mode, [`read_order`]).
+    ReadOrders,
+}
+
+impl Holds {
+    pub fn of(slicing: SlicingMode) -> Self {
+        match slicing {
+            SlicingMode::Repartition => Holds::Copies,
+            SlicingMode::InputPartitions => Holds::Input,
+            SlicingMode::Shared => Holds::ReadOrders,
+        }
+    }
+
+    /// The slice offset of the slice-log record at `log_offset` that is not
+    /// a read-order record: with read orders, its virtual position
+    /// ([`read_order::position`]), else the offset itself.
+    pub fn slice_position(self, log_offset: u64) -> u64 {
+        match self {
+            Holds::ReadOrders => read_order::position(log_offset, 0),
+            Holds::Copies | Holds::Input => log_offset,
+        }
+    }
+
+    /// Where in the slice log a slice at slice offset `offset` goes on from
+    /// (the inverse of [`Self::slice_position`]; with read orders the one
+    /// that names `offset`, whose records before it are passed over).
+    pub fn log_position(self, offset: u64) -> u64 {
+        match self {
+            Holds::ReadOrders => read_order::log_offset(offset),
+            Holds::Copies | Holds::Input => offset,
+        }
+    }
+}
+
 /// A slice-log record's input position, the router's reading and the
 /// input record's payload: in repartition mode from the router's frame
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
-pub fn parts<M: Message>(slicing: SlicingMode, msg: &M) -> Unframed<'_> {
-    let source_header = match slicing {
-        SlicingMode::InputPartitions | SlicingMode::Shared => None,
-        SlicingMode::Repartition => {
+pub fn parts<M: Message>(holds: Holds, msg: &M) -> Unframed<'_> {
+    let source_header = match holds {
+        Holds::Input | Holds::ReadOrders => None,
+        Holds::Copies => {
             msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value)
         }
     };
-    parts_with(slicing, msg.payload(), source_header)
+    parts_with(holds, msg.payload(), source_header)
 }
 
 /// [`parts`] of a record with value `payload` and `dedupd.source` header
 /// `source_header` (a caller that has the header list at hand).
 pub(crate) fn parts_with<'a>(
-    slicing: SlicingMode,
+    holds: Holds,
     payload: Option<&'a [u8]>,
     source_header: Option<&'a [u8]>,
 ) -> Unframed<'a> {
-    match (slicing, payload) {
-        // Shared mode: a record held is the input record itself (its own
-        // topic, partition and offset are its source), a slice-log record a
-        // control record.
-        (SlicingMode::InputPartitions | SlicingMode::Shared, payload) => {
+    match (holds, payload) {
+        // With read orders, a record held is the input record itself (its
+        // own topic, partition and offset are its source), a slice-log
+        // record a control record.
+        (Holds::Input | Holds::ReadOrders, payload) => {
             Unframed { source: None, payload, reading: None }
         }
-        (SlicingMode::Repartition, Some(value)) => unframe(source_header, value),
-        (SlicingMode::Repartition, None) => {
+        (Holds::Copies, Some(value)) => unframe(source_header, value),
+        (Holds::Copies, None) => {
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
         }
     }
@@ -54,8 +99,8 @@ pub enum Kind {
     Progress,
     /// A delete request written by the admin endpoint ([`crate::features::deletes::requests`]).
     Delete,
-    /// Shared mode: a record dedupd does not write (there the slice log holds
-    /// only read-order records, progress and delete requests); skipped.
+    /// With read orders, a record dedupd does not write (there the slice log
+    /// holds only read-order records, progress and delete requests); skipped.
     Foreign,
 }
 
@@ -74,12 +119,12 @@ impl<'m> LogRecord<'m> {
     /// carries such a header of its own is the input record it is (and the
     /// router removes `dedupd.*` headers from input records anyway). In
     /// input-partitions mode the slice log is the input: every record is one.
-    pub fn read<M: Message>(slicing: SlicingMode, msg: &'m M) -> Self {
+    pub fn read<M: Message>(holds: Holds, msg: &'m M) -> Self {
         let headers = headers::pairs(msg);
         let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
-        let framed = parts_with(slicing, msg.payload(), source_header);
+        let framed = parts_with(holds, msg.payload(), source_header);
         let control = |name: &str| {
-            slicing != SlicingMode::InputPartitions
+            holds != Holds::Input
                 && framed.source.is_none()
                 && headers.iter().any(|(k, _)| *k == name)
         };
@@ -87,7 +132,7 @@ impl<'m> LogRecord<'m> {
             Kind::Progress
         } else if control(headers::DELETE) {
             Kind::Delete
-        } else if slicing == SlicingMode::Shared {
+        } else if holds == Holds::ReadOrders {
             Kind::Foreign
         } else {
             Kind::Input
@@ -103,12 +148,12 @@ impl<'m> LogRecord<'m> {
 /// puts one there; it is refused with this reason rather than judged by the
 /// bytes of its frame. `None` for anything else.
 pub fn broken_frame(
-    slicing: SlicingMode,
+    holds: Holds,
     value: Option<&[u8]>,
     source_header: Option<&[u8]>,
     framed: &Unframed<'_>,
 ) -> Option<InvalidRecord> {
-    if slicing != SlicingMode::Repartition || framed.source.is_some() {
+    if holds != Holds::Copies || framed.source.is_some() {
         return None;
     }
     let bad = |detail: String| Some(InvalidRecord { reason: InvalidReason::BadFrame, detail });
@@ -151,8 +196,8 @@ mod tests {
     #[test]
     fn a_forged_frame_with_a_long_topic_name_is_a_bad_frame() {
         let refused = |value: &[u8], header: Option<&[u8]>| {
-            let framed = parts_with(SlicingMode::Repartition, Some(value), header);
-            broken_frame(SlicingMode::Repartition, Some(value), header, &framed)
+            let framed = parts_with(Holds::Copies, Some(value), header);
+            broken_frame(Holds::Copies, Some(value), header, &framed)
         };
         for len in [250, 300, 1000, 65_000] {
             let stamp = format!("{}/0/5", "t".repeat(len));
@@ -168,7 +213,7 @@ mod tests {
             let why = refused(b"{}", Some(stamp.as_bytes())).expect("refused");
             assert!(why.detail.contains(&want), "{why}");
             // Not in the other modes: there the slice log is (or names) the input.
-            for mode in [SlicingMode::InputPartitions, SlicingMode::Shared] {
+            for mode in [Holds::Input, Holds::ReadOrders] {
                 assert_eq!(broken_frame(mode, Some(&forged), None, &parts_with(mode, Some(&forged), None)), None);
             }
         }
