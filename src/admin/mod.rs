@@ -22,12 +22,12 @@
 //! handlers), `access.rs` (the bearer token), `server.rs` (the HTTP server).
 
 pub mod access;
-mod answer;
+pub mod answer;
 mod limits;
 pub mod request;
 mod routes;
 pub mod server;
-mod status;
+pub mod status;
 
 use std::sync::Arc;
 
@@ -37,17 +37,14 @@ use tokio::net::TcpListener;
 use crate::config::KeyEndpoints;
 use crate::metrics::Metrics;
 use access::Access;
-pub use limits::Limits;
-pub use routes::{health_router, router};
 pub use answer::{json, text};
+pub use limits::Limits;
+pub use request::Peer;
+pub use routes::{health_router, router};
 pub use status::{
     BROKER_SILENCE_NOT_READY, Busy, FeatureLookup, KeyActionFn, LOOKUP_WAIT, LookupFn, REGISTRY_OUTAGE_NOT_READY,
     SliceStatus, Status, lock_within,
 };
-
-/// The address a request came from, put into its extensions by [`server`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Peer(pub std::net::SocketAddr);
 
 /// A running admin endpoint: the admin port, and the health port if set.
 pub struct Admin {

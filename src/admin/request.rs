@@ -1,4 +1,9 @@
-//! What a request names: a key, percent-decoded (keys are bytes).
+//! Who sent a request and the key it names (percent-decoded: keys are bytes).
+
+/// The address a request came from, put into its extensions by
+/// [`super::server`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// `text` percent-decoded, `+` as a space.
 pub fn percent_decode(text: &str) -> Vec<u8> {

@@ -15,13 +15,13 @@ use tower::{BoxError, ServiceBuilder};
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::TimeoutLayer;
 
+use super::Limits;
 use super::access::{self, Access};
 use super::answer::{json, text};
 use super::request::percent_decode;
 use super::status::{
     BROKER_SILENCE_NOT_READY, Busy, LOOKUP_WAIT, LookupFn, REGISTRY_OUTAGE_NOT_READY, SliceStatus, Status,
 };
-use super::Limits;
 use crate::metrics::Metrics;
 
 /// What the handlers share.
@@ -85,8 +85,7 @@ pub fn health_router(status: Arc<Status>, metrics: Arc<Metrics>, limits: Limits)
 /// (`/v1/<name>`, as listed in `status`). [`router`] puts them behind
 /// the token check and the key-endpoint concurrency limit.
 fn key_routes(status: &Arc<Status>) -> Router<AdminState> {
-    let routes =
-        Router::new().route("/v1/lookup", get(lookup)).merge(crate::features::admin_routes(status));
+    let routes = Router::new().route("/v1/lookup", get(lookup)).merge(crate::features::admin_routes(status));
     let names: Vec<&'static str> = status.feature_lookups.lock().expect("status lock").keys().copied().collect();
     names.into_iter().fold(routes, |routes, name| {
         let handler =
@@ -200,4 +199,3 @@ pub(super) fn query_param(query: &str, name: &str) -> Option<Vec<u8>> {
         (k == name).then(|| percent_decode(v))
     })
 }
-

@@ -331,7 +331,7 @@ fn worker_setup(
         record_limits: started.limits.clone(),
         stages: crate::features::stage_setups(&cfg.stages),
         routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
-        path: worker::RecordPath::of(cfg, crate::features::output_header(cfg)),
+        path: worker::RecordPath::of(cfg, crate::features::output_header(cfg), crate::features::while_restoring(cfg)),
         cfg: cfg.clone(),
     }))
 }

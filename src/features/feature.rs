@@ -9,13 +9,14 @@ use std::sync::Arc;
 
 use super::lookups::KeyLookup;
 use super::stages::StagesSetup;
-use crate::admin::{KeyActionFn, Status};
+use crate::admin::status::{KeyActionFn, Status};
 use crate::config::Resolved;
 use crate::engine::slice::stage::StageSetup;
 use crate::engine::{Extractor, RecordView, SliceState};
 use crate::filter::DeleteRefusal;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::producer::OutputProducer;
+use crate::kafka::restore::Decision;
 use crate::kafka::slice_log::read_order::NamedRecords;
 use crate::metrics::Metrics;
 
@@ -32,6 +33,12 @@ pub trait Feature: Sync {
 
     /// Its key endpoint, `/v1/<name>`.
     fn key_lookup(&self) -> Option<&'static KeyLookup> {
+        None
+    }
+
+    /// What its settings decide for the records of a slice being restored
+    /// (in policy ranges, instead of judging them), if anything.
+    fn while_restoring(&self, _cfg: &Resolved) -> Option<Decision> {
         None
     }
 

@@ -45,10 +45,11 @@ mod tests;
 
 use std::sync::Arc;
 
-use crate::admin::{FeatureLookup, Status};
+use crate::admin::status::{FeatureLookup, Status};
 use crate::config::Resolved;
 use crate::engine::slice::stages::StageSetups;
 use crate::kafka::KafkaLayerError;
+use crate::kafka::restore::Decision;
 use crate::kafka::slice_log::read_order::NamedRecords;
 use feature::{Feature, KeyAction, OnDistinct, WorkerView};
 use lookups::KeyLookup;
@@ -130,4 +131,10 @@ pub fn key_actions(worker: &WorkerView<'_>) -> Result<Vec<(&'static str, KeyActi
         }
     }
     Ok(actions)
+}
+
+/// What the settings decide for the records of a slice being restored, if
+/// anything (`None`: they wait for the restore).
+pub fn while_restoring(cfg: &Resolved) -> Option<Decision> {
+    FEATURES.iter().find_map(|f| f.while_restoring(cfg))
 }

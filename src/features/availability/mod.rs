@@ -6,13 +6,12 @@
 //!   [`AvailabilityPolicy`] and their validation).
 //! - Stage: none; the policy decides instead of the filter, outside the
 //!   slice's state.
-//! - Kafka part: not here. `kafka/worker/policy.rs` decides a restoring
-//!   slice's records and logs the decisions in the flush log; it works
-//!   with the worker's own modules (`emit`, `owned`, `setup`, `writer`),
-//!   which stay private to the worker, so it stays there.
-//!   `kafka/restore/flush_log.rs` reads the decisions back at restore.
-//! - Where the core calls it: `kafka/worker/records.rs` and
-//!   `kafka/worker/restores.rs` (records of a slice being restored).
+//! - How the core plugs it in ([`feature`]): the policy becomes the
+//!   decision the core's policy ranges make (`deliver`, `drop`; `wait`
+//!   makes none). The ranges are the exactly-once protocol's, not this
+//!   feature's: `kafka/worker/policy.rs` decides a restoring slice's
+//!   records and logs each range in the flush log first, and
+//!   `kafka/restore/` reads them back, whatever asked for them.
 
 pub mod feature;
 pub mod settings;

@@ -8,8 +8,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 
-use crate::admin::request::percent_decode;
-use crate::admin::{Peer, Status, json, text};
+use crate::admin::answer::{json, text};
+use crate::admin::request::{Peer, percent_decode};
+use crate::admin::status::Status;
 
 /// The feature's name, under which the slice workers set its key action.
 pub const NAME: &str = "deletes";

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::board::DeleteBoard;
 use super::{endpoint, requests};
-use crate::admin::Status;
+use crate::admin::status::Status;
 use crate::features::feature::{Feature, KeyAction, WorkerView};
 use crate::kafka::KafkaLayerError;
 

@@ -33,7 +33,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedPro
 use serde_json::json;
 
 use super::board::DeleteBoard;
-use crate::admin::KeyActionFn;
+use crate::admin::status::KeyActionFn;
 use crate::config::SlicingMode;
 use crate::features::feature::WorkerView;
 use crate::filter::{DeleteRefusal, KeyHash};

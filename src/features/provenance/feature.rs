@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use super::stage::SliceProvenance;
-use crate::engine::SliceState;
 use crate::config::Resolved;
+use crate::engine::SliceState;
 use crate::engine::slice::stage::StageSetup;
 use crate::features::feature::{Feature, PublishedCounts, SlicePublish};
 use crate::features::lookups::KeyLookup;

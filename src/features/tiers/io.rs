@@ -25,7 +25,7 @@ use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::verdicts::{LeafCache, LeafDecision, Learned, VerdictRecord};
-use crate::admin::Status;
+use crate::admin::status::Status;
 use crate::config::Resolved;
 use crate::engine::{Extractor, RecordView, STAMP_BYTES, SourceRef};
 use crate::features::feature::OnDistinct;
@@ -267,7 +267,7 @@ impl<'d> Leaf<'d> {
             payload: msg.payload().unwrap_or_default(),
             headers: &headers,
             timestamp_ms: msg.timestamp().to_millis(),
-            decoder: None,
+            decoder: crate::engine::formats::payload_decoder(&self.setup.cfg.decoder),
         };
         // An unreadable record is forwarded as it is: the root
         // dead-letters it with its reason (nothing is lost here).

@@ -3,20 +3,48 @@
 
 use std::collections::VecDeque;
 
-use crate::config::AvailabilityPolicy;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::checkpoint::{ReadFrom, read_partition};
 use crate::kafka::clients::Reader;
 
-/// A range of slice offsets whose records `availability.policy` decided
-/// while the slice was being restored (logged in the flush log before any
-/// of their outputs was sent; docs/availability.md).
+/// What a policy range does with its records instead of judging them
+/// (what the settings ask for a slice's records while it is restored:
+/// docs/availability.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Each goes to the output, as a distinct record would.
+    Deliver,
+    /// Each goes to the duplicates topic.
+    Drop,
+}
+
+impl Decision {
+    /// Its name in the flush log and in the `dedupd.policy` header.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Deliver => "deliver",
+            Decision::Drop => "drop",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "deliver" => Some(Decision::Deliver),
+            "drop" => Some(Decision::Drop),
+            _ => None,
+        }
+    }
+}
+
+/// A range of slice offsets whose records were decided, not judged, while
+/// the slice was being restored (logged in the flush log before any of
+/// their outputs was sent; docs/availability.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PolicyRange {
     pub from: u64,
     /// Inclusive.
     pub to: u64,
-    pub policy: AvailabilityPolicy,
+    pub policy: Decision,
 }
 
 impl PolicyRange {
@@ -131,9 +159,10 @@ fn parse_flush(payload: &[u8]) -> Option<Logged> {
         let past_hold = v.get("past_hold").and_then(serde_json::Value::as_bool).unwrap_or(false);
         return after.as_u64().map(|after| Logged::Flush(LoggedFlush { after, past_hold }));
     }
-    let policy = AvailabilityPolicy::parse(v.get("policy")?.as_str()?)?;
+    // A logged "wait" decides nothing: it does not parse.
+    let policy = Decision::parse(v.get("policy")?.as_str()?)?;
     let (from, to) = (v.get("from")?.as_u64()?, v.get("to")?.as_u64()?);
-    (policy != AvailabilityPolicy::Wait && from <= to).then_some(Logged::Range(PolicyRange { from, to, policy }))
+    (from <= to).then_some(Logged::Range(PolicyRange { from, to, policy }))
 }
 
 #[cfg(test)]
@@ -155,7 +184,7 @@ mod tests {
 
     #[test]
     fn flush_and_policy_records_read_back() {
-        let range = PolicyRange { from: 3, to: 502, policy: AvailabilityPolicy::Drop };
+        let range = PolicyRange { from: 3, to: 502, policy: Decision::Drop };
         let plain = LoggedFlush { after: 17, past_hold: false };
         assert_eq!(flush_record(plain), r#"{"after":17}"#, "as before flushes past the hold existed");
         assert!(matches!(parse_flush(flush_record(plain).as_bytes()), Some(Logged::Flush(f)) if f == plain));

@@ -21,7 +21,7 @@ mod restorer;
 mod tail;
 
 pub use flush_log::{
-    FlushLog, FlushLogSpan, LoggedFlush, PolicyRange, flush_record, policy_record, range_of, read_flushes,
+    Decision, FlushLog, FlushLogSpan, LoggedFlush, PolicyRange, flush_record, policy_record, range_of, read_flushes,
 };
 pub use restorer::{RestoredFrom, Restorer, ResumePoint, fingerprint};
 pub use tail::{TAIL_RECORDS, Written, read_tail};

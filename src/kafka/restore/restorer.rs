@@ -12,14 +12,14 @@ use crate::config::{CorruptPolicy, SlicingMode};
 use crate::engine::slice as slice_codec;
 use crate::engine::slice::stages::StageSetups;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
-use crate::kafka::slice_log::Holds;
-use crate::kafka::slice_log::read_order::{self, ReadOrder};
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
 };
 use crate::kafka::clients::Reader;
 use crate::kafka::replay::{Destination, ReplayBounds, Sent};
+use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::read_order::{self, ReadOrder};
 use crate::kafka::{Context, KafkaLayerError, headers};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdkafka::consumer::Consumer;
 use rdkafka::message::{Headers, Message};
 
-use crate::config::AvailabilityPolicy;
+use super::flush_log::Decision;
 use crate::engine::ReleasePos;
 use crate::kafka::checkpoint::{ReadFrom, read_partition, read_partition_range};
 use crate::kafka::clients::Reader;
@@ -38,7 +38,7 @@ pub struct Written {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicyHeaders {
     /// `dedupd.policy`, if `deliver` or `drop` (the only values dedupd writes).
-    pub policy: Option<AvailabilityPolicy>,
+    pub policy: Option<Decision>,
     /// `dedupd.policy.after`: `None` if missing or unreadable, `Some(None)`
     /// if empty (no ordinary output before the policy decided).
     pub after: Option<Option<ReleasePos>>,
@@ -163,10 +163,7 @@ fn written<'h>(offset: i64, header: &impl Fn(&str) -> Option<&'h [u8]>) -> Optio
         .and_then(|s| s.parse::<u64>().ok())
         .map(ReleasePos::through_arrival);
     let policy = header(headers::POLICY).map(|value| PolicyHeaders {
-        policy: std::str::from_utf8(value)
-            .ok()
-            .and_then(AvailabilityPolicy::parse)
-            .filter(|p| *p != AvailabilityPolicy::Wait),
+        policy: std::str::from_utf8(value).ok().and_then(Decision::parse),
         after: header(headers::POLICY_AFTER).and_then(|v| match v {
             [] => Some(None),
             v => ReleasePos::parse(v).map(Some),

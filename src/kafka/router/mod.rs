@@ -2,8 +2,8 @@
 //! partition `H_S(key)`, unchanged (key, payload, timestamp, headers) but
 //! for a stamp with the input topic/partition/offset in front of the payload
 //! ([`crate::engine::slice::FRAME_MAGIC`]), and without the headers named
-//! `dedupd.*` (reserved to dedupd: [`super::headers`]). In shared mode
-//! (`slicing.mode = "shared"`, docs/shared-mode.md) it copies nothing: each
+//! `dedupd.*` (reserved to dedupd: [`super::headers`]). When the slice log
+//! holds read orders ([`super::slice_log::Holds`]) it copies nothing: each
 //! turn it writes one read-order record naming the records it routed, in
 //! routing order, to the one slice, which re-reads them from the input.
 //!
@@ -182,13 +182,8 @@ fn subscribe(
     // Statistics feed the input-lag gauge.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&setup.cfg, 2000));
     let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone(), &setup.cfg, &setup.metrics);
-    let context = RouterContext {
-        setup: setup.clone(),
-        book: book.clone(),
-        join,
-        rebalanced: AtomicBool::new(false),
-        input_lag,
-    };
+    let context =
+        RouterContext { setup: setup.clone(), book: book.clone(), join, rebalanced: AtomicBool::new(false), input_lag };
     let consumer: BaseConsumer<RouterContext> =
         config.create_with_context(context).context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = setup.cfg.settings.input.topics.iter().map(String::as_str).collect();

@@ -1,6 +1,6 @@
 //! Routing: buffered records go to their slices in event-time order (or,
-//! unreadable, to the dead letters); in shared mode they are named in a
-//! read-order record instead of copied.
+//! unreadable, to the dead letters); or they are named in a read-order
+//! record instead of copied, when the slice log holds read orders.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -15,10 +15,10 @@ use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
 use crate::engine::slice::frame_into;
 use crate::engine::{InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
-use crate::kafka::slice_log::Holds;
-use crate::kafka::slice_log::read_order::ReadOrderBuilder;
 use crate::filter::KeyHash;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
+use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::read_order::ReadOrderBuilder;
 use crate::kafka::{KafkaLayerError, headers};
 use crate::metrics::observe_since;
 

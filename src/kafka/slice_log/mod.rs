@@ -62,27 +62,19 @@ impl Holds {
 pub fn parts<M: Message>(holds: Holds, msg: &M) -> Unframed<'_> {
     let source_header = match holds {
         Holds::Input | Holds::ReadOrders => None,
-        Holds::Copies => {
-            msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value)
-        }
+        Holds::Copies => msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value),
     };
     parts_with(holds, msg.payload(), source_header)
 }
 
 /// [`parts`] of a record with value `payload` and `dedupd.source` header
 /// `source_header` (a caller that has the header list at hand).
-pub(crate) fn parts_with<'a>(
-    holds: Holds,
-    payload: Option<&'a [u8]>,
-    source_header: Option<&'a [u8]>,
-) -> Unframed<'a> {
+pub(crate) fn parts_with<'a>(holds: Holds, payload: Option<&'a [u8]>, source_header: Option<&'a [u8]>) -> Unframed<'a> {
     match (holds, payload) {
         // With read orders, a record held is the input record itself (its
         // own topic, partition and offset are its source), a slice-log
         // record a control record.
-        (Holds::Input | Holds::ReadOrders, payload) => {
-            Unframed { source: None, payload, reading: None }
-        }
+        (Holds::Input | Holds::ReadOrders, payload) => Unframed { source: None, payload, reading: None },
         (Holds::Copies, Some(value)) => unframe(source_header, value),
         (Holds::Copies, None) => {
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
@@ -123,11 +115,8 @@ impl<'m> LogRecord<'m> {
         let headers = headers::pairs(msg);
         let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
         let framed = parts_with(holds, msg.payload(), source_header);
-        let control = |name: &str| {
-            holds != Holds::Input
-                && framed.source.is_none()
-                && headers.iter().any(|(k, _)| *k == name)
-        };
+        let control =
+            |name: &str| holds != Holds::Input && framed.source.is_none() && headers.iter().any(|(k, _)| *k == name);
         let kind = if control(headers::PROGRESS) {
             Kind::Progress
         } else if control(headers::DELETE) {

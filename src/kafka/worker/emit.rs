@@ -173,7 +173,7 @@ pub(super) fn emit_one<M: Message>(
             payload: payload.unwrap_or_default(),
             headers: &headers,
             timestamp_ms: msg.timestamp().to_millis(),
-            decoder: None,
+            decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
         };
         hook.distinct(&setup.producer, &setup.extractor, &setup.metrics, slice, &record)?;
     }

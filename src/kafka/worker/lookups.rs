@@ -1,5 +1,5 @@
-//! The admin endpoint's key lookups (`/v1/lookup`, `/v1/count`,
-//! `/v1/provenance`), answered from the owned slices under the worker lock.
+//! The admin endpoint's key lookups (`/v1/lookup` and each feature's
+//! `/v1/<name>`), answered from the owned slices under the worker lock.
 //! A lookup waits for that lock at most [`LOOKUP_WAIT`] and then answers
 //! [`Busy`]: the worker holds it for as long as it waits for the broker.
 

@@ -5,9 +5,10 @@
 //! - on assignment, a slice is restored (snapshot X, last output Y) on the
 //!   restore thread while the worker goes on with its other slices; its
 //!   partition joins the consumer's assignment only once restored, at X
-//!   (with `availability.policy` `deliver` or `drop` it joins earlier, after
-//!   its last output, and its records are decided meanwhile, each range
-//!   logged first: see `Deciding` in `policy.rs` and docs/availability.md);
+//!   (when the settings decide its records while it is restored, it joins
+//!   earlier, after its last output, and its records are decided meanwhile,
+//!   each range logged first: see `Deciding` in `policy.rs` and
+//!   docs/availability.md);
 //! - each judgment's record goes to partition s of its topic, with its slice
 //!   offset and release position, unless that topic's replay bound Y
 //!   (`crate::kafka::replay`) says the partition holds it already;
@@ -49,14 +50,14 @@
 //! - `writer.rs`: the checkpoint writer thread.
 //! - `restore_thread.rs`: the restore thread (locates and restores slices).
 //! - `emit.rs`: the outputs, flags and verdicts of a judgment.
-//! - `policy.rs`: `availability.policy`'s decisions while a slice is
-//!   restored (`Deciding`), and writes to the flush log.
+//! - `policy.rs`: the policy ranges' decisions while a slice is restored
+//!   (`Deciding`), and writes to the flush log.
 //! - `state.rs`: `WorkerState`, what the loop, the rebalance callbacks and
 //!   the admin lookups share under the worker lock.
 //! - `snapshots.rs`: the snapshot copy, handed to the writer thread.
 //! - `restores.rs`: restored slices join the worker (`take_restored`).
 //! - `records.rs`: the per-record path. A record polled by [`run`] goes to
-//!   `handle` (in shared mode a read-order record to `handle_read_order`),
+//!   `handle` (a read-order record to `handle_read_order`),
 //!   which reads it once (`crate::kafka::slice_log::LogRecord`: input,
 //!   progress, delete request or a foreign record) and takes it in as what
 //!   it is: an input record is judged by `judge`, a record of a slice being

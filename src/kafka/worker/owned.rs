@@ -21,7 +21,7 @@ pub(super) struct OwnedSlice {
     /// A snapshot being copied while the slice goes on.
     pub(super) copying: Option<Copying>,
     /// How far each topic the slice writes holds its records (read at
-    /// restore, raised by the decisions of `availability.policy` made
+    /// restore, raised by the policy ranges' decisions made
     /// meanwhile): judgments up to there are replayed without writing them
     /// there again.
     pub(super) replay: ReplayBounds,

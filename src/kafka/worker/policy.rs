@@ -1,7 +1,8 @@
-//! `availability.policy` (docs/availability.md): the records of a slice
-//! being restored are decided (`deliver`, `drop`) rather than judged, each
-//! range of them logged in the flush log first so that every later restore
-//! applies the same decisions.
+//! Policy ranges (docs/availability.md): the records of a slice being
+//! restored are decided (delivered or dropped, as the settings ask: the
+//! `availability` feature) rather than judged, each range of them logged in
+//! the flush log first so that every later restore applies the same
+//! decisions.
 
 use std::time::Instant;
 
@@ -12,17 +13,16 @@ use super::emit::{dead_letter, send};
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use super::writer::FLUSH_TIMEOUT;
-use crate::config::AvailabilityPolicy;
 use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, RecordView, ReleasePos, SliceRecord};
 use crate::kafka::producer::wait_acked;
 use crate::kafka::replay::{Destination, ReplayBounds, Sent};
-use crate::kafka::restore::{PolicyRange, policy_record, range_of};
+use crate::kafka::restore::{Decision, PolicyRange, policy_record, range_of};
 use crate::kafka::slice_log::{Kind, LogRecord};
 use crate::kafka::{KafkaLayerError, headers};
 
-/// A slice being restored whose records `availability.policy` decides
-/// meanwhile (docs/availability.md): each is sent at once, to the output
+/// A slice being restored whose records the settings decide meanwhile
+/// (`RecordPath::while_restoring`, docs/availability.md): each is sent at once, to the output
 /// (`deliver`) or to the duplicates topic (`drop`), once the range of slice
 /// offsets it is in has been logged in the flush log, so that the restore
 /// (and every later one) applies the same decisions.
@@ -40,7 +40,7 @@ pub(super) struct Deciding {
 /// being restored are decided without a wait for the log most of the time.
 const POLICY_STEP: u64 = 500;
 
-/// Decides a record of a slice being restored by `availability.policy`
+/// Decides a record of a slice being restored as the settings ask
 /// (see [`Deciding`]): logs its range first if no range logged holds it.
 /// A router's progress record is skipped (inside a policy range the order
 /// buffer is not moved: nothing is released there), a delete request left
@@ -67,7 +67,10 @@ pub(super) fn decide_early(
         None => {
             let limit = d.ranges.iter().filter(|r| r.from > offset).map(|r| r.from - 1).min();
             let to = (offset + POLICY_STEP - 1).min(limit.unwrap_or(u64::MAX));
-            let range = PolicyRange { from: offset, to, policy: setup.path.policy };
+            let Some(policy) = setup.path.while_restoring else {
+                return Ok(()); // the settings decide nothing: it waits for the restore
+            };
+            let range = PolicyRange { from: offset, to, policy };
             log_range(setup, slice, &range)?;
             d.ranges.push(range);
             range
@@ -85,7 +88,8 @@ pub(super) fn decide_early(
     let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
     if !d.bounds.holds_decision(dest, pos) {
         let after = d.bounds.policy_after(dest, None);
-        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
+        let decision =
+            DecidedRecord { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
         send_decision(setup, slice, msg, framed, &decision)?;
         d.bounds.raise(dest, Sent { normal: None, policy: Some(pos) });
     }
@@ -94,11 +98,11 @@ pub(super) fn decide_early(
 
 /// Where a decision of `policy` goes: the output (`deliver`) or the
 /// duplicates topic (`drop`); an unreadable record to the dead letters.
-fn destination(policy: AvailabilityPolicy, unreadable: bool) -> Destination {
+fn destination(policy: Decision, unreadable: bool) -> Destination {
     match policy {
         _ if unreadable => Destination::DeadLetters,
-        AvailabilityPolicy::Drop => Destination::Duplicates,
-        _ => Destination::Output,
+        Decision::Drop => Destination::Duplicates,
+        Decision::Deliver => Destination::Output,
     }
 }
 
@@ -127,7 +131,7 @@ pub(super) fn decide_logged(
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let slice_record = SliceRecord { offset, record: view, source: framed.source, reading: None };
-    let deliver = range.policy == AvailabilityPolicy::Deliver;
+    let deliver = range.policy == Decision::Deliver;
     let decided = owned.state.decide(&slice_record, &setup.extractor, deliver);
     let pos = ReleasePos { after: offset, flush: false, rank: 0 };
     let unreadable = if decided {
@@ -142,7 +146,8 @@ pub(super) fn decide_logged(
         setup.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {
         let after = owned.replay.policy_after(dest, owned.last_judged);
-        let decision = Decision { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
+        let decision =
+            DecidedRecord { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
         send_decision(setup, slice, msg, framed, &decision)?;
     }
     Ok(())
@@ -153,7 +158,7 @@ pub(super) fn decide_logged(
 /// it (a replay, against the same limits, routes it the same way).
 fn routed<'a>(
     setup: &'a WorkerSetup,
-    policy: AvailabilityPolicy,
+    policy: Decision,
     unreadable: bool,
     msg: &BorrowedMessage<'_>,
     framed: &Unframed<'_>,
@@ -165,12 +170,12 @@ fn routed<'a>(
     }
 }
 
-/// A decision of `availability.policy` about one record.
-struct Decision<'a> {
+/// A policy range's decision about one record.
+struct DecidedRecord<'a> {
     /// The record's slice offset.
     offset: u64,
     pos: ReleasePos,
-    policy: AvailabilityPolicy,
+    policy: Decision,
     /// What the partition it goes to holds of ordinary judgments before it
     /// (`dedupd.policy.after`; see [`ReplayBounds::policy_after`]).
     after: Option<ReleasePos>,
@@ -191,7 +196,7 @@ fn send_decision<M: Message>(
     slice: u32,
     msg: &M,
     framed: &Unframed<'_>,
-    d: &Decision<'_>,
+    d: &DecidedRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     let path = &setup.path;
     let offset_text = d.offset.to_string();
@@ -212,11 +217,11 @@ fn send_decision<M: Message>(
     }
     setup.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
     match d.policy {
-        AvailabilityPolicy::Drop => {
+        Decision::Drop => {
             extra.push((headers::RULE, b"policy"));
             send(setup, &path.duplicates, slice, msg, framed.payload, &extra)
         }
-        _ => send(setup, &path.output, slice, msg, framed.payload, &extra),
+        Decision::Deliver => send(setup, &path.output, slice, msg, framed.payload, &extra),
     }
 }
 
@@ -224,7 +229,7 @@ fn send_decision<M: Message>(
 /// broker has it: no output of the range is sent before (see [`super::records::idle_flush`]).
 fn log_range(setup: &WorkerSetup, slice: u32, range: &PolicyRange) -> Result<(), KafkaLayerError> {
     log::info!(
-        "slice {slice}: offsets {}..={} decided by availability.policy = {} while it is restored (logged)",
+        "slice {slice}: offsets {}..={} decided as \"{}\" while it is restored (logged)",
         range.from,
         range.to,
         range.policy.as_str()

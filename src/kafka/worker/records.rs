@@ -107,8 +107,8 @@ pub(super) fn handle(
             None => Ok(()), // fetched just before a revocation, or while restoring
         };
     };
-    // Shared mode: a slice-log record (a router's progress, a delete
-    // request) is at index 0 of its offset's virtual positions.
+    // With read orders, a slice-log record (a router's progress, a
+    // delete request) is at index 0 of its offset's virtual positions.
     let offset = setup.slice_position(msg.offset() as u64);
     if offset < owned.state.next_offset {
         return Ok(()); // already reflected in the state
@@ -144,7 +144,7 @@ pub(super) fn handle(
 }
 
 /// What a slice-log record is to its slice: its kind ([`LogRecord`], read
-/// once) placed against the ranges `availability.policy` decided.
+/// once) placed against the policy ranges logged.
 enum Entry<'r, 'm> {
     /// An input record: judged.
     Input(&'r LogRecord<'m>),
@@ -223,7 +223,7 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
     }
 }
 
-/// Shared mode: judges the input records the read-order record `msg` names,
+/// Judges the input records the read-order record `msg` names,
 /// in its order, from the first the slice has not taken in yet (a slice
 /// resumes in the middle of one), reading them from the input with `input`.
 /// The worker lock is taken per record: an admin lookup waits for one
@@ -275,7 +275,7 @@ pub(super) fn handle_read_order(
     Ok(())
 }
 
-/// Shared mode: judges one input record a read-order record names, at
+/// Judges one input record a read-order record names, at
 /// virtual position `offset`; `source` is where it was read.
 fn handle_named(
     setup: &WorkerSetup,
@@ -304,7 +304,7 @@ fn handle_named(
     taken(setup, owned, judged)
 }
 
-/// Judges an input record at slice offset (shared mode: virtual position)
+/// Judges an input record at slice offset (with read orders: virtual position)
 /// `offset`: emits the judgments it releases and keeps it if it waits.
 pub(super) fn judge(
     setup: &WorkerSetup,
@@ -420,7 +420,7 @@ pub(super) fn idle_flush(
     flush_slice(setup, owned, judged, past_hold)
 }
 
-/// Whether a slice-log record is a router's read-order record (shared mode).
+/// Whether a slice-log record is a router's read-order record.
 pub(super) fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
     msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
 }

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
-use crate::config::AvailabilityPolicy;
 use crate::features::FEATURES;
 use crate::features::feature::PublishedCounts;
 use crate::kafka::KafkaLayerError;
@@ -23,7 +22,8 @@ pub(super) struct RestoreJob {
 /// What the restore thread tells the worker about a restore.
 pub(super) enum RestoreEvent {
     /// Where the slice's outputs stopped and the policy ranges logged (read
-    /// first, before the snapshot, when `availability.policy` is not `wait`).
+    /// first, before the snapshot, when the settings decide the records of a
+    /// slice being restored).
     Located { slice: u32, id: u64, result: Result<(ReplayBounds, Option<u64>, Vec<PolicyRange>), KafkaLayerError> },
     /// The slice, restored.
     Restored { slice: u32, id: u64, result: Result<Box<OwnedSlice>, KafkaLayerError> },
@@ -45,7 +45,7 @@ impl Restores {
             .name("dedupd-restores".into())
             .spawn(move || {
                 for RestoreJob { slice, id } in job_rx {
-                    if setup.cfg.availability != AvailabilityPolicy::Wait {
+                    if setup.path.while_restoring.is_some() {
                         let result = restorer(&setup).locate(slice);
                         if done_tx.send(RestoreEvent::Located { slice, id, result }).is_err() {
                             break;

@@ -23,7 +23,7 @@ pub(super) fn restoring_list(topic: &str, worker_state: &WorkerState) -> TopicPa
 }
 
 /// Takes in what the restore thread has done: a slice located is decided
-/// by `availability.policy` until restored (its partition read from after
+/// by the settings' decision until restored (its partition read from after
 /// its last output); a restored slice is owned from now, its partition read
 /// from where it resumes. What comes for a restore whose slice was revoked
 /// meanwhile is dropped.
@@ -51,10 +51,10 @@ pub(super) fn take_restored<C: ConsumerContext>(
                             worker_state.fatal.get_or_insert(e);
                             continue;
                         }
+                        let decision = setup.path.while_restoring.map_or("", |d| d.as_str());
                         log::info!(
-                            "slice {slice}: being restored; its records from offset {next} are decided by \
-                             availability.policy = {} meanwhile",
-                            setup.cfg.availability.as_str()
+                            "slice {slice}: being restored; its records from offset {next} are decided as \
+                             \"{decision}\" meanwhile (docs/availability.md)"
                         );
                         worker_state.deciding.insert(slice, Deciding { next, bounds, ranges });
                     }
@@ -109,7 +109,7 @@ pub(super) fn take_restored<C: ConsumerContext>(
 /// Reads the slice's partition from `offset` on: adds it to the consumer's
 /// assignment there if it is not in it yet (librdkafka's fetcher starts on
 /// it at once), or else seeks it there and resumes it (a partition assigned
-/// paused, with eager rebalancing; a partition read by `availability.policy`
+/// paused, with eager rebalancing; a partition read for the policy ranges
 /// during the restore is not paused and the resume does nothing).
 pub(super) fn read_from<C: ConsumerContext>(
     setup: &WorkerSetup,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admin::Status;
-use crate::config::{AvailabilityPolicy, Resolved};
+use crate::config::Resolved;
 use crate::engine::Extractor;
 use crate::engine::slice::stages::StageSetups;
 use crate::features::feature::{AppliedFn, OnDistinct};
@@ -13,6 +13,7 @@ use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
 use crate::kafka::producer::OutputProducer;
+use crate::kafka::restore::Decision;
 use crate::kafka::slice_log::Holds;
 use crate::metrics::Metrics;
 
@@ -37,7 +38,7 @@ pub struct WorkerSetup {
     pub status: Arc<Status>,
     /// Counts input records when the slice log is the input (input-partitions mode).
     pub input_counter: Option<prometheus::IntCounter>,
-    /// A sparse tree's root publishes a verdict for every delivery (docs/tiers.md).
+    /// The features' part in the outputs of every distinct judgment.
     pub on_distinct: Option<Box<dyn OnDistinct>>,
     /// Where the slice posts the outcome of a request of the slice log it
     /// applied (a feature's key action, set once the worker runs).
@@ -64,8 +65,9 @@ pub struct RecordPath {
     /// A header every output record carries (a dense leaf's `app.id`, to
     /// its parent: docs/tiers.md).
     pub output_header: Option<(&'static str, String)>,
-    /// `availability.policy`: what a slice's records get while it is restored.
-    pub policy: AvailabilityPolicy,
+    /// What a slice's records get while it is restored: decided so, in
+    /// policy ranges, or `None` (they wait for the restore).
+    pub while_restoring: Option<Decision>,
     /// How long a slice holding records for the watermark hears nothing
     /// before its idle flush: the lateness, at least 100 ms.
     pub idle_after: Duration,
@@ -75,7 +77,11 @@ pub struct RecordPath {
 }
 
 impl RecordPath {
-    pub fn of(cfg: &Resolved, output_header: Option<(&'static str, String)>) -> Self {
+    pub fn of(
+        cfg: &Resolved,
+        output_header: Option<(&'static str, String)>,
+        while_restoring: Option<Decision>,
+    ) -> Self {
         let out = &cfg.settings.output;
         RecordPath {
             log_format: Holds::of(cfg.slicing),
@@ -86,7 +92,7 @@ impl RecordPath {
             flags: cfg.settings.flag.topic.clone(),
             app: cfg.settings.app.id.clone(),
             output_header,
-            policy: cfg.availability,
+            while_restoring,
             idle_after: Duration::from_millis(cfg.order.lateness_ms.max(100)),
             max_held_bytes: cfg.budget.held_per_slice,
         }

@@ -34,7 +34,7 @@ pub(super) struct WorkerState {
     /// starts fetching, not when it is resumed, so a resumed partition waited
     /// up to a second for the fetcher's next turn — docs/availability.md.)
     pub(super) unassigned: BTreeSet<u32>,
-    /// Slices being restored whose records `availability.policy` decides meanwhile.
+    /// Slices being restored whose records the settings decide meanwhile.
     pub(super) deciding: BTreeMap<u32, Deciding>,
     /// Numbers restores.
     pub(super) restores_asked: u64,
