@@ -97,7 +97,7 @@ fn key_routes(status: &Status) -> Router<Shared> {
 async fn metrics_text(State(shared): State<Shared>) -> Response {
     // Computed now: the worker that records contacts may itself be waiting for the broker.
     if let Some(silence) = shared.status.broker_silence() {
-        shared.metrics.broker_silence.set(silence.as_secs_f64());
+        shared.metrics.slices.broker_silence.set(silence.as_secs_f64());
     }
     let body = shared.metrics.render();
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()

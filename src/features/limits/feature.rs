@@ -28,6 +28,6 @@ impl Feature for LimitsFeature {
 
     fn publish(&self, metrics: &Metrics, label: &str, state: &SliceState, _published: &mut PublishedCounts) {
         let false_positive = state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
-        metrics.limit_false_positive.with_label_values(&[label]).set(false_positive);
+        metrics.features.limit_false_positive.with_label_values(&[label]).set(false_positive);
     }
 }

@@ -231,7 +231,7 @@ impl Loop {
         high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     ) -> Result<Self, KafkaLayerError> {
         let input = match setup.cfg.slicing {
-            SlicingMode::Shared => Some(InputReader::new(&setup.cfg, setup.metrics.input_missing.clone())?),
+            SlicingMode::Shared => Some(InputReader::new(&setup.cfg, setup.metrics.input.input_missing.clone())?),
             _ => None,
         };
         let received = setup.metrics.stage("slice_received").local();
