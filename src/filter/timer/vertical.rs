@@ -24,7 +24,7 @@
 //! between the phases): no locks on cells. T is at most S.
 //!
 //! In the **blocked layout** the k cells of a key lie in one block of
-//! [`BLOCK_CELLS`] = 256 cells, and the slice boundaries are rounded to
+//! [`BLOCK_CELLS`](crate::filter::hash::BLOCK_CELLS) = 256 cells, and the slice boundaries are rounded to
 //! whole blocks instead: one owner holds all k cells of a key. Vertical
 //! slicing then spreads keys (blocks), not the cells of one key: each
 //! lookup is one message to one owner, pipelining saves nothing, and
