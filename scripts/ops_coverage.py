@@ -3,13 +3,13 @@
 
     python3 scripts/ops_coverage.py [--selftest] [-v]
 
-  metrics   every metric registered in src/metrics.rs (the names given to b.counter(...),
+  metrics   every metric registered in src/metrics/ (the names given to b.counter(...),
             b.gauge(...), IntGauge::new(...), HistogramOpts::new(...) and the like) is on the
             dashboard (grafana/dedupd.json), in an alert (grafana/alerts.yml), or in
             grafana/unshown-metrics.txt with the reason it is not shown; the dashboard and the
-            alerts name no metric src/metrics.rs does not register; the unshown list names only
+            alerts name no metric src/metrics/ does not register; the unshown list names only
             registered metrics that are shown nowhere, each with a reason; docs/metrics.md lists
-            the same metrics as src/metrics.rs.
+            the same metrics as src/metrics/.
   alerts    every alert of grafana/alerts.yml has a `for:`, a severity, a runbook_url ending in
             operate.md#<alert name in lower case>, and in grafana/alerts_test.yml a test that
             expects it to fire and one that expects it not to (exp_alerts: []); the tests name
@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-METRICS_RS = ROOT / "src" / "metrics.rs"
+METRICS_RS = ROOT / "src" / "metrics"  # every .rs file of the folder, read as one
 METRICS_DOC = ROOT / "docs" / "metrics.md"
 OPERATE_DOC = ROOT / "docs" / "operate.md"
 DASHBOARD = ROOT / "grafana" / "dedupd.json"
@@ -47,7 +47,7 @@ UNSHOWN = ROOT / "grafana" / "unshown-metrics.txt"
 SITE = ROOT / "target" / "ops-coverage" / "site"
 PYYAML = "PyYAML==6.0.2"
 
-# The first argument of these calls is a metric's name (src/metrics.rs's Builder and the
+# The first argument of these calls is a metric's name (the Builder of src/metrics/ and the
 # prometheus crate's constructors).
 CONSTRUCTOR = re.compile(
     r"(?:\b(?:counter|int_gauge|gauge|histogram)|(?:IntCounter|IntGauge|Gauge|Counter|Histogram|IntCounterVec|"
@@ -84,15 +84,15 @@ def load_yaml():
 
 
 def registered_metrics(source: str) -> tuple[set[str], set[str], list[str]]:
-    """(metric names, histogram names, problems) of src/metrics.rs. A "dedupd_..." string that
+    """(metric names, histogram names, problems) of src/metrics/. A "dedupd_..." string that
     is not a constructor's first argument is a problem: the check cannot tell what it is."""
     names = set(CONSTRUCTOR.findall(source))
     histograms = set(HISTOGRAM_CONSTRUCTOR.findall(source))
     literals = set(re.findall(r"\"(dedupd_[a-z0-9_]+)\"", source))
-    problems = [f"src/metrics.rs: \"{n}\" is not the name argument of a known metric constructor "
+    problems = [f"src/metrics/: \"{n}\" is not the name argument of a known metric constructor "
                 "(teach scripts/ops_coverage.py the new form)" for n in sorted(literals - names)]
     if not names:
-        problems.append("src/metrics.rs: no metric registrations found")
+        problems.append("src/metrics/: no metric registrations found")
     return names, histograms, problems
 
 
@@ -178,23 +178,23 @@ def check_metrics(inputs: dict) -> tuple[list[str], str]:
     problems += p
     for n in sorted(names):
         if n not in on_dashboard and n not in in_alerts and n not in unshown:
-            problems.append(f"{n} is exported (src/metrics.rs) but on no dashboard panel, in no alert, and not in "
+            problems.append(f"{n} is exported (src/metrics/) but on no dashboard panel, in no alert, and not in "
                             "grafana/unshown-metrics.txt: add a panel to grafana/dedupd.json, an alert to "
                             "helm/dedupd/files/alerts.yml, or a line `" + n + "  <why it is not shown>`")
     for n in sorted(on_dashboard - names):
-        problems.append(f"grafana/dedupd.json queries {n}, which src/metrics.rs does not register")
+        problems.append(f"grafana/dedupd.json queries {n}, which src/metrics/ does not register")
     for n in sorted(in_alerts - names):
-        problems.append(f"grafana/alerts.yml uses {n}, which src/metrics.rs does not register")
+        problems.append(f"grafana/alerts.yml uses {n}, which src/metrics/ does not register")
     for n in sorted(set(unshown) - names):
-        problems.append(f"grafana/unshown-metrics.txt lists {n}, which src/metrics.rs does not register")
+        problems.append(f"grafana/unshown-metrics.txt lists {n}, which src/metrics/ does not register")
     for n in sorted(set(unshown) & (on_dashboard | in_alerts)):
         problems.append(f"grafana/unshown-metrics.txt lists {n}, but it is shown (dashboard or alerts): remove the line")
     if inputs.get("metrics_doc") is not None:
         doc = documented_metrics(inputs["metrics_doc"])
         for n in sorted(names - doc):
-            problems.append(f"{n} is registered in src/metrics.rs but not listed in docs/metrics.md")
+            problems.append(f"{n} is registered in src/metrics/ but not listed in docs/metrics.md")
         for n in sorted(doc - names):
-            problems.append(f"docs/metrics.md lists {n}, which src/metrics.rs does not register")
+            problems.append(f"docs/metrics.md lists {n}, which src/metrics/ does not register")
     summary = (f"{len(names)} metrics: {len(names & on_dashboard)} on the dashboard, {len(names & in_alerts)} in "
                f"alerts, {len(names & set(unshown))} listed as not shown")
     return problems, summary
@@ -254,7 +254,7 @@ def run_checks(inputs: dict) -> list[str]:
 
 def real_inputs(yaml) -> dict:
     return {
-        "metrics_rs": METRICS_RS.read_text(),
+        "metrics_rs": "\n".join(p.read_text() for p in sorted(METRICS_RS.rglob("*.rs"))),
         "metrics_doc": METRICS_DOC.read_text() if METRICS_DOC.exists() else None,
         "operate_doc": OPERATE_DOC.read_text() if OPERATE_DOC.exists() else None,
         "dashboard": json.loads(DASHBOARD.read_text()),
@@ -304,7 +304,7 @@ def selftest(yaml, verbose: bool) -> list[str]:
         i["operate_doc"] = "# Operate\n\n" + "".join(f"## {n}\n\ntext\n\n" for n in names[1:])
 
     cases = [
-        ("a metric registered in src/metrics.rs and shown nowhere", with_metric, fake),
+        ("a metric registered in src/metrics/ and shown nowhere", with_metric, fake),
         ("an alert without tests", with_untested_alert, "DedupdSelftestUntested: no test"),
         ("an alert without for:", without_for, "has no `for:`"),
         ("an alert without runbook_url", without_runbook, "runbook_url"),

@@ -6,7 +6,7 @@
 #                                                promtool test rules grafana/alerts_test.yml, the
 #                                                static dashboard check (below), and the coverage
 #                                                check (scripts/ops_coverage.py: every metric of
-#                                                src/metrics.rs on the dashboard, in an alert or in
+#                                                src/metrics/ on the dashboard, in an alert or in
 #                                                grafana/unshown-metrics.txt; every alert with for:,
 #                                                a runbook_url and tests that fire and do not fire)
 #   scripts/prometheus_check.sh dashboard        static dashboard check only: grafana/dedupd.json is a

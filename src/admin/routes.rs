@@ -97,7 +97,7 @@ fn key_routes(status: &Arc<Status>) -> Router<AdminState> {
 async fn metrics_text(State(state): State<AdminState>) -> Response {
     // Computed now: the worker that records contacts may itself be waiting for the broker.
     if let Some(silence) = state.status.broker_silence() {
-        state.metrics.broker_silence.set(silence.as_secs_f64());
+        state.metrics.slices.broker_silence.set(silence.as_secs_f64());
     }
     let body = state.metrics.render();
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], body).into_response()

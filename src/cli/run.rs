@@ -243,11 +243,14 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
 /// The metrics, with the memory plan's figures and a counter per input topic set.
 fn start_metrics(cfg: &crate::config::Resolved, hashes: u32) -> Arc<Metrics> {
     let metrics = Arc::new(Metrics::new(hashes));
-    metrics.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
-    metrics.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
-    metrics.memory_limit.set(cfg.budget.limit.as_ref().map_or(0, |l| i64::try_from(l.bytes).unwrap_or(i64::MAX)));
+    metrics.memory.memory_cap.set(cfg.memory.cap.map_or(0, |c| i64::try_from(c).unwrap_or(i64::MAX)));
+    metrics.memory.filter_worst_case.set(i64::try_from(cfg.memory.worst_case).unwrap_or(i64::MAX));
+    metrics
+        .memory
+        .memory_limit
+        .set(cfg.budget.limit.as_ref().map_or(0, |l| i64::try_from(l.bytes).unwrap_or(i64::MAX)));
     for (part, bytes) in &cfg.budget.parts {
-        metrics.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+        metrics.memory.memory_budget.with_label_values(&[part.label()]).set(i64::try_from(*bytes).unwrap_or(i64::MAX));
     }
     for topic in &cfg.settings.input.topics {
         metrics.input_counter(topic);
@@ -313,7 +316,7 @@ fn worker_setup(
         producer: producer::output_producer(
             cfg,
             "output",
-            Some((cfg.settings.output.topic.clone(), metrics.end_to_end_latency.clone())),
+            Some((cfg.settings.output.topic.clone(), metrics.output.end_to_end_latency.clone())),
             output_topics(cfg),
             started.slice_count as usize,
             Some(&started.limits),

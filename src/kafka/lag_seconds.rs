@@ -98,10 +98,10 @@ impl LagSeconds {
         let now: BTreeMap<Partition, Offsets> = partitions.iter().cloned().collect();
         let mut reported = self.reported.lock().expect("lag seconds lock");
         for (topic, partition) in reported.keys().filter(|tp| !now.contains_key(*tp)) {
-            let _ = metrics.input_lag_seconds.remove_label_values(&[topic, &partition.to_string()]);
+            let _ = metrics.input.input_lag_seconds.remove_label_values(&[topic, &partition.to_string()]);
         }
         for ((topic, partition), offsets) in &now {
-            let gauge = metrics.input_lag_seconds.with_label_values(&[topic, &partition.to_string()]);
+            let gauge = metrics.input.input_lag_seconds.with_label_values(&[topic, &partition.to_string()]);
             if !offsets.lagging() {
                 gauge.set(0.0);
             }
@@ -159,7 +159,7 @@ fn read_loop(
                 let behind = reported.get(tp).is_some_and(|o| o.lagging());
                 if let (true, Some(newest), Some(judged)) = (behind, newest.get(tp), judged.get(tp)) {
                     let seconds = (newest - judged).max(0) as f64 / 1000.0;
-                    metrics.input_lag_seconds.with_label_values(&[&tp.0, &tp.1.to_string()]).set(seconds);
+                    metrics.input.input_lag_seconds.with_label_values(&[&tp.0, &tp.1.to_string()]).set(seconds);
                 }
             }
         }
@@ -216,12 +216,12 @@ mod tests {
         let lag = LagSeconds::default();
         let series = |m: &Metrics| m.render().lines().filter(|l| l.starts_with("dedupd_input_lag_seconds{")).count();
         let at = |p: i32, position: i64, end: i64| (("in".to_string(), p), Offsets { position, end });
-        metrics.input_lag_seconds.with_label_values(&["in", "0"]).set(42.0);
+        metrics.input.input_lag_seconds.with_label_values(&["in", "0"]).set(42.0);
         lag.update(&metrics, &[at(0, 10, 10), at(1, 5, 9)]);
         assert_eq!(series(&metrics), 2);
-        assert_eq!(metrics.input_lag_seconds.with_label_values(&["in", "0"]).get(), 0.0);
+        assert_eq!(metrics.input.input_lag_seconds.with_label_values(&["in", "0"]).get(), 0.0);
         lag.update(&metrics, &[at(1, 9, 9)]);
         assert_eq!(series(&metrics), 1);
-        assert_eq!(metrics.input_lag_seconds.with_label_values(&["in", "1"]).get(), 0.0);
+        assert_eq!(metrics.input.input_lag_seconds.with_label_values(&["in", "1"]).get(), 0.0);
     }
 }

@@ -163,10 +163,10 @@ impl InputLag {
         let mut reported = self.reported.lock().expect("input lag lock");
         let now: BTreeSet<(String, i32)> = lags.iter().map(|(tp, _)| tp.clone()).collect();
         for (topic, partition) in reported.difference(&now) {
-            let _ = metrics.input_lag.remove_label_values(&[topic, &partition.to_string()]);
+            let _ = metrics.input.input_lag.remove_label_values(&[topic, &partition.to_string()]);
         }
         for ((topic, partition), lag) in lags {
-            metrics.input_lag.with_label_values(&[topic, &partition.to_string()]).set(*lag);
+            metrics.input.input_lag.with_label_values(&[topic, &partition.to_string()]).set(*lag);
         }
         *reported = now;
     }
@@ -217,6 +217,6 @@ mod tests {
         assert_eq!(series(&metrics), 2);
         lag.set(&metrics, &[(("in".into(), 1), 0)]);
         assert_eq!(series(&metrics), 1);
-        assert_eq!(metrics.input_lag.with_label_values(&["in", "1"]).get(), 0);
+        assert_eq!(metrics.input.input_lag.with_label_values(&["in", "1"]).get(), 0);
     }
 }

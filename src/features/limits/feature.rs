@@ -27,6 +27,6 @@ impl Feature for LimitsFeature {
 
     fn publish(&self, _cfg: &Resolved, slice: &SlicePublish<'_>, _published: &mut PublishedCounts) {
         let false_positive = slice.state.stages.get::<SliceCounting>().map_or(0.0, |c| c.stage.false_positive());
-        slice.metrics.limit_false_positive.with_label_values(&[slice.label]).set(false_positive);
+        slice.metrics.features.limit_false_positive.with_label_values(&[slice.label]).set(false_positive);
     }
 }

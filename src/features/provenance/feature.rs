@@ -36,11 +36,11 @@ impl Feature for ProvenanceFeature {
             let dropped = p.sources.dropped();
             let before = published.insert(DROPPED, dropped).unwrap_or(0);
             if dropped > before {
-                metrics.provenance_dropped.with_label_values(&[label]).inc_by(dropped - before);
+                metrics.features.provenance_dropped.with_label_values(&[label]).inc_by(dropped - before);
             }
         }
         let live_sources = provenance.map_or(0, |p| p.sources.live_sources());
-        metrics.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
+        metrics.features.provenance_sources.with_label_values(&[label]).set(live_sources as i64);
     }
 
     fn restored(&self, state: &SliceState, published: &mut PublishedCounts) {

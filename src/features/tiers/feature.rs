@@ -33,7 +33,7 @@ impl Feature for TiersFeature {
         for (name, now) in [(FORWARDED, c.distinct), (RESOLVED, c.duplicates)] {
             let before = published.insert(name, now).unwrap_or(0);
             if now > before {
-                slice.metrics.tier_lookups.with_label_values(&[name]).inc_by(now - before);
+                slice.metrics.verdicts.tier_lookups.with_label_values(&[name]).inc_by(now - before);
             }
         }
     }

@@ -89,7 +89,7 @@ impl OnDistinct for RootVerdicts {
             .payload(&bytes[..])
             .timestamp(extracted.time_ms as i64);
         send_waiting(producer, record)?;
-        metrics.tier_verdicts.with_label_values(&["published"]).inc();
+        metrics.verdicts.tier_verdicts.with_label_values(&["published"]).inc();
         Ok(())
     }
 }
@@ -215,8 +215,8 @@ impl<'d> Leaf<'d> {
             seed: setup.cache_params.seed,
             cache: LeafCache::new(setup.cache_params.clone(), cfg.order.max_clock_jump_ms),
             counters: cfg.settings.input.topics.iter().map(|t| (t.as_str(), metrics.input_counter(t))).collect(),
-            lookups: ["resolved", "forwarded"].map(|r| metrics.tier_lookups.with_label_values(&[r])),
-            learned: ["applied", "too_old", "invalid"].map(|r| metrics.tier_verdicts.with_label_values(&[r])),
+            lookups: ["resolved", "forwarded"].map(|r| metrics.verdicts.tier_lookups.with_label_values(&[r])),
+            learned: ["applied", "too_old", "invalid"].map(|r| metrics.verdicts.tier_verdicts.with_label_values(&[r])),
             warned_invalid: false,
         })
     }

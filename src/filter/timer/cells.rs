@@ -5,10 +5,18 @@
 //! smaller than an exact table, so they are first-class: 4-bit cells are
 //! packed two per byte, 8/16/32-bit cells use plain vectors, and every other
 //! width is bit-packed with `bitvec`.
+//!
+//! Splitting an array into the parts vertical slicing's owners hold is in
+//! `parts` (the `vertical` feature).
 
 use bitvec::prelude::*;
 
 use super::clock::Now;
+
+#[cfg(feature = "vertical")]
+mod parts;
+#[cfg(feature = "vertical")]
+pub(crate) use parts::{CellsPart, PART_ALIGN};
 
 /// Cell access used by the generic hot path.
 pub(crate) trait TimerCells {
@@ -515,135 +523,6 @@ impl CellArray {
     }
 }
 
-#[cfg(feature = "vertical")]
-/// Cells are split between owners ([`CellArray::split_mut`]) only at
-/// multiples of this many: 64 cells of any width are whole bytes and whole
-/// 64-bit words (4-bit cells share bytes, odd widths share words), so two
-/// parts never share a byte or a word of storage.
-pub(crate) const PART_ALIGN: usize = 64;
-
-#[cfg(feature = "vertical")]
-/// Cells `start..end` of an array on their own, borrowed mutably: the part
-/// one owner reads and writes while other threads hold the other parts
-/// (see [`super::vertical`]). Cells are addressed by their index in the
-/// whole array.
-pub(crate) struct CellsPart<'a> {
-    start: usize,
-    end: usize,
-    cells: PartCells<'a>,
-}
-
-#[cfg(feature = "vertical")]
-/// The storage of a [`CellsPart`], from its first cell.
-enum PartCells<'a> {
-    Nibble(&'a mut [u8]),
-    Byte(&'a mut [u8]),
-    Half(&'a mut [u16]),
-    Word(&'a mut [u32]),
-    /// The 64-bit words of bit-packed cells, and the width.
-    Packed(&'a mut [u64], usize),
-}
-
-#[cfg(feature = "vertical")]
-impl CellsPart<'_> {
-    /// Whether cell `i` (of the whole array) is in this part.
-    #[inline(always)]
-    pub(crate) fn holds(&self, i: usize) -> bool {
-        (self.start..self.end).contains(&i)
-    }
-
-    /// Cell `i` (of the whole array; in this part).
-    #[inline]
-    pub(crate) fn get(&self, i: usize) -> u32 {
-        debug_assert!(self.holds(i));
-        let j = i - self.start;
-        match &self.cells {
-            PartCells::Nibble(b) => nibble_get(b, j),
-            PartCells::Byte(c) => u32::from(c[j]),
-            PartCells::Half(c) => u32::from(c[j]),
-            PartCells::Word(c) => c[j],
-            PartCells::Packed(words, w) => BitSlice::<u64, Lsb0>::from_slice(words)[j * w..(j + 1) * w].load_le(),
-        }
-    }
-
-    /// Sets cell `i` (of the whole array; in this part).
-    #[inline]
-    pub(crate) fn set(&mut self, i: usize, v: u32) {
-        debug_assert!(self.holds(i));
-        let j = i - self.start;
-        match &mut self.cells {
-            PartCells::Nibble(b) => nibble_set(b, j, v),
-            PartCells::Byte(c) => c[j] = v as u8,
-            PartCells::Half(c) => c[j] = v as u16,
-            PartCells::Word(c) => c[j] = v,
-            PartCells::Packed(words, w) => {
-                BitSlice::<u64, Lsb0>::from_slice_mut(words)[j * *w..(j + 1) * *w].store_le::<u32>(v)
-            }
-        }
-    }
-
-    /// The address of the byte holding cell `i` (in this part), to prefetch.
-    #[inline]
-    pub(crate) fn cell_addr(&self, i: usize) -> *const u8 {
-        let j = i - self.start;
-        match &self.cells {
-            PartCells::Nibble(b) => b.as_ptr().wrapping_add(j >> 1),
-            PartCells::Byte(c) => c.as_ptr().wrapping_add(j),
-            PartCells::Half(c) => c.as_ptr().wrapping_add(j).cast(),
-            PartCells::Word(c) => c.as_ptr().wrapping_add(j).cast(),
-            PartCells::Packed(words, w) => words.as_ptr().cast::<u8>().wrapping_add(j * w / 8),
-        }
-    }
-}
-
-#[cfg(feature = "vertical")]
-impl CellArray {
-    /// Splits the array of `m` cells into parts ending at `ends` (ascending,
-    /// the last `m`, every other a multiple of [`PART_ALIGN`]); part n holds
-    /// cells `ends[n-1]..ends[n]` (from 0 for the first).
-    pub(crate) fn split_mut(&mut self, m: usize, ends: &[usize]) -> Vec<CellsPart<'_>> {
-        debug_assert_eq!(ends.last(), Some(&m));
-        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
-        debug_assert!(ends[..ends.len() - 1].iter().all(|e| e % PART_ALIGN == 0));
-        match self {
-            CellArray::Nibble(c) => split_storage(&mut c.0, ends, |i| i / 2, PartCells::Nibble),
-            CellArray::Byte(c) => split_storage(c, ends, |i| i, PartCells::Byte),
-            CellArray::Half(c) => split_storage(c, ends, |i| i, PartCells::Half),
-            CellArray::Word(c) => split_storage(c, ends, |i| i, PartCells::Word),
-            CellArray::Packed(c) => {
-                let w = c.width;
-                split_storage(c.bits.as_raw_mut_slice(), ends, |i| i * w / 64, |words| PartCells::Packed(words, w))
-            }
-        }
-    }
-}
-
-#[cfg(feature = "vertical")]
-/// [`CellArray::split_mut`] over one kind of storage: `at(i)` is the
-/// element where cell `i` (a multiple of [`PART_ALIGN`]) starts; the last
-/// part takes the rest of the storage.
-fn split_storage<'a, T>(
-    storage: &'a mut [T],
-    ends: &[usize],
-    at: impl Fn(usize) -> usize,
-    wrap: impl Fn(&'a mut [T]) -> PartCells<'a>,
-) -> Vec<CellsPart<'a>> {
-    let (mut rest, mut taken, mut start) = (storage, 0, 0);
-    let mut parts = Vec::with_capacity(ends.len());
-    for (n, &end) in ends.iter().enumerate() {
-        let here = if n + 1 == ends.len() {
-            std::mem::take(&mut rest)
-        } else {
-            let (here, tail) = std::mem::take(&mut rest).split_at_mut(at(end) - taken);
-            (rest, taken) = (tail, at(end));
-            here
-        };
-        parts.push(CellsPart { start, end, cells: wrap(here) });
-        start = end;
-    }
-    parts
-}
-
 /// Asks the kernel to back `memory` with transparent huge pages (2 MiB on
 /// x86-64) where it spans whole ones, if it is at least 2 MiB. The probes of a
 /// large filter land on random pages: with 4 KiB pages nearly every probe
@@ -685,126 +564,4 @@ pub(crate) fn prefetch(addr: *const u8) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// What a snapshot's cell bytes are checked against before allocating
-    /// is what an array of that many cells takes; an absurd count is refused
-    /// without an allocation (a fuzzed snapshot claimed 2^62 cells).
-    #[test]
-    fn the_size_check_matches_the_arrays() {
-        for width in 4u8..=32 {
-            for m in [2, 3, 63, 64, 65, 1000, 4097] {
-                let cells = CellArray::new(width, m);
-                assert_eq!(CellArray::bytes_for(width, m), Some(cells.memory_bytes()), "{width} bits, {m} cells");
-            }
-            assert!(CellArray::from_le_bytes(width, 1 << 62, &[0; 64]).is_none());
-        }
-    }
-
-    #[test]
-    fn every_width_stores_its_full_range() {
-        for width in 4u8..=32 {
-            let m = 37;
-            let mut cells = CellArray::new(width, m);
-            let max = if width == 32 { u32::MAX } else { (1u32 << width) - 1 };
-            with_cells!(&mut cells, c => {
-                for i in 0..m {
-                    c.set(i, (i as u32).wrapping_mul(2_654_435_761) & max);
-                }
-                c.set(5, max);
-                for i in 0..m {
-                    let want = if i == 5 { max } else { (i as u32).wrapping_mul(2_654_435_761) & max };
-                    assert_eq!(c.get(i), want, "width {width} cell {i}");
-                }
-            });
-            let bytes = cells.to_le_bytes();
-            assert_eq!(CellArray::from_le_bytes(width, m, &bytes).as_ref(), Some(&cells));
-            assert!(CellArray::from_le_bytes(width, m + 64, &bytes).is_none());
-        }
-    }
-
-    #[test]
-    fn plain_cells_start_on_a_cache_line() {
-        for width in [4u8, 8, 16, 32] {
-            for m in [64, 1000, 1 << 20] {
-                let cells = CellArray::new(width, m);
-                with_cells!(&cells, c => assert_eq!(c.cell_addr(0) as usize % 64, 0, "width {width}, {m} cells"));
-            }
-        }
-        let empty = Lines::<u16>::zeroed(0);
-        assert!(empty.is_empty());
-        let mut a = Lines::<u32>::zeroed(100);
-        a[99] = 7;
-        let b = a.clone();
-        assert_eq!(b[99], 7);
-        assert_eq!(b.as_ptr() as usize % 64, 0);
-    }
-
-    /// The vectorised sweeps (plain lanes, nibble pairs) clear exactly the
-    /// cells [`Now::is_dead`] names, over ranges of every alignment.
-    #[test]
-    fn sweeps_clear_exactly_the_dead_cells() {
-        use crate::filter::params::FilterSpec;
-        for width in [4u8, 5, 8, 16, 32] {
-            let p = FilterSpec { timer_bits: width, window_ms: 60_000, ..FilterSpec::default() }.resolve().unwrap();
-            let m = 301;
-            let mut state = u64::from(width);
-            let mut next = move || {
-                state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                (state >> 33) as u32
-            };
-            for tick in [0u64, 1, u64::from(p.window_ticks), u64::from(p.period) - 1, 3 * u64::from(p.period) + 5] {
-                let now = Now::at(tick, &p);
-                for (start, n) in [(0, m), (1, m - 1), (3, 200), (7, 0), (100, 1), (m - 2, 2)] {
-                    let mut cells = CellArray::new(width, m);
-                    let values: Vec<u32> = (0..m).map(|_| next() % (p.period + 1)).collect();
-                    with_cells!(&mut cells, c => {
-                        for (i, v) in values.iter().enumerate() {
-                            c.set(i, *v);
-                        }
-                        c.clear_dead(start, n, &now);
-                        for (i, v) in values.iter().enumerate() {
-                            let want = if (start..start + n).contains(&i) && now.is_dead(*v) { 0 } else { *v };
-                            assert_eq!(c.get(i), want, "width {width}, tick {tick}, range {start}+{n}, cell {i}");
-                        }
-                    });
-                }
-            }
-        }
-    }
-
-    #[cfg(feature = "vertical")]
-    /// Parts of a split array read and write exactly the array's cells,
-    /// for every storage (nibbles, plain, bit-packed), with parts of every
-    /// size down to empty, and the last part's end not a multiple of 64.
-    #[test]
-    fn split_parts_are_the_array() {
-        for width in [4u8, 5, 8, 12, 16, 31, 32] {
-            let m = 64 * 9 + 37;
-            let ends = [64, 64, 256, 512, m];
-            let (mut whole, mut split) = (CellArray::new(width, m), CellArray::new(width, m));
-            let max = if width == 32 { u32::MAX } else { (1u32 << width) - 1 };
-            let mut parts = split.split_mut(m, &ends);
-            assert_eq!(parts.len(), ends.len());
-            for i in 0..m {
-                let v = (i as u32).wrapping_mul(2_654_435_761) & max;
-                with_cells!(&mut whole, c => c.set(i, v));
-                let owner = parts.iter_mut().find(|p| p.holds(i)).expect("every cell has a part");
-                owner.set(i, v);
-                assert_eq!(owner.get(i), v);
-                assert_eq!(parts.iter().filter(|p| p.holds(i)).count(), 1);
-            }
-            drop(parts);
-            assert_eq!(whole, split, "{width}-bit");
-        }
-    }
-
-    #[test]
-    fn narrow_cells_are_packed() {
-        assert_eq!(CellArray::new(4, 1000).memory_bytes(), 500);
-        assert_eq!(CellArray::new(6, 1024).memory_bytes(), 768);
-        assert_eq!(CellArray::new(8, 1000).memory_bytes(), 1000);
-        assert_eq!(CellArray::new(16, 1000).memory_bytes(), 2000);
-    }
-}
+mod tests;

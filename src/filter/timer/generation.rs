@@ -18,13 +18,25 @@
 //!   lives long enough to wrap around R and look young again (which is also
 //!   why a bucket is empty again when its value comes round: R − W − 1 > L
 //!   ticks after it emptied).
+//!
+//! Beside the generation itself: `stored` (the fields a snapshot stores),
+//! `key_cells` (the loops over one key's cells) and `run` (the batched
+//! test-then-insert while one generation is the filter's only one).
 
 use super::cells::{CellArray, TimerCells, with_cells};
 use super::clock::{AliveTable, Now};
 use super::sizing;
-use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
-use crate::filter::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Positions, Probe};
+use crate::filter::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
 use crate::filter::params::{FilterParams, Growth, Layout};
+
+mod key_cells;
+mod run;
+mod stored;
+
+pub(crate) use key_cells::most_equal;
+use key_cells::{all_alive, equal_timers_at, prefetch_cells, probe_cells, set_cells};
+pub(crate) use run::{Judged, Run};
+pub(crate) use stored::StoredGeneration;
 
 /// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
 /// generation `$g` (all positions: take k): a [`Probe`] in the standard
@@ -89,59 +101,6 @@ pub(crate) struct Probed {
     /// The largest number of alive cells holding one and the same time
     /// (computed only when all k are alive, else 0).
     pub equal: u32,
-}
-
-/// The fields of a generation that a snapshot stores.
-pub(crate) struct StoredGeneration {
-    pub level: u8,
-    pub m: u64,
-    pub cells: CellArray,
-    pub inserted: u64,
-    pub sweep_cursor: u64,
-    pub sweep_debt: u64,
-    /// The counting cells of a deletable filter.
-    pub counts: Option<Vec<u8>>,
-}
-
-impl StoredGeneration {
-    /// The first set cell that a generation dedupd ran cannot hold, if
-    /// any: its position, its value and why it cannot be.
-    ///
-    /// Restoring such a cell would leave a live count that no longer
-    /// matches the cells (and a cell that comes alive by itself), so the
-    /// restored filter would not be the one snapshotted. Two things cannot
-    /// be (see the module docs):
-    /// - a time before tick 0: the steps of the first W ticks retire nothing;
-    /// - a time value that comes round again (looks young) before the sweep
-    ///   clears it: every set cell is cleared, once expired, before its age
-    ///   reaches R.
-    pub(crate) fn first_impossible_cell(&self, now: &Now, sweep_ticks: u32) -> Option<(u64, u32, &'static str)> {
-        let (m, period, sweep_ticks) = (self.m, u64::from(now.period), u64::from(sweep_ticks));
-        // The cells in the order the sweep visits them, from the cursor. After
-        // n steps the sweep has cleared ⌊(debt + n·m) / L⌋ cells, so the j-th
-        // is cleared at step n = ⌈((j + 1)·L − debt) / m⌉: kept incrementally
-        // (one pass at restore, no division per cell).
-        let order = (self.sweep_cursor..m).chain(0..self.sweep_cursor);
-        let (mut due, mut n) = (sweep_ticks - self.sweep_debt, 0u64);
-        with_cells!(&self.cells, c => order.into_iter().find_map(|i| {
-            while n * m < due {
-                n += 1;
-            }
-            due += sweep_ticks;
-            let v = c.get(i as usize);
-            if v == 0 {
-                return None;
-            }
-            let age = u64::from(now.age(v));
-            if age > now.tick {
-                Some((i, v, "is older than the clock: a time before tick 0"))
-            } else if age + n >= period {
-                Some((i, v, "would look young again before the sweep clears it"))
-            } else {
-                None
-            }
-        }))
-    }
 }
 
 /// One generation of a slice's filter.
@@ -492,28 +451,6 @@ impl Generation {
         self.inserted += 1;
     }
 
-    /// Test-then-insert for `events` in turn while this generation is the
-    /// filter's only one and the clock stays in the tick of `run`: exactly
-    /// the verdicts, counters and state of [`super::SlidingFilter::observe`]
-    /// on each event, with the layout and cell width dispatched once per run
-    /// instead of per event and the counts kept in registers. Ends before
-    /// an event of a later tick, and after an insert that fills the
-    /// generation when the filter may add another (the caller adds it).
-    pub(crate) fn observe_run(&mut self, events: &[Event], run: &Run<'_>, judged: Judged<'_>) -> RunEnd {
-        let (m, full_at) = (self.m, self.full_at(run.growth));
-        let Generation { block, cells, hist, live, inserted, .. } = self;
-        let counts = (live, inserted, full_at);
-        with_cells!(cells, c => {
-            if *block != 0 {
-                observe_cells::<_, _, 0>(c, hist, counts, |h: &KeyHash| h.probe_blocked(m), events, run, judged)
-            } else if run.k == UNROLLED_K {
-                observe_cells::<_, _, UNROLLED_K>(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
-            } else {
-                observe_cells::<_, _, 0>(c, hist, counts, |h: &KeyHash| h.probe(m), events, run, judged)
-            }
-        })
-    }
-
     /// [`Self::step_telling`] with no one to tell.
     #[cfg(test)]
     pub(crate) fn step(&mut self, now: &Now, sweep_ticks: u32) {
@@ -614,229 +551,6 @@ impl FullAt {
             Growth::None => false,
         }
     }
-}
-
-/// What stays fixed through a run of events (see [`Generation::observe_run`]).
-pub(crate) struct Run<'a> {
-    pub now: Now,
-    pub alive: &'a AliveTable,
-    pub k: u32,
-    pub equal_min: u32,
-    pub growth: Growth,
-    /// The filter has its maximum of generations: a full one takes keys on.
-    pub at_cap: bool,
-    /// The first ms of the next tick: an event at or after it ends the run.
-    pub next_tick_ms: u64,
-    /// Prefetch the cells of the event [`PREFETCH_DISTANCE`] places ahead.
-    pub prefetch: bool,
-    /// Events behind the clock are judged at their own time (lateness on):
-    /// such an event ends the run and goes through the filter's late path.
-    pub late_own_time: bool,
-}
-
-/// Where a run's verdicts and counts go.
-pub(crate) struct Judged<'a> {
-    pub clock_ms: &'a mut u64,
-    pub counters: &'a mut FilterCounters,
-    pub out: &'a mut Vec<Verdict>,
-}
-
-/// How a run ended: after `handled` events; `filled` if the last one filled
-/// the generation and the filter is to add one.
-pub(crate) struct RunEnd {
-    pub handled: usize,
-    pub filled: bool,
-}
-
-/// The k compiled as a constant into the standard layout's run: the
-/// default (FPR 1% gives k = 7). Unrolled, its probe loops run ~6% faster
-/// (256 KiB, 8-bit); the blocked layout's run measured ~7% slower unrolled,
-/// so it keeps k at run time.
-const UNROLLED_K: u32 = 7;
-
-/// The loop of [`Generation::observe_run`] for one cell width and layout;
-/// `K` is k as a compile-time constant, or 0 to read it from `run`.
-#[inline(always)]
-fn observe_cells<C: TimerCells, P: Positions, const K: u32>(
-    cells: &mut C,
-    hist: &mut [u32],
-    (live, inserted, full_at): (&mut u64, &mut u64, FullAt),
-    positions: impl Fn(&KeyHash) -> P,
-    events: &[Event],
-    run: &Run<'_>,
-    judged: Judged<'_>,
-) -> RunEnd {
-    let Judged { clock_ms, counters, out } = judged;
-    let k = if K == 0 { run.k } else { K };
-    debug_assert_eq!(k, run.k);
-    let (mut live_now, mut inserted_now, mut clock) = (*live, *inserted, *clock_ms);
-    let (mut distinct, mut duplicates, mut late, mut saturated) = (0u64, 0u64, 0u64, 0u64);
-    let mut end = RunEnd { handled: 0, filled: false };
-    for (n, e) in events.iter().enumerate() {
-        if e.time_ms >= run.next_tick_ms || (run.late_own_time && e.time_ms < clock) {
-            break;
-        }
-        if run.prefetch
-            && let Some(ahead) = events.get(n + PREFETCH_DISTANCE)
-        {
-            prefetch_cells(cells, positions(&ahead.hash), k);
-        }
-        end.handled = n + 1;
-        // The clock never goes back: a late event is judged at the clock
-        // (with lateness on, it ended the run above instead).
-        late += u64::from(e.time_ms < clock);
-        clock = clock.max(e.time_ms);
-        let at = positions(&e.hash);
-        if all_alive(cells, at, k, run.alive) {
-            let equal = equal_timers_at(cells, at, k);
-            if equal >= run.equal_min {
-                duplicates += 1;
-                counters.equal_timer_counts[equal as usize] += 1;
-                out.push(Verdict::Duplicate { equal_timers: equal as u8 });
-                continue;
-            }
-        }
-        distinct += 1;
-        saturated += u64::from(run.at_cap && full_at.reached(live_now, inserted_now));
-        live_now += u64::from(k - set_cells(cells, hist, at, k, &run.now, run.alive));
-        inserted_now += 1;
-        out.push(Verdict::Distinct);
-        if !run.at_cap && full_at.reached(live_now, inserted_now) {
-            end.filled = true;
-            break;
-        }
-    }
-    (*live, *inserted, *clock_ms) = (live_now, inserted_now, clock);
-    counters.events += end.handled as u64;
-    counters.distinct += distinct;
-    counters.duplicates += duplicates;
-    counters.late_events += late;
-    counters.saturated_inserts += saturated;
-    end
-}
-
-/// Blocks of at most this many cache lines are prefetched whole.
-const WHOLE_BLOCK_LINES: usize = 4;
-
-/// Prefetches the cache lines of the k cells at `positions`. A block of the
-/// blocked layout that spans at most [`WHOLE_BLOCK_LINES`] lines (4-bit and
-/// 8-bit cells: 2 and 4 lines, of which a key touches ~2 and ~3.5) is
-/// prefetched one line at a time — a prefetch per line instead of one per
-/// cell, so fewer prefetches wait for the same line. Measured at 1 GiB,
-/// 8-bit (docs/dev/performance.md): +13% on average over 7 alternating runs,
-/// +40% in a bare loop of the same accesses, within noise in criterion.
-/// A wider block (8 lines of 16-bit cells, ~4.4 of them touched) and the
-/// standard layout are prefetched cell by cell.
-#[inline(always)]
-fn prefetch_cells<C: TimerCells>(cells: &C, positions: impl Positions, k: u32) {
-    if let Some(start) = positions.block_start() {
-        let first = cells.cell_addr(start);
-        let last = cells.cell_addr(start + BLOCK_CELLS as usize - 1);
-        let lines = last as usize / 64 - first as usize / 64 + 1;
-        if lines <= WHOLE_BLOCK_LINES {
-            let line = first.wrapping_sub(first as usize % 64);
-            for n in 0..lines {
-                super::cells::prefetch(line.wrapping_add(64 * n));
-            }
-            return;
-        }
-    }
-    for i in positions.take(k as usize) {
-        super::cells::prefetch(cells.cell_addr(i));
-    }
-}
-
-/// Whether all k cells at `positions` are alive: the test of
-/// test-then-insert, lean (no counts, no early exit, no branch on a cell).
-#[inline(always)]
-fn all_alive<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32, alive: &AliveTable) -> bool {
-    let mut all = 1;
-    for i in positions.take(k as usize) {
-        // SAFETY: a probe over m cells yields positions below m, and the
-        // array holds m cells (`Generation` invariant); a cell holds at most R.
-        all &= unsafe { alive.get_unchecked(cells.get_unchecked(i)) };
-    }
-    all != 0
-}
-
-/// The largest number of the k cells at `positions` holding one time (for
-/// a key whose k cells are all alive).
-#[cold]
-fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32) -> u32 {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
-    for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
-        *v = cells.get(i);
-    }
-    most_equal(&mut values[..k as usize])
-}
-
-/// Sets the k cells at `positions` to now and returns how many of them
-/// were alive before.
-///
-/// Branch-free per cell, with no select either: whether a cell is empty,
-/// alive or expired is a coin toss at the design density. Each cell leaves
-/// its old value's bucket and joins now's; the k joins are applied once.
-/// That is exact for every alive value, including now (a cell already
-/// holding now, or a position repeated in the key's probe sequence, leaves
-/// and joins now's bucket: no change). An empty or dead old value's bucket
-/// takes a decrement no one reads (it is zeroed before its value is stored
-/// again, see [`Generation::step_telling`]).
-#[inline(always)]
-fn set_cells<C: TimerCells>(
-    cells: &mut C,
-    hist: &mut [u32],
-    positions: impl Iterator<Item = usize>,
-    k: u32,
-    now: &Now,
-    alive: &AliveTable,
-) -> u32 {
-    let mut alive_before = 0u32;
-    for i in positions.take(k as usize) {
-        // SAFETY: a probe over m cells yields positions below m, and the
-        // array holds m cells (`Generation` invariant); a cell holds at most
-        // R, and the histogram has R + 1 buckets.
-        let old = unsafe { cells.get_unchecked(i) };
-        unsafe { cells.set_unchecked(i, now.value) };
-        let bucket = unsafe { hist.get_unchecked_mut(old as usize) };
-        *bucket = bucket.wrapping_sub(1);
-        alive_before += unsafe { alive.get_unchecked(old) };
-    }
-    // Wrapping: the loop may have taken now's bucket below zero first.
-    let now_bucket = &mut hist[now.value as usize];
-    *now_bucket = now_bucket.wrapping_add(k);
-    alive_before
-}
-
-#[inline]
-fn probe_cells<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32, now: &Now) -> Probed {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
-    let k = k as usize;
-    // All k cells are read without a branch on their values (the reads are
-    // independent, so they overlap; an early exit at the first dead cell
-    // would mispredict about once per key). `alive` counts the cells before
-    // the first dead one: one dead cell proves the key is new here.
-    let mut alive_mask = 0u64;
-    for (n, i) in positions.take(k).enumerate() {
-        let v = cells.get(i);
-        values[n] = v;
-        alive_mask |= u64::from(now.is_alive(v)) << n;
-    }
-    let alive = (!alive_mask).trailing_zeros().min(k as u32);
-    if alive < k as u32 {
-        return Probed { alive, equal: 0 };
-    }
-    Probed { alive, equal: most_equal(&mut values[..k]) }
-}
-
-/// The size of the largest group of equal values.
-pub(crate) fn most_equal(values: &mut [u32]) -> u32 {
-    values.sort_unstable();
-    let (mut best, mut run) = (1, 1);
-    for w in values.windows(2) {
-        run = if w[0] == w[1] { run + 1 } else { 1 };
-        best = best.max(run);
-    }
-    best
 }
 
 #[cfg(test)]

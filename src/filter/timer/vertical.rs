@@ -24,7 +24,7 @@
 //! between the phases): no locks on cells. T is at most S.
 //!
 //! In the **blocked layout** the k cells of a key lie in one block of
-//! [`BLOCK_CELLS`] = 256 cells, and the slice boundaries are rounded to
+//! [`BLOCK_CELLS`](crate::filter::hash::BLOCK_CELLS) = 256 cells, and the slice boundaries are rounded to
 //! whole blocks instead: one owner holds all k cells of a key. Vertical
 //! slicing then spreads keys (blocks), not the cells of one key: each
 //! lookup is one message to one owner, pipelining saves nothing, and
@@ -106,20 +106,30 @@
 //! verdicts and state are again the sequential filter's.
 //!
 //! See docs/dev/vertical-slicing.md for the measured throughput.
+//!
+//! # Files
+//!
+//! This file holds the filter, its rounds and the combine; `owners` the
+//! geometry of slices and threads and an owner's phases A and C; `round`
+//! the combine's view of a round's cells; `pool` the threads.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Mutex, PoisonError};
 
-use super::cells::{CellsPart, PART_ALIGN, prefetch};
+use super::cells::CellsPart;
 use super::clock::Now;
 use super::generation::{Generation, most_equal};
-use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
-use crate::filter::hash::{BLOCK_CELLS, KeyHash};
+use super::sliding::{Event, SlidingFilter, Verdict};
+use crate::filter::hash::KeyHash;
 use crate::filter::params::{Layout, MAX_HASHES};
 
+mod owners;
 mod pool;
+mod round;
+use owners::{Geometry, Owner};
 use pool::Pool;
+use round::{Overrides, RoundView};
 
 /// Events per round of [`VerticalFilter::observe_batch`] at most, by
 /// default: the cells a round reads (~k lines per event) should still be in
@@ -489,201 +499,6 @@ fn positions(hash: &KeyHash, m: u64, blocked: bool, k: usize, out: &mut [usize; 
         out.iter_mut().zip(hash.probe_blocked(m).take(k)).for_each(|(o, p)| *o = p);
     } else {
         out.iter_mut().zip(hash.probe(m).take(k)).for_each(|(o, p)| *o = p);
-    }
-}
-
-/// Where the slices and the threads' ranges of cells begin.
-#[derive(Clone, Copy)]
-struct Geometry {
-    slices: u32,
-    threads: usize,
-    /// Slice boundaries are multiples of this many cells.
-    unit: u64,
-    blocked: bool,
-}
-
-impl Geometry {
-    fn of(filter: &SlidingFilter, slices: u32, threads: usize) -> Self {
-        let blocked = filter.params().layout == Layout::Blocked;
-        let unit = if blocked { BLOCK_CELLS } else { PART_ALIGN as u64 };
-        debug_assert!(unit % PART_ALIGN as u64 == 0);
-        Geometry { slices, threads, unit, blocked }
-    }
-
-    /// The first cell of slice `i` in a generation of `m` cells (`m` for `i = S`).
-    fn start(&self, m: u64, i: u32) -> u64 {
-        if i >= self.slices {
-            return m;
-        }
-        let exact = (u128::from(i) * u128::from(m) / u128::from(self.slices)) as u64;
-        exact / self.unit * self.unit
-    }
-
-    /// The slice that owns `cell`.
-    fn owner(&self, m: u64, cell: usize) -> u32 {
-        let cell = cell as u64;
-        // At or after the rounded start of this slice; at most a few
-        // boundaries before the owner.
-        let mut s = (u128::from(cell) * u128::from(self.slices) / u128::from(m)) as u32;
-        while s + 1 < self.slices && self.start(m, s + 1) <= cell {
-            s += 1;
-        }
-        s
-    }
-
-    /// The end of thread `t`'s cells: the start of the first slice of thread t + 1.
-    fn thread_end(&self, m: u64, t: usize) -> usize {
-        let first_of_next = (t + 1) * self.slices as usize / self.threads;
-        self.start(m, first_of_next as u32) as usize
-    }
-}
-
-/// What an owner needs in a pass besides its cells.
-struct Owner<'a> {
-    /// Cells per generation.
-    shapes: &'a [u64],
-    blocked: bool,
-    k: usize,
-    prefetch: bool,
-}
-
-impl Owner<'_> {
-    /// Phase C: the writes to this owner's cells, in order.
-    fn write(&self, parts: &mut [CellsPart<'_>], writes: &[Write]) {
-        for w in writes {
-            let part = &mut parts[w.generation as usize];
-            if part.holds(w.cell) {
-                part.set(w.cell, w.value);
-            }
-        }
-    }
-
-    /// Phase A: this owner's cells of every event and generation into the
-    /// table; the cells of the event [`PREFETCH_DISTANCE`] ahead are
-    /// prefetched meanwhile (large filters).
-    fn read(&self, parts: &[CellsPart<'_>], events: &[Event], reads: &[AtomicU32]) {
-        let (k, generations) = (self.k, parts.len());
-        let mut at = [0usize; MAX_HASHES as usize];
-        for (n, e) in events.iter().enumerate() {
-            if self.prefetch
-                && let Some(ahead) = events.get(n + PREFETCH_DISTANCE)
-            {
-                for (part, &m) in parts.iter().zip(self.shapes) {
-                    positions(&ahead.hash, m, self.blocked, k, &mut at);
-                    at[..k].iter().filter(|&&i| part.holds(i)).for_each(|&i| prefetch(part.cell_addr(i)));
-                }
-            }
-            for (g, (part, &m)) in parts.iter().zip(self.shapes).enumerate() {
-                positions(&e.hash, m, self.blocked, k, &mut at);
-                let slot = (n * generations + g) * k;
-                for (j, &i) in at[..k].iter().enumerate() {
-                    if part.holds(i) {
-                        reads[slot + j].store(part.get(i), Relaxed);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The combine's view of the cells during a round.
-struct RoundView<'a> {
-    reads: &'a [AtomicU32],
-    overrides: &'a mut Overrides,
-    /// Generations read in phase A (those at the start of the round).
-    read: usize,
-    /// The first generation that may have been written in this round.
-    written_from: usize,
-    k: usize,
-    /// The current event's first entry in `reads`.
-    slot: usize,
-}
-
-impl RoundView<'_> {
-    /// The current value of cell `cell`, the `j`-th of the current event,
-    /// in generation `g`: set earlier in the round, or as read at its start
-    /// (a generation added in the round started empty).
-    #[inline]
-    fn value(&self, g: usize, j: usize, cell: usize) -> u32 {
-        if g >= self.written_from
-            && let Some(v) = self.overrides.get(g, cell)
-        {
-            return v;
-        }
-        if g < self.read { self.reads[self.slot + g * self.k + j].load(Relaxed) } else { 0 }
-    }
-}
-
-/// A map (generation, cell) → value for one round: open addressing with
-/// linear probing, emptied in O(1) by moving to a new epoch.
-#[derive(Default)]
-struct Overrides {
-    slots: Vec<Slot>,
-    epoch: u32,
-}
-
-#[derive(Clone, Copy, Default)]
-struct Slot {
-    key: u64,
-    value: u32,
-    /// The slot is in use in this epoch only.
-    epoch: u32,
-}
-
-impl Overrides {
-    /// Empties the map, with room for `most` entries at half load at least.
-    fn begin(&mut self, most: usize) {
-        let want = (most * 2).next_power_of_two().max(64);
-        if self.slots.len() < want {
-            self.slots = vec![Slot::default(); want];
-            self.epoch = 0;
-        }
-        self.epoch = self.epoch.wrapping_add(1);
-        if self.epoch == 0 {
-            self.slots.fill(Slot::default());
-            self.epoch = 1;
-        }
-    }
-
-    #[inline]
-    fn key(g: usize, cell: usize) -> u64 {
-        ((g as u64) << 56) | cell as u64
-    }
-
-    #[inline]
-    fn home(&self, key: u64) -> usize {
-        let h = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        (h ^ (h >> 29)) as usize & (self.slots.len() - 1)
-    }
-
-    #[inline]
-    fn get(&self, g: usize, cell: usize) -> Option<u32> {
-        let (key, mask) = (Self::key(g, cell), self.slots.len() - 1);
-        let mut i = self.home(key);
-        loop {
-            let slot = self.slots[i];
-            if slot.epoch != self.epoch {
-                return None;
-            }
-            if slot.key == key {
-                return Some(slot.value);
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    #[inline]
-    fn set(&mut self, g: usize, cell: usize, value: u32) {
-        let (key, mask, epoch) = (Self::key(g, cell), self.slots.len() - 1, self.epoch);
-        let mut i = self.home(key);
-        loop {
-            let slot = &mut self.slots[i];
-            if slot.epoch != epoch || slot.key == key {
-                *slot = Slot { key, value, epoch };
-                return;
-            }
-            i = (i + 1) & mask;
-        }
     }
 }
 

@@ -117,7 +117,7 @@ pub fn run_restarting(
             "router: its producer failed ({failed}); starting the router again in {backoff:?} with a new producer, from \
              the committed input positions (the slices drop what it sends again)"
         );
-        setup.metrics.router_restarts.inc();
+        setup.metrics.router.router_restarts.inc();
         drop(setup);
         let until = Instant::now() + backoff;
         while Instant::now() < until {
@@ -357,7 +357,7 @@ impl<'c> Router<'c> {
         if let Some(full) = lane.fills(bytes, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
             if full == Full::Bytes && lane.paused {
-                self.setup.metrics.router_byte_pauses.inc();
+                self.setup.metrics.router.router_byte_pauses.inc();
             }
         }
         lane.push(Read { msg, target, order, bytes });
@@ -368,14 +368,14 @@ impl<'c> Router<'c> {
     fn announce(&mut self, now: Instant) -> Result<(), KafkaLayerError> {
         let setup = &self.setup;
         // What the router holds, for the memory it takes (the soak reads them).
-        setup.metrics.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
-        setup.metrics.router_buffered_bytes.set(self.lanes.values().map(|l| l.bytes as i64).sum());
+        setup.metrics.router.router_buffered.set(self.lanes.values().map(|l| l.records.len() as i64).sum());
+        setup.metrics.router.router_buffered_bytes.set(self.lanes.values().map(|l| l.bytes as i64).sum());
         for lane in self.lanes.values_mut() {
             if let Some(to) = shrink_target(lane.records.len(), lane.records.capacity()) {
                 lane.records.shrink_to(to);
             }
         }
-        setup.metrics.router_producer_queue.set(i64::from(setup.producer.in_flight_count()));
+        setup.metrics.router.router_producer_queue.set(i64::from(setup.producer.in_flight_count()));
         announce(setup, &self.lanes, &self.all_partitions, now, &mut self.announced)
     }
 

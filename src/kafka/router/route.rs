@@ -154,7 +154,7 @@ fn route(
         }
         Err(why) => {
             let mut buf = [0u8; STAMP_BYTES];
-            setup.metrics.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
+            setup.metrics.verdicts.dead_letters.with_label_values(&[why.reason.as_str()]).inc();
             let partition = msg.partition().rem_euclid(setup.slices as i32);
             // Named as this application's: restore passes over it as its own router's (invariant 8).
             let mut extra = vec![

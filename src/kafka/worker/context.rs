@@ -53,7 +53,7 @@ impl ClientContext for WorkerContext {
         if let Some(at) = stats.broker_heard_at() {
             self.setup.status.heard_from_broker(at);
         }
-        self.setup.metrics.consumer_queue_bytes.set(stats.fetched_bytes());
+        self.setup.metrics.slices.consumer_queue_bytes.set(stats.fetched_bytes());
         self.high_offsets.lock().expect("offsets lock").extend(stats.high_offsets(&self.setup.slice_topic));
         self.input_lag.publish(&self.setup.metrics, &stats);
     }
@@ -83,7 +83,7 @@ impl ConsumerContext for WorkerContext {
                 return;
             }
         }
-        self.setup.metrics.slices_owned.set(worker_state.slices.len() as i64);
+        self.setup.metrics.slices.slices_owned.set(worker_state.slices.len() as i64);
         self.setup
             .status
             .ready
@@ -104,7 +104,7 @@ impl WorkerContext {
     ) {
         let topic = self.setup.slice_topic.as_str();
         self.join.assigned(&partitions.iter().map(|&p| (topic, p)).collect::<Vec<_>>());
-        self.setup.metrics.rebalances.with_label_values(&["assign"]).inc();
+        self.setup.metrics.slices.rebalances.with_label_values(&["assign"]).inc();
         self.setup.status.ready.store(false, Ordering::Relaxed);
         // What the consumer takes now: with cooperative rebalancing
         // (what `clients::group_consumer` sets), only the partitions
@@ -168,7 +168,7 @@ impl WorkerContext {
         partitions: Vec<i32>,
         cooperative: bool,
     ) {
-        self.setup.metrics.rebalances.with_label_values(&["revoke"]).inc();
+        self.setup.metrics.slices.rebalances.with_label_values(&["revoke"]).inc();
         let lost = consumer.assignment_lost();
         // What the consumer gives up: not the partitions it never took.
         let mut taken = TopicPartitionList::new();

@@ -32,14 +32,14 @@ pub(super) fn emit(
     for (rank, j) in judged.iter().enumerate() {
         let pos = ReleasePos { rank: rank as u32, ..first };
         if let SliceVerdict::Duplicate { equal_timers } = j.verdict {
-            setup.metrics.equal_timers.observe(f64::from(equal_timers));
+            setup.metrics.verdicts.equal_timers.observe(f64::from(equal_timers));
         }
         owned.last_judged = Some(pos);
         // Past every topic's bound, nothing is asked per topic (the usual case).
         let replay = (!owned.replay.passed(pos)).then_some(&owned.replay);
         let flag = j.notes.copy_count.filter(|_| !replay.is_some_and(|r| r.holds(Destination::Flags, pos)));
         if j.notes.rule.is_some() {
-            setup.metrics.limited.with_label_values(&[&slice.to_string()]).inc();
+            setup.metrics.features.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
         let (msg, framed) = match arriving.filter(|(offset, ..)| *offset == j.offset) {
@@ -54,10 +54,10 @@ pub(super) fn emit(
         msg.emit(setup, slice, j, pos, replay, framed)?;
         if let Some(estimate) = flag {
             msg.flag(setup, slice, j, pos, estimate, framed)?;
-            setup.metrics.flagged.with_label_values(&[&slice.to_string()]).inc();
+            setup.metrics.features.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if replay.and_then(ReplayBounds::highest).is_some_and(|y| pos <= y) {
-            setup.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+            setup.metrics.restore.replayed.with_label_values(&[&slice.to_string()]).inc();
         }
     }
     Ok(())
@@ -162,7 +162,7 @@ pub(super) fn emit_one<M: Message>(
 ) -> Result<(), KafkaLayerError> {
     let payload = framed.payload;
     if let Some(late) = j.late_by_ms {
-        setup.metrics.lateness.observe(late as f64 / 1000.0);
+        setup.metrics.verdicts.lateness.observe(late as f64 / 1000.0);
     }
     if let Some(hook) = &setup.on_distinct
         && j.verdict == SliceVerdict::Distinct
@@ -343,7 +343,7 @@ fn dead_letter_as<M: Message>(
     framed: &Unframed<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    setup.metrics.dead_letters.with_label_values(&[reason]).inc();
+    setup.metrics.verdicts.dead_letters.with_label_values(&[reason]).inc();
     let mut extra = ids.to_vec();
     extra.push((headers::REASON, reason.as_bytes()));
     extra.push((headers::DETAIL, detail.as_bytes()));

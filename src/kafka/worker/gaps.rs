@@ -139,7 +139,7 @@ pub(super) fn admitted(
         Admit::Take => true,
         Admit::Leave { opened: None } => false,
         Admit::Leave { opened: Some(expected) } => {
-            setup.metrics.slice_log_gaps.with_label_values(&[&slice.to_string(), "waited"]).inc();
+            setup.metrics.slices.slice_log_gaps.with_label_values(&[&slice.to_string(), "waited"]).inc();
             log::info!(
                 "slice {slice}: the slice log gave offset {log_offset} before offsets {expected}..{log_offset} \
                  could be read; reading them again until they can"
@@ -147,7 +147,7 @@ pub(super) fn admitted(
             false
         }
         Admit::TakeAfterGap { expected, waited } => {
-            setup.metrics.slice_log_gaps.with_label_values(&[&slice.to_string(), "skipped"]).inc();
+            setup.metrics.slices.slice_log_gaps.with_label_values(&[&slice.to_string(), "skipped"]).inc();
             log::error!(
                 "slice {slice}: offsets {expected}..{log_offset} of {} could not be read for {:.0} s; going on \
                  without whatever they held (records there, if any, are not judged)",

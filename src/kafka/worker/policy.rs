@@ -143,7 +143,7 @@ pub(super) fn decide_logged(
     };
     let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
     if owned.replay.holds_decision(dest, pos) {
-        setup.metrics.replayed.with_label_values(&[&slice.to_string()]).inc();
+        setup.metrics.restore.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {
         let after = owned.replay.policy_after(dest, owned.last_judged);
         let decision =
@@ -215,7 +215,7 @@ fn send_decision<M: Message>(
     if let Some(refused) = d.refused {
         return super::emit::dead_letter_too_large(setup, slice, &[refused], msg, framed, &extra);
     }
-    setup.metrics.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
+    setup.metrics.restore.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
     match d.policy {
         Decision::Drop => {
             extra.push((headers::RULE, b"policy"));

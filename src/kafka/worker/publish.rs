@@ -22,21 +22,21 @@ pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_
     if let Some(to) = shrink_target(worker_state.judged.len(), worker_state.judged.capacity()) {
         worker_state.judged.shrink_to(to);
     }
-    m.producer_queue.set(i64::from(setup.producer.in_flight_count()));
+    m.output.producer_queue.set(i64::from(setup.producer.in_flight_count()));
     let mut status = setup.status.slices.lock().expect("status lock");
     for (slice, owned) in worker_state.slices.iter_mut() {
         let label = slice.to_string();
         publish_counters(setup, &label, owned);
-        m.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
-        m.held_bytes.with_label_values(&[&label]).set(owned.held.bytes() as i64);
+        m.hold.waiting_records.with_label_values(&[&label]).set(owned.held.len() as i64);
+        m.hold.held_bytes.with_label_values(&[&label]).set(owned.held.bytes() as i64);
         owned.held.shrink();
         owned.state.order.shrink_spare();
         let filter = publish_filter(m, &label, owned);
-        m.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
+        m.checkpoint.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         // With read orders: read-order records (a router's turn each) not taken in yet.
         let next = setup.log_position(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
-        m.consumer_lag.with_label_values(&[&label]).set(lag);
+        m.slices.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(*slice, slice_status(*slice, owned, &filter, lag));
     }
 }
@@ -55,11 +55,11 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         ("resend", c.resends, p.resends),
     ] {
         if now > before {
-            m.records.with_label_values(&[label, result]).inc_by(now - before);
+            m.verdicts.records.with_label_values(&[label, result]).inc_by(now - before);
         }
     }
     if c.late > p.late {
-        m.late_records.with_label_values(&[label]).inc_by(c.late - p.late);
+        m.verdicts.late_records.with_label_values(&[label]).inc_by(c.late - p.late);
     }
     owned.published = c.clone();
     let overflows = owned.state.order.overflows();
@@ -72,7 +72,7 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
             setup.path.max_held_bytes,
             overflows
         );
-        m.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
+        m.hold.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
     for feature in &FEATURES {
@@ -84,18 +84,21 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
 /// The filter's counters (as increments) and gauges of one slice.
 fn publish_filter(m: &Metrics, label: &str, owned: &mut OwnedSlice) -> FilterFigures {
     let f = owned.state.filter.figures();
-    for (i, counter) in [&m.generations_created, &m.generations_dropped, &m.saturated_inserts].into_iter().enumerate() {
+    for (i, counter) in [&m.filter.generations_created, &m.filter.generations_dropped, &m.filter.saturated_inserts]
+        .into_iter()
+        .enumerate()
+    {
         if f.counters[i] > owned.published_filter[i] {
             counter.with_label_values(&[label]).inc_by(f.counters[i] - owned.published_filter[i]);
         }
     }
     owned.published_filter = f.counters;
-    m.filter_density.with_label_values(&[label]).set(f.density);
-    m.filter_generations.with_label_values(&[label]).set(f.generations as i64);
-    m.filter_memory_bytes.with_label_values(&[label]).set(f.memory_bytes as i64);
-    let peak = m.filter_memory_bytes_peak.with_label_values(&[label]);
+    m.filter.filter_density.with_label_values(&[label]).set(f.density);
+    m.filter.filter_generations.with_label_values(&[label]).set(f.generations as i64);
+    m.filter.filter_memory_bytes.with_label_values(&[label]).set(f.memory_bytes as i64);
+    let peak = m.filter.filter_memory_bytes_peak.with_label_values(&[label]);
     peak.set(peak.get().max(f.memory_bytes as i64));
-    m.filter_estimated_fpr.with_label_values(&[label]).set(f.estimated_fpr);
+    m.filter.filter_estimated_fpr.with_label_values(&[label]).set(f.estimated_fpr);
     f
 }
 

@@ -71,7 +71,7 @@ fn flush_over_budget(
     } else {
         return Ok(());
     };
-    setup.metrics.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    setup.metrics.hold.held_bytes_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
     idle_flush(setup, owned, judged, past_hold)
 }
 
@@ -400,7 +400,7 @@ fn flush_slice(
         owned.state.flush(judged);
     }
     let after = owned.state.next_offset.saturating_sub(1);
-    setup.metrics.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
+    setup.metrics.hold.idle_flushes.with_label_values(&[&owned.state.slice.to_string()]).inc();
     emit(setup, owned, judged, ReleasePos { after, flush: true, rank: 0 }, None)
 }
 

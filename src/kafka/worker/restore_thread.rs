@@ -81,8 +81,8 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
             .filter_map(|dest| Some((dest, dest.topic(&setup.cfg.settings)?)))
             .collect(),
         on_corrupt: setup.cfg.on_corrupt,
-        rejected: &setup.metrics.checkpoint_rejected,
-        bounds_ignored: &setup.metrics.restore_bounds_ignored,
+        rejected: &setup.metrics.restore.checkpoint_rejected,
+        bounds_ignored: &setup.metrics.restore.restore_bounds_ignored,
         stages: &setup.stages,
         start_at_end: setup.cfg.slicing == crate::config::SlicingMode::InputPartitions
             && setup.cfg.input_start == crate::config::InputStart::Latest,
@@ -100,9 +100,9 @@ pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kaf
         RestoredFrom::Empty => "empty",
         RestoredFrom::Corrupt(..) => "corrupt",
     };
-    setup.metrics.restores.with_label_values(&[source]).inc();
+    setup.metrics.restore.restores.with_label_values(&[source]).inc();
     log::info!("slice {slice}: restored in {:.0} ms", started.elapsed().as_secs_f64() * 1000.0);
-    setup.metrics.restore_duration.observe(started.elapsed().as_secs_f64());
+    setup.metrics.restore.restore_duration.observe(started.elapsed().as_secs_f64());
     let figures = point.state.filter.figures();
     let mut published_features = PublishedCounts::new();
     for feature in &FEATURES {

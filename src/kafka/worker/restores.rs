@@ -96,7 +96,7 @@ pub(super) fn take_restored<C: ConsumerContext>(
                         worker_state.fatal.get_or_insert(format!("slice {slice}: restore failed: {e}"));
                     }
                 }
-                setup.metrics.slices_owned.set(worker_state.slices.len() as i64);
+                setup.metrics.slices.slices_owned.set(worker_state.slices.len() as i64);
                 setup
                     .status
                     .ready

@@ -109,7 +109,7 @@ fn hand_over(
     } else {
         log::debug!("{line}");
     }
-    setup.metrics.checkpoint_stall.observe(longest_pause.as_secs_f64());
+    setup.metrics.checkpoint.checkpoint_stall.observe(longest_pause.as_secs_f64());
     Ok(())
 }
 
@@ -130,9 +130,9 @@ fn apply(setup: &WorkerSetup, worker_state: &mut WorkerState, written: Written) 
                 manifest.offset,
                 written.took.as_secs_f64() * 1000.0
             );
-            setup.metrics.checkpoints.with_label_values(&[&label]).inc();
-            setup.metrics.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
-            setup.metrics.checkpoint_duration.observe(written.took.as_secs_f64());
+            setup.metrics.checkpoint.checkpoints.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint.checkpoint_bytes.with_label_values(&[&label]).set(bytes as i64);
+            setup.metrics.checkpoint.checkpoint_duration.observe(written.took.as_secs_f64());
             if let Some(owned) = owned {
                 owned.writing = false;
                 owned.manifest = Some(manifest);
@@ -142,14 +142,14 @@ fn apply(setup: &WorkerSetup, worker_state: &mut WorkerState, written: Written) 
         }
         Ok(Done::Dropped(before)) => {
             log::info!("slice {slice}: snapshot dropped before {before}: the slice was released after it was taken");
-            setup.metrics.checkpoint_dropped.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint.checkpoint_dropped.with_label_values(&[&label]).inc();
             if let Some(owned) = owned {
                 owned.writing = false;
             }
             None
         }
         Err(e) => {
-            setup.metrics.checkpoint_failures.with_label_values(&[&label]).inc();
+            setup.metrics.checkpoint.checkpoint_failures.with_label_values(&[&label]).inc();
             let Some(owned) = owned else {
                 // Not the failure of the slice owned now, if any: only logged.
                 log::warn!("slice {slice}: snapshot failed after the slice was released: {e}");

@@ -1,3 +1,5 @@
+//! Tests of one generation: the age rule, the live count, equal timers.
+
 use super::*;
 use crate::filter::hash::DEFAULT_SEED;
 use crate::filter::params::FilterSpec;

@@ -1,5 +1,5 @@
 use super::*;
-use crate::filter::hash::DEFAULT_SEED;
+use crate::filter::hash::{BLOCK_CELLS, DEFAULT_SEED};
 use crate::filter::params::{FilterSpec, Growth};
 use crate::testkit::workload::{Rng, Zipf};
 use proptest::prelude::*;
