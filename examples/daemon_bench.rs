@@ -18,6 +18,10 @@
 //!   timestamp unchanged: a bare consume → produce hop with dedupd's client
 //!   settings (its consumer's fetch settings, an idempotent producer with
 //!   acks=all), to measure latency against dedupd in the same run;
+//! - `relay-group BROKER IN OUT GROUP PROGRESS_FILE`: the same hop as the
+//!   peer benchmark's bare relay (`scripts/bench_peer.sh`): joins GROUP,
+//!   reads IN from the start, copies every record, and keeps the count of
+//!   records acknowledged in OUT in PROGRESS_FILE for `wait file:PATH`;
 //! - `produce-text BROKER TOPIC N TRUTH_FILE` writes the peer
 //!   benchmark's stream (`scripts/bench_peer.sh`): N records whose keys are
 //!   real text (Brown Corpus sentences), ~35% copies, partitioned by key,
@@ -417,25 +421,71 @@ fn paired(relay_dump: &str, dedupd_dump: &str) {
     );
 }
 
-/// A bare relay: IN → OUT, partition for partition, with the client settings
-/// dedupd's group consumers and producers use (src/kafka/clients.rs).
-fn relay(broker: &str, input: &str, output: &str, partitions: i32, seconds: u64) {
-    let c: BaseConsumer = ClientConfig::new()
+/// dedupd's group consumer settings (src/kafka/clients.rs `group_consumer`, with the memory
+/// budget's prefetch without a limit and the session timeout scripts/bench_lib.sh gives dedupd).
+fn daemon_consumer(broker: &str, group: &str) -> BaseConsumer {
+    ClientConfig::new()
         .set("bootstrap.servers", broker)
-        .set("group.id", format!("bench-relay-{}", std::process::id()))
+        .set("group.id", group)
         .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("session.timeout.ms", "6000")
         .set("fetch.wait.max.ms", "20")
         .set("fetch.queue.backoff.ms", "10")
         .set("queued.max.messages.kbytes", "16384")
         .create()
-        .expect("consumer");
-    let p: ThreadedProducer<AckTimes> = ClientConfig::new()
+        .expect("consumer")
+}
+
+/// dedupd's producer settings (src/kafka/clients.rs `producer`, with the memory budget's
+/// queue and largest record without a limit): idempotent, acks=all, librdkafka's defaults
+/// otherwise (linger, batching, no compression).
+fn daemon_producer<C: ProducerContext + 'static>(broker: &str, context: C) -> ThreadedProducer<C> {
+    ClientConfig::new()
         .set("bootstrap.servers", broker)
         .set("enable.idempotence", "true")
         .set("acks", "all")
+        .set("message.max.bytes", "104857600")
+        .set("queue.buffering.max.kbytes", "103424")
         .set("queue.buffering.max.messages", "100000")
-        .create_with_context(AckTimes::default())
-        .expect("producer");
+        .create_with_context(context)
+        .expect("producer")
+}
+
+/// Copies `m` to the same partition of `output`: key, payload and timestamp unchanged.
+fn relay_one<C: ProducerContext<DeliveryOpaque = ()> + 'static>(
+    p: &ThreadedProducer<C>,
+    output: &str,
+    m: &BorrowedMessage<'_>,
+) {
+    let mut rec = BaseRecord::<[u8], [u8], ()>::to(output).partition(m.partition());
+    if let Some(k) = m.key() {
+        rec = rec.key(k);
+    }
+    if let Some(v) = m.payload() {
+        rec = rec.payload(v);
+    }
+    if let Some(ts) = m.timestamp().to_millis() {
+        rec = rec.timestamp(ts);
+    }
+    loop {
+        match p.send(rec) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                rec = back;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}
+
+/// A bare relay: IN → OUT, partition for partition, with the client settings
+/// dedupd's group consumers and producers use (src/kafka/clients.rs).
+fn relay(broker: &str, input: &str, output: &str, partitions: i32, seconds: u64) {
+    let c = daemon_consumer(broker, &format!("bench-relay-{}", std::process::id()));
+    let p = daemon_producer(broker, AckTimes::default());
     let mut tpl = TopicPartitionList::new();
     for part in 0..partitions {
         tpl.add_partition_offset(input, part, Offset::End).unwrap();
@@ -445,21 +495,70 @@ fn relay(broker: &str, input: &str, output: &str, partitions: i32, seconds: u64)
     let mut n = 0u64;
     while Instant::now() < end {
         let Some(Ok(m)) = c.poll(Duration::from_millis(100)) else { continue };
-        let mut rec = BaseRecord::<[u8], [u8]>::to(output).partition(m.partition());
-        if let Some(k) = m.key() {
-            rec = rec.key(k);
-        }
-        if let Some(v) = m.payload() {
-            rec = rec.payload(v);
-        }
-        if let Some(ts) = m.timestamp().to_millis() {
-            rec = rec.timestamp(ts);
-        }
-        send(&p, rec);
+        relay_one(&p, output, &m);
         n += 1;
     }
     p.flush(Duration::from_secs(30)).expect("flush");
     println!("relay records={n}");
+}
+
+/// The records a relay's producer has had acknowledged.
+#[derive(Default)]
+struct Acked(std::sync::atomic::AtomicU64);
+
+impl ClientContext for Acked {}
+
+impl ProducerContext for Acked {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            // The idempotent producer retries on its own: what reaches here is fatal, and a
+            // relay that lost a record has nothing to measure.
+            Err((e, _)) => {
+                eprintln!("relay-group: a record was not written: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+}
+
+/// `relay-group`: the bench's bare relay (`scripts/bench_peer.sh`, system `relay`). Joins
+/// `group`, reads `input` from the start (a group with no committed offsets), copies every
+/// record to the same partition of `output` (key, payload, timestamp unchanged) with dedupd's
+/// client settings, and never commits. Every 10 ms it writes the number of records
+/// acknowledged so far to `progress_file` (`daemon_bench wait file:PATH`): a record counts once
+/// it is in the output, so once the count shows them all the relay can be stopped. Runs until
+/// it is killed.
+fn relay_group(broker: &str, input: &str, output: &str, group: &str, progress_file: &str) {
+    use std::os::unix::fs::FileExt;
+    let c = daemon_consumer(broker, group);
+    let p = daemon_producer(broker, Acked::default());
+    c.subscribe(&[input]).expect("subscribe");
+    let file = std::fs::File::create(progress_file).unwrap_or_else(|e| panic!("create {progress_file}: {e}"));
+    let watched = p.context().clone();
+    std::thread::spawn(move || {
+        let mut shown = 0;
+        loop {
+            std::thread::sleep(Duration::from_millis(10));
+            let acked = watched.0.load(std::sync::atomic::Ordering::Relaxed);
+            if acked != shown {
+                // Fixed width, in place: a reader never sees a shorter, older count's tail.
+                file.write_at(format!("{acked:019}\n").as_bytes(), 0).expect("write the progress file");
+                shown = acked;
+            }
+        }
+    });
+    loop {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => relay_one(&p, output, &m),
+            // librdkafka retries what it reports here (e.g. a dropped connection).
+            Some(Err(e)) => eprintln!("relay-group: reading {input}: {e}"),
+            None => {}
+        }
+    }
 }
 
 fn judged(port: u16) -> Option<u64> {
@@ -713,6 +812,7 @@ fn main() {
         Some("check") => check(&a[2], &a[3], &a[4], &a[5]),
         Some("paired") => paired(&a[2], &a[3]),
         Some("relay") => relay(&a[2], &a[3], &a[4], a[5].parse().unwrap(), a[6].parse().unwrap()),
+        Some("relay-group") => relay_group(&a[2], &a[3], &a[4], &a[5], &a[6]),
         Some("wait") => {
             wait(&Progress::parse(&a[2]), a[3].parse().unwrap(), &a[4], a.get(5).map(|p| p.parse().unwrap()))
         }
@@ -721,7 +821,7 @@ fn main() {
             eprintln!(
                 "usage: daemon_bench produce BROKER TOPIC N PARTITIONS [RATE] | produce-text BROKER TOPIC N TRUTH_FILE \
                  | produce-zipf BROKER TOPIC N TRUTH_FILE ALPHA | consume BROKER TOPIC PARTITIONS | consume-live BROKER TOPIC PARTITIONS SECONDS \
-                 | relay BROKER IN OUT PARTITIONS SECONDS | wait ADMIN_PORT|file:PATH N LABEL [PID] \
+                 | relay BROKER IN OUT PARTITIONS SECONDS | relay-group BROKER IN OUT GROUP PROGRESS_FILE | wait ADMIN_PORT|file:PATH N LABEL [PID] \
                  | check BROKER TOPIC TRUTH_FILE LABEL | latency ADMIN_PORT SECONDS LABEL"
             );
             std::process::exit(2);
