@@ -108,11 +108,25 @@ fn clicks_env(mut env: Vec<(String, String)>, format: &str, schemas: &[(&str, St
     env
 }
 
-fn run_format(format: &str, schemas: &[(&str, String)]) {
+/// Runs the fixture records of `format` through `dedupd run`: the output is
+/// the distinct ones, the dead letters the two unreadable ones. As a sparse
+/// tree's root (`sparse_root`) it also publishes a verdict for each distinct
+/// record, which reads the key from the decoded payload as the slice does.
+fn run_format(format: &str, schemas: &[(&str, String)], sparse_root: bool) {
     let input = unique(&format!("{format}-in"));
     create_topic(&input, 1);
     let app = unique(&format!("{format}-app"));
-    let env = clicks_env(app_env(&app, &input, "repartition", 2), format, schemas);
+    let mut env = clicks_env(app_env(&app, &input, "repartition", 2), format, schemas);
+    let verdicts = format!("{app}.verdicts");
+    if sparse_root {
+        for (k, v) in [
+            ("DEDUPD__TIER__ROLE", "root"),
+            ("DEDUPD__TIER__TREE", "sparse"),
+            ("DEDUPD__TIER__VERDICT_TOPIC", verdicts.as_str()),
+        ] {
+            env.push((k.into(), v.into()));
+        }
+    }
     let mut records = fixture_records(format);
     assert_eq!(records.len(), 6);
     let mut unknown = records[0].clone();
@@ -162,12 +176,16 @@ fn run_format(format: &str, schemas: &[(&str, String)]) {
     assert!(dead.iter().any(|(_, d)| d.contains("starts with 0x7b")), "{dead:?}");
     let (_, metrics) = http_get(daemon.admin_port, "/metrics").unwrap();
     assert!(metrics.contains("dedupd_dead_letters_total{reason=\"bad_schema\"} "), "{metrics}");
+    if sparse_root {
+        let published = count_records(&verdicts, 5, Duration::from_secs(30));
+        assert_eq!(published, 5, "{format}: a verdict for each of the 5 distinct records\n{}", daemon.log_text());
+    }
     assert!(daemon.terminate(Duration::from_secs(30)).success(), "{}", daemon.log_text());
 }
 
 #[test]
 fn avro_records_with_schemas_from_files() {
-    run_format("avro", &[("DEDUPD__INPUT__SCHEMAS", root().join("tests/formats/schemas").display().to_string())]);
+    run_format("avro", &[("DEDUPD__INPUT__SCHEMAS", root().join("tests/formats/schemas").display().to_string())], true);
 }
 
 #[test]
@@ -180,6 +198,7 @@ fn protobuf_records_with_schemas_from_a_registry() {
             ("DEDUPD__INPUT__SCHEMA_REGISTRY_USER", "dedupd".to_string()),
             ("DEDUPD__INPUT__SCHEMA_REGISTRY_PASSWORD", "pw".to_string()),
         ],
+        false,
     );
 }
 
