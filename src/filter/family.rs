@@ -16,8 +16,8 @@ use super::cuckoo::{self, CuckooFilter, CuckooParams};
 use super::decaying::{self, DecayingFilter, DecayingSpec};
 use super::envelope::{SnapshotError, TIMER_MAGIC};
 use super::hash::KeyHash;
-use super::params::FilterParams;
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
+use super::timer::params::FilterParams;
 use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
 use super::timer::snapshot::{self as timer_snapshot, Skeleton};
 

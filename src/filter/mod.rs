@@ -9,11 +9,9 @@
 //! - [`random`]: the seeded PRNG of the decaying kinds (and of the tests' workloads).
 //! - [`decaying`]: the kinds that forget old keys at random, with no window
 //!   (`rsbf`, `stable`): the reservoir-sampling and Stable Bloom filters.
-//! - [`params`]: the timer filter's settings and their validation, sized with
-//!   `timer::sizing` (the one file of [`timer`] below it).
 //! - `event`: an event, the verdict on it, the timer filter's counters.
-//! - [`timer`]: the sliding-window timer filter (`timer`): cells,
-//!   generations, slices, its snapshot and its copy-on-write copy.
+//! - [`timer`]: the sliding-window timer filter (`timer`): its settings,
+//!   cells, generations, slices, its snapshot and its copy-on-write copy.
 //! - [`family`]: the kind chosen at start-up ([`FilterChoice`]) and the
 //!   filter a slice judges with, as one closed family ([`SliceFilter`]) that
 //!   owns its snapshot copy.
@@ -31,7 +29,6 @@ mod event;
 pub mod family;
 pub mod hash;
 pub mod param_error;
-pub mod params;
 pub mod provenance;
 pub mod random;
 pub mod spectral;
@@ -43,8 +40,8 @@ pub use event::{Event, FilterCounters, Verdict};
 pub use family::{FilterChoice, FilterFigures, FilterKind, SliceFilter};
 pub use hash::KeyHash;
 pub use param_error::ParamError;
-pub use params::{FilterParams, FilterSpec, Growth, Layout};
 pub use timer::cells::advise_huge_pages;
+pub use timer::params::{FilterParams, FilterSpec, Growth, Layout};
 pub use timer::{DeleteRefusal, FilterCopy, Generation, Lookup, SlicedFilter, SlidingFilter};
 #[cfg(feature = "vertical")]
 pub use timer::{PipelineStats, VerticalFilter};

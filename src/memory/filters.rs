@@ -40,7 +40,7 @@ pub fn timer_slice_worst_case(p: &FilterParams, generations: u32) -> u64 {
         return p.memory_bytes();
     }
     let alive = u64::from(p.period) + 1;
-    let top = FilterParams { cells: p.level_cells(crate::filter::params::MAX_LEVEL), ..p.clone() };
+    let top = FilterParams { cells: p.level_cells(crate::filter::timer::params::MAX_LEVEL), ..p.clone() };
     let per_generation = top.memory_bytes().saturating_sub(alive);
     per_generation.saturating_mul(u64::from(generations)).saturating_add(alive)
 }

@@ -24,7 +24,7 @@ use super::clock::{AliveTable, Now};
 use super::sizing;
 use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use crate::filter::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Positions, Probe};
-use crate::filter::params::{FilterParams, Growth, Layout};
+use crate::filter::timer::params::{FilterParams, Growth, Layout};
 
 /// Evaluates `$body` with `$p` bound to the probe sequence of `$hash` in
 /// generation `$g` (all positions: take k): a [`Probe`] in the standard
@@ -306,7 +306,7 @@ impl Generation {
     /// cells. Called before the insert sets the timers: a cell that is
     /// empty or expired until now restarts its count.
     pub(crate) fn count_insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
-        let mut positions = [0usize; crate::filter::params::MAX_HASHES as usize];
+        let mut positions = [0usize; crate::filter::timer::params::MAX_HASHES as usize];
         self.for_each_position_into(hash, k, &mut positions);
         let Generation { cells, counts, .. } = self;
         let Some(counts) = counts.as_mut() else { return };
@@ -334,7 +334,7 @@ impl Generation {
     /// still needs it); saturated counts stay. Tells `writes` of each cell
     /// first. Returns how many cells were emptied.
     pub(crate) fn uncount<W: CellWrites>(&mut self, hash: &KeyHash, k: u32, now: &Now, writes: &mut W) -> u32 {
-        let mut positions = [0usize; crate::filter::params::MAX_HASHES as usize];
+        let mut positions = [0usize; crate::filter::timer::params::MAX_HASHES as usize];
         self.for_each_position_into(hash, k, &mut positions);
         let positions = &positions[..k as usize];
         if W::ACTIVE {
@@ -429,7 +429,7 @@ impl Generation {
     /// if all k cells of the key are set at most `limit` ticks ago, the
     /// largest number of them holding one time.
     pub(crate) fn late_match(&self, hash: &KeyHash, k: u32, now: &Now, limit: u32) -> Option<u32> {
-        let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+        let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
         let mut all = true;
         with_positions!(self, hash, positions => with_cells!(&self.cells, c => {
             for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
@@ -758,7 +758,7 @@ fn all_alive<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k
 /// a key whose k cells are all alive).
 #[cold]
 fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32) -> u32 {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+    let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
     for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
         *v = cells.get(i);
     }
@@ -804,7 +804,7 @@ fn set_cells<C: TimerCells>(
 
 #[inline]
 fn probe_cells<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32, now: &Now) -> Probed {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+    let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
     let k = k as usize;
     // All k cells are read without a branch on their values (the reads are
     // independent, so they overlap; an early exit at the first dead cell
@@ -838,7 +838,7 @@ pub(crate) fn most_equal(values: &mut [u32]) -> u32 {
 mod tests {
     use super::*;
     use crate::filter::hash::DEFAULT_SEED;
-    use crate::filter::params::FilterSpec;
+    use crate::filter::timer::params::FilterSpec;
 
     fn params(bits: u8) -> FilterParams {
         FilterSpec {

@@ -24,7 +24,7 @@ use super::generation::{CellWrites, Generation, Judged, Run, Untold};
 use super::sizing;
 pub use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use crate::filter::hash::KeyHash;
-use crate::filter::params::{FilterParams, Growth, MAX_LEVEL};
+use crate::filter::timer::params::{FilterParams, Growth, MAX_LEVEL};
 
 /// Why [`SlidingFilter::delete`] refused to remove a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -544,7 +544,7 @@ const HANDOVER_MARGIN: f64 = 1.1;
 mod tests {
     use super::*;
     use crate::filter::hash::DEFAULT_SEED;
-    use crate::filter::params::FilterSpec;
+    use crate::filter::timer::params::FilterSpec;
 
     fn filter(spec: FilterSpec) -> SlidingFilter {
         SlidingFilter::new(spec.resolve().unwrap())
@@ -631,7 +631,7 @@ mod tests {
     /// before it), it is a duplicate — whatever the width and layout.
     #[test]
     fn no_false_negative_for_late_events_within_the_lateness() {
-        use crate::filter::params::Layout;
+        use crate::filter::timer::params::Layout;
         use crate::testkit::workload::Rng;
         use std::collections::HashMap;
         for bits in [4u8, 8, 16] {
@@ -682,7 +682,7 @@ mod tests {
     /// changes no output.
     #[test]
     fn lateness_changes_nothing_for_ordered_events() {
-        use crate::filter::params::Layout;
+        use crate::filter::timer::params::Layout;
         use crate::testkit::workload::Rng;
         for bits in [4u8, 6, 8, 16, 32] {
             for layout in [Layout::Standard, Layout::Blocked] {
@@ -761,7 +761,7 @@ mod tests {
     /// and verdicts of `observe` one event at a time.
     #[test]
     fn observe_batch_is_observe_in_turn() {
-        use crate::filter::params::Layout;
+        use crate::filter::timer::params::Layout;
         use crate::testkit::workload::Rng;
         let mut runs = 0;
         for bits in [4u8, 6, 8, 16, 32] {

@@ -116,7 +116,7 @@ use super::clock::Now;
 use super::generation::{Generation, most_equal};
 use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
 use crate::filter::hash::{BLOCK_CELLS, KeyHash};
-use crate::filter::params::{Layout, MAX_HASHES};
+use crate::filter::timer::params::{Layout, MAX_HASHES};
 
 mod pool;
 use pool::Pool;
