@@ -17,11 +17,14 @@
 //!   sequential verdicts (the `vertical` feature).
 //! - [`snapshot`]: the versioned, checksummed binary state of one timer filter.
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
+//! - [`kind`]: how the kind plugs into the family of kinds (its memory plan,
+//!   sizing, union of slices and lookups).
 
 pub(crate) mod cells;
 mod clock;
 pub mod copy;
 pub mod generation;
+pub mod kind;
 pub mod params;
 pub mod sizing;
 pub mod sliced;

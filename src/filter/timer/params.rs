@@ -195,6 +195,20 @@ pub struct FilterParams {
 }
 
 impl FilterSpec {
+    /// The smallest timer filter of these settings (one level-0 generation
+    /// of a key per slice that never grows): it stays empty while another
+    /// kind judges instead, and its window only bounds the lateness and is
+    /// the default largest clock jump.
+    pub fn idle(self) -> FilterSpec {
+        FilterSpec {
+            expected_keys: u64::from(self.slices),
+            total_cells: None,
+            growth: Growth::None,
+            max_generations: 1,
+            ..self
+        }
+    }
+
     /// Validates the spec and resolves the per-slice parameters.
     pub fn resolve(&self) -> Result<FilterParams, ParamError> {
         check_window_sizing(self.window_ms, self.fpr, self.expected_keys, self.headroom, self.slices)?;
