@@ -7,14 +7,20 @@
 //! - [`param_error`]: the error a setting's check gives.
 //! - [`envelope`]: the magic, version and checksum every snapshot is written in.
 //! - [`random`]: the seeded PRNG of the decaying kinds (and of the tests' workloads).
-//! - [`decaying`]: the kinds that forget old keys at random, with no window
-//!   (`rsbf`, `stable`): the reservoir-sampling and Stable Bloom filters.
 //! - `event`: an event, the verdict on it, the timer filter's counters.
+//! - [`kind_parts`]: what each kind hands the family besides its verdicts
+//!   (its worst-case memory, sizing, pipe-mode figures, why slices do not unite).
 //! - [`timer`]: the sliding-window timer filter (`timer`): its settings,
 //!   cells, generations, slices, its snapshot and its copy-on-write copy.
-//! - [`family`]: the kind chosen at start-up ([`FilterChoice`]) and the
-//!   filter a slice judges with, as one closed family ([`SliceFilter`]) that
-//!   owns its snapshot copy.
+//! - [`decaying`]: the kinds that forget old keys at random, with no window
+//!   (`rsbf`, `stable`): the reservoir-sampling and Stable Bloom filters.
+//! - [`cuckoo`]: the cuckoo table filter (`cuckoo`): one slot per key in
+//!   the window, in tables that grow as the timer filter's generations do.
+//! - [`slice_filter`]: the filter a slice judges with, of whichever kind
+//!   ([`SliceFilter`]), which owns its snapshot copy.
+//! - [`family`]: the kinds by name ([`KindName`]), their settings
+//!   ([`KindSpec`]) and the kind chosen at start-up ([`FilterChoice`]):
+//!   where a kind plugs in.
 //! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
 //!   windowed counts.
 //! - [`counting`]: frequency limits and flags over windowed counts (the
