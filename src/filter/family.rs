@@ -236,9 +236,9 @@ impl FilterChoice {
     /// The kind's name, as in `filter.kind`.
     pub fn kind_name(&self) -> &'static str {
         match self {
-            FilterChoice::Timer(_) => "timer",
+            FilterChoice::Timer(_) => timer_kind::NAME,
             FilterChoice::Decaying(_, spec) => spec.kind.as_str(),
-            FilterChoice::Cuckoo(..) => "cuckoo",
+            FilterChoice::Cuckoo(..) => cuckoo::kind::NAME,
         }
     }
 
@@ -286,21 +286,7 @@ impl FilterChoice {
             FilterChoice::Cuckoo(_, params) => params.fingerprint(),
         }
     }
-}
 
-/// The kind a snapshot's filter part was written by, from its magic (read
-/// before its checksum: for naming it when it is refused).
-fn snapshot_kind(bytes: &[u8]) -> Option<&'static str> {
-    if bytes.starts_with(&TIMER_MAGIC) {
-        return Some("timer");
-    }
-    if bytes.starts_with(&cuckoo::snapshot::MAGIC) {
-        return Some("cuckoo");
-    }
-    decaying::kind_of(bytes).map(|k| k.as_str())
-}
-
-impl FilterChoice {
     /// What one slice's filter is made of (a kind judging instead: its
     /// own filter, not the idle timer filter).
     pub fn sizing(&self) -> Sizing {
@@ -334,6 +320,18 @@ impl FilterChoice {
     }
 }
 
+/// The kind a snapshot's filter part was written by, from its magic (read
+/// before its checksum: for naming it when it is refused).
+fn snapshot_kind(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(&TIMER_MAGIC) {
+        return Some(timer_kind::NAME);
+    }
+    if bytes.starts_with(&cuckoo::snapshot::MAGIC) {
+        return Some(cuckoo::kind::NAME);
+    }
+    decaying::kind_of(bytes).map(|k| k.as_str())
+}
+
 /// The filter of a choice.
 impl SliceFilter {
     /// An empty filter of the kind chosen (a decaying kind's settings
@@ -354,6 +352,19 @@ impl SliceFilter {
 mod tests {
     use super::*;
     use crate::filter::{DecayingKind, FilterSpec, KeyHash};
+
+    /// Every kind parses from its name, and the settings' error and
+    /// `--kind`'s help name it.
+    #[test]
+    fn every_kind_is_named_where_users_read_the_kinds() {
+        for kind in KindName::ALL {
+            assert_eq!(KindName::parse(kind.as_str()), Some(kind));
+            assert!(KindName::EXPECTED.contains(kind.as_str()), "{kind:?}");
+            assert!(KindName::PIPE_FLAG_HELP.contains(&format!("`{}`", kind.as_str())), "{kind:?}");
+            assert!(!kind.pipe_help().is_empty(), "{kind:?}");
+        }
+        assert_eq!(KindName::parse("bloom"), None);
+    }
 
     /// A decaying kind's fingerprint is its own filter's and the lateness,
     /// as written in the manifests of running deployments: a change here

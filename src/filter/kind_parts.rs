@@ -1,9 +1,26 @@
 //! What each kind hands the family besides its verdicts, in terms every
-//! kind shares: its worst-case memory for the start-up plan
+//! kind shares: its figures for the metrics and the status
+//! ([`FilterFigures`]), its worst-case memory for the start-up plan
 //! ([`Footprint`]), its size for `dedupd check-config` ([`Sizing`]), its
 //! figures for pipe mode's stats ([`PipeFigures`]) and why slices of it do
 //! not unite ([`UniteError`]). Below the kinds' folders, so that each kind
 //! fills them in without knowing the family.
+
+/// What a slice's filter reports of itself, of whichever kind (for the
+/// metrics and the status).
+pub struct FilterFigures {
+    /// Parts (generations, tables) created and dropped, and the inserts
+    /// that saturated or forgot a key to make room; 0 for a kind without parts.
+    pub counters: [u64; 3],
+    /// How full the newest part is (or what stands for it).
+    pub density: f64,
+    pub estimated_fpr: f64,
+    pub memory_bytes: usize,
+    /// Parts alive.
+    pub generations: usize,
+    /// The largest event time seen, for a kind with a clock.
+    pub clock_ms: Option<u64>,
+}
 
 /// The most bytes one slice's filter holds with a given count of its
 /// growing parts (the timer filter's generations, another kind's tables),

@@ -14,7 +14,7 @@ use std::ops::Range;
 use super::cuckoo::{self, CuckooFilter};
 use super::decaying::{self, DecayingFilter};
 use super::hash::KeyHash;
-use super::kind_parts::PipeFigures;
+use super::kind_parts::{FilterFigures, PipeFigures};
 use super::timer::copy::{CHUNK_BYTES, FilterCopy};
 use super::timer::kind as timer_kind;
 use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
@@ -76,6 +76,7 @@ impl Prepared {
         }
     }
 
+    /// Whether the filter's encoding is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -102,6 +103,7 @@ impl From<FilterKind> for SliceFilter {
 }
 
 impl SliceFilter {
+    /// The kind's own filter.
     pub fn kind(&self) -> &FilterKind {
         &self.kind
     }
@@ -307,58 +309,14 @@ impl SliceFilter {
     }
 }
 
-/// What a filter reports of itself, of whichever kind (for the metrics and
-/// the status).
-pub struct FilterFigures {
-    /// Generations created, dropped, saturated inserts (timer filter); tables
-    /// created, dropped, forced evictions (cuckoo); 0 otherwise.
-    pub counters: [u64; 3],
-    pub density: f64,
-    pub estimated_fpr: f64,
-    pub memory_bytes: usize,
-    pub generations: usize,
-    pub clock_ms: Option<u64>,
-}
-
 impl SliceFilter {
+    /// What the filter reports of itself, in the terms every kind shares
+    /// (for the metrics and the status).
     pub fn figures(&self) -> FilterFigures {
         match &self.kind {
-            FilterKind::Timer(f) => {
-                let c = f.counters();
-                FilterFigures {
-                    counters: [c.generations_created, c.generations_dropped, c.saturated_inserts],
-                    density: f.generations().last().map_or(0.0, |g| g.density()),
-                    estimated_fpr: f.estimated_fpr(),
-                    memory_bytes: f.memory_bytes(),
-                    generations: f.generations().len(),
-                    clock_ms: f.clock_ms(),
-                }
-            }
-            // The fraction of ones (rsbf) or of non-zero cells (stable)
-            // stands for the density, the design FPR for the estimate.
-            FilterKind::Decaying(c) => {
-                let st = c.stats();
-                FilterFigures {
-                    counters: [0; 3],
-                    density: st.ones_fraction,
-                    estimated_fpr: st.design_fpr,
-                    memory_bytes: st.memory_bytes as usize,
-                    generations: 0,
-                    clock_ms: None,
-                }
-            }
-            // The newest table's load stands for the density.
-            FilterKind::Cuckoo(f) => {
-                let c = f.counters();
-                FilterFigures {
-                    counters: [c.tables_created, c.tables_dropped, c.forced_evictions],
-                    density: f.load(),
-                    estimated_fpr: f.estimated_fpr(),
-                    memory_bytes: f.memory_bytes(),
-                    generations: f.tables().len(),
-                    clock_ms: f.clock_ms(),
-                }
-            }
+            FilterKind::Timer(f) => timer_kind::figures(f),
+            FilterKind::Decaying(c) => decaying::kind::figures(c),
+            FilterKind::Cuckoo(f) => cuckoo::kind::figures(f),
         }
     }
 }

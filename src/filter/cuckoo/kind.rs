@@ -6,7 +6,7 @@
 use super::filter::CuckooFilter;
 use super::params::{BUCKET_SLOTS, CuckooParams, CuckooSpec, MAX_LEVEL, MEMORY_BITS_PER_SLOT};
 use crate::filter::hash::KeyHash;
-use crate::filter::kind_parts::{Footprint, PipeFigures, Sizing, UniteError};
+use crate::filter::kind_parts::{FilterFigures, Footprint, PipeFigures, Sizing, UniteError};
 use crate::filter::param_error::ParamError;
 use crate::filter::timer::params::{FilterParams, FilterSpec};
 
@@ -69,6 +69,21 @@ pub fn sizing(p: &CuckooParams) -> Sizing {
         tick_ms: Some(p.tick_ms),
         bytes: slots * u64::from(MEMORY_BITS_PER_SLOT / 8),
         max_parts: Some(p.max_tables),
+    }
+}
+
+/// The filter's figures: tables for generations (created, dropped, and
+/// the forced evictions for the saturated inserts), the newest table's
+/// load for the density.
+pub fn figures(f: &CuckooFilter) -> FilterFigures {
+    let c = f.counters();
+    FilterFigures {
+        counters: [c.tables_created, c.tables_dropped, c.forced_evictions],
+        density: f.load(),
+        estimated_fpr: f.estimated_fpr(),
+        memory_bytes: f.memory_bytes(),
+        generations: f.tables().len(),
+        clock_ms: f.clock_ms(),
     }
 }
 

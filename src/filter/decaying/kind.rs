@@ -5,7 +5,7 @@
 
 use super::{DecayingFilter, DecayingKind, DecayingSpec};
 use crate::filter::hash::KeyHash;
-use crate::filter::kind_parts::{PipeFigures, Sizing};
+use crate::filter::kind_parts::{FilterFigures, PipeFigures, Sizing};
 use crate::filter::param_error::ParamError;
 use crate::filter::timer::params::FilterSpec;
 
@@ -85,6 +85,21 @@ pub fn sizing(spec: &DecayingSpec) -> Sizing {
         tick_ms: None,
         bytes: size.bytes,
         max_parts: None,
+    }
+}
+
+/// The filter's figures: no parts and no clock; the fraction of ones
+/// (rsbf) or of non-zero cells (stable) stands for the density, the design
+/// FPR for the estimate.
+pub fn figures(c: &DecayingFilter) -> FilterFigures {
+    let st = c.stats();
+    FilterFigures {
+        counters: [0; 3],
+        density: st.ones_fraction,
+        estimated_fpr: st.design_fpr,
+        memory_bytes: st.memory_bytes as usize,
+        generations: 0,
+        clock_ms: None,
     }
 }
 

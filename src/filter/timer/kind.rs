@@ -6,7 +6,7 @@ use super::params::{FilterParams, Growth, MAX_LEVEL};
 use super::sliding::SlidingFilter;
 use crate::filter::event::FilterCounters;
 use crate::filter::hash::KeyHash;
-use crate::filter::kind_parts::{Footprint, Sizing, UniteError};
+use crate::filter::kind_parts::{FilterFigures, Footprint, Sizing, UniteError};
 
 /// The settings name of the kind (`filter.kind`, `--kind`).
 pub const NAME: &str = "timer";
@@ -41,6 +41,19 @@ pub fn sizing(p: &FilterParams) -> Sizing {
         tick_ms: Some(p.tick_ms),
         bytes: p.memory_bytes(),
         max_parts: Some(p.max_generations),
+    }
+}
+
+/// The filter's figures: the newest generation's density.
+pub fn figures(f: &SlidingFilter) -> FilterFigures {
+    let c = f.counters();
+    FilterFigures {
+        counters: [c.generations_created, c.generations_dropped, c.saturated_inserts],
+        density: f.generations().last().map_or(0.0, |g| g.density()),
+        estimated_fpr: f.estimated_fpr(),
+        memory_bytes: f.memory_bytes(),
+        generations: f.generations().len(),
+        clock_ms: f.clock_ms(),
     }
 }
 
