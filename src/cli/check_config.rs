@@ -47,11 +47,12 @@ pub fn run(args: CheckConfigArgs) -> anyhow::Result<()> {
 /// every start of `dedupd run` and printed by `dedupd check-config`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sizing {
-    /// `timer`, `rsbf`, `stable`, `passthrough`, or `timer (sparse leaf cache)`.
+    /// The kind's settings name, or `timer (sparse leaf cache)`.
     pub kind: String,
     /// Filters: one per slice (a sparse leaf: its one cache).
     pub slices: u32,
-    /// Per filter: cells (RSBF: bits of its arrays), their width, hashes k.
+    /// Per filter: cells (RSBF: bits of its arrays), their width, hashes k
+    /// ([`crate::filter::FilterChoice::sizing`]).
     pub cells: u64,
     pub cell_bits: u32,
     pub hashes: u32,
@@ -94,44 +95,16 @@ impl Sizing {
                 max_generations: None,
             };
         }
-        if let Some(decaying) = choice.decaying() {
-            let size = decaying.size().expect("validated at load");
-            return Sizing {
-                kind,
-                slices,
-                cells: size.cells,
-                cell_bits: u32::from(size.cell_bits),
-                hashes: size.hashes,
-                tick_ms: None,
-                bytes_per_slice: size.bytes,
-                max_generations: None,
-            };
-        }
-        if let FilterChoice::Cuckoo(_, table) = &choice {
-            // A slot is a cell of 16 bits of memory (a semi-sorted bucket of 4
-            // slots is one u64); a key has 2 candidate buckets.
-            let slots = table.buckets * 4;
-            return Sizing {
-                kind,
-                slices,
-                cells: slots,
-                cell_bits: 16,
-                hashes: 2,
-                tick_ms: Some(table.tick_ms),
-                bytes_per_slice: slots * 2,
-                max_generations: Some(table.max_tables),
-            };
-        }
-        let params = choice.params();
+        let sizing = choice.sizing();
         Sizing {
             kind,
             slices,
-            cells: params.cells,
-            cell_bits: u32::from(params.timer_bits),
-            hashes: params.hashes,
-            tick_ms: Some(params.tick_ms),
-            bytes_per_slice: params.memory_bytes(),
-            max_generations: Some(params.max_generations),
+            cells: sizing.cells,
+            cell_bits: sizing.cell_bits,
+            hashes: sizing.hashes,
+            tick_ms: sizing.tick_ms,
+            bytes_per_slice: sizing.bytes,
+            max_generations: sizing.max_parts,
         }
     }
 
@@ -329,12 +302,6 @@ mod tests {
             "{counted}"
         );
         assert!(counted.cells <= 128, "{counted:?}");
-        // The cuckoo kind: its level-0 table's 16-bit slots, not the idle timer filter.
-        let cuckoo = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "cuckoo")]));
-        assert_eq!((cuckoo.cell_bits, cuckoo.hashes), (16, 2), "{cuckoo:?}");
-        assert_eq!(cuckoo.bytes_per_slice, cuckoo.cells * 2);
-        assert!(cuckoo.cells > 1000, "{cuckoo:?}");
-        assert!(cuckoo.to_string().starts_with("filter sizing: cuckoo, 8 slices, each "), "{cuckoo}");
         let none = Sizing::of(&load(&[("DEDUPD__FILTER__KIND", "passthrough")]));
         assert_eq!(none.to_string(), "filter sizing: passthrough, 8 slices, no filter memory (no deduplication)");
     }

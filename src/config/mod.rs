@@ -122,14 +122,11 @@ pub struct Resolved {
     /// `input.format` avro or protobuf: how the payloads' fields are read
     /// (with the schemas of `input.schemas` / `input.schema_registry`).
     pub decoder: Option<std::sync::Arc<crate::engine::formats::Decoder>>,
-    /// The timer filter's settings (for a decaying kind, its idle timer filter's).
+    /// The timer filter's settings (for a kind that judges instead, its
+    /// idle timer filter's).
     pub filter: FilterSpec,
-    /// `filter.kind = "rsbf" | "stable"`: the decaying kind that judges
-    /// instead of the timer filter ([`Resolved::filter_choice`]).
-    pub decaying: Option<crate::filter::DecayingSpec>,
-    /// `filter.kind = "cuckoo"`: the cuckoo table filter's settings, which
-    /// judge instead of the timer filter ([`Resolved::filter_choice`]).
-    pub cuckoo: Option<crate::filter::cuckoo::CuckooSpec>,
+    /// `filter.kind` and its settings ([`Resolved::filter_choice`]).
+    pub kind: crate::filter::KindSpec,
     pub slicing: SlicingMode,
     pub on_corrupt: CorruptPolicy,
     /// `availability.policy`.
@@ -184,12 +181,7 @@ impl Resolved {
 
     /// The kind the slices judge with and its settings (validated at load).
     pub fn filter_choice(&self) -> Result<crate::filter::FilterChoice, crate::filter::ParamError> {
-        let params = self.filter.resolve()?;
-        Ok(match (&self.decaying, &self.cuckoo) {
-            (Some(spec), _) => crate::filter::FilterChoice::Decaying(params, spec.clone()),
-            (None, Some(spec)) => crate::filter::FilterChoice::Cuckoo(params, spec.resolve()?),
-            (None, None) => crate::filter::FilterChoice::Timer(params),
-        })
+        self.kind.choose(self.filter.resolve()?)
     }
 }
 

@@ -753,7 +753,7 @@ fn decaying_kinds_are_resolved_and_validated() {
         ("DEDUPD__FILTER__FPR", "0.1"),
     ])
     .unwrap();
-    let decaying = r.decaying.as_ref().unwrap();
+    let crate::filter::KindSpec::Decaying(decaying) = &r.kind else { panic!("{:?}", r.kind) };
     // 2 MiB over 8 slices, in bits.
     assert_eq!((decaying.kind, decaying.memory_bits, decaying.seed), (DecayingKind::Rsbf, (2 << 20) / 8 * 8, 7));
     let choice = r.filter_choice().unwrap();
@@ -804,24 +804,6 @@ fn secrets_do_not_show_in_debug_output() {
     for name in ["sasl.username", "security.protocol", "ssl.ca.location", "session.timeout.ms"] {
         assert!(!is_secret_setting(name), "{name}");
     }
-}
-
-/// The cuckoo table filter: sized from the timer filter's settings, its
-/// parameters in the fingerprint; a target its slots cannot reach
-/// fails at start-up naming the setting.
-#[test]
-fn the_cuckoo_kind_is_resolved_and_validated() {
-    let r = load(&[("DEDUPD__FILTER__KIND", "cuckoo")]).unwrap();
-    let spec = r.cuckoo.as_ref().unwrap();
-    assert_eq!((spec.slices, spec.fpr, spec.window_ms), (r.settings.filter.slices, 0.01, r.settings.filter.window));
-    let choice = r.filter_choice().unwrap();
-    assert!(matches!(choice, crate::filter::FilterChoice::Cuckoo(..)));
-    assert!(choice.fingerprint().starts_with("kind=cuckoo,"), "{}", choice.fingerprint());
-    assert!(choice.params().cells <= 64 * 2, "the idle timer filter is the smallest there is");
-    assert!(load(&[]).unwrap().cuckoo.is_none());
-    let e = rejected(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__FPR", "0.0001")]);
-    assert!(e.starts_with("invalid setting filter.fpr = 0.0001: needs 17-bit fingerprints"), "{e}");
-    assert!(e.ends_with("(filter.kind = cuckoo)"), "{e}");
 }
 
 /// Every SASL mechanism docs/security.md lists is accepted (by the rules

@@ -12,8 +12,7 @@ use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::tiers::Tier;
 use crate::features::{deletes, limits, shared};
-use crate::filter::cuckoo::CuckooSpec;
-use crate::filter::{DecayingKind, DecayingSpec, FilterSpec, Growth};
+use crate::filter::{FilterSpec, Growth, KindName, KindSpec, ParamError};
 use crate::units::parse_duration_ms;
 
 /// The longest topic name Kafka allows, in bytes.
@@ -61,15 +60,9 @@ impl Settings {
         let s = &self;
         let input_start = s.check_brokers_and_topics()?;
         let (key, time) = s.key_and_time()?;
-        let (passthrough, count_kind) = match s.filter.kind.as_str() {
-            "timer" => (false, None),
-            "passthrough" => (true, None),
-            "rsbf" => (false, Some(DecayingKind::Rsbf)),
-            "stable" => (false, Some(DecayingKind::Stable)),
-            "cuckoo" => (false, None),
-            other => return Err(invalid("filter.kind", other, "expected timer, cuckoo, passthrough, rsbf or stable")),
-        };
-        let cuckoo_kind = s.filter.kind == "cuckoo";
+        let kind = KindName::parse(&s.filter.kind)
+            .ok_or_else(|| invalid("filter.kind", &s.filter.kind, format!("expected {}", KindName::EXPECTED)))?;
+        let passthrough = kind == KindName::Passthrough;
         let growth: Growth = s.filter.growth.parse().map_err(|e| invalid("filter.growth", &s.filter.growth, e))?;
         let slicing = match s.slicing.mode.as_str() {
             "repartition" => SlicingMode::Repartition,
@@ -80,7 +73,7 @@ impl Settings {
         shared::settings::validate(slicing, &s.filter)?;
         deletes::settings::validate(&s.filter, slicing)?;
         let (order_tolerance_ms, order) = s.order_and_budgets(slicing)?;
-        let (filter, decaying, cuckoo) = s.filter_spec(growth, count_kind, cuckoo_kind)?;
+        let (filter, kind) = s.filter_spec(growth, kind)?;
         let on_corrupt = s.checkpoint_policy()?;
         let availability = s.availability.validate(slicing, &s.output)?;
         let (admin_listen, health_listen) = s.listeners()?;
@@ -90,24 +83,18 @@ impl Settings {
         let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
         availability.check_counting(counting.is_some())?;
         let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
-        let tier = s.tier.resolve(&s.filter, &s.input.topics, passthrough || count_kind.is_some() || cuckoo_kind)?;
+        let tier = s.tier.resolve(&s.filter, &s.input.topics, kind.name() != KindName::Timer)?;
         super::roles::check(s, slicing, tier)?;
         s.check_counting_with_tier(counting.as_ref(), tier)?;
         s.tier.check_leaf_cache(tier, &filter)?;
-        let instead = match (&decaying, &cuckoo) {
-            (Some(d), _) => crate::memory::Instead::Decaying(d),
-            (None, Some(c)) => crate::memory::Instead::Cuckoo(c),
-            (None, None) => crate::memory::Instead::Timer,
-        };
         let limit = crate::memory::process_limit(s.memory.limit);
-        let (filter, capped_cuckoo, memory) =
-            crate::memory::check(filter, instead, s.filter.slices, s.filter.max_memory, limit.clone())
+        let (filter, kind, memory) =
+            crate::memory::check(filter, kind, s.filter.slices, s.filter.max_memory, limit.clone())
                 .map_err(|e| invalid(e.setting, e.value, e.rule))?;
         let stages = crate::features::stages::StagesSetup { counting, provenance };
         let clients = super::memory::clients(slicing, tier, s.filter.deletable);
         let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
             .map_err(|e| invalid(e.setting, e.value, e.rule))?;
-        let cuckoo = capped_cuckoo.or(cuckoo);
         let mut settings = self;
         if matches!(tier, Tier::SparseLeaf | Tier::DenseLeaf) {
             // A leaf's output is its parent's input.
@@ -125,8 +112,7 @@ impl Settings {
             key,
             time,
             filter,
-            decaying,
-            cuckoo,
+            kind,
             slicing,
             on_corrupt,
             availability,
@@ -302,27 +288,15 @@ impl Settings {
         Ok((order_tolerance_ms, order))
     }
 
-    /// `[filter]`: the timer filter's sizing, and the decaying or cuckoo
-    /// kind's parameters when the kind is one of those.
-    fn filter_spec(
-        &self,
-        growth: Growth,
-        count_kind: Option<DecayingKind>,
-        cuckoo_kind: bool,
-    ) -> Result<(FilterSpec, Option<DecayingSpec>, Option<CuckooSpec>), ConfigError> {
+    /// `[filter]`: the timer filter's sizing, and the kind's settings (a
+    /// kind judging instead of the timer filter leaves it at its smallest).
+    fn filter_spec(&self, growth: Growth, kind: KindName) -> Result<(FilterSpec, KindSpec), ConfigError> {
         let s = self;
         let expected_keys = match s.filter.expected_keys {
             Some(n) => n,
             // The other kinds shrink the timer spec to nothing.
-            None if s.filter.kind != "timer" => u64::from(s.filter.slices.max(1)),
-            None => {
-                return Err(invalid(
-                    "filter.expected_keys",
-                    "",
-                    "the timer kind needs an estimate of the distinct keys per window (the cuckoo kind sizes \
-                     itself without one)",
-                ));
-            }
+            None if !kind.needs_estimate() => u64::from(s.filter.slices.max(1)),
+            None => return Err(invalid("filter.expected_keys", "", KindName::ESTIMATE_RULE)),
         };
         let filter = FilterSpec {
             window_ms: s.filter.window,
@@ -340,38 +314,16 @@ impl Settings {
             sized_growth: s.filter.sized_growth,
             ..FilterSpec::default()
         };
-        filter.resolve().map_err(|e| {
+        let named = |e: ParamError| {
             let name = match e.setting {
                 "expected" => "filter.expected_keys".to_string(),
                 "lateness" => "input.lateness".to_string(),
                 other => format!("filter.{other}"),
             };
             invalid(&name, e.value, e.rule)
-        })?;
-        let (filter, decaying) = match count_kind {
-            None => (filter, None),
-            // Deleting needs the timer filter's counting cells; a decaying
-            // kind forgets by itself.
-            Some(kind) if s.filter.deletable => {
-                return Err(invalid(
-                    "filter.deletable",
-                    true,
-                    format!("only the timer kind can delete keys, not filter.kind = {}", kind.as_str()),
-                ));
-            }
-            Some(kind) => {
-                let (filter, decaying) = s.filter.decaying_spec(kind, filter)?;
-                (filter, Some(decaying))
-            }
         };
-        let (filter, cuckoo) = match cuckoo_kind {
-            false => (filter, None),
-            true => {
-                let (filter, cuckoo) = s.filter.cuckoo_spec(filter, s.input.lateness)?;
-                (filter, Some(cuckoo))
-            }
-        };
-        Ok((filter, decaying, cuckoo))
+        filter.resolve().map_err(named)?;
+        kind.settings_spec(filter, s.filter.expected_keys, s.filter.memory, s.filter.seed).map_err(named)
     }
 
     /// `[checkpoint]`: the interval, the chunk size, what a corrupt

@@ -17,19 +17,17 @@
 //! dedup by counts); otherwise replays of a dedup key are dropped first and
 //! not counted.
 //!
-//! The decaying kinds (`rsbf`, `stable`) have no window and no notion of
-//! time: their records are judged at once, in arrival order, by the one
-//! [`DecayingFilter`] (see [`Deduplicator::decaying`]).
-//!
-//! The cuckoo table filter judges like the timer filter (in event-time
-//! order, within the lateness), one table filter per slice
-//! ([`Deduplicator::cuckoo`]).
+//! Another kind of filter judges instead of the timer filter
+//! ([`SliceFilter`]): a windowed kind like the timer filter, in event-time
+//! order within the lateness, one filter per slice
+//! ([`Deduplicator::per_slice`]); a kind with no window and no notion of
+//! time (the decaying kinds) at once, in arrival order, by one filter
+//! ([`Deduplicator::in_arrival_order`]).
 
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::counting::{CountMark, CountingStage};
-use crate::filter::cuckoo::CuckooFilter;
-use crate::filter::{DecayingFilter, Event, KeyHash, SlicedFilter, Verdict};
+use crate::filter::{Event, KeyHash, SliceFilter, SlicedFilter, Verdict};
 
 /// What became of one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,11 +53,12 @@ pub struct Judged {
 /// Records in, judgments out, over a sliced filter.
 pub struct Deduplicator {
     filter: SlicedFilter,
-    /// A decaying filter judges instead of `filter` (which then stays empty).
-    decaying: Option<DecayingFilter>,
-    /// Cuckoo table filters, one per slice, judge instead of `filter`
-    /// (which then stays empty) unless this is empty.
-    cuckoo: Vec<CuckooFilter>,
+    /// Filters of another kind judge instead of `filter` (which then stays
+    /// empty) unless this is empty: one per slice, or one for the whole
+    /// stream with `arrival_order`.
+    judges: Vec<SliceFilter>,
+    /// Whether `judges` judges records as they come, unordered.
+    arrival_order: bool,
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
@@ -91,8 +90,8 @@ impl Deduplicator {
         let seed = filter.params().seed;
         Deduplicator {
             filter,
-            decaying: None,
-            cuckoo: Vec::new(),
+            judges: Vec::new(),
+            arrival_order: false,
             extractor,
             seed,
             passthrough: false,
@@ -105,38 +104,38 @@ impl Deduplicator {
         }
     }
 
-    /// Records judged by a decaying filter, in arrival order as they
-    /// come (no window, so nothing to reorder: times are still extracted,
+    /// Records judged by one filter of a kind with no window, in arrival
+    /// order as they come (nothing to reorder: times are still extracted,
     /// and unreadable ones reported, exactly as for the timer filter).
-    pub fn decaying(filter: DecayingFilter, extractor: Extractor) -> Self {
+    pub fn in_arrival_order(filter: SliceFilter, extractor: Extractor) -> Self {
         let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: u64::MAX, jump_confirmations: 1 };
         // The unused timer filter: the smallest one there is.
         let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, ..Default::default() };
         let idle = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
-        Deduplicator { decaying: Some(filter), ..Deduplicator::new(idle, extractor, order) }
+        Deduplicator { judges: vec![filter], arrival_order: true, ..Deduplicator::new(idle, extractor, order) }
     }
 
-    /// Records judged by cuckoo table filters, one per slice (keys spread
-    /// by their hash as over the timer filter's slices), in event-time order.
-    pub fn cuckoo(filters: Vec<CuckooFilter>, extractor: Extractor, order: OrderSettings) -> Self {
+    /// Records judged by filters of a windowed kind, one per slice (keys
+    /// spread by their hash as over the timer filter's slices), in
+    /// event-time order.
+    pub fn per_slice(filters: Vec<SliceFilter>, extractor: Extractor, order: OrderSettings) -> Self {
         assert!(!filters.is_empty(), "at least one slice");
-        let seed = filters[0].params().seed;
+        let seed = filters[0].hash_seed();
         let idle = crate::filter::FilterSpec { expected_keys: 1, slices: 1, seed, ..Default::default() };
         let idle = SlicedFilter::new(&idle).expect("the smallest timer filter is valid");
-        Deduplicator { cuckoo: filters, ..Deduplicator::new(idle, extractor, order) }
+        Deduplicator { judges: filters, ..Deduplicator::new(idle, extractor, order) }
     }
 
-    /// The cuckoo table filters, for [`Self::cuckoo`] (empty otherwise).
-    pub fn cuckoo_filters(&self) -> &[CuckooFilter] {
-        &self.cuckoo
+    /// The filters that judge instead of the timer filter (empty when it judges).
+    pub fn judges(&self) -> &[SliceFilter] {
+        &self.judges
     }
 
     /// Bytes the judging filter holds now.
     pub fn memory_bytes(&self) -> u64 {
-        match &self.decaying {
-            Some(d) => d.stats().memory_bytes,
-            None if !self.cuckoo.is_empty() => self.cuckoo.iter().map(|f| f.memory_bytes() as u64).sum(),
-            None => self.filter.slices().iter().map(|f| f.memory_bytes() as u64).sum(),
+        match self.judges.is_empty() {
+            true => self.filter.slices().iter().map(|f| f.memory_bytes() as u64).sum(),
+            false => self.judges.iter().map(SliceFilter::memory_bytes).sum(),
         }
     }
 
@@ -152,11 +151,6 @@ impl Deduplicator {
     /// The counting stage, if any.
     pub fn counting_stage(&self) -> Option<&CountingStage> {
         self.counting.as_ref().map(|(s, _)| s)
-    }
-
-    /// The decaying filter, for [`Self::decaying`].
-    pub fn decaying_filter(&self) -> Option<&DecayingFilter> {
-        self.decaying.as_ref()
     }
 
     /// With `on`, records are read (key and time extracted, unreadable ones
@@ -189,7 +183,8 @@ impl Deduplicator {
             seed,
             passthrough,
             next_position,
-            decaying,
+            judges,
+            arrival_order,
             counting,
             ..
         } = self;
@@ -207,10 +202,12 @@ impl Deduplicator {
                 out.push(Judged { position, outcome: Outcome::Distinct, late_by_ms: None, count: None });
                 continue;
             }
-            if let Some(c) = decaying {
-                let duplicate = c.observe(&KeyHash::of(c.hash_seed(), &x.key));
-                // The decaying kinds report no equal-timer groups.
-                let outcome = if duplicate { Outcome::Duplicate { equal_timers: 0 } } else { Outcome::Distinct };
+            if *arrival_order {
+                let f = &mut judges[0];
+                let outcome = match f.observe(&KeyHash::of(f.hash_seed(), &x.key), x.time_ms) {
+                    Verdict::Distinct => Outcome::Distinct,
+                    Verdict::Duplicate { equal_timers } => Outcome::Duplicate { equal_timers },
+                };
                 out.push(Judged { position, outcome, late_by_ms: None, count: None });
                 continue;
             }
@@ -246,8 +243,8 @@ impl Deduplicator {
         let replaced = matches!(self.counting, Some((_, None)));
         if replaced {
             self.verdicts.resize(self.events.len(), Verdict::Distinct);
-        } else if !self.cuckoo.is_empty() {
-            judge_cuckoo(&mut self.cuckoo, &self.events, &mut self.verdicts);
+        } else if !self.judges.is_empty() {
+            judge_each(&mut self.judges, &self.events, &mut self.verdicts);
         } else {
             self.filter.observe_batch(&self.events, &mut self.verdicts);
         }
@@ -291,20 +288,20 @@ fn take(
     }
 }
 
-/// The cuckoo filters' verdicts on `events`, each judged by its slice's
-/// filter in order; as [`CuckooFilter::observe_batch`] does for one, the
-/// buckets of the event [`PREFETCH_DISTANCE`] places later are prefetched in
-/// its slice's filter while one is judged.
-fn judge_cuckoo(filters: &mut [CuckooFilter], events: &[Event], out: &mut Vec<Verdict>) {
+/// The verdicts of one filter per slice on `events`, each judged by its
+/// slice's filter in order; where the filters are large enough
+/// ([`SliceFilter::worth_prefetching`]), the memory of the event
+/// [`PREFETCH_DISTANCE`] places later is fetched while one is judged (as
+/// the kinds' own batch paths do).
+fn judge_each(filters: &mut [SliceFilter], events: &[Event], out: &mut Vec<Verdict>) {
     use crate::filter::timer::sliding::PREFETCH_DISTANCE;
     let slices = filters.len() as u32;
-    let prefetch = filters.iter().any(CuckooFilter::worth_prefetching);
+    let prefetch = filters.iter().any(SliceFilter::worth_prefetching);
     for (i, e) in events.iter().enumerate() {
         if prefetch && let Some(ahead) = events.get(i + PREFETCH_DISTANCE) {
             filters[ahead.hash.slice(slices) as usize].prefetch(&ahead.hash);
         }
-        let duplicate = filters[e.hash.slice(slices) as usize].observe(&e.hash, e.time_ms);
-        out.push(if duplicate { Verdict::Duplicate { equal_timers: 0 } } else { Verdict::Distinct });
+        out.push(filters[e.hash.slice(slices) as usize].observe(&e.hash, e.time_ms));
     }
 }
 
@@ -366,33 +363,6 @@ mod tests {
         );
         // Without lateness the arrival order decides.
         assert_eq!(judge_all(&mut dedup(0), &lines)[..2], [Outcome::Distinct, Outcome::Duplicate { equal_timers: 7 }]);
-    }
-
-    /// The cuckoo kind judges like the timer filter: in event-time order
-    /// within the lateness, one table filter per slice, forgetting after the window.
-    #[test]
-    fn the_cuckoo_kind_judges_in_event_time_order() {
-        use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
-        let cuckoo = |lateness_ms| {
-            let spec = CuckooSpec { window_ms: 1000, expected_keys: Some(100), slices: 4, ..CuckooSpec::default() };
-            let params = spec.resolve().unwrap();
-            let extractor = Extractor {
-                key: "json:/k".parse().unwrap(),
-                time: "json:/t".parse().unwrap(),
-                max_record_bytes: 1 << 20,
-            };
-            Deduplicator::cuckoo(vec![CuckooFilter::new(params); 4], extractor, order(lateness_ms))
-        };
-        let lines =
-            [r#"{"k":"a","t":1200}"#, r#"{"k":"a","t":1000}"#, r#"{"k":"b","t":1500}"#, r#"{"k":"a","t":2500}"#];
-        let dup = Outcome::Duplicate { equal_timers: 0 };
-        assert_eq!(
-            judge_all(&mut cuckoo(500), &lines),
-            [dup.clone(), Outcome::Distinct, Outcome::Distinct, Outcome::Distinct]
-        );
-        assert_eq!(judge_all(&mut cuckoo(0), &lines)[..2], [Outcome::Distinct, dup]);
-        let d = cuckoo(0);
-        assert_eq!(d.memory_bytes(), d.cuckoo_filters().iter().map(|f| f.memory_bytes() as u64).sum::<u64>());
     }
 
     #[test]

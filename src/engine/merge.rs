@@ -24,8 +24,7 @@ use std::collections::BTreeMap;
 use super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::slice::{InputProgress, SliceCounters, SliceState};
 use crate::engine::slice::stages::SliceStages;
-use crate::filter::cuckoo::CuckooFilter;
-use crate::filter::{FilterChoice, FilterCounters, FilterKind, FilterParams, SliceFilter, SlidingFilter};
+use crate::filter::{FilterChoice, KindName, SliceFilter, UniteError};
 
 /// Why slice states cannot be merged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -40,10 +39,11 @@ pub enum MergeError {
     #[error("the filters differ in {parameter} ({left} and {right}): only filters with identical parameters unite")]
     Parameters { parameter: &'static str, left: String, right: String },
     #[error(
-        "slice {slice} holds a filter.kind = {kind} filter: only the timer kind's generations and the cuckoo \
-         kind's tables unite (run the count kinds with their slice count, or start the new slices cold)"
+        "slice {slice} holds a filter.kind = {kind} filter: {} (run the count kinds with their slice count, or \
+         start the new slices cold)",
+        KindName::UNITING
     )]
-    DecayingKind { slice: u32, kind: &'static str },
+    KindDoesNotUnite { slice: u32, kind: &'static str },
     #[error("new slice {slice} would hold {generations} generations (at most {most} are restored)")]
     TooManyGenerations { slice: u32, generations: usize, most: usize },
 }
@@ -62,58 +62,6 @@ pub fn sources(from: u32, to: u32) -> Vec<Vec<u32>> {
     out
 }
 
-/// The parameters the cells depend on must agree (the cell count of a
-/// level-0 generation may differ: each generation keeps its own size).
-fn check_params(a: &FilterParams, b: &FilterParams) -> Result<(), MergeError> {
-    let fields: [(&'static str, String, String); 7] = [
-        ("seed", format!("{:#x}", a.seed), format!("{:#x}", b.seed)),
-        ("hashes", a.hashes.to_string(), b.hashes.to_string()),
-        ("timer_bits", a.timer_bits.to_string(), b.timer_bits.to_string()),
-        ("tick_ms", a.tick_ms.to_string(), b.tick_ms.to_string()),
-        ("window_ms", a.window_ms.to_string(), b.window_ms.to_string()),
-        (
-            "layout and lateness",
-            format!("{:?} {:?}", a.layout, a.lateness_ms),
-            format!("{:?} {:?}", b.layout, b.lateness_ms),
-        ),
-        ("deletable", a.deletable.to_string(), b.deletable.to_string()),
-    ];
-    match fields.into_iter().find(|(_, l, r)| l != r) {
-        Some((parameter, left, right)) => Err(MergeError::Parameters { parameter, left, right }),
-        None => Ok(()),
-    }
-}
-
-/// The union of `filters` under `params`: every filter moved to the latest
-/// clock among them (their own steps and sweeps, so every cell is where an
-/// uninterrupted filter would have it), then their generations, older ones
-/// first and the newest of each last.
-fn unite(filters: Vec<SlidingFilter>, params: &FilterParams, slice: u32) -> Result<SlidingFilter, MergeError> {
-    let clock = filters.iter().filter_map(SlidingFilter::clock_ms).max();
-    let (mut older, mut newest) = (Vec::new(), Vec::new());
-    let mut counters = FilterCounters { equal_timer_counts: vec![0; params.hashes as usize + 1], ..Default::default() };
-    for mut f in filters {
-        check_params(&f.params, params)?;
-        counters.add(&f.counters);
-        let Some(clock) = clock.filter(|_| f.clock_ms.is_some()) else {
-            continue; // never saw an event: nothing to unite
-        };
-        f.advance(clock);
-        let last = f.generations.pop();
-        older.append(&mut f.generations);
-        newest.extend(last);
-    }
-    older.append(&mut newest);
-    if older.is_empty() {
-        return Ok(SlidingFilter::new(params.clone()));
-    }
-    if older.len() > 64 {
-        return Err(MergeError::TooManyGenerations { slice, generations: older.len(), most: 64 });
-    }
-    counters.generations_max = older.len() as u32;
-    Ok(SlidingFilter::from_parts(params.clone(), clock, older, counters))
-}
-
 /// Merges `old` (old slice `i` at index `i`, all of one filter's
 /// parameters) into `to` slices with `filter` (the filter settings for `to`
 /// slices) and `order` (the event-time settings).
@@ -128,8 +76,8 @@ pub fn merge(
         return Err(MergeError::Counts { from, to, rule: "the new count must be at least 1 and below the old one" });
     }
     for s in &old {
-        if let Some(decaying) = s.filter.as_decaying() {
-            return Err(MergeError::DecayingKind { slice: s.slice, kind: decaying.kind().as_str() });
+        if !s.filter.unites() {
+            return Err(MergeError::KindDoesNotUnite { slice: s.slice, kind: s.filter.kind_name() });
         }
         if !s.unfilled.is_empty() || s.order.held().next().is_some() {
             return Err(MergeError::Waiting { slice: s.slice, waiting: s.unfilled.len().max(s.order.held().count()) });
@@ -173,30 +121,14 @@ pub fn merge(
 }
 
 /// The union of the parts' filters, of the kind `filter` chooses (the
-/// parts must all hold it: decaying kinds were refused before).
+/// parts must all hold it: kinds that do not unite were refused before).
 fn unite_filters(parts: &[&SliceState], filter: &FilterChoice, slice: u32) -> Result<SliceFilter, MergeError> {
-    let other_kind = |s: &SliceState| MergeError::Parameters {
-        parameter: "kind",
-        left: if s.filter.as_cuckoo().is_some() { "cuckoo" } else { "timer" }.to_string(),
-        right: filter.kind_name().to_string(),
-    };
-    match filter {
-        FilterChoice::Timer(params) => {
-            let timers = parts.iter().map(|s| s.filter.as_timer().cloned().ok_or_else(|| other_kind(s)));
-            Ok(FilterKind::Timer(unite(timers.collect::<Result<_, _>>()?, params, slice)?).into())
-        }
-        FilterChoice::Cuckoo(_, params) => {
-            let tables = parts.iter().map(|s| s.filter.as_cuckoo().cloned().ok_or_else(|| other_kind(s)));
-            let united = CuckooFilter::unite(tables.collect::<Result<_, _>>()?, params)
-                .map_err(|d| MergeError::Parameters { parameter: d.parameter, left: d.left, right: d.right })?;
-            let (generations, most) = (united.tables().len(), params.max_tables as usize);
-            if generations > most {
-                return Err(MergeError::TooManyGenerations { slice, generations, most });
-            }
-            Ok(FilterKind::Cuckoo(united).into())
-        }
-        FilterChoice::Decaying(_, spec) => Err(MergeError::DecayingKind { slice, kind: spec.kind.as_str() }),
-    }
+    let filters: Vec<&SliceFilter> = parts.iter().map(|s| &s.filter).collect();
+    filter.unite(&filters).map_err(|e| match e {
+        UniteError::Parameters { parameter, left, right } => MergeError::Parameters { parameter, left, right },
+        UniteError::TooManyParts { parts, most } => MergeError::TooManyGenerations { slice, generations: parts, most },
+        UniteError::NotUnitable { kind } => MergeError::KindDoesNotUnite { slice, kind },
+    })
 }
 
 /// The largest re-send mark of every old slice, per input partition: a
@@ -230,8 +162,7 @@ fn slowest_progress(parts: &[&SliceState]) -> BTreeMap<(String, i32), InputProgr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::cuckoo::CuckooSpec;
-    use crate::filter::{FilterSpec, KeyHash, Verdict};
+    use crate::filter::{FilterParams, FilterSpec, KeyHash};
 
     #[test]
     fn every_key_lands_in_a_slice_that_took_its_old_slice() {
@@ -295,51 +226,5 @@ mod tests {
             merge(old, 8, &other.into(), order),
             Err(MergeError::Parameters { parameter: "window_ms", .. })
         ));
-    }
-
-    fn cuckoo(slices: u32) -> FilterChoice {
-        let spec = CuckooSpec { window_ms: 10_000, expected_keys: Some(4_000), slices, ..CuckooSpec::default() };
-        FilterChoice::Cuckoo(params(slices), spec.resolve().unwrap())
-    }
-
-    /// The cuckoo kind's tables unite as the timer's generations do: 16
-    /// slices merged into 8 remember every key of the window, keep their
-    /// false positives few, count every event, and snapshot under the new
-    /// parameters; a timer filter's slices do not become a cuckoo table.
-    #[test]
-    fn merged_cuckoo_slices_remember_every_key() {
-        let order = OrderSettings { lateness_ms: 0, max_clock_jump_ms: 600_000, jump_confirmations: 16 };
-        let (c16, c8) = (cuckoo(16), cuckoo(8));
-        let mut old: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, c16.clone(), 0, order)).collect();
-        let seed = c16.params().seed;
-        let key = |i: u64| KeyHash::of(seed, &i.to_le_bytes());
-        for i in 0..3_000u64 {
-            let h = key(i);
-            old[h.slice(16) as usize].filter.observe(&h, 1_000 + i * 2);
-        }
-        let merged = merge(old.clone(), 8, &c8, order).unwrap();
-        let table = |s: &SliceState| s.filter.as_cuckoo().unwrap().clone();
-        for i in 0..3_000u64 {
-            let h = key(i);
-            assert!(table(&merged[h.slice(8) as usize]).contains(&h), "key {i} forgotten");
-        }
-        let fresh = (10_000..12_000u64).filter(|&i| table(&merged[key(i).slice(8) as usize]).contains(&key(i)));
-        assert!(fresh.count() < 60, "too many false positives");
-        let events = |states: &[SliceState]| states.iter().map(|s| table(s).counters().events).sum::<u64>();
-        assert_eq!(events(&merged), events(&old));
-        assert!(merged.iter().all(|s| table(s).tables().len() >= 2), "each new slice holds two old slices' tables");
-        // A merged slice judges on: an old key is a duplicate, a new one is stored.
-        let mut five = merged[5].clone();
-        let old_key = (0..3_000u64).map(key).find(|h| h.slice(8) == 5).unwrap();
-        assert!(matches!(five.filter.observe(&old_key, 7_000), Verdict::Duplicate { .. }));
-        let bytes = super::super::slice::encode(&merged[5]);
-        let back = super::super::slice::decode(&bytes, 5, &c8, order).unwrap();
-        assert_eq!(back, merged[5]);
-        let timers: Vec<SliceState> = (0..16).map(|i| SliceState::new(i, params(16), 0, order)).collect();
-        let e = merge(timers, 8, &c8, order).unwrap_err();
-        assert!(matches!(&e, MergeError::Parameters { parameter: "kind", .. }), "{e}");
-        let wider = CuckooSpec { window_ms: 20_000, expected_keys: Some(4_000), slices: 8, ..CuckooSpec::default() };
-        let wider = FilterChoice::Cuckoo(params(8), wider.resolve().unwrap());
-        assert!(matches!(merge(old, 8, &wider, order), Err(MergeError::Parameters { .. })));
     }
 }

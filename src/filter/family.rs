@@ -1,25 +1,219 @@
-//! The filter kinds a slice judges with, as one closed family chosen at
-//! start-up ([`FilterChoice`]): the sliding-window timer filter
-//! (`filter.kind = "timer"`), the cuckoo table filter (`cuckoo`) and the
-//! decaying kinds (`rsbf`, `stable`). A
-//! closed enum, not a trait object: the record path matches on it, with no
-//! dynamic call.
+//! The filter kinds a slice judges with, as one closed family: the
+//! sliding-window timer filter (`filter.kind = "timer"`, [`super::timer`]),
+//! the cuckoo table filter (`cuckoo`, [`super::cuckoo`]), the decaying kinds
+//! (`rsbf`, `stable`, [`super::decaying`]) and `passthrough` (no filter).
+//! Closed enums, not trait objects: the record path matches on them, with
+//! no dynamic call.
 //!
-//! The family owns its snapshot copy: while one is in progress
-//! ([`SliceFilter::begin_copy`]), every change goes through it, so a caller
-//! observes and deletes the same way whether a snapshot is being copied or
-//! not. A new kind is one more arm here, in its own module beside these.
+//! A kind is one arm in each layer of the family, and each arm hands over
+//! to the kind's folder (its `kind.rs` for what is not judging):
+//!
+//! - [`KindName`]: the kind as `filter.kind` and `dedupd filter --kind` name it;
+//! - [`KindSpec`]: its settings from `[filter]`, and its memory plan;
+//! - [`FilterChoice`]: its parameters, chosen at start-up, and the checks of
+//!   a snapshot against them;
+//! - [`FilterKind`]: one slice's filter ([`SliceFilter`], in
+//!   [`super::slice_filter`]): judged, copied, looked up, reported.
+//!
+//! No other part of the crate names a kind: the settings, the memory plan,
+//! pipe mode, the merge of slices and the admin lookups go through these.
 
-use std::ops::Range;
-
-use super::cuckoo::{self, CuckooFilter, CuckooParams};
-use super::decaying::{self, DecayingFilter, DecayingSpec};
+use super::cuckoo::{self, CuckooFilter, CuckooParams, CuckooSpec};
+use super::decaying::{self, DecayingKind, DecayingSpec};
 use super::envelope::{SnapshotError, TIMER_MAGIC};
-use super::hash::KeyHash;
-use super::params::FilterParams;
-use super::timer::copy::{CHUNK_BYTES, FilterCopy};
-use super::timer::sliding::{DeleteRefusal, SlidingFilter, Verdict};
-use super::timer::snapshot::{self as timer_snapshot, Skeleton};
+use super::kind_parts::{Footprint, Sizing, UniteError};
+use super::param_error::ParamError;
+use super::slice_filter::{FilterKind, SliceFilter};
+use super::timer::kind as timer_kind;
+use super::timer::params::{FilterParams, FilterSpec};
+use super::timer::sliding::SlidingFilter;
+use super::timer::snapshot as timer_snapshot;
+
+/// A kind as `filter.kind` and `dedupd filter --kind` name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindName {
+    Timer,
+    /// No filter: records are read as for the timer kind, and every
+    /// readable one is distinct (what dedup costs is the difference).
+    Passthrough,
+    Decaying(DecayingKind),
+    Cuckoo,
+}
+
+impl KindName {
+    /// Every kind, in the order `dedupd filter --help` lists them.
+    pub const ALL: [KindName; 5] = [
+        KindName::Timer,
+        KindName::Passthrough,
+        KindName::Decaying(DecayingKind::Rsbf),
+        KindName::Decaying(DecayingKind::Stable),
+        KindName::Cuckoo,
+    ];
+
+    /// What `filter.kind` takes, as its error says.
+    pub const EXPECTED: &str = "timer, cuckoo, passthrough, rsbf or stable";
+
+    /// The help of `dedupd filter --kind`: what each kind takes of the flags.
+    pub const PIPE_FLAG_HELP: &str = "`timer` (deduplicate within --window), `cuckoo` (the same with the cuckoo \
+         table filter: --window, --fpr, --expected, --headroom, --slices, --lateness and --max-generations apply), \
+         `passthrough` (read and write every readable record, no filter: to measure what dedup costs), or the \
+         decaying `rsbf` and `stable` (no window: fixed --memory for the whole stream, records judged in arrival \
+         order; --window, --expected, --growth, --slices and the timer flags do not apply)";
+
+    /// The help of pipe mode's `--expected`.
+    pub const EXPECTED_FLAG_HELP: &str = "Distinct keys expected per window, all slices together (sizes the filter; \
+         growth covers underestimates); `none`: the cuckoo kind sizes itself from what it sees (the timer kind \
+         needs a number)";
+
+    /// Why `filter.expected_keys` may not be left empty.
+    pub const ESTIMATE_RULE: &str = "the timer kind needs an estimate of the distinct keys per window (the cuckoo kind \
+                                     sizes itself without one)";
+
+    /// Which kinds' slices unite (`dedupd checkpoint merge`).
+    pub const UNITING: &str = "only the timer kind's generations and the cuckoo kind's tables unite";
+
+    /// The kind's settings name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KindName::Timer => timer_kind::NAME,
+            KindName::Passthrough => "passthrough",
+            KindName::Decaying(kind) => kind.as_str(),
+            KindName::Cuckoo => cuckoo::kind::NAME,
+        }
+    }
+
+    /// The kind of a settings name.
+    pub fn parse(name: &str) -> Option<KindName> {
+        KindName::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+
+    /// The line `dedupd filter --help` shows for the kind.
+    pub fn pipe_help(self) -> &'static str {
+        match self {
+            KindName::Timer => timer_kind::PIPE_HELP,
+            KindName::Passthrough => {
+                "Read records exactly as `timer` does (keys and times extracted, unreadable records reported) but \
+                 filter nothing: every readable record is written. The difference in speed is what dedup costs"
+            }
+            KindName::Decaying(kind) => kind.pipe_help(),
+            KindName::Cuckoo => cuckoo::kind::PIPE_HELP,
+        }
+    }
+
+    /// The decaying kind, for `rsbf` and `stable`.
+    /// Whether it sizes itself from `filter.expected_keys` and cannot go
+    /// without one (the other kinds size themselves or need none).
+    pub fn needs_estimate(self) -> bool {
+        matches!(self, KindName::Timer)
+    }
+
+    pub fn decaying(self) -> Option<DecayingKind> {
+        match self {
+            KindName::Decaying(kind) => Some(kind),
+            KindName::Timer | KindName::Passthrough | KindName::Cuckoo => None,
+        }
+    }
+
+    /// The kind's settings from `[filter]`: `timer` is the timer filter's
+    /// (validated), `memory` and `rng_seed` the decaying kinds'. A kind
+    /// that judges instead of the timer filter gets the timer filter back
+    /// at its smallest ([`FilterSpec::idle`]). Errors name the setting as
+    /// `[filter]` spells it (`expected` for `expected_keys`).
+    pub fn settings_spec(
+        self,
+        timer: FilterSpec,
+        expected_keys: Option<u64>,
+        memory: u64,
+        rng_seed: u64,
+    ) -> Result<(FilterSpec, KindSpec), ParamError> {
+        Ok(match self {
+            KindName::Timer => (timer, KindSpec::Timer),
+            KindName::Passthrough => (timer, KindSpec::Passthrough),
+            KindName::Decaying(kind) => {
+                let spec = decaying::kind::settings_spec(kind, &timer, memory, rng_seed)?;
+                (timer.idle(), KindSpec::Decaying(spec))
+            }
+            KindName::Cuckoo => {
+                let spec = cuckoo::kind::settings_spec(&timer, expected_keys)?;
+                (timer.idle(), KindSpec::Cuckoo(spec))
+            }
+        })
+    }
+
+    /// For pipe mode, the filters of a windowed kind other than the timer
+    /// filter, one per slice, sized from the timer filter's settings
+    /// (`None` for the other kinds). Errors name the setting as the flag.
+    pub fn windowed_filters(
+        self,
+        timer: &FilterSpec,
+        expected_keys: Option<u64>,
+    ) -> Result<Option<Vec<SliceFilter>>, ParamError> {
+        Ok(match self {
+            KindName::Timer | KindName::Passthrough | KindName::Decaying(_) => None,
+            KindName::Cuckoo => {
+                let params = CuckooSpec::from_timer(timer, expected_keys).resolve()?;
+                let one = SliceFilter::from(FilterKind::Cuckoo(CuckooFilter::new(params)));
+                Some(vec![one; timer.slices as usize])
+            }
+        })
+    }
+}
+
+/// A kind's settings as `[filter]` gives them, beside the timer filter's
+/// ([`FilterSpec`], which a kind judging instead keeps at its smallest).
+#[derive(Clone, Debug, PartialEq)]
+pub enum KindSpec {
+    Timer,
+    Passthrough,
+    /// One decaying filter per slice with an equal share of `filter.memory`.
+    Decaying(DecayingSpec),
+    /// One cuckoo table filter per slice, sized as the timer filter would be.
+    Cuckoo(CuckooSpec),
+}
+
+impl KindSpec {
+    /// The kind's name.
+    pub fn name(&self) -> KindName {
+        match self {
+            KindSpec::Timer => KindName::Timer,
+            KindSpec::Passthrough => KindName::Passthrough,
+            KindSpec::Decaying(spec) => KindName::Decaying(spec.kind),
+            KindSpec::Cuckoo(_) => KindName::Cuckoo,
+        }
+    }
+
+    /// One slice's worst case, beside the timer filter of `timer` (for a
+    /// kind judging instead: its idle one), for the memory plan.
+    pub fn footprint(&self, timer: &FilterParams) -> Result<Footprint, ParamError> {
+        match self {
+            KindSpec::Timer | KindSpec::Passthrough => Ok(timer_kind::footprint(timer)),
+            KindSpec::Decaying(spec) => Ok(match spec.size() {
+                Ok(size) => Footprint::fixed(size.bytes.saturating_add(timer.memory_bytes())),
+                Err(_) => timer_kind::footprint(timer),
+            }),
+            KindSpec::Cuckoo(spec) => cuckoo::kind::footprint(spec, timer),
+        }
+    }
+
+    /// The settings with at most `most` growing parts per slice (the
+    /// memory plan's count): the timer filter's generations, or the kind's own.
+    pub fn capped(self, timer: FilterSpec, most: u32) -> (FilterSpec, KindSpec) {
+        match self {
+            KindSpec::Timer | KindSpec::Passthrough => (FilterSpec { max_generations: most, ..timer }, self),
+            KindSpec::Decaying(_) => (timer, self),
+            KindSpec::Cuckoo(spec) => (timer, KindSpec::Cuckoo(CuckooSpec { max_tables: most, ..spec })),
+        }
+    }
+
+    /// The kind the slices judge with, beside the timer filter of `timer`.
+    pub fn choose(&self, timer: FilterParams) -> Result<FilterChoice, ParamError> {
+        Ok(match self {
+            KindSpec::Timer | KindSpec::Passthrough => FilterChoice::Timer(timer),
+            KindSpec::Decaying(spec) => FilterChoice::Decaying(timer, spec.clone()),
+            KindSpec::Cuckoo(spec) => FilterChoice::Cuckoo(timer, spec.resolve()?),
+        })
+    }
+}
 
 /// The kind the slices judge with, chosen at start-up, and its settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,9 +256,9 @@ impl FilterChoice {
     /// The kind's name, as in `filter.kind`.
     pub fn kind_name(&self) -> &'static str {
         match self {
-            FilterChoice::Timer(_) => "timer",
+            FilterChoice::Timer(_) => timer_kind::NAME,
             FilterChoice::Decaying(_, spec) => spec.kind.as_str(),
-            FilterChoice::Cuckoo(..) => "cuckoo",
+            FilterChoice::Cuckoo(..) => cuckoo::kind::NAME,
         }
     }
 
@@ -112,101 +306,53 @@ impl FilterChoice {
             FilterChoice::Cuckoo(_, params) => params.fingerprint(),
         }
     }
+
+    /// What one slice's filter is made of (a kind judging instead: its
+    /// own filter, not the idle timer filter).
+    pub fn sizing(&self) -> Sizing {
+        match self {
+            FilterChoice::Timer(params) => timer_kind::sizing(params),
+            FilterChoice::Decaying(_, spec) => decaying::kind::sizing(spec),
+            FilterChoice::Cuckoo(_, params) => cuckoo::kind::sizing(params),
+        }
+    }
+
+    /// The union of `parts` (slices' filters, all of this kind) under
+    /// these parameters, for `dedupd checkpoint merge`.
+    pub fn unite(&self, parts: &[&SliceFilter]) -> Result<SliceFilter, UniteError> {
+        let other_kind = |f: &SliceFilter| UniteError::Parameters {
+            parameter: "kind",
+            left: f.kind_name().to_string(),
+            right: self.kind_name().to_string(),
+        };
+        let kind = match self {
+            FilterChoice::Timer(params) => {
+                let timers = parts.iter().map(|f| f.as_timer().cloned().ok_or_else(|| other_kind(f)));
+                FilterKind::Timer(timer_kind::unite(timers.collect::<Result<_, _>>()?, params)?)
+            }
+            FilterChoice::Cuckoo(_, params) => {
+                let tables = parts.iter().map(|f| f.as_cuckoo().cloned().ok_or_else(|| other_kind(f)));
+                FilterKind::Cuckoo(cuckoo::kind::unite(tables.collect::<Result<_, _>>()?, params)?)
+            }
+            FilterChoice::Decaying(_, spec) => return Err(UniteError::NotUnitable { kind: spec.kind.as_str() }),
+        };
+        Ok(kind.into())
+    }
 }
 
 /// The kind a snapshot's filter part was written by, from its magic (read
 /// before its checksum: for naming it when it is refused).
 fn snapshot_kind(bytes: &[u8]) -> Option<&'static str> {
     if bytes.starts_with(&TIMER_MAGIC) {
-        return Some("timer");
+        return Some(timer_kind::NAME);
     }
     if bytes.starts_with(&cuckoo::snapshot::MAGIC) {
-        return Some("cuckoo");
+        return Some(cuckoo::kind::NAME);
     }
     decaying::kind_of(bytes).map(|k| k.as_str())
 }
 
-/// One slice's filter, of whichever kind was configured.
-#[derive(Debug)]
-pub struct SliceFilter {
-    kind: FilterKind,
-    /// A snapshot of the filter being copied while it goes on.
-    copy: Option<Copied>,
-}
-
-/// The kinds of the family. Not boxed although the timer filter is the
-/// larger: a slice has one, and a box would cost a pointer chase per record.
-#[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant)]
-pub enum FilterKind {
-    /// The sliding-window timer filter: records expire after the window.
-    Timer(SlidingFilter),
-    /// A decaying kind: fixed memory, no window, nothing expires; late
-    /// records are judged like any other, in their release order.
-    Decaying(DecayingFilter),
-    /// The cuckoo table filter: records expire after the window, as for
-    /// timers; its slots can be deleted one by one.
-    Cuckoo(CuckooFilter),
-}
-
-/// How a snapshot's filter part is copied.
-#[derive(Debug)]
-enum Copied {
-    /// The timer filter's cells, chunk by chunk while the slice goes on.
-    Cells(FilterCopy),
-    /// A decaying or cuckoo filter, encoded whole when the copy began: the slice
-    /// stops for one copy of its share of `filter.memory` (a pause over
-    /// 100 ms is logged as a warning, and measured in
-    /// `dedupd_checkpoint_stall_seconds`). Copy-on-write would save less
-    /// than for timers: every record after the warm-up writes random words
-    /// all over the arrays (the resets and decrements); for a cuckoo table,
-    /// see [`crate::filter::cuckoo`] ("Snapshot copy").
-    Whole { buffer: Vec<u8>, filter: Range<usize> },
-}
-
-/// The filter's part of a snapshot, measured before the snapshot's own
-/// header is written in front of it ([`SliceFilter::prepare_copy`]).
-pub enum Prepared {
-    /// The timer filter's encoding, this long (its cells are copied later).
-    Cells(usize),
-    /// A decaying or cuckoo filter's whole encoding.
-    Whole(Vec<u8>),
-}
-
-impl Prepared {
-    /// How long the filter's encoding is.
-    pub fn len(&self) -> usize {
-        match self {
-            Prepared::Cells(len) => *len,
-            Prepared::Whole(bytes) => bytes.len(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Equal when their kinds' states are: a copy in progress is not state.
-impl PartialEq for SliceFilter {
-    fn eq(&self, other: &Self) -> bool {
-        self.kind == other.kind
-    }
-}
-
-/// A clone has no copy in progress.
-impl Clone for SliceFilter {
-    fn clone(&self) -> Self {
-        SliceFilter { kind: self.kind.clone(), copy: None }
-    }
-}
-
-impl From<FilterKind> for SliceFilter {
-    fn from(kind: FilterKind) -> Self {
-        SliceFilter { kind, copy: None }
-    }
-}
-
+/// The filter of a choice.
 impl SliceFilter {
     /// An empty filter of the kind chosen (a decaying kind's settings
     /// validated at start-up).
@@ -220,224 +366,25 @@ impl SliceFilter {
         };
         kind.into()
     }
-
-    pub fn kind(&self) -> &FilterKind {
-        &self.kind
-    }
-
-    /// The timer filter, if this is one.
-    pub fn as_timer(&self) -> Option<&SlidingFilter> {
-        match &self.kind {
-            FilterKind::Timer(f) => Some(f),
-            FilterKind::Decaying(_) | FilterKind::Cuckoo(_) => None,
-        }
-    }
-
-    /// The cuckoo table filter, if this is one.
-    pub fn as_cuckoo(&self) -> Option<&CuckooFilter> {
-        match &self.kind {
-            FilterKind::Cuckoo(f) => Some(f),
-            FilterKind::Timer(_) | FilterKind::Decaying(_) => None,
-        }
-    }
-
-    /// The decaying filter, if this is one.
-    pub fn as_decaying(&self) -> Option<&DecayingFilter> {
-        match &self.kind {
-            FilterKind::Timer(_) | FilterKind::Cuckoo(_) => None,
-            FilterKind::Decaying(c) => Some(c),
-        }
-    }
-
-    /// The seed keys are hashed with.
-    pub fn hash_seed(&self) -> u64 {
-        match &self.kind {
-            FilterKind::Timer(f) => f.params().seed,
-            FilterKind::Decaying(c) => c.hash_seed(),
-            FilterKind::Cuckoo(f) => f.params().seed,
-        }
-    }
-
-    /// Test-then-update for a key at `time_ms` (decaying kinds have no time and
-    /// report no equal-timer groups).
-    #[inline]
-    pub fn observe(&mut self, hash: &KeyHash, time_ms: u64) -> Verdict {
-        match (&mut self.kind, &mut self.copy) {
-            (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.observe_copying(hash, time_ms, copy),
-            (FilterKind::Timer(f), _) => f.observe(hash, time_ms),
-            (FilterKind::Decaying(c), _) => match c.observe(hash) {
-                true => Verdict::Duplicate { equal_timers: 0 },
-                false => Verdict::Distinct,
-            },
-            // A whole copy was taken when it began: nothing to tell it.
-            (FilterKind::Cuckoo(f), _) => match f.observe(hash, time_ms) {
-                true => Verdict::Duplicate { equal_timers: 0 },
-                false => Verdict::Distinct,
-            },
-        }
-    }
-
-    /// Forgets a key (deletable timer filters and cuckoo tables; a decaying
-    /// kind refuses, as a timer filter that is not deletable does).
-    pub fn delete(&mut self, hash: &KeyHash) -> Result<(), DeleteRefusal> {
-        match (&mut self.kind, &mut self.copy) {
-            (FilterKind::Timer(f), Some(Copied::Cells(copy))) => f.delete_copying(hash, copy),
-            (FilterKind::Timer(f), _) => f.delete(hash),
-            (FilterKind::Decaying(_), _) => Err(DeleteRefusal::NotDeletable),
-            (FilterKind::Cuckoo(f), _) => f.delete(hash),
-        }
-    }
-
-    /// The first step of a snapshot: the filter's part measured (a decaying
-    /// kind's encoded whole now), so that the caller can write its header.
-    pub fn prepare_copy(&self) -> Prepared {
-        match &self.kind {
-            FilterKind::Timer(f) => Prepared::Cells(Skeleton::of(f).len()),
-            FilterKind::Decaying(c) => Prepared::Whole(decaying::encode(c)),
-            FilterKind::Cuckoo(f) => Prepared::Whole(cuckoo::snapshot::encode(f)),
-        }
-    }
-
-    /// Starts a copy of the filter's encoding into `buffer`, after `head`
-    /// (the caller's header, written first) and followed by `trailer` bytes
-    /// for the caller. Until [`Self::finish_copy`], changes go through it.
-    pub fn begin_copy(&mut self, prepared: Prepared, head: &[u8], mut buffer: Vec<u8>, trailer: usize) {
-        let copy = match (&self.kind, prepared) {
-            (FilterKind::Timer(f), _) => {
-                if buffer.len() < head.len() {
-                    buffer.resize(head.len(), 0);
-                }
-                buffer[..head.len()].copy_from_slice(head);
-                Copied::Cells(FilterCopy::begin(f, buffer, head.len(), trailer, CHUNK_BYTES))
-            }
-            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), prepared) => {
-                let bytes = match prepared {
-                    Prepared::Whole(bytes) => bytes,
-                    Prepared::Cells(_) => unreachable!("only the timer filter is prepared by cells"),
-                };
-                let filter = head.len()..head.len() + bytes.len();
-                buffer.clear();
-                buffer.reserve(filter.end + trailer);
-                buffer.extend_from_slice(head);
-                buffer.extend_from_slice(&bytes);
-                buffer.resize(filter.end + trailer, 0);
-                Copied::Whole { buffer, filter }
-            }
-        };
-        self.copy = Some(copy);
-    }
-
-    /// Whether a copy is in progress.
-    pub fn copying(&self) -> bool {
-        self.copy.is_some()
-    }
-
-    /// Bytes of the copy in progress still to copy.
-    pub fn copy_bytes_left(&self) -> usize {
-        match &self.copy {
-            Some(Copied::Cells(c)) => c.bytes_left(),
-            _ => 0,
-        }
-    }
-
-    /// Copies up to `budget_bytes` more (at least one chunk); returns
-    /// whether the copy is complete.
-    pub fn advance_copy(&mut self, budget_bytes: usize) -> bool {
-        match (&self.kind, &mut self.copy) {
-            (FilterKind::Timer(f), Some(Copied::Cells(c))) => c.advance(f, budget_bytes),
-            _ => true,
-        }
-    }
-
-    /// Copies whatever is left: the buffer, holding the filter as it was
-    /// when the copy began, and where its encoding lies. `None` without a copy.
-    pub fn finish_copy(&mut self) -> Option<(Vec<u8>, Range<usize>)> {
-        match (&self.kind, self.copy.take()?) {
-            (FilterKind::Timer(f), Copied::Cells(c)) => Some(c.finish(f)),
-            (_, Copied::Whole { buffer, filter }) => Some((buffer, filter)),
-            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), Copied::Cells(_)) => {
-                unreachable!("only the timer filter is copied by cells")
-            }
-        }
-    }
-
-    /// The filter's encoding written whole after `head` into a new buffer
-    /// with `trailer` bytes after it, and where it lies.
-    pub fn encode(&self, prepared: Prepared, head: &[u8], trailer: usize) -> (Vec<u8>, Range<usize>) {
-        let filter = head.len()..head.len() + prepared.len();
-        let mut buffer = vec![0; filter.end + trailer];
-        buffer[..head.len()].copy_from_slice(head);
-        match (&self.kind, prepared) {
-            (FilterKind::Timer(f), _) => Skeleton::of(f).write(f, &mut buffer[filter.clone()]),
-            (_, Prepared::Whole(bytes)) => buffer[filter.clone()].copy_from_slice(&bytes),
-            (FilterKind::Decaying(_) | FilterKind::Cuckoo(_), Prepared::Cells(_)) => {
-                unreachable!("only the timer filter is prepared by cells")
-            }
-        }
-        (buffer, filter)
-    }
-}
-
-/// What a filter reports of itself, of whichever kind (for the metrics and
-/// the status).
-pub struct FilterFigures {
-    /// Generations created, dropped, saturated inserts (timer filter); tables
-    /// created, dropped, forced evictions (cuckoo); 0 otherwise.
-    pub counters: [u64; 3],
-    pub density: f64,
-    pub estimated_fpr: f64,
-    pub memory_bytes: usize,
-    pub generations: usize,
-    pub clock_ms: Option<u64>,
-}
-
-impl SliceFilter {
-    pub fn figures(&self) -> FilterFigures {
-        match &self.kind {
-            FilterKind::Timer(f) => {
-                let c = f.counters();
-                FilterFigures {
-                    counters: [c.generations_created, c.generations_dropped, c.saturated_inserts],
-                    density: f.generations().last().map_or(0.0, |g| g.density()),
-                    estimated_fpr: f.estimated_fpr(),
-                    memory_bytes: f.memory_bytes(),
-                    generations: f.generations().len(),
-                    clock_ms: f.clock_ms(),
-                }
-            }
-            // The fraction of ones (rsbf) or of non-zero cells (stable)
-            // stands for the density, the design FPR for the estimate.
-            FilterKind::Decaying(c) => {
-                let st = c.stats();
-                FilterFigures {
-                    counters: [0; 3],
-                    density: st.ones_fraction,
-                    estimated_fpr: st.design_fpr,
-                    memory_bytes: st.memory_bytes as usize,
-                    generations: 0,
-                    clock_ms: None,
-                }
-            }
-            // The newest table's load stands for the density.
-            FilterKind::Cuckoo(f) => {
-                let c = f.counters();
-                FilterFigures {
-                    counters: [c.tables_created, c.tables_dropped, c.forced_evictions],
-                    density: f.load(),
-                    estimated_fpr: f.estimated_fpr(),
-                    memory_bytes: f.memory_bytes(),
-                    generations: f.tables().len(),
-                    clock_ms: f.clock_ms(),
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::filter::{DecayingKind, FilterSpec};
+    use crate::filter::{DecayingKind, FilterSpec, KeyHash};
+
+    /// Every kind parses from its name, and the settings' error and
+    /// `--kind`'s help name it.
+    #[test]
+    fn every_kind_is_named_where_users_read_the_kinds() {
+        for kind in KindName::ALL {
+            assert_eq!(KindName::parse(kind.as_str()), Some(kind));
+            assert!(KindName::EXPECTED.contains(kind.as_str()), "{kind:?}");
+            assert!(KindName::PIPE_FLAG_HELP.contains(&format!("`{}`", kind.as_str())), "{kind:?}");
+            assert!(!kind.pipe_help().is_empty(), "{kind:?}");
+        }
+        assert_eq!(KindName::parse("bloom"), None);
+    }
 
     /// A decaying kind's fingerprint is its own filter's and the lateness,
     /// as written in the manifests of running deployments: a change here

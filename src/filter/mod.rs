@@ -7,16 +7,20 @@
 //! - [`param_error`]: the error a setting's check gives.
 //! - [`envelope`]: the magic, version and checksum every snapshot is written in.
 //! - [`random`]: the seeded PRNG of the decaying kinds (and of the tests' workloads).
+//! - `event`: an event, the verdict on it, the timer filter's counters.
+//! - [`kind_parts`]: what each kind hands the family besides its verdicts
+//!   (its worst-case memory, sizing, pipe-mode figures, why slices do not unite).
+//! - [`timer`]: the sliding-window timer filter (`timer`): its settings,
+//!   cells, generations, slices, its snapshot and its copy-on-write copy.
 //! - [`decaying`]: the kinds that forget old keys at random, with no window
 //!   (`rsbf`, `stable`): the reservoir-sampling and Stable Bloom filters.
-//! - [`params`]: the timer filter's settings and their validation, sized with
-//!   `timer::sizing` (the one file of [`timer`] below it).
-//! - `event`: an event, the verdict on it, the timer filter's counters.
-//! - [`timer`]: the sliding-window timer filter (`timer`): cells,
-//!   generations, slices, its snapshot and its copy-on-write copy.
-//! - [`family`]: the kind chosen at start-up ([`FilterChoice`]) and the
-//!   filter a slice judges with, as one closed family ([`SliceFilter`]) that
-//!   owns its snapshot copy.
+//! - [`cuckoo`]: the cuckoo table filter (`cuckoo`): one slot per key in
+//!   the window, in tables that grow as the timer filter's generations do.
+//! - [`slice_filter`]: the filter a slice judges with, of whichever kind
+//!   ([`SliceFilter`]), which owns its snapshot copy.
+//! - [`family`]: the kinds by name ([`KindName`]), their settings
+//!   ([`KindSpec`]) and the kind chosen at start-up ([`FilterChoice`]):
+//!   where a kind plugs in.
 //! - [`spectral`]: Spectral Bloom Filters (counts per key, MS/MI/RM) and
 //!   windowed counts.
 //! - [`counting`]: frequency limits and flags over windowed counts (the
@@ -30,21 +34,24 @@ pub mod envelope;
 mod event;
 pub mod family;
 pub mod hash;
+pub mod kind_parts;
 pub mod param_error;
-pub mod params;
 pub mod provenance;
 pub mod random;
+pub mod slice_filter;
 pub mod spectral;
 pub mod timer;
 
 pub use decaying::{DecayingFilter, DecayingKind, DecayingSize, DecayingSpec, DecayingStats};
 pub use envelope::SnapshotError;
 pub use event::{Event, FilterCounters, Verdict};
-pub use family::{FilterChoice, FilterFigures, FilterKind, SliceFilter};
+pub use family::{FilterChoice, KindName, KindSpec};
 pub use hash::KeyHash;
+pub use kind_parts::{FilterFigures, Footprint, PipeFigures, Sizing, UniteError};
 pub use param_error::ParamError;
-pub use params::{FilterParams, FilterSpec, Growth, Layout};
+pub use slice_filter::{FilterKind, SliceFilter};
 pub use timer::cells::advise_huge_pages;
+pub use timer::params::{FilterParams, FilterSpec, Growth, Layout};
 pub use timer::{DeleteRefusal, FilterCopy, Generation, Lookup, SlicedFilter, SlidingFilter};
 #[cfg(feature = "vertical")]
 pub use timer::{PipelineStats, VerticalFilter};

@@ -20,9 +20,9 @@ impl ParamError {
     }
 }
 
-/// The settings every windowed kind sizes itself by (the timer filter and
-/// the cuckoo table), checked alike: the window, the target false-positive
-/// rate, the expected keys, the headroom and the slices.
+/// The settings every windowed kind sizes itself by, checked alike: the
+/// window, the target false-positive rate, the expected keys, the headroom
+/// and the slices.
 pub(crate) fn check_window_sizing(
     window_ms: u64,
     fpr: f64,

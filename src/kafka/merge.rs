@@ -110,10 +110,7 @@ pub fn merge_checkpoints(old_cfg: &Resolved, new_cfg: &Resolved) -> Result<Vec<M
             slice: j,
             from_slices: plan[j as usize].clone(),
             offset: state.next_offset,
-            generations: state
-                .filter
-                .as_timer()
-                .map_or_else(|| state.filter.as_cuckoo().map_or(0, |c| c.tables().len()), |f| f.generations().len()),
+            generations: state.filter.figures().generations,
             bytes: bytes.len(),
         });
     }

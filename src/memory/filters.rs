@@ -2,8 +2,8 @@
 //! (`filter.max_memory`) and the process's memory limit, decided once at
 //! start-up from the settings alone.
 //!
-//! A slice's timer filter grows by generations (the cuckoo kind by tables,
-//! planned the same way); at its largest it holds `filter.max_generations`
+//! A slice's timer filter grows by generations (another kind by its own
+//! parts, planned the same way: [`Footprint`]); at its largest it holds `filter.max_generations`
 //! generations of the top level. When that worst case, for all slices
 //! together, exceeds the cap, the generation count is lowered until it
 //! fits: the filter then saturates (its false-positive rate rises,
@@ -16,9 +16,7 @@
 use std::fmt;
 
 use super::limit::MemoryLimit;
-use crate::filter::cuckoo::CuckooSpec;
-use crate::filter::cuckoo::params::MAX_LEVEL;
-use crate::filter::{DecayingSpec, FilterParams, FilterSpec, Growth};
+use crate::filter::{FilterSpec, Footprint, KindSpec};
 use crate::units::format_bytes;
 
 /// The share of the memory limit the filters get by default: the rest
@@ -29,20 +27,6 @@ pub const DEFAULT_CAP_PERCENT: u64 = 50;
 /// The cap when `filter.max_memory` is empty: a share of the memory limit.
 pub fn default_cap(limit: u64) -> u64 {
     (u128::from(limit) * u128::from(DEFAULT_CAP_PERCENT) / 100) as u64
-}
-
-/// Bytes one slice's timer filter holds at most with `generations`
-/// generations: one first-size generation when it cannot grow, else each
-/// generation at the top level (the largest a new one can start at), plus
-/// the alive table the generations share.
-pub fn timer_slice_worst_case(p: &FilterParams, generations: u32) -> u64 {
-    if generations <= 1 || p.growth == Growth::None {
-        return p.memory_bytes();
-    }
-    let alive = u64::from(p.period) + 1;
-    let top = FilterParams { cells: p.level_cells(crate::filter::params::MAX_LEVEL), ..p.clone() };
-    let per_generation = top.memory_bytes().saturating_sub(alive);
-    per_generation.saturating_mul(u64::from(generations)).saturating_add(alive)
 }
 
 /// Where the cap came from.
@@ -133,36 +117,12 @@ pub struct MemoryError {
     pub rule: String,
 }
 
-/// The filters a plan sizes: a timer filter per slice, a decaying kind of
-/// fixed size per slice, or the cuckoo kind's tables per slice.
-pub enum Filters<'a> {
-    Timer(&'a FilterParams),
-    Fixed {
-        bytes_per_slice: u64,
-    },
-    /// Up to `max_tables` tables beside the idle timer filter: one first
-    /// table when they cannot grow, else each at the top level (the largest
-    /// a new one can be), as for the timer filter's generations.
-    Tables {
-        idle_bytes: u64,
-        first_bytes: u64,
-        top_bytes: u64,
-        max_tables: u32,
-    },
-}
-
-/// Bytes one slice's cuckoo tables hold at most with `tables` tables.
-fn tables_worst_case(idle_bytes: u64, first_bytes: u64, top_bytes: u64, tables: u32) -> u64 {
-    let tables_bytes = if tables <= 1 { first_bytes } else { top_bytes.saturating_mul(u64::from(tables)) };
-    idle_bytes.saturating_add(tables_bytes)
-}
-
 /// Checks the filters' worst case against `cap` (`filter.max_memory`, or
 /// [`DEFAULT_CAP_PERCENT`] of `limit`) and lowers the generation count
 /// until it fits; refuses what cannot fit even without growth, and a cap
 /// above the memory limit.
 pub fn plan(
-    filters: Filters<'_>,
+    footprint: Footprint,
     slices: u32,
     cap: Option<u64>,
     limit: Option<MemoryLimit>,
@@ -185,18 +145,9 @@ pub fn plan(
         (None, Some(l)) => (Some(default_cap(l.bytes)), CapSource::Limit),
         (None, None) => (None, CapSource::None),
     };
-    let (configured, smallest, worst_with): (u32, u64, Box<dyn Fn(u32) -> u64>) = match filters {
-        Filters::Timer(p) => (p.max_generations, all(timer_slice_worst_case(p, 1)), {
-            let p = p.clone();
-            Box::new(move |g| all(timer_slice_worst_case(&p, g)))
-        }),
-        Filters::Fixed { bytes_per_slice } => (1, all(bytes_per_slice), Box::new(move |_| all(bytes_per_slice))),
-        Filters::Tables { idle_bytes, first_bytes, top_bytes, max_tables } => {
-            (max_tables, all(tables_worst_case(idle_bytes, first_bytes, top_bytes, 1)), {
-                Box::new(move |g| all(tables_worst_case(idle_bytes, first_bytes, top_bytes, g)))
-            })
-        }
-    };
+    let configured = footprint.configured;
+    let smallest = all(footprint.worst_case(1));
+    let worst_with = |parts: u32| all(footprint.worst_case(parts));
     let configured_worst_case = worst_with(configured);
     let Some(cap_bytes) = cap else {
         return Ok(MemoryPlan {
@@ -244,56 +195,33 @@ pub fn plan(
     })
 }
 
-/// The kind that judges instead of the timer filter, if any.
-#[derive(Clone, Copy)]
-pub enum Instead<'a> {
-    Timer,
-    Decaying(&'a DecayingSpec),
-    Cuckoo(&'a CuckooSpec),
-}
-
-/// The start-up check of a validated filter spec (and of the kind that
-/// judges instead of its timer filter, if any): its worst case for `slices`
-/// slices against `cap` and the process's memory `limit`. The spec comes
-/// back with the generation count the cap allows, or the cuckoo spec with
-/// the table count it allows.
+/// The start-up check of a validated filter spec and the kind's settings:
+/// one slice's worst case ([`KindSpec::footprint`]) for `slices` slices
+/// against `cap` and the process's memory `limit`. Both come back with the
+/// count of growing parts the cap allows ([`KindSpec::capped`]).
 pub fn check(
     spec: FilterSpec,
-    instead: Instead<'_>,
+    kind: KindSpec,
     slices: u32,
     cap: Option<u64>,
     limit: Option<MemoryLimit>,
-) -> Result<(FilterSpec, Option<CuckooSpec>, MemoryPlan), MemoryError> {
+) -> Result<(FilterSpec, KindSpec, MemoryPlan), MemoryError> {
     let invalid = |e: crate::filter::ParamError| MemoryError {
         setting: "filter.expected_keys",
         value: e.value.clone(),
         rule: e.to_string(),
     };
     let params = spec.resolve().map_err(invalid)?;
-    let idle_bytes = params.memory_bytes();
-    let filters = match instead {
-        Instead::Timer => Filters::Timer(&params),
-        Instead::Decaying(d) => match d.size() {
-            Ok(size) => Filters::Fixed { bytes_per_slice: size.bytes.saturating_add(idle_bytes) },
-            Err(_) => Filters::Timer(&params),
-        },
-        Instead::Cuckoo(c) => {
-            let tables = c.resolve().map_err(invalid)?;
-            let (first_bytes, top_bytes) = (tables.table_bytes(0), tables.table_bytes(MAX_LEVEL));
-            Filters::Tables { idle_bytes, first_bytes, top_bytes, max_tables: c.max_tables }
-        }
-    };
-    let plan = plan(filters, slices, cap, limit)?;
-    Ok(match instead {
-        Instead::Timer => (FilterSpec { max_generations: plan.max_generations, ..spec }, None, plan),
-        Instead::Decaying(_) => (spec, None, plan),
-        Instead::Cuckoo(c) => (spec, Some(CuckooSpec { max_tables: plan.max_generations, ..c.clone() }), plan),
-    })
+    let plan = plan(kind.footprint(&params).map_err(invalid)?, slices, cap, limit)?;
+    let (spec, kind) = kind.capped(spec, plan.max_generations);
+    Ok((spec, kind, plan))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::filter::timer::kind::footprint;
+    use crate::filter::{FilterParams, Growth};
 
     fn params(expected_keys: u64, slices: u32, max_generations: u32) -> FilterParams {
         FilterSpec { expected_keys, slices, max_generations, window_ms: 60_000, ..FilterSpec::default() }
@@ -306,71 +234,71 @@ mod tests {
     #[test]
     fn the_worst_case_is_every_generation_at_the_top_level() {
         let p = params(1_000_000, 8, 12);
-        assert_eq!(timer_slice_worst_case(&p, 1), p.memory_bytes());
+        assert_eq!(footprint(&p).worst_case(1), p.memory_bytes());
         let top = crate::filter::SlidingFilter::new(FilterParams { cells: p.level_cells(4), ..p.clone() });
         let alive = u64::from(p.period) + 1;
         let generation = top.memory_bytes() as u64 - alive;
-        assert_eq!(timer_slice_worst_case(&p, 12), 12 * generation + alive);
+        assert_eq!(footprint(&p).worst_case(12), 12 * generation + alive);
         // The default settings: 12 generations of 16× the first size, ~2.1 GB in all.
-        let all = 8 * timer_slice_worst_case(&p, 12);
+        let all = 8 * footprint(&p).worst_case(12);
         assert!((2_100_000_000..2_300_000_000).contains(&all), "{all}");
         let none = FilterParams { growth: Growth::None, ..p.clone() };
-        assert_eq!(timer_slice_worst_case(&none, 12), p.memory_bytes());
+        assert_eq!(footprint(&none).worst_case(12), p.memory_bytes());
     }
 
     #[test]
     fn the_cap_lowers_the_generations_until_the_worst_case_fits() {
         let p = params(1_000_000, 8, 12);
-        let uncapped = plan(Filters::Timer(&p), 8, None, None).unwrap();
+        let uncapped = plan(footprint(&p), 8, None, None).unwrap();
         assert_eq!((uncapped.max_generations, uncapped.cap_source.clone()), (12, CapSource::None));
         assert!(!uncapped.capped());
-        let capped = plan(Filters::Timer(&p), 8, Some(512 << 20), None).unwrap();
+        let capped = plan(footprint(&p), 8, Some(512 << 20), None).unwrap();
         assert!(capped.capped());
         assert!(capped.worst_case <= 512 << 20);
-        let one_more = 8 * timer_slice_worst_case(&p, capped.max_generations + 1);
+        let one_more = 8 * footprint(&p).worst_case(capped.max_generations + 1);
         assert!(one_more > 512 << 20, "the largest count that fits: {}", capped.max_generations);
         // A cap the old growth fits changes nothing.
-        let roomy = plan(Filters::Timer(&p), 8, Some(4 << 30), None).unwrap();
+        let roomy = plan(footprint(&p), 8, Some(4 << 30), None).unwrap();
         assert_eq!((roomy.max_generations, roomy.worst_case), (12, uncapped.worst_case));
         // Below the top level, a slice keeps its one first-size generation.
-        let tight = plan(Filters::Timer(&p), 8, Some(8 * p.memory_bytes()), None).unwrap();
+        let tight = plan(footprint(&p), 8, Some(8 * p.memory_bytes()), None).unwrap();
         assert_eq!(tight.max_generations, 1);
     }
 
     #[test]
     fn what_cannot_fit_is_refused_naming_the_setting_and_the_rule() {
         let p = params(1_000_000, 8, 12);
-        let e = plan(Filters::Timer(&p), 8, Some(4 << 20), None).unwrap_err();
+        let e = plan(footprint(&p), 8, Some(4 << 20), None).unwrap_err();
         assert_eq!((e.setting, e.value.as_str()), ("filter.max_memory", "4194304B"));
         assert!(e.rule.contains("the filters of 8 slices need") && e.rule.contains("raise filter.max_memory"), "{e:?}");
         let limit = MemoryLimit { bytes: 1 << 30, source: crate::memory::limit::LimitSource::Setting };
-        let e = plan(Filters::Timer(&p), 8, Some(2 << 30), Some(limit.clone())).unwrap_err();
+        let e = plan(footprint(&p), 8, Some(2 << 30), Some(limit.clone())).unwrap_err();
         assert!(e.rule.contains("at most the memory limit 1073741824B"), "{e:?}");
         // No setting: half the memory limit.
-        let by_default = plan(Filters::Timer(&p), 8, None, Some(limit.clone())).unwrap();
+        let by_default = plan(footprint(&p), 8, None, Some(limit.clone())).unwrap();
         assert_eq!((by_default.cap, by_default.cap_source.clone()), (Some(512 << 20), CapSource::Limit));
         let small = MemoryLimit { bytes: 16 << 20, ..limit };
-        let e = plan(Filters::Timer(&p), 8, None, Some(small)).unwrap_err();
+        let e = plan(footprint(&p), 8, None, Some(small)).unwrap_err();
         assert!(e.value.contains("50% of the memory limit 16777216B"), "{e:?}");
         // A decaying kind is its fixed size.
-        assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(8 << 20), None).is_ok());
-        assert!(plan(Filters::Fixed { bytes_per_slice: 1 << 20 }, 8, Some(7 << 20), None).is_err());
+        assert!(plan(Footprint::fixed(1 << 20), 8, Some(8 << 20), None).is_ok());
+        assert!(plan(Footprint::fixed(1 << 20), 8, Some(7 << 20), None).is_err());
     }
 
-    /// The cuckoo kind's tables are planned as the timer's generations:
-    /// one first table when they cannot grow, else each at the top level; a
-    /// cap lowers the table count, and refuses one that not even the first
-    /// tables fit.
+    /// A kind's own parts beside what they share (tables beside an idle
+    /// timer filter) are planned as the timer's generations:
+    /// one first part when they cannot grow, else each at the top level; a
+    /// cap lowers the count, and refuses one that not even the first parts fit.
     #[test]
-    fn the_cuckoo_tables_are_planned_like_generations() {
+    fn parts_beside_shared_bytes_are_planned_like_generations() {
         let tables =
-            |max_tables| Filters::Tables { idle_bytes: 100, first_bytes: 1_000, top_bytes: 64_000, max_tables };
+            |configured| Footprint { configured, first_bytes: 1_100, shared_bytes: 100, top_part_bytes: Some(64_000) };
         let uncapped = plan(tables(12), 4, None, None).unwrap();
         assert_eq!((uncapped.max_generations, uncapped.worst_case), (12, 4 * (100 + 12 * 64_000)));
         let capped = plan(tables(12), 4, Some(4 * (100 + 3 * 64_000)), None).unwrap();
         assert_eq!((capped.max_generations, capped.worst_case), (3, 4 * (100 + 3 * 64_000)));
         let lone = plan(tables(12), 4, Some(4 * 1_100), None).unwrap();
-        assert_eq!((lone.max_generations, lone.worst_case), (1, 4 * 1_100), "one table cannot grow");
+        assert_eq!((lone.max_generations, lone.worst_case), (1, 4 * 1_100), "one part cannot grow");
         let e = plan(tables(12), 4, Some(4 * 1_100 - 1), None).unwrap_err();
         assert_eq!(e.setting, "filter.max_memory");
     }
@@ -390,12 +318,6 @@ mod tests {
         let capped = load(&[("DEDUPD__FILTER__MAX_MEMORY", "512MiB")]).unwrap();
         assert_eq!((capped.filter.max_generations, capped.memory.configured_generations), (2, 12));
         assert_eq!(capped.filter.resolve().unwrap().max_generations, 2);
-        let cuckoo = load(&[("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__MAX_MEMORY", "512MiB")]).unwrap();
-        let tables = cuckoo.cuckoo.as_ref().unwrap().max_tables;
-        assert!((1..12).contains(&tables) && cuckoo.memory.capped(), "{tables} tables: {}", cuckoo.memory);
-        assert!(cuckoo.memory.worst_case <= 512 << 20, "{}", cuckoo.memory);
-        let choice = cuckoo.filter_choice().unwrap();
-        assert!(matches!(choice, crate::filter::FilterChoice::Cuckoo(_, p) if p.max_tables == tables));
         let roomy = load(&[("DEDUPD__FILTER__MAX_MEMORY", "4GiB")]).unwrap();
         assert_eq!(roomy.filter.max_generations, 12, "a cap the growth fits changes nothing");
         let e = load(&[("DEDUPD__FILTER__MAX_MEMORY", "lots")]).unwrap_err().to_string();
@@ -413,31 +335,5 @@ mod tests {
             (4 << 20, 32 << 20),
             "no limit: the held records' own default"
         );
-    }
-
-    /// Without `filter.expected_keys` the cuckoo kind starts each slice at
-    /// its small first table and is planned with its largest tables grown
-    /// from it; the timer kind refuses the empty estimate, naming it.
-    #[test]
-    fn an_absent_estimate_is_planned_from_the_small_start() {
-        let load = |env: &[(&str, &str)]| {
-            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-            crate::config::Settings::load_from(None, env)
-        };
-        let none = [("DEDUPD__FILTER__KIND", "cuckoo"), ("DEDUPD__FILTER__EXPECTED_KEYS", "")];
-        let r = load(&none).unwrap();
-        let spec = r.cuckoo.as_ref().unwrap();
-        assert_eq!(spec.expected_keys, None);
-        let p = spec.resolve().unwrap();
-        assert_eq!(p.buckets, crate::filter::cuckoo::params::START_BUCKETS);
-        let slices = u64::from(r.settings.filter.slices);
-        let top = p.table_bytes(MAX_LEVEL);
-        assert!(r.memory.worst_case >= slices * p.table_bytes(0), "{}", r.memory);
-        if !r.memory.capped() {
-            assert!(r.memory.worst_case >= slices * top * u64::from(p.max_tables), "{}", r.memory);
-        }
-        assert!(r.memory.to_string().contains("filter"), "check-config prints a plan: {}", r.memory);
-        let e = load(&[("DEDUPD__FILTER__EXPECTED_KEYS", "")]).unwrap_err().to_string();
-        assert!(e.starts_with("invalid setting filter.expected_keys"), "{e}");
     }
 }

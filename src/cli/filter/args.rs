@@ -1,4 +1,4 @@
-//! The command line of `dedupd filter`: the kinds and every flag.
+//! The command line of `dedupd filter`: every flag.
 
 use std::path::PathBuf;
 
@@ -6,61 +6,24 @@ use crate::engine::formats::Format;
 use crate::engine::{KeySpec, TimeSpec};
 use crate::filter::decaying::DEFAULT_RNG_SEED;
 use crate::filter::spectral::{CounterKind, DEFAULT_SUBWINDOWS, Estimator};
-use crate::filter::{DecayingKind, Growth, Layout};
+use crate::filter::{Growth, KindName, Layout};
 use crate::units::{parse_bytes, parse_duration_ms};
 
-/// What `dedupd filter` does with the records it reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FilterKind {
-    /// Deduplicate with the sliding timer Bloom filter.
-    Timer,
-    /// Read records exactly as `timer` does (keys and times extracted,
-    /// unreadable records reported) but filter nothing: every readable record
-    /// is written. The difference in speed is what dedup costs.
-    Passthrough,
-    /// The reservoir-sampling Bloom filter: fixed memory (`--memory`), no
-    /// window; remembers a sample of the whole stream.
-    Rsbf,
-    /// The Stable Bloom Filter: fixed memory (`--memory`), no window;
-    /// forgets at random at a rate set by `--fpr`.
-    Stable,
-    /// Deduplicate within --window with the cuckoo table filter: one
-    /// 16-bit (fingerprint, stamp) slot per key (see docs/cuckoo.md).
-    Cuckoo,
-}
-
-impl FilterKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FilterKind::Timer => "timer",
-            FilterKind::Cuckoo => "cuckoo",
-            FilterKind::Passthrough => "passthrough",
-            FilterKind::Rsbf => "rsbf",
-            FilterKind::Stable => "stable",
-        }
+/// `--kind` takes the family's kinds ([`KindName`]), each listed with its help.
+impl clap::ValueEnum for KindName {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KindName::ALL
     }
 
-    /// The decaying kind, for `rsbf` and `stable`.
-    pub fn decaying_kind(self) -> Option<DecayingKind> {
-        match self {
-            FilterKind::Rsbf => Some(DecayingKind::Rsbf),
-            FilterKind::Stable => Some(DecayingKind::Stable),
-            FilterKind::Timer | FilterKind::Cuckoo | FilterKind::Passthrough => None,
-        }
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()).help(self.pipe_help()))
     }
 }
 
 #[derive(Debug, clap::Args)]
 pub struct FilterArgs {
-    /// `timer` (deduplicate within --window), `cuckoo` (the same with the
-    /// cuckoo table filter: --window, --fpr, --expected, --headroom,
-    /// --slices, --lateness and --max-generations apply), `passthrough` (read and write
-    /// every readable record, no filter: to measure what dedup costs), or the
-    /// decaying `rsbf` and `stable` (no window: fixed --memory for the
-    /// whole stream, records judged in arrival order; --window, --expected,
-    /// --growth, --slices and the timer flags do not apply).
-    #[arg(long, value_enum, default_value_t = FilterKind::Timer)]
-    pub kind: FilterKind,
+    #[arg(long, value_enum, default_value_t = KindName::Timer, help = KindName::PIPE_FLAG_HELP)]
+    pub kind: KindName,
     /// Where the dedup key comes from: `line` (the whole line) or
     /// `json:/pointer` (a field of a JSON line), or several joined by `+`
     /// (`json:/user+json:/ad`: a composite key).
@@ -130,10 +93,9 @@ pub struct FilterArgs {
     /// input, to go on later with --load-state.
     #[arg(long)]
     pub save_state: Option<PathBuf>,
-    /// Distinct keys expected per window, all slices together (sizes the filter;
-    /// growth covers underestimates); `none`: the cuckoo kind sizes itself
-    /// from what it sees (the timer kind needs a number).
-    #[arg(long, default_value = "1000000")]
+    /// Distinct keys expected per window, all slices together, or `none`
+    /// ([`KindName::EXPECTED_FLAG_HELP`] is the help: it names the kinds).
+    #[arg(long, default_value = "1000000", help = KindName::EXPECTED_FLAG_HELP)]
     pub expected: Expected,
     /// Extra capacity of the first generation, as a fraction of --expected, so
     /// that normal fluctuations of the load do not start a second generation.

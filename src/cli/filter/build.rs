@@ -6,14 +6,13 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use super::{FilterArgs, FilterKind};
+use super::FilterArgs;
 use crate::engine::formats::{self, Decoder, Format, Registry, Schemas};
 use crate::engine::{OrderSettings, TimeSpec};
 use crate::filter::counting::{CountingSpec, CountingStage};
-use crate::filter::cuckoo::{CuckooFilter, CuckooSpec};
 use crate::filter::decaying;
 use crate::filter::spectral::SpectralParams;
-use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, ParamError};
+use crate::filter::{DecayingFilter, DecayingKind, DecayingSpec, FilterSpec, KindName, ParamError};
 
 impl FilterArgs {
     /// The counting stage, if --max-per-window or --flag-threshold asks for
@@ -30,7 +29,7 @@ impl FilterArgs {
         if self.flags.is_some() && self.flag_threshold.is_none() {
             anyhow::bail!("--flags needs --flag-threshold");
         }
-        if self.kind != FilterKind::Timer {
+        if self.kind != KindName::Timer {
             anyhow::bail!(
                 "invalid --kind {}: --max-per-window and --flag-threshold work with the timer kind",
                 self.kind.as_str()
@@ -85,23 +84,6 @@ impl FilterArgs {
 }
 
 impl FilterArgs {
-    /// The cuckoo table filters of `--kind cuckoo`, one per slice, validated.
-    pub fn cuckoo_filters(&self) -> anyhow::Result<Vec<CuckooFilter>> {
-        let timer = self.filter_spec();
-        let spec = CuckooSpec {
-            window_ms: timer.window_ms,
-            fpr: timer.fpr,
-            expected_keys: self.expected.0,
-            headroom: timer.headroom,
-            slices: timer.slices,
-            lateness_ms: timer.lateness_ms,
-            seed: timer.seed,
-            max_tables: timer.max_generations,
-        };
-        let params = spec.resolve().map_err(flag_error)?;
-        Ok((0..self.slices).map(|_| CuckooFilter::new(params.clone())).collect())
-    }
-
     /// The decaying filter of `rsbf` and `stable`, validated, from
     /// --load-state if given.
     pub fn decaying_filter(&self, kind: DecayingKind) -> anyhow::Result<DecayingFilter> {

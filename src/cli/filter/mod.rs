@@ -5,7 +5,7 @@
 //! they are counted by reason and written to `--invalid FILE` (raw) or
 //! reported on stderr with their line number. Stats go to `--stats-json`.
 //!
-//! - `args.rs`: the kinds and the flags ([`FilterArgs`], [`FilterKind`]).
+//! - `args.rs`: the flags ([`FilterArgs`]); `--kind` takes the family's kinds.
 //! - `build.rs`: what the flags make, validated (the filter, the counting
 //!   stage, the decoder, the ordering settings).
 //! - `lines.rs`: the judged lines written in input order, and counted.
@@ -24,14 +24,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 
-pub use args::{FilterArgs, FilterKind};
+pub use args::FilterArgs;
 use build::flag_error;
 use lines::{HeldLines, Sinks, Tally, decode_lines, strip_line_ending};
 pub use stats::{CountingStatsJson, FilterStats};
 
 use crate::engine::record::PayloadDecoder;
 use crate::engine::{Deduplicator, Extractor, InvalidReason, OrderSettings, RecordView};
-use crate::filter::{SlicedFilter, decaying};
+use crate::filter::{FilterKind, KindName, SliceFilter, SlicedFilter, decaying};
 
 /// How long a line waits for a schema registry that does not answer before
 /// the run stops (unjudged, exit status 1): a fault outside the record is
@@ -86,7 +86,7 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
         other => other.context("writing stdout")?,
     }
-    if let (Some(path), Some(filter)) = (&args.save_state, dedup.decaying_filter()) {
+    if let (Some(path), Some(filter)) = (&args.save_state, dedup.judges().first().and_then(SliceFilter::as_decaying)) {
         std::fs::write(path, decaying::encode(filter))
             .with_context(|| format!("cannot write the --save-state file {}", path.display()))?;
     }
@@ -110,17 +110,22 @@ pub fn run(args: FilterArgs) -> anyhow::Result<()> {
 fn deduplicator(args: &FilterArgs, order: OrderSettings) -> anyhow::Result<Deduplicator> {
     let extractor =
         Extractor { key: args.key.clone(), time: args.time.clone(), max_record_bytes: args.max_record_bytes };
-    let mut dedup = match args.kind.decaying_kind() {
-        Some(kind) => Deduplicator::decaying(args.decaying_filter(kind)?, extractor),
+    let mut dedup = match args.kind.decaying() {
+        Some(kind) => {
+            let filter = FilterKind::Decaying(args.decaying_filter(kind)?);
+            Deduplicator::in_arrival_order(filter.into(), extractor)
+        }
         None => {
             if args.load_state.is_some() || args.save_state.is_some() {
                 anyhow::bail!("--load-state and --save-state are for --kind rsbf or stable");
             }
-            if args.kind == FilterKind::Cuckoo {
-                Deduplicator::cuckoo(args.cuckoo_filters()?, extractor, order)
-            } else {
-                let filter = SlicedFilter::new(&args.filter_spec()).map_err(flag_error)?;
-                Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == FilterKind::Passthrough)
+            let spec = args.filter_spec();
+            match args.kind.windowed_filters(&spec, args.expected.0).map_err(flag_error)? {
+                Some(filters) => Deduplicator::per_slice(filters, extractor, order),
+                None => {
+                    let filter = SlicedFilter::new(&spec).map_err(flag_error)?;
+                    Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == KindName::Passthrough)
+                }
             }
         }
     };

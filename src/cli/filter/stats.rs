@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::FilterArgs;
 use super::lines::Tally;
 use crate::engine::Deduplicator;
+use crate::filter::SliceFilter;
 use crate::filter::counting::CountingStage;
 
 /// The counting stage's part of the stats JSON.
@@ -114,7 +115,7 @@ pub struct FilterStats {
 
 impl FilterStats {
     /// The stats of a finished run: the filter's figures, the kind's own
-    /// in place of the timer filter's when the kind is cuckoo or decaying.
+    /// in place of the timer filter's when another kind judges instead.
     pub(super) fn of(
         args: &FilterArgs,
         dedup: &Deduplicator,
@@ -161,57 +162,31 @@ impl FilterStats {
             seed: None,
             counting: dedup.counting_stage().map(|s| CountingStatsJson::of(s, args.count_key.is_none())),
         };
-        let stats = stats.with_cuckoo(dedup);
-        stats.with_decaying(dedup, args.seed)
+        stats.with_judges(dedup)
     }
 
-    /// The timer fields describe the idle timer filter: under the cuckoo
-    /// kind they are replaced with the tables' (a "generation" is a table;
-    /// cells are slots).
-    fn with_cuckoo(self, dedup: &Deduplicator) -> FilterStats {
-        let all = dedup.cuckoo_filters();
-        let [first, ..] = all else { return self };
-        let p = first.params();
-        let counters = all.iter().map(|f| f.counters());
+    /// The timer fields describe the idle timer filter: when another kind
+    /// judges instead, they are replaced with its figures in the timer
+    /// filter's terms ([`SliceFilter::pipe_figures`]), or cleared.
+    fn with_judges(self, dedup: &Deduplicator) -> FilterStats {
+        let Some(f) = SliceFilter::pipe_figures(dedup.judges()) else { return self };
         FilterStats {
-            memory_bytes: dedup.memory_bytes(),
-            estimated_fpr: all.iter().map(|f| f.estimated_fpr()).sum::<f64>() / all.len() as f64,
+            memory_bytes: f.memory_bytes,
+            estimated_fpr: f.estimated_fpr,
             generations_max: 0,
-            generations_live: all.iter().map(|f| f.tables().len() as u64).sum(),
-            generations_created: counters.clone().map(|c| c.tables_created).sum(),
-            generations_dropped: counters.clone().map(|c| c.tables_dropped).sum(),
-            saturated_inserts: counters.map(|c| c.forced_evictions).sum(),
-            cells_per_slice: p.buckets * 4,
-            hashes: 2,
-            timer_bits: p.clock_bits as u8,
-            tick_ms: p.tick_ms,
-            window_ms: p.window_ms,
+            generations_live: f.generations_live,
+            generations_created: f.generations_created,
+            generations_dropped: f.generations_dropped,
+            saturated_inserts: f.saturated_inserts,
+            cells_per_slice: f.cells_per_slice,
+            hashes: f.hashes,
+            timer_bits: f.timer_bits,
+            tick_ms: f.tick_ms,
+            window_ms: f.window_ms,
             equal_timer_counts: Vec::new(),
-            ..self
-        }
-    }
-
-    /// The timer fields describe the idle timer filter: under a decaying
-    /// kind they are replaced or cleared.
-    fn with_decaying(self, dedup: &Deduplicator, seed: u64) -> FilterStats {
-        let Some(filter) = dedup.decaying_filter() else { return self };
-        let c = filter.stats();
-        FilterStats {
-            memory_bytes: c.memory_bytes,
-            estimated_fpr: c.design_fpr,
-            hashes: c.hashes,
-            ones_fraction: Some(c.ones_fraction),
-            expected_ones_fraction: Some(c.expected_ones_fraction),
-            seed: Some(seed),
-            generations_max: 0,
-            generations_live: 0,
-            generations_created: 0,
-            generations_dropped: 0,
-            cells_per_slice: 0,
-            timer_bits: 0,
-            tick_ms: 0,
-            window_ms: 0,
-            equal_timer_counts: Vec::new(),
+            ones_fraction: f.ones_fraction,
+            expected_ones_fraction: f.expected_ones_fraction,
+            seed: f.seed,
             ..self
         }
     }

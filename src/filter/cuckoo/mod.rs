@@ -113,11 +113,14 @@
 //! - [`filter`]: the tables of one slice under its clock.
 //! - [`snapshot`]: encode and decode in the envelope.
 //! - [`unite`]: the union of several slices' tables (`checkpoint merge`).
+//! - [`kind`]: how the kind plugs into the family of kinds (its name, its
+//!   spec from the settings, its memory plan, sizing, figures and lookups).
 
 pub mod bucket;
 mod clock;
 pub mod filter;
 pub mod growth;
+pub mod kind;
 pub mod params;
 pub mod snapshot;
 pub mod table;
@@ -127,6 +130,8 @@ pub use filter::{CuckooCounters, CuckooFilter};
 pub use params::{CuckooParams, CuckooSpec};
 pub use unite::SlotsDiffer;
 
+#[cfg(test)]
+mod family_tests;
 #[cfg(test)]
 mod growth_tests;
 #[cfg(test)]

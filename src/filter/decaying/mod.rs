@@ -25,7 +25,9 @@
 //!
 //! - [`rsbf`]: the reservoir-sampling Bloom filter.
 //! - [`stable`]: the Stable Bloom Filter.
+//! - [`kind`]: how both plug into the family of kinds (above this file).
 
+pub mod kind;
 pub mod rsbf;
 pub mod stable;
 

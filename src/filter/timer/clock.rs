@@ -1,7 +1,7 @@
 //! The slice clock as the cells see it: the current tick, the value a cell
 //! set now stores, and which stored values are alive.
 
-use crate::filter::params::FilterParams;
+use crate::filter::timer::params::FilterParams;
 
 /// The slice clock as the cells see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -263,7 +263,7 @@ mod tests {
     use super::*;
     use crate::filter::KeyHash;
     use crate::filter::hash::DEFAULT_SEED;
-    use crate::filter::params::{FilterSpec, Growth, Layout};
+    use crate::filter::timer::params::{FilterSpec, Growth, Layout};
     use crate::filter::timer::snapshot;
     use crate::testkit::workload::Rng;
 

@@ -27,7 +27,7 @@ use super::cells::{CellArray, TimerCells, with_cells};
 use super::clock::{AliveTable, Now};
 use super::sizing;
 use crate::filter::hash::{BLOCK_CELLS, BlockProbe, KeyHash, Probe};
-use crate::filter::params::{FilterParams, Growth, Layout};
+use crate::filter::timer::params::{FilterParams, Growth, Layout};
 
 mod key_cells;
 mod run;
@@ -270,7 +270,7 @@ impl Generation {
     /// cells. Called before the insert sets the timers: a cell that is
     /// empty or expired until now restarts its count.
     pub(crate) fn count_insert(&mut self, hash: &KeyHash, k: u32, now: &Now) {
-        let mut positions = [0usize; crate::filter::params::MAX_HASHES as usize];
+        let mut positions = [0usize; crate::filter::timer::params::MAX_HASHES as usize];
         self.for_each_position_into(hash, k, &mut positions);
         let Generation { cells, counts, .. } = self;
         let Some(counts) = counts.as_mut() else { return };
@@ -298,7 +298,7 @@ impl Generation {
     /// still needs it); saturated counts stay. Tells `writes` of each cell
     /// first. Returns how many cells were emptied.
     pub(crate) fn uncount<W: CellWrites>(&mut self, hash: &KeyHash, k: u32, now: &Now, writes: &mut W) -> u32 {
-        let mut positions = [0usize; crate::filter::params::MAX_HASHES as usize];
+        let mut positions = [0usize; crate::filter::timer::params::MAX_HASHES as usize];
         self.for_each_position_into(hash, k, &mut positions);
         let positions = &positions[..k as usize];
         if W::ACTIVE {
@@ -393,7 +393,7 @@ impl Generation {
     /// if all k cells of the key are set at most `limit` ticks ago, the
     /// largest number of them holding one time.
     pub(crate) fn late_match(&self, hash: &KeyHash, k: u32, now: &Now, limit: u32) -> Option<u32> {
-        let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+        let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
         let mut all = true;
         with_positions!(self, hash, positions => with_cells!(&self.cells, c => {
             for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {

@@ -27,7 +27,7 @@ use super::generation::{CellWrites, Generation};
 use super::sizing;
 use super::sliding::SlidingFilter;
 use crate::filter::hash::BLOCK_CELLS;
-use crate::filter::params::{Growth, Layout, MAX_LEVEL};
+use crate::filter::timer::params::{Growth, Layout, MAX_LEVEL};
 
 /// A new generation brings the capacity to the live keys times this.
 pub const GROW_HEADROOM: f64 = 1.5;
@@ -196,7 +196,7 @@ mod tests {
     use super::super::snapshot::{decode, encode};
     use super::*;
     use crate::filter::hash::{DEFAULT_SEED, KeyHash};
-    use crate::filter::params::FilterSpec;
+    use crate::filter::timer::params::FilterSpec;
     use crate::testkit::workload::Rng;
 
     /// Bursts of twice the quiet load, again and again, with the estimate

@@ -4,8 +4,9 @@
 //! Files from the bottom up (a file imports only files above it, and the
 //! shared files of [`crate::filter`]):
 //!
-//! - [`sizing`]: the papers' formulas (optimal size, thresholds, rates);
-//!   [`crate::filter::params`] sizes the filter with them.
+//! - [`sizing`]: the papers' formulas (optimal size, thresholds, rates).
+//! - [`params`]: the settings ([`params::FilterSpec`]) and their validation
+//!   into the parameters the filter runs with, sized with `sizing`.
 //! - `clock`: the slice clock as the cells see it.
 //! - `cells`: timer cell arrays, 4 to 32 bits per cell.
 //! - [`generation`]: one sliding timer Bloom filter with an exact live count.
@@ -16,12 +17,16 @@
 //!   sequential verdicts (the `vertical` feature).
 //! - [`snapshot`]: the versioned, checksummed binary state of one timer filter.
 //! - [`copy`]: copying a slice filter while it goes on (copy-on-write), for checkpoints.
+//! - [`kind`]: how the kind plugs into the family of kinds (its memory plan,
+//!   sizing, union of slices and lookups).
 
 pub(crate) mod cells;
 mod clock;
 pub mod copy;
 pub mod generation;
 mod growth;
+pub mod kind;
+pub mod params;
 pub mod sizing;
 pub mod sliced;
 pub mod sliding;

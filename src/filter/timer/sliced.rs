@@ -4,7 +4,7 @@
 use super::sizing;
 use super::sliding::{Event, PREFETCH_DISTANCE, SlidingFilter, Verdict};
 use crate::filter::hash::KeyHash;
-use crate::filter::params::{FilterParams, FilterSpec, ParamError};
+use crate::filter::timer::params::{FilterParams, FilterSpec, ParamError};
 
 /// S slice filters behind one hash-based router (no Kafka: the pipe mode
 /// and the accuracy harness run all slices in one thread).

@@ -24,7 +24,7 @@ use super::generation::{CellWrites, Generation, Judged, Run, Untold};
 use super::sizing;
 pub use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use crate::filter::hash::KeyHash;
-use crate::filter::params::FilterParams;
+use crate::filter::timer::params::FilterParams;
 
 /// Why [`SlidingFilter::delete`] refused to remove a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]

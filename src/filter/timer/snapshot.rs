@@ -38,7 +38,7 @@ use super::clock::Now;
 use super::generation::{Generation, StoredGeneration};
 use super::sliding::{FilterCounters, SlidingFilter};
 use crate::filter::envelope::{SnapshotError, begin, check, open_any, put_u32, put_u64, seal_in_place};
-use crate::filter::params::{FilterParams, Layout, MAX_LEVEL};
+use crate::filter::timer::params::{FilterParams, Layout, MAX_LEVEL};
 
 /// The first bytes of every slice snapshot.
 pub const MAGIC: [u8; 8] = crate::filter::envelope::TIMER_MAGIC;
@@ -269,7 +269,7 @@ mod tests {
     use super::*;
     use crate::filter::envelope::seal;
     use crate::filter::hash::{DEFAULT_SEED, KeyHash};
-    use crate::filter::params::FilterSpec;
+    use crate::filter::timer::params::FilterSpec;
     use twox_hash::XxHash3_64;
 
     fn spec() -> FilterSpec {

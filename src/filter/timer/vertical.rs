@@ -122,7 +122,7 @@ use super::clock::Now;
 use super::generation::{Generation, most_equal};
 use super::sliding::{Event, SlidingFilter, Verdict};
 use crate::filter::hash::KeyHash;
-use crate::filter::params::{Layout, MAX_HASHES};
+use crate::filter::timer::params::{Layout, MAX_HASHES};
 
 mod owners;
 mod pool;

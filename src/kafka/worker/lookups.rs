@@ -11,7 +11,6 @@ use super::state::WorkerState;
 use crate::admin::{Busy, LOOKUP_WAIT, lock_within};
 use crate::config::SlicingMode;
 use crate::features::lookups::KeyLookup;
-use crate::filter::FilterKind;
 
 /// The `/v1/lookup` answer for a key: the verdict it would get now, without
 /// inserting it. In repartition mode the key's slice is `H_S(key)`; with
@@ -25,39 +24,11 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
         let results: Vec<serde_json::Value> = asked(&worker_state, home)
             .map(|(s, owned)| {
                 // A stage that judges instead of the filter answers instead.
-                if let Some(mut answer) = owned.state.stages.lookup(&hash) {
-                    if let Some(fields) = answer.as_object_mut() {
-                        fields.insert("slice".into(), (*s).into());
-                    }
-                    return answer;
+                let mut answer = owned.state.stages.lookup(&hash).unwrap_or_else(|| owned.state.filter.lookup(&hash));
+                if let Some(fields) = answer.as_object_mut() {
+                    fields.insert("slice".into(), (*s).into());
                 }
-                match owned.state.filter.kind() {
-                    // No timers: the filter's own test, without its update.
-                    FilterKind::Decaying(filter) => serde_json::json!({
-                        "slice": s,
-                        "duplicate": filter.contains(&hash),
-                        "kind": filter.kind().as_str(),
-                        "hashes": filter.stats().hashes,
-                    }),
-                    FilterKind::Cuckoo(filter) => serde_json::json!({
-                        "slice": s,
-                        "duplicate": filter.contains(&hash),
-                        "kind": "cuckoo",
-                        "tables": filter.tables().len(),
-                        "clock_ms": filter.clock_ms(),
-                    }),
-                    FilterKind::Timer(filter) => {
-                        let l = filter.lookup(&hash);
-                        serde_json::json!({
-                            "slice": s,
-                            "duplicate": l.duplicate,
-                            "alive_cells": l.alive_cells,
-                            "hashes": setup.filter.params().hashes,
-                            "equal_timers": l.equal_timers,
-                            "clock_ms": filter.clock_ms(),
-                        })
-                    }
-                }
+                answer
             })
             .collect();
         Ok(serde_json::json!({

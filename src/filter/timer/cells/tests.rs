@@ -59,7 +59,7 @@ fn plain_cells_start_on_a_cache_line() {
 /// cells [`Now::is_dead`] names, over ranges of every alignment.
 #[test]
 fn sweeps_clear_exactly_the_dead_cells() {
-    use crate::filter::params::FilterSpec;
+    use crate::filter::timer::params::FilterSpec;
     for width in [4u8, 5, 8, 16, 32] {
         let p = FilterSpec { timer_bits: width, window_ms: 60_000, ..FilterSpec::default() }.resolve().unwrap();
         let m = 301;

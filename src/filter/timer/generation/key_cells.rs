@@ -60,7 +60,7 @@ pub(super) fn all_alive<C: TimerCells>(
 /// a key whose k cells are all alive).
 #[cold]
 pub(super) fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32) -> u32 {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+    let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
     for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
         *v = cells.get(i);
     }
@@ -111,7 +111,7 @@ pub(super) fn probe_cells<C: TimerCells>(
     k: u32,
     now: &Now,
 ) -> Probed {
-    let mut values = [0u32; crate::filter::params::MAX_HASHES as usize];
+    let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
     let k = k as usize;
     // All k cells are read without a branch on their values (the reads are
     // independent, so they overlap; an early exit at the first dead cell

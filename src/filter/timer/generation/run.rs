@@ -6,9 +6,9 @@ use super::key_cells::{all_alive, equal_timers_at, prefetch_cells, set_cells};
 use super::{FullAt, Generation};
 use crate::filter::event::{Event, FilterCounters, PREFETCH_DISTANCE, Verdict};
 use crate::filter::hash::{KeyHash, Positions};
-use crate::filter::params::Growth;
 use crate::filter::timer::cells::{TimerCells, with_cells};
 use crate::filter::timer::clock::{AliveTable, Now};
+use crate::filter::timer::params::Growth;
 
 impl Generation {
     /// Test-then-insert for `events` in turn while this generation is the

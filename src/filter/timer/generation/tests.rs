@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::params::FilterSpec;
+use crate::filter::timer::params::FilterSpec;
 
 fn params(bits: u8) -> FilterParams {
     FilterSpec {

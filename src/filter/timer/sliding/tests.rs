@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::filter::hash::DEFAULT_SEED;
-use crate::filter::params::{FilterSpec, Growth};
+use crate::filter::timer::params::{FilterSpec, Growth};
 
 fn filter(spec: FilterSpec) -> SlidingFilter {
     SlidingFilter::new(spec.resolve().unwrap())
@@ -83,7 +83,7 @@ fn late_events_are_judged_at_their_own_time_with_lateness() {
 /// before it), it is a duplicate — whatever the width and layout.
 #[test]
 fn no_false_negative_for_late_events_within_the_lateness() {
-    use crate::filter::params::Layout;
+    use crate::filter::timer::params::Layout;
     use crate::testkit::workload::Rng;
     use std::collections::HashMap;
     for bits in [4u8, 8, 16] {
@@ -134,7 +134,7 @@ fn no_false_negative_for_late_events_within_the_lateness() {
 /// changes no output.
 #[test]
 fn lateness_changes_nothing_for_ordered_events() {
-    use crate::filter::params::Layout;
+    use crate::filter::timer::params::Layout;
     use crate::testkit::workload::Rng;
     for bits in [4u8, 6, 8, 16, 32] {
         for layout in [Layout::Standard, Layout::Blocked] {
@@ -213,7 +213,7 @@ fn the_cap_bounds_generations_and_counts_saturation() {
 /// and verdicts of `observe` one event at a time.
 #[test]
 fn observe_batch_is_observe_in_turn() {
-    use crate::filter::params::Layout;
+    use crate::filter::timer::params::Layout;
     use crate::testkit::workload::Rng;
     let mut runs = 0;
     for bits in [4u8, 6, 8, 16, 32] {

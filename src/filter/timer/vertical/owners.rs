@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use super::{Write, positions};
 use crate::filter::event::{Event, PREFETCH_DISTANCE};
 use crate::filter::hash::BLOCK_CELLS;
-use crate::filter::params::{Layout, MAX_HASHES};
 use crate::filter::timer::SlidingFilter;
 use crate::filter::timer::cells::{CellsPart, PART_ALIGN, prefetch};
+use crate::filter::timer::params::{Layout, MAX_HASHES};
 
 /// Where the slices and the threads' ranges of cells begin.
 #[derive(Clone, Copy)]

@@ -1,6 +1,6 @@
 use super::*;
 use crate::filter::hash::{BLOCK_CELLS, DEFAULT_SEED};
-use crate::filter::params::{FilterSpec, Growth};
+use crate::filter::timer::params::{FilterSpec, Growth};
 use crate::testkit::workload::{Rng, Zipf};
 use proptest::prelude::*;
 

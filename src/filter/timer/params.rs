@@ -1,10 +1,10 @@
 //! Filter settings: what a user asks for ([`FilterSpec`]) and the resolved,
 //! validated per-slice parameters the filter runs with ([`FilterParams`]).
 
-use super::hash::{BLOCK_CELLS, DEFAULT_SEED};
-pub use super::param_error::ParamError;
-use super::param_error::check_window_sizing;
-use super::timer::sizing;
+use super::sizing;
+use crate::filter::hash::{BLOCK_CELLS, DEFAULT_SEED};
+pub use crate::filter::param_error::ParamError;
+use crate::filter::param_error::check_window_sizing;
 
 /// When a slice starts a new generation (one-is-enough §5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub struct FilterSpec {
     /// does.
     pub lateness_ms: Option<u64>,
     /// Counting cells beside the timers (one saturating 8-bit counter per
-    /// cell), so that a key can be deleted ([`super::SlidingFilter::delete`]).
+    /// cell), so that a key can be deleted ([`crate::filter::SlidingFilter::delete`]).
     pub deletable: bool,
     /// Generations sized from the live keys (the largest with room takes a
     /// key, a new one holds 1.5× the live keys less what there is, emptied
@@ -205,6 +205,20 @@ pub struct FilterParams {
 }
 
 impl FilterSpec {
+    /// The smallest timer filter of these settings (one level-0 generation
+    /// of a key per slice that never grows): it stays empty while another
+    /// kind judges instead, and its window only bounds the lateness and is
+    /// the default largest clock jump.
+    pub fn idle(self) -> FilterSpec {
+        FilterSpec {
+            expected_keys: u64::from(self.slices),
+            total_cells: None,
+            growth: Growth::None,
+            max_generations: 1,
+            ..self
+        }
+    }
+
     /// Validates the spec and resolves the per-slice parameters.
     pub fn resolve(&self) -> Result<FilterParams, ParamError> {
         check_window_sizing(self.window_ms, self.fpr, self.expected_keys, self.headroom, self.slices)?;
@@ -235,8 +249,36 @@ impl FilterSpec {
                 format!("must be at most the number of hashes k = {hashes} (0 turns it off)"),
             ));
         }
-        // Round each slice up to whole 64-bit words of cells (and, blocked,
-        // to whole blocks).
+        let cells = self.slice_cells(total_cells)?;
+        let ticks = self.ticks()?;
+        Ok(FilterParams {
+            seed: self.seed,
+            cells,
+            hashes,
+            timer_bits: self.timer_bits,
+            tick_ms: ticks.tick_ms,
+            window_ms: self.window_ms,
+            window_ticks: ticks.window as u32,
+            period: ticks.period as u32,
+            sweep_ticks: ticks.sweep as u32,
+            equal_timers: self.equal_timers,
+            growth: self.growth,
+            fpr: self.fpr,
+            growth_factor: self.growth_factor,
+            tightening: self.tightening,
+            max_generations: self.max_generations,
+            layout: self.layout,
+            lateness_ms: self.lateness_ms,
+            lateness_ticks: ticks.lateness as u32,
+            deletable: self.deletable,
+            sized_growth: self.sized_growth,
+        })
+    }
+
+    /// The cells of one slice: `total_cells` shared by the slices, each
+    /// rounded up to whole 64-bit words of cells (and, blocked, to whole
+    /// blocks).
+    fn slice_cells(&self, total_cells: u64) -> Result<u64, ParamError> {
         let round = match self.layout {
             Layout::Standard => 64,
             Layout::Blocked => BLOCK_CELLS,
@@ -249,15 +291,16 @@ impl FilterSpec {
             .max(MIN_CELLS)
             .checked_next_multiple_of(round)
             .filter(|&c| c.checked_mul(u64::from(self.timer_bits)).is_some_and(|bits| bits / 8 <= max_bytes));
-        let Some(cells) = cells else {
-            return Err(ParamError::new("expected", self.expected_keys, "needs more than 1 TiB of cells per slice"));
-        };
+        cells.ok_or_else(|| ParamError::new("expected", self.expected_keys, "needs more than 1 TiB of cells per slice"))
+    }
 
+    /// The tick, and the window, lateness, timer period and sweep in ticks
+    /// of it: the window and the lateness must fit the timer period with at
+    /// least one tick of sweep.
+    fn ticks(&self) -> Result<Ticks, ParamError> {
         let max_value: u64 = (1u64 << self.timer_bits) - 1;
         let max_window_ticks = (max_value - 4).min(MAX_WINDOW_TICKS);
         let lateness_ms = self.lateness_ms.unwrap_or(0);
-        // The window and the lateness in ticks of `tick`: both must fit the
-        // timer period with at least one tick of sweep.
         let fits = |tick: u64| self.window_ms.div_ceil(tick) + lateness_ms.div_ceil(tick) + 4 <= max_value;
         let tick_ms = match self.tick_ms {
             Some(0) => return Err(ParamError::new("tick", "0ms", "must be at least 1ms")),
@@ -299,30 +342,20 @@ impl FilterSpec {
             ));
         }
         let period = max_value.min(4 * window_ticks + lateness_ticks + 3);
-        let sweep_ticks = period - window_ticks - lateness_ticks - 3;
-        Ok(FilterParams {
-            seed: self.seed,
-            cells,
-            hashes,
-            timer_bits: self.timer_bits,
-            tick_ms,
-            window_ms: self.window_ms,
-            window_ticks: window_ticks as u32,
-            period: period as u32,
-            sweep_ticks: sweep_ticks as u32,
-            equal_timers: self.equal_timers,
-            growth: self.growth,
-            fpr: self.fpr,
-            growth_factor: self.growth_factor,
-            tightening: self.tightening,
-            max_generations: self.max_generations,
-            layout: self.layout,
-            lateness_ms: self.lateness_ms,
-            lateness_ticks: lateness_ticks as u32,
-            deletable: self.deletable,
-            sized_growth: self.sized_growth,
-        })
+        let sweep = period - window_ticks - lateness_ticks - 3;
+        Ok(Ticks { tick_ms, window: window_ticks, lateness: lateness_ticks, period, sweep })
     }
+}
+
+/// A timer filter's time in ticks ([`FilterSpec::ticks`]).
+struct Ticks {
+    tick_ms: u64,
+    window: u64,
+    lateness: u64,
+    /// The timer period: the values a timer cell cycles through.
+    period: u64,
+    /// Ticks between two sweeps of a cell.
+    sweep: u64,
 }
 
 impl FilterParams {
@@ -362,7 +395,7 @@ impl FilterParams {
     /// Bytes one slice's timer filter holds while its keys fit one
     /// generation: the cells, the first generation's timer histogram, the
     /// alive table and, deletable, a counting byte per cell (what
-    /// [`super::SlidingFilter::memory_bytes`] reports for a new filter).
+    /// [`crate::filter::SlidingFilter::memory_bytes`] reports for a new filter).
     /// Each further generation adds its own cells and histogram. Computed
     /// without allocating anything.
     pub fn memory_bytes(&self) -> u64 {
