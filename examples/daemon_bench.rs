@@ -120,7 +120,10 @@ fn load_producer(broker: &str, linger_ms: &str) -> ThreadedProducer<AckTimes> {
 }
 
 /// Sends a record, waiting while the producer's queue is full.
-fn send(p: &ThreadedProducer<AckTimes>, mut rec: BaseRecord<'_, [u8], [u8]>) {
+fn send<C: ProducerContext<DeliveryOpaque = ()> + 'static>(
+    p: &ThreadedProducer<C>,
+    mut rec: BaseRecord<'_, [u8], [u8]>,
+) {
     loop {
         match p.send(rec) {
             Ok(()) => return,
@@ -470,15 +473,7 @@ fn relay_one<C: ProducerContext<DeliveryOpaque = ()> + 'static>(
     if let Some(ts) = m.timestamp().to_millis() {
         rec = rec.timestamp(ts);
     }
-    loop {
-        match p.send(rec) {
-            Ok(()) => return,
-            Err((_, back)) => {
-                rec = back;
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        }
-    }
+    send(p, rec);
 }
 
 /// A bare relay: IN → OUT, partition for partition, with the client settings

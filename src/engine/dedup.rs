@@ -306,16 +306,18 @@ fn judge_each(filters: &mut [SliceFilter], events: &[Event], out: &mut Vec<Verdi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::InvalidReason;
     use crate::filter::FilterSpec;
 
-    fn order(lateness_ms: u64) -> OrderSettings {
+    pub(crate) fn order(lateness_ms: u64) -> OrderSettings {
         OrderSettings { lateness_ms, max_clock_jump_ms: 100_000, jump_confirmations: 3 }
     }
 
-    fn judge_all(d: &mut Deduplicator, lines: &[&str]) -> Vec<Outcome> {
+    /// Judges `lines` (JSON payloads) as one batch to the end: the outcomes
+    /// in position order.
+    pub(crate) fn judge_all(d: &mut Deduplicator, lines: &[&str]) -> Vec<Outcome> {
         let recs: Vec<RecordView> =
             lines.iter().map(|l| RecordView { payload: l.as_bytes(), ..Default::default() }).collect();
         let mut out = Vec::new();

@@ -5,8 +5,9 @@
 
 use super::{CuckooFilter, CuckooSpec};
 use crate::config::{ConfigError, Resolved, Settings};
+use crate::engine::dedup::tests::{judge_all, order};
 use crate::engine::merge::{MergeError, merge};
-use crate::engine::{Deduplicator, Extractor, OrderSettings, Outcome, RecordView, SliceState};
+use crate::engine::{Deduplicator, Extractor, OrderSettings, Outcome, SliceState};
 use crate::filter::{FilterChoice, FilterKind, FilterParams, FilterSpec, KeyHash, KindSpec, SliceFilter, Verdict};
 
 fn load(env: &[(&str, &str)]) -> Result<Resolved, ConfigError> {
@@ -65,21 +66,6 @@ fn the_sizing_is_the_tables() {
     assert_eq!(cuckoo.bytes_per_slice, cuckoo.cells * 2);
     assert!(cuckoo.cells > 1000, "{cuckoo:?}");
     assert!(cuckoo.to_string().starts_with("filter sizing: cuckoo, 8 slices, each "), "{cuckoo}");
-}
-
-fn order(lateness_ms: u64) -> OrderSettings {
-    OrderSettings { lateness_ms, max_clock_jump_ms: 100_000, jump_confirmations: 3 }
-}
-
-fn judge_all(d: &mut Deduplicator, lines: &[&str]) -> Vec<Outcome> {
-    let recs: Vec<RecordView> =
-        lines.iter().map(|l| RecordView { payload: l.as_bytes(), ..Default::default() }).collect();
-    let mut out = Vec::new();
-    d.push_batch(&recs, 0, &mut out);
-    d.finish(&mut out);
-    assert_eq!(d.held(), 0);
-    out.sort_by_key(|j| j.position);
-    out.into_iter().map(|j| j.outcome).collect()
 }
 
 /// The cuckoo kind judges like the timer filter: in event-time order
