@@ -46,7 +46,7 @@ pub struct FilterSettings {
     /// Counting cells beside the timers (one byte per cell) so that
     /// `DELETE /v1/keys/{key}` can forget a key.
     pub deletable: bool,
-    /// Timer generations sized from the live keys ([`FilterSpec::sized_growth`]).
+    /// Timer generations sized from the live keys ([`crate::filter::FilterSpec::sized_growth`]).
     pub sized_growth: bool,
     /// The cap on all slices' filters together, e.g. `512MiB`; empty: half
     /// the container's memory limit, or no cap without one
