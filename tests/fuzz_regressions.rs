@@ -108,17 +108,26 @@ fn restored_suspects_behind_the_clock_are_rejected_without_overflow() {
     assert!(e.detail.contains(" is 0 ms ahead of the largest time seen"), "{e}");
 }
 
-/// `config` found `DEDUPD__FILTER__EXPECTED_KEYS=inf`: the loader reads it
+/// `config` found `DEDUPD__FILTER__EXPECTED_KEYS=inf`: the loader read it
 /// as u64::MAX keys, and sizing their cells overflowed (a panic in debug
 /// builds; in release the product wrapped and could pass the size check).
+/// `inf` is no count now (the setting takes a count or nothing), and the
+/// largest counts (2^60) are refused by the sizing rule without an overflow.
 #[test]
 fn expected_keys_of_inf_is_refused_by_name() {
-    let env = [("DEDUPD__FILTER__EXPECTED_KEYS".to_string(), "inf".to_string())];
-    match Settings::load_from_str("", env) {
+    let load =
+        |value: &str| Settings::load_from_str("", [("DEDUPD__FILTER__EXPECTED_KEYS".to_string(), value.to_string())]);
+    match load("inf") {
+        Err(ConfigError::Load(message)) => {
+            assert!(message.contains("filter.expected_keys") && message.contains("\"inf\""), "{message}");
+        }
+        other => panic!("expected filter.expected_keys = inf to be refused, got {other:?}"),
+    }
+    match load(&(1u64 << 60).to_string()) {
         Err(ConfigError::Invalid { setting, rule, .. }) => {
             assert_eq!(setting, "filter.expected_keys");
             assert_eq!(rule, "needs more than 1 TiB of cells per slice");
         }
-        other => panic!("expected filter.expected_keys to be refused, got {other:?}"),
+        other => panic!("expected filter.expected_keys = 2^60 to be refused, got {other:?}"),
     }
 }
