@@ -8,7 +8,7 @@ use rdkafka::message::{Headers, Message, OwnedMessage};
 
 use super::flush_log::{FlushLog, FlushLogSpan, PolicyRange, read_flushes};
 use super::tail::{Written, read_tail};
-use crate::config::{CorruptPolicy, SlicingMode};
+use crate::config::CorruptPolicy;
 use crate::engine::slice as slice_codec;
 use crate::engine::slice::stages::StageSetups;
 use crate::engine::{Extractor, OrderSettings, RecordView, ReleasePos, SliceState};
@@ -71,8 +71,8 @@ pub struct Restorer<'a> {
     /// How the input's payloads are read when not JSON.
     pub decoder: Option<&'a dyn crate::engine::record::PayloadDecoder>,
     pub slice_topic: &'a str,
-    /// How slice-log records hold the input record ([`crate::kafka::slice_log::parts`]).
-    pub slicing: SlicingMode,
+    /// What the slice log holds ([`crate::kafka::slice_log::parts`]).
+    pub log: Holds,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
     /// The topics the slices write (partition = slice), each with its
@@ -228,7 +228,7 @@ impl Restorer<'_> {
 
     /// The end of the slice log if `pos` lies at or beyond it, else `None`.
     fn beyond_end(&self, slice: u32, pos: ReleasePos, end: &mut LogEnd) -> Result<Option<u64>, KafkaLayerError> {
-        let offset = Holds::of(self.slicing).log_position(pos.after);
+        let offset = self.log.log_position(pos.after);
         if offset < self.listed_end(slice, end)? {
             return Ok(None);
         }
@@ -404,7 +404,7 @@ impl Restorer<'_> {
         if self.start_at_end && *from == RestoredFrom::Empty && *bounds == ReplayBounds::default() {
             first = first.max(self.exact_end(slice, end)?);
         }
-        let start = Holds::of(self.slicing).slice_position(first);
+        let start = self.log.slice_position(first);
         let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
         fresh.set_stages(self.stages);
         Ok(fresh)
@@ -419,8 +419,8 @@ impl Restorer<'_> {
         let (Some(&first), stop) = (wanted.first(), state.next_offset) else {
             return Ok(held);
         };
-        let found = match self.slicing {
-            SlicingMode::Shared => self.reread_named(state.slice, &wanted, first, stop),
+        let found = match self.log {
+            Holds::ReadOrders => self.reread_named(state.slice, &wanted, first, stop),
             _ => {
                 let mut found = BTreeMap::new();
                 read_partition_range(
@@ -445,7 +445,7 @@ impl Restorer<'_> {
             let header_list = crate::kafka::headers::pairs(&m);
             let view = RecordView {
                 key: m.key(),
-                payload: crate::kafka::slice_log::parts(Holds::of(self.slicing), &m).payload.unwrap_or_default(),
+                payload: crate::kafka::slice_log::parts(self.log, &m).payload.unwrap_or_default(),
                 headers: &header_list,
                 timestamp_ms: m.timestamp().to_millis(),
                 decoder: self.decoder,

@@ -72,7 +72,7 @@ pub(super) fn restorer(setup: &WorkerSetup) -> Restorer<'_> {
         extractor: &setup.extractor,
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
         slice_topic: &setup.slice_topic,
-        slicing: setup.cfg.slicing,
+        log: setup.path.log_format,
         app: &setup.cfg.settings.app.id,
         output_mark: setup.path.output_header.as_ref().map(|(name, value)| (*name, value.as_str())),
         flush_topic: &setup.flush_topic,
