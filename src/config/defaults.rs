@@ -40,7 +40,7 @@ max_generations = 12
 memory = "8MiB"
 seed = 25481510381
 deletable = false
-sized_growth = false
+sized_growth = true
 max_memory = ""
 [slicing]
 mode = "repartition"

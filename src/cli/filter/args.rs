@@ -133,8 +133,9 @@ pub struct FilterArgs {
     #[arg(long)]
     pub deletable: bool,
     /// Timer generations sized from the live keys, as the daemon's
-    /// `filter.sized_growth`.
-    #[arg(long)]
+    /// `filter.sized_growth` (`--sized-growth false`: the newest generation
+    /// takes every key and a new one takes the level that holds 1.5× them).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true")]
     pub sized_growth: bool,
     /// How far behind the largest event time seen a record may arrive and
     /// still be judged in event-time order: records wait until the watermark

@@ -122,8 +122,10 @@ pub struct FilterSpec {
     /// key, a new one holds 1.5× the live keys less what there is, emptied
     /// ones kept with hysteresis: `timer/growth.rs`) instead of the newest
     /// taking every key and a new one at the level that holds 1.5× them.
-    /// Off by default: it changes the verdicts a state continues with, so
-    /// it is part of the fingerprint a snapshot is checked against.
+    /// It changes the verdicts a state continues with, so it is part of the
+    /// fingerprint a snapshot is checked against. Off in `FilterSpec::default`
+    /// (the golden streams' digests are of that growth); the daemon's
+    /// settings and pipe mode turn it on by default.
     pub sized_growth: bool,
 }
 
