@@ -15,6 +15,7 @@
 use super::bucket::{self, Entries};
 use super::clock::Clock;
 use super::params::BUCKET_SLOTS;
+use crate::filter::advise_huge_pages;
 use crate::filter::hash::{KeyHash, fastrange};
 
 /// Longest kick chain before an insert gives up (and is rolled back).
@@ -53,7 +54,11 @@ pub struct Table {
 
 impl Table {
     pub fn new(level: u8, buckets: u64) -> Self {
-        Table { level, buckets, words: vec![0; buckets as usize], occupied: 0, cursor: 0 }
+        let words = vec![0; buckets as usize];
+        // Before the first write: a lookup lands on a random page, and with
+        // 4 KiB pages it would miss the TLB as well as the caches.
+        advise_huge_pages(&words);
+        Table { level, buckets, words, occupied: 0, cursor: 0 }
     }
 
     /// Rebuilds a table from a snapshot's fields; `None` if they disagree
@@ -63,6 +68,7 @@ impl Table {
             return None;
         }
         let occupied = words.iter().map(|&w| u64::from(bucket::occupied(w))).sum();
+        advise_huge_pages(&words);
         Some(Table { level, buckets, words, occupied, cursor })
     }
 
@@ -109,7 +115,8 @@ impl Table {
     fn alt(&self, i: u64, fp: u16) -> u64 {
         let h = fastrange(u64::from(fp).wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15), self.buckets);
         let n = self.buckets;
-        (h + n - i) % n
+        // (h − i) mod n with h, i < n: one subtraction, not a division.
+        if h >= i { h - i } else { h + n - i }
     }
 
     #[inline]
@@ -188,7 +195,7 @@ impl Table {
                 self.put(i, k, entry);
                 true
             }
-            Found::Full => self.kick(p, clock, entry),
+            Found::Full => self.make_room(p, clock, entry) || self.kick(p, clock, entry),
         }
     }
 
@@ -225,6 +232,35 @@ impl Table {
         }
         e[k] = entry;
         self.words[i] = bucket::encode(e);
+    }
+
+    /// Moves one slot of the key's full buckets to its other bucket if that
+    /// has room, and puts `entry` in its place. The eight other buckets are
+    /// prefetched together first, so that their cache misses overlap: at
+    /// the load a table runs at, this nearly always finds room, where a
+    /// kick chain pays one miss after another. The first slot in bucket
+    /// order whose other bucket has room moves (deterministic, as `kick`).
+    fn make_room(&mut self, p: &Place, clock: &Clock, entry: u32) -> bool {
+        let mut alts = [(0usize, 0usize, 0u32, 0usize); 2 * BUCKET_SLOTS];
+        let mut n = 0;
+        for i in Self::candidates(p) {
+            for (k, &moved) in self.entries(i).iter().enumerate() {
+                let to = self.alt(i as u64, clock.fingerprint_of(moved)) as usize;
+                crate::filter::timer::cells::prefetch(self.words[to..].as_ptr().cast());
+                alts[n] = (i, k, moved, to);
+                n += 1;
+            }
+        }
+        for &(i, k, moved, to) in &alts[..n] {
+            if to != i
+                && let Some(free) = self.free_in(to, clock)
+            {
+                self.put(to, free, moved);
+                self.put(i, k, entry);
+                return true;
+            }
+        }
+        false
     }
 
     /// Moves slots to their other buckets until one has room for `entry`;
