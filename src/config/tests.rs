@@ -2,14 +2,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::*;
+use crate::features::limits::stage::counting;
+use crate::features::provenance::stage::provenance;
 use crate::filter::DecayingKind;
 
 #[test]
 fn provenance_is_off_by_default_and_checked() {
     use crate::features::provenance::stage::SourceSpec;
-    assert!(load(&[]).unwrap().stages.provenance.is_none());
+    assert!(provenance(&load(&[]).unwrap().stages).is_none());
     let r = load(&[("DEDUPD__PROVENANCE__SOURCE", "json:/pub"), ("DEDUPD__FILTER__SLICES", "4")]).unwrap();
-    let p = r.stages.provenance.unwrap();
+    let p = provenance(&r.stages).unwrap();
     assert_eq!(p.source, SourceSpec::Json("/pub".into()));
     // 100000 keys per source over 4 slices at 1%: 25000 keys, 9.59 bits each, k = 7.
     assert_eq!((p.spec.bits, p.spec.hashes), (239_627, 7));
@@ -76,7 +78,7 @@ fn tiers_are_checked_at_start_up() {
 
 #[test]
 fn counting_is_off_by_default_and_checked() {
-    assert!(load(&[]).unwrap().stages.counting.is_none());
+    assert!(counting(&load(&[]).unwrap().stages).is_none());
     let r = load(&[
         ("DEDUPD__LIMIT__MAX_PER_WINDOW", "3"),
         ("DEDUPD__LIMIT__COUNT_KEY", "json:/ip"),
@@ -84,7 +86,7 @@ fn counting_is_off_by_default_and_checked() {
         ("DEDUPD__FLAG__TOPIC", "clicks.flags"),
     ])
     .unwrap();
-    let c = r.stages.counting.unwrap();
+    let c = counting(&r.stages).unwrap();
     assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
     assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
     assert_eq!(c.spec.window_ms, r.filter.window_ms);

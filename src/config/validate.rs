@@ -1,8 +1,9 @@
 //! [`Settings::validate`]: every rule, in one pass, and the typed settings
 //! it derives ([`Resolved`]). The core sections' rules are here; each
-//! feature's section validates itself in its folder (`crate::features`),
-//! called from here in turn; the rules across two features' sections are
-//! here, after both.
+//! feature checks its own settings in its folder (`crate::features`), called
+//! from here through the list of features; the rules across the level
+//! (`[tier]`), the counting stage and the availability policy, which the
+//! core's topics, clients and filter depend on, are here, after them.
 
 use std::net::SocketAddr;
 
@@ -10,8 +11,9 @@ use super::error::{ConfigError, RESERVED_HEADER_RULE, invalid, is_reserved_heade
 use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
 use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
+use crate::features::feature::CoreSettings;
+use crate::features::limits;
 use crate::features::tiers::Tier;
-use crate::features::{deletes, limits, shared};
 use crate::filter::{FilterSpec, Growth, KindName, KindSpec, ParamError};
 use crate::units::parse_duration_ms;
 
@@ -70,8 +72,6 @@ impl Settings {
             "shared" => SlicingMode::Shared,
             other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
         };
-        shared::settings::validate(slicing, &s.filter)?;
-        deletes::settings::validate(&s.filter, slicing)?;
         let (order_tolerance_ms, order) = s.order_and_budgets(slicing)?;
         let (filter, kind) = s.filter_spec(growth, kind)?;
         let on_corrupt = s.checkpoint_policy()?;
@@ -79,19 +79,18 @@ impl Settings {
         let (admin_listen, health_listen) = s.listeners()?;
         let key_endpoints = s.admin.key_endpoints()?;
         let log_format = s.replication_and_log()?;
-        let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
-        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
+        let stages = crate::features::check(s, &CoreSettings { slicing, passthrough })?;
+        let counting = limits::stage::counting(&stages);
         availability.check_counting(counting.is_some())?;
-        let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
+        let filter = if stages.judges_instead() { smallest_filter(filter, s.filter.slices) } else { filter };
         let tier = s.tier.resolve(&s.filter, &s.input.topics, kind.name() != KindName::Timer)?;
         super::roles::check(s, slicing, tier)?;
-        s.check_counting_with_tier(counting.as_ref(), tier)?;
+        s.check_counting_with_tier(counting, tier)?;
         s.tier.check_leaf_cache(tier, &filter)?;
         let limit = crate::memory::process_limit(s.memory.limit);
         let (filter, kind, memory) =
             crate::memory::check(filter, kind, s.filter.slices, s.filter.max_memory, limit.clone())
                 .map_err(|e| invalid(e.setting, e.value, e.rule))?;
-        let stages = crate::features::stages::StagesSetup { counting, provenance };
         let clients = super::memory::clients(slicing, tier, s.filter.deletable);
         let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
             .map_err(|e| invalid(e.setting, e.value, e.rule))?;
@@ -428,6 +427,18 @@ impl Settings {
             ));
         }
         Ok(())
+    }
+}
+
+/// The timer filter the slices run beside a stage that judges instead of
+/// it: empty, so the smallest one (as for the count kinds) over `slices`.
+fn smallest_filter(filter: FilterSpec, slices: u32) -> FilterSpec {
+    FilterSpec {
+        expected_keys: u64::from(slices),
+        total_cells: None,
+        growth: Growth::None,
+        max_generations: 1,
+        ..filter
     }
 }
 

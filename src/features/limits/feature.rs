@@ -3,11 +3,10 @@
 use std::sync::Arc;
 
 use super::stage::SliceCounting;
-use crate::config::Resolved;
+use crate::config::{ConfigError, Resolved, Settings};
 use crate::engine::slice::stage::StageSetup;
-use crate::features::feature::{Feature, PublishedCounts, SlicePublish};
+use crate::features::feature::{CoreSettings, Feature, PublishedCounts, SlicePublish};
 use crate::features::lookups::KeyLookup;
-use crate::features::stages::StagesSetup;
 
 /// The feature as the core plugs it in.
 pub struct LimitsFeature;
@@ -17,8 +16,10 @@ impl Feature for LimitsFeature {
         "limits"
     }
 
-    fn stage(&self, stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
-        Some(Arc::new(stages.counting.clone()))
+    /// `[limit]` and `[flag]`: the counting stage, on when either asks for it.
+    fn check(&self, s: &Settings, _core: &CoreSettings) -> Result<Option<Arc<dyn StageSetup>>, ConfigError> {
+        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
+        Ok(Some(Arc::new(counting)))
     }
 
     fn key_lookup(&self) -> Option<&'static KeyLookup> {
