@@ -1,9 +1,10 @@
 //! [`Settings::validate`]: every rule, in one pass, and the typed settings
 //! it derives ([`Resolved`]). The core sections' rules are here; each
 //! feature checks its own settings in its folder (`crate::features`), called
-//! from here through the list of features; the rules across the level
-//! (`[tier]`), the counting stage and the availability policy, which the
-//! core's topics, clients and filter depend on, are here, after them.
+//! from here through the list of features. The two features' sections the
+//! core itself runs on are resolved here, before the features' checks: the
+//! level (`[tier]`: topics, clients, a leaf's output) and the availability
+//! policy (`[availability]`).
 
 use std::net::SocketAddr;
 
@@ -12,7 +13,6 @@ use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
 use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::feature::CoreSettings;
-use crate::features::limits;
 use crate::features::tiers::Tier;
 use crate::filter::{FilterSpec, Growth, KindName, KindSpec, ParamError};
 use crate::units::parse_duration_ms;
@@ -79,13 +79,10 @@ impl Settings {
         let (admin_listen, health_listen) = s.listeners()?;
         let key_endpoints = s.admin.key_endpoints()?;
         let log_format = s.replication_and_log()?;
-        let stages = crate::features::check(s, &CoreSettings { slicing, passthrough })?;
-        let counting = limits::stage::counting(&stages);
-        availability.check_counting(counting.is_some())?;
-        let filter = if stages.judges_instead() { smallest_filter(filter, s.filter.slices) } else { filter };
         let tier = s.tier.resolve(&s.filter, &s.input.topics, kind.name() != KindName::Timer)?;
         super::roles::check(s, slicing, tier)?;
-        s.check_counting_with_tier(counting, tier)?;
+        let stages = crate::features::check(s, &CoreSettings { slicing, passthrough, tier, availability })?;
+        let filter = if stages.judges_instead() { smallest_filter(filter, s.filter.slices) } else { filter };
         s.tier.check_leaf_cache(tier, &filter)?;
         let limit = crate::memory::process_limit(s.memory.limit);
         let (filter, kind, memory) =
@@ -386,47 +383,6 @@ impl Settings {
             "json" => Ok(LogFormat::Json),
             other => Err(invalid("log.format", other, "expected text or json")),
         }
-    }
-
-    /// The rules across `[limit]`, `[flag]` and `[tier]`, once the level is
-    /// known: counting by the dedup key, and no counting on a sparse leaf.
-    fn check_counting_with_tier(
-        &self,
-        counting: Option<&limits::stage::CountingSetup>,
-        tier: Tier,
-    ) -> Result<(), ConfigError> {
-        let s = self;
-        if let Some(c) = counting
-            && c.count_key.is_none()
-        {
-            // Counting by the dedup key replaces the timer filter.
-            if c.spec.max_per_window.is_none() {
-                return Err(invalid(
-                    "flag.threshold",
-                    s.flag.threshold,
-                    "with limit.count_key = \"\" (count by the dedup key) and no limit.max_per_window, every record \
-                     would be delivered (the counting stage replaces the timer filter): set limit.count_key to \
-                     count by another key, or limit.max_per_window",
-                ));
-            }
-            if tier == Tier::SparseRoot {
-                return Err(invalid(
-                    "limit.count_key",
-                    "\"\"",
-                    "a sparse root counting by the dedup key would publish a verdict for each of the first N \
-                     copies, and the leaves would drop the later ones the root lets through: count by another key",
-                ));
-            }
-        }
-        if counting.is_some() && tier == Tier::SparseLeaf {
-            // A sparse leaf runs no slices: its limits and flags would never apply.
-            return Err(invalid(
-                "tier.role",
-                &s.tier.role,
-                "a sparse leaf cannot run [limit] or [flag] (set them on the root)",
-            ));
-        }
-        Ok(())
     }
 }
 

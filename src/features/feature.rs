@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::lookups::KeyLookup;
 use crate::admin::status::{KeyActionFn, Status};
-use crate::config::{ConfigError, Resolved, Settings, SlicingMode};
+use crate::config::{AvailabilityPolicy, ConfigError, Resolved, Settings, SlicingMode, Tier};
 use crate::engine::slice::stage::StageSetup;
 use crate::engine::{Extractor, RecordView, SliceState};
 use crate::filter::DeleteRefusal;
@@ -93,6 +93,10 @@ pub struct CoreSettings {
     pub slicing: SlicingMode,
     /// `filter.kind = "passthrough"`: no key is judged.
     pub passthrough: bool,
+    /// This instance's level (`[tier]`).
+    pub tier: Tier,
+    /// What the records of a slice being restored get (`[availability]`).
+    pub availability: AvailabilityPolicy,
 }
 
 /// What a feature's key action is made from: the worker's settings and

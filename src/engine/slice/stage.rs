@@ -65,7 +65,8 @@ pub struct StageRule {
 
 /// A stage's section tag in a slice snapshot: fixed for good, since a
 /// snapshot names its sections by them. Tags in use: 1 provenance, 2 the
-/// counting stage (`features/limits/`), 3 [`PROGRESS_TAG`], the slice's own.
+/// counting stage (constants in their features' `stage.rs`), 3
+/// [`PROGRESS_TAG`], the slice's own; a new stage takes the next one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SectionTag(pub u16);
 
