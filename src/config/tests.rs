@@ -885,3 +885,22 @@ fn sasl_settings_are_checked_against_what_is_built() {
     let e = Settings::load_from_str(file, Vec::new()).unwrap_err().to_string();
     assert!(e.starts_with("invalid setting kafka.sasl.mechanisms = GSSAPI: GSSAPI (Kerberos) is not built in"), "{e}");
 }
+
+/// config/dedupd.toml writes every setting at its built-in default (the
+/// core sections' in `defaults.rs`, a feature's section's in its folder),
+/// but for the example it gives of the dedup key.
+#[test]
+fn config_dedupd_toml_writes_the_built_in_defaults() {
+    let built_in: Settings = defaults().build().and_then(|c| c.try_deserialize()).unwrap();
+    let text = std::fs::read_to_string("config/dedupd.toml").unwrap();
+    let shipped: Settings = defaults()
+        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+        .build()
+        .and_then(|c| c.try_deserialize())
+        .unwrap();
+    let (built_in, mut shipped) =
+        (leaves(&serde_json::to_value(&built_in).unwrap()), leaves(&serde_json::to_value(&shipped).unwrap()));
+    assert_eq!(shipped.insert("input.key".into(), built_in["input.key"].clone()), Some("json:/click_id".into()));
+    let differ: Vec<_> = built_in.iter().filter(|(k, v)| shipped.get(*k) != Some(v)).collect();
+    assert!(differ.is_empty(), "config/dedupd.toml writes other values than the built-in defaults: {differ:?}");
+}

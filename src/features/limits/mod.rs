@@ -3,8 +3,9 @@
 //! the flags topic (docs/spectral.md).
 //!
 //! - Settings: `[limit]`, `[flag]`, in [`settings`] ([`LimitSettings`],
-//!   [`FlagSettings`] and their validation; the rules across `[limit]` and
-//!   `[tier]` are in `config/validate.rs`, which has both).
+//!   [`FlagSettings`], their defaults and validation); the rules across
+//!   them, the level (`[tier]`) and the availability policy are in
+//!   [`feature`]'s check, which the core hands both.
 //! - Stage (engine layer, deterministic): the limit and flag policies over
 //!   windowed Spectral Bloom Filter counts are `filter/counting.rs` (pure,
 //!   shared with pipe mode); [`stage`] is the stage as
