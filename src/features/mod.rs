@@ -57,7 +57,7 @@ use lookups::KeyLookup;
 /// Every feature, in the order the slices run their stages: the counting
 /// stage before provenance, because a limit may turn a record into a
 /// duplicate and provenance names a first source for duplicates only.
-pub static FEATURES: [&dyn Feature; 6] = [
+pub static FEATURES: &[&dyn Feature] = &[
     &limits::feature::LimitsFeature,
     &provenance::feature::ProvenanceFeature,
     &availability::feature::AvailabilityFeature,
@@ -99,7 +99,7 @@ pub fn output_header(cfg: &Resolved) -> Option<(&'static str, String)> {
 
 /// The features' part in the outputs of every distinct judgment, if any.
 pub fn on_distinct(cfg: &Resolved, seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
-    for feature in &FEATURES {
+    for feature in FEATURES {
         if let Some(hook) = feature.on_distinct(cfg, seed)? {
             return Ok(Some(hook));
         }
