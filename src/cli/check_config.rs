@@ -77,7 +77,7 @@ impl Sizing {
         };
         // Counting by the dedup key, [limit]'s stage judges and the timer
         // filter is the smallest there is (its memory is not sized here).
-        let kind = match &cfg.stages.counting {
+        let kind = match crate::features::limits::stage::counting(&cfg.stages) {
             Some(c) if c.count_key.is_none() && cfg.tier != Tier::SparseLeaf => {
                 format!("{kind} (idle: [limit] counts by the dedup key and judges instead)")
             }

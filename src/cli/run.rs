@@ -18,6 +18,7 @@ use super::logs;
 use crate::admin::{Admin, Status};
 use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
+use crate::features::limits::stage::counting;
 use crate::features::tiers::io as tier;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::size_limits::RecordLimits;
@@ -332,8 +333,8 @@ fn worker_setup(
         on_distinct: crate::features::on_distinct(cfg, started.seed)?,
         requests_applied: std::sync::OnceLock::new(),
         record_limits: started.limits.clone(),
-        stages: crate::features::stage_setups(&cfg.stages),
-        routes_by_dedup_key: cfg.stages.counting.as_ref().is_none_or(|c| c.count_key.is_none()),
+        stages: cfg.stages.clone(),
+        routes_by_dedup_key: counting(&cfg.stages).is_none_or(|c| c.count_key.is_none()),
         path: worker::RecordPath::of(cfg, crate::features::output_header(cfg), crate::features::while_restoring(cfg)),
         cfg: cfg.clone(),
     }))
@@ -353,7 +354,7 @@ fn start_router(
     // of a count key reaches one slice, so its counts, limit and flags
     // are the whole stream's (copies of a dedup key carry the same count
     // key, so they still meet in one slice).
-    let route_key = cfg.stages.counting.as_ref().and_then(|c| c.count_key.clone());
+    let route_key = counting(&cfg.stages).and_then(|c| c.count_key.clone());
     // A count key's hash is not the dedup key's: the slices read the
     // record again then.
     let hands_on_reading = route_key.is_none();

@@ -61,8 +61,6 @@ interval = "30s"
 interval_records = 1000000
 chunk_bytes = 524288
 on_corrupt = "cold-start"
-[availability]
-policy = "wait"
 [admin]
 listen = "127.0.0.1:9464"
 health_listen = ""
@@ -77,31 +75,6 @@ timeout = "30s"
 [log]
 format = "text"
 summary_interval = "60s"
-[provenance]
-source = ""
-max_sources = 1000
-index = "auto"
-expected_keys_per_source = 100000
-fpr = 0.01
-tree_order = 2
-[tier]
-role = "single"
-tree = "sparse"
-parent_topic = ""
-verdict_topic = ""
-verdict_delay = "30s"
-[limit]
-max_per_window = 0
-count_key = ""
-estimator = "mi"
-subwindows = 16
-counter_bits = 8
-count_hashes = 5
-count_expected = 0
-counters = "fixed"
-[flag]
-threshold = 0
-topic = ""
 "#;
 
 /// A loader holding the built-in defaults, the lowest layer.

@@ -4,7 +4,7 @@
 
 use super::Settings;
 use super::sections::SlicingMode;
-use crate::features::stages::StagesSetup;
+use crate::engine::slice::stages::StageSetups;
 use crate::features::tiers::Tier;
 use crate::memory::budget::{Clients, Demand};
 use crate::memory::{MemoryLimit, MemoryPlan};
@@ -49,12 +49,11 @@ pub fn demand(
     s: &Settings,
     limit: Option<MemoryLimit>,
     filters: &MemoryPlan,
-    stages: &StagesSetup,
+    stages: &StageSetups,
     clients: Clients,
 ) -> Demand {
     let slices = s.filter.slices;
-    let per_slice = stages.counting.as_ref().map_or(0, |c| c.planned_bytes())
-        + stages.provenance.as_ref().map_or(0, |p| p.worst_case_bytes());
+    let per_slice = stages.planned_bytes();
     Demand {
         limit,
         filters: filters.worst_case,

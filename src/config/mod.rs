@@ -10,21 +10,22 @@
 //! - `mod.rs`: [`Settings`], one field per section; the layers
 //!   ([`Settings::load`]); what valid settings resolve to ([`Resolved`]).
 //! - `validate.rs`: [`Settings::validate`] — the core sections' rules, each
-//!   feature's section's validation in turn, the rules across sections.
+//!   feature's check in turn (the list of features), the rules across sections.
 //! - `sections.rs`: the core sections (`[app]`, `[input]`, `[slicing]`,
 //!   `[output]`, `[checkpoint]`, `[topics]`, `[shutdown]`, `[log]`).
 //! - `roles.rs`: one topic, one role (the rule across the topic settings).
 //! - `filter.rs`: `[filter]`. `kafka.rs`: `[kafka]`. `admin.rs`: `[admin]`
 //!   and the bearer token. `secret.rs`: secrets and their redaction.
 //! - `file.rs`: which settings file is read. `defaults.rs`: the built-in
-//!   defaults of every section.
+//!   defaults of the core sections (a feature's section has its own, in its
+//!   folder: `#[serde(default)]`).
 //! - `error.rs`, `values.rs`: what every section's file may import —
 //!   [`ConfigError`] and the rules several sections share; [`Scalar`] and
 //!   the serde helpers of durations and byte sizes.
 //!
 //! A feature's own section (`[limit]`, `[flag]`, `[provenance]`,
 //! `[availability]`, `[tier]`) lives in its folder, `crate::features`, with
-//! its validation, and is re-exported here. Those files import only
+//! its defaults and validation, and is re-exported here. Those files import only
 //! `error.rs`, `values.rs` and the sections they check against, never this
 //! file: that is what keeps the modules free of import circles.
 
@@ -100,14 +101,19 @@ pub struct Settings {
     pub memory: MemorySettings,
     pub output: OutputSettings,
     pub checkpoint: CheckpointSettings,
+    #[serde(default)]
     pub availability: AvailabilitySettings,
     pub admin: AdminSettings,
     pub topics: TopicSettings,
     pub shutdown: ShutdownSettings,
     pub log: LogSettings,
+    #[serde(default)]
     pub provenance: ProvenanceSettings,
+    #[serde(default)]
     pub tier: TierSettings,
+    #[serde(default)]
     pub limit: LimitSettings,
+    #[serde(default)]
     pub flag: FlagSettings,
 }
 
@@ -144,8 +150,9 @@ pub struct Resolved {
     pub order: OrderSettings,
     /// `log.format`.
     pub log_format: LogFormat,
-    /// The stages the slices run (`[limit]`/`[flag]`, `[provenance]`; each `None` when off).
-    pub stages: crate::features::stages::StagesSetup,
+    /// The stages the slices run: every feature's, on or off, in the
+    /// order of the list of features.
+    pub stages: crate::engine::slice::stages::StageSetups,
     /// `[tier]`: this instance's level in a multi-level deployment.
     pub tier: Tier,
     /// The filters' worst case against `filter.max_memory` and the

@@ -2,14 +2,16 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::*;
+use crate::features::limits::stage::counting;
+use crate::features::provenance::stage::provenance;
 use crate::filter::DecayingKind;
 
 #[test]
 fn provenance_is_off_by_default_and_checked() {
     use crate::features::provenance::stage::SourceSpec;
-    assert!(load(&[]).unwrap().stages.provenance.is_none());
+    assert!(provenance(&load(&[]).unwrap().stages).is_none());
     let r = load(&[("DEDUPD__PROVENANCE__SOURCE", "json:/pub"), ("DEDUPD__FILTER__SLICES", "4")]).unwrap();
-    let p = r.stages.provenance.unwrap();
+    let p = provenance(&r.stages).unwrap();
     assert_eq!(p.source, SourceSpec::Json("/pub".into()));
     // 100000 keys per source over 4 slices at 1%: 25000 keys, 9.59 bits each, k = 7.
     assert_eq!((p.spec.bits, p.spec.hashes), (239_627, 7));
@@ -76,7 +78,7 @@ fn tiers_are_checked_at_start_up() {
 
 #[test]
 fn counting_is_off_by_default_and_checked() {
-    assert!(load(&[]).unwrap().stages.counting.is_none());
+    assert!(counting(&load(&[]).unwrap().stages).is_none());
     let r = load(&[
         ("DEDUPD__LIMIT__MAX_PER_WINDOW", "3"),
         ("DEDUPD__LIMIT__COUNT_KEY", "json:/ip"),
@@ -84,7 +86,7 @@ fn counting_is_off_by_default_and_checked() {
         ("DEDUPD__FLAG__TOPIC", "clicks.flags"),
     ])
     .unwrap();
-    let c = r.stages.counting.unwrap();
+    let c = counting(&r.stages).unwrap();
     assert_eq!((c.spec.max_per_window, c.spec.flag_threshold), (Some(3), Some(10)));
     assert_eq!(c.count_key, Some(KeySpec::Json("/ip".into())));
     assert_eq!(c.spec.window_ms, r.filter.window_ms);
@@ -882,4 +884,23 @@ fn sasl_settings_are_checked_against_what_is_built() {
     let file = "[kafka]\n\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanisms\" = \"GSSAPI\"\n";
     let e = Settings::load_from_str(file, Vec::new()).unwrap_err().to_string();
     assert!(e.starts_with("invalid setting kafka.sasl.mechanisms = GSSAPI: GSSAPI (Kerberos) is not built in"), "{e}");
+}
+
+/// config/dedupd.toml writes every setting at its built-in default (the
+/// core sections' in `defaults.rs`, a feature's section's in its folder),
+/// but for the example it gives of the dedup key.
+#[test]
+fn config_dedupd_toml_writes_the_built_in_defaults() {
+    let built_in: Settings = defaults().build().and_then(|c| c.try_deserialize()).unwrap();
+    let text = std::fs::read_to_string("config/dedupd.toml").unwrap();
+    let shipped: Settings = defaults()
+        .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+        .build()
+        .and_then(|c| c.try_deserialize())
+        .unwrap();
+    let (built_in, mut shipped) =
+        (leaves(&serde_json::to_value(&built_in).unwrap()), leaves(&serde_json::to_value(&shipped).unwrap()));
+    assert_eq!(shipped.insert("input.key".into(), built_in["input.key"].clone()), Some("json:/click_id".into()));
+    let differ: Vec<_> = built_in.iter().filter(|(k, v)| shipped.get(*k) != Some(v)).collect();
+    assert!(differ.is_empty(), "config/dedupd.toml writes other values than the built-in defaults: {differ:?}");
 }

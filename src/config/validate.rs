@@ -1,8 +1,10 @@
 //! [`Settings::validate`]: every rule, in one pass, and the typed settings
 //! it derives ([`Resolved`]). The core sections' rules are here; each
-//! feature's section validates itself in its folder (`crate::features`),
-//! called from here in turn; the rules across two features' sections are
-//! here, after both.
+//! feature checks its own settings in its folder (`crate::features`), called
+//! from here through the list of features. The two features' sections the
+//! core itself runs on are resolved here, before the features' checks: the
+//! level (`[tier]`: topics, clients, a leaf's output) and the availability
+//! policy (`[availability]`).
 
 use std::net::SocketAddr;
 
@@ -10,8 +12,8 @@ use super::error::{ConfigError, RESERVED_HEADER_RULE, invalid, is_reserved_heade
 use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
 use super::{MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
+use crate::features::feature::CoreSettings;
 use crate::features::tiers::Tier;
-use crate::features::{deletes, limits, shared};
 use crate::filter::{FilterSpec, Growth, KindName, KindSpec, ParamError};
 use crate::units::parse_duration_ms;
 
@@ -70,8 +72,6 @@ impl Settings {
             "shared" => SlicingMode::Shared,
             other => return Err(invalid("slicing.mode", other, "expected repartition, input-partitions or shared")),
         };
-        shared::settings::validate(slicing, &s.filter)?;
-        deletes::settings::validate(&s.filter, slicing)?;
         let (order_tolerance_ms, order) = s.order_and_budgets(slicing)?;
         let (filter, kind) = s.filter_spec(growth, kind)?;
         let on_corrupt = s.checkpoint_policy()?;
@@ -79,19 +79,15 @@ impl Settings {
         let (admin_listen, health_listen) = s.listeners()?;
         let key_endpoints = s.admin.key_endpoints()?;
         let log_format = s.replication_and_log()?;
-        let provenance = s.provenance.validate(&s.filter, &s.input, passthrough)?;
-        let counting = s.limit.validate(&s.flag, &s.filter, s.input.max_record_bytes)?;
-        availability.check_counting(counting.is_some())?;
-        let filter = limits::settings::filter_for(counting.as_ref(), filter, s.filter.slices);
         let tier = s.tier.resolve(&s.filter, &s.input.topics, kind.name() != KindName::Timer)?;
         super::roles::check(s, slicing, tier)?;
-        s.check_counting_with_tier(counting.as_ref(), tier)?;
+        let stages = crate::features::check(s, &CoreSettings { slicing, passthrough, tier, availability })?;
+        let filter = if stages.judges_instead() { smallest_filter(filter, s.filter.slices) } else { filter };
         s.tier.check_leaf_cache(tier, &filter)?;
         let limit = crate::memory::process_limit(s.memory.limit);
         let (filter, kind, memory) =
             crate::memory::check(filter, kind, s.filter.slices, s.filter.max_memory, limit.clone())
                 .map_err(|e| invalid(e.setting, e.value, e.rule))?;
-        let stages = crate::features::stages::StagesSetup { counting, provenance };
         let clients = super::memory::clients(slicing, tier, s.filter.deletable);
         let budget = crate::memory::budget::divide(&super::memory::demand(s, limit, &memory, &stages, clients))
             .map_err(|e| invalid(e.setting, e.value, e.rule))?;
@@ -388,46 +384,17 @@ impl Settings {
             other => Err(invalid("log.format", other, "expected text or json")),
         }
     }
+}
 
-    /// The rules across `[limit]`, `[flag]` and `[tier]`, once the level is
-    /// known: counting by the dedup key, and no counting on a sparse leaf.
-    fn check_counting_with_tier(
-        &self,
-        counting: Option<&limits::stage::CountingSetup>,
-        tier: Tier,
-    ) -> Result<(), ConfigError> {
-        let s = self;
-        if let Some(c) = counting
-            && c.count_key.is_none()
-        {
-            // Counting by the dedup key replaces the timer filter.
-            if c.spec.max_per_window.is_none() {
-                return Err(invalid(
-                    "flag.threshold",
-                    s.flag.threshold,
-                    "with limit.count_key = \"\" (count by the dedup key) and no limit.max_per_window, every record \
-                     would be delivered (the counting stage replaces the timer filter): set limit.count_key to \
-                     count by another key, or limit.max_per_window",
-                ));
-            }
-            if tier == Tier::SparseRoot {
-                return Err(invalid(
-                    "limit.count_key",
-                    "\"\"",
-                    "a sparse root counting by the dedup key would publish a verdict for each of the first N \
-                     copies, and the leaves would drop the later ones the root lets through: count by another key",
-                ));
-            }
-        }
-        if counting.is_some() && tier == Tier::SparseLeaf {
-            // A sparse leaf runs no slices: its limits and flags would never apply.
-            return Err(invalid(
-                "tier.role",
-                &s.tier.role,
-                "a sparse leaf cannot run [limit] or [flag] (set them on the root)",
-            ));
-        }
-        Ok(())
+/// The timer filter the slices run beside a stage that judges instead of
+/// it: empty, so the smallest one (as for the count kinds) over `slices`.
+fn smallest_filter(filter: FilterSpec, slices: u32) -> FilterSpec {
+    FilterSpec {
+        expected_keys: u64::from(slices),
+        total_cells: None,
+        growth: Growth::None,
+        max_generations: 1,
+        ..filter
     }
 }
 

@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::lookups::KeyLookup;
-use super::stages::StagesSetup;
 use crate::admin::status::{KeyActionFn, Status};
-use crate::config::Resolved;
+use crate::config::{AvailabilityPolicy, ConfigError, Resolved, Settings, SlicingMode, Tier};
 use crate::engine::slice::stage::StageSetup;
 use crate::engine::{Extractor, RecordView, SliceState};
 use crate::filter::DeleteRefusal;
@@ -25,10 +24,12 @@ pub trait Feature: Sync {
     /// Its folder's name.
     fn name(&self) -> &'static str;
 
-    /// Its stage in every slice, on or off as `stages` say: the slices run
-    /// the stages in the order of the list of features.
-    fn stage(&self, _stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
-        None
+    /// Checks its settings once the core's are (at load; an error names the
+    /// setting, the value and the rule), and gives its stage in every slice,
+    /// on or off as the settings say, if it has one: the slices run the
+    /// stages in the order of the list of features.
+    fn check(&self, _s: &Settings, _core: &CoreSettings) -> Result<Option<Arc<dyn StageSetup>>, ConfigError> {
+        Ok(None)
     }
 
     /// Its key endpoint, `/v1/<name>`.
@@ -83,6 +84,19 @@ pub trait Feature: Sync {
     fn on_distinct(&self, _cfg: &Resolved, _seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
         Ok(None)
     }
+}
+
+/// What the core's sections resolve to that a feature's settings are
+/// checked against.
+pub struct CoreSettings {
+    /// `slicing.mode`.
+    pub slicing: SlicingMode,
+    /// `filter.kind = "passthrough"`: no key is judged.
+    pub passthrough: bool,
+    /// This instance's level (`[tier]`).
+    pub tier: Tier,
+    /// What the records of a slice being restored get (`[availability]`).
+    pub availability: AvailabilityPolicy,
 }
 
 /// What a feature's key action is made from: the worker's settings and

@@ -3,9 +3,8 @@
 //! admin server routes them, and neither names a feature.
 
 use crate::engine::SliceState;
+use crate::engine::slice::stages::StageSetups;
 use crate::filter::KeyHash;
-
-use super::stages::StagesSetup;
 
 /// A feature's key endpoint, `/v1/<name>`.
 pub struct KeyLookup {
@@ -13,7 +12,7 @@ pub struct KeyLookup {
     /// What the endpoint answers (404) while the feature is off.
     pub off: &'static str,
     /// Whether the feature is on.
-    pub on: fn(&StagesSetup) -> bool,
+    pub on: fn(&StageSetups) -> bool,
     /// Whether the key asked is the one the router routes by whatever the
     /// settings (then, in repartition mode, only its slice is asked); else
     /// it is the dedup key, routed by only when there is no count key.

@@ -12,17 +12,18 @@
 //! - [`tiers`]: multi-level deployments (`[tier]`).
 //! - [`shared`]: shared mode (`slicing.mode = "shared"`).
 //!
-//! A feature plugs in through one trait, [`feature::Feature`] (its stage,
-//! key endpoint, metrics, output parts), and one list, [`FEATURES`]: the
-//! slices, the emitter, the admin server and the worker's metrics go through
-//! the list and name no feature. [`stages`] holds the settings of the
-//! stages; [`lookups`] what a key endpoint is.
+//! A feature plugs in through one trait, [`feature::Feature`] (the check of
+//! its settings and its stage, key endpoint, metrics, output parts), and one
+//! list, [`FEATURES`]: the settings' validation, the slices, the emitter, the
+//! admin server and the worker's metrics go through the list and name no
+//! feature. [`lookups`] is what a key endpoint is.
 //!
 //! The layers within a folder (`docs/architecture.md`):
 //! - `settings.rs` imports only `config`'s shared files (`config/error.rs`,
 //!   `config/values.rs`, the sections it checks against), the filters and
-//!   its own stage's types; `config` re-exports the section and calls its
-//!   validation from `Settings::validate`.
+//!   its own stage's types; it gives its section its defaults
+//!   (`#[serde(default)]`), `config` re-exports it, and `Settings::validate`
+//!   calls its validation through the feature's `check`.
 //! - the stage imports only `filter` and `engine` (by their files, not
 //!   `engine`'s re-exports): deterministic, no Kafka, no clock. The engine
 //!   calls it.
@@ -37,7 +38,6 @@ pub mod limits;
 pub mod lookups;
 pub mod provenance;
 pub mod shared;
-pub mod stages;
 pub mod tiers;
 
 #[cfg(test)]
@@ -46,19 +46,18 @@ mod tests;
 use std::sync::Arc;
 
 use crate::admin::status::{FeatureLookup, Status};
-use crate::config::Resolved;
+use crate::config::{ConfigError, Resolved, Settings};
 use crate::engine::slice::stages::StageSetups;
 use crate::kafka::KafkaLayerError;
 use crate::kafka::restore::Decision;
 use crate::kafka::slice_log::read_order::NamedRecords;
-use feature::{Feature, KeyAction, OnDistinct, WorkerView};
+use feature::{CoreSettings, Feature, KeyAction, OnDistinct, WorkerView};
 use lookups::KeyLookup;
-use stages::StagesSetup;
 
 /// Every feature, in the order the slices run their stages: the counting
 /// stage before provenance, because a limit may turn a record into a
 /// duplicate and provenance names a first source for duplicates only.
-pub static FEATURES: [&dyn Feature; 6] = [
+pub static FEATURES: &[&dyn Feature] = &[
     &limits::feature::LimitsFeature,
     &provenance::feature::ProvenanceFeature,
     &availability::feature::AvailabilityFeature,
@@ -67,9 +66,15 @@ pub static FEATURES: [&dyn Feature; 6] = [
     &shared::feature::SharedFeature,
 ];
 
-/// The stages the slices run: every feature's, on or off, in list order.
-pub fn stage_setups(stages: &StagesSetup) -> StageSetups {
-    StageSetups::new(FEATURES.iter().filter_map(|f| f.stage(stages)).collect::<Vec<Arc<_>>>())
+/// Checks every feature's settings, in list order (the first broken rule
+/// is the error), and gives the stages the slices run: every feature's, on
+/// or off, in list order.
+pub fn check(s: &Settings, core: &CoreSettings) -> Result<StageSetups, ConfigError> {
+    let mut stages = Vec::new();
+    for feature in FEATURES {
+        stages.extend(feature.check(s, core)?);
+    }
+    Ok(StageSetups::new(stages))
 }
 
 /// The features' key endpoints.
@@ -94,7 +99,7 @@ pub fn output_header(cfg: &Resolved) -> Option<(&'static str, String)> {
 
 /// The features' part in the outputs of every distinct judgment, if any.
 pub fn on_distinct(cfg: &Resolved, seed: u64) -> Result<Option<Box<dyn OnDistinct>>, KafkaLayerError> {
-    for feature in &FEATURES {
+    for feature in FEATURES {
         if let Some(hook) = feature.on_distinct(cfg, seed)? {
             return Ok(Some(hook));
         }

@@ -64,8 +64,9 @@ pub struct StageRule {
 }
 
 /// A stage's section tag in a slice snapshot: fixed for good, since a
-/// snapshot names its sections by them. Each feature's tag is in the list
-/// of features (`features/stages.rs`); [`PROGRESS_TAG`] is the slice's own.
+/// snapshot names its sections by them. Tags in use: 1 provenance, 2 the
+/// counting stage (constants in their features' `stage.rs`), 3
+/// [`PROGRESS_TAG`], the slice's own; a new stage takes the next one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SectionTag(pub u16);
 
@@ -135,12 +136,26 @@ pub trait Stage: Debug + Send + Sync + Any {
 /// restores it from the slice's snapshot. Every feature with a stage is in
 /// the list, on or off, so a snapshot section is always read by its feature:
 /// the feature decides what a section taken with it off (or on) restores to.
-pub trait StageSetup: Debug + Send + Sync {
+pub trait StageSetup: Debug + Send + Sync + Any {
     /// The tag of the stage's snapshot section.
     fn tag(&self) -> SectionTag;
 
     /// Whether the stage runs.
     fn on(&self) -> bool;
+
+    /// Whether the stage judges every record instead of the timer filter
+    /// (the settings then give the filter its smallest size).
+    fn judges_instead(&self) -> bool {
+        false
+    }
+
+    /// The most bytes the stage holds in one slice, for the memory budget.
+    fn planned_bytes(&self) -> u64 {
+        0
+    }
+
+    /// The setup as its own type, for the feature that reads it.
+    fn as_any(&self) -> &dyn Any;
 
     /// What the slice snapshot's fingerprint adds: every parameter the
     /// stage's state depends on, so a snapshot taken with other ones is

@@ -19,6 +19,21 @@ impl StageSetups {
         StageSetups(setups)
     }
 
+    /// The setup of type `T` (for the feature that reads its settings).
+    pub fn get<T: StageSetup>(&self) -> Option<&T> {
+        self.0.iter().find_map(|s| s.as_any().downcast_ref::<T>())
+    }
+
+    /// Whether a stage judges instead of the timer filter.
+    pub fn judges_instead(&self) -> bool {
+        self.0.iter().any(|s| s.judges_instead())
+    }
+
+    /// The most bytes the stages hold in one slice.
+    pub fn planned_bytes(&self) -> u64 {
+        self.0.iter().map(|s| s.planned_bytes()).fold(0, u64::saturating_add)
+    }
+
     /// What a slice snapshot's fingerprint adds: each stage's, in order.
     pub fn fingerprint(&self) -> String {
         self.0.iter().map(|s| s.fingerprint()).collect()

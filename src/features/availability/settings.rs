@@ -9,7 +9,7 @@ use crate::config::sections::{OutputSettings, SlicingMode};
 /// A slice that is not available yet (being restored after a rebalance),
 /// paper §3.2 (docs/availability.md).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct AvailabilitySettings {
     /// What the records of a slice being restored get: `wait` (held until
     /// the restore ends, exact), `deliver` (sent to the output at once as
@@ -17,6 +17,14 @@ pub struct AvailabilitySettings {
     /// topic at once: possible misses; needs `output.duplicates_topic`).
     /// Decisions are logged before their outputs, so restarts replay them.
     pub policy: String,
+}
+
+/// The section's defaults, when the settings file and the environment
+/// leave a setting out.
+impl Default for AvailabilitySettings {
+    fn default() -> Self {
+        AvailabilitySettings { policy: "wait".into() }
+    }
 }
 
 /// `availability.policy`.

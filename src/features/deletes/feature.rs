@@ -5,7 +5,9 @@ use std::sync::Arc;
 use super::board::DeleteBoard;
 use super::{endpoint, requests};
 use crate::admin::status::Status;
-use crate::features::feature::{Feature, KeyAction, WorkerView};
+use crate::config::{ConfigError, Settings};
+use crate::engine::slice::stage::StageSetup;
+use crate::features::feature::{CoreSettings, Feature, KeyAction, WorkerView};
 use crate::kafka::KafkaLayerError;
 
 /// The feature as the core plugs it in.
@@ -14,6 +16,12 @@ pub struct DeletesFeature;
 impl Feature for DeletesFeature {
     fn name(&self) -> &'static str {
         endpoint::NAME
+    }
+
+    /// `filter.deletable` against the slicing mode.
+    fn check(&self, s: &Settings, core: &CoreSettings) -> Result<Option<Arc<dyn StageSetup>>, ConfigError> {
+        super::settings::validate(&s.filter, core.slicing)?;
+        Ok(None)
     }
 
     fn admin_routes(&self) -> Option<axum::Router<Arc<Status>>> {

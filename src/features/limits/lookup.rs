@@ -7,7 +7,7 @@ use crate::filter::KeyHash;
 pub const COUNT: KeyLookup = KeyLookup {
     name: "count",
     off: "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n",
-    on: |stages| stages.counting.is_some(),
+    on: |stages| super::stage::counting(stages).is_some(),
     // The router routes by the count key (the dedup key, or limit.count_key).
     routed_always: true,
     answer,

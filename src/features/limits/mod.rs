@@ -3,8 +3,9 @@
 //! the flags topic (docs/spectral.md).
 //!
 //! - Settings: `[limit]`, `[flag]`, in [`settings`] ([`LimitSettings`],
-//!   [`FlagSettings`] and their validation; the rules across `[limit]` and
-//!   `[tier]` are in `config/validate.rs`, which has both).
+//!   [`FlagSettings`], their defaults and validation); the rules across
+//!   them, the level (`[tier]`) and the availability policy are in
+//!   [`feature`]'s check, which the core hands both.
 //! - Stage (engine layer, deterministic): the limit and flag policies over
 //!   windowed Spectral Bloom Filter counts are `filter/counting.rs` (pure,
 //!   shared with pipe mode); [`stage`] is the stage as
@@ -13,10 +14,10 @@
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/emit.rs` writes
 //!   the flags topic from the judgments' notes. [`lookup`] answers
 //!   `/v1/count` (listed in `features/lookups.rs`).
-//! - Where the core calls it: through the slice's list of stages
-//!   (`features/stages.rs`: `SliceCounting` is a
+//! - Where the core calls it: [`feature`] checks the settings and hands the
+//!   slices the stage's setup (`SliceCounting` is a
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
-//!   tagged there), and `engine/dedup.rs` (pipe mode, `dedupd filter`).
+//!   tagged in [`stage`]), and `engine/dedup.rs` (pipe mode, `dedupd filter`).
 //!
 //! Not here: `kafka/size_limits.rs` is the record-size limit of the topics a
 //! slice writes, another thing.

@@ -1,5 +1,4 @@
-//! `[limit]` and `[flag]`: the counting stage's settings, their rules, and
-//! the timer filter beside the stage.
+//! `[limit]` and `[flag]`: the counting stage's settings and their rules.
 
 use serde::Deserialize;
 
@@ -8,14 +7,13 @@ use crate::config::error::{ConfigError, invalid};
 use crate::config::filter::FilterSettings;
 use crate::filter::counting::CountingSpec;
 use crate::filter::spectral::SpectralParams;
-use crate::filter::{FilterSpec, Growth};
 
 /// Frequency limits (docs/spectral.md): at most N records of a
 /// count key per window, counted by windowed Spectral Bloom Filters. The
 /// counting stage runs when `max_per_window` or `flag.threshold` is set;
 /// its settings here serve both. Names are pipe mode's flags'.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct LimitSettings {
     /// The most records of a count key let through per `filter.window`; the
     /// (N+1)-th and later copies in the window are duplicates. 0: no limit.
@@ -44,16 +42,41 @@ pub struct LimitSettings {
     pub counters: String,
 }
 
+/// The section's defaults, when the settings file and the environment
+/// leave a setting out: no limit.
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            max_per_window: 0,
+            count_key: String::new(),
+            estimator: "mi".into(),
+            subwindows: 16,
+            counter_bits: 8,
+            count_hashes: 5,
+            count_expected: 0,
+            counters: "fixed".into(),
+        }
+    }
+}
+
 /// Flags: the record at which a count key's estimated count in
 /// the window reaches `threshold` is copied to `topic`, exactly once.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct FlagSettings {
     /// The count at which a key is flagged; 0: no flags. Needs `topic`.
     pub threshold: u64,
     /// Where flagged records go (partition = slice, header `dedupd.count`);
     /// empty: no flags. Needs `threshold`.
     pub topic: String,
+}
+
+/// The section's defaults, when the settings file and the environment
+/// leave a setting out: no flags.
+impl Default for FlagSettings {
+    fn default() -> Self {
+        FlagSettings { threshold: 0, topic: String::new() }
+    }
 }
 
 impl LimitSettings {
@@ -137,21 +160,5 @@ impl LimitSettings {
             other => invalid(&format!("limit.{other}"), e.value, e.rule),
         })?;
         Ok(Some(CountingSetup { spec, count_key, max_record_bytes }))
-    }
-}
-
-/// The timer filter the slices run beside the counting stage. Counting by
-/// the dedup key, the stage judges instead of the timer filter, which stays
-/// empty: the smallest one (as for the count kinds) over `slices`.
-pub(crate) fn filter_for(counting: Option<&CountingSetup>, filter: FilterSpec, slices: u32) -> FilterSpec {
-    match counting {
-        Some(c) if c.count_key.is_none() => FilterSpec {
-            expected_keys: u64::from(slices),
-            total_cells: None,
-            growth: Growth::None,
-            max_generations: 1,
-            ..filter
-        },
-        _ => filter,
     }
 }

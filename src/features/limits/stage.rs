@@ -19,10 +19,11 @@ use std::collections::HashMap;
 
 use crate::engine::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageRule, StageSetup};
+use crate::engine::slice::stages::StageSetups;
 use crate::filter::counting::{self, CountingSpec, CountingStage};
 use crate::filter::{KeyHash, SnapshotError, Verdict};
 
-/// The counting stage's section tag (`features/stages.rs` lists them).
+/// The counting stage's section tag (`engine/slice/stage.rs` lists them).
 pub const COUNTING_TAG: SectionTag = SectionTag(2);
 
 /// The counting stage's settings (from `[limit]` and `[flag]`).
@@ -192,6 +193,11 @@ impl Stage for SliceCounting {
     }
 }
 
+/// The counting stage's settings in `stages`, if it is on.
+pub fn counting(stages: &StageSetups) -> Option<&CountingSetup> {
+    stages.get::<Option<CountingSetup>>()?.as_ref()
+}
+
 /// The counting stage in the slices' list: on with its settings, or off.
 impl StageSetup for Option<CountingSetup> {
     fn tag(&self) -> SectionTag {
@@ -200,6 +206,19 @@ impl StageSetup for Option<CountingSetup> {
 
     fn on(&self) -> bool {
         self.is_some()
+    }
+
+    /// Counting by the dedup key, the stage judges instead of the filter.
+    fn judges_instead(&self) -> bool {
+        self.as_ref().is_some_and(|c| c.count_key.is_none())
+    }
+
+    fn planned_bytes(&self) -> u64 {
+        self.as_ref().map_or(0, CountingSetup::planned_bytes)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn fingerprint(&self) -> String {
@@ -234,7 +253,6 @@ mod tests {
     use crate::engine::order::OrderSettings;
     use crate::engine::slice::stages::StageSetups;
     use crate::engine::slice::{self, Judgment, SliceRecord, SliceState, SliceVerdict};
-    use crate::features::stages::StagesSetup;
     use crate::filter::spectral::{Estimator, SpectralParams};
     use crate::filter::{FilterChoice, FilterSpec};
 
@@ -314,7 +332,7 @@ mod tests {
     }
 
     fn stages(setup: &CountingSetup) -> StageSetups {
-        crate::features::stage_setups(&StagesSetup { counting: Some(setup.clone()), ..Default::default() })
+        crate::features::tests::stage_setups(Some(setup.clone()), None)
     }
 
     fn fresh(setup: &CountingSetup) -> SliceState {
@@ -369,7 +387,7 @@ mod tests {
         assert_eq!(got, expected);
         assert_eq!(restored, whole);
 
-        let off = crate::features::stage_setups(&StagesSetup::default());
+        let off = crate::features::tests::stage_setups(None, None);
         let e = slice::decode_full(&bytes, 0, &params(), order(), &off).unwrap_err();
         assert!(e.to_string().contains("counting"), "{e}");
         let e = slice::decode(&bytes, 0, &params(), order()).unwrap_err();

@@ -3,12 +3,11 @@
 use std::sync::Arc;
 
 use super::stage::SliceProvenance;
-use crate::config::Resolved;
+use crate::config::{ConfigError, Resolved, Settings};
 use crate::engine::SliceState;
 use crate::engine::slice::stage::StageSetup;
-use crate::features::feature::{Feature, PublishedCounts, SlicePublish};
+use crate::features::feature::{CoreSettings, Feature, PublishedCounts, SlicePublish};
 use crate::features::lookups::KeyLookup;
-use crate::features::stages::StagesSetup;
 
 /// `dedupd_provenance_dropped_total`'s name in [`PublishedCounts`].
 const DROPPED: &str = "provenance_dropped";
@@ -21,8 +20,10 @@ impl Feature for ProvenanceFeature {
         "provenance"
     }
 
-    fn stage(&self, stages: &StagesSetup) -> Option<Arc<dyn StageSetup>> {
-        Some(Arc::new(stages.provenance.clone()))
+    /// `[provenance]`: its stage, on when a source is set.
+    fn check(&self, s: &Settings, core: &CoreSettings) -> Result<Option<Arc<dyn StageSetup>>, ConfigError> {
+        let provenance = s.provenance.validate(&s.filter, &s.input, core.passthrough)?;
+        Ok(Some(Arc::new(provenance)))
     }
 
     fn key_lookup(&self) -> Option<&'static KeyLookup> {

@@ -7,7 +7,7 @@ use crate::filter::KeyHash;
 pub const PROVENANCE: KeyLookup = KeyLookup {
     name: "provenance",
     off: "provenance is off: set provenance.source to turn it on\n",
-    on: |stages| stages.provenance.is_some(),
+    on: |stages| super::stage::provenance(stages).is_some(),
     routed_always: false,
     answer,
 };

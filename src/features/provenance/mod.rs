@@ -9,10 +9,10 @@
 //!   filters of `filter/provenance/`.
 //! - Outputs (Kafka layer): none of its own; `kafka/worker/lookups.rs`
 //!   answers `/v1/provenance`, `admin/` serves it.
-//! - Where the core calls it: through the slice's list of stages
-//!   (`features/stages.rs`: `SliceProvenance` is a
+//! - Where the core calls it: [`feature`] checks the settings and hands the
+//!   slices the stage's setup (`SliceProvenance` is a
 //!   [`Stage`](crate::engine::slice::stage::Stage), its snapshot section
-//!   tagged there).
+//!   tagged in [`stage`]).
 
 pub mod feature;
 pub mod lookup;

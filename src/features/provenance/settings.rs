@@ -11,7 +11,7 @@ use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 
 /// Which sources delivered each key (docs/provenance.md).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct ProvenanceSettings {
     /// Where a record's source comes from: `json:/pointer`, `header:NAME` or
     /// `topic` (the input topic); empty: provenance off.
@@ -29,6 +29,21 @@ pub struct ProvenanceSettings {
     pub fpr: f64,
     /// Order d of the Bloofi tree (2: the cheapest queries, per the paper).
     pub tree_order: usize,
+}
+
+/// The section's defaults, when the settings file and the environment
+/// leave a setting out: provenance off.
+impl Default for ProvenanceSettings {
+    fn default() -> Self {
+        ProvenanceSettings {
+            source: String::new(),
+            max_sources: 1000,
+            index: "auto".into(),
+            expected_keys_per_source: 100_000,
+            fpr: 0.01,
+            tree_order: 2,
+        }
+    }
 }
 
 impl ProvenanceSettings {

@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use crate::engine::record::{InvalidRecord, RecordView};
 use crate::engine::slice::stage::{Arrival, Judging, SectionTag, Stage, StageNotes, StageSetup};
+use crate::engine::slice::stages::StageSetups;
 use crate::filter::envelope::{Reader, put_u32, put_u64};
 use crate::filter::provenance::{IndexChoice, Provenance, ProvenanceSpec};
 use crate::filter::{SnapshotError, Verdict};
@@ -104,7 +105,7 @@ impl ProvenanceSetup {
     }
 }
 
-/// Provenance's section tag (`features/stages.rs` lists them).
+/// Provenance's section tag (`engine/slice/stage.rs` lists them).
 pub const PROVENANCE_TAG: SectionTag = SectionTag(1);
 
 /// On duplicates: the source of the first delivered copy, when only one
@@ -234,6 +235,11 @@ impl Stage for SliceProvenance {
     }
 }
 
+/// Provenance's settings in `stages`, if it is on.
+pub fn provenance(stages: &StageSetups) -> Option<&ProvenanceSetup> {
+    stages.get::<Option<ProvenanceSetup>>()?.as_ref()
+}
+
 /// Provenance in the slices' list: on with its settings, or off.
 impl StageSetup for Option<ProvenanceSetup> {
     fn tag(&self) -> SectionTag {
@@ -242,6 +248,14 @@ impl StageSetup for Option<ProvenanceSetup> {
 
     fn on(&self) -> bool {
         self.is_some()
+    }
+
+    fn planned_bytes(&self) -> u64 {
+        self.as_ref().map_or(0, ProvenanceSetup::worst_case_bytes)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 
     fn start(&self) -> Option<Box<dyn Stage>> {

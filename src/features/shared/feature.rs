@@ -1,8 +1,11 @@
 //! How the core plugs shared in (`features/feature.rs`).
 
+use std::sync::Arc;
+
 use super::reader::InputReader;
-use crate::config::{Resolved, SlicingMode};
-use crate::features::feature::Feature;
+use crate::config::{ConfigError, Resolved, Settings, SlicingMode};
+use crate::engine::slice::stage::StageSetup;
+use crate::features::feature::{CoreSettings, Feature};
 use crate::kafka::KafkaLayerError;
 use crate::kafka::slice_log::read_order::NamedRecords;
 
@@ -12,6 +15,12 @@ pub struct SharedFeature;
 impl Feature for SharedFeature {
     fn name(&self) -> &'static str {
         "shared"
+    }
+
+    /// What shared mode asks of `filter.slices`.
+    fn check(&self, s: &Settings, core: &CoreSettings) -> Result<Option<Arc<dyn StageSetup>>, ConfigError> {
+        super::settings::validate(core.slicing, &s.filter)?;
+        Ok(None)
     }
 
     fn named_records(

@@ -20,7 +20,6 @@ use crate::engine::slice::{
 use crate::engine::{KeySpec, RecordView};
 use crate::features::limits::stage::CountingSetup;
 use crate::features::provenance::stage::{ProvenanceSetup, SourceSpec};
-use crate::features::stages::StagesSetup;
 use crate::filter::counting::CountingSpec;
 use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 use crate::filter::spectral::{CounterKind, Estimator, SpectralParams};
@@ -128,7 +127,7 @@ impl Case {
     }
 
     fn stages(self) -> StageSetups {
-        crate::features::stage_setups(&StagesSetup { counting: self.counting(), provenance: self.provenance() })
+        super::stage_setups(self.counting(), self.provenance())
     }
 
     fn decode(self, bytes: &[u8]) -> Result<SliceState, SnapshotError> {

@@ -6,7 +6,6 @@ use super::{extractor, order, params};
 use crate::engine::RecordView;
 use crate::engine::slice::{Judgment, SliceRecord, SliceState, decode, decode_full, encode};
 use crate::features::provenance::stage::{FIRST_SOURCE, ProvenanceSetup, SliceProvenance, SourceSpec};
-use crate::features::stages::StagesSetup;
 use crate::filter::KeyHash;
 use crate::filter::provenance::{IndexChoice, ProvenanceSpec};
 
@@ -34,9 +33,7 @@ fn provenance_survives_a_snapshot_with_held_records() {
         },
         input_topic: "in".into(),
     };
-    let with = |setup: &ProvenanceSetup| {
-        crate::features::stage_setups(&StagesSetup { provenance: Some(setup.clone()), ..Default::default() })
-    };
+    let with = |setup: &ProvenanceSetup| super::stage_setups(None, Some(setup.clone()));
     let ex = extractor();
     let mut rng = crate::testkit::workload::Rng::new(8);
     let keys: Vec<[u8; 8]> = (0..2_000u64).map(|_| rng.below(300).to_le_bytes()).collect();

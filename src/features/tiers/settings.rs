@@ -11,7 +11,7 @@ use crate::filter::FilterSpec;
 /// Multi-level (Bloom tree) deployments, paper §6 (docs/tiers.md): regional
 /// leaf instances in front of one root instance.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct TierSettings {
     /// `single` (a plain instance), `leaf` (forwards what it cannot resolve
     /// to `parent_topic`) or `root` (the parent; publishes its verdicts to
@@ -32,6 +32,20 @@ pub struct TierSettings {
     /// `filter.window`.
     #[serde(deserialize_with = "duration_ms")]
     pub verdict_delay: u64,
+}
+
+/// The section's defaults, when the settings file and the environment
+/// leave a setting out: a single-level instance.
+impl Default for TierSettings {
+    fn default() -> Self {
+        TierSettings {
+            role: "single".into(),
+            tree: "sparse".into(),
+            parent_topic: String::new(),
+            verdict_topic: String::new(),
+            verdict_delay: 30_000,
+        }
+    }
 }
 
 impl TierSettings {

@@ -75,7 +75,7 @@ fn publish_counters(setup: &WorkerSetup, label: &str, owned: &mut OwnedSlice) {
         m.hold.hold_overflows.with_label_values(&[label]).inc_by(overflows - owned.published_overflows);
         owned.published_overflows = overflows;
     }
-    for feature in &FEATURES {
+    for feature in FEATURES {
         let slice = SlicePublish { metrics: m, label, state: &owned.state };
         feature.publish(&setup.cfg, &slice, &mut owned.published_features);
     }

@@ -105,7 +105,7 @@ pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kaf
     setup.metrics.restore.restore_duration.observe(started.elapsed().as_secs_f64());
     let figures = point.state.filter.figures();
     let mut published_features = PublishedCounts::new();
-    for feature in &FEATURES {
+    for feature in FEATURES {
         feature.restored(&point.state, &mut published_features);
     }
     Ok(OwnedSlice {
