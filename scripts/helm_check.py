@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Checks the dedupd Helm chart (helm/dedupd) without a helm binary or a cluster.
 
-    python3 scripts/helm_check.py [-v] [--chart DIR] [--write-alerts] [--write-schema]
+    python3 scripts/helm_check.py [-v] [--chart DIR] [--write-alerts] [--write]
 
---write-alerts regenerates grafana/alerts.yml from the chart's files/alerts.yml, and
---write-schema the `config` part of values.schema.json from config/dedupd.toml, before the
-checks.
+--write-alerts regenerates grafana/alerts.yml from the chart's files/alerts.yml, and --write
+(alias --write-schema) the chart's copy of config/dedupd.toml: values.yaml's `config:` block
+between its BEGIN/END generated lines (every section but [admin] and [shutdown], every setting
+with its default and its comment, [kafka] empty) and the `config` part of values.schema.json,
+before the checks. A new section in config/dedupd.toml needs nothing else in the chart.
 
 The chart is rendered by Helm itself: helm-python-sdk (PyPI) wraps Helm's Go SDK in a
 shared library, so templates, sprig functions, .Files.Get, `fail` and `required` behave as
@@ -28,6 +30,8 @@ part switched on) and with a few invalid values that must be refused:
     token mounts, the config checksum annotation;
   * Service, ServiceMonitor, PodDisruptionBudget and PrometheusRule select the pods and
     name the right port;
+  * values.yaml's `config:` block and values.schema.json's `config` are what --write writes
+    from config/dedupd.toml (else: run --write);
   * values.schema.json: every value of values.yaml and ci/full-values.yaml has a typed entry,
     its `config` is config/dedupd.toml's sections, settings and types, and `helm template`
     (and `helm lint`) refuse wrong-typed, unknown and renamed values with a schema error
@@ -364,6 +368,109 @@ def config_schema(shipped: dict) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------- values.yaml's config
+
+# values.yaml's `config:` block between these lines is generated from config/dedupd.toml.
+CONFIG_BEGIN = ("  # BEGIN generated from config/dedupd.toml by `python3 scripts/helm_check.py --write`: "
+                "edit that file, not this block")
+CONFIG_END = "  # END generated from config/dedupd.toml"
+# [kafka] in values.yaml: librdkafka settings only (brokers is kafka.brokers).
+KAFKA_VALUES_COMMENT = """\
+Extra librdkafka settings for every client, by their dotted names (no secrets here:
+use kafka.existingSecret). Example:
+  security.protocol: SASL_SSL
+  sasl.mechanisms: SCRAM-SHA-512"""
+
+
+def toml_comments(text: str) -> dict[tuple[str, str], list[str]]:
+    """The comment lines above each setting of config/dedupd.toml, by (section, key), without
+    their `#`. Comments above a section header (the file's own header) are dropped."""
+    comments: dict[tuple[str, str], list[str]] = {}
+    section, pending = "", []
+    for line in text.splitlines():
+        stripped = line.strip()
+        header = re.fullmatch(r"\[([A-Za-z0-9_-]+)\]\s*(#.*)?", stripped)
+        key = re.match(r"([A-Za-z0-9_-]+)\s*=", stripped)
+        if stripped.startswith("#"):
+            pending.append(stripped[1:].removeprefix(" ").rstrip())
+        elif header:
+            section, pending = header.group(1), []
+        elif key and section:
+            comments[(section, key.group(1))] = pending
+            pending = []
+    return comments
+
+
+def yaml_scalar(value, where: str) -> str:
+    """A setting's default as YAML that Helm reads back as the same value (JSON is YAML)."""
+    if isinstance(value, bool) or isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        if not re.fullmatch(r"-?[0-9]+\.[0-9]+", text):
+            raise ValueError(f"{where} = {value!r}: write it with a decimal point and no exponent")
+        return text
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_scalar(v, f"{where}[{i}]") for i, v in enumerate(value)) + "]"
+    raise ValueError(f"{where}: a {type(value).__name__} is not a setting the chart can render "
+                     "(strings, numbers, booleans and lists of them)")
+
+
+def generated_config_block(text: str, tomllib) -> list[str]:
+    """values.yaml's `config:` sections from config/dedupd.toml: every section but the chart's
+    own ([admin], [shutdown]), every setting with its default and its comment; [kafka] empty
+    (kafka.brokers is a value of its own). The lines between CONFIG_BEGIN and CONFIG_END."""
+    shipped = tomllib.loads(text)
+    comments = toml_comments(text)
+    lines: list[str] = []
+    for section, table in shipped.items():
+        if section in CHART_OWNED_SECTIONS:
+            continue
+        if not isinstance(table, dict):
+            raise ValueError(f"config/dedupd.toml: {section} is not a [section]")
+        if section == "kafka":
+            lines += ["  # " + c if c else "  #" for c in KAFKA_VALUES_COMMENT.splitlines()]
+            lines.append("  kafka: {}")
+            continue
+        lines.append(f"  {section}:")
+        for key, value in table.items():
+            if (section, key) not in comments:
+                raise ValueError(f"config/dedupd.toml: [{section}] {key} is not a `key = value` line of its own")
+            lines += ["    # " + c if c else "    #" for c in comments[(section, key)]]
+            lines.append(f"    {key}: {yaml_scalar(value, f'{section}.{key}')}")
+        if not table:
+            lines[-1] += " {}"
+    return lines
+
+
+def config_block(values_text: str) -> tuple[int, int]:
+    """The line indexes of CONFIG_BEGIN and CONFIG_END in values.yaml."""
+    lines = values_text.splitlines()
+    if lines.count(CONFIG_BEGIN) != 1 or lines.count(CONFIG_END) != 1:
+        raise ValueError(f"values.yaml must hold the lines {CONFIG_BEGIN!r} and {CONFIG_END!r} once each, "
+                         "under `config:`")
+    begin, end = lines.index(CONFIG_BEGIN), lines.index(CONFIG_END)
+    if not (0 < begin < end and lines[begin - 1] == "config:"):
+        raise ValueError(f"values.yaml: {CONFIG_BEGIN!r} must follow `config:`, before {CONFIG_END!r}")
+    return begin, end
+
+
+def values_with_config(values_text: str, tomllib) -> str:
+    """values.yaml with its generated `config:` block rewritten from config/dedupd.toml."""
+    lines = values_text.splitlines()
+    begin, end = config_block(values_text)
+    block = generated_config_block(SHIPPED_TOML.read_text(), tomllib)
+    return "\n".join(lines[: begin + 1] + block + lines[end:]) + "\n"
+
+
+def write_values_config(chart: Path, tomllib) -> None:
+    path = chart / "values.yaml"
+    path.write_text(values_with_config(path.read_text(), tomllib))
+    say(f"wrote the config block of {path.relative_to(ROOT)} from config/dedupd.toml")
+
+
 # ---------------------------------------------------------------------------- rendering
 
 
@@ -623,8 +730,7 @@ def check_defaults(c: Checks, schema, helm, yaml, tomllib, shipped: dict, chart_
                 continue
             got = conf.get(section, {}).get(key, "<missing>")
             c.ok(got == want, f"default {section}.{key} equals config/dedupd.toml",
-                 f"chart {got!r}, config/dedupd.toml {want!r}: update config.{section}.{key} in "
-                 "helm/dedupd/values.yaml")
+                 f"chart {got!r}, config/dedupd.toml {want!r}: run python3 scripts/helm_check.py --write")
     dep = kinds.get("Deployment", {})
     c.eq(dep.get("spec", {}).get("replicas"), chart_values["replicaCount"], "replicas = replicaCount default")
     env = dep["spec"]["template"]["spec"]["containers"][0].get("env", [])
@@ -890,9 +996,17 @@ def check_schema(c: Checks, helm, yaml, tomllib, chart_values: dict) -> None:
     c.eq(schema.get("$schema"), "http://json-schema.org/draft-07/schema#", "JSON Schema draft-07")
     c.eq(schema.get("additionalProperties"), False, "unknown top-level values are refused")
     shipped = tomllib.loads(SHIPPED_TOML.read_text())
-    c.eq(schema.get("properties", {}).get("config"), config_schema(shipped),
-         "the schema's config is config/dedupd.toml's sections, settings and types "
-         "(python3 scripts/helm_check.py --write-schema)")
+    c.ok(schema.get("properties", {}).get("config") == config_schema(shipped),
+         "the schema's config is config/dedupd.toml's sections, settings and types",
+         "values.schema.json is out of date with config/dedupd.toml: run python3 scripts/helm_check.py --write")
+    values_text = (CHART / "values.yaml").read_text()
+    try:
+        want = values_with_config(values_text, tomllib)
+    except ValueError as e:
+        c.ok(False, "values.yaml's config block is generated from config/dedupd.toml", str(e))
+    else:
+        c.ok(values_text == want, "values.yaml's config block is generated from config/dedupd.toml",
+             "helm/dedupd/values.yaml is out of date with config/dedupd.toml: run python3 scripts/helm_check.py --write")
 
     def node_for(node: dict, key: str):
         props = node.get("properties") or {}
@@ -1056,15 +1170,20 @@ def main() -> int:
     parser.add_argument("--chart", type=Path, default=CHART, help="chart directory (default: helm/dedupd)")
     parser.add_argument("--write-alerts", action="store_true",
                         help="write grafana/alerts.yml from the chart's files/alerts.yml and default values, then check")
-    parser.add_argument("--write-schema", action="store_true",
-                        help="write the config part of values.schema.json from config/dedupd.toml, then check")
+    parser.add_argument("--write", "--write-schema", action="store_true", dest="write",
+                        help="write values.yaml's config block and the config part of values.schema.json from "
+                             "config/dedupd.toml, then check")
     args = parser.parse_args()
     VERBOSE, CHART = args.verbose, args.chart.resolve()
     FULL_VALUES = CHART / "ci" / "full-values.yaml"
     helm, yaml, tomllib = load_dependencies()
     if args.write_alerts:
         write_alerts(CHART, yaml)
-    if args.write_schema:
+    if args.write:
+        try:
+            write_values_config(CHART, tomllib)
+        except ValueError as e:
+            sys.exit(f"helm_check: error: {e}")
         write_schema_config(CHART, tomllib)
     schema = Schema(kubernetes_wheel())
     shipped = tomllib.loads(SHIPPED_TOML.read_text())

@@ -173,9 +173,9 @@ key_endpoints = {{ $mode | toJson }}
 {{/*
 The whole dedupd.toml: the sections listed here in the order of config/dedupd.toml, then the
 other sections of config in alphabetical order, so a new section needs no line here. Which
-sections there are is values.schema.json's (generated from config/dedupd.toml by
-scripts/helm_check.py --write-schema): it refuses an unknown one, and dedupd refuses it at
-start-up when the schema is skipped.
+sections there are is values.schema.json's (generated from config/dedupd.toml, as the
+config block of values.yaml, by scripts/helm_check.py --write): it refuses an unknown one, and
+dedupd refuses it at start-up when the schema is skipped.
 */}}
 {{- define "dedupd.toml" -}}
 {{- $order := list "app" "kafka" "input" "filter" "slicing" "memory" "output" "checkpoint" "availability" "admin" "topics" "shutdown" "log" "provenance" "tier" "limit" "flag" -}}
