@@ -694,7 +694,8 @@ def check_toml(c: Checks, tomllib, cm: dict, shipped: dict, values: dict) -> dic
         return {}
     c.ok(True, "dedupd.toml parses as TOML")
     missing = [s for s in shipped if s not in conf]
-    c.ok(not missing, "dedupd.toml has every section of config/dedupd.toml", f"missing {missing}")
+    c.ok(not missing, "dedupd.toml has every section of config/dedupd.toml",
+         f"missing {missing}: run python3 scripts/helm_check.py --write")
     extra = [s for s in conf if s not in shipped]
     c.ok(not extra, "dedupd.toml has no section config/dedupd.toml lacks", f"{extra}")
     for section, table in conf.items():
