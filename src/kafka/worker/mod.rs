@@ -63,6 +63,7 @@
 //!   it is: an input record is judged by `judge`, a record of a slice being
 //!   restored or of a policy range is decided in `policy.rs`; the
 //!   judgments go to `emit.rs`. Idle flushes are here too.
+//! - `held.rs`: the records a slice holds for the watermark, owned.
 //! - `stall.rs`: the worker standing still (a stopped process): what it
 //!   polls on waking is not handled until the group has had time to take
 //!   its slices away.

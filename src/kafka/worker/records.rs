@@ -9,6 +9,7 @@ use std::time::Instant;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::emit::emit;
+use super::held::HeldRecord;
 use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
@@ -16,6 +17,7 @@ use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
+use crate::kafka::out_record::OutRecord;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
 use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
@@ -334,9 +336,10 @@ pub(super) fn judge(
     }
     // No judgment of its own: it waits for the watermark.
     if !judged.iter().any(|j| j.offset == offset) {
-        owned.held.insert(offset, msg.detach());
+        owned.held.insert(offset, HeldRecord::of(msg, framed));
     }
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    let rec = OutRecord::consumed(msg, payload, framed.source);
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, &rec)))?;
     // During a replay (logged flushes still to apply) this waits: the order
     // against `taken`'s logged flushes does not matter.
     flush_over_budget(setup, owned, judged)
@@ -362,7 +365,8 @@ fn refuse(
     }
     let verdict = SliceVerdict::Invalid(why);
     judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))
+    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, &rec)))
 }
 
 /// Applies the logged idle flushes due after the slice's last record (a
