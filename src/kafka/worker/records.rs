@@ -3,7 +3,6 @@
 //! policy range), its judgments emitted ([`super::emit`]); and the idle
 //! flushes that release what waits for the watermark.
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -13,13 +12,11 @@ use super::held::HeldRecord;
 use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
-use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
-use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
+use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict};
 use crate::kafka::out_record::OutRecord;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
-use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -181,7 +178,11 @@ impl<'r, 'm> Entry<'r, 'm> {
 
 /// What follows every record a slice takes in: one more record since its
 /// snapshot, and the logged idle flush that came right after it (replay).
-fn taken(setup: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+pub(super) fn taken(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+) -> Result<(), KafkaLayerError> {
     owned.since_checkpoint += 1;
     apply_logged_flushes(setup, owned, judged)
 }
@@ -223,87 +224,6 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
     if let Some(applied) = setup.requests_applied.get() {
         applied(owned.state.slice, msg.offset() as u64, outcome);
     }
-}
-
-/// Judges the input records the read-order record `msg` names,
-/// in its order, from the first the slice has not taken in yet (a slice
-/// resumes in the middle of one), reading them from the input with `input`.
-/// The worker lock is taken per record: an admin lookup waits for one
-/// record, not for a whole read-order record and its fetches.
-pub(super) fn handle_read_order(
-    setup: &WorkerSetup,
-    worker_state: &Mutex<WorkerState>,
-    input: &mut dyn NamedRecords,
-    msg: &BorrowedMessage<'_>,
-    now: Instant,
-) -> Result<(), KafkaLayerError> {
-    let slice = msg.partition() as u32;
-    let Some(next) = worker_state.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
-        return Ok(()); // fetched just before a revocation
-    };
-    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
-        Ok(order) => order,
-        Err(e) => {
-            // Only routers write these: a record that cannot be read is a
-            // bug or a foreign writer, and the records it names are unknown.
-            log::error!(
-                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
-                 records it names are not judged",
-                msg.offset()
-            );
-            return Ok(());
-        }
-    };
-    order.first_position = read_order::position(msg.offset() as u64, 0);
-    let mut run_start = order.first_position;
-    for run in &order.runs {
-        let run_end = run_start + u64::from(run.count);
-        let skip = next.saturating_sub(run_start);
-        if skip < u64::from(run.count) {
-            let first = run.first + skip as i64;
-            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, &mut |offset, record| {
-                let position = run_start + (offset - run.first) as u64;
-                let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
-                let mut guard = worker_state.lock().expect("worker lock");
-                handle_named(setup, &mut guard, slice, position, record, source, now)?;
-                if let Err(e) = copy_some(setup, &mut guard, COPY_STEP_BYTES) {
-                    log::warn!("snapshot failed: {e}");
-                }
-                Ok(())
-            })?;
-        }
-        run_start = run_end;
-    }
-    Ok(())
-}
-
-/// Judges one input record a read-order record names, at
-/// virtual position `offset`; `source` is where it was read.
-fn handle_named(
-    setup: &WorkerSetup,
-    worker_state: &mut WorkerState,
-    slice: u32,
-    offset: u64,
-    msg: &BorrowedMessage<'_>,
-    source: SourceRef<'_>,
-    now: Instant,
-) -> Result<(), KafkaLayerError> {
-    let WorkerState { slices, judged, .. } = worker_state;
-    let Some(owned) = slices.get_mut(&slice) else {
-        return Ok(()); // revoked meanwhile
-    };
-    if offset < owned.state.next_offset {
-        return Ok(()); // already reflected in the state
-    }
-    apply_logged_flushes(setup, owned, judged)?;
-    owned.last_arrival = now;
-    let header_list = headers::pairs(msg);
-    // The source makes a record named twice (by a router that re-read its
-    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
-    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
-    judged.clear();
-    judge(setup, owned, judged, offset, msg, &framed, &header_list)?;
-    taken(setup, owned, judged)
 }
 
 /// Judges an input record at slice offset (with read orders: virtual position)
