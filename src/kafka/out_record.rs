@@ -1,11 +1,14 @@
 //! A record as its copies to the outputs see it ([`OutRecord`]): key, input
 //! payload, headers, timestamp and where the input record was read,
 //! borrowed from a consumed record or from one a slice holds
-//! ([`PackedHeaders`] keeps the headers of an owned one in one buffer).
+//! ([`PackedHeaders`] keeps the headers of an owned one in one buffer,
+//! [`FramedHeaders`] are those of a slice-log batch's record).
 
 use rdkafka::message::{BorrowedHeaders, BorrowedMessage, Headers, Message};
 
 use crate::engine::SourceRef;
+use crate::filter::SnapshotError;
+use crate::filter::envelope::{Reader, put_u32};
 
 /// What a judgment's copies are made of (see the module documentation).
 #[derive(Clone, Copy)]
@@ -57,6 +60,7 @@ pub enum OutHeaders<'a> {
     None,
     Consumed(&'a BorrowedHeaders),
     Packed(PackedHeaders<'a>),
+    Framed(FramedHeaders<'a>),
 }
 
 impl<'a> OutHeaders<'a> {
@@ -65,15 +69,21 @@ impl<'a> OutHeaders<'a> {
             OutHeaders::None => 0,
             OutHeaders::Consumed(h) => h.count(),
             OutHeaders::Packed(p) => p.lens.len(),
+            OutHeaders::Framed(f) => usize::from(f.count),
         }
     }
 
     pub fn iter(self) -> impl Iterator<Item = (&'a str, Option<&'a [u8]>)> {
         let mut at = 0;
+        let mut framed = Reader::over(match self {
+            OutHeaders::Framed(f) => f.bytes,
+            _ => &[],
+        });
         (0..self.count()).map_while(move |i| match self {
             OutHeaders::None => None,
             OutHeaders::Consumed(h) => h.try_get(i).map(|h| (h.key, h.value)),
             OutHeaders::Packed(p) => p.get(i, &mut at),
+            OutHeaders::Framed(_) => FramedHeaders::read_one(&mut framed).ok(),
         })
     }
 
@@ -88,11 +98,26 @@ impl<'a> OutHeaders<'a> {
     }
 }
 
-/// Marks a header without a value in [`PackedHeaders::lens`].
+impl std::fmt::Debug for OutHeaders<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Equal when they list the same headers, however they are kept.
+impl PartialEq for OutHeaders<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for OutHeaders<'_> {}
+
+/// Marks a header without a value in [`PackedHeaders::lens`] and [`FramedHeaders`].
 const NO_VALUE: u32 = u32::MAX;
 
 /// Headers kept in one buffer: each name then its value, back to back;
-/// `lens` has their lengths ([`NO_VALUE`] for a header without one).
+/// `lens` has their lengths (`u32::MAX` for a value: a header without one).
 #[derive(Clone, Copy)]
 pub struct PackedHeaders<'a> {
     pub bytes: &'a [u8],
@@ -127,6 +152,63 @@ impl<'a> PackedHeaders<'a> {
             }
         };
         Some((std::str::from_utf8(name).ok()?, value))
+    }
+}
+
+/// A slice-log batch record's headers, as written: their count (u16),
+/// then per header its name (u16 length) and value (u32 length,
+/// `u32::MAX` for none). Checked when the batch was read
+/// ([`Self::read`]), so reading them again cannot fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FramedHeaders<'a> {
+    /// The headers after their count.
+    bytes: &'a [u8],
+    count: u16,
+}
+
+impl<'a> FramedHeaders<'a> {
+    /// Reads and checks the headers at `r`'s position.
+    pub fn read(r: &mut Reader<'a>) -> Result<Self, SnapshotError> {
+        let count = r.u16()?;
+        let from = r.rest();
+        for _ in 0..count {
+            Self::read_one(r)?;
+        }
+        let bytes = &from[..from.len() - r.rest().len()];
+        Ok(FramedHeaders { bytes, count })
+    }
+
+    fn read_one(r: &mut Reader<'a>) -> Result<(&'a str, Option<&'a [u8]>), SnapshotError> {
+        let len = r.u16()?;
+        let name = std::str::from_utf8(r.take(usize::from(len))?)
+            .map_err(|_| SnapshotError::Malformed("a header name is not UTF-8".into()))?;
+        let value = match r.u32()? {
+            NO_VALUE => None,
+            len => Some(r.take(len as usize)?),
+        };
+        Ok((name, value))
+    }
+
+    /// Writes `headers` in this form. `None` (and `w` as it was) for more
+    /// than `u16::MAX` headers or a name longer than `u16::MAX` bytes: no
+    /// Kafka record has those.
+    pub fn put<'h>(w: &mut Vec<u8>, headers: impl Iterator<Item = (&'h str, Option<&'h [u8]>)>) -> Option<()> {
+        let at = w.len();
+        w.extend_from_slice(&0u16.to_le_bytes());
+        let mut count = 0u16;
+        for (name, value) in headers {
+            let (Ok(len), Some(more)) = (u16::try_from(name.len()), count.checked_add(1)) else {
+                w.truncate(at);
+                return None;
+            };
+            w.extend_from_slice(&len.to_le_bytes());
+            w.extend_from_slice(name.as_bytes());
+            put_u32(w, value.map_or(NO_VALUE, |v| v.len() as u32));
+            w.extend_from_slice(value.unwrap_or_default());
+            count = more;
+        }
+        w[at..at + 2].copy_from_slice(&count.to_le_bytes());
+        Some(())
     }
 }
 

@@ -2,6 +2,7 @@
 //! frame, the record itself, or a read order naming input records
 //! ([`read_order`]). Read by the slice worker and by the restore's replay.
 
+pub mod batch;
 pub mod read_order;
 
 use rdkafka::message::{Headers, Message};
