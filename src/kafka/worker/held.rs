@@ -4,10 +4,9 @@
 
 use std::collections::HashMap;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
+use rdkafka::message::{Headers, Message, OwnedMessage};
 
 use crate::engine::SourceRef;
-use crate::engine::slice::Unframed;
 use crate::kafka::out_record::{Origin, OutHeaders, OutRecord, PackedHeaders};
 use crate::kafka::slice_log::{Holds, parts};
 
@@ -28,14 +27,11 @@ pub(super) struct HeldRecord {
 }
 
 impl HeldRecord {
-    /// The slice-log record `msg`, whose input parts are `framed` (its
-    /// source: `msg` itself when `None`).
-    pub(super) fn of(msg: &BorrowedMessage<'_>, framed: &Unframed<'_>) -> Self {
-        let source = framed.source.unwrap_or_else(|| Origin::Consumed(msg).source());
-        let headers = msg.headers().map(|h| h.iter().map(|h| (h.key, h.value)));
-        let value_len = msg.payload().map_or(0, <[u8]>::len);
-        let timestamp = msg.timestamp().to_millis();
-        Self::build(msg.key(), framed.payload, source, headers.into_iter().flatten(), timestamp, value_len)
+    /// The arriving record `rec`, brought by a slice-log value of
+    /// `value_len` bytes.
+    pub(super) fn of(rec: &OutRecord<'_>, value_len: usize) -> Self {
+        let source = rec.origin.source();
+        Self::build(rec.key, rec.payload, source, rec.headers.iter(), rec.timestamp_ms, value_len)
     }
 
     /// A record read again by a restore: `msg` as the slice log (`holds`) holds it.

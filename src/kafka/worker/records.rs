@@ -14,7 +14,9 @@ use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
-use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict};
+use crate::engine::{
+    InvalidRecord, Judgment, Progress, Reading, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef,
+};
 use crate::kafka::out_record::OutRecord;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
 use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
@@ -226,8 +228,9 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
     }
 }
 
-/// Judges an input record at slice offset (with read orders: virtual position)
-/// `offset`: emits the judgments it releases and keeps it if it waits.
+/// Judges the consumed input record `msg` (its parts: `framed`) at slice
+/// offset (with read orders: virtual position) `offset` ([`judge_arrival`]);
+/// a repartition-mode record whose frame is broken is refused instead.
 pub(super) fn judge(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
@@ -241,25 +244,59 @@ pub(super) fn judge(
     if let Some(why) = broken_frame(setup.path.log_format, msg.payload(), source_header, framed) {
         return refuse(setup, owned, judged, offset, msg, framed, why);
     }
-    let Unframed { source, payload, reading } = *framed;
+    let arrival = Arrival {
+        out: OutRecord::consumed(msg, framed.payload, framed.source),
+        source: framed.source,
+        reading: framed.reading,
+        header_list,
+        value_len: msg.payload().map_or(0, <[u8]>::len),
+    };
+    judge_arrival(setup, owned, judged, offset, &arrival)
+}
+
+/// An input record arriving at its slice, whatever form of the slice log
+/// brought it: as its copies see it ([`OutRecord`]), as the extractors
+/// read its headers, with its source and the router's reading if the
+/// slice log carries them.
+pub(super) struct Arrival<'a> {
+    pub(super) out: OutRecord<'a>,
+    /// Its input position when the slice log is not the input itself.
+    pub(super) source: Option<SourceRef<'a>>,
+    pub(super) reading: Option<Reading>,
+    pub(super) header_list: &'a [(&'a str, &'a [u8])],
+    /// The length of the slice-log value that brought it (what a held
+    /// record counts, frame and all).
+    pub(super) value_len: usize,
+}
+
+/// Judges the input record `arrival` at slice offset (with read orders:
+/// virtual position) `offset`: emits the judgments it releases and keeps it
+/// if it waits.
+pub(super) fn judge_arrival(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    arrival: &Arrival<'_>,
+) -> Result<(), KafkaLayerError> {
+    let out = &arrival.out;
     let record = RecordView {
-        key: msg.key(),
-        payload: payload.unwrap_or_default(),
-        headers: header_list,
-        timestamp_ms: msg.timestamp().to_millis(),
+        key: out.key,
+        payload: out.payload.unwrap_or_default(),
+        headers: arrival.header_list,
+        timestamp_ms: out.timestamp_ms,
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
-    let slice_record = SliceRecord { offset, record, source, reading };
+    let slice_record = SliceRecord { offset, record, source: arrival.source, reading: arrival.reading };
     owned.process(&slice_record, &setup.extractor, judged);
     if let Some(input) = &setup.input_counter {
         input.inc();
     }
     // No judgment of its own: it waits for the watermark.
     if !judged.iter().any(|j| j.offset == offset) {
-        owned.held.insert(offset, HeldRecord::of(msg, framed));
+        owned.held.insert(offset, HeldRecord::of(out, arrival.value_len));
     }
-    let rec = OutRecord::consumed(msg, payload, framed.source);
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, &rec)))?;
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, out)))?;
     // During a replay (logged flushes still to apply) this waits: the order
     // against `taken`'s logged flushes does not matter.
     flush_over_budget(setup, owned, judged)
