@@ -200,12 +200,12 @@ impl BatchBuilder {
         ENVELOPE_BYTES + self.topics.iter().map(|t| 2 + t.len()).sum::<usize>() + self.body.len()
     }
 
-    /// Adds `entry` (the caller has asked [`Self::fits`]). `None`, and
-    /// nothing added, when it cannot be written: a topic name longer than
-    /// Kafka allows, a negative stamp, a part over 4 GiB, more than
-    /// `u16::MAX` headers.
+    /// Adds `entry` with those of its headers `copied` says (the caller has
+    /// asked [`Self::fits`]). `None`, and nothing added, when it cannot be
+    /// written: a topic name longer than Kafka allows, a negative stamp, a
+    /// part over 4 GiB, more than `u16::MAX` headers.
     #[must_use]
-    pub fn push(&mut self, entry: &BatchEntry<'_>) -> Option<()> {
+    pub fn push(&mut self, entry: &BatchEntry<'_>, copied: impl Fn(&str) -> bool) -> Option<()> {
         let SourceRef { topic, partition, offset } = entry.source;
         let too_long = |b: Option<&[u8]>| b.is_some_and(|b| u32::try_from(b.len()).is_err());
         if topic.len() > MAX_TOPIC_BYTES
@@ -240,7 +240,7 @@ impl BatchBuilder {
         if let Some(key) = entry.key {
             put_sized(w, key);
         }
-        if FramedHeaders::put(w, entry.headers.iter()).is_none() {
+        if FramedHeaders::put(w, entry.headers.iter().filter(|(name, _)| copied(name))).is_none() {
             self.body.truncate(at);
             return None;
         }

@@ -62,7 +62,9 @@
 //!   progress, delete request or a foreign record) and takes it in as what
 //!   it is: an input record is judged by `judge`, a record of a slice being
 //!   restored or of a policy range is decided in `policy.rs`; the
-//!   judgments go to `emit.rs`. Idle flushes are here too.
+//!   judgments go to `emit.rs`. A batch (`slicing.log_format = "batches"`)
+//!   is read once and its records judged one by one at their virtual
+//!   positions (`take_batch`). Idle flushes are here too.
 //! - `read_orders.rs`: shared mode's per-record path: the input records a
 //!   read-order record names, judged under one take of the worker lock per
 //!   run of them.

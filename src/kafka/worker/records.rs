@@ -1,5 +1,5 @@
 //! The per-record path: a slice-log record is taken in (judged, or a
-//! router's progress, a delete request, a read-order record, a record of a
+//! router's progress, a delete request, a batch's records, a record of a
 //! policy range), its judgments emitted ([`super::emit`]); and the idle
 //! flushes that release what waits for the watermark.
 
@@ -8,18 +8,21 @@ use std::time::Instant;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::emit::emit;
-use super::held::HeldRecord;
 use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
 use crate::engine::{
-    InvalidRecord, Judgment, Progress, Reading, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef,
+    InvalidReason, InvalidRecord, Judgment, Progress, Reading, RecordView, ReleasePos, SliceRecord, SliceVerdict,
+    SourceRef,
 };
+use crate::kafka::held_record::HeldRecord;
+use crate::kafka::out_record::Origin;
 use crate::kafka::out_record::OutRecord;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
-use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
+use crate::kafka::slice_log::batch::Batch;
+use crate::kafka::slice_log::{Holds, Kind, LogRecord, broken_frame, read_order};
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Flushes every owned slice that holds records for the watermark and has
@@ -108,10 +111,13 @@ pub(super) fn handle(
             None => Ok(()), // fetched just before a revocation, or while restoring
         };
     };
-    // With read orders, a slice-log record (a router's progress, a
-    // delete request) is at index 0 of its offset's virtual positions.
+    // With read orders or batches, a slice-log record (a router's
+    // progress, a delete request) is at index 0 of its offset's virtual
+    // positions; a batch's records at the ones after (a slice may resume
+    // in the middle of a batch).
     let offset = setup.slice_position(msg.offset() as u64);
-    if offset < owned.state.next_offset {
+    let batch_end = (setup.path.log_format == Holds::Batches).then(|| setup.slice_position(msg.offset() as u64 + 1));
+    if offset < owned.state.next_offset && batch_end.is_none_or(|end| end <= owned.state.next_offset) {
         return Ok(()); // already reflected in the state
     }
     // A logged idle flush due after the slice's last record comes before
@@ -121,6 +127,12 @@ pub(super) fn handle(
     // the replay would release its records at other positions).
     apply_logged_flushes(setup, owned, judged)?;
     let record = LogRecord::read(setup.path.log_format, msg);
+    if record.kind == Kind::Batch {
+        return take_batch(setup, owned, judged, msg, now);
+    }
+    if offset < owned.state.next_offset {
+        return Ok(()); // a control record already taken in
+    }
     owned.ranges.retain(|r| r.to >= offset);
     let entry = Entry::of(&record, range_of(&owned.ranges, offset));
     if entry.arrives() {
@@ -142,6 +154,57 @@ pub(super) fn handle(
         Entry::Delete => take_delete(setup, owned, offset, msg),
     }
     taken(setup, owned, judged)
+}
+
+/// Takes in the batch `msg`. One that cannot be read (damaged, or written
+/// by another writer) is refused whole at its first position, to the dead
+/// letters with the reason `bad_frame` and why: the records in it are
+/// unknown. A replay refuses it again at the same place.
+fn take_batch(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let log_offset = msg.offset() as u64;
+    let batch = match Batch::decode(msg.payload().unwrap_or_default()) {
+        Ok(batch) => batch,
+        Err(e) => {
+            let offset = read_order::position(log_offset, 0);
+            if offset < owned.state.next_offset {
+                return Ok(());
+            }
+            owned.last_arrival = now;
+            let why = InvalidRecord { reason: InvalidReason::BadFrame, detail: format!("{e}") };
+            let framed = Unframed { source: None, payload: msg.payload(), reading: None };
+            judged.clear();
+            refuse(setup, owned, judged, offset, msg, &framed, why)?;
+            return taken(setup, owned, judged);
+        }
+    };
+    owned.last_arrival = now;
+    for (i, entry) in batch.entries.iter().enumerate() {
+        let position = read_order::position(log_offset, i as u64);
+        if position < owned.state.next_offset {
+            continue; // already reflected in the state
+        }
+        let header_list = entry.headers.pairs();
+        let out = OutRecord {
+            key: entry.key,
+            payload: entry.payload,
+            headers: entry.headers,
+            timestamp_ms: entry.timestamp_ms,
+            origin: Origin::Source(entry.source),
+        };
+        let value_len = entry.payload.map_or(0, <[u8]>::len);
+        let arrival =
+            Arrival { out, source: Some(entry.source), reading: entry.reading, header_list: &header_list, value_len };
+        judged.clear();
+        judge_arrival(setup, owned, judged, position, &arrival)?;
+        taken(setup, owned, judged)?;
+    }
+    Ok(())
 }
 
 /// What a slice-log record is to its slice: its kind ([`LogRecord`], read
@@ -167,7 +230,8 @@ impl<'r, 'm> Entry<'r, 'm> {
             (Kind::Input, Some(range)) => Entry::Decided(record, range),
             (Kind::Progress, decided) => Entry::Progress { decided: decided.is_some() },
             (Kind::Delete, _) => Entry::Delete,
-            (Kind::Foreign, _) => Entry::Foreign,
+            // Taken before (`take_batch`); never placed against policy ranges.
+            (Kind::Foreign | Kind::Batch, _) => Entry::Foreign,
         }
     }
 

@@ -5,7 +5,6 @@
 use std::sync::{Arc, mpsc};
 use std::time::Instant;
 
-use super::held::HeldRecord;
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::features::FEATURES;
@@ -119,7 +118,7 @@ pub(super) fn restore(setup: &WorkerSetup, slice: u32) -> Result<OwnedSlice, Kaf
         replay: point.bounds,
         last_judged: None,
         ranges: point.ranges,
-        held: point.held.iter().map(|(&o, m)| (o, HeldRecord::restored(setup.path.log_format, m))).collect(),
+        held: point.held.into_iter().collect(),
         flushes: point.flushes,
         flush_log: point.flush_log,
         last_arrival: Instant::now(),

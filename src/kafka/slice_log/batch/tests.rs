@@ -33,7 +33,7 @@ fn a_batch_reads_back_as_written() {
     let mut builder = BatchBuilder::new(100, 1 << 20);
     for e in &entries {
         assert!(builder.fits(e));
-        builder.push(e).expect("pushed");
+        builder.push(e, |_| true).expect("pushed");
     }
     assert_eq!(builder.len(), 3);
     let expected_len = builder.encoded_len();
@@ -53,7 +53,7 @@ fn a_batch_reads_back_as_written() {
 fn a_truncated_or_corrupt_batch_is_refused() {
     let mut builder = BatchBuilder::new(100, 1 << 20);
     for offset in 0..4 {
-        builder.push(&entry("clicks", offset, Some(b"key"), Some(b"{\"id\":1}"))).expect("pushed");
+        builder.push(&entry("clicks", offset, Some(b"key"), Some(b"{\"id\":1}")), |_| true).expect("pushed");
     }
     let value = builder.finish();
     for cut in 0..value.len() {
@@ -106,7 +106,7 @@ fn a_sealed_batch_with_a_lying_body_is_malformed() {
     assert!(malformed(&body).contains("longer than Kafka allows"));
     // Bytes after the last record.
     let mut builder = BatchBuilder::new(10, 1 << 20);
-    builder.push(&entry("clicks", 1, None, Some(b"x"))).expect("pushed");
+    builder.push(&entry("clicks", 1, None, Some(b"x")), |_| true).expect("pushed");
     let value = builder.finish();
     let mut body = value[10..value.len() - 8].to_vec();
     body.push(0);
@@ -127,24 +127,24 @@ fn a_batch_stays_within_its_bounds() {
     let mut builder = BatchBuilder::new(3, 1 << 20);
     for offset in 0..3 {
         assert!(builder.fits(&entry("clicks", offset, None, Some(&payload))));
-        builder.push(&entry("clicks", offset, None, Some(&payload))).expect("pushed");
+        builder.push(&entry("clicks", offset, None, Some(&payload)), |_| true).expect("pushed");
     }
     assert!(!builder.fits(&entry("clicks", 3, None, Some(&payload))), "the record bound");
     let mut builder = BatchBuilder::new(1000, 400);
     let mut pushed = 0;
     while builder.fits(&entry("clicks", pushed, None, Some(&payload))) {
-        builder.push(&entry("clicks", pushed, None, Some(&payload))).expect("pushed");
+        builder.push(&entry("clicks", pushed, None, Some(&payload)), |_| true).expect("pushed");
         pushed += 1;
     }
     assert_eq!(pushed, 3);
     assert!(builder.finish().len() <= 400, "the byte bound");
     let huge = [b'x'; 1000];
     assert!(builder.fits(&entry("clicks", 0, None, Some(&huge))), "alone, any record fits");
-    builder.push(&entry("clicks", 0, None, Some(b"{}"))).expect("pushed");
+    builder.push(&entry("clicks", 0, None, Some(b"{}")), |_| true).expect("pushed");
     let before = builder.encoded_len();
     let long = "t".repeat(MAX_TOPIC_BYTES + 1);
-    assert_eq!(builder.push(&entry(&long, 1, None, None)), None);
-    assert_eq!(builder.push(&entry("clicks", -1, None, None)), None);
+    assert_eq!(builder.push(&entry(&long, 1, None, None), |_| true), None);
+    assert_eq!(builder.push(&entry("clicks", -1, None, None), |_| true), None);
     assert_eq!((builder.len(), builder.encoded_len()), (1, before), "nothing added");
     assert_eq!(Batch::decode(&builder.finish()).expect("reads").entries.len(), 1);
 }
