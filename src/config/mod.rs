@@ -61,7 +61,7 @@ pub use kafka::{ClientValue, KafkaSettings};
 pub use secret::{REDACTED, Secret, is_secret_setting};
 pub use sections::{
     AppSettings, CheckpointSettings, CorruptPolicy, InputSettings, InputStart, LogFormat, LogSettings, MemorySettings,
-    OutputSettings, ShutdownSettings, SlicingMode, SlicingSettings, TopicSettings,
+    OutputSettings, ShutdownSettings, SliceLogFormat, SlicingMode, SlicingSettings, TopicSettings,
 };
 pub use values::Scalar;
 
@@ -134,6 +134,8 @@ pub struct Resolved {
     /// `filter.kind` and its settings ([`Resolved::filter_choice`]).
     pub kind: crate::filter::KindSpec,
     pub slicing: SlicingMode,
+    /// `slicing.log_format` (repartition mode only).
+    pub slice_log_format: SliceLogFormat,
     pub on_corrupt: CorruptPolicy,
     /// `availability.policy`.
     pub availability: AvailabilityPolicy,

@@ -115,11 +115,25 @@ pub enum SlicingMode {
     Shared,
 }
 
+/// `slicing.log_format`: how the router's copies of input records are
+/// written to the slice log in repartition mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceLogFormat {
+    /// One slice-log record per input record.
+    Records,
+    /// One slice-log record per router turn and slice, holding its records
+    /// ([`crate::kafka::slice_log::batch`]).
+    Batches,
+}
+
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SlicingSettings {
     /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
     pub mode: String,
+    /// Repartition mode: `records` (one slice-log record per input record)
+    /// or `batches` (one per router turn and slice).
+    pub log_format: String,
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).
     pub order_tolerance: String,

@@ -173,6 +173,19 @@ fn shared_mode_takes_one_slice_and_waits_for_restores() {
 }
 
 #[test]
+fn the_slice_log_format_is_checked_at_start_up() {
+    assert_eq!(load(&[]).unwrap().slice_log_format, SliceLogFormat::Records);
+    let batches = ("DEDUPD__SLICING__LOG_FORMAT", "batches");
+    assert_eq!(load(&[batches]).unwrap().slice_log_format, SliceLogFormat::Batches);
+    let e = rejected(&[("DEDUPD__SLICING__LOG_FORMAT", "frames")]);
+    assert!(e.contains("slicing.log_format = frames: expected records or batches"), "{e}");
+    let e = rejected(&[batches, ("DEDUPD__SLICING__MODE", "input-partitions")]);
+    assert!(e.contains("slicing.log_format = batches: only with slicing.mode = \"repartition\""), "{e}");
+    let e = rejected(&[batches, ("DEDUPD__AVAILABILITY__POLICY", "deliver")]);
+    assert!(e.contains("slicing.log_format = batches: only with availability.policy = \"wait\""), "{e}");
+}
+
+#[test]
 fn the_shipped_file_is_valid_and_matches_the_design() {
     let r = load(&[]).unwrap();
     let s = &r.settings;

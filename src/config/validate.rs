@@ -9,8 +9,8 @@
 use std::net::SocketAddr;
 
 use super::error::{ConfigError, RESERVED_HEADER_RULE, invalid, is_reserved_header};
-use super::sections::{CorruptPolicy, InputStart, LogFormat, SlicingMode};
-use super::{MAX_APP_ID_BYTES, Resolved, Settings};
+use super::sections::{CorruptPolicy, InputStart, LogFormat, SliceLogFormat, SlicingMode};
+use super::{AvailabilityPolicy, MAX_APP_ID_BYTES, Resolved, Settings};
 use crate::engine::{KeySpec, OrderSettings, TimeSpec};
 use crate::features::feature::CoreSettings;
 use crate::features::tiers::Tier;
@@ -76,6 +76,7 @@ impl Settings {
         let (filter, kind) = s.filter_spec(growth, kind)?;
         let on_corrupt = s.checkpoint_policy()?;
         let availability = s.availability.validate(slicing, &s.output)?;
+        let slice_log_format = s.slice_log_format(slicing, availability)?;
         let (admin_listen, health_listen) = s.listeners()?;
         let key_endpoints = s.admin.key_endpoints()?;
         let log_format = s.replication_and_log()?;
@@ -119,6 +120,7 @@ impl Settings {
             order_tolerance_ms,
             order,
             log_format,
+            slice_log_format,
             memory,
             budget,
             settings,
@@ -206,6 +208,35 @@ impl Settings {
             return Err(invalid("input.max_record_bytes", 0, "at least 1"));
         }
         Ok((key, time))
+    }
+
+    /// `slicing.log_format`: `batches` in repartition mode only (the other
+    /// modes' slice logs hold the input, or read orders), and with
+    /// `availability.policy = "wait"` (a policy range decides records by
+    /// slice-log offset, which a batch does not have per record).
+    fn slice_log_format(
+        &self,
+        slicing: SlicingMode,
+        availability: AvailabilityPolicy,
+    ) -> Result<SliceLogFormat, ConfigError> {
+        let s = &self.slicing;
+        let format = match s.log_format.as_str() {
+            "records" => SliceLogFormat::Records,
+            "batches" => SliceLogFormat::Batches,
+            other => return Err(invalid("slicing.log_format", other, "expected records or batches")),
+        };
+        if format == SliceLogFormat::Batches && slicing != SlicingMode::Repartition {
+            return Err(invalid("slicing.log_format", "batches", "only with slicing.mode = \"repartition\""));
+        }
+        if format == SliceLogFormat::Batches && availability != AvailabilityPolicy::Wait {
+            return Err(invalid(
+                "slicing.log_format",
+                "batches",
+                "only with availability.policy = \"wait\" (deliver and drop decide by slice-log offsets, which a \
+                 batch does not have per record)",
+            ));
+        }
+        Ok(format)
     }
 
     /// `[slicing]` and the event-time settings of `[input]`: the router's

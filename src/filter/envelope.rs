@@ -122,6 +122,11 @@ impl<'a> Reader<'a> {
         Reader { bytes, at: 0 }
     }
 
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.bytes[self.at..]
+    }
+
     /// Fails unless every byte was read.
     pub fn finish(&self) -> Result<(), SnapshotError> {
         if self.at == self.bytes.len() {

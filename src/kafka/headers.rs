@@ -75,6 +75,11 @@ pub const POLICY_AFTER: &str = "dedupd.policy.after";
 /// router read since its last one. The value of the header is empty.
 pub const READ_ORDER: &str = "dedupd.read_order";
 
+/// On a slice-log record with `slicing.log_format = "batches"`: its payload
+/// is a batch of the router's copies of input records
+/// ([`crate::kafka::slice_log::batch`]). The value of the header is empty.
+pub const BATCH: &str = "dedupd.batch";
+
 /// A record's headers as (name, value) pairs, as the extractors read them
 /// (a header without a value reads as empty).
 pub fn pairs<M: rdkafka::message::Message>(msg: &M) -> Vec<(&str, &[u8])> {

@@ -12,6 +12,8 @@
 //! - [`headers`]: the header names dedupd writes and reads.
 //! - [`size_limits`]: the record-size limit of each topic a slice writes, and a
 //!   record's size as the broker counts it.
+//! - [`held_record`]: an input record a slice holds for the watermark, owned.
+//! - [`out_record`]: a record as a judgment's copies see it, borrowed or held.
 //! - [`producer`]: delivery watching and copying records between topics.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
 //!   compacted checkpoint topic.
@@ -32,9 +34,11 @@
 pub mod checkpoint;
 pub mod clients;
 pub mod headers;
+pub mod held_record;
 pub mod join;
 pub mod lag_seconds;
 pub mod merge;
+pub mod out_record;
 pub mod producer;
 pub mod replay;
 pub mod restore;

@@ -23,6 +23,7 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
 
+use super::out_record::OutRecord;
 use super::size_limits::{self, RecordLimits};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
@@ -291,26 +292,8 @@ pub fn produce_with<M: Message>(
     extra: &[(&str, &[u8])],
     skip: &[&str],
 ) -> Result<(), KafkaLayerError> {
-    let mut hs: Option<OwnedHeaders> = None;
-    if let Some(h) = msg.headers() {
-        let capacity = h.count() + extra.len();
-        for h in h.iter() {
-            // Our own headers from an earlier stage are replaced, not repeated.
-            if !copied(h.key, skip) || extra.iter().any(|(k, _)| *k == h.key) {
-                continue;
-            }
-            let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(capacity));
-            hs = Some(list.insert(Header { key: h.key, value: h.value }));
-        }
-    }
-    for (k, v) in extra {
-        let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(extra.len()));
-        hs = Some(list.insert(Header { key: k, value: Some(*v) }));
-    }
-    let mut record: BaseRecord<'_, [u8], [u8], ()> = BaseRecord::with_opaque_to(topic, ()).partition(partition);
-    if let Some(hs) = hs {
-        record = record.headers(hs);
-    }
+    let copied_headers = msg.headers().map(|h| (h.count(), h.iter().map(|h| (h.key, h.value))));
+    let mut record = with_headers(topic, partition, copied_headers, extra, skip);
     if let Some(k) = msg.key() {
         record = record.key(k);
     }
@@ -321,6 +304,62 @@ pub fn produce_with<M: Message>(
         record = record.timestamp(ts);
     }
     send_counted(producer, record)
+}
+
+/// [`produce_with`] of a record a judgment copies ([`OutRecord`]: its
+/// payload is the input record's).
+pub fn produce_out(
+    producer: &OutputProducer,
+    topic: &str,
+    partition: i32,
+    rec: &OutRecord<'_>,
+    extra: &[(&str, &[u8])],
+) -> Result<(), KafkaLayerError> {
+    let copied_headers = Some((rec.headers.count(), rec.headers.iter())).filter(|(count, _)| *count > 0);
+    let mut record = with_headers(topic, partition, copied_headers, extra, &[]);
+    if let Some(k) = rec.key {
+        record = record.key(k);
+    }
+    if let Some(p) = rec.payload {
+        record = record.payload(p);
+    }
+    if let Some(ts) = rec.timestamp_ms {
+        record = record.timestamp(ts);
+    }
+    send_counted(producer, record)
+}
+
+/// A record for `topic`/`partition` with the `copied` headers (their count
+/// and the headers; see [`copied`]) and `extra`; no header list when it
+/// would be empty.
+fn with_headers<'a, 'h>(
+    topic: &'a str,
+    partition: i32,
+    copied_headers: Option<(usize, impl Iterator<Item = (&'h str, Option<&'h [u8]>)>)>,
+    extra: &[(&str, &[u8])],
+    skip: &[&str],
+) -> BaseRecord<'a, [u8], [u8], ()> {
+    let mut hs: Option<OwnedHeaders> = None;
+    if let Some((count, list)) = copied_headers {
+        let capacity = count + extra.len();
+        for (key, value) in list {
+            // Our own headers from an earlier stage are replaced, not repeated.
+            if !copied(key, skip) || extra.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(capacity));
+            hs = Some(list.insert(Header { key, value }));
+        }
+    }
+    for (k, v) in extra {
+        let list = hs.take().unwrap_or_else(|| OwnedHeaders::new_with_capacity(extra.len()));
+        hs = Some(list.insert(Header { key: k, value: Some(*v) }));
+    }
+    let record: BaseRecord<'a, [u8], [u8], ()> = BaseRecord::with_opaque_to(topic, ()).partition(partition);
+    match hs {
+        Some(hs) => record.headers(hs),
+        None => record,
+    }
 }
 
 /// Whether an input record's header `name` is copied: never a reserved

@@ -21,11 +21,11 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::message::Message;
 
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext};
-use crate::kafka::slice_log::read_order::NamedRecords;
+use crate::kafka::slice_log::read_order::{NamedRecords, RunSink};
 use crate::kafka::{Context, KafkaLayerError};
 
 /// How long a named record may take to come before the slice gives up (the
@@ -65,8 +65,8 @@ impl InputReader {
         Ok(InputReader { consumer: Arc::new(consumer), partitions: HashMap::new(), missing })
     }
 
-    /// Calls `each(offset, record)` for the records at offsets
-    /// `first..first + count` of `topic`/`partition`, in offset order. A
+    /// Hands `sink` the records at offsets `first..first + count` of
+    /// `topic`/`partition`, in offset order (telling it before a wait). A
     /// record that is no longer there (deleted by retention before a
     /// replay reached it) is logged and counted, and passed over.
     pub fn read_run(
@@ -75,7 +75,7 @@ impl InputReader {
         partition: i32,
         first: i64,
         count: u32,
-        mut each: impl FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+        sink: &mut dyn RunSink,
     ) -> Result<(), KafkaLayerError> {
         let end = first + i64::from(count);
         self.position(topic, partition, first)?;
@@ -83,7 +83,13 @@ impl InputReader {
             self.partitions.get_mut(topic).and_then(|t| t.get_mut(&partition)).expect("positioned above");
         let mut deadline = Instant::now() + WAIT;
         while *next < end {
-            let Some(polled) = queue.poll(Duration::from_millis(100)) else {
+            // A record already fetched is taken without a wait (nor a clock
+            // read); before waiting, the sink lets go of its lock.
+            let polled = queue.poll(Duration::ZERO).or_else(|| {
+                sink.waiting();
+                queue.poll(Duration::from_millis(100))
+            });
+            let Some(polled) = polled else {
                 // Serves the consumer's own events (errors, logs); its
                 // partitions deliver records to their own queues only.
                 if let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
@@ -117,7 +123,7 @@ impl InputReader {
             *next = offset + 1;
             deadline = Instant::now() + WAIT;
             if offset >= first && offset < end {
-                each(offset, &m)?;
+                sink.record(offset, &m)?;
             }
         }
         Ok(())
@@ -164,8 +170,8 @@ impl NamedRecords for InputReader {
         partition: i32,
         first: i64,
         count: u32,
-        each: &mut dyn FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+        sink: &mut dyn RunSink,
     ) -> Result<(), KafkaLayerError> {
-        InputReader::read_run(self, topic, partition, first, count, each)
+        InputReader::read_run(self, topic, partition, first, count, sink)
     }
 }

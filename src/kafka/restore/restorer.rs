@@ -17,15 +17,17 @@ use crate::kafka::checkpoint::{
     CheckpointStore, Manifest, ReadError, ReadFrom, ReadStats, Rejection, read_partition, read_partition_range,
 };
 use crate::kafka::clients::Reader;
+use crate::kafka::held_record::HeldRecord;
 use crate::kafka::replay::{Destination, ReplayBounds, Sent};
 use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::batch::Batch;
 use crate::kafka::slice_log::read_order::{self, ReadOrder};
 use crate::kafka::{Context, KafkaLayerError, headers};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A slice restored from a snapshot, with the held records read back.
-type Restored = (SliceState, BTreeMap<u64, OwnedMessage>);
+type Restored = (SliceState, BTreeMap<u64, HeldRecord>);
 
 /// How a slice came back.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +53,7 @@ pub struct ResumePoint {
     pub bounds: ReplayBounds,
     pub from: RestoredFrom,
     /// The records waiting for the watermark, re-read from the slice log, by offset.
-    pub held: BTreeMap<u64, OwnedMessage>,
+    pub held: BTreeMap<u64, HeldRecord>,
     /// Idle flushes logged and not in the snapshot: the slice offsets they
     /// came after, oldest first.
     pub flushes: VecDeque<crate::kafka::restore::LoggedFlush>,
@@ -413,14 +415,15 @@ impl Restorer<'_> {
     /// Re-reads from the slice log (shared mode: from the input, where the
     /// read order says) the records the snapshot says were waiting, and
     /// puts them back into `state`.
-    fn refill(&self, state: &mut SliceState) -> Result<BTreeMap<u64, OwnedMessage>, RefillError> {
+    fn refill(&self, state: &mut SliceState) -> Result<BTreeMap<u64, HeldRecord>, RefillError> {
         let mut held = BTreeMap::new();
         let wanted: BTreeSet<u64> = state.unfilled.iter().map(|&(o, _)| o).collect();
         let (Some(&first), stop) = (wanted.first(), state.next_offset) else {
             return Ok(held);
         };
         let found = match self.log {
-            Holds::ReadOrders => self.reread_named(state.slice, &wanted, first, stop),
+            Holds::ReadOrders => self.reread_named(state.slice, &wanted, first, stop).map(|found| self.own(found)),
+            Holds::Batches => self.reread_batched(state.slice, &wanted, first, stop),
             _ => {
                 let mut found = BTreeMap::new();
                 read_partition_range(
@@ -435,19 +438,20 @@ impl Restorer<'_> {
                         }
                     },
                 )
-                .map(|()| found)
+                .map(|()| self.own(found))
             }
         }
         .map_err(RefillError::Kafka)?;
         let mut entries = Vec::new();
         // In slice-offset order: a count key is put back in arrival order.
-        for (offset, m) in found {
-            let header_list = crate::kafka::headers::pairs(&m);
+        for (offset, record) in found {
+            let out = record.view();
+            let header_list = out.headers.pairs();
             let view = RecordView {
-                key: m.key(),
-                payload: crate::kafka::slice_log::parts(self.log, &m).payload.unwrap_or_default(),
+                key: out.key,
+                payload: out.payload.unwrap_or_default(),
                 headers: &header_list,
-                timestamp_ms: m.timestamp().to_millis(),
+                timestamp_ms: out.timestamp_ms,
                 decoder: self.decoder,
             };
             if let Some((time_ms, hash)) = state.held_entry(&view, self.extractor)
@@ -455,7 +459,7 @@ impl Restorer<'_> {
             {
                 entries.push((offset, time_ms, hash));
                 drop(header_list);
-                held.insert(offset, m);
+                held.insert(offset, record);
             }
         }
         state.refill(entries).map_err(|offset| {
@@ -470,6 +474,38 @@ impl Restorer<'_> {
 }
 
 impl Restorer<'_> {
+    /// The records read back, held as the slice holds them.
+    fn own(&self, found: BTreeMap<u64, OwnedMessage>) -> BTreeMap<u64, HeldRecord> {
+        found.into_iter().map(|(offset, m)| (offset, HeldRecord::restored(self.log, &m))).collect()
+    }
+
+    /// Batch form: the records at the virtual positions `wanted` (all in
+    /// `first..stop`), from the batches that hold them. A batch that cannot
+    /// be read was refused whole when it was taken: none of its records waits.
+    fn reread_batched(
+        &self,
+        slice: u32,
+        wanted: &BTreeSet<u64>,
+        first: u64,
+        stop: u64,
+    ) -> Result<BTreeMap<u64, HeldRecord>, KafkaLayerError> {
+        let mut found = BTreeMap::new();
+        let (from, to) = (read_order::log_offset(first), read_order::log_offset(stop.saturating_sub(1)) + 1);
+        read_partition_range(self.reader, self.slice_topic, slice as i32, from as i64, to as i64, |o, _, value, m| {
+            let is_batch = m.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::BATCH));
+            let Some(Ok(batch)) = is_batch.then(|| Batch::decode(value.unwrap_or_default())) else {
+                return;
+            };
+            for (i, entry) in batch.entries.iter().enumerate() {
+                let position = read_order::position(o as u64, i as u64);
+                if wanted.contains(&position) {
+                    found.insert(position, HeldRecord::of_batch_entry(entry));
+                }
+            }
+        })?;
+        Ok(found)
+    }
+
     /// Shared mode: the input records at the virtual positions `wanted`
     /// (all in `first..stop`), found through the read-order records that
     /// name them and read from the input.

@@ -14,10 +14,12 @@ use super::commits::CommitBook;
 use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
 use crate::engine::slice::frame_into;
-use crate::engine::{InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::engine::{InvalidReason, InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
+use crate::kafka::out_record::OutHeaders;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
 use crate::kafka::slice_log::Holds;
+use crate::kafka::slice_log::batch::{BatchBuilder, BatchEntry};
 use crate::kafka::slice_log::read_order::ReadOrderBuilder;
 use crate::kafka::{KafkaLayerError, headers};
 use crate::metrics::observe_since;
@@ -26,6 +28,13 @@ use crate::metrics::observe_since;
 /// turn of the router writes one; a larger turn, several). Well below
 /// [`crate::kafka::slice_log::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
 const READ_ORDER_RECORDS: u64 = 4096;
+/// Batch form: input records one batch holds at most (one router turn for
+/// one slice; a larger turn writes several).
+const BATCH_RECORDS: u32 = 4096;
+/// Batch form: bytes one batch holds at most, unless its one record is
+/// larger: half of Kafka's default record limit, so a batch never needs
+/// more of the slice log than a copy of its largest record would.
+const BATCH_BYTES: usize = 512 * 1024;
 
 /// Routes buffered records in timestamp order while no partition that may
 /// still deliver an earlier record is empty.
@@ -43,7 +52,10 @@ pub(super) fn route_ready<C: ConsumerContext>(
     let max_bytes = super::lanes::lane_share(setup.cfg.budget.router, lanes.len());
     let mut frame = Vec::new();
     // CommitBook mode: the records routed are named, not copied (see `write_read_order`).
-    let mut named = (Holds::of(setup.cfg.slicing) == Holds::ReadOrders).then(|| ReadOrderBuilder::at(0));
+    let holds = Holds::of(setup.cfg.slicing, setup.cfg.slice_log_format);
+    let mut named = (holds == Holds::ReadOrders).then(|| ReadOrderBuilder::at(0));
+    // Batch form: the records routed are packed per slice (see `add_to_batch`).
+    let mut batches = (holds == Holds::Batches).then(BTreeMap::new);
     let result = loop {
         let next = lanes.values().enumerate().filter_map(|(i, l)| l.records.front().map(|r| (r.time(), i))).min();
         let Some((timestamp, index)) = next else {
@@ -65,12 +77,13 @@ pub(super) fn route_ready<C: ConsumerContext>(
         if lane.paused && lane.may_resume(max_bytes) {
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
-        let done = match (named.as_mut(), target) {
-            (Some(names), Ok(_)) => {
+        let done = match (named.as_mut(), batches.as_mut(), target) {
+            (Some(names), _, Ok(_)) => {
                 names.push(&id.0, msg.partition(), msg.offset());
                 if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
-            (_, target) => route(setup, &msg, &id.0, target, &mut frame),
+            (_, Some(batches), Ok((slice, reading))) => add_to_batch(setup, batches, &msg, &id.0, slice, reading),
+            (_, _, target) => route(setup, &msg, &id.0, target, &mut frame),
         };
         if let Err(e) = done {
             break Err(e);
@@ -82,11 +95,14 @@ pub(super) fn route_ready<C: ConsumerContext>(
         }
     };
     // Written before the offsets become pending: a commit waits for its acknowledgement.
-    let result = match (result, named.as_mut()) {
-        (Ok(()), Some(names)) => write_read_order(setup, names),
-        (result, _) => result,
+    let result = match (result, named.as_mut(), batches.as_mut()) {
+        (Ok(()), Some(names), _) => write_read_order(setup, names),
+        (Ok(()), _, Some(batches)) => batches.iter_mut().try_for_each(|(&slice, b)| write_batch(setup, slice, b)),
+        (result, ..) => result,
     };
-    if !routed.is_empty() {
+    // With batches, a failed turn leaves records in batches not written:
+    // none of its offsets becomes pending (a re-send is dropped by its stamp).
+    if !routed.is_empty() && (batches.is_none() || result.is_ok()) {
         let ids: Vec<&PartitionId> = lanes.keys().collect();
         let mut s = book.lock().expect("router lock");
         for (index, next) in routed {
@@ -106,6 +122,51 @@ fn write_read_order(setup: &RouterSetup, names: &mut ReadOrderBuilder) -> Result
         return Ok(());
     }
     produce_control(&setup.producer, &setup.slice_topic, 0, headers::READ_ORDER, &record.encode())
+}
+
+/// Batch form: adds an input record routed to `slice` to that slice's
+/// batch, writing the batch first when the record does not fit it. A
+/// record a batch cannot hold goes to the dead letters.
+fn add_to_batch(
+    setup: &RouterSetup,
+    batches: &mut BTreeMap<u32, BatchBuilder>,
+    msg: &BorrowedMessage<'_>,
+    topic: &str,
+    slice: u32,
+    reading: Reading,
+) -> Result<(), KafkaLayerError> {
+    let builder = batches.entry(slice).or_insert_with(|| BatchBuilder::new(BATCH_RECORDS, BATCH_BYTES));
+    let entry = BatchEntry {
+        source: SourceRef { topic, partition: msg.partition(), offset: msg.offset() },
+        reading: setup.hands_on_reading.then_some(reading),
+        timestamp_ms: msg.timestamp().to_millis(),
+        key: msg.key(),
+        headers: msg.headers().map_or(OutHeaders::None, OutHeaders::Consumed),
+        payload: msg.payload(),
+    };
+    if !builder.fits(&entry) {
+        write_batch(setup, slice, builder)?;
+    }
+    // The input record's own `dedupd.*` headers are not copied, as `route` leaves them out.
+    if builder.push(&entry, |name| !headers::is_reserved(name)).is_some() {
+        return Ok(());
+    }
+    let why = InvalidRecord {
+        reason: InvalidReason::TooLarge,
+        detail: "a slice-log batch cannot hold it (more than 65 535 headers, a header name over 64 KiB or a part \
+                 over 4 GiB)"
+            .into(),
+    };
+    route(setup, msg, topic, Err(why), &mut Vec::new())
+}
+
+/// Batch form: writes what `builder` gathered as one batch to partition
+/// `slice` of the slice log, and starts a new one.
+fn write_batch(setup: &RouterSetup, slice: u32, builder: &mut BatchBuilder) -> Result<(), KafkaLayerError> {
+    if builder.is_empty() {
+        return Ok(());
+    }
+    produce_control(&setup.producer, &setup.slice_topic, slice as i32, headers::BATCH, &builder.finish())
 }
 
 /// A reading's event time as the routing order takes it.

@@ -1,13 +1,15 @@
 //! How a slice-log record holds its input record ([`Holds`]): the router's
-//! frame, the record itself, or a read order naming input records
-//! ([`read_order`]). Read by the slice worker and by the restore's replay.
+//! frame, the record itself, a read order naming input records
+//! ([`read_order`]), or a batch of the router's copies ([`batch`]). Read by
+//! the slice worker and by the restore's replay.
 
+pub mod batch;
 pub mod read_order;
 
 use rdkafka::message::{Headers, Message};
 
 use super::headers;
-use crate::config::SlicingMode;
+use crate::config::{SliceLogFormat, SlicingMode};
 use crate::engine::slice::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, MAX_TOPIC_BYTES, Unframed, unframe,
 };
@@ -24,11 +26,15 @@ pub enum Holds {
     /// Read-order records naming input records, which the slice re-reads
     /// from the input (shared mode, [`read_order`]).
     ReadOrders,
+    /// Batches of the router's copies, one per router turn and slice
+    /// (repartition mode with `slicing.log_format = "batches"`, [`batch`]).
+    Batches,
 }
 
 impl Holds {
-    pub fn of(slicing: SlicingMode) -> Self {
+    pub fn of(slicing: SlicingMode, format: SliceLogFormat) -> Self {
         match slicing {
+            SlicingMode::Repartition if format == SliceLogFormat::Batches => Holds::Batches,
             SlicingMode::Repartition => Holds::Copies,
             SlicingMode::InputPartitions => Holds::Input,
             SlicingMode::Shared => Holds::ReadOrders,
@@ -36,11 +42,11 @@ impl Holds {
     }
 
     /// The slice offset of the slice-log record at `log_offset` that is not
-    /// a read-order record: with read orders, its virtual position
-    /// ([`read_order::position`]), else the offset itself.
+    /// a read-order record or a batch: with read orders or batches, its
+    /// virtual position ([`read_order::position`]), else the offset itself.
     pub fn slice_position(self, log_offset: u64) -> u64 {
         match self {
-            Holds::ReadOrders => read_order::position(log_offset, 0),
+            Holds::ReadOrders | Holds::Batches => read_order::position(log_offset, 0),
             Holds::Copies | Holds::Input => log_offset,
         }
     }
@@ -50,7 +56,7 @@ impl Holds {
     /// that names `offset`, whose records before it are passed over).
     pub fn log_position(self, offset: u64) -> u64 {
         match self {
-            Holds::ReadOrders => read_order::log_offset(offset),
+            Holds::ReadOrders | Holds::Batches => read_order::log_offset(offset),
             Holds::Copies | Holds::Input => offset,
         }
     }
@@ -61,7 +67,7 @@ impl Holds {
 /// ([`unframe`]); in input-partitions mode the slice log is the input.
 pub fn parts<M: Message>(holds: Holds, msg: &M) -> Unframed<'_> {
     let source_header = match holds {
-        Holds::Input | Holds::ReadOrders => None,
+        Holds::Input | Holds::ReadOrders | Holds::Batches => None,
         Holds::Copies => msg.headers().and_then(|h| h.iter().find(|h| h.key == headers::SOURCE)).and_then(|h| h.value),
     };
     parts_with(holds, msg.payload(), source_header)
@@ -74,7 +80,10 @@ pub(crate) fn parts_with<'a>(holds: Holds, payload: Option<&'a [u8]>, source_hea
         // With read orders, a record held is the input record itself (its
         // own topic, partition and offset are its source), a slice-log
         // record a control record.
-        (Holds::Input | Holds::ReadOrders, payload) => Unframed { source: None, payload, reading: None },
+        // With batches, a record is a batch or a control record.
+        (Holds::Input | Holds::ReadOrders | Holds::Batches, payload) => {
+            Unframed { source: None, payload, reading: None }
+        }
         (Holds::Copies, Some(value)) => unframe(source_header, value),
         (Holds::Copies, None) => {
             Unframed { source: source_header.and_then(SourceRef::parse), payload: None, reading: None }
@@ -91,8 +100,11 @@ pub enum Kind {
     Progress,
     /// A delete request written by the admin endpoint ([`crate::features::deletes::requests`]).
     Delete,
-    /// With read orders, a record dedupd does not write (there the slice log
-    /// holds only read-order records, progress and delete requests); skipped.
+    /// A batch of the router's copies ([`batch`]).
+    Batch,
+    /// With read orders or batches, a record dedupd does not write (there
+    /// the slice log holds only read-order records or batches, progress and
+    /// delete requests); skipped.
     Foreign,
 }
 
@@ -121,7 +133,9 @@ impl<'m> LogRecord<'m> {
             Kind::Progress
         } else if control(headers::DELETE) {
             Kind::Delete
-        } else if holds == Holds::ReadOrders {
+        } else if holds == Holds::Batches && headers.iter().any(|(k, _)| *k == headers::BATCH) {
+            Kind::Batch
+        } else if matches!(holds, Holds::ReadOrders | Holds::Batches) {
             Kind::Foreign
         } else {
             Kind::Input

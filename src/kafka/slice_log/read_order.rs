@@ -39,16 +39,26 @@ use crate::kafka::KafkaLayerError;
 /// Reads the input records a read order names, for the slice that judges
 /// them (the slicing mode whose slice log holds read orders provides it).
 pub trait NamedRecords: Send {
-    /// Calls `each(offset, record)` for the records at offsets
-    /// `first..first + count` of `topic`/`partition`, in offset order.
+    /// Hands `sink` the records at offsets `first..first + count` of
+    /// `topic`/`partition`, in offset order.
     fn read_run(
         &mut self,
         topic: &str,
         partition: i32,
         first: i64,
         count: u32,
-        each: &mut dyn FnMut(i64, &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>,
+        sink: &mut dyn RunSink,
     ) -> Result<(), KafkaLayerError>;
+}
+
+/// What takes the records of a run ([`NamedRecords::read_run`]).
+pub trait RunSink {
+    /// Takes the record at `offset`.
+    fn record(&mut self, offset: i64, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>;
+
+    /// The reader is about to wait for the input: what the sink keeps from
+    /// others meanwhile (a lock) it lets go of.
+    fn waiting(&mut self) {}
 }
 
 /// Bits of a virtual position that index the records of one read-order record.

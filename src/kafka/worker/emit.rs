@@ -2,18 +2,15 @@
 //! late topics), its flag, a sparse tree's verdict — each record only to a
 //! topic that does not hold it yet, in a replay ([`ReplayBounds`]).
 
-use rdkafka::message::{BorrowedMessage, Message};
-
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
-use crate::engine::slice::Unframed;
 use crate::engine::{
     InvalidRecord, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into,
 };
-use crate::kafka::producer::produce_with;
+use crate::kafka::out_record::OutRecord;
+use crate::kafka::producer::produce_out;
 use crate::kafka::replay::{Destination, ReplayBounds};
 use crate::kafka::size_limits::{self, Limit};
-use crate::kafka::slice_log::parts;
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Emits the judgments of one release (an arrival, or a flush) whose
@@ -26,7 +23,7 @@ pub(super) fn emit(
     owned: &mut OwnedSlice,
     judged: &[Judgment],
     first: ReleasePos,
-    arriving: Option<(u64, &BorrowedMessage<'_>, &Unframed<'_>)>,
+    arriving: Option<(u64, &OutRecord<'_>)>,
 ) -> Result<(), KafkaLayerError> {
     let slice = owned.state.slice;
     for (rank, j) in judged.iter().enumerate() {
@@ -42,18 +39,18 @@ pub(super) fn emit(
             setup.metrics.features.limited.with_label_values(&[&slice.to_string()]).inc();
         }
         let held;
-        let (msg, framed) = match arriving.filter(|(offset, ..)| *offset == j.offset) {
-            Some((_, msg, framed)) => (msg as &dyn MessageRef, Some(framed)),
+        let rec = match arriving.filter(|(offset, _)| *offset == j.offset) {
+            Some((_, rec)) => *rec,
             None => {
                 held = owned.held.remove(&j.offset).ok_or_else(|| {
                     KafkaLayerError::Internal(format!("slice {slice}: the record at offset {} was not held", j.offset))
                 })?;
-                (&held as &dyn MessageRef, None)
+                held.view()
             }
         };
-        msg.emit(setup, slice, j, pos, replay, framed)?;
+        emit_one(setup, slice, j, pos, &rec, replay)?;
         if let Some(estimate) = flag {
-            msg.flag(setup, slice, j, pos, estimate, framed)?;
+            emit_flag(setup, slice, j, pos, &rec, estimate)?;
             setup.metrics.features.flagged.with_label_values(&[&slice.to_string()]).inc();
         }
         if replay.and_then(ReplayBounds::highest).is_some_and(|y| pos <= y) {
@@ -63,73 +60,20 @@ pub(super) fn emit(
     Ok(())
 }
 
-/// A consumed record, borrowed or owned (held for the watermark), that a
-/// judgment's outputs copy; `framed` is its [`parts`] when already read
-/// (the arriving record's, by [`super::records::handle`]), else they are read here.
-trait MessageRef {
-    fn emit(
-        &self,
-        setup: &WorkerSetup,
-        slice: u32,
-        j: &Judgment,
-        pos: ReleasePos,
-        replay: Option<&ReplayBounds>,
-        framed: Option<&Unframed<'_>>,
-    ) -> Result<(), KafkaLayerError>;
-    fn flag(
-        &self,
-        setup: &WorkerSetup,
-        slice: u32,
-        j: &Judgment,
-        pos: ReleasePos,
-        count: u64,
-        framed: Option<&Unframed<'_>>,
-    ) -> Result<(), KafkaLayerError>;
-}
-
-impl<M: Message> MessageRef for M {
-    fn emit(
-        &self,
-        setup: &WorkerSetup,
-        slice: u32,
-        j: &Judgment,
-        pos: ReleasePos,
-        replay: Option<&ReplayBounds>,
-        framed: Option<&Unframed<'_>>,
-    ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(setup.path.log_format, self));
-        emit_one(setup, slice, j, pos, self, &framed, replay)
-    }
-
-    fn flag(
-        &self,
-        setup: &WorkerSetup,
-        slice: u32,
-        j: &Judgment,
-        pos: ReleasePos,
-        count: u64,
-        framed: Option<&Unframed<'_>>,
-    ) -> Result<(), KafkaLayerError> {
-        let framed = framed.copied().unwrap_or_else(|| parts(setup.path.log_format, self));
-        emit_flag(setup, slice, j, pos, self, framed.payload, count)
-    }
-}
-
 /// Copies a flagged record to `flag.topic`, partition = slice, with its
 /// slice offset and release position (as on the outputs: restore reads the
 /// flag topic's last one, so a replay writes no flag twice) and the
 /// estimated count.
-fn emit_flag<M: Message>(
+fn emit_flag(
     setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     pos: ReleasePos,
-    msg: &M,
-    payload: Option<&[u8]>,
+    rec: &OutRecord<'_>,
     count: u64,
 ) -> Result<(), KafkaLayerError> {
     // Too large for the flag topic: the judgment's dead letter says so (emit_one).
-    if setup.record_limits.refuses(Destination::Flags, copy_size(msg, payload, j)).is_some() {
+    if setup.record_limits.refuses(Destination::Flags, copy_size(rec, j)).is_some() {
         return Ok(());
     }
     let mut offset_buf = [0u8; 20];
@@ -144,35 +88,33 @@ fn emit_flag<M: Message>(
         (headers::APP, setup.path.app.as_bytes()),
         (headers::COUNT, count_text),
     ];
-    send(setup, &setup.path.flags, slice, msg, payload, &extra)
+    send(setup, &setup.path.flags, slice, rec, &extra)
 }
 
-/// Sends what one judgment of `msg` (its [`parts`]: `framed`) produces,
+/// Sends what one judgment of `rec` produces,
 /// to each topic that does not hold it yet (`replay`: the slice's bounds,
 /// `None` once past them all). A copy larger than its topic takes is not
 /// sent; the judgment's one dead letter ([`size_limits::REASON`]) names those topics.
-pub(super) fn emit_one<M: Message>(
+pub(super) fn emit_one(
     setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
     pos: ReleasePos,
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     replay: Option<&ReplayBounds>,
 ) -> Result<(), KafkaLayerError> {
-    let payload = framed.payload;
     if let Some(late) = j.late_by_ms {
         setup.metrics.verdicts.lateness.observe(late as f64 / 1000.0);
     }
     if let Some(hook) = &setup.on_distinct
         && j.verdict == SliceVerdict::Distinct
     {
-        let headers = headers::pairs(msg);
+        let headers = rec.headers.pairs();
         let record = RecordView {
-            key: msg.key(),
-            payload: payload.unwrap_or_default(),
+            key: rec.key,
+            payload: rec.payload.unwrap_or_default(),
             headers: &headers,
-            timestamp_ms: msg.timestamp().to_millis(),
+            timestamp_ms: rec.timestamp_ms,
             decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
         };
         hook.distinct(&setup.producer, &setup.extractor, &setup.metrics, slice, &record)?;
@@ -188,7 +130,7 @@ pub(super) fn emit_one<M: Message>(
         (headers::RELEASE, release_text),
         (headers::APP, setup.path.app.as_bytes()),
     ];
-    let size = copy_size(msg, payload, j);
+    let size = copy_size(rec, j);
     let main = main_destination(setup, j).filter(|d| !written(*d));
     let flagged = j.notes.copy_count.is_some() && !written(Destination::Flags);
     let late = j.late_by_ms.filter(|_| !setup.path.late.is_empty() && !written(Destination::Late));
@@ -206,42 +148,33 @@ pub(super) fn emit_one<M: Message>(
         && fits(Destination::Late)
     {
         let late_text = late.to_string();
-        send(
-            setup,
-            &setup.path.late,
-            slice,
-            msg,
-            payload,
-            &[ids[0], ids[1], ids[2], (headers::LATE_BY, late_text.as_bytes())],
-        )?;
+        send(setup, &setup.path.late, slice, rec, &[ids[0], ids[1], ids[2], (headers::LATE_BY, late_text.as_bytes())])?;
     }
     if main.is_some_and(fits) {
-        send_main(setup, slice, j, msg, framed, &ids)?;
+        send_main(setup, slice, j, rec, &ids)?;
     }
     if refused.is_empty() || written(Destination::DeadLetters) {
         return Ok(());
     }
-    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, &refused), msg, framed, &ids)
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, &refused), rec, &ids)
 }
 
 /// A copy's size as [`size_limits::record_size`] counts it, with the headers
 /// this judgment adds beyond dedupd's usual ones. The same for every topic
 /// the judgment writes, and in a replay: it depends on the record alone.
-fn copy_size<M: Message>(msg: &M, payload: Option<&[u8]>, j: &Judgment) -> u64 {
+fn copy_size(rec: &OutRecord<'_>, j: &Judgment) -> u64 {
     let stage_header = j.notes.duplicate_header.as_ref().map_or(0, |(_, value)| value.len()) as u64;
-    size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg)) + stage_header
+    out_size(rec) + stage_header
 }
 
-/// The limit of `dest` when a copy of `msg` with `payload` exceeds it (a
+/// The limit of `dest` when a copy of `rec` exceeds it (a
 /// policy decision's record: no headers beyond the usual ones).
-pub(super) fn refusal<'a, M: Message>(
+pub(super) fn refusal<'a>(
     setup: &'a WorkerSetup,
     dest: Destination,
-    msg: &M,
-    payload: Option<&[u8]>,
+    rec: &OutRecord<'_>,
 ) -> Option<&'a size_limits::Limit> {
-    let size = size_limits::record_size(msg.key(), payload, size_limits::headers_of(msg));
-    setup.record_limits.refuses(dest, size)
+    setup.record_limits.refuses(dest, out_size(rec))
 }
 
 /// The `dedupd.detail` of a copy of `size` bytes that the topics of
@@ -254,16 +187,15 @@ fn refusal_detail(size: u64, refused: &[(Destination, &Limit)]) -> String {
 
 /// [`dead_letter`] of a record whose copies the topics of `refused` do not
 /// take, as [`size_limits::REASON`].
-pub(super) fn dead_letter_too_large<M: Message>(
+pub(super) fn dead_letter_too_large(
     setup: &WorkerSetup,
     slice: u32,
     refused: &[(Destination, &Limit)],
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg));
-    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, refused), msg, framed, ids)
+    let size = out_size(rec);
+    dead_letter_as(setup, slice, size_limits::REASON, &refusal_detail(size, refused), rec, ids)
 }
 
 /// Where the judgment `j` sends its record, if anywhere: the output, the
@@ -280,22 +212,20 @@ fn main_destination(setup: &WorkerSetup, j: &Judgment) -> Option<Destination> {
 
 /// Sends the judgment's record to its [`main_destination`], with `ids`
 /// (its slice offset, release position and application).
-fn send_main<M: Message>(
+fn send_main(
     setup: &WorkerSetup,
     slice: u32,
     j: &Judgment,
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     ids: &[(&str, &[u8]); 3],
 ) -> Result<(), KafkaLayerError> {
     let path = &setup.path;
-    let payload = framed.payload;
     match &j.verdict {
         SliceVerdict::Distinct => match &path.output_header {
             Some((name, value)) => {
-                send(setup, &path.output, slice, msg, payload, &[ids[0], ids[1], ids[2], (name, value.as_bytes())])
+                send(setup, &path.output, slice, rec, &[ids[0], ids[1], ids[2], (name, value.as_bytes())])
             }
-            None => send(setup, &path.output, slice, msg, payload, ids),
+            None => send(setup, &path.output, slice, rec, ids),
         },
         SliceVerdict::Duplicate { equal_timers } if !path.duplicates.is_empty() => {
             let rule = match j.notes.rule {
@@ -306,41 +236,39 @@ fn send_main<M: Message>(
             if let Some((name, value)) = &j.notes.duplicate_header {
                 extra.push((name, value.as_bytes()));
             }
-            send(setup, &path.duplicates, slice, msg, payload, &extra)
+            send(setup, &path.duplicates, slice, rec, &extra)
         }
         SliceVerdict::Resend if !path.duplicates.is_empty() => {
-            send(setup, &path.duplicates, slice, msg, payload, &[ids[0], ids[1], ids[2], (headers::RULE, b"resend")])
+            send(setup, &path.duplicates, slice, rec, &[ids[0], ids[1], ids[2], (headers::RULE, b"resend")])
         }
         SliceVerdict::Duplicate { .. } | SliceVerdict::Resend => Ok(()),
-        SliceVerdict::Invalid(why) => dead_letter(setup, slice, why, msg, framed, ids),
+        SliceVerdict::Invalid(why) => dead_letter(setup, slice, why, rec, ids),
     }
 }
 
-/// Sends `msg`, which cannot be judged (`why`), to the dead-letter topic
+/// Sends `rec`, which cannot be judged (`why`), to the dead-letter topic
 /// with its reason, where it was read, and `ids` (its slice offset,
 /// release position and application; a policy decision's headers too).
-pub(super) fn dead_letter<M: Message>(
+pub(super) fn dead_letter(
     setup: &WorkerSetup,
     slice: u32,
     why: &InvalidRecord,
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    dead_letter_as(setup, slice, why.reason.as_str(), &why.detail, msg, framed, ids)
+    dead_letter_as(setup, slice, why.reason.as_str(), &why.detail, rec, ids)
 }
 
 /// [`dead_letter`] with a `reason` and `detail` of the Kafka layer's own.
 /// A dead letter larger than its topic takes goes without its value, and if
 /// still too large without its key and headers too ([`headers::VALUE_DROPPED`]
 /// says so): its source stamp still finds the input record.
-fn dead_letter_as<M: Message>(
+fn dead_letter_as(
     setup: &WorkerSetup,
     slice: u32,
     reason: &str,
     detail: &str,
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     ids: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
     setup.metrics.verdicts.dead_letters.with_label_values(&[reason]).inc();
@@ -350,18 +278,17 @@ fn dead_letter_as<M: Message>(
     // The input record's position: in repartition mode the router's
     // stamp; else this record's own (the slice log is the input).
     let mut stamp_buf = [0u8; STAMP_BYTES];
-    let source =
-        framed.source.unwrap_or(SourceRef { topic: msg.topic(), partition: msg.partition(), offset: msg.offset() });
+    let source = rec.origin.source();
     // No stamp for a topic name longer than Kafka allows (never panics).
     if let Some(stamp) = SourceRef::stamp(&mut stamp_buf, source.topic, source.partition, source.offset) {
         extra.push((headers::SOURCE, stamp));
     }
     let topic = &setup.path.dead_letters;
-    let size = size_limits::record_size(msg.key(), framed.payload, size_limits::headers_of(msg)) + detail.len() as u64;
+    let size = out_size(rec) + detail.len() as u64;
     let Some(limit) = setup.record_limits.refuses(Destination::DeadLetters, size) else {
-        return send(setup, topic, slice, msg, framed.payload, &extra);
+        return send(setup, topic, slice, rec, &extra);
     };
-    let value = framed.payload.map_or(0, <[u8]>::len) as u64;
+    let value = rec.payload.map_or(0, <[u8]>::len) as u64;
     let note = |dropped: &str| {
         format!(
             "{dropped} left out: {size} bytes, the dead-letter topic {topic} takes at most {} (value {value} bytes)",
@@ -376,22 +303,26 @@ fn dead_letter_as<M: Message>(
     let note = note_text;
     extra.push((headers::VALUE_DROPPED, note.as_bytes()));
     if bare {
-        crate::kafka::producer::produce_bare(&setup.producer, topic, slice as i32, msg.timestamp().to_millis(), &extra)
+        crate::kafka::producer::produce_bare(&setup.producer, topic, slice as i32, rec.timestamp_ms, &extra)
     } else {
-        send(setup, topic, slice, msg, None, &extra)
+        send(setup, topic, slice, &OutRecord { payload: None, ..*rec }, &extra)
     }
 }
 
-/// Sends a copy of the input record `msg` holds (key, timestamp, headers;
-/// its input payload `payload`, from [`parts`]) to `topic` partition `slice`
-/// with `extra` headers, waiting while the queue is full.
-pub(super) fn send<M: Message>(
+/// Sends a copy of `rec` (key, timestamp, headers, input payload) to
+/// `topic` partition `slice` with `extra` headers, waiting while the queue is full.
+pub(super) fn send(
     setup: &WorkerSetup,
     topic: &str,
     slice: u32,
-    msg: &M,
-    payload: Option<&[u8]>,
+    rec: &OutRecord<'_>,
     extra: &[(&str, &[u8])],
 ) -> Result<(), KafkaLayerError> {
-    produce_with(&setup.producer, topic, slice as i32, msg, payload, extra, &[])
+    produce_out(&setup.producer, topic, slice as i32, rec, extra)
+}
+
+/// A copy's size as [`size_limits::record_size`] counts it, before any
+/// header a judgment adds.
+fn out_size(rec: &OutRecord<'_>) -> u64 {
+    size_limits::record_size(rec.key, rec.payload, rec.headers.lens())
 }

@@ -3,29 +3,27 @@
 
 use std::collections::HashMap;
 
-use rdkafka::message::OwnedMessage;
+use crate::kafka::held_record::HeldRecord;
 
 /// Held records and the bytes of their keys, values and headers.
 #[derive(Default)]
 pub(super) struct HeldRecords {
-    records: HashMap<u64, OwnedMessage>,
+    records: HashMap<u64, HeldRecord>,
     bytes: usize,
 }
 
-use crate::kafka::record_bytes;
-
 impl HeldRecords {
-    pub(super) fn insert(&mut self, offset: u64, msg: OwnedMessage) {
-        self.bytes += record_bytes(&msg);
-        if let Some(old) = self.records.insert(offset, msg) {
-            self.bytes -= record_bytes(&old);
+    pub(super) fn insert(&mut self, offset: u64, record: HeldRecord) {
+        self.bytes += record.counted();
+        if let Some(old) = self.records.insert(offset, record) {
+            self.bytes -= old.counted();
         }
     }
 
-    pub(super) fn remove(&mut self, offset: &u64) -> Option<OwnedMessage> {
-        let msg = self.records.remove(offset)?;
-        self.bytes -= record_bytes(&msg);
-        Some(msg)
+    pub(super) fn remove(&mut self, offset: &u64) -> Option<HeldRecord> {
+        let record = self.records.remove(offset)?;
+        self.bytes -= record.counted();
+        Some(record)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -44,11 +42,11 @@ impl HeldRecords {
     }
 }
 
-impl FromIterator<(u64, OwnedMessage)> for HeldRecords {
-    fn from_iter<I: IntoIterator<Item = (u64, OwnedMessage)>>(iter: I) -> Self {
+impl FromIterator<(u64, HeldRecord)> for HeldRecords {
+    fn from_iter<I: IntoIterator<Item = (u64, HeldRecord)>>(iter: I) -> Self {
         let mut held = HeldRecords::default();
-        for (offset, msg) in iter {
-            held.insert(offset, msg);
+        for (offset, record) in iter {
+            held.insert(offset, record);
         }
         held
     }

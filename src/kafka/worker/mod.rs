@@ -57,12 +57,18 @@
 //! - `snapshots.rs`: the snapshot copy, handed to the writer thread.
 //! - `restores.rs`: restored slices join the worker (`take_restored`).
 //! - `records.rs`: the per-record path. A record polled by [`run`] goes to
-//!   `handle` (a read-order record to `handle_read_order`),
+//!   `handle` (a read-order record to `read_orders.rs`),
 //!   which reads it once (`crate::kafka::slice_log::LogRecord`: input,
 //!   progress, delete request or a foreign record) and takes it in as what
 //!   it is: an input record is judged by `judge`, a record of a slice being
 //!   restored or of a policy range is decided in `policy.rs`; the
-//!   judgments go to `emit.rs`. Idle flushes are here too.
+//!   judgments go to `emit.rs`. A batch (`slicing.log_format = "batches"`)
+//!   is read once and its records judged one by one at their virtual
+//!   positions (`take_batch`). Idle flushes are here too.
+//! - `read_orders.rs`: shared mode's per-record path: the input records a
+//!   read-order record names, judged under one take of the worker lock per
+//!   run of them.
+//! - `held.rs`: the records a slice holds for the watermark, owned.
 //! - `stall.rs`: the worker standing still (a stopped process): what it
 //!   polls on waking is not handled until the group has had time to take
 //!   its slices away.
@@ -85,6 +91,7 @@ mod lookups;
 mod owned;
 mod policy;
 mod publish;
+mod read_orders;
 mod records;
 mod restore_thread;
 mod restores;
@@ -107,7 +114,8 @@ use commits::SafeOffsets;
 pub use context::WorkerContext;
 use lookups::{feature_fn, lookup_fn};
 use publish::publish;
-use records::{flush_idle, handle, handle_read_order, is_read_order};
+use read_orders::handle_read_order;
+use records::{flush_idle, handle, is_read_order};
 use restores::take_restored;
 pub use setup::{RecordPath, WorkerSetup};
 use snapshots::{

@@ -13,8 +13,8 @@ use super::emit::{dead_letter, send};
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use super::writer::FLUSH_TIMEOUT;
-use crate::engine::slice::Unframed;
 use crate::engine::{InvalidRecord, RecordView, ReleasePos, SliceRecord};
+use crate::kafka::out_record::OutRecord;
 use crate::kafka::producer::wait_acked;
 use crate::kafka::replay::{Destination, ReplayBounds, Sent};
 use crate::kafka::restore::{Decision, PolicyRange, policy_record, range_of};
@@ -85,12 +85,13 @@ pub(super) fn decide_early(
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let unreadable = setup.extractor.extract(&view, 0).err();
-    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
+    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), &rec);
     if !d.bounds.holds_decision(dest, pos) {
         let after = d.bounds.policy_after(dest, None);
         let decision =
             DecidedRecord { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
-        send_decision(setup, slice, msg, framed, &decision)?;
+        send_decision(setup, slice, &rec, &decision)?;
         d.bounds.raise(dest, Sent { normal: None, policy: Some(pos) });
     }
     Ok(())
@@ -141,14 +142,15 @@ pub(super) fn decide_logged(
         owned.state.counters.invalid += 1;
         setup.extractor.extract(&slice_record.record, 0).err()
     };
-    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), msg, framed);
+    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), &rec);
     if owned.replay.holds_decision(dest, pos) {
         setup.metrics.restore.replayed.with_label_values(&[&slice.to_string()]).inc();
     } else {
         let after = owned.replay.policy_after(dest, owned.last_judged);
         let decision =
             DecidedRecord { offset, pos, policy: range.policy, after, unreadable: unreadable.as_ref(), refused };
-        send_decision(setup, slice, msg, framed, &decision)?;
+        send_decision(setup, slice, &rec, &decision)?;
     }
     Ok(())
 }
@@ -160,11 +162,10 @@ fn routed<'a>(
     setup: &'a WorkerSetup,
     policy: Decision,
     unreadable: bool,
-    msg: &BorrowedMessage<'_>,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
 ) -> (Destination, Option<(Destination, &'a crate::kafka::size_limits::Limit)>) {
     let dest = destination(policy, unreadable);
-    match super::emit::refusal(setup, dest, msg, framed.payload) {
+    match super::emit::refusal(setup, dest, rec) {
         Some(limit) if dest != Destination::DeadLetters => (Destination::DeadLetters, Some((dest, limit))),
         _ => (dest, None),
     }
@@ -191,11 +192,10 @@ struct DecidedRecord<'a> {
 /// slice offset, release position, application, header `dedupd.policy` and
 /// `dedupd.policy.after` (a later restore tells these records from the
 /// ordinary ones by them: see [`crate::kafka::replay`]).
-fn send_decision<M: Message>(
+fn send_decision(
     setup: &WorkerSetup,
     slice: u32,
-    msg: &M,
-    framed: &Unframed<'_>,
+    rec: &OutRecord<'_>,
     d: &DecidedRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     let path = &setup.path;
@@ -210,18 +210,18 @@ fn send_decision<M: Message>(
         (headers::POLICY_AFTER, after_text.as_bytes()),
     ];
     if let Some(why) = d.unreadable {
-        return dead_letter(setup, slice, why, msg, framed, &extra);
+        return dead_letter(setup, slice, why, rec, &extra);
     }
     if let Some(refused) = d.refused {
-        return super::emit::dead_letter_too_large(setup, slice, &[refused], msg, framed, &extra);
+        return super::emit::dead_letter_too_large(setup, slice, &[refused], rec, &extra);
     }
     setup.metrics.restore.policy_decisions.with_label_values(&[&slice.to_string(), d.policy.as_str()]).inc();
     match d.policy {
         Decision::Drop => {
             extra.push((headers::RULE, b"policy"));
-            send(setup, &path.duplicates, slice, msg, framed.payload, &extra)
+            send(setup, &path.duplicates, slice, rec, &extra)
         }
-        Decision::Deliver => send(setup, &path.output, slice, msg, framed.payload, &extra),
+        Decision::Deliver => send(setup, &path.output, slice, rec, &extra),
     }
 }
 

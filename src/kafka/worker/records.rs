@@ -1,9 +1,8 @@
 //! The per-record path: a slice-log record is taken in (judged, or a
-//! router's progress, a delete request, a read-order record, a record of a
+//! router's progress, a delete request, a batch's records, a record of a
 //! policy range), its judgments emitted ([`super::emit`]); and the idle
 //! flushes that release what waits for the watermark.
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -12,13 +11,18 @@ use super::emit::emit;
 use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
-use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
-use crate::engine::{InvalidRecord, Judgment, Progress, RecordView, ReleasePos, SliceRecord, SliceVerdict, SourceRef};
+use crate::engine::{
+    InvalidReason, InvalidRecord, Judgment, Progress, Reading, RecordView, ReleasePos, SliceRecord, SliceVerdict,
+    SourceRef,
+};
+use crate::kafka::held_record::HeldRecord;
+use crate::kafka::out_record::Origin;
+use crate::kafka::out_record::OutRecord;
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
-use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder};
-use crate::kafka::slice_log::{Kind, LogRecord, broken_frame};
+use crate::kafka::slice_log::batch::Batch;
+use crate::kafka::slice_log::{Holds, Kind, LogRecord, broken_frame, read_order};
 use crate::kafka::{KafkaLayerError, headers};
 
 /// Flushes every owned slice that holds records for the watermark and has
@@ -107,10 +111,13 @@ pub(super) fn handle(
             None => Ok(()), // fetched just before a revocation, or while restoring
         };
     };
-    // With read orders, a slice-log record (a router's progress, a
-    // delete request) is at index 0 of its offset's virtual positions.
+    // With read orders or batches, a slice-log record (a router's
+    // progress, a delete request) is at index 0 of its offset's virtual
+    // positions; a batch's records at the ones after (a slice may resume
+    // in the middle of a batch).
     let offset = setup.slice_position(msg.offset() as u64);
-    if offset < owned.state.next_offset {
+    let batch_end = (setup.path.log_format == Holds::Batches).then(|| setup.slice_position(msg.offset() as u64 + 1));
+    if offset < owned.state.next_offset && batch_end.is_none_or(|end| end <= owned.state.next_offset) {
         return Ok(()); // already reflected in the state
     }
     // A logged idle flush due after the slice's last record comes before
@@ -120,6 +127,12 @@ pub(super) fn handle(
     // the replay would release its records at other positions).
     apply_logged_flushes(setup, owned, judged)?;
     let record = LogRecord::read(setup.path.log_format, msg);
+    if record.kind == Kind::Batch {
+        return take_batch(setup, owned, judged, msg, now);
+    }
+    if offset < owned.state.next_offset {
+        return Ok(()); // a control record already taken in
+    }
     owned.ranges.retain(|r| r.to >= offset);
     let entry = Entry::of(&record, range_of(&owned.ranges, offset));
     if entry.arrives() {
@@ -141,6 +154,57 @@ pub(super) fn handle(
         Entry::Delete => take_delete(setup, owned, offset, msg),
     }
     taken(setup, owned, judged)
+}
+
+/// Takes in the batch `msg`. One that cannot be read (damaged, or written
+/// by another writer) is refused whole at its first position, to the dead
+/// letters with the reason `bad_frame` and why: the records in it are
+/// unknown. A replay refuses it again at the same place.
+fn take_batch(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let log_offset = msg.offset() as u64;
+    let batch = match Batch::decode(msg.payload().unwrap_or_default()) {
+        Ok(batch) => batch,
+        Err(e) => {
+            let offset = read_order::position(log_offset, 0);
+            if offset < owned.state.next_offset {
+                return Ok(());
+            }
+            owned.last_arrival = now;
+            let why = InvalidRecord { reason: InvalidReason::BadFrame, detail: format!("{e}") };
+            let framed = Unframed { source: None, payload: msg.payload(), reading: None };
+            judged.clear();
+            refuse(setup, owned, judged, offset, msg, &framed, why)?;
+            return taken(setup, owned, judged);
+        }
+    };
+    owned.last_arrival = now;
+    for (i, entry) in batch.entries.iter().enumerate() {
+        let position = read_order::position(log_offset, i as u64);
+        if position < owned.state.next_offset {
+            continue; // already reflected in the state
+        }
+        let header_list = entry.headers.pairs();
+        let out = OutRecord {
+            key: entry.key,
+            payload: entry.payload,
+            headers: entry.headers,
+            timestamp_ms: entry.timestamp_ms,
+            origin: Origin::Source(entry.source),
+        };
+        let value_len = entry.payload.map_or(0, <[u8]>::len);
+        let arrival =
+            Arrival { out, source: Some(entry.source), reading: entry.reading, header_list: &header_list, value_len };
+        judged.clear();
+        judge_arrival(setup, owned, judged, position, &arrival)?;
+        taken(setup, owned, judged)?;
+    }
+    Ok(())
 }
 
 /// What a slice-log record is to its slice: its kind ([`LogRecord`], read
@@ -166,7 +230,8 @@ impl<'r, 'm> Entry<'r, 'm> {
             (Kind::Input, Some(range)) => Entry::Decided(record, range),
             (Kind::Progress, decided) => Entry::Progress { decided: decided.is_some() },
             (Kind::Delete, _) => Entry::Delete,
-            (Kind::Foreign, _) => Entry::Foreign,
+            // Taken before (`take_batch`); never placed against policy ranges.
+            (Kind::Foreign | Kind::Batch, _) => Entry::Foreign,
         }
     }
 
@@ -179,7 +244,11 @@ impl<'r, 'm> Entry<'r, 'm> {
 
 /// What follows every record a slice takes in: one more record since its
 /// snapshot, and the logged idle flush that came right after it (replay).
-fn taken(setup: &WorkerSetup, owned: &mut OwnedSlice, judged: &mut Vec<Judgment>) -> Result<(), KafkaLayerError> {
+pub(super) fn taken(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+) -> Result<(), KafkaLayerError> {
     owned.since_checkpoint += 1;
     apply_logged_flushes(setup, owned, judged)
 }
@@ -223,89 +292,9 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
     }
 }
 
-/// Judges the input records the read-order record `msg` names,
-/// in its order, from the first the slice has not taken in yet (a slice
-/// resumes in the middle of one), reading them from the input with `input`.
-/// The worker lock is taken per record: an admin lookup waits for one
-/// record, not for a whole read-order record and its fetches.
-pub(super) fn handle_read_order(
-    setup: &WorkerSetup,
-    worker_state: &Mutex<WorkerState>,
-    input: &mut dyn NamedRecords,
-    msg: &BorrowedMessage<'_>,
-    now: Instant,
-) -> Result<(), KafkaLayerError> {
-    let slice = msg.partition() as u32;
-    let Some(next) = worker_state.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
-        return Ok(()); // fetched just before a revocation
-    };
-    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
-        Ok(order) => order,
-        Err(e) => {
-            // Only routers write these: a record that cannot be read is a
-            // bug or a foreign writer, and the records it names are unknown.
-            log::error!(
-                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
-                 records it names are not judged",
-                msg.offset()
-            );
-            return Ok(());
-        }
-    };
-    order.first_position = read_order::position(msg.offset() as u64, 0);
-    let mut run_start = order.first_position;
-    for run in &order.runs {
-        let run_end = run_start + u64::from(run.count);
-        let skip = next.saturating_sub(run_start);
-        if skip < u64::from(run.count) {
-            let first = run.first + skip as i64;
-            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, &mut |offset, record| {
-                let position = run_start + (offset - run.first) as u64;
-                let source = SourceRef { topic: &run.topic, partition: run.partition, offset };
-                let mut guard = worker_state.lock().expect("worker lock");
-                handle_named(setup, &mut guard, slice, position, record, source, now)?;
-                if let Err(e) = copy_some(setup, &mut guard, COPY_STEP_BYTES) {
-                    log::warn!("snapshot failed: {e}");
-                }
-                Ok(())
-            })?;
-        }
-        run_start = run_end;
-    }
-    Ok(())
-}
-
-/// Judges one input record a read-order record names, at
-/// virtual position `offset`; `source` is where it was read.
-fn handle_named(
-    setup: &WorkerSetup,
-    worker_state: &mut WorkerState,
-    slice: u32,
-    offset: u64,
-    msg: &BorrowedMessage<'_>,
-    source: SourceRef<'_>,
-    now: Instant,
-) -> Result<(), KafkaLayerError> {
-    let WorkerState { slices, judged, .. } = worker_state;
-    let Some(owned) = slices.get_mut(&slice) else {
-        return Ok(()); // revoked meanwhile
-    };
-    if offset < owned.state.next_offset {
-        return Ok(()); // already reflected in the state
-    }
-    apply_logged_flushes(setup, owned, judged)?;
-    owned.last_arrival = now;
-    let header_list = headers::pairs(msg);
-    // The source makes a record named twice (by a router that re-read its
-    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
-    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
-    judged.clear();
-    judge(setup, owned, judged, offset, msg, &framed, &header_list)?;
-    taken(setup, owned, judged)
-}
-
-/// Judges an input record at slice offset (with read orders: virtual position)
-/// `offset`: emits the judgments it releases and keeps it if it waits.
+/// Judges the consumed input record `msg` (its parts: `framed`) at slice
+/// offset (with read orders: virtual position) `offset` ([`judge_arrival`]);
+/// a repartition-mode record whose frame is broken is refused instead.
 pub(super) fn judge(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
@@ -319,24 +308,59 @@ pub(super) fn judge(
     if let Some(why) = broken_frame(setup.path.log_format, msg.payload(), source_header, framed) {
         return refuse(setup, owned, judged, offset, msg, framed, why);
     }
-    let Unframed { source, payload, reading } = *framed;
+    let arrival = Arrival {
+        out: OutRecord::consumed(msg, framed.payload, framed.source),
+        source: framed.source,
+        reading: framed.reading,
+        header_list,
+        value_len: msg.payload().map_or(0, <[u8]>::len),
+    };
+    judge_arrival(setup, owned, judged, offset, &arrival)
+}
+
+/// An input record arriving at its slice, whatever form of the slice log
+/// brought it: as its copies see it ([`OutRecord`]), as the extractors
+/// read its headers, with its source and the router's reading if the
+/// slice log carries them.
+pub(super) struct Arrival<'a> {
+    pub(super) out: OutRecord<'a>,
+    /// Its input position when the slice log is not the input itself.
+    pub(super) source: Option<SourceRef<'a>>,
+    pub(super) reading: Option<Reading>,
+    pub(super) header_list: &'a [(&'a str, &'a [u8])],
+    /// The length of the slice-log value that brought it (what a held
+    /// record counts, frame and all).
+    pub(super) value_len: usize,
+}
+
+/// Judges the input record `arrival` at slice offset (with read orders:
+/// virtual position) `offset`: emits the judgments it releases and keeps it
+/// if it waits.
+pub(super) fn judge_arrival(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    offset: u64,
+    arrival: &Arrival<'_>,
+) -> Result<(), KafkaLayerError> {
+    let out = &arrival.out;
     let record = RecordView {
-        key: msg.key(),
-        payload: payload.unwrap_or_default(),
-        headers: header_list,
-        timestamp_ms: msg.timestamp().to_millis(),
+        key: out.key,
+        payload: out.payload.unwrap_or_default(),
+        headers: arrival.header_list,
+        timestamp_ms: out.timestamp_ms,
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
-    let slice_record = SliceRecord { offset, record, source, reading };
+    let slice_record = SliceRecord { offset, record, source: arrival.source, reading: arrival.reading };
     owned.process(&slice_record, &setup.extractor, judged);
     if let Some(input) = &setup.input_counter {
         input.inc();
     }
     // No judgment of its own: it waits for the watermark.
     if !judged.iter().any(|j| j.offset == offset) {
-        owned.held.insert(offset, msg.detach());
+        owned.held.insert(offset, HeldRecord::of(out, arrival.value_len));
     }
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))?;
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, out)))?;
     // During a replay (logged flushes still to apply) this waits: the order
     // against `taken`'s logged flushes does not matter.
     flush_over_budget(setup, owned, judged)
@@ -362,7 +386,8 @@ fn refuse(
     }
     let verdict = SliceVerdict::Invalid(why);
     judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
-    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, msg, framed)))
+    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, &rec)))
 }
 
 /// Applies the logged idle flushes due after the slice's last record (a

@@ -84,7 +84,7 @@ impl RecordPath {
     ) -> Self {
         let out = &cfg.settings.output;
         RecordPath {
-            log_format: Holds::of(cfg.slicing),
+            log_format: Holds::of(cfg.slicing, cfg.slice_log_format),
             output: out.topic.clone(),
             duplicates: out.duplicates_topic.clone(),
             dead_letters: out.dead_letter_topic.clone(),

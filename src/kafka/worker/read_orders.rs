@@ -1,0 +1,135 @@
+//! Shared mode's per-record path: a read-order record's input records,
+//! read from the input and judged in its order, under the worker lock
+//! taken once per run of them ([`RECORDS_PER_LOCK`] at most).
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use rdkafka::message::{BorrowedMessage, Message};
+
+use super::records::{apply_logged_flushes, judge, taken};
+use super::setup::WorkerSetup;
+use super::snapshots::{COPY_STEP_BYTES, copy_some};
+use super::state::WorkerState;
+use crate::engine::SourceRef;
+use crate::engine::slice::Unframed;
+use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder, RunSink};
+use crate::kafka::{KafkaLayerError, headers};
+
+/// Records judged under one take of the worker lock, at most: an admin
+/// lookup waits for that many judgments (a fraction of a millisecond), not
+/// for a whole read-order record; and never for a fetch from the input
+/// ([`RunSink::waiting`] lets the lock go).
+const RECORDS_PER_LOCK: u32 = 256;
+
+/// Judges the input records the read-order record `msg` names, in its
+/// order, from the first the slice has not taken in yet (a slice resumes in
+/// the middle of one), reading them from the input with `input`.
+pub(super) fn handle_read_order(
+    setup: &WorkerSetup,
+    worker_state: &Mutex<WorkerState>,
+    input: &mut dyn NamedRecords,
+    msg: &BorrowedMessage<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let slice = msg.partition() as u32;
+    let Some(next) = worker_state.lock().expect("worker lock").slices.get(&slice).map(|o| o.state.next_offset) else {
+        return Ok(()); // fetched just before a revocation
+    };
+    let mut order = match ReadOrder::decode(msg.payload().unwrap_or_default()) {
+        Ok(order) => order,
+        Err(e) => {
+            // Only routers write these: a record that cannot be read is a
+            // bug or a foreign writer, and the records it names are unknown.
+            log::error!(
+                "slice {slice}: the read-order record at slice-log offset {} cannot be read ({e}); the input \
+                 records it names are not judged",
+                msg.offset()
+            );
+            return Ok(());
+        }
+    };
+    order.first_position = read_order::position(msg.offset() as u64, 0);
+    let mut dispatch = Dispatch { setup, worker_state, guard: None, under_lock: 0, slice, now, run: None };
+    let mut run_start = order.first_position;
+    for run in &order.runs {
+        let skip = next.saturating_sub(run_start);
+        if skip < u64::from(run.count) {
+            let first = run.first + skip as i64;
+            let source = SourceRef { topic: &run.topic, partition: run.partition, offset: run.first };
+            dispatch.run = Some((source, run_start));
+            input.read_run(&run.topic, run.partition, first, run.count - skip as u32, &mut dispatch)?;
+        }
+        run_start += u64::from(run.count);
+    }
+    Ok(())
+}
+
+/// Judges the records of the runs of one read-order record as the input
+/// reader hands them over, holding the worker lock across a run of them.
+struct Dispatch<'a, 'r> {
+    setup: &'a WorkerSetup,
+    worker_state: &'a Mutex<WorkerState>,
+    guard: Option<MutexGuard<'a, WorkerState>>,
+    /// Records judged since the lock was taken.
+    under_lock: u32,
+    slice: u32,
+    now: Instant,
+    /// The run being read: its first record's source and virtual position.
+    run: Option<(SourceRef<'r>, u64)>,
+}
+
+impl RunSink for Dispatch<'_, '_> {
+    fn record(&mut self, offset: i64, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+        let Some((first, run_start)) = self.run else {
+            return Err(KafkaLayerError::Internal("shared input: a record handed over outside a run".into()));
+        };
+        if self.under_lock == RECORDS_PER_LOCK {
+            self.waiting(); // lets a lookup in between
+        }
+        let worker_state = self.worker_state;
+        let guard = self.guard.get_or_insert_with(|| worker_state.lock().expect("worker lock"));
+        self.under_lock += 1;
+        let position = run_start + (offset - first.offset) as u64;
+        let source = SourceRef { offset, ..first };
+        handle_named(self.setup, guard, self.slice, position, msg, source, self.now)?;
+        if let Err(e) = copy_some(self.setup, guard, COPY_STEP_BYTES) {
+            log::warn!("snapshot failed: {e}");
+        }
+        Ok(())
+    }
+
+    fn waiting(&mut self) {
+        self.guard = None;
+        self.under_lock = 0;
+    }
+}
+
+/// Judges one input record a read-order record names, at
+/// virtual position `offset`; `source` is where it was read.
+fn handle_named(
+    setup: &WorkerSetup,
+    worker_state: &mut WorkerState,
+    slice: u32,
+    offset: u64,
+    msg: &BorrowedMessage<'_>,
+    source: SourceRef<'_>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
+    let WorkerState { slices, judged, .. } = worker_state;
+    let Some(owned) = slices.get_mut(&slice) else {
+        return Ok(()); // revoked meanwhile
+    };
+    if offset < owned.state.next_offset {
+        return Ok(()); // already reflected in the state
+    }
+    apply_logged_flushes(setup, owned, judged)?;
+    owned.last_arrival = now;
+    let header_list = headers::pairs(msg);
+    // The source makes a record named twice (by a router that re-read its
+    // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
+    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    judged.clear();
+    judge(setup, owned, judged, offset, msg, &framed, &header_list)?;
+    taken(setup, owned, judged)
+}
