@@ -29,13 +29,13 @@ fn limited_app(key_endpoints: KeyEndpoints, delay: Duration, limits: Limits) -> 
         Ok(serde_json::json!({ "key": String::from_utf8_lossy(key) }))
     });
     *status.lookup.lock().unwrap() = Some(lookup);
-    feature(&status, "count", None);
+    feature(&status, "example", None);
     (router(status, Arc::new(Metrics::new(3)), Access::from(&key_endpoints), limits), done)
 }
 
 /// Lists the feature endpoint `/v1/<name>`, answered by `answer` (`None`: off).
 fn feature(status: &Status, name: &'static str, answer: Option<LookupFn>) {
-    let off = "no counting stage: set limit.max_per_window or flag.threshold to turn it on\n";
+    let off = "no example stage: set example.level to turn it on\n";
     status.feature_lookups.lock().unwrap().insert(name, FeatureLookup { answer, off });
 }
 
@@ -139,24 +139,25 @@ async fn large_bodies_and_slow_answers_are_cut_short() {
     assert_eq!(app.oneshot(big).await.unwrap().status(), StatusCode::PAYLOAD_TOO_LARGE);
 }
 
-/// `/v1/count` needs the token; without a counting stage (the workers
-/// set no answer for it) it is 404 naming the settings; without `key`, 400.
+/// A feature's endpoint `/v1/<name>` needs the token; while the feature is
+/// off (the workers set no answer for it) it is 404 naming its settings;
+/// without `key`, 400.
 #[tokio::test]
-async fn count_is_not_found_without_a_counting_stage() {
+async fn a_feature_endpoint_is_not_found_while_its_feature_is_off() {
     let app = app(token(), Duration::ZERO);
     let auth = format!("Bearer {TOKEN}");
-    assert_eq!(call(&app, "GET", "/v1/count?key=a", None).await.0, StatusCode::UNAUTHORIZED);
-    let (code, _, body) = call(&app, "GET", "/v1/count?key=a", Some(&auth)).await;
+    assert_eq!(call(&app, "GET", "/v1/example?key=a", None).await.0, StatusCode::UNAUTHORIZED);
+    let (code, _, body) = call(&app, "GET", "/v1/example?key=a", Some(&auth)).await;
     assert_eq!(code, StatusCode::NOT_FOUND);
-    assert!(body.contains("limit.max_per_window or flag.threshold"), "{body}");
+    assert!(body.contains("set example.level"), "{body}");
     let status = Status::new();
     *status.lookup.lock().unwrap() = Some(Arc::new(|_: &[u8]| Ok(serde_json::json!({}))));
-    feature(&status, "count", Some(Arc::new(|k: &[u8]| Ok(serde_json::json!({ "estimate": k.len() })))));
+    feature(&status, "example", Some(Arc::new(|k: &[u8]| Ok(serde_json::json!({ "estimate": k.len() })))));
     let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
-    let (code, _, body) = call(&app, "GET", "/v1/count?key=abc", Some(&auth)).await;
+    let (code, _, body) = call(&app, "GET", "/v1/example?key=abc", Some(&auth)).await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(serde_json::from_str::<serde_json::Value>(&body).unwrap(), serde_json::json!({ "estimate": 3 }));
-    assert_eq!(call(&app, "GET", "/v1/count", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(call(&app, "GET", "/v1/example", Some(&auth)).await.0, StatusCode::BAD_REQUEST);
 }
 
 #[tokio::test]
@@ -211,8 +212,8 @@ async fn lookups_on_a_busy_worker_answer_busy_and_hold_up_nothing() {
         })
     };
     *status.lookup.lock().unwrap() = Some(answer(worker.clone()));
-    feature(&status, "count", Some(answer(worker.clone())));
-    feature(&status, "sources", Some(answer(worker.clone())));
+    feature(&status, "example", Some(answer(worker.clone())));
+    feature(&status, "other", Some(answer(worker.clone())));
     let app = router(status, Arc::new(Metrics::new(3)), Access::from(&token()), Limits::default());
     let auth = format!("Bearer {TOKEN}");
     // The worker: a thread holding its lock until told to let go.
@@ -228,7 +229,7 @@ async fn lookups_on_a_busy_worker_answer_busy_and_hold_up_nothing() {
     };
     is_locked.recv().unwrap();
     let started = Instant::now();
-    let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/count?key=b", "/v1/sources?key=c", "/v1/count?key=d"]
+    let calls: Vec<_> = ["/v1/lookup?key=a", "/v1/example?key=b", "/v1/other?key=c", "/v1/example?key=d"]
         .into_iter()
         .map(|path| {
             let (app, auth) = (app.clone(), auth.clone());

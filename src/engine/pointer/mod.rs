@@ -14,7 +14,7 @@
 //! [`Value::pointer`] (tested below against it): with a repeated object key
 //! the last one counts, as in a [`Value`].
 //!
-//! A record's payload first goes through a byte scanner ([`scan`]) that
+//! A record's payload first goes through a byte scanner (`scan.rs`) that
 //! handles the usual document — object keys down to the values — at a
 //! fraction of the walk's cost; whatever it does not handle or finds wrong
 //! takes the walk, so every answer and every error is the walk's.

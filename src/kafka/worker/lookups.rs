@@ -44,9 +44,9 @@ pub(super) fn lookup_fn(setup: &Arc<WorkerSetup>, worker_state: &Arc<Mutex<Worke
 /// mode; `None` with input-partitions (the producer's partitioner chose it,
 /// so every owned slice is asked).
 ///
-/// With a separate count key (`limit.count_key`) the router routes by the
-/// count key, so a dedup key's slice is not known either: every owned slice
-/// is asked.
+/// When the router routes by another key than the dedup key (a stage's
+/// own key: `WorkerSetup::routes_by_dedup_key` is false), a dedup key's
+/// slice is not known either: every owned slice is asked.
 fn home_slice(setup: &WorkerSetup, key: &[u8]) -> (crate::filter::KeyHash, Option<u32>) {
     let hash = crate::filter::KeyHash::of(setup.filter.params().seed, key);
     (hash, routed_slice(setup, &hash, setup.routes_by_dedup_key))

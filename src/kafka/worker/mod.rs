@@ -65,7 +65,7 @@
 //!   judgments go to `emit.rs`. A batch (`slicing.log_format = "batches"`)
 //!   is read once and its records judged one by one at their virtual
 //!   positions (`take_batch`). Idle flushes are here too.
-//! - `read_orders.rs`: shared mode's per-record path: the input records a
+//! - `read_orders.rs`: the per-record path of read orders: the input records a
 //!   read-order record names, judged under one take of the worker lock per
 //!   run of them.
 //! - `held.rs`: the records a slice holds for the watermark, owned.

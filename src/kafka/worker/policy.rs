@@ -1,6 +1,6 @@
 //! Policy ranges (docs/availability.md): the records of a slice being
-//! restored are decided (delivered or dropped, as the settings ask: the
-//! `availability` feature) rather than judged, each range of them logged in
+//! restored are decided (delivered or dropped, as the record path's
+//! `while_restoring` asks) rather than judged, each range of them logged in
 //! the flush log first so that every later restore applies the same
 //! decisions.
 

@@ -1,4 +1,4 @@
-//! Shared mode's per-record path: a read-order record's input records,
+//! The per-record path of a slice log of read orders: a read-order record's input records,
 //! read from the input and judged in its order, under the worker lock
 //! taken once per run of them ([`RECORDS_PER_LOCK`] at most).
 
@@ -82,7 +82,7 @@ struct Dispatch<'a, 'r> {
 impl RunSink for Dispatch<'_, '_> {
     fn record(&mut self, offset: i64, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
         let Some((first, run_start)) = self.run else {
-            return Err(KafkaLayerError::Internal("shared input: a record handed over outside a run".into()));
+            return Err(KafkaLayerError::Internal("named input: a record handed over outside a run".into()));
         };
         if self.under_lock == RECORDS_PER_LOCK {
             self.waiting(); // lets a lookup in between
