@@ -42,8 +42,11 @@
 //! admitted in arrival order — what they would have met had the offenders
 //! never come.
 
-use std::cmp::{Ordering, Reverse};
-use std::collections::BinaryHeap;
+use std::cmp::Ordering;
+
+use wait_queue::WaitQueue;
+
+mod wait_queue;
 
 /// The capacity to shrink a collection of `len` items to when it has room
 /// for far more (`capacity`): a backlog (a stalled worker, a slow broker)
@@ -120,7 +123,7 @@ pub struct OrderMarks {
 pub struct ReorderBuffer<T> {
     settings: OrderSettings,
     marks: OrderMarks,
-    waiting: BinaryHeap<Reverse<Waiting<T>>>,
+    waiting: WaitQueue<T>,
     /// Records too far ahead, in arrival order, awaiting confirmation.
     suspects: Vec<Waiting<T>>,
     /// The watermark stays at or below this minus the lateness (`None`: no hold).
@@ -147,7 +150,7 @@ impl<T> ReorderBuffer<T> {
         ReorderBuffer {
             settings,
             marks,
-            waiting: waiting.into_iter().map(Reverse).collect(),
+            waiting: waiting.into_iter().collect(),
             suspects,
             hold_ms: None,
             max_held: usize::MAX,
@@ -158,7 +161,7 @@ impl<T> ReorderBuffer<T> {
     /// Puts back the waiting records and suspects of a restored buffer,
     /// keeping its marks, hold, bound and overflow count.
     pub fn put_back(&mut self, waiting: impl IntoIterator<Item = Waiting<T>>, suspects: Vec<Waiting<T>>) {
-        self.waiting = waiting.into_iter().map(Reverse).collect();
+        self.waiting = waiting.into_iter().collect();
         self.suspects = suspects;
     }
 
@@ -175,9 +178,7 @@ impl<T> ReorderBuffer<T> {
     /// Gives back the room a backlog left: the buffer keeps the capacity of
     /// the most records it ever held (see [`shrink_target`]).
     pub fn shrink_spare(&mut self) {
-        if let Some(to) = shrink_target(self.waiting.len(), self.waiting.capacity()) {
-            self.waiting.shrink_to(to);
-        }
+        self.waiting.shrink_spare();
         if let Some(to) = shrink_target(self.suspects.len(), self.suspects.capacity()) {
             self.suspects.shrink_to(to);
         }
@@ -260,7 +261,7 @@ impl<T> ReorderBuffer<T> {
 
     /// Every record held (waiting or suspect), in no particular order.
     pub fn held(&self) -> impl Iterator<Item = (&Waiting<T>, bool)> {
-        self.waiting.iter().map(|w| (&w.0, false)).chain(self.suspects.iter().map(|s| (s, true)))
+        self.waiting.iter().map(|w| (w, false)).chain(self.suspects.iter().map(|s| (s, true)))
     }
 
     /// The smallest position held, if any.
@@ -299,7 +300,7 @@ impl<T> ReorderBuffer<T> {
     /// the watermark, or the first records are held.
     pub fn flush_pending(&self) -> bool {
         let limit = self.flush_limit();
-        self.waiting.peek().is_some_and(|w| limit.is_some_and(|l| w.0.time_ms <= l))
+        self.waiting.peek().is_some_and(|w| limit.is_some_and(|l| w.time_ms <= l))
             || (self.marks.max_seen_ms.is_none() && !self.suspects.is_empty())
     }
 
@@ -391,7 +392,7 @@ impl<T> ReorderBuffer<T> {
         }
         let max = self.marks.max_seen_ms.map_or(record.time_ms, |m| m.max(record.time_ms));
         self.marks.max_seen_ms = Some(max);
-        self.waiting.push(Reverse(record));
+        self.waiting.push(record);
         if let Some(watermark) = self.target(max) {
             self.raise_watermark(watermark, emit);
         }
@@ -400,8 +401,8 @@ impl<T> ReorderBuffer<T> {
     fn raise_watermark(&mut self, to: u64, emit: &mut impl FnMut(Released<T>)) {
         let watermark = self.marks.watermark_ms.map_or(to, |w| w.max(to));
         self.marks.watermark_ms = Some(watermark);
-        while self.waiting.peek().is_some_and(|w| w.0.time_ms <= watermark) {
-            let Waiting { time_ms, position, item } = self.waiting.pop().expect("peeked").0;
+        while self.waiting.peek().is_some_and(|w| w.time_ms <= watermark) {
+            let Waiting { time_ms, position, item } = self.waiting.pop().expect("peeked");
             emit(Released::Judge { time_ms, position, item, late_by_ms: None });
         }
     }

@@ -51,6 +51,25 @@ impl ReleasePos {
     }
 }
 
+/// Room for a [`ReleasePos`] in its header form (`u64/flush/u32`: at most 37 bytes).
+pub const RELEASE_TEXT_BYTES: usize = 48;
+
+impl ReleasePos {
+    /// The header form, as `Display` writes it, into `buf`, without
+    /// `core::fmt`: it is written on every output record.
+    pub fn text_into<'b>(&self, buf: &'b mut [u8; RELEASE_TEXT_BYTES]) -> &'b [u8] {
+        let mut after = itoa::Buffer::new();
+        let mut rank = itoa::Buffer::new();
+        let sep: &[u8] = if self.flush { b"/flush/" } else { b"/" };
+        let mut n = 0;
+        for part in [after.format(self.after).as_bytes(), sep, rank.format(self.rank).as_bytes()] {
+            buf[n..n + part.len()].copy_from_slice(part);
+            n += part.len();
+        }
+        &buf[..n]
+    }
+}
+
 impl fmt::Display for ReleasePos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.flush {

@@ -47,7 +47,7 @@ pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
     Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,
 };
-pub use judgment::{Judgment, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
+pub use judgment::{Judgment, RELEASE_TEXT_BYTES, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
 pub use stage::{StageNotes, StageRule};
 pub use state::SliceState;
 

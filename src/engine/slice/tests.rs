@@ -311,8 +311,11 @@ fn release_positions_order_and_parse() {
     let f = ReleasePos { after: 7, flush: true, rank: 0 };
     assert!(a < f && f < ReleasePos { after: 8, flush: false, rank: 0 });
     assert!(a < ReleasePos::through_arrival(7) && ReleasePos::through_arrival(7) < f);
-    for p in [a, f] {
+    let extremes = ReleasePos { after: u64::MAX, flush: true, rank: u32::MAX };
+    for p in [a, f, extremes, ReleasePos { after: 0, flush: false, rank: 0 }] {
         assert_eq!(ReleasePos::parse(p.to_string().as_bytes()), Some(p));
+        // The header form written without `core::fmt` is the same text.
+        assert_eq!(p.text_into(&mut [0; super::RELEASE_TEXT_BYTES]), p.to_string().as_bytes());
     }
     assert_eq!(a.to_string(), "7/3");
     assert_eq!(f.to_string(), "7/flush/0");

@@ -5,7 +5,7 @@
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use crate::engine::{
-    InvalidRecord, Judgment, RecordView, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef, format_into,
+    InvalidRecord, Judgment, RELEASE_TEXT_BYTES, RecordView, ReleasePos, STAMP_BYTES, SliceVerdict, SourceRef,
 };
 use crate::kafka::out_record::OutRecord;
 use crate::kafka::producer::produce_out;
@@ -76,12 +76,12 @@ fn emit_flag(
     if setup.record_limits.refuses(Destination::Flags, copy_size(rec, j)).is_some() {
         return Ok(());
     }
-    let mut offset_buf = [0u8; 20];
-    let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
-    let mut release_buf = [0u8; 48];
-    let release_text = format_into(&mut release_buf, format_args!("{pos}"));
-    let mut count_buf = [0u8; 20];
-    let count_text = format_into(&mut count_buf, format_args!("{count}"));
+    let mut offset_buf = itoa::Buffer::new();
+    let offset_text = offset_buf.format(j.offset).as_bytes();
+    let mut release_buf = [0u8; RELEASE_TEXT_BYTES];
+    let release_text = pos.text_into(&mut release_buf);
+    let mut count_buf = itoa::Buffer::new();
+    let count_text = count_buf.format(count).as_bytes();
     let extra = [
         (headers::SLICE_OFFSET, offset_text),
         (headers::RELEASE, release_text),
@@ -120,10 +120,10 @@ pub(super) fn emit_one(
         hook.distinct(&setup.producer, &setup.extractor, &setup.metrics, slice, &record)?;
     }
     let written = |dest| replay.is_some_and(|r| r.holds(dest, pos));
-    let mut offset_buf = [0u8; 20];
-    let offset_text = format_into(&mut offset_buf, format_args!("{}", j.offset));
-    let mut release_buf = [0u8; 48];
-    let release_text = format_into(&mut release_buf, format_args!("{pos}"));
+    let mut offset_buf = itoa::Buffer::new();
+    let offset_text = offset_buf.format(j.offset).as_bytes();
+    let mut release_buf = [0u8; RELEASE_TEXT_BYTES];
+    let release_text = pos.text_into(&mut release_buf);
     // Which judgment, and of which application (invariant 8): on every record it writes.
     let ids = [
         (headers::SLICE_OFFSET, offset_text),
