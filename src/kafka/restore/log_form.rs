@@ -39,8 +39,9 @@ const RULE: &str = "the form of a slice log changes only once the slice has drai
 /// The upgrade steps a refusal of an undrained slice names.
 const UPGRADE_STEPS: &str = "to keep running, set slicing.log_format = \"records\"; to upgrade, stop the producers \
      of the input (or wait for a quiet time), run with slicing.log_format = \"records\" until /v1/slices shows \
-     lag 0, waiting 0 and last_checkpoint_offset equal to next_offset for every slice, stop dedupd, and start it \
-     with slicing.log_format = \"batches\" (docs/running.md, \"Changing slicing.log_format\")";
+     lag 0, waiting 0 for every slice, stop dedupd gracefully (SIGTERM: every slice takes a snapshot as it \
+     stops), and start it with slicing.log_format = \"batches\" (docs/running.md, \"Changing \
+     slicing.log_format\")";
 
 impl Restorer<'_> {
     /// The form the configured slice log's positions are in.
