@@ -32,7 +32,7 @@ pub use dedup::{Deduplicator, Judged, Outcome};
 pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shrink_target};
 pub use record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
-    InputProgress, Judgment, LogForm, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage,
-    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    InputProgress, Judgment, Progress, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage, SliceRecord,
+    SliceState, SliceVerdict, SourceRef, format_into,
 };
 pub use time::TimeUnit;

@@ -26,7 +26,8 @@
 //!   replay bound that silences every later output).
 
 use super::restorer::Restorer;
-use crate::engine::{LogForm, SliceState};
+use crate::engine::SliceState;
+use crate::engine::slice::LogForm;
 use crate::kafka::checkpoint::{ReadFrom, read_partition};
 use crate::kafka::slice_log::{Holds, Kind, LogRecord, read_order};
 use crate::kafka::{KafkaLayerError, headers};
