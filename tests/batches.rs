@@ -107,3 +107,110 @@ fn batches_give_the_output_of_records_and_survive_kills() {
     }
     batches.assert_clean_log();
 }
+
+/// Settings of the upgrade test's applications: an input lateness of 3 s
+/// (above the records' jitter of 1.5 s, short so that the idle flush that
+/// drains a slice comes soon) and the slice-log form.
+fn upgrade_env(app: &str, input: &str, format: &str) -> Vec<(String, String)> {
+    let mut env = app_env(app, input, "repartition", 4);
+    env.push(("DEDUPD__INPUT__LATENESS".into(), "3s".into()));
+    env.push(("DEDUPD__SLICING__LOG_FORMAT".into(), format.into()));
+    env
+}
+
+/// Clicks `seqs` over 800 keys, 25 ms apart, each jittered by up to 1.5 s.
+fn clicks(seqs: std::ops::Range<u64>, partitions: u32, rng: &mut dedupd::testkit::workload::Rng) -> Vec<Rec> {
+    seqs.map(|seq| {
+        let id = format!("k{}", rng.below(800));
+        let ts = BASE_TS + seq as i64 * 25 + rng.below(1_500) as i64;
+        click(seq, &id, ts, partition_of(&id, partitions))
+    })
+    .collect()
+}
+
+/// The upgrade path (docs/running.md, "Changing slicing.log_format"): an
+/// application run with `records`, drained (every record judged, then a
+/// graceful stop, which takes a snapshot at the end) and started again with
+/// `batches`, judges the rest of its input as an uninterrupted `records`
+/// run does: the same records in every output partition, part 2's copies of
+/// part 1's keys among the duplicates. One stopped with a copy in its slice
+/// log the slice has not taken in is refused at start-up, with an error
+/// naming `slicing.log_format` and the upgrade steps.
+#[test]
+fn a_drained_records_log_upgrades_to_batches_and_an_undrained_one_is_refused() {
+    let partitions = 4;
+    let input = unique("clicks-upgrade");
+    create_topic(&input, partitions as i32);
+    let mut rng = dedupd::testkit::workload::Rng::new(45);
+    // Part 2 starts after part 1's latest time, within the 60 s window of most of it.
+    let (part1, part2) = (clicks(0..1200, partitions, &mut rng), clicks(1300..2500, partitions, &mut rng));
+
+    let (whole_app, upgraded_app, undrained_app) = (unique("whole"), unique("upgraded"), unique("undrained"));
+    let mut whole = Daemon::start("upgrade-whole", &upgrade_env(&whole_app, &input, "records"));
+    let mut upgraded = Daemon::start("upgrade-records", &upgrade_env(&upgraded_app, &input, "records"));
+    let mut undrained = Daemon::start("undrained-records", &upgrade_env(&undrained_app, &input, "records"));
+    produce(&input, &part1);
+    for d in [&whole, &upgraded, &undrained] {
+        wait_processed(&[d], part1.len() as u64, Duration::from_secs(120));
+    }
+    for d in [&mut upgraded, &mut undrained] {
+        assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+    }
+
+    // Not drained: a router's copy the slice has not taken in (one written
+    // again, as a router that restarts writes it) after the last snapshot.
+    let slice_log = format!("{undrained_app}.slices");
+    let copy = read_all(&slice_log, Duration::from_secs(1))
+        .remove(&0)
+        .and_then(|recs| recs.into_iter().rev().find(|r| r.headers.iter().all(|(k, _)| !k.starts_with("dedupd."))))
+        .expect("a records-form copy in slice 0's log");
+    produce(&slice_log, &[copy]);
+    let mut refused = Daemon::start("undrained-batches", &upgrade_env(&undrained_app, &input, "batches"));
+    let status = refused.wait_exit(Duration::from_secs(60), "an undrained slice log was not refused");
+    let log = refused.log_text();
+    assert!(!status.success() && !log.contains("panicked"), "{log}");
+    assert!(
+        log.contains("slice 0: cannot go on with slicing.log_format = \"batches\" from its snapshot")
+            && log.contains("records of the records form the slice has not taken in")
+            && log.contains("lag 0, waiting 0"),
+        "{log}"
+    );
+
+    let mut upgraded = Daemon::start("upgrade-batches", &upgrade_env(&upgraded_app, &input, "batches"));
+    upgraded.wait_ready(Duration::from_secs(60));
+    produce(&input, &part2);
+    let total = (part1.len() + part2.len()) as u64;
+    for d in [&whole, &upgraded] {
+        wait_processed(&[d], total, Duration::from_secs(120));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+
+    let want = content(&format!("{whole_app}.out"));
+    let got = content(&format!("{upgraded_app}.out"));
+    assert!(got == want, "the upgraded run's output differs from the uninterrupted one's");
+    // Part 2's keys judged against part 1's, carried over: fewer of its
+    // records delivered than it has keys.
+    let part2_keys: std::collections::BTreeSet<_> = part2.iter().map(|r| r.key.clone()).collect();
+    let part2_out = want
+        .values()
+        .flatten()
+        .filter(|(_, v, _)| v.as_deref().is_some_and(|v| part2.iter().any(|r| r.value.as_deref() == Some(v))))
+        .count();
+    assert!(
+        part2_out > 0 && part2_out < part2_keys.len(),
+        "{part2_out} of part 2 delivered, {} keys",
+        part2_keys.len()
+    );
+    let log = upgraded.log_text();
+    assert!(log.contains("going on in the batch form at position"), "{log}");
+    let batches = read_all(&format!("{upgraded_app}.slices"), Duration::from_secs(1))
+        .into_values()
+        .flatten()
+        .filter(|r| r.header("dedupd.batch").is_some())
+        .count();
+    assert!(batches > 0, "the upgraded run wrote no batch");
+    for d in [&mut whole, &mut upgraded] {
+        assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+    }
+    upgraded.assert_clean_log();
+}

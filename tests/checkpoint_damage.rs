@@ -130,12 +130,15 @@ fn damage(topic: &str) -> BTreeMap<u32, (&'static str, String)> {
             // A snapshot of another format version (a later dedupd's).
             3 => {
                 let mut b = whole.clone();
-                b[8..10].copy_from_slice(&7u16.to_le_bytes());
+                let later = SLICE_SNAPSHOT_VERSION + 1;
+                b[8..10].copy_from_slice(&later.to_le_bytes());
                 reseal(&mut b);
                 write_whole(topic, slice, m, &b);
                 (
                     "version",
-                    format!("{which}: snapshot format version 7 is not supported (expected {SLICE_SNAPSHOT_VERSION})"),
+                    format!(
+                        "{which}: snapshot format version {later} is not supported (expected {SLICE_SNAPSHOT_VERSION})"
+                    ),
                 )
             }
             // A snapshot taken with another hash seed, under a manifest

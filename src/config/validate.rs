@@ -213,7 +213,10 @@ impl Settings {
     /// `slicing.log_format`: `batches` in repartition mode only (the other
     /// modes' slice logs hold the input, or read orders), and with
     /// `availability.policy = "wait"` (a policy range decides records by
-    /// slice-log offset, which a batch does not have per record).
+    /// slice-log offset, which a batch does not have per record). Empty
+    /// (the default): `batches` where it can run, `records` elsewhere, so
+    /// the default makes no other valid setting fail; only a `batches`
+    /// written out is refused where it cannot run.
     fn slice_log_format(
         &self,
         slicing: SlicingMode,
@@ -221,9 +224,14 @@ impl Settings {
     ) -> Result<SliceLogFormat, ConfigError> {
         let s = &self.slicing;
         let format = match s.log_format.as_str() {
-            "records" => SliceLogFormat::Records,
+            "" if slicing == SlicingMode::Repartition && availability == AvailabilityPolicy::Wait => {
+                SliceLogFormat::Batches
+            }
+            "" | "records" => SliceLogFormat::Records,
             "batches" => SliceLogFormat::Batches,
-            other => return Err(invalid("slicing.log_format", other, "expected records or batches")),
+            other => {
+                return Err(invalid("slicing.log_format", other, "expected records, batches or empty (the default)"));
+            }
         };
         if format == SliceLogFormat::Batches && slicing != SlicingMode::Repartition {
             return Err(invalid("slicing.log_format", "batches", "only with slicing.mode = \"repartition\""));

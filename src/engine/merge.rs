@@ -115,6 +115,7 @@ pub fn merge(
             unfilled: Vec::new(),
             flushes_next: own.flushes_next,
             progress: slowest_progress(&parts),
+            log_form: own.log_form,
         });
     }
     Ok(merged)

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use super::super::order::{OrderMarks, OrderSettings, ReorderBuffer};
 use super::judgment::SliceCounters;
-use super::sections::{self, Sections, VERSION_BASE, VERSION_TAGGED};
+use super::sections::{self, Sections, VERSION_BASE, VERSION_LOG_FORM};
 use super::stages::{SliceStages, StageSetups};
-use super::state::SliceState;
+use super::state::{LogForm, SliceState};
 use crate::filter::envelope::{self, put_u32, put_u64};
 use crate::filter::{FilterChoice, SnapshotError};
 
@@ -17,10 +17,11 @@ pub const MAGIC: [u8; 8] = *b"DEDUPDSL";
 /// The newest slice snapshot format version this release reads (2:
 /// event-time order — lateness counter, order marks, flush log position
 /// and held offsets; 3 to 5 add the provenance, counting and progress
-/// sections at fixed places; 6 tags its sections: see `sections.rs`). A
-/// slice is written in the oldest version that holds what it has, so a
-/// release before any of them can restore it; all five are read.
-pub const VERSION: u16 = VERSION_TAGGED;
+/// sections at fixed places; 6 tags its sections: see `sections.rs`; 7
+/// adds the form of the slice log, [`LogForm`]). A slice is written in the
+/// oldest version that holds what it has, so a release before any of them
+/// can restore it; all six are read.
+pub const VERSION: u16 = VERSION_LOG_FORM;
 
 /// Encodes a slice: header, position, marks, counters, then the filter's own
 /// snapshot, all under one XXH3-64 checksum.
@@ -71,7 +72,11 @@ impl SliceState {
 /// The slice envelope up to its filter, whose encoding is `filter_len` bytes.
 fn head(state: &SliceState, filter_len: usize) -> Vec<u8> {
     let sections = Sections::of(state);
-    head_in(state, &sections, sections.version(), filter_len)
+    let version = match state.log_form {
+        LogForm::Records => sections.version(),
+        LogForm::Batches => VERSION_LOG_FORM,
+    };
+    head_in(state, &sections, version, filter_len)
 }
 
 /// [`head`] in `version`, which must hold the state's sections.
@@ -103,16 +108,23 @@ fn head_in(state: &SliceState, sections: &Sections, version: u16, filter_len: us
         put_u64(&mut w, *offset as u64);
     }
     sections.write(version, state.order.overflows(), &mut w);
+    if version >= VERSION_LOG_FORM {
+        w.push(match state.log_form {
+            LogForm::Records => 0,
+            LogForm::Batches => 1,
+        });
+    }
     put_u64(&mut w, filter_len as u64);
     w
 }
 
 /// [`encode`] with the sections tagged (version 6) whatever they are: what a
-/// slice with a section that has no fixed place is written as.
+/// records-form slice with a section that has no fixed place is written as.
 #[cfg(test)]
 pub(crate) fn encode_tagged(state: &SliceState) -> Vec<u8> {
     let prepared = state.filter.prepare_copy();
-    let head = head_in(state, &Sections::of(state), VERSION_TAGGED, prepared.len());
+    let version = if state.log_form == LogForm::Records { sections::VERSION_TAGGED } else { VERSION_LOG_FORM };
+    let head = head_in(state, &Sections::of(state), version, prepared.len());
     let (buffer, filter) = state.filter.encode(prepared, &head, 8);
     let mut image = SliceImage { buffer, filter };
     image.seal();
@@ -166,6 +178,7 @@ pub fn decode_full(
     let resend_marks = read_resend_marks(&mut r)?;
     let found = sections::read(&mut r, version)?;
     let stages = SliceStages::restore(&found.stages, stages, slice)?;
+    let log_form = if version >= VERSION_LOG_FORM { read_log_form(&mut r)? } else { LogForm::Records };
     let len = r.u64()? as usize;
     let filter_bytes = r.take(len)?;
     r.finish()?;
@@ -182,6 +195,7 @@ pub fn decode_full(
         flushes_next,
         stages,
         progress: found.progress,
+        log_form,
     };
     let hold = state.hold();
     state.order.hold_at(hold);
@@ -207,6 +221,15 @@ fn read_held(r: &mut envelope::Reader<'_>, len: usize) -> Result<Vec<(u64, bool)
         unfilled.push((offset, suspect));
     }
     Ok(unfilled)
+}
+
+/// The form of the slice log the positions are in (version 7 on).
+fn read_log_form(r: &mut envelope::Reader<'_>) -> Result<LogForm, SnapshotError> {
+    match r.u8()? {
+        0 => Ok(LogForm::Records),
+        1 => Ok(LogForm::Batches),
+        other => Err(SnapshotError::Malformed(format!("slice snapshot: slice-log form {other}"))),
+    }
 }
 
 /// The resend marks: the highest input offset seen per input partition.

@@ -49,7 +49,7 @@ pub use frame::{
 };
 pub use judgment::{Judgment, RELEASE_TEXT_BYTES, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
 pub use stage::{StageNotes, StageRule};
-pub use state::SliceState;
+pub use state::{LogForm, SliceState};
 
 #[cfg(test)]
 mod tests;

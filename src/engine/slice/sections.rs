@@ -27,6 +27,12 @@ pub(super) const VERSION_COUNTING: u16 = 4;
 pub(super) const VERSION_PROGRESS: u16 = 5;
 /// Version 6: tagged sections.
 pub(super) const VERSION_TAGGED: u16 = 6;
+/// Version 7: version 6 and the form of the slice log the positions are in
+/// ([`super::LogForm`]), after the sections. Written only for the batch
+/// form: a records-form slice keeps the older versions, which read as
+/// records (a release before version 7 restores it; none restores a
+/// batch-form one as records).
+pub(super) const VERSION_LOG_FORM: u16 = 7;
 
 /// The sections versions 3 and 4 hold at fixed places, after a flag byte:
 /// the stages tagged 1 (provenance, not required) and 2 (the counting
@@ -75,7 +81,7 @@ impl Sections {
     /// held records the order buffer could not hold) goes with them from
     /// version 5 on.
     pub(super) fn write(&self, version: u16, overflows: u64, w: &mut Vec<u8>) {
-        if version == VERSION_TAGGED {
+        if version >= VERSION_TAGGED {
             put_u64(w, overflows);
             w.extend_from_slice(&(self.0.len() as u16).to_le_bytes());
             for (tag, required, bytes) in &self.0 {
@@ -124,7 +130,7 @@ pub(super) struct Found<'a> {
 /// Reads the sections of a version `version` snapshot.
 pub(super) fn read<'a>(r: &mut Reader<'a>, version: u16) -> Result<Found<'a>, SnapshotError> {
     let mut found = Found::default();
-    if version == VERSION_TAGGED {
+    if version >= VERSION_TAGGED {
         found.overflows = r.u64()?;
         let mut last = None;
         for _ in 0..r.u16()? {

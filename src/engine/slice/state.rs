@@ -45,6 +45,37 @@ pub struct SliceState {
     /// record: how far it has been routed (repartition mode; empty
     /// otherwise). The watermark is held at the slowest one not idle.
     pub progress: BTreeMap<(String, i32), InputProgress>,
+    /// The form of the slice log the positions above are in (in the
+    /// snapshot from version 7): a restore with the other form must not
+    /// read them as its own (see [`LogForm`]).
+    pub log_form: LogForm,
+}
+
+/// The form of a repartition slice log, which decides what a slice's
+/// positions (`next_offset`, held offsets, release positions) mean.
+/// Positions of the two forms do not compare: a snapshot records its form
+/// so that a restore configured with the other one can refuse it, or carry
+/// it over when nothing is left to read in the old form.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogForm {
+    /// One slice-log record per position: positions are slice-log offsets
+    /// (`slicing.log_format = "records"`). The other modes have a form of
+    /// their own each and record this one: every snapshot before version 7
+    /// reads as it.
+    #[default]
+    Records,
+    /// Batches: position `offset · 2^16 + index` (`slicing.log_format = "batches"`).
+    Batches,
+}
+
+impl LogForm {
+    /// The setting's value for this form, as errors name it.
+    pub fn setting(self) -> &'static str {
+        match self {
+            LogForm::Records => "records",
+            LogForm::Batches => "batches",
+        }
+    }
 }
 
 /// Equal when everything the snapshot holds is (the order settings and
@@ -63,6 +94,7 @@ impl PartialEq for SliceState {
             && held(self) == held(other)
             && self.stages == other.stages
             && (&self.progress, self.order.overflows()) == (&other.progress, other.order.overflows())
+            && self.log_form == other.log_form
     }
 }
 
@@ -82,6 +114,7 @@ impl SliceState {
             flushes_next: 0,
             stages: SliceStages::default(),
             progress: BTreeMap::new(),
+            log_form: LogForm::Records,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Golden slice snapshots: one snapshot file per envelope version a
 //! deployment may hold (2: timer filter or a decaying kind; 3: provenance;
 //! 4: the counting stage; 5: the input partitions' progress; 6: the same
-//! sections tagged), written by the codec of the release that introduced
+//! sections tagged; 7: the slice-log form, batches), written by the codec of the release that introduced
 //! it and kept in `tests/snapshots/`. Each must restore and then judge the rest of its
 //! stream exactly as the slice that was never stopped, and a slice in the
 //! same state must still encode to the same bytes (a rollback to an older
@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use super::{extractor, order};
 use crate::engine::slice::stages::StageSetups;
 use crate::engine::slice::{
-    Judgment, Progress, SliceRecord, SliceState, SliceVerdict, SourceRef, decode_full, encode, encode_tagged,
+    Judgment, LogForm, Progress, SliceRecord, SliceState, SliceVerdict, SourceRef, decode_full, encode, encode_tagged,
 };
 use crate::engine::{KeySpec, RecordView};
 use crate::features::limits::stage::CountingSetup;
@@ -251,6 +251,41 @@ fn snapshots_of_every_version_restore_and_judge_on() {
             assert!(expected.iter().any(|j| j.notes.rule.is_some()), "{case:?}: nothing limited");
         }
     }
+}
+
+/// Version 7: a slice of the batched slice log records its form, so that a
+/// restore configured with the records form does not take its positions
+/// for offsets. (The stream's positions are plain offsets here: the codec
+/// only carries the form, the restore decides what to do with it.) The
+/// golden file restores to the same state, form included, and judges on as
+/// the slice never stopped; the same state in the records form is written
+/// as before (version 5, a rollback restores it) and reads as records.
+#[test]
+fn a_batch_form_snapshot_records_its_form() {
+    let case = Case::Progress;
+    let log = Log::new(case);
+    let mut whole = case.fresh();
+    whole.log_form = LogForm::Batches;
+    let expected = log.feed(&mut whole, 0..RECORDS);
+    let mut first = case.fresh();
+    first.log_form = LogForm::Batches;
+    let mut judged = log.feed(&mut first, 0..CUT);
+    let bytes = encode(&first);
+    assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 7);
+    assert!(bytes == golden("slice-v7-batches.bin", &bytes), "the batch form encodes differently");
+    assert_eq!(encode_tagged(&first), bytes, "version 7 tags its sections");
+    let mut restored = case.decode(&bytes).unwrap();
+    assert_eq!(restored.log_form, LogForm::Batches);
+    log.refill(&mut restored);
+    assert_eq!(restored, first, "restored state");
+    judged.extend(log.feed(&mut restored, CUT..RECORDS));
+    assert_eq!((judged, &restored), (expected, &whole), "verdicts and state after the restore");
+
+    first.log_form = LogForm::Records;
+    let older = encode(&first);
+    assert_eq!(u16::from_le_bytes([older[8], older[9]]), 5);
+    assert_eq!(case.decode(&older).unwrap().log_form, LogForm::Records);
+    assert_ne!(case.decode(&bytes).unwrap(), case.decode(&older).unwrap(), "the form is part of the state");
 }
 
 /// A tagged section this release does not know: skipped when a reader may

@@ -14,9 +14,11 @@
 //!
 //! Files of this folder: `tail.rs` (the replay bounds read from the tails),
 //! `flush_log.rs` (idle flushes and policy ranges logged), `restorer.rs`
-//! (the restore itself, [`Restorer`]).
+//! (the restore itself, [`Restorer`]), `log_form.rs` (a snapshot of the
+//! other form of the slice log: carried over or refused).
 
 mod flush_log;
+mod log_form;
 mod restorer;
 mod tail;
 

@@ -73,7 +73,8 @@ pub struct Restorer<'a> {
     /// How the input's payloads are read when not JSON.
     pub decoder: Option<&'a dyn crate::engine::record::PayloadDecoder>,
     pub slice_topic: &'a str,
-    /// What the slice log holds ([`crate::kafka::slice_log::parts`]).
+    /// What the slice log holds ([`crate::kafka::slice_log::parts`]), and
+    /// so the form of its positions (`log_form.rs`).
     pub log: Holds,
     /// The log of idle flushes, partition = slice.
     pub flush_topic: &'a str,
@@ -345,7 +346,7 @@ impl Restorer<'_> {
                 (None, Some(m), RestoredFrom::Corrupt(Rejection::Parameters, why))
             }
             Ok(Some((m, bytes))) => match self.decode(&bytes, slice) {
-                Ok(mut state) => match self.refill(&mut state) {
+                Ok(mut state) => match self.carry_over(&mut state).map(|()| self.refill(&mut state))? {
                     Ok(held) => {
                         let from = RestoredFrom::Snapshot { seq: m.seq, offset: m.offset };
                         (Some((state, held)), Some(m), from)
@@ -409,6 +410,7 @@ impl Restorer<'_> {
         let start = self.log.slice_position(first);
         let mut fresh = SliceState::new(slice, self.filter.clone(), start, self.order);
         fresh.set_stages(self.stages);
+        fresh.log_form = self.log_form();
         Ok(fresh)
     }
 
