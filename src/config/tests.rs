@@ -175,17 +175,22 @@ fn shared_mode_takes_one_slice_and_waits_for_restores() {
 #[test]
 fn the_slice_log_format_is_checked_at_start_up() {
     let format = |env: &[(&str, &str)]| load(env).unwrap().slice_log_format;
-    assert_eq!(format(&[]), SliceLogFormat::Batches, "the default, where it can run");
+    assert_eq!(format(&[]), SliceLogFormat::Records, "the default");
+    assert_eq!(format(&[("DEDUPD__SLICING__LOG_FORMAT", "")]), SliceLogFormat::Batches, "empty: where it can run");
     let batches = ("DEDUPD__SLICING__LOG_FORMAT", "batches");
     assert_eq!(format(&[batches]), SliceLogFormat::Batches);
     assert_eq!(format(&[("DEDUPD__SLICING__LOG_FORMAT", "records")]), SliceLogFormat::Records);
-    // Defaulted, it falls back to records where batches cannot run.
-    assert_eq!(format(&[("DEDUPD__SLICING__MODE", "input-partitions")]), SliceLogFormat::Records);
-    assert_eq!(format(&[("DEDUPD__AVAILABILITY__POLICY", "deliver")]), SliceLogFormat::Records);
-    let shared = [("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "1")];
+    // Empty, it falls back to records where batches cannot run.
+    let empty = ("DEDUPD__SLICING__LOG_FORMAT", "");
+    assert_eq!(format(&[empty, ("DEDUPD__SLICING__MODE", "input-partitions")]), SliceLogFormat::Records);
+    assert_eq!(format(&[empty, ("DEDUPD__AVAILABILITY__POLICY", "deliver")]), SliceLogFormat::Records);
+    let shared = [empty, ("DEDUPD__SLICING__MODE", "shared"), ("DEDUPD__FILTER__SLICES", "1")];
     assert_eq!(format(&shared), SliceLogFormat::Records);
     let e = rejected(&[("DEDUPD__SLICING__LOG_FORMAT", "frames")]);
-    assert!(e.contains("slicing.log_format = frames: expected records, batches or empty (the default)"), "{e}");
+    assert!(
+        e.contains("slicing.log_format = frames: expected records, batches or empty (batches where it can run)"),
+        "{e}"
+    );
     let e = rejected(&[batches, ("DEDUPD__SLICING__MODE", "input-partitions")]);
     assert!(e.contains("slicing.log_format = batches: only with slicing.mode = \"repartition\""), "{e}");
     let e = rejected(&[batches, ("DEDUPD__AVAILABILITY__POLICY", "deliver")]);

@@ -213,10 +213,11 @@ impl Settings {
     /// `slicing.log_format`: `batches` in repartition mode only (the other
     /// modes' slice logs hold the input, or read orders), and with
     /// `availability.policy = "wait"` (a policy range decides records by
-    /// slice-log offset, which a batch does not have per record). Empty
-    /// (the default): `batches` where it can run, `records` elsewhere, so
-    /// the default makes no other valid setting fail; only a `batches`
-    /// written out is refused where it cannot run.
+    /// slice-log offset, which a batch does not have per record). Empty:
+    /// `batches` where it can run, `records` elsewhere, so that it makes
+    /// no other valid setting fail; only a `batches` written out is refused
+    /// where it cannot run. `records` is the default: with `batches`, the
+    /// input-lag seconds gauge reads 0.
     fn slice_log_format(
         &self,
         slicing: SlicingMode,
@@ -230,7 +231,11 @@ impl Settings {
             "" | "records" => SliceLogFormat::Records,
             "batches" => SliceLogFormat::Batches,
             other => {
-                return Err(invalid("slicing.log_format", other, "expected records, batches or empty (the default)"));
+                return Err(invalid(
+                    "slicing.log_format",
+                    other,
+                    "expected records, batches or empty (batches where it can run)",
+                ));
             }
         };
         if format == SliceLogFormat::Batches && slicing != SlicingMode::Repartition {

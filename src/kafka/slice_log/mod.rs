@@ -60,6 +60,21 @@ impl Holds {
             Holds::Copies | Holds::Input => offset,
         }
     }
+
+    /// The slice-log offset after the records a slice at slice offset
+    /// `offset` has taken in, whole or in part: what its lag counts from.
+    /// With read orders or batches a record taken in whole leaves the slice
+    /// at a position inside it (the one after its last entry; after a
+    /// control record, index 1), which [`Self::log_position`] maps to the
+    /// record itself: counted from there, an idle slice would lag by one.
+    pub fn log_end(self, offset: u64) -> u64 {
+        match self {
+            Holds::ReadOrders | Holds::Batches => {
+                read_order::log_offset(offset) + u64::from(offset & (read_order::MAX_RECORDS - 1) != 0)
+            }
+            Holds::Copies | Holds::Input => offset,
+        }
+    }
 }
 
 /// A slice-log record's input position, the router's reading and the
@@ -191,6 +206,20 @@ fn what_stamp(stamp: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::engine::slice::frame_into;
+
+    /// An idle slice that has taken in a whole batch or control record lags by nothing.
+    #[test]
+    fn a_slice_past_a_whole_record_is_past_it_in_the_log() {
+        let at = read_order::position;
+        for holds in [Holds::Batches, Holds::ReadOrders] {
+            assert_eq!(holds.log_end(at(7, 0)), 7, "nothing of offset 7 taken in");
+            assert_eq!(holds.log_end(at(7, 1)), 8, "a control record at 7, or a batch's first entry");
+            assert_eq!(holds.log_end(at(7, 4095)), 8);
+            assert_eq!(holds.log_position(at(7, 4095)), 7, "a restore reads offset 7 again");
+        }
+        assert_eq!(Holds::Copies.log_end(7), 7);
+        assert_eq!(Holds::Input.log_end(7), 7);
+    }
 
     /// A frame naming a topic longer than Kafka allows, as only a writer
     /// other than the router can put it into the slice log, and other

@@ -34,7 +34,7 @@ pub(super) fn publish(setup: &WorkerSetup, worker_state: &mut WorkerState, high_
         let filter = publish_filter(m, &label, owned);
         m.checkpoint.checkpoint_age.with_label_values(&[&label]).set(owned.last_checkpoint.elapsed().as_secs_f64());
         // With read orders: read-order records (a router's turn each) not taken in yet.
-        let next = setup.log_position(owned.state.next_offset) as i64;
+        let next = setup.log_end(owned.state.next_offset) as i64;
         let lag = high_offsets.get(slice).map_or(0, |&h| (h - next).max(0));
         m.slices.consumer_lag.with_label_values(&[&label]).set(lag);
         status.insert(*slice, slice_status(*slice, owned, &filter, lag));

@@ -111,4 +111,10 @@ impl WorkerSetup {
     pub(super) fn log_position(&self, offset: u64) -> u64 {
         self.path.log_format.log_position(offset)
     }
+
+    /// The slice-log offset after the records a slice at slice offset
+    /// `offset` has taken in ([`Holds::log_end`]).
+    pub(super) fn log_end(&self, offset: u64) -> u64 {
+        self.path.log_format.log_end(offset)
+    }
 }
