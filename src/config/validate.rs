@@ -217,7 +217,7 @@ impl Settings {
     /// `batches` where it can run, `records` elsewhere, so that it makes
     /// no other valid setting fail; only a `batches` written out is refused
     /// where it cannot run. `records` is the default: with `batches`, the
-    /// input-lag seconds gauge reads 0.
+    /// input-lag seconds gauge may stay at 0 under a backlog.
     fn slice_log_format(
         &self,
         slicing: SlicingMode,
