@@ -33,6 +33,6 @@ pub use order::{OrderMarks, OrderSettings, Released, ReorderBuffer, Waiting, shr
 pub use record::{Extracted, Extractor, FieldSource, InvalidReason, InvalidRecord, KeySpec, RecordView, TimeSpec};
 pub use slice::{
     InputProgress, Judgment, Progress, RELEASE_TEXT_BYTES, Reading, ReleasePos, STAMP_BYTES, SliceCounters, SliceImage,
-    SliceRecord, SliceState, SliceVerdict, SourceRef, format_into,
+    SliceRecord, SliceState, SliceVerdict, SourceRef,
 };
 pub use time::TimeUnit;

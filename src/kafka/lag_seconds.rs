@@ -8,12 +8,15 @@
 //! librdkafka's statistics): a partition at its end is set to 0 there; for
 //! the others a thread of its own is woken, which reads the two records
 //! (the newest, at the end − 1, and the last one read, at the position −
-//! 1, or the first to be read before any) with a consumer by assignment of its own, at most once a second, and
-//! sets the gauge from their timestamps. That consumer is created the first
-//! time a partition lags and fetches one batch per partition it asks for
+//! 1, or the first to be read before any) with a consumer by assignment of
+//! its own, at most once a second, and sets the gauge from their
+//! timestamps. That consumer connects when the thread starts (a backlog
+//! the router reads in a second or two is over before a new client has
+//! reached its broker), fetches one batch per partition it asks for
 //! (`max.partition.fetch.bytes` 64 KiB: a larger batch comes alone; a fetch
 //! of about 1 MiB, librdkafka's `fetch.max.bytes` from the 64 KiB queue and
-//! `message.max.bytes`), then gives the partitions up again: the memory
+//! `message.max.bytes`), pauses a partition once it has its record, then
+//! gives the partitions up again: the memory
 //! budget's runtime part holds it (docs/capacity.md).
 
 use std::collections::BTreeMap;
@@ -79,11 +82,16 @@ impl LagSeconds {
             .set("enable.partition.eof", "false")
             .set("max.partition.fetch.bytes", "65536")
             .set("queued.max.messages.kbytes", "64")
-            .set("queued.min.messages", "1");
+            .set("queued.min.messages", "1")
+            // Past `queued.min.messages` (at once, here) librdkafka waits this
+            // long before the next fetch: 1 s by default, a round's whole
+            // budget while a backlog lasts a second or two.
+            .set("fetch.queue.backoff.ms", "10");
         let state = reported.clone();
+        let topics = cfg.settings.input.topics.clone();
         let spawned = std::thread::Builder::new()
             .name("input-lag".into())
-            .spawn(move || read_loop(config, &state, &metrics, &woken));
+            .spawn(move || read_loop(config, &topics, &state, &metrics, &woken));
         if let Err(e) = spawned {
             log::warn!("dedupd_input_lag_seconds will not be measured: cannot start its thread: {e}");
             return LagSeconds { reported, wake: None };
@@ -122,11 +130,26 @@ impl LagSeconds {
 /// a second; ends when its [`LagSeconds`] is dropped.
 fn read_loop(
     config: ClientConfig,
+    topics: &[String],
     reported: &Mutex<BTreeMap<Partition, Offsets>>,
     metrics: &Metrics,
     woken: &Receiver<()>,
 ) {
-    let mut consumer: Option<BaseConsumer<PlainContext>> = None;
+    // Connected before any lag: a backlog the consumer reads in a second or
+    // two (the router with `batches`) is over before a new client has
+    // reached the brokers.
+    let reader: BaseConsumer<PlainContext> = match config.create_with_context(PlainContext) {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("dedupd_input_lag_seconds will not be measured: cannot create its consumer: {e}");
+            return;
+        }
+    };
+    for topic in topics {
+        if let Err(e) = reader.fetch_metadata(Some(topic), READ_WAIT) {
+            log::debug!("dedupd_input_lag_seconds: metadata of {topic}: {e}");
+        }
+    }
     while woken.recv().is_ok() {
         let started = Instant::now();
         let lagging: Vec<(Partition, Offsets)> = reported
@@ -139,19 +162,10 @@ fn read_loop(
         if lagging.is_empty() {
             continue;
         }
-        if consumer.is_none() {
-            match config.create_with_context(PlainContext) {
-                Ok(c) => consumer = Some(c),
-                Err(e) => {
-                    log::warn!("dedupd_input_lag_seconds: cannot create its consumer: {e}");
-                    return;
-                }
-            }
-        }
-        let reader = consumer.as_ref().expect("created above");
-        let newest = timestamps(reader, lagging.iter().map(|(tp, o)| (tp, o.end - 1)));
-        let judged = timestamps(reader, lagging.iter().map(|(tp, o)| (tp, o.judged())));
+        let newest = timestamps(&reader, lagging.iter().map(|(tp, o)| (tp, o.end - 1)));
+        let judged = timestamps(&reader, lagging.iter().map(|(tp, o)| (tp, o.judged())));
         let _ = reader.unassign();
+        log::debug!("input-lag: read {lagging:?} in {:?}: newest {newest:?}, judged {judged:?}", started.elapsed());
         {
             let reported = reported.lock().expect("lag seconds lock");
             for (tp, _) in &lagging {
@@ -195,14 +209,25 @@ fn timestamps<'a>(
             Some(Ok(msg)) => {
                 let tp = (msg.topic().to_string(), msg.partition());
                 let wanted = asked.get(&tp).is_some_and(|&o| msg.offset() >= o);
-                if let (true, Some(ms)) = (wanted, msg.timestamp().to_millis()) {
-                    found.entry(tp).or_insert(ms);
+                if let (true, Some(ms)) = (wanted, msg.timestamp().to_millis())
+                    && !found.contains_key(&tp)
+                {
+                    found.insert(tp, ms);
+                    // No more of it: a broker may fill a whole fetch with one
+                    // partition's records and starve the others (the test
+                    // broker does, past `max.partition.fetch.bytes`).
+                    let mut done = TopicPartitionList::new();
+                    let _ = done.add_partition(msg.topic(), msg.partition());
+                    let _ = reader.pause(&done);
                 }
             }
             Some(Err(e)) => log::debug!("dedupd_input_lag_seconds: reading: {e}"),
             None => break,
         }
     }
+    // Paused partitions stay paused across assignments: the next round's
+    // must fetch.
+    let _ = reader.resume(&list);
     found
 }
 

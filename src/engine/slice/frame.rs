@@ -190,19 +190,6 @@ pub fn unframe<'a>(source_header: Option<&'a [u8]>, value: &'a [u8]) -> Unframed
 /// `/`, an `i32` and an `i64` in decimal.
 pub const STAMP_BYTES: usize = 320;
 
-/// Formats `args` into `buf` and returns the bytes written, without
-/// allocating: for the header values written per record.
-///
-/// # Panics
-/// If the text does not fit in `buf` (callers size it for their format).
-pub fn format_into<'b>(buf: &'b mut [u8], args: std::fmt::Arguments<'_>) -> &'b [u8] {
-    use std::io::Write;
-    let mut w = std::io::Cursor::new(&mut buf[..]);
-    w.write_fmt(args).expect("the buffer is sized for the text");
-    let n = w.position() as usize;
-    &buf[..n]
-}
-
 /// A router's announcement, in a *progress record* of the slice log, of
 /// how far it has routed one input partition it owns: the largest event
 /// time routed from it, and whether the partition is idle (at its end with
@@ -334,8 +321,6 @@ mod tests {
         let stamp = SourceRef::stamp(&mut buf, &topic, i32::MIN, i64::MIN).unwrap().to_vec();
         assert_eq!(stamp, format!("{topic}/{}/{}", i32::MIN, i64::MIN).as_bytes());
         assert_eq!(SourceRef::parse(&stamp).map(|s| s.topic), Some(&topic[..]));
-        let mut digits = [0u8; 20];
-        assert_eq!(format_into(&mut digits, format_args!("{}", u64::MAX)), u64::MAX.to_string().as_bytes());
         assert_eq!(SourceRef::parse(b"nope"), None);
         assert_eq!(SourceRef::parse(b"/1/2"), None);
     }

@@ -45,7 +45,7 @@ pub(crate) use codec::encode_tagged;
 pub use codec::{MAGIC, SliceImage, VERSION, decode, decode_full, encode};
 pub use frame::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, InputProgress, MAX_TOPIC_BYTES, Progress,
-    Reading, STAMP_BYTES, SourceRef, Unframed, format_into, frame_into, unframe,
+    Reading, STAMP_BYTES, SourceRef, Unframed, frame_into, unframe,
 };
 pub use judgment::{Judgment, RELEASE_TEXT_BYTES, ReleasePos, SliceCounters, SliceRecord, SliceVerdict};
 pub use stage::{StageNotes, StageRule};
