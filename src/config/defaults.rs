@@ -44,7 +44,7 @@ sized_growth = true
 max_memory = ""
 [slicing]
 mode = "repartition"
-log_format = "records"
+log_format = ""
 order_tolerance = "0ms"
 max_held = 200000
 max_held_bytes = ""

@@ -131,8 +131,9 @@ pub enum SliceLogFormat {
 pub struct SlicingSettings {
     /// `repartition`, `input-partitions` or `shared` (docs/shared-mode.md).
     pub mode: String,
-    /// Repartition mode: `records` (one slice-log record per input record)
-    /// or `batches` (one per router turn and slice).
+    /// Repartition mode: `records` (one slice-log record per input record),
+    /// `batches` (one per router turn and slice) or empty (`batches` where
+    /// it can run, `records` elsewhere).
     pub log_format: String,
     /// The router's tolerance for timestamp disorder across input partitions
     /// (a duration; `0ms` is strict order).

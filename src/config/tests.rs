@@ -175,7 +175,9 @@ fn shared_mode_takes_one_slice_and_waits_for_restores() {
 #[test]
 fn the_slice_log_format_is_checked_at_start_up() {
     let format = |env: &[(&str, &str)]| load(env).unwrap().slice_log_format;
-    assert_eq!(format(&[]), SliceLogFormat::Records, "the default");
+    assert_eq!(format(&[]), SliceLogFormat::Batches, "the default: empty, batches where it can run");
+    let default_elsewhere = [("DEDUPD__SLICING__MODE", "input-partitions")];
+    assert_eq!(format(&default_elsewhere), SliceLogFormat::Records);
     assert_eq!(format(&[("DEDUPD__SLICING__LOG_FORMAT", "")]), SliceLogFormat::Batches, "empty: where it can run");
     let batches = ("DEDUPD__SLICING__LOG_FORMAT", "batches");
     assert_eq!(format(&[batches]), SliceLogFormat::Batches);

@@ -216,8 +216,7 @@ impl Settings {
     /// slice-log offset, which a batch does not have per record). Empty:
     /// `batches` where it can run, `records` elsewhere, so that it makes
     /// no other valid setting fail; only a `batches` written out is refused
-    /// where it cannot run. `records` is the default: with `batches`, the
-    /// input-lag seconds gauge may stay at 0 under a backlog.
+    /// where it cannot run. Empty is the default.
     fn slice_log_format(
         &self,
         slicing: SlicingMode,
