@@ -29,9 +29,10 @@
 #                     batching); no commits; its count is of records acknowledged in the output
 #   input-partitions  dedupd, slicing.mode = input-partitions (3 slices = the input partitions)
 #   repartition       dedupd, slicing.mode = repartition, 8 slices (or REP_SLICES: 3 compares the
-#                     modes at the same slice count, i.e. the hop alone)
-#   repartition-batches  the same with slicing.log_format = batches: one slice-log record per
-#                     router turn and slice instead of one per input record
+#                     modes at the same slice count, i.e. the hop alone); the default slice log
+#                     (batches: one slice-log record per router turn and slice)
+#   repartition-records  the same with slicing.log_format = records: one slice-log record per
+#                     input record
 #   shared            dedupd, slicing.mode = shared: one slice judges every input partition from
 #                     the routers' read-order records (docs/shared-mode.md)
 #   quix              scripts/quix_dedup.py: RocksDB state with a 60 s TTL per key (not with --no-quix)
@@ -78,7 +79,7 @@ done
 source scripts/bench_lib.sh
 run="bench-peer-$(date +%s)"
 scripts/text_corpus.sh
-systems=(relay input-partitions repartition repartition-batches shared)
+systems=(relay input-partitions repartition repartition-records shared)
 [[ $quix == 1 ]] && systems+=(quix)
 [[ $bytewax == 1 ]] && systems+=(bytewax)
 if [[ -n $chosen ]]; then
@@ -86,10 +87,10 @@ if [[ -n $chosen ]]; then
 fi
 for system in "${systems[@]}"; do
   case $system in
-    relay | input-partitions | repartition | repartition-batches | shared) ;;
+    relay | input-partitions | repartition | repartition-records | shared) ;;
     quix) python3 scripts/quix_dedup.py --install ;;
     bytewax) python3 scripts/bytewax_dedup.py --install ;;
-    *) echo "bench_peer.sh: unknown system $system (relay, input-partitions, repartition, repartition-batches, shared, quix, bytewax)" >&2
+    *) echo "bench_peer.sh: unknown system $system (relay, input-partitions, repartition, repartition-records, shared, quix, bytewax)" >&2
        exit 2 ;;
   esac
 done
@@ -132,10 +133,10 @@ run_one() { # round system
       pid=$! progress="file:target/$app.progress"
       ;;
     *)
-      local slices=$rep_slices mode=$system log_format=records
+      local slices=$rep_slices mode=$system log_format=
       [[ $system == input-partitions ]] && slices=3
       [[ $system == shared ]] && slices=1
-      [[ $system == repartition-batches ]] && mode=repartition log_format=batches
+      [[ $system == repartition-records ]] && mode=repartition log_format=records
       start_daemon "$app" "$app.in" timer "$slices" "$admin" DEDUPD__SLICING__MODE="$mode" \
         DEDUPD__SLICING__LOG_FORMAT="$log_format" DEDUPD__FILTER__EXPECTED_KEYS=40000
       pid=$daemon_pid progress=$admin out="$app.out"
@@ -170,7 +171,7 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 names = {"relay": "bare relay: consume → produce, dedupd's client settings",
          "input-partitions": "dedupd input-partitions (3 slices)", "repartition": f"dedupd repartition ({sys.argv[4]} slices)",
-         "repartition-batches": f"dedupd repartition, batched slice log ({sys.argv[4]} slices)",
+         "repartition-records": f"dedupd repartition, slicing.log_format = records ({sys.argv[4]} slices)",
          "shared": "dedupd shared (1 slice, no copy)", "quix": "Quix Streams 3.28.1, RocksDB state, 60 s TTL",
          "bytewax": "Bytewax 0.21.1, 1 worker, state in memory, no recovery"}
 def span(values, fmt):

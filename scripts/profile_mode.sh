@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # profile_mode.sh SYSTEM [N]: a perf profile of one system of the side-by-side bench
-# (scripts/bench_peer.sh: relay, input-partitions, repartition, repartition-batches, shared)
+# (scripts/bench_peer.sh: relay, input-partitions, repartition, repartition-records, shared)
 # judging a backlog of N (default 1 000 000) real-text records on a fresh broker: perf attached
 # to the process while it works (call graphs from DWARF), then the shares per thread and the top
 # entries by self time, within the process, in target/profile-SYSTEM.txt. Environment: as
@@ -20,10 +20,10 @@ case $system in
     pid=$! progress="file:target/$app.progress"
     ;;
   *)
-    slices=8 mode=$system log_format=records
+    slices=8 mode=$system log_format=
     [[ $system == input-partitions ]] && slices=3
     [[ $system == shared ]] && slices=1
-    [[ $system == repartition-batches ]] && mode=repartition log_format=batches
+    [[ $system == repartition-records ]] && mode=repartition log_format=records
     start_daemon "$app" "$app.in" timer "$slices" "$admin" DEDUPD__SLICING__MODE="$mode" \
       DEDUPD__SLICING__LOG_FORMAT="$log_format" DEDUPD__FILTER__EXPECTED_KEYS=40000
     pid=$daemon_pid progress=$admin

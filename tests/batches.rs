@@ -178,7 +178,7 @@ fn a_drained_records_log_upgrades_to_batches_and_an_undrained_one_is_refused() {
     let log = refused.log_text();
     assert!(!status.success() && !log.contains("panicked"), "{log}");
     assert!(
-        log.contains("slice 0: cannot go on with slicing.log_format = \"batches\" from its snapshot")
+        log.contains("slice 0: restore failed: cannot go on with slicing.log_format = \"batches\" from its snapshot")
             && log.contains("records of the records form the slice has not taken in")
             && log.contains("lag 0, waiting 0"),
         "{log}"

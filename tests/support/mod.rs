@@ -312,9 +312,19 @@ pub fn count_records(topic: &str, at_least: usize, within: Duration) -> usize {
     seen
 }
 
-/// A free TCP port on loopback.
+/// A free TCP port on loopback, never one this process was given before:
+/// the port is let go at once, so two calls may get the same one from the
+/// kernel (a proxy and the broker behind it were given one port, and the
+/// proxy could not listen).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// `GET path` on the admin endpoint: (status code, body).

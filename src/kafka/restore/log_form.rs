@@ -64,8 +64,8 @@ impl Restorer<'_> {
             LogForm::Records if state.unfilled.is_empty() => self.first_copy_from(state.slice, state.next_offset)?,
             _ => None,
         };
-        let slice = state.slice;
-        carry_over(state, configured, copy_after).map_err(|e| KafkaLayerError::Settings(format!("slice {slice}: {e}")))
+        // The worker names the slice ("slice N: restore failed: …").
+        carry_over(state, configured, copy_after).map_err(KafkaLayerError::Settings)
     }
 
     /// The offset of the first records-form copy of an input record in the
