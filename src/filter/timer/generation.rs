@@ -373,8 +373,8 @@ impl Generation {
     }
 
     /// The largest number of the key's k cells holding one time (for a key
-    /// whose k cells are all alive): asked of every duplicate.
-    #[inline]
+    /// whose k cells are all alive).
+    #[cold]
     pub(crate) fn equal_timers(&self, hash: &KeyHash, k: u32) -> u32 {
         with_positions!(self, hash, positions => with_cells!(&self.cells, c => equal_timers_at(c, positions, k)))
     }

@@ -57,9 +57,8 @@ pub(super) fn all_alive<C: TimerCells>(
 }
 
 /// The largest number of the k cells at `positions` holding one time (for
-/// a key whose k cells are all alive): asked of every duplicate, a third of
-/// a typical click stream, so not out of line.
-#[inline]
+/// a key whose k cells are all alive).
+#[cold]
 pub(super) fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator<Item = usize>, k: u32) -> u32 {
     let mut values = [0u32; crate::filter::timer::params::MAX_HASHES as usize];
     for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
@@ -133,13 +132,6 @@ pub(super) fn probe_cells<C: TimerCells>(
 
 /// The size of the largest group of equal values.
 pub(crate) fn most_equal(values: &mut [u32]) -> u32 {
-    // A key's own insertion writes one time to all its cells, and most
-    // duplicates find them so: no sort for them.
-    if let Some(&first) = values.first()
-        && values.iter().all(|&v| v == first)
-    {
-        return values.len() as u32;
-    }
     values.sort_unstable();
     let (mut best, mut run) = (1, 1);
     for w in values.windows(2) {
