@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 system=${1:?usage: profile_mode.sh SYSTEM [N]} records=${2:-1000000}
 source scripts/bench_lib.sh
+scripts/text_corpus.sh
 admin="${BENCH_ADMIN_PORT:-19521}" app="$run-$system" truth="target/$run.truth"
 fresh_broker
 topic "$app.in" 3 retention.ms=-1 retention.bytes=-1

@@ -22,13 +22,19 @@ pub struct OutRecord<'a> {
 }
 
 impl<'a> OutRecord<'a> {
-    /// `msg` with the input payload `payload` and the input position
-    /// `source` (`None`: `msg` is the input record itself).
-    pub fn consumed(msg: &'a BorrowedMessage<'a>, payload: Option<&'a [u8]>, source: Option<SourceRef<'a>>) -> Self {
+    /// `msg` with its headers `headers` ([`OutHeaders::of`]), the input
+    /// payload `payload` and the input position `source` (`None`: `msg` is
+    /// the input record itself).
+    pub fn consumed(
+        msg: &'a BorrowedMessage<'a>,
+        headers: OutHeaders<'a>,
+        payload: Option<&'a [u8]>,
+        source: Option<SourceRef<'a>>,
+    ) -> Self {
         OutRecord {
             key: msg.key(),
             payload,
-            headers: msg.headers().map_or(OutHeaders::None, OutHeaders::Consumed),
+            headers,
             timestamp_ms: msg.timestamp().to_millis(),
             origin: source.map_or(Origin::Consumed(msg), Origin::Source),
         }
@@ -64,6 +70,12 @@ pub enum OutHeaders<'a> {
 }
 
 impl<'a> OutHeaders<'a> {
+    /// The headers of the consumed record `msg` (librdkafka parses them on
+    /// each ask: ask once per record).
+    pub fn of(msg: &'a BorrowedMessage<'_>) -> Self {
+        msg.headers().map_or(OutHeaders::None, OutHeaders::Consumed)
+    }
+
     pub fn count(&self) -> usize {
         match self {
             OutHeaders::None => 0,

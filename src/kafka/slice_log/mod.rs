@@ -6,9 +6,10 @@
 pub mod batch;
 pub mod read_order;
 
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
 
 use super::headers;
+use super::out_record::OutHeaders;
 use crate::config::{SliceLogFormat, SlicingMode};
 use crate::engine::slice::{
     FRAME_MAGIC, FRAME_MAGIC_NULL, FRAME_MAGIC_READ, FRAME_MAGIC_READ_NULL, MAX_TOPIC_BYTES, Unframed, unframe,
@@ -127,7 +128,12 @@ pub enum Kind {
 /// headers and its input parts ([`parts`]).
 pub struct LogRecord<'m> {
     pub kind: Kind,
+    /// As the extractors read them.
     pub headers: Vec<(&'m str, &'m [u8])>,
+    /// As the record's copies carry them: librdkafka parses a record's
+    /// headers each time they are asked for (allocating, also for a record
+    /// without any), so the record path asks once, here.
+    pub out_headers: OutHeaders<'m>,
     pub framed: Unframed<'m>,
 }
 
@@ -138,8 +144,9 @@ impl<'m> LogRecord<'m> {
     /// carries such a header of its own is the input record it is (and the
     /// router removes `dedupd.*` headers from input records anyway). In
     /// input-partitions mode the slice log is the input: every record is one.
-    pub fn read<M: Message>(holds: Holds, msg: &'m M) -> Self {
-        let headers = headers::pairs(msg);
+    pub fn read(holds: Holds, msg: &'m BorrowedMessage<'_>) -> Self {
+        let out_headers = OutHeaders::of(msg);
+        let headers = out_headers.pairs();
         let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
         let framed = parts_with(holds, msg.payload(), source_header);
         let control =
@@ -155,7 +162,7 @@ impl<'m> LogRecord<'m> {
         } else {
             Kind::Input
         };
-        LogRecord { kind, headers, framed }
+        LogRecord { kind, headers, out_headers, framed }
     }
 }
 

@@ -85,7 +85,7 @@ pub(super) fn decide_early(
         decoder: crate::engine::formats::payload_decoder(&setup.cfg.decoder),
     };
     let unreadable = setup.extractor.extract(&view, 0).err();
-    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    let rec = OutRecord::consumed(msg, record.out_headers, framed.payload, framed.source);
     let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), &rec);
     if !d.bounds.holds_decision(dest, pos) {
         let after = d.bounds.policy_after(dest, None);
@@ -142,7 +142,7 @@ pub(super) fn decide_logged(
         owned.state.counters.invalid += 1;
         setup.extractor.extract(&slice_record.record, 0).err()
     };
-    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    let rec = OutRecord::consumed(msg, record.out_headers, framed.payload, framed.source);
     let (dest, refused) = routed(setup, range.policy, unreadable.is_some(), &rec);
     if owned.replay.holds_decision(dest, pos) {
         setup.metrics.restore.replayed.with_label_values(&[&slice.to_string()]).inc();

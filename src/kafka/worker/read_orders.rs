@@ -13,8 +13,10 @@ use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
 use crate::engine::SourceRef;
 use crate::engine::slice::Unframed;
+use crate::kafka::KafkaLayerError;
+use crate::kafka::out_record::OutHeaders;
 use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder, RunSink};
-use crate::kafka::{KafkaLayerError, headers};
+use crate::kafka::slice_log::{Kind, LogRecord};
 
 /// Records judged under one take of the worker lock, at most: an admin
 /// lookup waits for that many judgments (a fraction of a millisecond), not
@@ -125,11 +127,12 @@ fn handle_named(
     }
     apply_logged_flushes(setup, owned, judged)?;
     owned.last_arrival = now;
-    let header_list = headers::pairs(msg);
+    let out_headers = OutHeaders::of(msg);
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
     let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    let record = LogRecord { kind: Kind::Input, headers: out_headers.pairs(), out_headers, framed };
     judged.clear();
-    judge(setup, owned, judged, offset, msg, &framed, &header_list)?;
+    judge(setup, owned, judged, offset, msg, &record)?;
     taken(setup, owned, judged)
 }

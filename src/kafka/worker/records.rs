@@ -20,8 +20,7 @@ use crate::engine::{
 use crate::filter::SliceFilter;
 use crate::filter::timer::sliding::PREFETCH_DISTANCE;
 use crate::kafka::held_record::HeldRecord;
-use crate::kafka::out_record::Origin;
-use crate::kafka::out_record::OutRecord;
+use crate::kafka::out_record::{Origin, OutHeaders, OutRecord};
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
 use crate::kafka::slice_log::batch::Batch;
 use crate::kafka::slice_log::{Holds, Kind, LogRecord, broken_frame, read_order};
@@ -142,7 +141,7 @@ pub(super) fn handle(
     }
     judged.clear();
     match entry {
-        Entry::Input(record) => judge(setup, owned, judged, offset, msg, &record.framed, &record.headers)?,
+        Entry::Input(record) => judge(setup, owned, judged, offset, msg, record)?,
         Entry::Decided(record, range) => decide_logged(setup, owned, msg, record, range)?,
         Entry::Progress { decided: false } => take_progress(setup, owned, judged, offset, msg)?,
         Entry::Progress { decided: true } => owned.state.next_offset = offset + 1,
@@ -180,8 +179,10 @@ fn take_batch(
             owned.last_arrival = now;
             let why = InvalidRecord { reason: InvalidReason::BadFrame, detail: format!("{e}") };
             let framed = Unframed { source: None, payload: msg.payload(), reading: None };
+            let out_headers = OutHeaders::of(msg);
+            let record = LogRecord { kind: Kind::Batch, headers: out_headers.pairs(), out_headers, framed };
             judged.clear();
-            refuse(setup, owned, judged, offset, msg, &framed, why)?;
+            refuse(setup, owned, judged, offset, msg, &record, why)?;
             return taken(setup, owned, judged);
         }
     };
@@ -310,7 +311,7 @@ fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &B
     }
 }
 
-/// Judges the consumed input record `msg` (its parts: `framed`) at slice
+/// Judges the consumed input record `msg` (read as `record`) at slice
 /// offset (with read orders: virtual position) `offset` ([`judge_arrival`]);
 /// a repartition-mode record whose frame is broken is refused instead.
 pub(super) fn judge(
@@ -319,15 +320,15 @@ pub(super) fn judge(
     judged: &mut Vec<Judgment>,
     offset: u64,
     msg: &BorrowedMessage<'_>,
-    framed: &Unframed<'_>,
-    header_list: &[(&str, &[u8])],
+    record: &LogRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
+    let (framed, header_list) = (&record.framed, &record.headers);
     let source_header = header_list.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);
     if let Some(why) = broken_frame(setup.path.log_format, msg.payload(), source_header, framed) {
-        return refuse(setup, owned, judged, offset, msg, framed, why);
+        return refuse(setup, owned, judged, offset, msg, record, why);
     }
     let arrival = Arrival {
-        out: OutRecord::consumed(msg, framed.payload, framed.source),
+        out: OutRecord::consumed(msg, record.out_headers, framed.payload, framed.source),
         source: framed.source,
         reading: framed.reading,
         header_list,
@@ -394,7 +395,7 @@ fn refuse(
     judged: &mut Vec<Judgment>,
     offset: u64,
     msg: &BorrowedMessage<'_>,
-    framed: &Unframed<'_>,
+    record: &LogRecord<'_>,
     why: InvalidRecord,
 ) -> Result<(), KafkaLayerError> {
     owned.state.next_offset = offset + 1;
@@ -404,7 +405,7 @@ fn refuse(
     }
     let verdict = SliceVerdict::Invalid(why);
     judged.push(Judgment { offset, verdict, late_by_ms: None, notes: StageNotes::default() });
-    let rec = OutRecord::consumed(msg, framed.payload, framed.source);
+    let rec = OutRecord::consumed(msg, record.out_headers, record.framed.payload, record.framed.source);
     emit(setup, owned, judged, ReleasePos { after: offset, flush: false, rank: 0 }, Some((offset, &rec)))
 }
 
