@@ -50,10 +50,9 @@ pub mod topics;
 pub mod worker;
 
 /// The bytes a record held in memory counts against its part of the
-/// memory budget: its key, value and headers (names and values).
-pub fn record_bytes(msg: &impl rdkafka::Message) -> usize {
-    use rdkafka::message::Headers;
-    let headers = msg.headers().map_or(0, |h| h.iter().map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len)).sum());
+/// memory budget: its key, value and headers (`headers`: names and values).
+pub fn record_bytes(msg: &impl rdkafka::Message, headers: out_record::OutHeaders<'_>) -> usize {
+    let headers: usize = headers.lens().map(|(name, value)| name + value).sum();
     msg.key().map_or(0, <[u8]>::len) + msg.payload().map_or(0, <[u8]>::len) + headers
 }
 

@@ -43,6 +43,9 @@ pub(super) struct Read<'c> {
     /// The bytes that count against the lane's share (its key, value and
     /// headers), measured once.
     pub(super) bytes: usize,
+    /// Whether it has headers: a record without any is not asked again
+    /// (librdkafka parses them on each ask, allocating also for none).
+    pub(super) has_headers: bool,
 }
 
 impl Read<'_> {

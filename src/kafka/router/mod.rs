@@ -74,6 +74,7 @@ use rdkafka::producer::Producer;
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
+use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
 use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_all};
@@ -333,7 +334,9 @@ impl<'c> Router<'c> {
             }
         }
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
-        let target = read(&self.setup, &msg);
+        // Asked once: librdkafka parses a record's headers on each ask.
+        let headers = OutHeaders::of(&msg);
+        let target = read(&self.setup, &msg, headers);
         // A handful of lanes: a scan finds one without allocating its key.
         let mut lane_count = self.lanes.len();
         let lane = match self.lanes.iter_mut().find(|((t, p), _)| t == topic && *p == partition) {
@@ -352,15 +355,15 @@ impl<'c> Router<'c> {
         };
         lane.at_end = false;
         let max_bytes = lanes::lane_share(self.setup.cfg.budget.router, lane_count);
-        // Measured once: headers are a librdkafka call to read.
-        let bytes = crate::kafka::record_bytes(&msg);
+        let bytes = crate::kafka::record_bytes(&msg, headers);
+        let has_headers = !matches!(headers, OutHeaders::None);
         if let Some(full) = lane.fills(bytes, max_bytes) {
             lane.paused = set_paused(consumer, topic, partition, true);
             if full == Full::Bytes && lane.paused {
                 self.setup.metrics.router.router_byte_pauses.inc();
             }
         }
-        lane.push(Read { msg, target, order, bytes });
+        lane.push(Read { msg, target, order, bytes, has_headers });
     }
 
     /// Announces the progress of the owned partitions if it changed, and

@@ -65,7 +65,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, order, .. } = lane.pop().expect("non-empty lane");
+        let Read { msg, target, order, has_headers, .. } = lane.pop().expect("non-empty lane");
         if target.is_ok() {
             lane.routed += 1;
             if order != i64::MIN {
@@ -82,7 +82,10 @@ pub(super) fn route_ready<C: ConsumerContext>(
                 names.push(&id.0, msg.partition(), msg.offset());
                 if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
-            (_, Some(batches), Ok((slice, reading))) => add_to_batch(setup, batches, &msg, &id.0, slice, reading),
+            (_, Some(batches), Ok((slice, reading))) => {
+                let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
+                add_to_batch(setup, batches, (&msg, headers), &id.0, slice, reading)
+            }
             (_, _, target) => route(setup, &msg, &id.0, target, &mut frame),
         };
         if let Err(e) = done {
@@ -124,13 +127,14 @@ fn write_read_order(setup: &RouterSetup, names: &mut ReadOrderBuilder) -> Result
     produce_control(&setup.producer, &setup.slice_topic, 0, headers::READ_ORDER, &record.encode())
 }
 
-/// Batch form: adds an input record routed to `slice` to that slice's
-/// batch, writing the batch first when the record does not fit it. A
+/// Batch form: adds an input record `msg` (with its headers, asked once)
+/// routed to `slice` to that slice's batch, writing the batch first when
+/// the record does not fit it. A
 /// record a batch cannot hold goes to the dead letters.
 fn add_to_batch(
     setup: &RouterSetup,
     batches: &mut BTreeMap<u32, BatchBuilder>,
-    msg: &BorrowedMessage<'_>,
+    (msg, headers): (&BorrowedMessage<'_>, OutHeaders<'_>),
     topic: &str,
     slice: u32,
     reading: Reading,
@@ -141,7 +145,7 @@ fn add_to_batch(
         reading: setup.hands_on_reading.then_some(reading),
         timestamp_ms: msg.timestamp().to_millis(),
         key: msg.key(),
-        headers: msg.headers().map_or(OutHeaders::None, OutHeaders::Consumed),
+        headers,
         payload: msg.payload(),
     };
     if !builder.fits(&entry) {
@@ -176,9 +180,12 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 
 /// Reads an input record's slice, key hash and event time (once, when it
 /// arrives; the slice takes the reading from the frame).
-pub(super) fn read(setup: &RouterSetup, msg: &BorrowedMessage<'_>) -> Result<(u32, Reading), InvalidRecord> {
-    let header_list: Vec<(&str, &[u8])> =
-        if setup.key_reads_headers { crate::kafka::headers::pairs(msg) } else { Vec::new() };
+pub(super) fn read(
+    setup: &RouterSetup,
+    msg: &BorrowedMessage<'_>,
+    headers: OutHeaders<'_>,
+) -> Result<(u32, Reading), InvalidRecord> {
+    let header_list: Vec<(&str, &[u8])> = if setup.key_reads_headers { headers.pairs() } else { Vec::new() };
     let view = RecordView {
         key: msg.key(),
         payload: msg.payload().unwrap_or_default(),
