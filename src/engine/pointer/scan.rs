@@ -31,15 +31,15 @@ pub(super) fn find<'de, const N: usize>(
     if !pointers.iter().flatten().all(|p| p.starts_with('/') && !p.contains('~')) {
         return None;
     }
-    let text = std::str::from_utf8(doc).ok()?;
-    let mut scan = Scan { text, doc, at: 0, found: std::array::from_fn(|_| None) };
+    // UTF-8 is checked string by string (`Scan::string`): everything else
+    // the scanner takes is ASCII it names byte by byte.
+    let mut scan = Scan { doc, at: 0, found: std::array::from_fn(|_| None) };
     scan.value(pointers, 0)?;
     scan.whitespace();
     (scan.at == doc.len()).then_some(scan.found)
 }
 
 struct Scan<'de, const N: usize> {
-    text: &'de str,
     doc: &'de [u8],
     at: usize,
     found: [Option<Found<'de>>; N],
@@ -68,7 +68,10 @@ impl<'de, const N: usize> Scan<'de, N> {
             _ => return None,
         };
         if wanted {
-            let span = self.text.get(start..self.at)?;
+            // SAFETY: a value the scanner took whole is UTF-8: its strings
+            // were checked (`string`), and outside them it takes only the
+            // ASCII bytes it names (structure, literals, digits, whitespace).
+            let span = unsafe { std::str::from_utf8_unchecked(&self.doc[start..self.at]) };
             let here = if plain_string {
                 Found::Str(Cow::Borrowed(&span[1..span.len() - 1]))
             } else if let Ok(n) = span.parse::<u64>() {
@@ -152,16 +155,21 @@ impl<'de, const N: usize> Scan<'de, N> {
         }
     }
 
-    /// A string (at `"`); whether it had escapes.
+    /// A string (at `"`), its UTF-8 checked; whether it had escapes.
     fn string(&mut self) -> Option<bool> {
         self.at += 1;
-        let mut escaped = false;
+        let start = self.at;
+        let (mut escaped, mut non_ascii) = (false, false);
         loop {
             let rest = &self.doc[self.at..];
-            let i = string_stop(rest)?;
+            let (i, high) = string_stop(rest)?;
+            non_ascii |= high;
             self.at += i;
             match rest[i] {
                 b'"' => {
+                    if non_ascii {
+                        std::str::from_utf8(&self.doc[start..self.at]).ok()?;
+                    }
                     self.at += 1;
                     return Some(escaped);
                 }
@@ -235,12 +243,14 @@ impl<'de, const N: usize> Scan<'de, N> {
 /// The index of the first byte that ends a string's plain run — `"`, `\\`
 /// or a control character (which JSON does not allow in a string) — eight
 /// bytes at a time: a word with none of them is passed over whole (each
-/// test is exact on whether any byte matches; which one is found bytewise).
-fn string_stop(bytes: &[u8]) -> Option<usize> {
+/// test is exact on whether any byte matches; which one is found bytewise),
+/// and whether a byte before it is not ASCII (only then does the string's
+/// UTF-8 need checking).
+fn string_stop(bytes: &[u8]) -> Option<(usize, bool)> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
     let zero_byte = |w: u64| w.wrapping_sub(ONES) & !w;
-    let mut at = 0;
+    let (mut at, mut high) = (0, 0);
     for word in bytes.chunks_exact(8) {
         let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
         let hits = zero_byte(w ^ (ONES * u64::from(b'"')))
@@ -249,9 +259,11 @@ fn string_stop(bytes: &[u8]) -> Option<usize> {
         if hits & HIGHS != 0 {
             break;
         }
+        high |= w;
         at += 8;
     }
-    bytes[at..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20).map(|i| at + i)
+    let i = bytes[at..].iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    Some((at + i, high & HIGHS != 0 || !bytes[at..at + i].is_ascii()))
 }
 
 #[cfg(test)]
@@ -271,7 +283,8 @@ mod tests {
     }
 
     proptest! {
-        /// Eight bytes at a time finds the byte a bytewise search finds.
+        /// Eight bytes at a time finds the byte a bytewise search finds, and
+        /// sees a byte that is not ASCII before it as bytewise.
         #[test]
         fn a_string_ends_where_a_bytewise_search_says(
             bytes in proptest::collection::vec(prop_oneof![Just(b'"'), Just(b'\\'), 0u8..0x20, 0x20u8..=0xFF, Just(b'a')], 0..40),
@@ -281,6 +294,7 @@ mod tests {
             let mut doc = vec![b'x'; plain];
             doc.extend(bytes);
             let bytewise = doc.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            let bytewise = bytewise.map(|i| (i, !doc[..i].is_ascii()));
             prop_assert_eq!(string_stop(&doc), bytewise);
         }
     }
@@ -317,6 +331,9 @@ mod tests {
             br#"{"id":tru}"#,
             br#"{"id":1} x"#,
             b"{\"id\":\"\xff\"}",
+            b"{\"\xff\":1,\"id\":2}",
+            b"{\"id\":\"\xc3\"}",
+            b"{\"id\":2}\xc3\xa9",
             br#"{"id":12345678901234567890}"#,
         ] {
             assert_eq!(scanned(doc, [Some("/id"), None]), None, "{}", String::from_utf8_lossy(doc));
@@ -342,6 +359,7 @@ mod tests {
         b"\"\\ud83d\"",
         b"\"\xc3\xa9\"",
         b"\"\xff\"",
+        b"\xc3",
         b"\"",
         b"\\",
         b"-",
