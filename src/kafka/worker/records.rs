@@ -12,7 +12,7 @@ use super::owned::OwnedSlice;
 use super::policy::{decide_early, decide_logged, log_and_wait};
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
-use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes, Unframed};
+use crate::engine::slice::{MAX_TOPIC_BYTES, StageNotes};
 use crate::engine::{
     InvalidReason, InvalidRecord, Judgment, Progress, Reading, RecordView, ReleasePos, SliceRecord, SliceVerdict,
     SourceRef,
@@ -20,7 +20,7 @@ use crate::engine::{
 use crate::filter::SliceFilter;
 use crate::filter::timer::sliding::PREFETCH_DISTANCE;
 use crate::kafka::held_record::HeldRecord;
-use crate::kafka::out_record::{Origin, OutHeaders, OutRecord};
+use crate::kafka::out_record::{Origin, OutRecord};
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
 use crate::kafka::slice_log::batch::Batch;
 use crate::kafka::slice_log::{Holds, Kind, LogRecord, broken_frame, read_order};
@@ -129,7 +129,7 @@ pub(super) fn handle(
     apply_logged_flushes(setup, owned, judged)?;
     let record = LogRecord::read(setup.path.log_format, msg);
     if record.kind == Kind::Batch {
-        return take_batch(setup, owned, judged, msg, now);
+        return take_batch(setup, owned, judged, msg, &record, now);
     }
     if offset < owned.state.next_offset {
         return Ok(()); // a control record already taken in
@@ -157,15 +157,16 @@ pub(super) fn handle(
     taken(setup, owned, judged)
 }
 
-/// Takes in the batch `msg`. One that cannot be read (damaged, or written
-/// by another writer) is refused whole at its first position, to the dead
-/// letters with the reason `bad_frame` and why: the records in it are
-/// unknown. A replay refuses it again at the same place.
+/// Takes in the batch `msg` (read as `record`). One that cannot be read
+/// (damaged, or written by another writer) is refused whole at its first
+/// position, to the dead letters with the reason `bad_frame` and why: the
+/// records in it are unknown. A replay refuses it again at the same place.
 fn take_batch(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     msg: &BorrowedMessage<'_>,
+    record: &LogRecord<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let log_offset = msg.offset() as u64;
@@ -178,11 +179,8 @@ fn take_batch(
             }
             owned.last_arrival = now;
             let why = InvalidRecord { reason: InvalidReason::BadFrame, detail: format!("{e}") };
-            let framed = Unframed { source: None, payload: msg.payload(), reading: None };
-            let out_headers = OutHeaders::of(msg);
-            let record = LogRecord { kind: Kind::Batch, headers: out_headers.pairs(), out_headers, framed };
             judged.clear();
-            refuse(setup, owned, judged, offset, msg, &record, why)?;
+            refuse(setup, owned, judged, offset, msg, record, why)?;
             return taken(setup, owned, judged);
         }
     };
