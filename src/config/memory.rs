@@ -11,16 +11,20 @@ use crate::memory::{MemoryLimit, MemoryPlan};
 
 /// The Kafka clients a process runs at once: the output and checkpoint
 /// producers, the slice consumer and the restore and checkpoint readers,
-/// and those of its mode and features.
+/// and those of its mode and features. A consumer whose records are taken
+/// off its queue a batch at a time counts twice: the batch is at most what
+/// the queue held, and librdkafka fills the queue again meanwhile
+/// (`crate::kafka::consumed::BatchQueue`).
 pub fn clients(slicing: SlicingMode, tier: Tier, deletable: bool) -> Clients {
     let router = slicing != SlicingMode::InputPartitions && tier != Tier::SparseLeaf;
-    let (mut producers, mut consumers) = (2, 3);
+    // The slice consumer (twice), the restore and checkpoint readers.
+    let (mut producers, mut consumers) = (2, 4);
     if router {
         producers += 1;
         consumers += 1;
     }
     if slicing == SlicingMode::Shared {
-        consumers += 1; // the input reader
+        consumers += 2; // the input reader, read a batch at a time
     }
     match tier {
         Tier::SparseLeaf => {

@@ -4,6 +4,8 @@
 //!
 //! - [`clients`]: librdkafka settings shared by every client, and how
 //!   their error events are logged.
+//! - [`consumed`]: a consumed record as the record path reads it, taken
+//!   off a queue one at a time or a batch at a time.
 //! - [`join`]: logs a group consumer's wait for its assignment.
 //! - [`statistics`]: what librdkafka's statistics say (broker contact,
 //!   end offsets, the input lag).
@@ -33,6 +35,7 @@
 
 pub mod checkpoint;
 pub mod clients;
+pub mod consumed;
 pub mod headers;
 pub mod held_record;
 pub mod join;

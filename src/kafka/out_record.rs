@@ -4,11 +4,12 @@
 //! ([`PackedHeaders`] keeps the headers of an owned one in one buffer,
 //! [`FramedHeaders`] are those of a slice-log batch's record).
 
-use rdkafka::message::{BorrowedHeaders, BorrowedMessage, Headers, Message};
+use rdkafka::message::Headers;
 
 use crate::engine::SourceRef;
 use crate::filter::SnapshotError;
 use crate::filter::envelope::{Reader, put_u32};
+use crate::kafka::consumed::{Consumed, ConsumedHeaders};
 
 /// What a judgment's copies are made of (see the module documentation).
 #[derive(Clone, Copy)]
@@ -26,7 +27,7 @@ impl<'a> OutRecord<'a> {
     /// payload `payload` and the input position `source` (`None`: `msg` is
     /// the input record itself).
     pub fn consumed(
-        msg: &'a BorrowedMessage<'a>,
+        msg: &Consumed<'a>,
         headers: OutHeaders<'a>,
         payload: Option<&'a [u8]>,
         source: Option<SourceRef<'a>>,
@@ -36,7 +37,7 @@ impl<'a> OutRecord<'a> {
             payload,
             headers,
             timestamp_ms: msg.timestamp().to_millis(),
-            origin: source.map_or(Origin::Consumed(msg), Origin::Source),
+            origin: source.map_or(Origin::Consumed(*msg), Origin::Source),
         }
     }
 }
@@ -47,7 +48,7 @@ pub enum Origin<'a> {
     Source(SourceRef<'a>),
     /// The consumed record is the input record: its own position (its
     /// topic's name is looked up only when asked for, which is rare).
-    Consumed(&'a BorrowedMessage<'a>),
+    Consumed(Consumed<'a>),
 }
 
 impl<'a> Origin<'a> {
@@ -64,7 +65,7 @@ impl<'a> Origin<'a> {
 #[derive(Clone, Copy)]
 pub enum OutHeaders<'a> {
     None,
-    Consumed(&'a BorrowedHeaders),
+    Consumed(&'a ConsumedHeaders),
     Packed(PackedHeaders<'a>),
     Framed(FramedHeaders<'a>),
 }
@@ -72,7 +73,7 @@ pub enum OutHeaders<'a> {
 impl<'a> OutHeaders<'a> {
     /// The headers of the consumed record `msg` (librdkafka parses them on
     /// each ask: ask once per record).
-    pub fn of(msg: &'a BorrowedMessage<'_>) -> Self {
+    pub fn of(msg: &Consumed<'a>) -> Self {
         msg.headers().map_or(OutHeaders::None, OutHeaders::Consumed)
     }
 

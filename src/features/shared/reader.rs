@@ -5,26 +5,25 @@
 //!
 //! The reader is a consumer by assignment (no group, no commits): a
 //! partition is added the first time a read-order record names it, and each
-//! partition has a queue of its own (librdkafka's partition queues), so
-//! that a run of one partition is read from that partition's queue alone
-//! and nothing is buffered for the runs of other partitions that come
-//! first. Within a partition the runs go forward: records between two runs
+//! partition has a queue of its own (librdkafka's partition queues, taken
+//! off a batch at a time: [`BatchQueue`]), so that a run of one partition
+//! is read from that partition's queue alone and nothing is buffered for
+//! the runs of other partitions that come first. Within a partition the runs go forward: records between two runs
 //! (those a router sent to the dead letters) are read and passed over; a run
 //! behind the queue's position (a router that re-read its partitions after
 //! a crash names them again) or far ahead of it (a restore) is sought.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext};
+use crate::kafka::consumed::{BatchQueue, error_of};
 use crate::kafka::slice_log::read_order::{NamedRecords, RunSink};
 use crate::kafka::{Context, KafkaLayerError};
 
@@ -39,16 +38,17 @@ const PREFETCH: &str = "20000";
 
 /// One input partition of the reader.
 struct Partition {
-    queue: PartitionQueue<PlainContext>,
+    queue: BatchQueue,
     /// The offset its queue delivers next.
     next: i64,
 }
 
 /// Reads the input records read-order records name (see the module documentation).
 pub struct InputReader {
-    consumer: Arc<BaseConsumer<PlainContext>>,
-    /// By topic, then partition.
+    /// By topic, then partition. Before the consumer: its queues are given
+    /// back before it is destroyed (fields drop in their order).
     partitions: HashMap<String, HashMap<i32, Partition>>,
+    consumer: BaseConsumer<PlainContext>,
     /// Named records that could not be read (gone by retention): logged and counted.
     missing: prometheus::IntCounter,
 }
@@ -62,7 +62,7 @@ impl InputReader {
         }
         let consumer: BaseConsumer<PlainContext> =
             config.create_with_context(PlainContext).context(|| "creating the shared input reader".into())?;
-        Ok(InputReader { consumer: Arc::new(consumer), partitions: HashMap::new(), missing })
+        Ok(InputReader { partitions: HashMap::new(), consumer, missing })
     }
 
     /// Hands `sink` the records at offsets `first..first + count` of
@@ -85,11 +85,11 @@ impl InputReader {
         while *next < end {
             // A record already fetched is taken without a wait (nor a clock
             // read); before waiting, the sink lets go of its lock.
-            let polled = queue.poll(Duration::ZERO).or_else(|| {
+            if !queue.ready(Duration::ZERO) {
                 sink.waiting();
-                queue.poll(Duration::from_millis(100))
-            });
-            let Some(polled) = polled else {
+                queue.ready(Duration::from_millis(100));
+            }
+            let Some(m) = queue.next_record() else {
                 // Serves the consumer's own events (errors, logs); its
                 // partitions deliver records to their own queues only.
                 if let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
@@ -106,7 +106,9 @@ impl InputReader {
                 }
                 continue;
             };
-            let m = polled.context(|| format!("reading {topic}/{partition}"))?;
+            if let Some(e) = error_of(&m) {
+                return Err(e).context(|| format!("reading {topic}/{partition}"));
+            }
             let offset = m.offset();
             if offset < *next {
                 continue; // delivered before a seek took effect
@@ -139,12 +141,14 @@ impl InputReader {
                 clients::seek_started(&self.consumer, topic, partition, Offset::Offset(offset))
                     .context(|| format!("seeking {topic}/{partition} to offset {offset}"))?;
                 let p = self.partitions.get_mut(topic).and_then(|t| t.get_mut(&partition)).expect("known");
+                // What was taken off the queue before the seek is not what it delivers next.
+                p.queue.discard();
                 p.next = offset;
                 Ok(())
             }
             None => {
                 // Split before it is assigned, so that no record of it reaches the main queue.
-                let queue = self.consumer.split_partition_queue(topic, partition).ok_or_else(|| {
+                let queue = BatchQueue::of_partition(self.consumer.client(), topic, partition).ok_or_else(|| {
                     KafkaLayerError::Internal(format!("shared input: no queue for {topic}/{partition}"))
                 })?;
                 let mut tpl = TopicPartitionList::new();

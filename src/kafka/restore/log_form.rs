@@ -29,6 +29,7 @@ use super::restorer::Restorer;
 use crate::engine::SliceState;
 use crate::engine::slice::LogForm;
 use crate::kafka::checkpoint::{ReadFrom, read_partition};
+use crate::kafka::consumed::Consumed;
 use crate::kafka::slice_log::{Holds, Kind, LogRecord, read_order};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -74,7 +75,7 @@ impl Restorer<'_> {
         let mut first = None;
         let at = ReadFrom::Offset(i64::try_from(offset).unwrap_or(i64::MAX));
         read_partition(self.reader, self.slice_topic, slice as i32, at, |o, _, _, m| {
-            let record = LogRecord::read(Holds::Copies, m);
+            let record = LogRecord::read(Holds::Copies, &Consumed::of(m));
             let batch = record.headers.iter().any(|(k, _)| *k == headers::BATCH);
             if first.is_none() && record.kind == Kind::Input && !batch {
                 first = Some(o as u64);

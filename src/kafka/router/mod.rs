@@ -74,6 +74,7 @@ use rdkafka::producer::Producer;
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
+use crate::kafka::consumed::Consumed;
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
@@ -335,7 +336,7 @@ impl<'c> Router<'c> {
         }
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
         // Asked once: librdkafka parses a record's headers on each ask.
-        let headers = OutHeaders::of(&msg);
+        let headers = OutHeaders::of(&Consumed::of(&msg));
         let target = read(&self.setup, &msg, headers);
         // A handful of lanes: a scan finds one without allocating its key.
         let mut lane_count = self.lanes.len();

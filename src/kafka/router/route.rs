@@ -16,6 +16,7 @@ use super::setup::{PartitionId, RouterSetup};
 use crate::engine::slice::frame_into;
 use crate::engine::{InvalidReason, InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
 use crate::filter::KeyHash;
+use crate::kafka::consumed::Consumed;
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::producer::{produce_control, produce_copy, produce_with};
 use crate::kafka::slice_log::Holds;
@@ -83,7 +84,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
                 if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
             (_, Some(batches), Ok((slice, reading))) => {
-                let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
+                let headers = if has_headers { OutHeaders::of(&Consumed::of(&msg)) } else { OutHeaders::None };
                 add_to_batch(setup, batches, (&msg, headers), &id.0, slice, reading)
             }
             (_, _, target) => route(setup, &msg, &id.0, target, &mut frame),

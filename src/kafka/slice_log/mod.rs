@@ -6,7 +6,9 @@
 pub mod batch;
 pub mod read_order;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{Headers, Message};
+
+use crate::kafka::consumed::Consumed;
 
 use super::headers;
 use super::out_record::OutHeaders;
@@ -144,7 +146,7 @@ impl<'m> LogRecord<'m> {
     /// carries such a header of its own is the input record it is (and the
     /// router removes `dedupd.*` headers from input records anyway). In
     /// input-partitions mode the slice log is the input: every record is one.
-    pub fn read(holds: Holds, msg: &'m BorrowedMessage<'_>) -> Self {
+    pub fn read(holds: Holds, msg: &Consumed<'m>) -> Self {
         let out_headers = OutHeaders::of(msg);
         let headers = out_headers.pairs();
         let source_header = headers.iter().find(|(k, _)| *k == headers::SOURCE).map(|(_, v)| *v);

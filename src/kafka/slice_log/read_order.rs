@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 
-use rdkafka::message::BorrowedMessage;
+use crate::kafka::consumed::Consumed;
 
 use crate::engine::slice::MAX_TOPIC_BYTES;
 use crate::filter::SnapshotError;
@@ -54,7 +54,7 @@ pub trait NamedRecords: Send {
 /// What takes the records of a run ([`NamedRecords::read_run`]).
 pub trait RunSink {
     /// Takes the record at `offset`.
-    fn record(&mut self, offset: i64, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError>;
+    fn record(&mut self, offset: i64, msg: &Consumed<'_>) -> Result<(), KafkaLayerError>;
 
     /// The reader is about to wait for the input: what the sink keeps from
     /// others meanwhile (a lock) it lets go of.

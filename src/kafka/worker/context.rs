@@ -144,8 +144,17 @@ impl WorkerContext {
             }
         }
         let result = if cooperative { consumer.incremental_assign(&now) } else { consumer.assign(tpl) };
-        if let Err(e) = result {
-            worker_state.fatal.get_or_insert(format!("cannot take the assignment: {e}"));
+        match result {
+            Err(e) => _ = worker_state.fatal.get_or_insert(format!("cannot take the assignment: {e}")),
+            Ok(()) => {
+                let taken = if cooperative { &now } else { &*tpl };
+                super::forward_records(
+                    &self.setup,
+                    consumer,
+                    worker_state,
+                    taken.elements().iter().map(|e| e.partition()),
+                );
+            }
         }
         let waiting = restoring_list(topic, worker_state);
         if !cooperative
@@ -172,6 +181,7 @@ impl WorkerContext {
         let lost = consumer.assignment_lost();
         // What the consumer gives up: not the partitions it never took.
         let mut taken = TopicPartitionList::new();
+        worker_state.revoked.extend(&partitions);
         for p in partitions {
             let slice = p as u32;
             if !worker_state.unassigned.remove(&slice) {

@@ -80,7 +80,11 @@
 //!
 //! This file holds the loop ([`run`]): take in the restored slices, one
 //! turn (poll, take in each record, advancing the snapshot being copied),
-//! then the housekeeping (idle flushes, the snapshot due, metrics).
+//! then the housekeeping (idle flushes, the snapshot due, metrics). The
+//! records come a batch at a time from a queue of their own
+//! ([`crate::kafka::consumed::BatchQueue`]): each assignment forwards its
+//! partitions there (`forward_records`), and the consumer's own poll
+//! serves the rebalances.
 
 mod commits;
 mod context;
@@ -106,8 +110,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::producer::Producer;
 
 use commits::SafeOffsets;
@@ -129,11 +132,14 @@ use super::statistics::InputLag;
 use super::{Context, KafkaLayerError, clients};
 use crate::config::SlicingMode;
 use crate::features::feature::WorkerView;
+use crate::kafka::consumed::{BatchQueue, Consumed, error_of};
 use crate::kafka::slice_log::read_order::NamedRecords;
 use crate::metrics::{now_ms, observe_since};
 
 /// Records taken from the consumer per turn of the worker loop (see `run`).
 const POLL_BATCH: usize = 256;
+/// How long a turn waits for a record when none is there.
+const RECORDS_WAIT: Duration = Duration::from_millis(100);
 /// How often the worker looks for idle slices with records waiting.
 const IDLE_CHECK_EVERY: Duration = Duration::from_millis(50);
 
@@ -145,18 +151,45 @@ pub fn run(setup: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     serve_admin(&setup, &worker_state)?;
     let high_offsets = Arc::new(Mutex::new(BTreeMap::new()));
     let consumer = subscribe(&setup, &worker_state, &high_offsets)?;
+    // Before the first poll: the rebalances run inside it and forward the
+    // partitions they assign here.
+    let mut records = BatchQueue::new(consumer.client());
+    worker_state.lock().expect("worker lock").records_to = Some(records.target());
     let mut worker = Loop::new(setup.clone(), worker_state.clone(), high_offsets)?;
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        let turn = worker.take_restored(&consumer).and_then(|()| worker.turn(&consumer));
+        let turn = worker.take_restored(&consumer).and_then(|()| worker.turn(&consumer, &mut records));
         if let Err(e) = turn.and_then(|()| worker.housekeeping(&consumer)) {
             break Err(e);
         }
     };
+    // Gone before the consumer (librdkafka waits for its queues to go).
+    worker_state.lock().expect("worker lock").records_to = None;
+    drop(records);
     shut_down(&setup, &worker_state, consumer, &result);
     result
+}
+
+/// Forwards the records of the slice-log `partitions` just assigned to the
+/// worker loop's records queue, if there is one: read there a batch at a
+/// time ([`BatchQueue`]). librdkafka drops a partition's forwarding when it
+/// stops fetching it, so each assignment forwards again; a record fetched
+/// before its partition was forwarded comes through the consumer's queue.
+fn forward_records<C: ConsumerContext>(
+    setup: &WorkerSetup,
+    consumer: &BaseConsumer<C>,
+    worker_state: &WorkerState,
+    partitions: impl IntoIterator<Item = i32>,
+) {
+    let Some(target) = worker_state.records_to else { return };
+    for p in partitions {
+        // SAFETY: `run` clears `records_to` before the queue goes.
+        if !unsafe { BatchQueue::forward(target, consumer.client(), &setup.slice_topic, p) } {
+            log::warn!("{}/{p}: no partition queue to forward; read through the consumer's", setup.slice_topic);
+        }
+    }
 }
 
 /// Gives the admin endpoint its key lookups and the features' key actions,
@@ -275,11 +308,23 @@ impl Loop {
 
     /// One turn: one wait, then whatever librdkafka already holds (up to
     /// [`POLL_BATCH`]), with one reading of the clocks: per record, they
-    /// cost as much as judging it. The worker lock is taken per record,
-    /// not held across a poll: rebalance callbacks run inside `poll` and take it.
-    fn turn(&mut self, consumer: &BaseConsumer<WorkerContext>) -> Result<(), KafkaLayerError> {
+    /// cost as much as judging it. The consumer's own queue first: its poll
+    /// runs the rebalance callbacks, and it brings the records fetched
+    /// before their partition was forwarded (older than any in the records
+    /// queue); then the records queue, a batch at a time. The worker lock
+    /// is taken per record, not held across a poll: rebalance callbacks run
+    /// inside `poll` and take it.
+    fn turn(
+        &mut self,
+        consumer: &BaseConsumer<WorkerContext>,
+        records: &mut BatchQueue,
+    ) -> Result<(), KafkaLayerError> {
         gaps::reread(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock").gaps, Instant::now());
-        let mut polled = consumer.poll(Duration::from_millis(100));
+        let mut polled = consumer.poll(Duration::ZERO);
+        self.discard_revoked(records);
+        if polled.is_none() {
+            records.ready(RECORDS_WAIT);
+        }
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
@@ -297,11 +342,13 @@ impl Loop {
                         None => break,
                     }
                 }
+                records.discard();
                 return Ok(());
             }
             Turn::Resume => {
                 // What was polled with the seeks pending is read again after them.
                 drop(polled.take());
+                records.discard();
                 seek_back(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock"));
                 return Ok(());
             }
@@ -310,10 +357,7 @@ impl Loop {
         let mut result = Ok(());
         while let Some(event) = polled.take() {
             match event {
-                Ok(msg) => {
-                    observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
-                    result = self.take(&msg, now);
-                }
+                Ok(msg) => result = self.take_received(&Consumed::of(&msg), now, wall_ms),
                 Err(e) => log::warn!("consuming {}: {e}", self.setup.slice_topic),
             }
             events += 1;
@@ -324,13 +368,39 @@ impl Loop {
                 polled = consumer.poll(Duration::ZERO);
             }
         }
+        self.discard_revoked(records);
+        while result.is_ok() && events < POLL_BATCH {
+            let Some(msg) = records.next_record() else { break };
+            match error_of(&msg) {
+                None => result = self.take_received(&msg, now, wall_ms),
+                Some(e) => log::warn!("consuming {}: {e}", self.setup.slice_topic),
+            }
+            events += 1;
+        }
         self.received.flush();
         self.idle = events == 0;
         result
     }
 
+    /// After a poll (it runs the rebalance callbacks): the records taken
+    /// before it of a partition revoked in it are stale, and go. (A
+    /// partition given back at once is read again from where its restore
+    /// puts it; records taken after the poll are that.)
+    fn discard_revoked(&self, records: &mut BatchQueue) {
+        let revoked = std::mem::take(&mut self.worker_state.lock().expect("worker lock").revoked);
+        if !revoked.is_empty() {
+            records.discard_of(&revoked);
+        }
+    }
+
+    /// Takes in one slice-log record just received.
+    fn take_received(&mut self, msg: &Consumed<'_>, now: Instant, wall_ms: i64) -> Result<(), KafkaLayerError> {
+        observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
+        self.take(msg, now)
+    }
+
     /// Takes in one slice-log record.
-    fn take(&mut self, msg: &BorrowedMessage<'_>, now: Instant) -> Result<(), KafkaLayerError> {
+    fn take(&mut self, msg: &Consumed<'_>, now: Instant) -> Result<(), KafkaLayerError> {
         let (slice, log_offset) = (msg.partition() as u32, msg.offset() as u64);
         let mut guard = self.worker_state.lock().expect("worker lock");
         if !gaps::admitted(&self.setup, &mut guard.gaps, slice, log_offset, now) {

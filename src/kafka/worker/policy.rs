@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use rdkafka::message::{BorrowedMessage, Message};
+use crate::kafka::consumed::Consumed;
 use rdkafka::producer::{BaseRecord, Producer};
 
 use super::emit::{dead_letter, send};
@@ -50,7 +50,7 @@ pub(super) fn decide_early(
     setup: &WorkerSetup,
     d: &mut Deciding,
     slice: u32,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     record: &LogRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     let offset = msg.offset() as u64;
@@ -117,7 +117,7 @@ fn destination(policy: Decision, unreadable: bool) -> Destination {
 pub(super) fn decide_logged(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     record: &LogRecord<'_>,
     range: PolicyRange,
 ) -> Result<(), KafkaLayerError> {

@@ -5,7 +5,7 @@
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
-use rdkafka::message::{BorrowedMessage, Message};
+use crate::kafka::consumed::Consumed;
 
 use super::records::{apply_logged_flushes, judge, taken};
 use super::setup::WorkerSetup;
@@ -31,7 +31,7 @@ pub(super) fn handle_read_order(
     setup: &WorkerSetup,
     worker_state: &Mutex<WorkerState>,
     input: &mut dyn NamedRecords,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
@@ -82,7 +82,7 @@ struct Dispatch<'a, 'r> {
 }
 
 impl RunSink for Dispatch<'_, '_> {
-    fn record(&mut self, offset: i64, msg: &BorrowedMessage<'_>) -> Result<(), KafkaLayerError> {
+    fn record(&mut self, offset: i64, msg: &Consumed<'_>) -> Result<(), KafkaLayerError> {
         let Some((first, run_start)) = self.run else {
             return Err(KafkaLayerError::Internal("named input: a record handed over outside a run".into()));
         };
@@ -114,7 +114,7 @@ fn handle_named(
     worker_state: &mut WorkerState,
     slice: u32,
     offset: u64,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     source: SourceRef<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {

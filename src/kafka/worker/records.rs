@@ -5,7 +5,9 @@
 
 use std::time::Instant;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::Headers;
+
+use crate::kafka::consumed::Consumed;
 
 use super::emit::emit;
 use super::owned::OwnedSlice;
@@ -101,7 +103,7 @@ fn arrivals_to_replay(y: ReleasePos, next_offset: u64) -> bool {
 pub(super) fn handle(
     setup: &WorkerSetup,
     worker_state: &mut WorkerState,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let slice = msg.partition() as u32;
@@ -165,7 +167,7 @@ fn take_batch(
     setup: &WorkerSetup,
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     record: &LogRecord<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
@@ -278,7 +280,7 @@ fn take_progress(
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
 ) -> Result<(), KafkaLayerError> {
     // Only routers write these: a malformed one is a bug or a foreign
     // writer; it announces nothing (at the same place in a replay).
@@ -301,7 +303,7 @@ fn take_progress(
 /// A delete request (written by a feature's key action), applied here, in
 /// the log's order; the request waits for the outcome at the slice-log
 /// offset it wrote.
-fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &BorrowedMessage<'_>) {
+fn take_delete(setup: &WorkerSetup, owned: &mut OwnedSlice, offset: u64, msg: &Consumed<'_>) {
     let key = msg.key().unwrap_or_default();
     let outcome = owned.state.delete(offset, key);
     if let Some(applied) = setup.requests_applied.get() {
@@ -317,7 +319,7 @@ pub(super) fn judge(
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     record: &LogRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     let (framed, header_list) = (&record.framed, &record.headers);
@@ -392,7 +394,7 @@ fn refuse(
     owned: &mut OwnedSlice,
     judged: &mut Vec<Judgment>,
     offset: u64,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     record: &LogRecord<'_>,
     why: InvalidRecord,
 ) -> Result<(), KafkaLayerError> {
@@ -463,7 +465,7 @@ pub(super) fn idle_flush(
 }
 
 /// Whether a slice-log record is a router's read-order record.
-pub(super) fn is_read_order(msg: &BorrowedMessage<'_>) -> bool {
+pub(super) fn is_read_order(msg: &Consumed<'_>) -> bool {
     msg.headers().is_some_and(|h| h.iter().any(|h| h.key == headers::READ_ORDER))
 }
 

@@ -123,7 +123,9 @@ pub(super) fn read_from<C: ConsumerContext>(
     let mut tpl = TopicPartitionList::new();
     let result = tpl.add_partition_offset(&setup.slice_topic, slice as i32, at).and_then(|()| {
         if worker_state.unassigned.remove(&slice) {
-            return consumer.incremental_assign(&tpl);
+            consumer.incremental_assign(&tpl)?;
+            super::forward_records(setup, consumer, worker_state, [slice as i32]);
+            return Ok(());
         }
         // One assigned a moment ago (`Located`) may not be fetching yet.
         clients::seek_started(consumer, &setup.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))

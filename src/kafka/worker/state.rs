@@ -11,6 +11,7 @@ use super::restore_thread::Restores;
 use super::setup::WorkerSetup;
 use super::writer::Writer;
 use crate::engine::Judgment;
+use crate::kafka::consumed::ForwardTarget;
 
 /// The owned slices and the slices being restored, with the threads that
 /// write their snapshots and restore them.
@@ -41,6 +42,12 @@ pub(super) struct WorkerState {
     pub(super) restorer: Restores,
     /// The slice-log offset each slice reads next, and the gaps it waits on.
     pub(super) gaps: SliceLogGaps,
+    /// Where the records of the partitions assigned go: the worker loop's
+    /// records queue ((`super::forward_records`)); `None` while there is none.
+    pub(super) records_to: Option<ForwardTarget>,
+    /// Partitions revoked since the loop last took records from its records
+    /// queue: the records of theirs it has taken already are stale.
+    pub(super) revoked: Vec<i32>,
 }
 
 impl WorkerState {
@@ -58,6 +65,8 @@ impl WorkerState {
             restores_asked: 0,
             restorer: Restores::start(setup.clone()),
             gaps: SliceLogGaps::default(),
+            records_to: None,
+            revoked: Vec::new(),
         }
     }
 }
