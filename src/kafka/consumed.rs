@@ -8,7 +8,8 @@
 //! queue's lock and allocates (about a tenth of a judging thread's CPU).
 //! `rd_kafka_consume_batch_queue` does that once for many records, and
 //! hands out librdkafka's messages themselves, which [`Consumed`] reads
-//! through the same [`Message`] trait.
+//! with the methods of rust-rdkafka's `Message` (its headers through its
+//! `Headers`).
 
 use std::ffi::{CStr, CString, c_void};
 use std::marker::PhantomData;
@@ -16,7 +17,7 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, Timestamp};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Timestamp};
 use rdkafka::types::RDKafkaErrorCode;
 
 /// A consumed record, borrowed for `'a` from whoever owns librdkafka's
@@ -105,44 +106,6 @@ impl<'a> Consumed<'a> {
     }
 }
 
-/// For what takes any record (`impl Message`).
-impl Message for Consumed<'_> {
-    type Headers = ConsumedHeaders;
-
-    fn key(&self) -> Option<&[u8]> {
-        Consumed::key(self)
-    }
-
-    fn payload(&self) -> Option<&[u8]> {
-        Consumed::payload(self)
-    }
-
-    unsafe fn payload_mut(&mut self) -> Option<&mut [u8]> {
-        // A borrowed record is never written to: no caller in dedupd asks.
-        None
-    }
-
-    fn topic(&self) -> &str {
-        Consumed::topic(self)
-    }
-
-    fn partition(&self) -> i32 {
-        Consumed::partition(self)
-    }
-
-    fn offset(&self) -> i64 {
-        Consumed::offset(self)
-    }
-
-    fn timestamp(&self) -> Timestamp {
-        Consumed::timestamp(self)
-    }
-
-    fn headers(&self) -> Option<&ConsumedHeaders> {
-        Consumed::headers(self)
-    }
-}
-
 /// A consumed record's headers: a reference to this zero-sized type is
 /// librdkafka's header list itself (its address), as rust-rdkafka's
 /// `BorrowedHeaders` is.
@@ -219,10 +182,7 @@ impl BatchQueue {
         topic: &str,
         partition: i32,
     ) -> Option<Self> {
-        let name = CString::new(topic).ok()?;
-        // SAFETY: a live client handle and a NUL-terminated name.
-        let queue =
-            NonNull::new(unsafe { rd::rd_kafka_queue_get_partition(client.native_ptr(), name.as_ptr(), partition) })?;
+        let queue = partition_queue(client, topic, partition)?;
         // SAFETY: our own reference to the queue; forwarding to none keeps
         // its records off the consumer's queue.
         unsafe { rd::rd_kafka_queue_forward(queue.as_ptr(), std::ptr::null_mut()) };
@@ -258,17 +218,12 @@ impl BatchQueue {
         topic: &str,
         partition: i32,
     ) -> bool {
-        let Ok(name) = CString::new(topic) else { return false };
-        // SAFETY: a live client handle and a NUL-terminated name.
-        let queue = unsafe { rd::rd_kafka_queue_get_partition(client.native_ptr(), name.as_ptr(), partition) };
-        if queue.is_null() {
-            return false;
-        }
+        let Some(queue) = partition_queue(client, topic, partition) else { return false };
         // SAFETY: both queues live (the caller's promise for `target`); the
         // forwarding holds its own reference, so ours can go at once.
         unsafe {
-            rd::rd_kafka_queue_forward(queue, target.0.as_ptr());
-            rd::rd_kafka_queue_destroy(queue);
+            rd::rd_kafka_queue_forward(queue.as_ptr(), target.0.as_ptr());
+            rd::rd_kafka_queue_destroy(queue.as_ptr());
         }
         true
     }
@@ -357,6 +312,19 @@ impl Drop for BatchQueue {
         // SAFETY: our own reference, given back once.
         unsafe { rd::rd_kafka_queue_destroy(self.queue.as_ptr()) };
     }
+}
+
+/// A reference of our own to the queue of `topic`/`partition` of the
+/// consumer `client` (given back with `rd_kafka_queue_destroy`); `None` if
+/// librdkafka has none (an invalid name).
+fn partition_queue<C: rdkafka::ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    topic: &str,
+    partition: i32,
+) -> Option<NonNull<rd::rd_kafka_queue_t>> {
+    let name = CString::new(topic).ok()?;
+    // SAFETY: a live client handle and a NUL-terminated name.
+    NonNull::new(unsafe { rd::rd_kafka_queue_get_partition(client.native_ptr(), name.as_ptr(), partition) })
 }
 
 /// The error a consumed record carries instead of data (librdkafka hands

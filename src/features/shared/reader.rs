@@ -8,10 +8,11 @@
 //! partition has a queue of its own (librdkafka's partition queues, taken
 //! off a batch at a time: [`BatchQueue`]), so that a run of one partition
 //! is read from that partition's queue alone and nothing is buffered for
-//! the runs of other partitions that come first. Within a partition the runs go forward: records between two runs
-//! (those a router sent to the dead letters) are read and passed over; a run
-//! behind the queue's position (a router that re-read its partitions after
-//! a crash names them again) or far ahead of it (a restore) is sought.
+//! the runs of other partitions that come first. Within a partition the
+//! runs go forward: records between two runs (those a router sent to the
+//! dead letters) are read and passed over; a run behind the queue's
+//! position (a router that re-read its partitions after a crash names them
+//! again) or far ahead of it (a restore) is sought.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
