@@ -26,6 +26,27 @@ fn by_partition(out: &BTreeMap<i32, Vec<Rec>>) -> BTreeMap<i32, Vec<Signature>> 
     out.iter().map(|(p, recs)| (*p, recs.iter().map(signature).collect())).collect()
 }
 
+/// Where two outputs part: the first record that differs, both ways.
+fn first_difference(got: &[Signature], want: &[Signature]) -> String {
+    let show = |s: Option<&Signature>| match s {
+        None => "nothing".to_string(),
+        Some((key, value, ts, offset, release)) => {
+            let text = |b: &Option<Vec<u8>>| b.as_deref().map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+            format!(
+                "key {} ts {ts:?} slice offset {} release {} value {}",
+                text(key),
+                text(offset),
+                text(release),
+                text(value)
+            )
+        }
+    };
+    match (0..got.len().max(want.len())).find(|&i| got.get(i) != want.get(i)) {
+        None => String::new(),
+        Some(i) => format!("; first at record {i}:\n  got  {}\n  want {}", show(got.get(i)), show(want.get(i))),
+    }
+}
+
 #[test]
 fn crash_equivalence_and_scale_out() {
     crash_equivalence_and_scale_out_with("timer");
@@ -116,15 +137,20 @@ fn crash_equivalence_and_scale_out_with(kind: &str) {
             got.len(),
             want.len()
         );
-        assert!(got == want, "partition {p}: the crashed run's output differs from the uninterrupted run's");
+        assert!(
+            got == want,
+            "partition {p}: the crashed run's output differs from the uninterrupted run's{}",
+            first_difference(got, want)
+        );
     }
     let scaled = by_partition(&read_all(&format!("{scale_app}.out"), Duration::from_secs(3)));
     for (p, want) in &expected {
         assert!(
             &scaled[p] == want,
-            "partition {p}: the scaled-out run's output differs ({} vs {} records)",
+            "partition {p}: the scaled-out run's output differs ({} vs {} records){}",
             scaled[p].len(),
-            want.len()
+            want.len(),
+            first_difference(&scaled[p], want)
         );
     }
     crash_logs.push_str(&crashing.log_text());

@@ -181,7 +181,7 @@ impl WorkerContext {
         let lost = consumer.assignment_lost();
         // What the consumer gives up: not the partitions it never took.
         let mut taken = TopicPartitionList::new();
-        worker_state.revoked.extend(&partitions);
+        worker_state.stale.extend(&partitions);
         for p in partitions {
             let slice = p as u32;
             if !worker_state.unassigned.remove(&slice) {

@@ -84,7 +84,9 @@
 //! records come a batch at a time from a queue of their own
 //! ([`crate::kafka::consumed::BatchQueue`]): each assignment forwards its
 //! partitions there (`forward_records`), and the consumer's own poll
-//! serves the rebalances.
+//! serves the rebalances. Records taken and not yet handed out of a
+//! partition revoked or sought are stale (`WorkerState::stale`): a seek
+//! makes librdkafka drop what it holds, not what it has handed over.
 
 mod commits;
 mod context;
@@ -319,9 +321,9 @@ impl Loop {
         consumer: &BaseConsumer<WorkerContext>,
         records: &mut BatchQueue,
     ) -> Result<(), KafkaLayerError> {
-        gaps::reread(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock").gaps, Instant::now());
+        gaps::reread(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock"), Instant::now());
         let mut polled = consumer.poll(Duration::ZERO);
-        self.discard_revoked(records);
+        self.discard_stale(records);
         if polled.is_none() {
             records.ready(RECORDS_WAIT);
         }
@@ -368,7 +370,7 @@ impl Loop {
                 polled = consumer.poll(Duration::ZERO);
             }
         }
-        self.discard_revoked(records);
+        self.discard_stale(records);
         while result.is_ok() && events < POLL_BATCH {
             let Some(msg) = records.next_record() else { break };
             match error_of(&msg) {
@@ -382,14 +384,14 @@ impl Loop {
         result
     }
 
-    /// After a poll (it runs the rebalance callbacks): the records taken
-    /// before it of a partition revoked in it are stale, and go. (A
-    /// partition given back at once is read again from where its restore
-    /// puts it; records taken after the poll are that.)
-    fn discard_revoked(&self, records: &mut BatchQueue) {
-        let revoked = std::mem::take(&mut self.worker_state.lock().expect("worker lock").revoked);
-        if !revoked.is_empty() {
-            records.discard_of(&revoked);
+    /// After a poll (it runs the rebalance callbacks) or a seek: the
+    /// records taken before it of a partition revoked or sought are stale,
+    /// and go. (A partition given back or sought is read again from where
+    /// its restore or seek puts it; records taken after are that.)
+    fn discard_stale(&self, records: &mut BatchQueue) {
+        let stale = std::mem::take(&mut self.worker_state.lock().expect("worker lock").stale);
+        if !stale.is_empty() {
+            records.discard_of(&stale);
         }
     }
 

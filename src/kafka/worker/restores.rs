@@ -110,7 +110,8 @@ pub(super) fn take_restored<C: ConsumerContext>(
 /// assignment there if it is not in it yet (librdkafka's fetcher starts on
 /// it at once), or else seeks it there and resumes it (a partition assigned
 /// paused, with eager rebalancing; a partition read for the policy ranges
-/// during the restore is not paused and the resume does nothing).
+/// during the restore is not paused and the resume does nothing). The
+/// records of the partition the worker has taken already are stale.
 pub(super) fn read_from<C: ConsumerContext>(
     setup: &WorkerSetup,
     consumer: &BaseConsumer<C>,
@@ -131,5 +132,6 @@ pub(super) fn read_from<C: ConsumerContext>(
         clients::seek_started(consumer, &setup.slice_topic, slice as i32, at).and_then(|()| consumer.resume(&tpl))
     });
     worker_state.gaps.expect(slice, log_offset);
+    worker_state.stale.push(slice as i32);
     result.map_err(|e| format!("slice {slice}: cannot read it from offset {offset}: {e}"))
 }

@@ -45,9 +45,11 @@ pub(super) struct WorkerState {
     /// Where the records of the partitions assigned go: the worker loop's
     /// records queue ((`super::forward_records`)); `None` while there is none.
     pub(super) records_to: Option<ForwardTarget>,
-    /// Partitions revoked since the loop last took records from its records
-    /// queue: the records of theirs it has taken already are stale.
-    pub(super) revoked: Vec<i32>,
+    /// Partitions revoked or sought since the loop last took records from
+    /// its records queue: the records of theirs it has taken already are
+    /// stale. (librdkafka drops the ones it still holds after a seek, not
+    /// the ones handed over in a batch.)
+    pub(super) stale: Vec<i32>,
 }
 
 impl WorkerState {
@@ -66,7 +68,7 @@ impl WorkerState {
             restorer: Restores::start(setup.clone()),
             gaps: SliceLogGaps::default(),
             records_to: None,
-            revoked: Vec::new(),
+            stale: Vec::new(),
         }
     }
 }
