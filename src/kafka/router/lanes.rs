@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::message::BorrowedMessage;
 
 use crate::engine::{InvalidRecord, Reading};
+use crate::kafka::consumed::KeptRecord;
 
 /// How long an empty partition that has not reached its end may hold back the others.
 const MAX_WAIT: Duration = Duration::from_secs(2);
@@ -36,7 +36,7 @@ pub(super) fn lane_share(router_bytes: u64, lanes: usize) -> usize {
 /// A buffered input record, read once: its slice and event time, or why
 /// it cannot be read.
 pub(super) struct Read<'c> {
-    pub(super) msg: BorrowedMessage<'c>,
+    pub(super) msg: KeptRecord<'c>,
     pub(super) target: Result<(u32, Reading), InvalidRecord>,
     /// Its place in the routing order (see [`Lane::order_time`]).
     pub(super) order: i64,

@@ -176,9 +176,7 @@ pub fn run(setup: Arc<WorkerSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
 
 /// Forwards the records of the slice-log `partitions` just assigned to the
 /// worker loop's records queue, if there is one: read there a batch at a
-/// time ([`BatchQueue`]). librdkafka drops a partition's forwarding when it
-/// stops fetching it, so each assignment forwards again; a record fetched
-/// before its partition was forwarded comes through the consumer's queue.
+/// time (see [`BatchQueue::forward`]).
 fn forward_records<C: ConsumerContext>(
     setup: &WorkerSetup,
     consumer: &BaseConsumer<C>,
@@ -186,12 +184,9 @@ fn forward_records<C: ConsumerContext>(
     partitions: impl IntoIterator<Item = i32>,
 ) {
     let Some(target) = worker_state.records_to else { return };
-    for p in partitions {
-        // SAFETY: `run` clears `records_to` before the queue goes.
-        if !unsafe { BatchQueue::forward(target, consumer.client(), &setup.slice_topic, p) } {
-            log::warn!("{}/{p}: no partition queue to forward; read through the consumer's", setup.slice_topic);
-        }
-    }
+    let topic = setup.slice_topic.as_str();
+    // SAFETY: `run` clears `records_to` before the queue goes.
+    unsafe { BatchQueue::forward(target, consumer.client(), partitions.into_iter().map(|p| (topic, p))) };
 }
 
 /// Gives the admin endpoint its key lookups and the features' key actions,
@@ -391,7 +386,7 @@ impl Loop {
     fn discard_stale(&self, records: &mut BatchQueue) {
         let stale = std::mem::take(&mut self.worker_state.lock().expect("worker lock").stale);
         if !stale.is_empty() {
-            records.discard_of(&stale);
+            records.discard_where(|r| stale.contains(&r.partition()));
         }
     }
 
