@@ -38,7 +38,7 @@
 #               `perf record -p` would miss the threads it starts later)
 #   cpu_ab      CPU seconds per 1 M records of two builds, A and B (AB_DIRS="DIR_A DIR_B", each
 #               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
-#               slices) and repartition (8 slices) mode on one backlog of N records, ROUNDS times
+#               slices) and repartition (8 slices) mode (AB_MODES to choose) on one backlog of N records, ROUNDS times
 #               alternating A, B within each mode (B first in even rounds): each run's figure,
 #               then per mode the median of A's, of B's and B/A (a change's CPU per record), the
 #               pairs' B/A over rounds A ran first and B ran first, and their geometric mean
@@ -258,7 +258,7 @@ part_cpu_ab() {
   local round mode slices build before after per_m out results=()
   local own_bin="$dedupd_bin" own_config="$config"
   for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
-    for mode in input-partitions repartition; do
+    for mode in ${AB_MODES:-input-partitions repartition}; do
       slices=8
       [[ $mode == input-partitions ]] && slices=3
       # A then B in odd rounds, B then A in even ones: neither build always
@@ -285,7 +285,7 @@ runs = {}
 for line in sys.stdin:
     build, mode, per_m = line.split()
     runs.setdefault((mode, build), []).append(float(per_m))
-for mode in ("input-partitions", "repartition"):
+for mode in sorted({mode for mode, _ in runs}):
     a, b = statistics.median(runs[(mode, "0")]), statistics.median(runs[(mode, "1")])
     # The run second in a pair tends to cost more (the broker holds more by then): the
     # geometric mean of the pairs ratios over A-first and B-first rounds alike cancels

@@ -79,7 +79,7 @@ use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
 use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_all};
 use context::RouterContext;
-use lanes::{Full, Lane, Read, set_paused};
+use lanes::{Full, Lane, Read, pause_at};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
 use route::{event_time, read, route_ready};
 use setup::PartitionId;
@@ -285,7 +285,7 @@ impl<'c> Router<'c> {
             self.take_rebalance(consumer, records, book, now);
             let Some(event) = polled.take() else { break };
             match event {
-                Ok(msg) => self.take(consumer, KeptRecord::polled(msg), now, wall_ms),
+                Ok(msg) => self.take(consumer, records, KeptRecord::polled(msg), now, wall_ms),
                 Err(e) => self.take_error(e),
             }
             taken += 1;
@@ -296,7 +296,7 @@ impl<'c> Router<'c> {
         while taken < POLL_BATCH {
             let Some(msg) = records.next_kept(consumer) else { break };
             match error_of(&msg.get()) {
-                None => self.take(consumer, msg, now, wall_ms),
+                None => self.take(consumer, records, msg, now, wall_ms),
                 Some(e) => self.take_error(e),
             }
             taken += 1;
@@ -362,7 +362,14 @@ impl<'c> Router<'c> {
     }
 
     /// Takes an input record: read once and buffered in its partition's lane.
-    fn take(&mut self, consumer: &BaseConsumer<RouterContext>, kept: KeptRecord<'c>, now: Instant, wall_ms: i64) {
+    fn take(
+        &mut self,
+        consumer: &BaseConsumer<RouterContext>,
+        records: &mut BatchQueue,
+        kept: KeptRecord<'c>,
+        now: Instant,
+        wall_ms: i64,
+    ) {
         let msg = kept.get();
         // Read once: librdkafka looks the name up and Rust checks its UTF-8 on each ask.
         let (topic, partition) = (msg.topic(), msg.partition());
@@ -399,7 +406,7 @@ impl<'c> Router<'c> {
         let bytes = crate::kafka::record_bytes(&msg, headers);
         let has_headers = !matches!(headers, OutHeaders::None);
         if let Some(full) = lane.fills(bytes, max_bytes) {
-            lane.paused = set_paused(consumer, topic, partition, true);
+            lane.paused = pause_at(consumer, records, (topic, partition), msg.offset() + 1);
             if full == Full::Bytes && lane.paused {
                 self.setup.metrics.router.router_byte_pauses.inc();
             }

@@ -27,7 +27,6 @@ use rdkafka::Offset;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 
 use super::setup::WorkerSetup;
-use super::state::WorkerState;
 use crate::config::SlicingMode;
 use crate::kafka::clients;
 
@@ -162,19 +161,20 @@ pub(super) fn admitted(
 
 /// Reads the partitions of the slices waiting on a gap again from the
 /// offset each expects (see [`SliceLogGaps::rereads_due`]); the records
-/// of theirs the worker has taken already are stale.
+/// of theirs the worker has taken already go to `stale`.
 pub(super) fn reread<C: ConsumerContext>(
     setup: &WorkerSetup,
     consumer: &BaseConsumer<C>,
-    worker_state: &mut WorkerState,
+    gaps: &mut SliceLogGaps,
+    stale: &mut Vec<i32>,
     now: Instant,
 ) {
-    for (slice, log_offset) in worker_state.gaps.rereads_due(now) {
+    for (slice, log_offset) in gaps.rereads_due(now) {
         let at = Offset::Offset(log_offset as i64);
         if let Err(e) = clients::seek_started(consumer, &setup.slice_topic, slice as i32, at) {
             log::warn!("slice {slice}: cannot read its partition again from offset {log_offset}: {e}");
         }
-        worker_state.stale.push(slice as i32);
+        stale.push(slice as i32);
     }
 }
 

@@ -316,7 +316,10 @@ impl Loop {
         consumer: &BaseConsumer<WorkerContext>,
         records: &mut BatchQueue,
     ) -> Result<(), KafkaLayerError> {
-        gaps::reread(&self.setup, consumer, &mut self.worker_state.lock().expect("worker lock"), Instant::now());
+        {
+            let WorkerState { gaps, stale, .. } = &mut *self.worker_state.lock().expect("worker lock");
+            gaps::reread(&self.setup, consumer, gaps, stale, Instant::now());
+        } // the lock goes before the poll: the rebalance callbacks take it
         let mut polled = consumer.poll(Duration::ZERO);
         self.discard_stale(records);
         if polled.is_none() {
