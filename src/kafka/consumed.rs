@@ -273,17 +273,15 @@ impl BatchQueue {
         self.next = self.taken.len();
     }
 
-    /// Gives back the records taken and not handed out that are `stale`
-    /// (of a partition revoked or sought: what the queue delivers of it
-    /// next starts where the seek or its next assignment puts it).
-    pub fn discard_where(&mut self, stale: impl Fn(&Consumed<'_>) -> bool) {
+    /// Gives back the records taken and not handed out of the partitions
+    /// `partitions` (revoked or sought: what the queue delivers of them
+    /// next starts where the seek or their next assignment puts it).
+    pub fn discard_of(&mut self, partitions: &[i32]) {
         let mut kept = self.next;
         for i in self.next..self.taken.len() {
             let msg = self.taken[i];
-            let record =
-                Consumed { msg: NonNull::new(msg).expect("librdkafka hands out messages"), _owner: PhantomData };
             // SAFETY: taken by `take` and not handed out: alive and ours.
-            if stale(&record) {
+            if partitions.contains(&unsafe { (*msg).partition }) {
                 // SAFETY: as above; destroyed once, and no longer listed.
                 unsafe { rd::rd_kafka_message_destroy(msg) };
             } else {
