@@ -69,7 +69,9 @@ pub fn find<'de, const N: usize>(
 /// The next token of a pointer (`rem` starts with `/`) and what follows it.
 fn split(rem: &str) -> (&str, &str) {
     let body = &rem[1..];
-    match body.find('/') {
+    // A byte loop: pointers are short, and a `char` search's set-up costs
+    // more than it saves on a record's path.
+    match body.bytes().position(|b| b == b'/') {
         Some(i) => (&body[..i], &body[i..]),
         None => (body, ""),
     }

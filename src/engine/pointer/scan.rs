@@ -28,7 +28,7 @@ pub(super) fn find<'de, const N: usize>(
     doc: &'de [u8],
     pointers: [Option<&str>; N],
 ) -> Option<[Option<Found<'de>>; N]> {
-    if !pointers.iter().flatten().all(|p| p.starts_with('/') && !p.contains('~')) {
+    if !pointers.iter().flatten().all(|p| p.starts_with('/') && !p.bytes().any(|b| b == b'~')) {
         return None;
     }
     // UTF-8 is checked string by string (`Scan::string`): everything else
@@ -37,6 +37,17 @@ pub(super) fn find<'de, const N: usize>(
     scan.value(pointers, 0)?;
     scan.whitespace();
     (scan.at == doc.len()).then_some(scan.found)
+}
+
+/// What kind of value [`Scan::value`] took, for building what a pointer
+/// found there without reading it again.
+enum Taken {
+    /// A string without escapes: borrowed from the document.
+    PlainString,
+    /// Digits alone, and their value.
+    Unsigned(u64),
+    /// Anything else: read again by serde_json when wanted.
+    Other,
 }
 
 struct Scan<'de, const N: usize> {
@@ -56,15 +67,18 @@ impl<'de, const N: usize> Scan<'de, N> {
             return None;
         }
         let start = self.at;
-        let plain_string = match *self.doc.get(self.at)? {
-            b'{' => self.object(rem, depth + 1).map(|()| false)?,
+        let taken = match *self.doc.get(self.at)? {
+            b'{' => self.object(rem, depth + 1).map(|()| Taken::Other)?,
             b'[' if goes_on => return None,
-            b'[' => self.array(depth + 1).map(|()| false)?,
-            b'"' => !self.string()?,
-            b't' => self.literal("true").map(|()| false)?,
-            b'f' => self.literal("false").map(|()| false)?,
-            b'n' => self.literal("null").map(|()| false)?,
-            b'-' | b'0'..=b'9' => self.number().map(|()| false)?,
+            b'[' => self.array(depth + 1).map(|()| Taken::Other)?,
+            b'"' => match self.string()? {
+                false => Taken::PlainString,
+                true => Taken::Other,
+            },
+            b't' => self.literal("true").map(|()| Taken::Other)?,
+            b'f' => self.literal("false").map(|()| Taken::Other)?,
+            b'n' => self.literal("null").map(|()| Taken::Other)?,
+            b'-' | b'0'..=b'9' => self.number()?,
             _ => return None,
         };
         if wanted {
@@ -72,13 +86,11 @@ impl<'de, const N: usize> Scan<'de, N> {
             // were checked (`string`), and outside them it takes only the
             // ASCII bytes it names (structure, literals, digits, whitespace).
             let span = unsafe { std::str::from_utf8_unchecked(&self.doc[start..self.at]) };
-            let here = if plain_string {
-                Found::Str(Cow::Borrowed(&span[1..span.len() - 1]))
-            } else if let Ok(n) = span.parse::<u64>() {
+            let here = match taken {
+                Taken::PlainString => Found::Str(Cow::Borrowed(&span[1..span.len() - 1])),
                 // What serde_json makes of digits alone (no sign, no fraction).
-                Found::Other(Value::from(n))
-            } else {
-                Found::deserialize(&mut serde_json::Deserializer::from_str(span)).ok()?
+                Taken::Unsigned(n) => Found::Other(Value::from(n)),
+                Taken::Other => Found::deserialize(&mut serde_json::Deserializer::from_str(span)).ok()?,
             };
             let last = rem.iter().rposition(|r| *r == Some(""))?;
             for (i, rem) in rem.iter().enumerate().take(last) {
@@ -117,7 +129,7 @@ impl<'de, const N: usize> Scan<'de, N> {
             let mut child = [None; N];
             for (i, step) in steps.iter().enumerate() {
                 if let Some((token, rest)) = step
-                    && token.as_bytes() == key
+                    && same_bytes(token.as_bytes(), key)
                 {
                     // A repeated key: the last one counts, as in a `Value`.
                     self.found[i] = None;
@@ -203,26 +215,38 @@ impl<'de, const N: usize> Scan<'de, N> {
         Some(())
     }
 
-    /// A number without an exponent and with at most 18 integer digits.
-    fn number(&mut self) -> Option<()> {
-        self.eat(b'-');
-        let digits = self.digits();
+    /// A number without an exponent and with at most 18 integer digits;
+    /// its value read on the way when it is digits alone (a time in
+    /// milliseconds usually is), which spares reading them again.
+    fn number(&mut self) -> Option<Taken> {
+        let negative = self.eat(b'-');
+        let (digits, value) = self.digits();
         if digits == 0 || digits > 18 || (digits > 1 && self.doc[self.at - digits] == b'0') {
             return None;
         }
-        if self.eat(b'.') && self.digits() == 0 {
+        let fraction = self.eat(b'.');
+        if fraction && self.digits().0 == 0 {
             return None;
         }
         match self.doc.get(self.at) {
             Some(b'e' | b'E') => None,
-            _ => Some(()),
+            _ if negative || fraction => Some(Taken::Other),
+            _ => Some(Taken::Unsigned(value)),
         }
     }
 
-    fn digits(&mut self) -> usize {
-        let n = self.doc[self.at..].iter().take_while(|b| b.is_ascii_digit()).count();
-        self.at += n;
-        n
+    /// The decimal digits here: how many, and their value (wrapped past
+    /// `u64`; `number` takes no more than 18 integer digits, which fit).
+    fn digits(&mut self) -> (usize, u64) {
+        let start = self.at;
+        let mut value = 0u64;
+        while let Some(&b) = self.doc.get(self.at)
+            && b.is_ascii_digit()
+        {
+            value = value.wrapping_mul(10).wrapping_add(u64::from(b - b'0'));
+            self.at += 1;
+        }
+        (self.at - start, value)
     }
 
     fn literal(&mut self, word: &str) -> Option<()> {
@@ -238,6 +262,12 @@ impl<'de, const N: usize> Scan<'de, N> {
     fn whitespace(&mut self) {
         self.at += self.doc[self.at..].iter().take_while(|b| matches!(b, b' ' | b'\n' | b'\t' | b'\r')).count();
     }
+}
+
+/// Whether two object keys are equal, byte by byte: keys are short, and a
+/// call to `memcmp` per key and pointer cost more than the comparison.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// The index of the first byte that ends a string's plain run — `"`, `\\`
