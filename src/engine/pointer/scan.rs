@@ -44,6 +44,8 @@ pub(super) fn find<'de, const N: usize>(
 enum Taken {
     /// A string without escapes: borrowed from the document.
     PlainString,
+    /// A string with escapes, each one [`Scan::escape`] took.
+    EscapedString,
     /// Digits alone, and their value.
     Unsigned(u64),
     /// Anything else: read again by serde_json when wanted.
@@ -73,7 +75,7 @@ impl<'de, const N: usize> Scan<'de, N> {
             b'[' => self.array(depth + 1).map(|()| Taken::Other)?,
             b'"' => match self.string()? {
                 false => Taken::PlainString,
-                true => Taken::Other,
+                true => Taken::EscapedString,
             },
             b't' => self.literal("true").map(|()| Taken::Other)?,
             b'f' => self.literal("false").map(|()| Taken::Other)?,
@@ -88,6 +90,7 @@ impl<'de, const N: usize> Scan<'de, N> {
             let span = unsafe { std::str::from_utf8_unchecked(&self.doc[start..self.at]) };
             let here = match taken {
                 Taken::PlainString => Found::Str(Cow::Borrowed(&span[1..span.len() - 1])),
+                Taken::EscapedString => Found::Str(Cow::Owned(unescape(&span[1..span.len() - 1])?)),
                 // What serde_json makes of digits alone (no sign, no fraction).
                 Taken::Unsigned(n) => Found::Other(Value::from(n)),
                 Taken::Other => Found::deserialize(&mut serde_json::Deserializer::from_str(span)).ok()?,
@@ -264,6 +267,35 @@ impl<'de, const N: usize> Scan<'de, N> {
     }
 }
 
+/// The text of a string's body (between its quotes) whose escapes
+/// [`Scan::escape`] took: the one-letter ones and `\u` of anything but a
+/// surrogate. Decoded here rather than by serde_json, which would read the
+/// whole string again (a key quoting a sentence has escapes).
+fn unescape(body: &str) -> Option<String> {
+    let mut text = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(at) = rest.find('\\') {
+        text.push_str(&rest[..at]);
+        let letter = *rest.as_bytes().get(at + 1)?;
+        let (ch, len) = match letter {
+            b'"' => ('"', 2),
+            b'\\' => ('\\', 2),
+            b'/' => ('/', 2),
+            b'b' => ('\u{8}', 2),
+            b'f' => ('\u{c}', 2),
+            b'n' => ('\n', 2),
+            b'r' => ('\r', 2),
+            b't' => ('\t', 2),
+            b'u' => (char::from_u32(u32::from_str_radix(rest.get(at + 2..at + 6)?, 16).ok()?)?, 6),
+            _ => return None,
+        };
+        text.push(ch);
+        rest = &rest[at + len..];
+    }
+    text.push_str(rest);
+    Some(text)
+}
+
 /// Whether two object keys are equal, byte by byte: keys are short, and a
 /// call to `memcmp` per key and pointer cost more than the comparison.
 fn same_bytes(a: &[u8], b: &[u8]) -> bool {
@@ -336,6 +368,7 @@ mod tests {
             &br#"{"id":"the jury","seq":184467,"ts":1780000123456}"#[..],
             br#" { "user" : { "id" : "a\"b\u00e9", "tags" : [1, -0.5, true, null, {}] }, "ts" : "2026-01-01T00:00:00Z" } "#,
             br#"{"ts":1,"id":{"x":[1,2]},"id":{"y":"z"}}"#,
+            br#"{"id":"\"q\" \\ \/ \b\f\n\r\t \u00e9\u20AC\u0000 end","ts":-1.5}"#,
         ] {
             let p = [Some("/id"), Some("/ts")];
             let q = [Some("/user/id"), Some("/ts")];
