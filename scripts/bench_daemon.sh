@@ -38,7 +38,7 @@
 #               `perf record -p` would miss the threads it starts later)
 #   cpu_ab      CPU seconds per 1 M records of two builds, A and B (AB_DIRS="DIR_A DIR_B", each
 #               holding a dedupd binary and the dedupd.toml it runs with), in input-partitions (3
-#               slices) and repartition (8 slices) mode (AB_MODES to choose) on one backlog of N records, ROUNDS times
+#               slices) and repartition (8 slices) mode (AB_MODES to choose; shared runs 1 slice) on one backlog of N records, ROUNDS times
 #               alternating A, B within each mode (B first in even rounds): each run's figure,
 #               then per mode the median of A's, of B's and B/A (a change's CPU per record), the
 #               pairs' B/A over rounds A ran first and B ran first, and their geometric mean
@@ -261,6 +261,7 @@ part_cpu_ab() {
     for mode in ${AB_MODES:-input-partitions repartition}; do
       slices=8
       [[ $mode == input-partitions ]] && slices=3
+      [[ $mode == shared ]] && slices=1
       # A then B in odd rounds, B then A in even ones: neither build always
       # meets the broker warmer (each round runs faster than the one before).
       local order=(0 1)

@@ -17,6 +17,8 @@
 //! - [`held_record`]: an input record a slice holds for the watermark, owned.
 //! - [`out_record`]: a record as a judgment's copies see it, borrowed or held.
 //! - [`producer`]: delivery watching and copying records between topics.
+//! - [`topic_handles`]: librdkafka handles of the topics a producer writes,
+//!   made once, and a send through one.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the
 //!   compacted checkpoint topic.
 //! - [`replay`]: how far each topic a slice writes holds its records (the
@@ -49,6 +51,7 @@ pub mod router;
 pub mod size_limits;
 pub mod slice_log;
 pub mod statistics;
+pub mod topic_handles;
 pub mod topics;
 pub mod worker;
 

@@ -12,6 +12,7 @@
 //! condition, without stopping the pipeline for a flush of everything in
 //! flight.
 
+use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use rdkafka::types::RDKafkaErrorCode;
 
 use super::out_record::OutRecord;
 use super::size_limits::{self, RecordLimits};
+use super::topic_handles::{self, TopicHandles};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
@@ -169,7 +171,45 @@ impl ProducerContext for DeliveryWatch {
     }
 }
 
-pub type OutputProducer = ThreadedProducer<DeliveryWatch>;
+/// The daemon's producer, with librdkafka handles of the topics it counts
+/// ([`TopicHandles`]: their records are sent without naming the topic).
+pub struct OutputProducer {
+    /// Declared before `producer`: dropped before the client they were made of.
+    topics: TopicHandles,
+    producer: ThreadedProducer<DeliveryWatch>,
+}
+
+impl OutputProducer {
+    fn new(producer: ThreadedProducer<DeliveryWatch>) -> Self {
+        let topics = TopicHandles::new(&producer, &producer.context().counts.topics);
+        OutputProducer { topics, producer }
+    }
+
+    /// The handle of `topic`, if it is one of the topics counted.
+    fn handle_of(&self, topic: &str) -> Option<NonNull<rdkafka::bindings::rd_kafka_topic_t>> {
+        let i = self.producer.context().counts.topics.iter().position(|t| t == topic)?;
+        self.topics.get(i)
+    }
+
+    /// Sends `record`: through its topic's handle when there is one.
+    fn send<'a>(
+        &self,
+        record: BaseRecord<'a, [u8], [u8], ()>,
+    ) -> Result<(), (KafkaError, BaseRecord<'a, [u8], [u8], ()>)> {
+        match self.handle_of(record.topic) {
+            Some(handle) => topic_handles::send_to(&self.producer, handle, record),
+            None => self.producer.send(record),
+        }
+    }
+}
+
+impl std::ops::Deref for OutputProducer {
+    type Target = ThreadedProducer<DeliveryWatch>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.producer
+    }
+}
 
 /// What a failed delivery stops the daemon with. A refusal for size names
 /// the topic's limit as read at start-up: the record path dead-letters what
@@ -219,9 +259,10 @@ pub fn output_producer(
         config.set("batch.size", limits.batch_size(configured).to_string());
     }
     let limits = limits.cloned().unwrap_or_default();
-    config
+    let producer = config
         .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts, limits })
-        .context(|| format!("creating the {name} producer"))
+        .context(|| format!("creating the {name} producer"))?;
+    Ok(OutputProducer::new(producer))
 }
 
 /// What the outputs' replay bounds need of their producer, unless `[kafka]`
