@@ -171,6 +171,9 @@ impl ProducerContext for DeliveryWatch {
     }
 }
 
+/// A record as the daemon's producers send it.
+type OutBaseRecord<'a> = BaseRecord<'a, [u8], [u8], ()>;
+
 /// The daemon's producer, with librdkafka handles of the topics it counts
 /// ([`TopicHandles`]: their records are sent without naming the topic).
 pub struct OutputProducer {
@@ -192,10 +195,9 @@ impl OutputProducer {
     }
 
     /// Sends `record`: through its topic's handle when there is one.
-    fn send<'a>(
-        &self,
-        record: BaseRecord<'a, [u8], [u8], ()>,
-    ) -> Result<(), (KafkaError, BaseRecord<'a, [u8], [u8], ()>)> {
+    // The record comes back whole on a failure, as from rust-rdkafka's `send`.
+    #[allow(clippy::result_large_err)]
+    fn send<'a>(&self, record: OutBaseRecord<'a>) -> Result<(), (KafkaError, OutBaseRecord<'a>)> {
         match self.handle_of(record.topic) {
             Some(handle) => topic_handles::send_to(&self.producer, handle, record),
             None => self.producer.send(record),

@@ -74,6 +74,9 @@ impl Drop for TopicHandles {
 ///
 /// The delivery opaque is `()` (null), which rust-rdkafka's delivery
 /// handler reads back as `()`.
+// The record comes back whole on a failure, to be sent again once the
+// queue has room, as from rust-rdkafka's `send`.
+#[allow(clippy::result_large_err)]
 pub fn send_to<'a, C, K, P>(
     producer: &ThreadedProducer<C>,
     handle: NonNull<rd::rd_kafka_topic_t>,
@@ -98,7 +101,7 @@ where
     let values = [
         vu(RD_KAFKA_VTYPE_RKT, rd::rd_kafka_vu_s__bindgen_ty_1 { rkt: handle.as_ptr() }),
         vu(RD_KAFKA_VTYPE_PARTITION, rd::rd_kafka_vu_s__bindgen_ty_1 { i32_: record.partition.unwrap_or(-1) }),
-        vu(RD_KAFKA_VTYPE_MSGFLAGS, rd::rd_kafka_vu_s__bindgen_ty_1 { i: rd::RD_KAFKA_MSG_F_COPY as i32 }),
+        vu(RD_KAFKA_VTYPE_MSGFLAGS, rd::rd_kafka_vu_s__bindgen_ty_1 { i: rd::RD_KAFKA_MSG_F_COPY }),
         vu(RD_KAFKA_VTYPE_VALUE, mem(record.payload.map(ToBytes::to_bytes))),
         vu(RD_KAFKA_VTYPE_KEY, mem(record.key.map(ToBytes::to_bytes))),
         vu(RD_KAFKA_VTYPE_TIMESTAMP, rd::rd_kafka_vu_s__bindgen_ty_1 { i64_: record.timestamp.unwrap_or(0) }),
