@@ -28,9 +28,9 @@ unsafe impl Send for TopicHandles {}
 unsafe impl Sync for TopicHandles {}
 
 impl TopicHandles {
-    /// Handles of `topics` made of `producer`'s client; none for a name
-    /// librdkafka refuses (it contains a NUL byte: such a topic cannot be
-    /// written), which then goes the named way ([`send_to`] with no handle).
+    /// Handles of `topics` made of `producer`'s client; none at all when
+    /// librdkafka refuses a name (one with a NUL byte cannot be written
+    /// anyway): records are then sent by name.
     pub fn new<C: ProducerContext>(producer: &ThreadedProducer<C>, topics: &[String]) -> Self {
         let rk = producer.client().native_ptr();
         let handles = topics
@@ -67,10 +67,10 @@ impl Drop for TopicHandles {
     }
 }
 
-/// Sends `record` through `handle` (its topic's, of `producer`'s client),
-/// as rust-rdkafka's `send` would by name: librdkafka copies key, payload
-/// and the topic's partitioning, and takes the headers on success; on a
-/// failure the record comes back with its headers.
+/// Sends `record` through `handle` (its topic's, of `producer`'s client)
+/// as rust-rdkafka's `send` does by name: librdkafka copies key and
+/// payload, partitions as for the name, and takes the headers on success;
+/// on a failure the record comes back with its headers.
 ///
 /// The delivery opaque is `()` (null), which rust-rdkafka's delivery
 /// handler reads back as `()`.
