@@ -12,7 +12,6 @@
 //! condition, without stopping the pipeline for a flush of everything in
 //! flight.
 
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -80,15 +79,30 @@ impl DeliveryCounts {
         }
     }
 
+    /// The position of `topic` among the counted topics.
+    fn topic_index(&self, topic: &str) -> Option<usize> {
+        self.topics.iter().position(|x| x == topic)
+    }
+
     fn slot(&self, topic: &str, partition: i32) -> Option<(usize, usize)> {
-        let t = self.topics.iter().position(|x| x == topic)?;
+        self.slot_at(self.topic_index(topic)?, partition)
+    }
+
+    fn slot_at(&self, t: usize, partition: i32) -> Option<(usize, usize)> {
         let p = usize::try_from(partition).ok().filter(|&p| p < self.sent[t].len())?;
         Some((t, p))
     }
 
     /// Counts a record queued for `topic`/`partition` (by the one thread that sends there).
     pub(crate) fn sent(&self, topic: &str, partition: i32) {
-        if let Some((t, p)) = self.slot(topic, partition) {
+        if let Some(t) = self.topic_index(topic) {
+            self.sent_at(t, partition);
+        }
+    }
+
+    /// [`DeliveryCounts::sent`] by the topic's position among those counted.
+    fn sent_at(&self, t: usize, partition: i32) {
+        if let Some((t, p)) = self.slot_at(t, partition) {
             self.sent[t][p].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -188,17 +202,21 @@ impl OutputProducer {
         OutputProducer { topics, producer }
     }
 
-    /// The handle of `topic`, if it is one of the topics counted.
-    fn handle_of(&self, topic: &str) -> Option<NonNull<rdkafka::bindings::rd_kafka_topic_t>> {
-        let i = self.producer.context().counts.topics.iter().position(|t| t == topic)?;
-        self.topics.get(i)
+    /// The position of `topic` among the topics counted (and their handles).
+    fn counted(&self, topic: &str) -> Option<usize> {
+        self.producer.context().counts.topic_index(topic)
     }
 
-    /// Sends `record`: through its topic's handle when there is one.
+    /// Sends `record`, of the `counted`th topic counted if any: through
+    /// that topic's handle.
     // The record comes back whole on a failure, as from rust-rdkafka's `send`.
     #[allow(clippy::result_large_err)]
-    fn send<'a>(&self, record: OutBaseRecord<'a>) -> Result<(), (KafkaError, OutBaseRecord<'a>)> {
-        match self.handle_of(record.topic) {
+    fn send<'a>(
+        &self,
+        counted: Option<usize>,
+        record: OutBaseRecord<'a>,
+    ) -> Result<(), (KafkaError, OutBaseRecord<'a>)> {
+        match counted.and_then(|t| self.topics.get(t)) {
             Some(handle) => topic_handles::send_to(&self.producer, handle, record),
             None => self.producer.send(record),
         }
@@ -451,20 +469,29 @@ pub fn produce_bare(
 
 /// [`send_waiting`], then counts the record as sent to its topic and
 /// partition (for the acknowledgement marks).
-fn send_counted(producer: &OutputProducer, record: BaseRecord<'_, [u8], [u8], ()>) -> Result<(), KafkaLayerError> {
-    let (topic, partition) = (record.topic, record.partition.unwrap_or(-1));
-    send_waiting(producer, record)?;
-    producer.context().counts.sent(topic, partition);
+fn send_counted(producer: &OutputProducer, record: OutBaseRecord<'_>) -> Result<(), KafkaLayerError> {
+    // Looked up once: the handle and the count are both by position.
+    let (counted, partition) = (producer.counted(record.topic), record.partition.unwrap_or(-1));
+    send_through(producer, counted, record)?;
+    if let Some(t) = counted {
+        producer.context().counts.sent_at(t, partition);
+    }
     Ok(())
 }
 
 /// Sends `record`, waiting while the producer's queue is full.
-pub fn send_waiting(
+pub fn send_waiting(producer: &OutputProducer, record: OutBaseRecord<'_>) -> Result<(), KafkaLayerError> {
+    send_through(producer, producer.counted(record.topic), record)
+}
+
+/// [`send_waiting`] of a record of the `counted`th topic counted, if any.
+fn send_through(
     producer: &OutputProducer,
-    mut record: BaseRecord<'_, [u8], [u8], ()>,
+    counted: Option<usize>,
+    mut record: OutBaseRecord<'_>,
 ) -> Result<(), KafkaLayerError> {
     loop {
-        match producer.send(record) {
+        match producer.send(counted, record) {
             Ok(()) => return Ok(()),
             // Back-pressure: the queue is bounded, so wait for deliveries.
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
