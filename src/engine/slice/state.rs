@@ -172,15 +172,24 @@ impl SliceState {
     }
 
     /// A record of a known input partition is progress too (it need not
-    /// wait for the next announcement), up to the largest time seen (an
-    /// outlier is not progress), and a partition announced idle delivers
-    /// again: it holds the others back again. The new hold applies to the
-    /// record's own push.
+    /// wait for the next announcement), up to the largest time seen, and a
+    /// partition announced idle delivers again: it holds the others back
+    /// again. The new hold applies to the record's own push.
+    ///
+    /// A time more than `input.max_clock_jump` ahead of the largest seen
+    /// (a broken clock, held as a suspect) is no progress at all: capped at
+    /// the largest time seen it would still move a partition read behind
+    /// the others (its router lags, or catches up after a rebalance) to the
+    /// front, and that partition's next records would come late.
     fn progress_from_record(&mut self, src: SourceRef<'_>, time_ms: u64) {
+        let max_seen = self.order.marks().max_seen_ms;
+        if max_seen.is_some_and(|m| time_ms.saturating_sub(m) > self.order.settings().max_clock_jump_ms) {
+            return;
+        }
         let Some((_, p)) = self.progress.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic) else {
             return;
         };
-        let upto = self.order.marks().max_seen_ms.map_or(0, |m| m.min(time_ms));
+        let upto = max_seen.map_or(0, |m| m.min(time_ms));
         if p.idle || upto > p.time_ms {
             p.idle = false;
             p.time_ms = p.time_ms.max(upto);

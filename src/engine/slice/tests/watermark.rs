@@ -210,3 +210,33 @@ fn idle_partitions_and_the_bound() {
     assert_eq!(back.order.overflows(), 1);
     assert_eq!(back.progress, s.progress);
 }
+
+/// A record far ahead of every time seen (more than `input.max_clock_jump`:
+/// a broken clock) is no progress of its partition. Taken as progress up to
+/// the largest time seen, it let the watermark pass a partition read behind
+/// the others — its router catching up after a rebalance — and that
+/// partition's next records came late (a shared-mode rebalance storm).
+#[test]
+fn a_clock_jump_is_no_progress() {
+    let keys: Vec<[u8; 8]> = (0..400u64).map(|i| i.to_le_bytes()).collect();
+    // Partition 0 (even indices) runs 2 s ahead of partition 1 (odd).
+    let mut times: Vec<i64> = (0..400i64).map(|i| if i % 2 == 0 { 12_000 + i * 10 } else { 10_000 + i * 10 }).collect();
+    times[201] += 86_400_000; // a day ahead
+    let mut log = vec![Entry::Announce(vec![(0, 12_000, false), (1, 10_000, false)])];
+    log.extend((0..200).filter(|i| i % 2 == 0).map(Entry::Rec));
+    let mut s = SliceState::new(0, params(), 0, order(100));
+    let mut out = feed_log(&mut s, &log, 0..log.len(), &keys, &times);
+    assert_eq!(s.hold(), Some(10_000), "partition 1 holds");
+    log.push(Entry::Rec(201));
+    out.extend(feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times));
+    assert_eq!(s.hold(), Some(10_000), "the jump moved partition 1's progress");
+    // Partition 1 goes on from where it was: 12 030 on, 1.9 s behind.
+    let from = log.len();
+    log.extend((203..300).filter(|i| i % 2 == 1).map(Entry::Rec));
+    out.extend(feed_log(&mut s, &log, from..log.len(), &keys, &times));
+    assert!(!out.is_empty());
+    let late: Vec<usize> = out.iter().filter(|(_, _, late)| *late).map(|(i, _, _)| *i).collect();
+    assert!(late.is_empty(), "late: {late:?}");
+    assert_eq!(s.hold(), Some(12_990), "partition 1's records are its progress");
+    assert_eq!(s.order.overflows(), 0);
+}
