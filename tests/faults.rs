@@ -300,7 +300,14 @@ fn rebalance_storm(mode: &str, kind: &str) {
                 read_all(&format!("{run}.late"), Duration::from_secs(1)).into_values().flatten().collect();
             let first =
                 late.first().map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
-            eprintln!("{run}: {} late records (first {first:?})", late.len());
+            // By input partition: one partition's run of late records is a
+            // partition the watermark passed (its router behind the others').
+            let mut by_partition = BTreeMap::new();
+            for r in &late {
+                let id = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+                *by_partition.entry(partition_of(&id, partitions)).or_insert(0) += 1;
+            }
+            eprintln!("{run}: {} late records (first {first:?}; by input partition {by_partition:?})", late.len());
         }
     }
     let n: usize = want.values().map(Vec::len).sum();
@@ -315,6 +322,18 @@ fn rebalance_storm(mode: &str, kind: &str) {
             eprintln!("partition {p} differs: {:?} {:?}", r.2, r.1.as_deref().map(String::from_utf8_lossy));
         }
         let (missing, extra) = (missing.len(), extra.len());
+        if g != *w {
+            // What the members logged about releasing early or standing still.
+            for d in members.iter().chain(&stopped) {
+                let log = d.log_text();
+                let noted = log.lines().filter(|l| {
+                    ["idle flush", "past the hold", "stood still", "WARN", "ERROR"].iter().any(|m| l.contains(m))
+                });
+                for line in noted.take(20) {
+                    eprintln!("  {line}");
+                }
+            }
+        }
         assert!(
             g == *w,
             "{mode}, partition {p}: the storm's output differs ({} vs {} records, {missing} missing, {extra} extra)",
