@@ -226,7 +226,18 @@ fn two_routers_with_partitions_a_second_apart() {
     assert!(c.fpr() <= 0.02, "FPR {} > 0.02 ({c:?})", c.fpr());
     assert!(c.fnr() <= 0.01, "FNR {} > 0.01 ({c:?})", c.fnr());
     for d in [&mut first, &mut second] {
-        assert!(d.terminate(Duration::from_secs(30)).success(), "{}", d.log_text());
+        let status = d.terminate(Duration::from_secs(30));
+        // The test broker can refuse an idempotent batch under load (its
+        // sequence check is not atomic: docs/dev/broker.md, finding 12).
+        // librdkafka makes that fatal; a router starts its producer again,
+        // and a slice worker's output producer stops the daemon, as any
+        // delivery failure does, for its replacement to resume from the
+        // last snapshot. The verdicts above hold either way; only that
+        // refusal may have stopped it.
+        let log = d.log_text();
+        let refused = log.lines().any(|l| l.starts_with("dedupd: slice workers: kafka: producing to"))
+            && log.contains("Broker received an out of order sequence number");
+        assert!(status.success() || refused, "{log}");
         d.assert_clean_log_but_router_restarts();
     }
 }
