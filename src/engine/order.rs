@@ -273,7 +273,6 @@ impl<T> ReorderBuffer<T> {
     /// whatever it releases to `emit`, in judging order.
     pub fn push(&mut self, time_ms: u64, position: u64, item: T, mut emit: impl FnMut(Released<T>)) {
         let record = Waiting { time_ms, position, item };
-        let jump = self.settings.max_clock_jump_ms;
         match self.marks.max_seen_ms {
             None => {
                 self.suspects.push(record);
@@ -281,7 +280,7 @@ impl<T> ReorderBuffer<T> {
                     self.settle_first(&mut emit);
                 }
             }
-            Some(max) if time_ms.saturating_sub(max) > jump => {
+            Some(_) if self.jumps_ahead(time_ms) => {
                 self.suspects.push(record);
                 if self.suspects.len() >= self.settings.jump_confirmations.max(1) as usize {
                     for s in std::mem::take(&mut self.suspects) {
@@ -294,6 +293,13 @@ impl<T> ReorderBuffer<T> {
                 self.admit(record, &mut emit);
             }
         }
+    }
+
+    /// Whether a record at `time_ms` is more than `max_clock_jump` ahead
+    /// of the largest time seen (none seen: no): a broken clock until
+    /// confirmed, held as a suspect by [`Self::push`].
+    pub fn jumps_ahead(&self, time_ms: u64) -> bool {
+        self.marks.max_seen_ms.is_some_and(|max| time_ms.saturating_sub(max) > self.settings.max_clock_jump_ms)
     }
 
     /// Whether a [`Self::flush`] would release anything: records wait for

@@ -182,14 +182,13 @@ impl SliceState {
     /// the others (its router lags, or catches up after a rebalance) to the
     /// front, and that partition's next records would come late.
     fn progress_from_record(&mut self, src: SourceRef<'_>, time_ms: u64) {
-        let max_seen = self.order.marks().max_seen_ms;
-        if max_seen.is_some_and(|m| time_ms.saturating_sub(m) > self.order.settings().max_clock_jump_ms) {
+        if self.order.jumps_ahead(time_ms) {
             return;
         }
         let Some((_, p)) = self.progress.iter_mut().find(|((t, p), _)| *p == src.partition && t == src.topic) else {
             return;
         };
-        let upto = max_seen.map_or(0, |m| m.min(time_ms));
+        let upto = self.order.marks().max_seen_ms.map_or(0, |m| m.min(time_ms));
         if p.idle || upto > p.time_ms {
             p.idle = false;
             p.time_ms = p.time_ms.max(upto);
