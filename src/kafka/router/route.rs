@@ -27,7 +27,8 @@ use crate::metrics::observe_since;
 
 /// CommitBook mode: input records one read-order record names at most (each
 /// turn of the router writes one; a larger turn, several). Well below
-/// [`crate::kafka::slice_log::read_order::MAX_RECORDS`], so a record stays a few kilobytes.
+/// [`crate::kafka::slice_log::read_order::MAX_RECORDS`], so a record stays about 100 KB
+/// (24 bytes of reading per record named).
 const READ_ORDER_RECORDS: u64 = 4096;
 /// Batch form: input records one batch holds at most (one router turn for
 /// one slice; a larger turn writes several).
@@ -79,8 +80,8 @@ pub(super) fn route_ready<C: ConsumerContext>(
             lane.paused = set_paused(consumer, &id.0, id.1, false);
         }
         let done = match (named.as_mut(), batches.as_mut(), target) {
-            (Some(names), _, Ok(_)) => {
-                names.push(&id.0, msg.partition(), msg.offset());
+            (Some(names), _, Ok((_, reading))) => {
+                names.push(&id.0, msg.partition(), msg.offset(), reading);
                 if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
             (_, Some(batches), Ok((slice, reading))) => {

@@ -23,6 +23,12 @@
 //! order (docs/design.md, invariant 1). Records are small: a batch of hundreds of
 //! input records from a few partitions is a few runs.
 //!
+//! A read-order record also carries the router's reading of each record it
+//! names (key hash and event time, [`NamedReadings`]): the slice takes it
+//! instead of reading the record's key and time a second time, as a batch's
+//! records spare it that (version 2; version 1 records, written before, have
+//! none and stay readable: the slice reads those records itself).
+//!
 //! The encoding is versioned and checksummed like the snapshots
 //! ([`crate::filter::timer::snapshot`]): magic, version, the body, XXH3-64 of
 //! everything before it.
@@ -31,9 +37,10 @@ use std::collections::BTreeMap;
 
 use crate::kafka::consumed::Consumed;
 
+use crate::engine::Reading;
 use crate::engine::slice::MAX_TOPIC_BYTES;
-use crate::filter::SnapshotError;
 use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
+use crate::filter::{KeyHash, SnapshotError};
 use crate::kafka::KafkaLayerError;
 
 /// Reads the input records a read order names, for the slice that judges
@@ -80,8 +87,15 @@ pub fn log_offset(position: u64) -> u64 {
 
 /// The first bytes of a read-order record.
 pub const MAGIC: [u8; 8] = *b"dedupdRO";
-/// The format version this build writes and reads.
-pub const VERSION: u16 = 1;
+/// The format version this build writes.
+pub const VERSION: u16 = 2;
+/// The oldest version this build reads: version 1 carries no readings.
+pub const OLDEST_VERSION: u16 = 1;
+/// Bytes of one record's reading in the encoding: key hash and time.
+const READING_BYTES: usize = 24;
+/// Readings a builder makes room for at its first record (a router turn's
+/// records, at most, as the router reads them).
+const READINGS_AT_FIRST: usize = 512;
 
 /// Consecutive offsets of one input partition, handed over in offset order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +121,25 @@ impl Run {
 pub struct ReadOrder {
     pub first_position: u64,
     pub runs: Vec<Run>,
+    /// The router's reading of each record named, in order (`None`: a
+    /// version 1 record, or records the writer did not read).
+    pub readings: Option<NamedReadings>,
+}
+
+/// The router's readings of the records a read order names: one key hash
+/// seed (the slice's) and, per record, its key hash and event time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamedReadings {
+    pub seed: u64,
+    pub of: Vec<(KeyHash, u64)>,
+}
+
+impl NamedReadings {
+    /// The reading of the `index`-th record named.
+    pub fn get(&self, index: u64) -> Option<Reading> {
+        let &(hash, time_ms) = self.of.get(usize::try_from(index).ok()?)?;
+        Some(Reading { seed: self.seed, hash, time_ms })
+    }
 }
 
 /// Why a read-order record or a sequence of them cannot be used.
@@ -204,10 +237,12 @@ impl ReadOrder {
 
     /// The record's encoding: magic, version, first position, a table of
     /// the topic names it uses, the runs (topic index, partition, first
-    /// offset, count), checksum.
+    /// offset, count), the readings (a byte 0 for none; 1, the seed and per
+    /// record named its key hash's halves and time), checksum.
     pub fn encode(&self) -> Vec<u8> {
         let mut topics: Vec<&str> = Vec::new();
-        let mut w = begin(MAGIC, VERSION, 16 + self.runs.len() * 18);
+        let readings = self.readings.as_ref().map_or(0, |r| r.of.len());
+        let mut w = begin(MAGIC, VERSION, 32 + self.runs.len() * 18 + readings * READING_BYTES);
         put_u64(&mut w, self.first_position);
         let indices: Vec<u16> = self
             .runs
@@ -233,13 +268,25 @@ impl ReadOrder {
             put_u64(&mut w, run.first as u64);
             put_u32(&mut w, run.count);
         }
+        match &self.readings {
+            None => w.push(0),
+            Some(readings) => {
+                w.push(1);
+                put_u64(&mut w, readings.seed);
+                for (hash, time_ms) in &readings.of {
+                    for word in [hash.h1, hash.h2, *time_ms] {
+                        put_u64(&mut w, word);
+                    }
+                }
+            }
+        }
         seal(w)
     }
 
     /// Reads a record written by [`Self::encode`], refusing anything else.
     pub fn decode(bytes: &[u8]) -> Result<Self, ReadOrderError> {
         // The snapshots' envelope: magic, version and checksum checked the same way.
-        let (mut r, _) = open_any(bytes, MAGIC, VERSION..=VERSION)?;
+        let (mut r, version) = open_any(bytes, MAGIC, OLDEST_VERSION..=VERSION)?;
         let first_position = r.u64()?;
         let topic_count = r.u16()?;
         let mut topics = Vec::with_capacity(usize::from(topic_count));
@@ -282,14 +329,44 @@ impl ReadOrder {
                 .ok_or_else(|| ReadOrderError::Malformed("virtual positions overflow".into()))?;
             runs.push(Run { topic: topic.clone(), partition, first: first as i64, count });
         }
-        r.finish()?;
-        if end - first_position > MAX_RECORDS {
+        let named = end - first_position;
+        if named > MAX_RECORDS {
             return Err(ReadOrderError::Malformed(format!(
-                "{} records named, at most {MAX_RECORDS} fit one record's positions",
-                end - first_position
+                "{named} records named, at most {MAX_RECORDS} fit one record's positions"
             )));
         }
-        Ok(ReadOrder { first_position, runs })
+        let readings = if version >= 2 { Self::decode_readings(&mut r, named)? } else { None };
+        r.finish()?;
+        Ok(ReadOrder { first_position, runs, readings })
+    }
+
+    /// The readings of a version 2 record naming `named` records: none, or
+    /// one per record named.
+    fn decode_readings(
+        r: &mut crate::filter::envelope::Reader<'_>,
+        named: u64,
+    ) -> Result<Option<NamedReadings>, ReadOrderError> {
+        match r.u8()? {
+            0 => Ok(None),
+            1 => {
+                let seed = r.u64()?;
+                // A count the bytes cannot hold is refused before allocating for it.
+                let need = named as usize * READING_BYTES;
+                if r.rest().len() < need {
+                    return Err(ReadOrderError::Malformed(format!(
+                        "{named} readings cannot fit in the {} bytes left",
+                        r.rest().len()
+                    )));
+                }
+                let mut of = Vec::with_capacity(named as usize);
+                for _ in 0..named {
+                    let (h1, h2, time_ms) = (r.u64()?, r.u64()?, r.u64()?);
+                    of.push((KeyHash { h1, h2 }, time_ms));
+                }
+                Ok(Some(NamedReadings { seed, of }))
+            }
+            flag => Err(ReadOrderError::Malformed(format!("readings flag {flag}, expected 0 or 1"))),
+        }
     }
 }
 
@@ -316,7 +393,7 @@ pub struct ReadOrderBuilder {
 impl ReadOrderBuilder {
     /// A builder whose first record will have virtual position `first_position`.
     pub fn at(first_position: u64) -> Self {
-        ReadOrderBuilder { order: ReadOrder { first_position, runs: Vec::new() } }
+        ReadOrderBuilder { order: ReadOrder { first_position, ..ReadOrder::default() } }
     }
 
     /// The virtual position the next record handed over gets.
@@ -324,9 +401,18 @@ impl ReadOrderBuilder {
         self.order.end_position()
     }
 
-    /// Notes the next record handed to the filter; returns its virtual position.
-    pub fn push(&mut self, topic: &str, partition: i32, offset: i64) -> u64 {
+    /// Notes the next record handed to the filter, read as `reading` (one
+    /// seed for every record: the slice's); returns its virtual position.
+    pub fn push(&mut self, topic: &str, partition: i32, offset: i64, reading: Reading) -> u64 {
         let position = self.next_position();
+        // Room for a router turn's records at once: growing a record's
+        // readings one doubling at a time showed in the router's profile.
+        let readings = self
+            .order
+            .readings
+            .get_or_insert_with(|| NamedReadings { seed: reading.seed, of: Vec::with_capacity(READINGS_AT_FIRST) });
+        debug_assert_eq!(readings.seed, reading.seed, "one seed per read order");
+        readings.of.push((reading.hash, reading.time_ms));
         match self.order.runs.last_mut() {
             Some(run)
                 if run.partition == partition && run.end() == offset && run.topic == topic && run.count < u32::MAX =>
@@ -341,7 +427,7 @@ impl ReadOrderBuilder {
     /// The record so far (to be written before its records are judged); the
     /// builder goes on from its end.
     pub fn take(&mut self) -> ReadOrder {
-        let next = ReadOrder { first_position: self.next_position(), runs: Vec::new() };
+        let next = ReadOrder { first_position: self.next_position(), ..ReadOrder::default() };
         std::mem::replace(&mut self.order, next)
     }
 }
@@ -350,10 +436,18 @@ impl ReadOrderBuilder {
 mod tests {
     use super::*;
 
+    fn reading(offset: i64) -> Reading {
+        Reading {
+            seed: 99,
+            hash: KeyHash { h1: offset as u64 * 3, h2: u64::MAX - offset as u64 },
+            time_ms: 1000 + offset as u64,
+        }
+    }
+
     fn sample() -> ReadOrder {
         let mut b = ReadOrderBuilder::at(1000);
         for (t, p, o) in [("clicks", 0, 5), ("clicks", 0, 6), ("clicks", 2, 40), ("views", 0, 7), ("clicks", 0, 8)] {
-            b.push(t, p, o);
+            b.push(t, p, o, reading(o));
         }
         b.take()
     }
@@ -394,13 +488,16 @@ mod tests {
     #[test]
     fn take_continues_from_the_end() {
         let mut b = ReadOrderBuilder::at(0);
-        b.push("a", 0, 0);
+        b.push("a", 0, 0, reading(0));
         let first = b.take();
-        assert_eq!(b.push("a", 0, 1), 1);
+        assert_eq!(b.push("a", 0, 1, reading(1)), 1);
         let second = b.take();
         assert_eq!(check_follows(Some(first.end_position()), &second), Ok(()));
         assert_eq!(check_follows(Some(5), &second), Err(ReadOrderError::Gap { expected: 5, got: 1 }));
         assert_eq!(check_follows(None, &second), Ok(()));
+        // Each record carries its own records' readings.
+        assert_eq!(first.readings.map(|r| r.of.len()), Some(1));
+        assert_eq!(second.readings.and_then(|r| r.get(0)), Some(reading(1)));
     }
 
     #[test]
@@ -425,8 +522,17 @@ mod tests {
         let order = sample();
         let bytes = order.encode();
         assert_eq!(ReadOrder::decode(&bytes), Ok(order.clone()));
-        // Two topics in the table, four runs of 18 bytes.
-        assert_eq!(bytes.len(), 8 + 2 + 8 + 2 + (2 + 6) + (2 + 5) + 4 + 4 * 18 + 8);
+        // Two topics in the table, four runs of 18 bytes, the seed and five readings of 24.
+        assert_eq!(bytes.len(), 8 + 2 + 8 + 2 + (2 + 6) + (2 + 5) + 4 + 4 * 18 + 1 + 8 + 5 * 24 + 8);
+        let readings = order.readings.clone().expect("the builder keeps readings");
+        let named: Vec<_> = order.records().map(|(.., offset)| offset).collect();
+        for (index, offset) in named.into_iter().enumerate() {
+            assert_eq!(readings.get(index as u64), Some(reading(offset)));
+        }
+        assert_eq!(readings.get(5), None);
+        // A record without readings encodes the flag alone.
+        let bare = ReadOrder { readings: None, ..order.clone() };
+        assert_eq!(ReadOrder::decode(&bare.encode()), Ok(bare));
 
         let mut flipped = bytes.clone();
         flipped[20] ^= 1;
@@ -436,18 +542,40 @@ mod tests {
         assert!(matches!(ReadOrder::decode(&magic), Err(ReadOrderError::BadMagic { .. })));
         let mut version = bytes.clone();
         version[8] = 9;
-        assert_eq!(ReadOrder::decode(&version), Err(ReadOrderError::UnsupportedVersion { expected: 1, got: 9 }));
+        assert_eq!(ReadOrder::decode(&version), Err(ReadOrderError::UnsupportedVersion { expected: 2, got: 9 }));
         assert!(matches!(ReadOrder::decode(&bytes[..10]), Err(ReadOrderError::Truncated { .. })));
         // A record cut short and re-sealed: the checksum holds, the fields do not.
-        let resealed = seal(bytes[..bytes.len() - 8 - 5].to_vec());
-        assert!(matches!(ReadOrder::decode(&resealed), Err(ReadOrderError::Malformed(_))));
+        for cut in [5, 24, 5 * 24 + 8] {
+            let resealed = seal(bytes[..bytes.len() - 8 - cut].to_vec());
+            assert!(matches!(ReadOrder::decode(&resealed), Err(ReadOrderError::Malformed(_))), "{cut}");
+        }
+        // A readings flag other than 0 or 1.
+        let mut flag = bytes[..bytes.len() - 8].to_vec();
+        let at = flag.len() - 8 - 5 * 24 - 1;
+        flag[at] = 2;
+        let refused = ReadOrder::decode(&seal(flag));
+        assert!(
+            matches!(&refused, Err(ReadOrderError::Malformed(why)) if why.contains("readings flag 2")),
+            "{refused:?}"
+        );
+    }
+
+    /// Read orders written by an older build (version 1: runs only, no
+    /// readings) stay readable: a slice log written before an upgrade is
+    /// judged on from where it was.
+    #[test]
+    fn a_version_1_record_reads_as_it_was_written() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/read-order-v1.bin");
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(u16::from_le_bytes([bytes[8], bytes[9]]), 1);
+        assert_eq!(ReadOrder::decode(&bytes), Ok(ReadOrder { readings: None, ..sample() }));
     }
 
     #[test]
     fn impossible_fields_are_refused_after_the_checksum() {
         let mut w = Vec::new();
         w.extend_from_slice(&MAGIC);
-        w.extend_from_slice(&VERSION.to_le_bytes());
+        w.extend_from_slice(&OLDEST_VERSION.to_le_bytes());
         put_u64(&mut w, 0);
         w.extend_from_slice(&1u16.to_le_bytes());
         w.extend_from_slice(&1u16.to_le_bytes());
@@ -473,7 +601,7 @@ mod tests {
         for (len, ok) in [(249, true), (250, false), (300, false), (65_535, false)] {
             let mut w = Vec::new();
             w.extend_from_slice(&MAGIC);
-            w.extend_from_slice(&VERSION.to_le_bytes());
+            w.extend_from_slice(&OLDEST_VERSION.to_le_bytes());
             put_u64(&mut w, 0);
             w.extend_from_slice(&1u16.to_le_bytes());
             w.extend_from_slice(&(len as u16).to_le_bytes());

@@ -11,11 +11,11 @@ use super::records::{apply_logged_flushes, judge, taken};
 use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
-use crate::engine::SourceRef;
 use crate::engine::slice::Unframed;
+use crate::engine::{Reading, SourceRef};
 use crate::kafka::KafkaLayerError;
 use crate::kafka::out_record::OutHeaders;
-use crate::kafka::slice_log::read_order::{self, NamedRecords, ReadOrder, RunSink};
+use crate::kafka::slice_log::read_order::{self, NamedReadings, NamedRecords, ReadOrder, RunSink};
 use crate::kafka::slice_log::{Kind, LogRecord};
 
 /// Records judged under one take of the worker lock, at most: an admin
@@ -52,7 +52,8 @@ pub(super) fn handle_read_order(
         }
     };
     order.first_position = read_order::position(msg.offset() as u64, 0);
-    let mut dispatch = Dispatch { setup, worker_state, guard: None, under_lock: 0, slice, now, run: None };
+    let readings = order.readings.as_ref();
+    let mut dispatch = Dispatch { setup, worker_state, guard: None, under_lock: 0, slice, now, run: None, readings };
     let mut run_start = order.first_position;
     for run in &order.runs {
         let skip = next.saturating_sub(run_start);
@@ -79,6 +80,8 @@ struct Dispatch<'a, 'r> {
     now: Instant,
     /// The run being read: its first record's source and virtual position.
     run: Option<(SourceRef<'r>, u64)>,
+    /// The router's readings of the records named, if the record carries them.
+    readings: Option<&'r NamedReadings>,
 }
 
 impl RunSink for Dispatch<'_, '_> {
@@ -94,7 +97,9 @@ impl RunSink for Dispatch<'_, '_> {
         self.under_lock += 1;
         let position = run_start + (offset - first.offset) as u64;
         let source = SourceRef { offset, ..first };
-        handle_named(self.setup, guard, self.slice, position, msg, source, self.now)?;
+        let reading = self.readings.and_then(|r| r.get(position % read_order::MAX_RECORDS));
+        let named = Named { position, source, reading };
+        handle_named(self.setup, guard, self.slice, &named, msg, self.now)?;
         if let Err(e) = copy_some(self.setup, guard, COPY_STEP_BYTES) {
             log::warn!("snapshot failed: {e}");
         }
@@ -107,17 +112,26 @@ impl RunSink for Dispatch<'_, '_> {
     }
 }
 
-/// Judges one input record a read-order record names, at
-/// virtual position `offset`; `source` is where it was read.
+/// An input record as its read-order record names it.
+struct Named<'r> {
+    /// Its virtual position.
+    position: u64,
+    /// Where it was read.
+    source: SourceRef<'r>,
+    /// The router's reading of it, if the read order carries one.
+    reading: Option<Reading>,
+}
+
+/// Judges one input record `msg` a read-order record names (`named`).
 fn handle_named(
     setup: &WorkerSetup,
     worker_state: &mut WorkerState,
     slice: u32,
-    offset: u64,
+    named: &Named<'_>,
     msg: &Consumed<'_>,
-    source: SourceRef<'_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
+    let offset = named.position;
     let WorkerState { slices, judged, .. } = worker_state;
     let Some(owned) = slices.get_mut(&slice) else {
         return Ok(()); // revoked meanwhile
@@ -130,7 +144,7 @@ fn handle_named(
     let out_headers = OutHeaders::of(msg);
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
-    let framed = Unframed { source: Some(source), payload: msg.payload(), reading: None };
+    let framed = Unframed { source: Some(named.source), payload: msg.payload(), reading: named.reading };
     let record = LogRecord { kind: Kind::Input, headers: out_headers.pairs(), out_headers, framed };
     judged.clear();
     judge(setup, owned, judged, offset, msg, &record)?;
