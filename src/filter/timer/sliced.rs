@@ -67,6 +67,12 @@ impl SlicedFilter {
     /// while one is judged, unless every slice is small enough to stay cached.
     pub fn observe_batch(&mut self, events: &[Event], out: &mut Vec<Verdict>) {
         out.reserve(events.len());
+        // One slice (pipe mode's default): its own batch path, whose usual
+        // case runs in a loop compiled for the cell width and layout.
+        if let [only] = self.slices.as_mut_slice() {
+            only.observe_batch(events, out);
+            return;
+        }
         if !self.slices.iter().any(SlidingFilter::worth_prefetching) {
             out.extend(events.iter().map(|e| self.observe(&e.hash, e.time_ms)));
             return;

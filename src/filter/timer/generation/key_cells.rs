@@ -132,11 +132,36 @@ pub(super) fn probe_cells<C: TimerCells>(
 
 /// The size of the largest group of equal values.
 pub(crate) fn most_equal(values: &mut [u32]) -> u32 {
+    if values.len() <= FEW {
+        return most_equal_of_few(values);
+    }
     values.sort_unstable();
     let (mut best, mut run) = (1, 1);
     for w in values.windows(2) {
         run = if w[0] == w[1] { run + 1 } else { 1 };
         best = best.max(run);
+    }
+    best
+}
+
+/// Up to this many values (k = 7 is the default) are counted pairwise.
+const FEW: usize = 8;
+
+/// [`most_equal`] for at most [`FEW`] values: for each value, how many of
+/// them equal it, counted over a fixed width of lanes without a branch (the
+/// compiler makes it a vector compare; lanes past the values do not count).
+/// A sort of seven values mispredicts its compares about half the time: in
+/// a profile of pipe mode it was a fifth of the filter's time.
+#[inline]
+fn most_equal_of_few(values: &[u32]) -> u32 {
+    let mut lanes = [0u32; FEW];
+    let mut used = [0u32; FEW];
+    lanes[..values.len()].copy_from_slice(values);
+    used[..values.len()].fill(1);
+    let mut best = 0;
+    for &v in values {
+        let equal: u32 = lanes.iter().zip(&used).map(|(&x, &u)| u32::from(x == v) & u).sum();
+        best = best.max(equal);
     }
     best
 }
