@@ -476,8 +476,8 @@ impl SlidingFilter {
 /// to the L2 cache's size stay there, and prefetching them only costs
 /// instructions; in a pipeline the records' own work (reading them, their
 /// order, their output) pushes the cells out between one event and the
-/// next. Pipe mode with a filter of 450 KiB judged about 5% faster
-/// prefetched (docs/dev/performance.md, section 2).
+/// next: pipe mode with a filter of 450 KiB ran about 4% faster prefetched
+/// (docs/dev/performance.md, section 2).
 pub const PREFETCH_MIN_BYTES: usize = 64 << 10;
 
 #[cfg(test)]
