@@ -362,6 +362,13 @@ fn hostile_input_through_the_pipe() {
     let reports: Vec<&str> =
         reported.stderr.lines().filter(|l| l.starts_with("dedupd: invalid record at line ")).collect();
     assert_eq!(reports.len(), invalid.len(), "{}", reported.stderr);
+    // Each at its own line: the line numbers of the planted records, in input order.
+    let numbers: Vec<usize> = reports
+        .iter()
+        .map(|l| l["dedupd: invalid record at line ".len()..].split(':').next().unwrap().parse().unwrap())
+        .collect();
+    let planted_at: Vec<usize> = corpus.iter().enumerate().filter(|(_, i)| !is_valid(i)).map(|(n, _)| n + 1).collect();
+    assert_eq!(numbers, planted_at, "the reports name other lines than the invalid records'");
     let longest = reports.iter().map(|l| l.len()).max().unwrap();
     assert!(longest < 400, "a report quotes a whole hostile value ({longest} bytes)");
     assert!(reported.stdout == run.stdout);

@@ -1,12 +1,12 @@
 //! Lines in, lines out: judged lines go out in input order, each to its
 //! sink, and are counted.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 
 use crate::engine::formats;
-use crate::engine::{Judged, Outcome};
+use crate::engine::{InvalidRecord, Judged, Outcome};
 
 /// The records of base64 lines (`buf`'s lines ending at `ends`); a line
 /// that is not base64 is kept as it is (and read as not in the wire format).
@@ -43,7 +43,9 @@ pub(super) struct Tally {
 
 /// Lines read and not yet written, in input order, with their outcome once
 /// judged: judgments come in event-time order, lines go out in input order
-/// (a line waits for every line before it to be judged).
+/// (a line waits for every line before it to be judged). The lines of a
+/// whole lateness wait here, so a line's entry is kept to 16 bytes: the
+/// reason of a line judged invalid (a rare one) waits beside it.
 #[derive(Default)]
 pub(super) struct HeldLines {
     /// The held lines' bytes, back to back; `text[start..]` is live.
@@ -51,9 +53,20 @@ pub(super) struct HeldLines {
     start: usize,
     /// End of each held line in `text`, and its outcome (and whether it
     /// was flagged) once judged.
-    lines: VecDeque<(usize, Option<(Outcome, bool)>)>,
+    lines: VecDeque<(usize, Option<(LineOutcome, bool)>)>,
+    /// Why each held line judged invalid is, by position.
+    invalid: HashMap<u64, InvalidRecord>,
     /// Position of the first held line.
     first: u64,
+}
+
+/// What became of a held line.
+#[derive(Clone, Copy)]
+enum LineOutcome {
+    Distinct,
+    Duplicate,
+    /// Its reason is in [`HeldLines::invalid`].
+    Invalid,
 }
 
 impl HeldLines {
@@ -80,21 +93,27 @@ impl HeldLines {
     ) -> io::Result<()> {
         for j in judged {
             let flagged = j.count.is_some_and(|c| c.flagged);
-            self.lines[(j.position - self.first) as usize].1 = Some((j.outcome.clone(), flagged));
+            let outcome = match &j.outcome {
+                Outcome::Distinct => LineOutcome::Distinct,
+                Outcome::Duplicate { .. } => LineOutcome::Duplicate,
+                Outcome::Invalid(why) => {
+                    self.invalid.insert(j.position, why.clone());
+                    LineOutcome::Invalid
+                }
+            };
+            self.lines[(j.position - self.first) as usize].1 = Some((outcome, flagged));
             if let Some(late) = j.late_by_ms {
                 tally.late_records += 1;
                 tally.max_late_ms = tally.max_late_ms.max(late);
             }
         }
-        while let Some((end, Some(_))) = self.lines.front() {
-            let end = *end;
-            let (_, outcome) = self.lines.pop_front().expect("a front line");
+        while let Some(&(end, Some((outcome, flagged)))) = self.lines.front() {
+            self.lines.pop_front();
             let line = &self.text[self.start..end];
             self.start = end;
-            let line_no = self.first + 1;
+            let position = self.first;
             self.first += 1;
             tally.records += 1;
-            let (outcome, flagged) = outcome.expect("judged");
             if let (true, Some(f)) = (flagged, sinks.flags.as_mut()) {
                 f.write_all(line)?;
                 if !line.ends_with(b"\n") {
@@ -102,21 +121,22 @@ impl HeldLines {
                 }
             }
             match outcome {
-                Outcome::Distinct => {
+                LineOutcome::Distinct => {
                     tally.distinct += 1;
                     sinks.out.write_all(line)?
                 }
-                Outcome::Duplicate { .. } => {
+                LineOutcome::Duplicate => {
                     tally.duplicates += 1;
                     if let Some(d) = sinks.duplicates.as_mut() {
                         d.write_all(line)?;
                     }
                 }
-                Outcome::Invalid(why) => {
+                LineOutcome::Invalid => {
+                    let why = self.invalid.remove(&position).expect("an invalid line's reason waits beside it");
                     *tally.invalid_by_reason.entry(why.reason.as_str()).or_default() += 1;
                     match sinks.invalid.as_mut() {
                         Some(f) => f.write_all(line)?,
-                        None => writeln!(sinks.stderr, "dedupd: invalid record at line {line_no}: {why}")?,
+                        None => writeln!(sinks.stderr, "dedupd: invalid record at line {}: {why}", position + 1)?,
                     }
                 }
             }
