@@ -123,7 +123,7 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
 /// router's lag on the input, in records and in seconds of record time, rise
 /// above 0 and come back to 0 once the backlog is read (the Prometheus
 /// check's `lag`); the seconds never exceed the backlog's span of record
-/// time (its timestamps are 1 ms apart: 600 s);
+/// time (its timestamps are 1 ms apart: 1 200 s);
 /// the lag tools' view, the groups' committed offsets read with
 /// confluent-kafka's AdminClient, does the same: the router group's on the
 /// input, the slice group's on the slice log (from the snapshots).
@@ -132,7 +132,7 @@ fn metrics_lookup_and_dashboard_against_a_real_prometheus() {
 #[test]
 fn the_input_lag_rises_under_a_backlog_and_returns_to_zero() {
     use std::io::BufRead;
-    const RECORDS: u64 = 600_000;
+    const RECORDS: u64 = 1_200_000;
     let input = unique("clicks-lag");
     create_topic(&input, 2);
     let app = unique("lag");
