@@ -24,6 +24,8 @@
 //! time (the decaying kinds) at once, in arrival order, by one filter
 //! ([`Deduplicator::in_arrival_order`]).
 
+use std::num::NonZeroU64;
+
 use super::order::{OrderSettings, Released, ReorderBuffer};
 use super::record::{Extractor, InvalidRecord, KeySpec, RecordView, TimeSpec};
 use crate::filter::counting::{CountMark, CountingStage};
@@ -62,27 +64,84 @@ pub struct Deduplicator {
     extractor: Extractor,
     seed: u64,
     passthrough: bool,
-    /// The counting stage, and the extractor of its count key (`None`: the
-    /// dedup key, and the stage replaces the timer filter).
-    counting: Option<(CountingStage, Option<Extractor>)>,
-    /// The dedup key's hash and the count key's, in event-time order.
-    order: ReorderBuffer<(KeyHash, KeyHash)>,
+    /// The counting stage. Without a count key of its own ([`Order::Keys`])
+    /// it counts by the dedup key, and replaces the timer filter.
+    counting: Option<CountingStage>,
+    /// The records in event-time order, with their keys' hashes.
+    order: Order,
     /// Position of the next record pushed.
     next_position: u64,
-    /// Released events of the current batch, and their positions and lateness.
-    events: Vec<Event>,
-    released: Vec<Release>,
+    /// The current batch's released records, waiting for their verdicts.
+    released: ReleasedBatch,
     verdicts: Vec<Verdict>,
 }
 
-/// A released record waiting for its verdict: position, lateness, count
-/// key hash and time.
-#[derive(Clone, Copy)]
-struct Release {
-    position: u64,
-    late_by_ms: Option<u64>,
-    count_hash: KeyHash,
-    time_ms: u64,
+/// Records waiting for the watermark, each with the hashes its judging
+/// needs: the dedup key's alone unless the counting stage has a count key
+/// of its own. A whole lateness of records waits here, so the entry is
+/// kept to what is needed (32 bytes, or 48 with a count key).
+enum Order {
+    /// The dedup key's hash.
+    Key(ReorderBuffer<KeyHash>),
+    /// The dedup key's hash and the count key's, read by `count_key`.
+    Keys { buffer: ReorderBuffer<(KeyHash, KeyHash)>, count_key: Extractor },
+}
+
+impl Order {
+    fn settings(&self) -> &OrderSettings {
+        match self {
+            Order::Key(o) => o.settings(),
+            Order::Keys { buffer, .. } => buffer.settings(),
+        }
+    }
+
+    fn held(&self) -> usize {
+        match self {
+            Order::Key(o) => o.waiting_len() + o.suspects_len(),
+            Order::Keys { buffer, .. } => buffer.waiting_len() + buffer.suspects_len(),
+        }
+    }
+}
+
+/// The hashes a waiting record carries ([`Order`]).
+trait Hashes {
+    /// Whether the count key's hash is a hash of its own.
+    const PAIRED: bool;
+    /// The dedup key's hash and the count key's.
+    fn pair(self) -> (KeyHash, KeyHash);
+}
+
+impl Hashes for KeyHash {
+    const PAIRED: bool = false;
+    fn pair(self) -> (KeyHash, KeyHash) {
+        (self, self)
+    }
+}
+
+impl Hashes for (KeyHash, KeyHash) {
+    const PAIRED: bool = true;
+    fn pair(self) -> (KeyHash, KeyHash) {
+        self
+    }
+}
+
+/// The records of a batch released for judging, index by index: the
+/// filter's events, and each one's position and lateness (by how much it
+/// missed the watermark: never 0), and its count key's hash when the
+/// counting stage has a count key of its own.
+#[derive(Default)]
+struct ReleasedBatch {
+    events: Vec<Event>,
+    at: Vec<(u64, Option<NonZeroU64>)>,
+    count_hashes: Vec<KeyHash>,
+}
+
+impl ReleasedBatch {
+    fn clear(&mut self) {
+        self.events.clear();
+        self.at.clear();
+        self.count_hashes.clear();
+    }
 }
 
 impl Deduplicator {
@@ -96,10 +155,9 @@ impl Deduplicator {
             seed,
             passthrough: false,
             counting: None,
-            order: ReorderBuffer::new(order),
+            order: Order::Key(ReorderBuffer::new(order)),
             next_position: 0,
-            events: Vec::new(),
-            released: Vec::new(),
+            released: ReleasedBatch::default(),
             verdicts: Vec::new(),
         }
     }
@@ -143,14 +201,17 @@ impl Deduplicator {
     /// (and replaces the timer filter), else by that key of each record.
     pub fn with_counting(mut self, stage: CountingStage, count_key: Option<KeySpec>) -> Self {
         // The time comes from the dedup extractor; `arrival` here reads nothing.
-        let extractor = count_key.map(|key| Extractor { key, time: TimeSpec::Arrival, ..self.extractor.clone() });
-        self.counting = Some((stage, extractor));
+        if let Some(key) = count_key {
+            let count_key = Extractor { key, time: TimeSpec::Arrival, ..self.extractor.clone() };
+            self.order = Order::Keys { buffer: ReorderBuffer::new(*self.order.settings()), count_key };
+        }
+        self.counting = Some(stage);
         self
     }
 
     /// The counting stage, if any.
     pub fn counting_stage(&self) -> Option<&CountingStage> {
-        self.counting.as_ref().map(|(s, _)| s)
+        self.counting.as_ref()
     }
 
     /// With `on`, records are read (key and time extracted, unreadable ones
@@ -168,7 +229,7 @@ impl Deduplicator {
 
     /// Records waiting for the watermark or for a jump to be confirmed.
     pub fn held(&self) -> usize {
-        self.order.waiting_len() + self.order.suspects_len()
+        self.order.held()
     }
 
     /// Takes in the next records (positions continue from the last batch)
@@ -176,17 +237,7 @@ impl Deduplicator {
     /// at once, the others as the watermark releases them.
     pub fn push_batch(&mut self, records: &[RecordView<'_>], arrival_ms: u64, out: &mut Vec<Judged>) {
         let Deduplicator {
-            order,
-            events,
-            released,
-            extractor,
-            seed,
-            passthrough,
-            next_position,
-            judges,
-            arrival_order,
-            counting,
-            ..
+            order, released, extractor, seed, passthrough, next_position, judges, arrival_order, ..
         } = self;
         for rec in records {
             let position = *next_position;
@@ -212,74 +263,81 @@ impl Deduplicator {
                 continue;
             }
             let hash = KeyHash::of(*seed, &x.key);
-            let count_hash = match counting {
-                Some((_, Some(e))) => match e.extract(rec, arrival_ms) {
-                    Ok(c) => KeyHash::of(*seed, &c.key),
-                    Err(mut why) => {
-                        why.detail = format!("count key: {}", why.detail);
-                        out.push(Judged { position, outcome: Outcome::Invalid(why), late_by_ms: None, count: None });
-                        continue;
-                    }
-                },
-                _ => hash,
-            };
             let jump = order.settings().max_clock_jump_ms;
-            order.push(x.time_ms, position, (hash, count_hash), |r| take(r, events, released, out, jump));
+            match order {
+                Order::Key(o) => o.push(x.time_ms, position, hash, |r| take(r, released, out, jump)),
+                Order::Keys { buffer, count_key } => {
+                    let count_hash = match count_key.extract(rec, arrival_ms) {
+                        Ok(c) => KeyHash::of(*seed, &c.key),
+                        Err(mut why) => {
+                            why.detail = format!("count key: {}", why.detail);
+                            let outcome = Outcome::Invalid(why);
+                            out.push(Judged { position, outcome, late_by_ms: None, count: None });
+                            continue;
+                        }
+                    };
+                    buffer.push(x.time_ms, position, (hash, count_hash), |r| take(r, released, out, jump));
+                }
+            }
         }
         self.judge_released(out);
     }
 
     /// The end of the input: judges everything still held.
     pub fn finish(&mut self, out: &mut Vec<Judged>) {
-        let Deduplicator { order, events, released, .. } = self;
+        let Deduplicator { order, released, .. } = self;
         let jump = order.settings().max_clock_jump_ms;
-        order.finish(|r| take(r, events, released, out, jump));
+        match order {
+            Order::Key(o) => o.finish(|r| take(r, released, out, jump)),
+            Order::Keys { buffer, .. } => buffer.finish(|r| take(r, released, out, jump)),
+        }
         self.judge_released(out);
     }
 
     fn judge_released(&mut self, out: &mut Vec<Judged>) {
         self.verdicts.clear();
+        let ReleasedBatch { events, at, count_hashes } = &self.released;
         // A stage counting by the dedup key replaces the timer filter.
-        let replaced = matches!(self.counting, Some((_, None)));
+        let replaced = self.counting.is_some() && matches!(self.order, Order::Key(_));
         if replaced {
-            self.verdicts.resize(self.events.len(), Verdict::Distinct);
+            self.verdicts.resize(events.len(), Verdict::Distinct);
         } else if !self.judges.is_empty() {
-            judge_each(&mut self.judges, &self.events, &mut self.verdicts);
+            judge_each(&mut self.judges, events, &mut self.verdicts);
         } else {
-            self.filter.observe_batch(&self.events, &mut self.verdicts);
+            self.filter.observe_batch(events, &mut self.verdicts);
         }
-        for (r, verdict) in self.released.iter().zip(&self.verdicts) {
+        for (i, (&(position, late_by_ms), verdict)) in at.iter().zip(&self.verdicts).enumerate() {
             let mut outcome = match verdict {
                 Verdict::Distinct => Outcome::Distinct,
                 Verdict::Duplicate { equal_timers } => Outcome::Duplicate { equal_timers: *equal_timers },
             };
             let mut count = None;
-            if let (Some((stage, _)), Outcome::Distinct) = (self.counting.as_mut(), &outcome) {
-                let mark = stage.judge(&r.count_hash, r.time_ms);
+            if let (Some(stage), Outcome::Distinct) = (self.counting.as_mut(), &outcome) {
+                // Without a count key of its own, the count key is the dedup key.
+                let count_hash = count_hashes.get(i).unwrap_or(&events[i].hash);
+                let mark = stage.judge(count_hash, events[i].time_ms);
                 if mark.limited {
                     outcome = Outcome::Duplicate { equal_timers: 0 };
                 }
                 count = Some(mark);
             }
-            out.push(Judged { position: r.position, outcome, late_by_ms: r.late_by_ms, count });
+            out.push(Judged { position, outcome, late_by_ms: late_by_ms.map(NonZeroU64::get), count });
         }
-        self.events.clear();
         self.released.clear();
     }
 }
 
 /// Queues a released record for judging, or reports a rejected one.
-fn take(
-    r: Released<(KeyHash, KeyHash)>,
-    events: &mut Vec<Event>,
-    released: &mut Vec<Release>,
-    out: &mut Vec<Judged>,
-    max_clock_jump_ms: u64,
-) {
+fn take<T: Hashes>(r: Released<T>, released: &mut ReleasedBatch, out: &mut Vec<Judged>, max_clock_jump_ms: u64) {
     match r {
-        Released::Judge { time_ms, position, item: (hash, count_hash), late_by_ms } => {
-            events.push(Event { hash, time_ms });
-            released.push(Release { position, late_by_ms, count_hash, time_ms });
+        Released::Judge { time_ms, position, item, late_by_ms } => {
+            let (hash, count_hash) = item.pair();
+            released.events.push(Event { hash, time_ms });
+            // Late: it missed the watermark by a whole ms or more.
+            released.at.push((position, late_by_ms.and_then(NonZeroU64::new)));
+            if T::PAIRED {
+                released.count_hashes.push(count_hash);
+            }
         }
         Released::Reject { time_ms, position, ahead_ms, .. } => {
             let why = InvalidRecord::time_jump(time_ms, ahead_ms, max_clock_jump_ms);

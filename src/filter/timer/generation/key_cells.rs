@@ -64,7 +64,10 @@ pub(super) fn equal_timers_at<C: TimerCells>(cells: &C, positions: impl Iterator
     for (v, i) in values.iter_mut().zip(positions.take(k as usize)) {
         *v = cells.get(i);
     }
-    most_equal(&mut values[..k as usize])
+    match values.first_chunk::<FEW>() {
+        Some(lanes) if k as usize <= FEW => most_equal_in_lanes(lanes, k as usize),
+        _ => most_equal(&mut values[..k as usize]),
+    }
 }
 
 /// Sets the k cells at `positions` to now and returns how many of them
@@ -155,13 +158,20 @@ const FEW: usize = 8;
 #[inline]
 fn most_equal_of_few(values: &[u32]) -> u32 {
     let mut lanes = [0u32; FEW];
-    let mut used = [0u32; FEW];
     lanes[..values.len()].copy_from_slice(values);
-    used[..values.len()].fill(1);
-    let mut best = 0;
-    for &v in values {
-        let equal: u32 = lanes.iter().zip(&used).map(|(&x, &u)| u32::from(x == v) & u).sum();
-        best = best.max(equal);
+    most_equal_in_lanes(&lanes, values.len())
+}
+
+/// [`most_equal`] of the first `n` of `lanes`: for each lane, how many of
+/// the `n` values equal it, all lanes at once (the lanes past `n` are
+/// counted too, and never read).
+#[inline(always)]
+fn most_equal_in_lanes(lanes: &[u32; FEW], n: usize) -> u32 {
+    let mut counts = [0u32; FEW];
+    for &v in &lanes[..n] {
+        for (count, &x) in counts.iter_mut().zip(lanes) {
+            *count += u32::from(x == v);
+        }
     }
-    best
+    counts[..n].iter().copied().max().unwrap_or(0)
 }
