@@ -117,8 +117,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .thread_stack_size(16 << 20)
         .enable_all()
         .build()?;
-    runtime.block_on(daemon(cfg))
+    let grace = Duration::from_millis(cfg.settings.shutdown.timeout);
+    let result = runtime.block_on(daemon(cfg));
+    // Dropping the runtime would wait for its blocking tasks for as long as
+    // they live: a router or slice worker that never returns would keep the
+    // process, and its consumer's group membership and slices with it,
+    // forever. Past `shutdown.timeout` what still runs is left behind; after
+    // a failure the workers wind down (snapshots, leaving the group) within
+    // the same bound.
+    match &result {
+        Err(e) if e.is::<ShutdownTimedOut>() => runtime.shutdown_background(),
+        _ => runtime.shutdown_timeout(grace),
+    }
+    result
 }
+
+/// The graceful shutdown did not end within `shutdown.timeout`.
+#[derive(Debug)]
+struct ShutdownTimedOut(Duration);
+
+impl std::fmt::Display for ShutdownTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "shutdown took longer than shutdown.timeout = {:?}; exiting anyway", self.0)
+    }
+}
+
+impl std::error::Error for ShutdownTimedOut {}
 
 /// The topics the slice workers write, partition = slice.
 fn output_topics(cfg: &crate::config::Resolved) -> Vec<String> {
@@ -237,7 +261,7 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
             log::info!("stopped cleanly");
             Ok(())
         }
-        Err(_) => anyhow::bail!("shutdown took longer than shutdown.timeout = {timeout:?}; exiting anyway"),
+        Err(_) => Err(ShutdownTimedOut(timeout).into()),
     }
 }
 
