@@ -266,6 +266,7 @@ fn rebalance_storm(mode: &str, kind: &str) {
         }
         if !done() {
             for d in &daemons {
+                eprintln!("{who}: {}", d.thread_stacks());
                 let log = d.log_text();
                 let tail: Vec<&str> = log.lines().rev().take(40).collect();
                 eprintln!("{who}: {:?}\nlast lines of its log:", d.slices());

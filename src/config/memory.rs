@@ -21,7 +21,7 @@ pub fn clients(slicing: SlicingMode, tier: Tier, deletable: bool) -> Clients {
     let (mut producers, mut consumers) = (2, 4);
     if router {
         producers += 1;
-        consumers += 1;
+        consumers += 2; // the router's, read a batch at a time
     }
     if slicing == SlicingMode::Shared {
         consumers += 2; // the input reader, read a batch at a time

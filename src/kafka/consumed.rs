@@ -9,7 +9,9 @@
 //! `rd_kafka_consume_batch_queue` does that once for many records, and
 //! hands out librdkafka's messages themselves, which [`Consumed`] reads
 //! with the methods of rust-rdkafka's `Message` (its headers through its
-//! `Headers`).
+//! `Headers`). A record kept past the turn that took it (the router's
+//! lanes) is a [`KeptRecord`], which gives librdkafka's message back when
+//! it drops.
 
 use std::ffi::{CStr, CString, c_void};
 use std::marker::PhantomData;
@@ -17,7 +19,8 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use rdkafka::bindings as rd;
-use rdkafka::message::{BorrowedMessage, Header, Headers, Timestamp};
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::message::{BorrowedMessage, Header, Headers, Message, Timestamp};
 use rdkafka::types::RDKafkaErrorCode;
 
 /// A consumed record, borrowed for `'a` from whoever owns librdkafka's
@@ -102,6 +105,76 @@ impl<'a> Consumed<'a> {
                 Some(unsafe { &*list.cast::<ConsumedHeaders>() })
             }
             _ => None,
+        }
+    }
+}
+
+/// For what takes any record (`impl Message`: the producer's copies).
+impl Message for Consumed<'_> {
+    type Headers = ConsumedHeaders;
+
+    fn key(&self) -> Option<&[u8]> {
+        Consumed::key(self)
+    }
+
+    fn payload(&self) -> Option<&[u8]> {
+        Consumed::payload(self)
+    }
+
+    unsafe fn payload_mut(&mut self) -> Option<&mut [u8]> {
+        // A borrowed record is never written to: no caller in dedupd asks.
+        None
+    }
+
+    fn topic(&self) -> &str {
+        Consumed::topic(self)
+    }
+
+    fn partition(&self) -> i32 {
+        Consumed::partition(self)
+    }
+
+    fn offset(&self) -> i64 {
+        Consumed::offset(self)
+    }
+
+    fn timestamp(&self) -> Timestamp {
+        Consumed::timestamp(self)
+    }
+
+    fn headers(&self) -> Option<&ConsumedHeaders> {
+        Consumed::headers(self)
+    }
+}
+
+/// A consumed record kept past the turn that took it (the router buffers
+/// its records until their time comes): librdkafka's message, given back
+/// when this drops. `'c`: the consumer, which must outlive its messages.
+pub struct KeptRecord<'c> {
+    msg: NonNull<rd::rd_kafka_message_t>,
+    /// rust-rdkafka's message, when it came from a poll (its drop gives
+    /// the message back); `None`: taken off a [`BatchQueue`], ours to give back.
+    polled: Option<BorrowedMessage<'c>>,
+}
+
+impl<'c> KeptRecord<'c> {
+    /// A record rust-rdkafka's `poll` gave.
+    pub fn polled(msg: BorrowedMessage<'c>) -> Self {
+        KeptRecord { msg: NonNull::new(msg.ptr()).expect("a consumed message"), polled: Some(msg) }
+    }
+
+    /// The record, to read.
+    pub fn get(&self) -> Consumed<'_> {
+        Consumed { msg: self.msg, _owner: PhantomData }
+    }
+}
+
+impl Drop for KeptRecord<'_> {
+    fn drop(&mut self) {
+        if self.polled.is_none() {
+            // SAFETY: taken off a batch queue for keeps (`BatchQueue::next_kept`):
+            // ours alone, given back once; its reads borrowed `self`, now gone.
+            unsafe { rd::rd_kafka_message_destroy(self.msg.as_ptr()) };
         }
     }
 }
@@ -263,6 +336,30 @@ impl BatchQueue {
         Some(Consumed { msg, _owner: PhantomData })
     }
 
+    /// The next record for keeps, if one is ready without a wait
+    /// ([`Self::ready`]); `consumer`, the queue's, outlives it. Errors come
+    /// as records with an error code ([`error_of`]).
+    pub fn next_kept<'c, C: ConsumerContext>(&mut self, _consumer: &'c BaseConsumer<C>) -> Option<KeptRecord<'c>> {
+        if !self.ready(Duration::ZERO) {
+            return None;
+        }
+        let msg = NonNull::new(self.taken[self.next]).expect("librdkafka hands out messages");
+        self.next += 1;
+        Some(KeptRecord { msg, polled: None })
+    }
+
+    /// The last record of `topic`/`partition` taken off the queue and not
+    /// handed out yet, if any: what the partition's resume position
+    /// counts last (librdkafka moves it when a batch is taken, not when a
+    /// record is handed out).
+    pub fn last_left_of(&self, topic: &str, partition: i32) -> Option<Consumed<'_>> {
+        self.taken[self.next..].iter().rev().find_map(|&msg| {
+            let record =
+                Consumed { msg: NonNull::new(msg).expect("librdkafka hands out messages"), _owner: PhantomData };
+            (record.partition() == partition && record.topic() == topic).then_some(record)
+        })
+    }
+
     /// Gives back every record taken and not handed out: after a seek they
     /// are not what the queue delivers next.
     pub fn discard(&mut self) {
@@ -273,15 +370,17 @@ impl BatchQueue {
         self.next = self.taken.len();
     }
 
-    /// Gives back the records taken and not handed out of the partitions
-    /// `partitions` (revoked or sought: what the queue delivers of them
-    /// next starts where the seek or their next assignment puts it).
-    pub fn discard_of(&mut self, partitions: &[i32]) {
+    /// Gives back the records taken and not handed out that are `stale`
+    /// (of a partition revoked or sought: what the queue delivers of it
+    /// next starts where the seek or its next assignment puts it).
+    pub fn discard_where(&mut self, stale: impl Fn(&Consumed<'_>) -> bool) {
         let mut kept = self.next;
         for i in self.next..self.taken.len() {
             let msg = self.taken[i];
+            let record =
+                Consumed { msg: NonNull::new(msg).expect("librdkafka hands out messages"), _owner: PhantomData };
             // SAFETY: taken by `take` and not handed out: alive and ours.
-            if partitions.contains(&unsafe { (*msg).partition }) {
+            if stale(&record) {
                 // SAFETY: as above; destroyed once, and no longer listed.
                 unsafe { rd::rd_kafka_message_destroy(msg) };
             } else {
@@ -330,6 +429,12 @@ fn partition_queue<C: rdkafka::ClientContext>(
     let name = CString::new(topic).ok()?;
     // SAFETY: a live client handle and a NUL-terminated name.
     NonNull::new(unsafe { rd::rd_kafka_queue_get_partition(client.native_ptr(), name.as_ptr(), partition) })
+}
+
+/// The offset an end-of-partition event names (the next to fetch), if
+/// `msg` is one.
+pub fn end_of_partition(msg: &Consumed<'_>) -> Option<i64> {
+    (RDKafkaErrorCode::from(msg.raw().err) == RDKafkaErrorCode::PartitionEOF).then(|| msg.offset())
 }
 
 /// The error a consumed record carries instead of data (librdkafka hands

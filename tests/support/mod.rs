@@ -454,6 +454,36 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Where each thread of the running process is, for a test that finds
+    /// it stuck: gdb's backtrace of every thread and the kernel's state of
+    /// each (a note instead where gdb is missing or cannot attach).
+    pub fn thread_stacks(&self) -> String {
+        let pid = self.child.id();
+        let states = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .map(|t| {
+                        let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+                        format!(
+                            "{} {} wchan={}",
+                            read("comm").trim(),
+                            read("stat").split(' ').nth(2).unwrap_or("?"),
+                            read("wchan")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_else(|e| format!("no /proc/{pid}/task: {e}"));
+        let gdb = Command::new("gdb")
+            .args(["-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| format!("gdb: {e}"));
+        format!("threads of pid {pid}:\n{states}\n{gdb}")
+    }
+
     /// Waits until the log contains `needle`; panics (with the log) if the
     /// process exits first or `within` passes.
     pub fn wait_log(&mut self, needle: &str, within: Duration) {

@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 
 use super::commits::{CommitBook, commit_all};
 use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::clients;
+use crate::kafka::consumed::{BatchQueue, ForwardTarget};
 use crate::kafka::join::JoinWatch;
 use crate::kafka::statistics::{InputLag, Statistics};
 
@@ -27,6 +28,9 @@ pub(super) struct RouterContext {
     pub(super) rebalanced: AtomicBool,
     /// `dedupd_input_lag`: the router's group reads the input.
     pub(super) input_lag: InputLag,
+    /// Where the records of the partitions assigned go: the router loop's
+    /// records queue; `None` while there is none.
+    pub(super) records_to: Mutex<Option<ForwardTarget>>,
 }
 
 impl ClientContext for RouterContext {
@@ -57,15 +61,24 @@ impl ConsumerContext for RouterContext {
                 log::warn!("router: committing before a rebalance: {e}");
             }
             self.book.lock().expect("router lock").revoked.extend(revoked);
+            // A pause outlives the assignment in librdkafka: a partition this
+            // router paused (a lane at its share) would come back paused if
+            // it were assigned here again, to a lane that is not. Resumed
+            // now, while librdkafka's own pause for the rebalance still holds
+            // it (a resume of a partition not paused does nothing).
+            if let Err(e) = consumer.resume(tpl) {
+                log::warn!("router: resuming the partitions revoked: {e}");
+            }
             self.rebalanced.store(true, Ordering::Relaxed);
         }
     }
 
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
             let elements = tpl.elements();
             let named: Vec<(&str, i32)> = elements.iter().map(|e| (e.topic(), e.partition())).collect();
             self.join.assigned(&named);
+            self.forward_records(consumer, &named);
             let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
             self.book.lock().expect("router lock").assigned.extend(assigned);
             self.rebalanced.store(true, Ordering::Relaxed);
@@ -76,5 +89,16 @@ impl ConsumerContext for RouterContext {
         if let Err(e) = result {
             log::warn!("router: committing input offsets: {e}");
         }
+    }
+}
+
+impl RouterContext {
+    /// Forwards the records of the input partitions just assigned to the
+    /// router loop's records queue, if there is one: read there a batch at
+    /// a time (see [`BatchQueue::forward`]).
+    fn forward_records(&self, consumer: &BaseConsumer<Self>, partitions: &[(&str, i32)]) {
+        let Some(target) = *self.records_to.lock().expect("router lock") else { return };
+        // SAFETY: `run` clears `records_to` before the queue goes.
+        unsafe { BatchQueue::forward(target, consumer.client(), partitions.iter().copied()) };
     }
 }

@@ -4,11 +4,12 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::message::BorrowedMessage;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::engine::{InvalidRecord, Reading};
+use crate::kafka::clients;
+use crate::kafka::consumed::{BatchQueue, KeptRecord};
 
 /// How long an empty partition that has not reached its end may hold back the others.
 const MAX_WAIT: Duration = Duration::from_secs(2);
@@ -36,7 +37,7 @@ pub(super) fn lane_share(router_bytes: u64, lanes: usize) -> usize {
 /// A buffered input record, read once: its slice and event time, or why
 /// it cannot be read.
 pub(super) struct Read<'c> {
-    pub(super) msg: BorrowedMessage<'c>,
+    pub(super) msg: KeptRecord<'c>,
     pub(super) target: Result<(u32, Reading), InvalidRecord>,
     /// Its place in the routing order (see [`Lane::order_time`]).
     pub(super) order: i64,
@@ -70,6 +71,11 @@ pub(super) struct Lane<'c> {
     pub(super) last_arrival: Instant,
     /// The consumer reported the end of the partition after the last record.
     pub(super) at_end: bool,
+    /// The offset the end-of-partition event after the last record handed
+    /// out named (the next to fetch), when it came off the records queue:
+    /// where the partition must resume, one before where librdkafka would
+    /// (see [`resume_at_end`]).
+    pub(super) end_offset: Option<i64>,
     pub(super) paused: bool,
     /// The largest routing time (outliers left out) of a record routed from
     /// the partition: the progress announced for it.
@@ -89,6 +95,7 @@ impl<'c> Lane<'c> {
             outliers: 0,
             last_arrival: Instant::now(),
             at_end: false,
+            end_offset: None,
             paused: false,
             routed_max: None,
             routed: 0,
@@ -189,6 +196,56 @@ impl<'c> Lane<'c> {
             && !self.at_end
             && now.duration_since(self.last_arrival) < MAX_WAIT
             && self.last_timestamp.is_none_or(|last| next > last.saturating_add(tolerance))
+    }
+}
+
+/// Pauses one input partition, to be read again from `next` (the record
+/// after the one that filled its lane) when it resumes; returns whether it
+/// is paused now. librdkafka resumes a paused partition after the last
+/// record taken off its queue (`rktp_app_pos`), but
+/// `rd_kafka_consume_batch_queue` counts an end-of-partition event (whose
+/// offset is the next to fetch) as a record taken: paused after a batch that
+/// held one, the partition would resume a record too far, and skip it. So
+/// the records of the partition taken and not yet handed out go, and the
+/// partition is sought to `next` (read again from there).
+pub(super) fn pause_at<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    records: &mut BatchQueue,
+    (topic, partition): (&str, i32),
+    next: i64,
+) -> bool {
+    if !set_paused(consumer, topic, partition, true) {
+        return false;
+    }
+    records.discard_where(|r| r.partition() == partition && r.topic() == topic);
+    if let Err(e) = clients::seek_started(consumer, topic, partition, Offset::Offset(next)) {
+        // Paused where librdkafka puts it: at worst a record too far.
+        log::warn!("router: {topic}/{partition}: cannot pin where it resumes, offset {next}: {e}");
+    }
+    true
+}
+
+/// Pins where a partition resumes after librdkafka paused it, as it does
+/// every assigned partition while a rebalance waits for its callbacks:
+/// `end_offset`, the offset named by an end-of-partition event that was the
+/// last thing taken of it off the records queue. librdkafka resumes a
+/// partition after the last record taken off its queue (`rktp_app_pos`,
+/// moved when a batch is taken, not when a record is handed out), and
+/// `rd_kafka_consume_batch_queue` counts an end-of-partition event (whose
+/// offset is the next to fetch) as a record taken: resumed there, the
+/// partition would skip the record that comes next. Records of it taken
+/// before the event and not handed out yet are older: they stay. Called
+/// after every rebalance callback, before a record is taken again.
+pub(super) fn resume_at_end<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    (topic, partition): (&str, i32),
+    end_offset: i64,
+) {
+    log::debug!("router: {topic}/{partition}: resumes at {end_offset}, after its end");
+    if let Err(e) = clients::seek_started(consumer, topic, partition, Offset::Offset(end_offset)) {
+        log::warn!(
+            "router: {topic}/{partition}: cannot pin where it resumes after a rebalance, offset {end_offset}: {e}"
+        );
     }
 }
 

@@ -67,20 +67,19 @@ use std::time::{Duration, Instant};
 
 use prometheus::local::LocalHistogram;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::error::KafkaError;
 use rdkafka::producer::Producer;
 
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
-use crate::kafka::consumed::Consumed;
+use crate::kafka::consumed::{BatchQueue, KeptRecord, end_of_partition, error_of};
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
 use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_all};
 use context::RouterContext;
-use lanes::{Full, Lane, Read, set_paused};
+use lanes::{Full, Lane, Read, pause_at, resume_at_end};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
 use route::{event_time, read, route_ready};
 use setup::PartitionId;
@@ -88,6 +87,8 @@ pub use setup::RouterSetup;
 
 /// Records taken from the consumer per turn of the router loop.
 const POLL_BATCH: usize = 512;
+/// How long a turn waits for records when there are none.
+const RECORDS_WAIT: Duration = Duration::from_millis(10);
 /// The router consumer's prefetch per partition, unless set in `[kafka]`.
 const PREFETCH: &str = "20000";
 
@@ -151,16 +152,23 @@ pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     super::name_thread("dedupd-router");
     let book = Arc::new(Mutex::new(CommitBook::default()));
     let consumer = subscribe(&setup, &book)?;
+    // Before the first poll: the rebalances run inside it and forward the
+    // partitions they assign here.
+    let mut records = BatchQueue::new(consumer.client());
+    *consumer.context().records_to.lock().expect("router lock") = Some(records.target());
     let mut router = Router::new(&setup, &consumer);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
         }
-        if let Err(e) = router.turn(&consumer, &book) {
+        if let Err(e) = router.turn(&consumer, &mut records, &book) {
             break Err(e);
         }
     };
     drop(router);
+    // Gone before the consumer (librdkafka waits for its queues to go).
+    *consumer.context().records_to.lock().expect("router lock") = None;
+    drop(records);
     if result.is_ok() {
         commit_all(&setup, &consumer, &book, None)?;
     }
@@ -184,8 +192,14 @@ fn subscribe(
     // Statistics feed the input-lag gauge.
     config.set(clients::STATISTICS_INTERVAL, clients::statistics_interval(&setup.cfg, 2000));
     let input_lag = InputLag::new(setup.cfg.settings.input.topics.clone(), &setup.cfg, &setup.metrics);
-    let context =
-        RouterContext { setup: setup.clone(), book: book.clone(), join, rebalanced: AtomicBool::new(false), input_lag };
+    let context = RouterContext {
+        setup: setup.clone(),
+        book: book.clone(),
+        join,
+        rebalanced: AtomicBool::new(false),
+        input_lag,
+        records_to: Mutex::new(None),
+    };
     let consumer: BaseConsumer<RouterContext> =
         config.create_with_context(context).context(|| "creating the router consumer".into())?;
     let topics: Vec<&str> = setup.cfg.settings.input.topics.iter().map(String::as_str).collect();
@@ -244,12 +258,21 @@ impl<'c> Router<'c> {
     /// One turn: one wait, then whatever librdkafka already holds (up to
     /// [`POLL_BATCH`]), handled with one reading of the clocks and one
     /// routing pass: per record these cost as much as reading the record.
+    /// The consumer's own queue first: its poll runs the rebalance
+    /// callbacks, and it brings the records fetched before their partition
+    /// was forwarded (older than any in the records queue); then the
+    /// records queue, a batch at a time.
     fn turn(
         &mut self,
         consumer: &'c BaseConsumer<RouterContext>,
+        records: &mut BatchQueue,
         book: &Mutex<CommitBook>,
     ) -> Result<(), KafkaLayerError> {
-        let mut polled = consumer.poll(Duration::from_millis(10));
+        let mut polled = consumer.poll(Duration::ZERO);
+        if polled.is_none() {
+            self.take_rebalance(consumer, records, book, Instant::now());
+            records.ready(RECORDS_WAIT);
+        }
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
@@ -259,13 +282,24 @@ impl<'c> Router<'c> {
             // the poll, and the end-of-partition event of a partition just
             // assigned (at its end) must find its lane — or it would never be
             // announced idle, and hold every slice until the bound.
-            self.take_rebalance(consumer, book, now);
+            self.take_rebalance(consumer, records, book, now);
             let Some(event) = polled.take() else { break };
-            self.take(consumer, event, now, wall_ms);
+            match event {
+                Ok(msg) => self.take(consumer, records, KeptRecord::polled(msg), now, wall_ms),
+                Err(e) => self.take_error(e, None),
+            }
             taken += 1;
             if taken < POLL_BATCH {
                 polled = consumer.poll(Duration::ZERO);
             }
+        }
+        while taken < POLL_BATCH {
+            let Some(msg) = records.next_kept(consumer) else { break };
+            match error_of(&msg.get()) {
+                None => self.take(consumer, records, msg, now, wall_ms),
+                Some(e) => self.take_error(e, Some((msg.get().topic(), msg.get().offset()))),
+            }
+            taken += 1;
         }
         if now.duration_since(self.last_progress) >= PROGRESS_EVERY {
             self.last_progress = now;
@@ -278,20 +312,47 @@ impl<'c> Router<'c> {
         self.commit(consumer, book, now)
     }
 
-    /// Lanes of the partitions revoked go, lanes of those assigned come.
-    fn take_rebalance(&mut self, consumer: &BaseConsumer<RouterContext>, book: &Mutex<CommitBook>, now: Instant) {
+    /// Lanes of the partitions revoked go, with the records taken of them
+    /// and not yet handed out (if a partition comes back, it is read from
+    /// its committed offset); lanes of those assigned come.
+    fn take_rebalance(
+        &mut self,
+        consumer: &BaseConsumer<RouterContext>,
+        records: &mut BatchQueue,
+        book: &Mutex<CommitBook>,
+        now: Instant,
+    ) {
         if !consumer.context().rebalanced.swap(false, Ordering::Relaxed) {
             return;
         }
         let mut s = book.lock().expect("router lock");
         let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
+        if !s.revoked.is_empty() {
+            let revoked = &s.revoked;
+            records.discard_where(|r| revoked.iter().any(|(t, p)| *p == r.partition() && t == r.topic()));
+        }
         for gone in s.revoked.drain(..) {
             self.lanes.remove(&gone);
         }
-        for new in s.assigned.drain(..) {
+        let assigned: Vec<PartitionId> = s.assigned.drain(..).collect();
+        drop(s);
+        // Every partition kept was paused by librdkafka meanwhile (those
+        // assigned now start from their committed offsets), to resume
+        // after the last record taken off the records queue: a record not
+        // handed out yet counts, so it decides before the lane's last.
+        for ((topic, partition), lane) in self.lanes.iter_mut() {
+            let handed_out = lane.end_offset.take();
+            let end = match records.last_left_of(topic, *partition) {
+                Some(left) => end_of_partition(&left),
+                None => handed_out,
+            };
+            if let Some(end) = end {
+                resume_at_end(consumer, (topic, *partition), end);
+            }
+        }
+        for new in assigned {
             self.lanes.entry(new).or_insert_with(Lane::new);
         }
-        drop(s);
         if changed {
             // Partitions may have been added; and the new owner says what
             // it knows before it routes anything.
@@ -301,29 +362,37 @@ impl<'c> Router<'c> {
         }
     }
 
-    /// Takes one polled event: a record is read once and buffered in its lane.
-    fn take(
-        &mut self,
-        consumer: &BaseConsumer<RouterContext>,
-        event: KafkaResult<BorrowedMessage<'c>>,
-        now: Instant,
-        wall_ms: i64,
-    ) {
-        match event {
-            Ok(msg) => self.buffer(consumer, msg, now, wall_ms),
-            // The event names only the partition: with several input topics it
-            // marks that partition of each (at worst routing a little out of order).
-            Err(KafkaError::PartitionEOF(p)) => {
-                for lane in self.lanes.iter_mut().filter(|((_, q), _)| *q == p).map(|(_, l)| l) {
-                    lane.at_end = true;
+    /// Takes a consumer error; the end of a partition marks its lane. An
+    /// end taken off the records queue also names its offset (`end_offset`:
+    /// the next to fetch), where the partition resumes after a rebalance.
+    fn take_error(&mut self, e: KafkaError, queued: Option<(&str, i64)>) {
+        match e {
+            // A polled event names only the partition: with several input
+            // topics it marks that partition of each (at worst routing a
+            // little out of order). One off the records queue names its topic.
+            KafkaError::PartitionEOF(p) => {
+                let topic = queued.map(|(topic, _)| topic);
+                for ((t, q), lane) in self.lanes.iter_mut() {
+                    if *q == p && topic.is_none_or(|topic| topic == t) {
+                        lane.at_end = true;
+                        lane.end_offset = queued.map(|(_, offset)| offset).or(lane.end_offset);
+                    }
                 }
             }
-            Err(e) => log::warn!("router: consuming: {e}"),
+            e => log::warn!("router: consuming: {e}"),
         }
     }
 
-    /// Reads an input record once and buffers it in its partition's lane.
-    fn buffer(&mut self, consumer: &BaseConsumer<RouterContext>, msg: BorrowedMessage<'c>, now: Instant, wall_ms: i64) {
+    /// Takes an input record: read once and buffered in its partition's lane.
+    fn take(
+        &mut self,
+        consumer: &BaseConsumer<RouterContext>,
+        records: &mut BatchQueue,
+        kept: KeptRecord<'c>,
+        now: Instant,
+        wall_ms: i64,
+    ) {
+        let msg = kept.get();
         // Read once: librdkafka looks the name up and Rust checks its UTF-8 on each ask.
         let (topic, partition) = (msg.topic(), msg.partition());
         match self.input_counters.iter().find(|(t, _)| t == topic) {
@@ -336,7 +405,7 @@ impl<'c> Router<'c> {
         }
         observe_since(&self.received, msg.timestamp().to_millis(), wall_ms);
         // Asked once: librdkafka parses a record's headers on each ask.
-        let headers = OutHeaders::of(&Consumed::of(&msg));
+        let headers = OutHeaders::of(&msg);
         let target = read(&self.setup, &msg, headers);
         // A handful of lanes: a scan finds one without allocating its key.
         let mut lane_count = self.lanes.len();
@@ -355,16 +424,17 @@ impl<'c> Router<'c> {
             Err(_) => i64::MIN,
         };
         lane.at_end = false;
+        lane.end_offset = None;
         let max_bytes = lanes::lane_share(self.setup.cfg.budget.router, lane_count);
         let bytes = crate::kafka::record_bytes(&msg, headers);
         let has_headers = !matches!(headers, OutHeaders::None);
         if let Some(full) = lane.fills(bytes, max_bytes) {
-            lane.paused = set_paused(consumer, topic, partition, true);
+            lane.paused = pause_at(consumer, records, (topic, partition), msg.offset() + 1);
             if full == Full::Bytes && lane.paused {
                 self.setup.metrics.router.router_byte_pauses.inc();
             }
         }
-        lane.push(Read { msg, target, order, bytes, has_headers });
+        lane.push(Read { msg: kept, target, order, bytes, has_headers });
     }
 
     /// Announces the progress of the owned partitions if it changed, and

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use prometheus::local::LocalHistogram;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
-use rdkafka::message::{BorrowedMessage, Message};
 
 use super::commits::CommitBook;
 use super::lanes::{Lane, Read, set_paused};
@@ -67,7 +66,8 @@ pub(super) fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg, target, order, has_headers, .. } = lane.pop().expect("non-empty lane");
+        let Read { msg: kept, target, order, has_headers, .. } = lane.pop().expect("non-empty lane");
+        let msg = kept.get();
         if target.is_ok() {
             lane.routed += 1;
             if order != i64::MIN {
@@ -85,7 +85,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
                 if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
             }
             (_, Some(batches), Ok((slice, reading))) => {
-                let headers = if has_headers { OutHeaders::of(&Consumed::of(&msg)) } else { OutHeaders::None };
+                let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
                 add_to_batch(setup, batches, (&msg, headers), &id.0, slice, reading)
             }
             (_, _, target) => route(setup, &msg, &id.0, target, &mut frame),
@@ -136,7 +136,7 @@ fn write_read_order(setup: &RouterSetup, names: &mut ReadOrderBuilder) -> Result
 fn add_to_batch(
     setup: &RouterSetup,
     batches: &mut BTreeMap<u32, BatchBuilder>,
-    (msg, headers): (&BorrowedMessage<'_>, OutHeaders<'_>),
+    (msg, headers): (&Consumed<'_>, OutHeaders<'_>),
     topic: &str,
     slice: u32,
     reading: Reading,
@@ -184,7 +184,7 @@ pub(super) fn event_time(r: &Reading) -> i64 {
 /// arrives; the slice takes the reading from the frame).
 pub(super) fn read(
     setup: &RouterSetup,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     headers: OutHeaders<'_>,
 ) -> Result<(u32, Reading), InvalidRecord> {
     let header_list: Vec<(&str, &[u8])> = if setup.key_reads_headers { headers.pairs() } else { Vec::new() };
@@ -204,7 +204,7 @@ pub(super) fn read(
 /// topic. `frame` is a buffer for the slice record's value (reused).
 fn route(
     setup: &RouterSetup,
-    msg: &BorrowedMessage<'_>,
+    msg: &Consumed<'_>,
     topic: &str,
     target: Result<(u32, Reading), InvalidRecord>,
     frame: &mut Vec<u8>,

@@ -389,7 +389,7 @@ impl Loop {
     fn discard_stale(&self, records: &mut BatchQueue) {
         let stale = std::mem::take(&mut self.worker_state.lock().expect("worker lock").stale);
         if !stale.is_empty() {
-            records.discard_of(&stale);
+            records.discard_where(|r| stale.contains(&r.partition()));
         }
     }
 
