@@ -297,7 +297,8 @@ impl<'c> Router<'c> {
             let Some(msg) = records.next_kept(consumer) else { break };
             match error_of(&msg.get()) {
                 None => self.take(consumer, records, msg, now, wall_ms),
-                Some(e) => self.take_error(e, Some((msg.get().topic(), msg.get().offset()))),
+                // Only an end names its topic: an error may come without one.
+                Some(e) => self.take_error(e, end_of_partition(&msg.get()).map(|end| (msg.get().topic(), end))),
             }
             taken += 1;
         }
