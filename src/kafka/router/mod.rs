@@ -73,7 +73,7 @@ use rdkafka::producer::Producer;
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
-use crate::kafka::consumed::{BatchQueue, KeptRecord, end_of_partition, error_of};
+use crate::kafka::consumed::{BatchQueue, Consumed, KeptRecord, end_of_partition, error_of};
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
@@ -297,8 +297,7 @@ impl<'c> Router<'c> {
             let Some(msg) = records.next_kept(consumer) else { break };
             match error_of(&msg.get()) {
                 None => self.take(consumer, records, msg, now, wall_ms),
-                // Only an end names its topic: an error may come without one.
-                Some(e) => self.take_error(e, end_of_partition(&msg.get()).map(|end| (msg.get().topic(), end))),
+                Some(e) => self.take_queued_error(e, &msg.get()),
             }
             taken += 1;
         }
@@ -382,6 +381,21 @@ impl<'c> Router<'c> {
             }
             e => log::warn!("router: consuming: {e}"),
         }
+    }
+
+    /// Takes an error off the records queue. The consumer's poll tells its
+    /// context of every error it hands out (an end of partition is logged
+    /// at debug, `clients::log_client_error`); one off this queue passes the
+    /// context by, so it is told here. Only an end names its topic: another
+    /// error may come without one.
+    fn take_queued_error(&mut self, e: KafkaError, record: &Consumed<'_>) {
+        let end = end_of_partition(record).map(|end| (record.topic(), end));
+        let reason = match end {
+            Some((topic, end)) => format!("{topic} [{}] reached its end at offset {end}", record.partition()),
+            None => format!("partition {} at offset {}", record.partition(), record.offset()),
+        };
+        clients::log_client_error(&e, &reason);
+        self.take_error(e, end);
     }
 
     /// Takes an input record: read once and buffered in its partition's lane.
