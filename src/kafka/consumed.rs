@@ -80,6 +80,12 @@ impl<'a> Consumed<'a> {
         self.raw().offset
     }
 
+    /// Whether the record is of `topic`/`partition` (the partition first:
+    /// the topic's name is a lookup).
+    pub fn is_of(&self, topic: &str, partition: i32) -> bool {
+        self.partition() == partition && self.topic() == topic
+    }
+
     pub fn timestamp(&self) -> Timestamp {
         let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
         // SAFETY: the message is alive; librdkafka only reads it.
@@ -356,7 +362,7 @@ impl BatchQueue {
         self.taken[self.next..].iter().rev().find_map(|&msg| {
             let record =
                 Consumed { msg: NonNull::new(msg).expect("librdkafka hands out messages"), _owner: PhantomData };
-            (record.partition() == partition && record.topic() == topic).then_some(record)
+            record.is_of(topic, partition).then_some(record)
         })
     }
 

@@ -217,7 +217,7 @@ pub(super) fn pause_at<C: ConsumerContext>(
     if !set_paused(consumer, topic, partition, true) {
         return false;
     }
-    records.discard_where(|r| r.partition() == partition && r.topic() == topic);
+    records.discard_where(|r| r.is_of(topic, partition));
     if let Err(e) = clients::seek_started(consumer, topic, partition, Offset::Offset(next)) {
         // Paused where librdkafka puts it: at worst a record too far.
         log::warn!("router: {topic}/{partition}: cannot pin where it resumes, offset {next}: {e}");

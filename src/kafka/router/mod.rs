@@ -329,7 +329,7 @@ impl<'c> Router<'c> {
         let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
         if !s.revoked.is_empty() {
             let revoked = &s.revoked;
-            records.discard_where(|r| revoked.iter().any(|(t, p)| *p == r.partition() && t == r.topic()));
+            records.discard_where(|r| revoked.iter().any(|(t, p)| r.is_of(t, *p)));
         }
         for gone in s.revoked.drain(..) {
             self.lanes.remove(&gone);
@@ -390,11 +390,14 @@ impl<'c> Router<'c> {
     /// error may come without one.
     fn take_queued_error(&mut self, e: KafkaError, record: &Consumed<'_>) {
         let end = end_of_partition(record).map(|end| (record.topic(), end));
-        let reason = match end {
-            Some((topic, end)) => format!("{topic} [{}] reached its end at offset {end}", record.partition()),
-            None => format!("partition {} at offset {}", record.partition(), record.offset()),
-        };
-        clients::log_client_error(&e, &reason);
+        // An end of partition is logged at debug only: its line is not made per end unless shown.
+        if end.is_none() || log::log_enabled!(target: "rdkafka::client", log::Level::Debug) {
+            let reason = match end {
+                Some((topic, end)) => format!("{topic} [{}] reached its end at offset {end}", record.partition()),
+                None => format!("partition {} at offset {}", record.partition(), record.offset()),
+            };
+            clients::log_client_error(&e, &reason);
+        }
         self.take_error(e, end);
     }
 
