@@ -170,10 +170,32 @@ pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     *consumer.context().records_to.lock().expect("router lock") = None;
     drop(records);
     if result.is_ok() {
-        commit_all(&setup, &consumer, &book, None)?;
+        final_commit(&setup, &consumer, &book)?;
     }
     drop(consumer);
     result
+}
+
+/// The commit at stop, after every routed record is acknowledged. One the
+/// group refuses because it has moved on (a member joining or leaving as
+/// this one stops) is no failure: the partitions' next owner reads from
+/// the offsets committed before, and the slices drop what it routes again
+/// as exact re-sends (docs/design.md, invariant 3).
+fn final_commit(
+    setup: &RouterSetup,
+    consumer: &BaseConsumer<RouterContext>,
+    book: &Mutex<CommitBook>,
+) -> Result<(), KafkaLayerError> {
+    match commit_all(setup, consumer, book, None) {
+        Err(KafkaLayerError::Client { source, .. }) if clients::is_group_moved_on(&source) => {
+            log::warn!(
+                "router: the group refused the last commit of input offsets ({source}): it is rebalancing; the next \
+                 owner of those partitions routes the records since the last commit again, and the slices drop them"
+            );
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The router consumer, subscribed to the input topics.
