@@ -123,7 +123,9 @@ fn deduplicator(args: &FilterArgs, order: OrderSettings) -> anyhow::Result<Dedup
             match args.kind.windowed_filters(&spec, args.expected.0).map_err(flag_error)? {
                 Some(filters) => Deduplicator::per_slice(filters, extractor, order),
                 None => {
-                    let filter = SlicedFilter::new(&spec).map_err(flag_error)?;
+                    // The equal-timer counts are only reported in --stats-json.
+                    let filter =
+                        SlicedFilter::new(&spec).map_err(flag_error)?.count_equal_timers(args.stats_json.is_some());
                     Deduplicator::new(filter, extractor, order).with_passthrough(args.kind == KindName::Passthrough)
                 }
             }

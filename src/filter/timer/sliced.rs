@@ -45,6 +45,12 @@ impl SlicedFilter {
         SlicedFilter { slices: (0..slices).map(|_| SlidingFilter::new(params.clone())).collect() }
     }
 
+    /// See [`SlidingFilter::count_equal_timers`].
+    pub fn count_equal_timers(mut self, on: bool) -> Self {
+        self.slices.iter_mut().for_each(|f| f.count_equal_timers(on));
+        self
+    }
+
     pub fn params(&self) -> &FilterParams {
         self.slices[0].params()
     }

@@ -71,6 +71,11 @@ pub struct SlidingFilter {
     /// Oldest first; never empty.
     pub(crate) generations: Vec<Generation>,
     pub(crate) counters: FilterCounters,
+    /// Whether a duplicate's equal-timer count is taken when no threshold
+    /// needs it (`equal_timers_min` 0): its verdict and
+    /// `counters.equal_timer_counts` report it. Off, the batch path skips
+    /// the count and reports 0 (not stored: a restored filter counts).
+    counts_equal_timers: bool,
 }
 
 impl SlidingFilter {
@@ -96,7 +101,14 @@ impl SlidingFilter {
         let now = Now::at(tick, &params);
         let next_tick_ms = (tick + 1).saturating_mul(params.tick_ms);
         let alive = AliveTable::at(&now);
-        SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters }
+        SlidingFilter { params, clock_ms, now, alive, next_tick_ms, generations, counters, counts_equal_timers: true }
+    }
+
+    /// Off: a duplicate judged in a batch run, which is most of them, is
+    /// not given its equal-timer count unless `filter.equal_timers` needs
+    /// it (pipe mode when no figures are asked for: nothing reads them).
+    pub fn count_equal_timers(&mut self, on: bool) {
+        self.counts_equal_timers = on;
     }
 
     pub fn params(&self) -> &FilterParams {
@@ -174,6 +186,7 @@ impl SlidingFilter {
             alive: &self.alive,
             k: params.hashes,
             equal_min: params.equal_timers_min(),
+            count_equal: self.counts_equal_timers || params.equal_timers_min() > 0,
             growth: params.growth,
             at_cap: params.max_generations <= 1,
             next_tick_ms: self.next_tick_ms,
@@ -397,12 +410,14 @@ impl SlidingFilter {
     /// The first event sets the clock.
     #[cold]
     fn start_clock(&mut self, time_ms: u64) {
+        let counts_equal_timers = self.counts_equal_timers;
         *self = SlidingFilter::from_parts(
             self.params.clone(),
             Some(time_ms),
             std::mem::take(&mut self.generations),
             std::mem::take(&mut self.counters),
         );
+        self.counts_equal_timers = counts_equal_timers;
     }
 
     /// The clock enters a later tick: the generations step through every

@@ -40,6 +40,8 @@ pub(crate) struct Run<'a> {
     pub alive: &'a AliveTable,
     pub k: u32,
     pub equal_min: u32,
+    /// Take a duplicate's equal-timer count (else it is reported as 0).
+    pub count_equal: bool,
     pub growth: Growth,
     /// The filter has its maximum of generations: a full one takes keys on.
     pub at_cap: bool,
@@ -106,7 +108,7 @@ fn observe_cells<C: TimerCells, P: Positions, const K: u32>(
         clock = clock.max(e.time_ms);
         let at = positions(&e.hash);
         if all_alive(cells, at, k, run.alive) {
-            let equal = equal_timers_at(cells, at, k);
+            let equal = if run.count_equal { equal_timers_at(cells, at, k) } else { 0 };
             if equal >= run.equal_min {
                 duplicates += 1;
                 counters.equal_timer_counts[equal as usize] += 1;

@@ -358,3 +358,46 @@ fn lookup_does_not_insert() {
     assert!(!f.lookup(&key(2)).duplicate);
     assert_eq!(f, before);
 }
+
+/// Without the equal-timer count (pipe mode without figures), a batch
+/// judges every event as with it and leaves the same cells; only the
+/// counts differ. A threshold that needs the count takes it anyway.
+#[test]
+fn equal_timer_counts_off_change_no_verdict() {
+    use crate::testkit::workload::Rng;
+    for equal_timers in [0, 3] {
+        // One generation and long ticks: the batch runs judge most events.
+        let spec = FilterSpec {
+            window_ms: 60_000,
+            tick_ms: Some(1_000),
+            expected_keys: 300,
+            equal_timers,
+            ..FilterSpec::default()
+        };
+        let (mut counted, mut uncounted) = (filter(spec.clone()), filter(spec));
+        uncounted.count_equal_timers(false);
+        let (mut rng, mut now) = (Rng::new(7), 50_000u64);
+        let (mut want, mut got) = (Vec::new(), Vec::new());
+        for _ in 0..40 {
+            let batch: Vec<Event> = (0..100)
+                .map(|_| {
+                    now += rng.below(3);
+                    Event { hash: key(rng.below(200)), time_ms: now }
+                })
+                .collect();
+            counted.observe_batch(&batch, &mut want);
+            uncounted.observe_batch(&batch, &mut got);
+        }
+        let kinds = |v: &[Verdict]| v.iter().map(|v| v.is_distinct()).collect::<Vec<_>>();
+        assert_eq!(kinds(&got), kinds(&want), "equal_timers {equal_timers}: verdicts");
+        assert_eq!(uncounted.generations(), counted.generations(), "equal_timers {equal_timers}: cells");
+        let uncounted_zero = got.iter().filter(|v| **v == Verdict::Duplicate { equal_timers: 0 }).count();
+        let duplicates = want.iter().filter(|v| !v.is_distinct()).count();
+        assert!(duplicates > 500, "{duplicates} duplicates");
+        if equal_timers == 0 {
+            assert!(uncounted_zero * 10 > duplicates * 9, "{uncounted_zero} of {duplicates} not counted");
+        } else {
+            assert_eq!(got, want, "a threshold takes the count");
+        }
+    }
+}
