@@ -41,6 +41,27 @@ fn delivered(topic: &str) -> (HashMap<Vec<u8>, usize>, usize) {
     (n, dropped)
 }
 
+/// The lateness these tests run with: an idle flush (a slice that received
+/// nothing for the lateness, by the wall clock: on a loaded machine the
+/// stream stalls now and then) releases everything a slice holds, in one
+/// run and not the other, at different moments. Then the records after it
+/// up to the jitter behind are late (repartition mode; seen: 1 393 late
+/// records in a storm's reference with 2 s), and in input-partitions mode a
+/// copy that comes after the flush but carries an earlier time is judged a
+/// duplicate of the one the flush released (seen: `k1506` at input offsets
+/// 1264 and 1270, 490 ms apart, after a storm member's logged flush after
+/// 1264; and 1 missing, 1 extra in the stopped-member test). Each run is
+/// right by its own flush log; the tests compare two. 10 s of silence does
+/// not happen mid-stream.
+const LATENESS: &str = "10s";
+
+/// [`app_env`] with [`LATENESS`].
+fn faults_env(app: &str, input: &str, mode: &str, slices: u32) -> Vec<(String, String)> {
+    let mut env = app_env(app, input, mode, slices);
+    env.push(("DEDUPD__INPUT__LATENESS".into(), LATENESS.into()));
+    env
+}
+
 /// A keyed click stream (`keyed_stream`) flowing into a new topic until
 /// [`Flow::finish`].
 struct Flow {
@@ -55,13 +76,15 @@ impl Flow {
         Self::start_with(prefix, partitions, seed, true)
     }
 
-    /// Without `late_records`: see [`keyed_stream_with`].
+    /// Without `late_records`: see [`keyed_stream_with`]. With them, they
+    /// are 12–15 s behind: late beyond [`LATENESS`] too.
     fn start_with(prefix: &str, partitions: u32, seed: u64, late_records: bool) -> Flow {
         let input = unique(prefix);
         create_topic(&input, partitions as i32);
         let stop = Arc::new(AtomicBool::new(false));
         let produced = Arc::new(AtomicU64::new(0));
-        let thread = keyed_stream_with(input.clone(), partitions, stop.clone(), produced.clone(), seed, late_records);
+        let late_by_ms = late_records.then_some(12_000);
+        let thread = keyed_stream_late_by(input.clone(), partitions, stop.clone(), produced.clone(), seed, late_by_ms);
         Flow { input, stop, produced, thread }
     }
 
@@ -98,7 +121,7 @@ fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
     let flow = Flow::start("clicks-paused", partitions, 23);
     let input = flow.input.clone();
     let app = unique("paused");
-    let env = app_env(&app, &input, "input-partitions", partitions);
+    let env = faults_env(&app, &input, "input-partitions", partitions);
     let mut a = Daemon::start("paused-a", &env);
     a.wait_ready(Duration::from_secs(60));
     let mut b = Daemon::start("paused-b", &env);
@@ -107,10 +130,11 @@ fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
     wait_for("both members own slices", Duration::from_secs(60), || owns(&a) > 0 && owns(&b) > 0);
     std::thread::sleep(Duration::from_secs(3));
 
-    // 10 s > session.timeout.ms = 6 s (Daemon::start).
+    // 12 s > session.timeout.ms = 6 s (Daemon::start), and > LATENESS: on
+    // waking, its slices are idle by the wall clock.
     let flushes_before = idle_flushes(&a);
     signal(&a, "-STOP");
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(12));
     assert_eq!(owns(&b), partitions as usize, "the running member should own every slice by now");
     signal(&a, "-CONT");
     std::thread::sleep(Duration::from_secs(8));
@@ -128,7 +152,8 @@ fn a_member_stopped_beyond_the_session_timeout_writes_nothing_twice() {
     }
 
     let reference_app = unique("paused-ref");
-    let mut reference = Daemon::start("paused-ref", &app_env(&reference_app, &input, "input-partitions", partitions));
+    let mut reference =
+        Daemon::start("paused-ref", &faults_env(&reference_app, &input, "input-partitions", partitions));
     reference.wait_ready(Duration::from_secs(60));
     wait_processed(&[&reference], total, Duration::from_secs(120));
     std::thread::sleep(Duration::from_secs(1));
@@ -205,23 +230,11 @@ fn rebalance_storm(mode: &str, kind: &str) {
     let with_late = |app: &str| {
         // Shared mode has one slice, whatever the partitions.
         let slices = if mode == "shared" { 1 } else { partitions };
-        let mut env = app_env(app, &input, mode, slices);
+        let mut env = faults_env(app, &input, mode, slices);
         if kind != "timer" {
             env.push(("DEDUPD__FILTER__KIND".into(), kind.into()));
         }
         env.push(("DEDUPD__OUTPUT__LATE_TOPIC".into(), format!("{app}.late")));
-        // An idle flush (a slice that received nothing for the lateness, by
-        // the wall clock: on a loaded machine the stream stalls now and
-        // then) releases everything it holds, in either run, at different
-        // moments. Then the records after it up to the jitter behind are
-        // late (repartition mode; seen: 1 393 late records in the reference
-        // with 2 s), and in input-partitions mode, whose stream has records
-        // out of order, a copy that came after the flush but carries an
-        // earlier time is judged a duplicate of the one the flush released
-        // (seen: k1506 at input offsets 1264 and 1270, 490 ms apart, after
-        // a storm member's logged flush after 1264). 10 s of silence does
-        // not happen mid-stream.
-        env.push(("DEDUPD__INPUT__LATENESS".into(), "10s".into()));
         env
     };
     let mut reference = Daemon::start("storm-ref", &with_late(&reference_app));

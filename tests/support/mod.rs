@@ -795,6 +795,19 @@ pub fn keyed_stream_with(
     seed: u64,
     late_records: bool,
 ) -> std::thread::JoinHandle<()> {
+    keyed_stream_late_by(topic, partitions, stop, produced, seed, late_records.then_some(3_000))
+}
+
+/// [`keyed_stream`] with its 1% of late records `late_by_ms` to that plus
+/// 3 s behind (none with `None`): a run with a longer lateness keeps them late.
+pub fn keyed_stream_late_by(
+    topic: String,
+    partitions: u32,
+    stop: Arc<AtomicBool>,
+    produced: Arc<AtomicU64>,
+    seed: u64,
+    late_by_ms: Option<i64>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         // One producer for the whole stream: one per batch (a new
         // connection each time) could pause the stream for seconds on a
@@ -811,8 +824,10 @@ pub fn keyed_stream_with(
                 .map(|_| {
                     let id = format!("k{}", rng.below(3000));
                     let mut ts = BASE_TS + seq as i64 * 25 + rng.below(1_500) as i64;
-                    if rng.below(100) == 0 && late_records {
-                        ts -= 3_000 + rng.below(3_000) as i64;
+                    // Drawn whether or not the stream has late records: the same seed, the same keys.
+                    let late = rng.below(100) == 0;
+                    if let Some(late_by_ms) = late_by_ms.filter(|_| late) {
+                        ts -= late_by_ms + rng.below(3_000) as i64;
                     } else if rng.below(2_000) == 0 {
                         ts += 86_400_000;
                     }
