@@ -145,21 +145,6 @@ pub fn is_partition_eof(error: &KafkaError) -> bool {
     matches!(error, KafkaError::PartitionEOF(_)) || error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF)
 }
 
-/// Whether a commit was refused because the consumer group has moved on
-/// to a new generation (a member joined or left meanwhile): the commit is
-/// not made, and the partitions' next owner reads from the offsets
-/// committed before.
-pub fn is_group_moved_on(error: &KafkaError) -> bool {
-    matches!(
-        error.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::IllegalGeneration
-                | RDKafkaErrorCode::RebalanceInProgress
-                | RDKafkaErrorCode::UnknownMemberId
-        )
-    )
-}
-
 /// The context of clients with no callbacks of their own (the readers, the
 /// admin client): only [`log_client_error`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -484,23 +469,6 @@ pub fn producer(cfg: &Resolved, client_id: &str) -> ClientConfig {
 mod tests {
     use super::*;
     use crate::config::Settings;
-
-    #[test]
-    fn a_commit_refused_by_a_rebalance_is_told_from_other_failures() {
-        for code in [
-            RDKafkaErrorCode::IllegalGeneration,
-            RDKafkaErrorCode::RebalanceInProgress,
-            RDKafkaErrorCode::UnknownMemberId,
-        ] {
-            assert!(is_group_moved_on(&KafkaError::ConsumerCommit(code)), "{code:?}");
-        }
-        for code in
-            [RDKafkaErrorCode::MessageTimedOut, RDKafkaErrorCode::AllBrokersDown, RDKafkaErrorCode::NotCoordinator]
-        {
-            assert!(!is_group_moved_on(&KafkaError::ConsumerCommit(code)), "{code:?}");
-        }
-        assert!(!is_group_moved_on(&KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
-    }
 
     #[test]
     fn kafka_settings_reach_only_the_clients_that_read_them() {

@@ -2,13 +2,15 @@
 //! acknowledged: every `COMMIT_EVERY` the offsets routed so far become a
 //! candidate with a mark of what the producer had been given, committed
 //! (asynchronously) once the mark is reached; a rebalance and the final
-//! stop flush the producer and commit synchronously.
+//! stop flush the producer and commit synchronously (at the stop, a group
+//! that has moved on may refuse: [`commit_at_stop`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -75,6 +77,28 @@ pub(super) fn commit_all<C: ConsumerContext>(
     commit_offsets(consumer, &latest, CommitMode::Sync)
 }
 
+/// The commit at stop, after every routed record is acknowledged. One the
+/// group refuses because it has moved on (a member joining or leaving as
+/// this one stops) is no failure: the partitions' next owner reads from
+/// the offsets committed before, and the slices drop what it routes again
+/// as exact re-sends (docs/design.md, invariant 3).
+pub(super) fn commit_at_stop<C: ConsumerContext>(
+    setup: &RouterSetup,
+    consumer: &BaseConsumer<C>,
+    book: &Mutex<CommitBook>,
+) -> Result<(), KafkaLayerError> {
+    match commit_all(setup, consumer, book, None) {
+        Err(KafkaLayerError::Client { source, .. }) if is_group_moved_on(&source) => {
+            log::warn!(
+                "router: the group refused the last commit of input offsets ({source}): it is rebalancing; the next \
+                 owner of those partitions routes the records since the last commit again, and the slices drop them"
+            );
+            Ok(())
+        }
+        other => other,
+    }
+}
+
 /// Moves the pending offsets into a new candidate, then commits (without
 /// waiting) the newest offsets of every candidate whose records are all acknowledged.
 pub(super) fn commit_acknowledged<C: ConsumerContext>(
@@ -106,6 +130,21 @@ pub(super) fn commit_acknowledged<C: ConsumerContext>(
     commit_offsets(consumer, &latest, CommitMode::Async)
 }
 
+/// Whether a commit was refused because the consumer group has moved on
+/// to a new generation (a member joined or left meanwhile): the commit is
+/// not made, and the partitions' next owner reads from the offsets
+/// committed before.
+fn is_group_moved_on(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::IllegalGeneration
+                | RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::UnknownMemberId
+        )
+    )
+}
+
 fn commit_offsets<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     offsets: &Pending,
@@ -120,4 +159,26 @@ fn commit_offsets<C: ConsumerContext>(
             .context(|| "router: building the offsets to commit".into())?;
     }
     consumer.commit(&tpl, mode).context(|| "router: committing input offsets".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_refused_by_a_rebalance_is_told_from_other_failures() {
+        for code in [
+            RDKafkaErrorCode::IllegalGeneration,
+            RDKafkaErrorCode::RebalanceInProgress,
+            RDKafkaErrorCode::UnknownMemberId,
+        ] {
+            assert!(is_group_moved_on(&KafkaError::ConsumerCommit(code)), "{code:?}");
+        }
+        for code in
+            [RDKafkaErrorCode::MessageTimedOut, RDKafkaErrorCode::AllBrokersDown, RDKafkaErrorCode::NotCoordinator]
+        {
+            assert!(!is_group_moved_on(&KafkaError::ConsumerCommit(code)), "{code:?}");
+        }
+        assert!(!is_group_moved_on(&KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut)));
+    }
 }

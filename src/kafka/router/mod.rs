@@ -77,7 +77,7 @@ use crate::kafka::consumed::{BatchQueue, Consumed, KeptRecord, end_of_partition,
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
 use crate::metrics::{now_ms, observe_since};
-use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_all};
+use commits::{COMMIT_CHECK_EVERY, COMMIT_EVERY, CommitBook, commit_acknowledged, commit_at_stop};
 use context::RouterContext;
 use lanes::{Full, Lane, Read, pause_at, resume_at_end};
 use progress::{Announced, PROGRESS_EVERY, announce, input_partitions};
@@ -170,32 +170,10 @@ pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     *consumer.context().records_to.lock().expect("router lock") = None;
     drop(records);
     if result.is_ok() {
-        final_commit(&setup, &consumer, &book)?;
+        commit_at_stop(&setup, &consumer, &book)?;
     }
     drop(consumer);
     result
-}
-
-/// The commit at stop, after every routed record is acknowledged. One the
-/// group refuses because it has moved on (a member joining or leaving as
-/// this one stops) is no failure: the partitions' next owner reads from
-/// the offsets committed before, and the slices drop what it routes again
-/// as exact re-sends (docs/design.md, invariant 3).
-fn final_commit(
-    setup: &RouterSetup,
-    consumer: &BaseConsumer<RouterContext>,
-    book: &Mutex<CommitBook>,
-) -> Result<(), KafkaLayerError> {
-    match commit_all(setup, consumer, book, None) {
-        Err(KafkaLayerError::Client { source, .. }) if clients::is_group_moved_on(&source) => {
-            log::warn!(
-                "router: the group refused the last commit of input offsets ({source}): it is rebalancing; the next \
-                 owner of those partitions routes the records since the last commit again, and the slices drop them"
-            );
-            Ok(())
-        }
-        other => other,
-    }
 }
 
 /// The router consumer, subscribed to the input topics.
