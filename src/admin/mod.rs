@@ -42,8 +42,8 @@ pub use limits::Limits;
 pub use request::Peer;
 pub use routes::{health_router, router};
 pub use status::{
-    BROKER_SILENCE_NOT_READY, Busy, FeatureLookup, KeyActionFn, LOOKUP_WAIT, LookupFn, REGISTRY_OUTAGE_NOT_READY,
-    SliceStatus, Status, lock_within,
+    BROKER_SILENCE_NOT_READY, Busy, FeatureLookup, HeldBy, KeyActionFn, LOOKUP_WAIT, LookupFn,
+    REGISTRY_OUTAGE_NOT_READY, SliceStatus, Status, lock_within,
 };
 
 /// A running admin endpoint: the admin port, and the health port if set.

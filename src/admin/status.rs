@@ -32,6 +32,20 @@ pub struct SliceStatus {
     /// Records waiting for the watermark.
     pub waiting: u64,
     pub last_checkpoint_offset: Option<u64>,
+    /// Repartition and shared mode: the input partition that holds the
+    /// watermark back (the slowest one not announced idle), absent when
+    /// none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_by: Option<HeldBy>,
+}
+
+/// The input partition a slice's watermark waits for, and the largest
+/// event time its routers have announced routing from it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HeldBy {
+    pub topic: String,
+    pub partition: i32,
+    pub time_ms: u64,
 }
 
 /// Answers `/v1/lookup` (or a feature's `/v1/<name>`) for a key, or

@@ -200,7 +200,12 @@ impl SliceState {
     /// The slowest input partition that is not idle: the watermark stays
     /// the lateness behind it (`None`: nothing holds).
     pub fn hold(&self) -> Option<u64> {
-        self.progress.values().filter(|p| !p.idle).map(|p| p.time_ms).min()
+        self.holding().map(|(_, time_ms)| time_ms)
+    }
+
+    /// The input partition [`Self::hold`] follows, and its progress.
+    pub fn holding(&self) -> Option<(&(String, i32), u64)> {
+        self.progress.iter().filter(|(_, p)| !p.idle).map(|(id, p)| (id, p.time_ms)).min_by_key(|(_, t)| *t)
     }
 
     fn take(&mut self, rec: &SliceRecord<'_>, extractor: &Extractor, out: &mut Vec<Judgment>) {

@@ -8,7 +8,7 @@ use rdkafka::producer::Producer;
 use super::owned::OwnedSlice;
 use super::setup::WorkerSetup;
 use super::state::WorkerState;
-use crate::admin::SliceStatus;
+use crate::admin::{HeldBy, SliceStatus};
 use crate::engine::shrink_target;
 use crate::features::FEATURES;
 use crate::features::feature::SlicePublish;
@@ -122,5 +122,10 @@ fn slice_status(slice: u32, owned: &OwnedSlice, f: &FilterFigures, lag: i64) -> 
         late: c.late,
         waiting: owned.held.len() as u64,
         last_checkpoint_offset: owned.manifest.as_ref().map(|m| m.offset),
+        held_by: owned.state.holding().map(|((topic, partition), time_ms)| HeldBy {
+            topic: topic.clone(),
+            partition: *partition,
+            time_ms,
+        }),
     }
 }

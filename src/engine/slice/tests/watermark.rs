@@ -187,12 +187,14 @@ fn idle_partitions_and_the_bound() {
     let out = feed_log(&mut s, &log, 0..log.len(), &keys, &times);
     assert_eq!(out.len(), 95, "released up to 11 980 - 100");
     assert_eq!(s.hold(), Some(12_000));
+    assert_eq!(s.holding(), Some((&("in".to_string(), 0), 12_000)), "partition 0 holds");
     // A record of partition 1 (at 12 010) clears its idle mark, and is
     // its progress up to the largest time seen (11 980): partition 1
     // holds again, so the records of partition 0 that follow wait.
     log.push(Entry::Rec(201));
     assert!(feed_log(&mut s, &log, log.len() - 1..log.len(), &keys, &times).is_empty());
     assert_eq!(s.hold(), Some(11_980));
+    assert_eq!(s.holding(), Some((&("in".to_string(), 1), 11_980)), "partition 1 holds again");
     assert!(!s.progress[&("in".to_string(), 1)].idle);
     let before = s.order.waiting_len();
     log.extend((202..260).filter(|i| i % 2 == 0).map(Entry::Rec));
