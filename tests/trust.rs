@@ -284,3 +284,63 @@ fn a_forged_frame_with_a_long_topic_name_is_refused_not_a_panic() {
     assert!(!daemon.log_text().contains("panicked"), "{}", daemon.log_text());
     daemon.terminate(Duration::from_secs(30));
 }
+
+/// A consumed record's headers as the record path reads them
+/// (`Consumed::headers`, which tells a record without headers apart before
+/// librdkafka's parse): none for records written without, every one for a
+/// record with, whatever the value (none, empty, some bytes); and the fast
+/// answer is in use with the librdkafka this build links, for a record
+/// without headers whose value has bytes (the daemon's common record).
+#[test]
+fn a_record_without_headers_is_told_apart_without_librdkafkas_parse() {
+    use dedupd::kafka::{consumed::Consumed, headerless};
+    use rdkafka::Message as _;
+    use rdkafka::consumer::Consumer as _;
+    use rdkafka::message::Headers as _;
+
+    assert!(
+        headerless::in_use(),
+        "librdkafka's record layout changed: read rdkafka_msg.h again (src/kafka/headerless.rs)"
+    );
+    let topic = unique("headerless");
+    create_topic(&topic, 1);
+    let plain = Rec::new(0, "k0", "{\"id\":\"a\"}", BASE_TS);
+    let mut traced = Rec::new(0, "k1", "{\"id\":\"b\"}", BASE_TS);
+    traced.headers = vec![("trace".into(), b"t-1".to_vec()), ("empty".into(), Vec::new())];
+    let tombstone = Rec { value: None, ..Rec::new(0, "k2", "", BASE_TS) };
+    let empty = Rec::new(0, "k3", "", BASE_TS);
+    let mut many = Rec::new(0, "k4", "{\"id\":\"c\"}", BASE_TS);
+    many.headers = (0..64).map(|i| (format!("h{i}"), vec![b'v'; i])).collect();
+    produce(&topic, &[plain, traced, tombstone, empty, many]);
+
+    let reader = reader();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Beginning).unwrap();
+    reader.assign(&tpl).unwrap();
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while seen.len() < 5 {
+        assert!(Instant::now() < deadline, "read {} of 5 records", seen.len());
+        let Some(m) = reader.poll(Duration::from_millis(200)) else { continue };
+        let m = m.expect("a record");
+        // SAFETY: the message is alive while `m` is.
+        let fast = headerless::surely_none(unsafe { &*m.ptr() });
+        let ours: Vec<(String, Vec<u8>)> = Consumed::of(&m)
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default();
+        seen.push((m.offset(), fast, ours));
+    }
+    let names = |got: &[(String, Vec<u8>)]| got.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+    assert!(seen[0].1, "a record without headers is told apart");
+    assert!(seen[0].2.is_empty());
+    assert!(!seen[1].1);
+    assert_eq!(seen[1].2, vec![("trace".to_string(), b"t-1".to_vec()), ("empty".to_string(), Vec::new())]);
+    assert!(!seen[2].1, "a null value goes to librdkafka's parse");
+    assert!(seen[2].2.is_empty());
+    // An empty value reads as a null pointer from librdkafka: its parse answers.
+    assert!(seen[3].2.is_empty(), "an empty value");
+    assert!(!seen[4].1);
+    assert_eq!(names(&seen[4].2), (0..64).map(|i| format!("h{i}")).collect::<Vec<_>>());
+    assert_eq!(seen[4].2[63].1, vec![b'v'; 63]);
+}

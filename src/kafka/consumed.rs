@@ -99,7 +99,12 @@ impl<'a> Consumed<'a> {
     }
 
     /// librdkafka parses the header bytes on every ask: ask once per record.
+    /// A record without headers is told apart before that parse
+    /// ([`headerless`](super::headerless)).
     pub fn headers(&self) -> Option<&'a ConsumedHeaders> {
+        if super::headerless::surely_none(self.raw()) {
+            return None;
+        }
         let mut list = std::ptr::null_mut();
         // SAFETY: the message is alive; the list it returns is the message's own.
         let err = unsafe { rd::rd_kafka_message_headers(self.msg.as_ptr(), &mut list) };

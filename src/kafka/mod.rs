@@ -6,6 +6,8 @@
 //!   their error events are logged.
 //! - [`consumed`]: a consumed record as the record path reads it, taken
 //!   off a queue one at a time or a batch at a time.
+//! - [`headerless`]: a consumed record without headers told apart without
+//!   librdkafka's header parse.
 //! - [`join`]: logs a group consumer's wait for its assignment.
 //! - [`statistics`]: what librdkafka's statistics say (broker contact,
 //!   end offsets, the input lag).
@@ -38,6 +40,7 @@
 pub mod checkpoint;
 pub mod clients;
 pub mod consumed;
+pub mod headerless;
 pub mod headers;
 pub mod held_record;
 pub mod join;
