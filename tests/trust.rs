@@ -323,8 +323,8 @@ fn a_record_without_headers_is_told_apart_without_librdkafkas_parse() {
         assert!(Instant::now() < deadline, "read {} of 5 records", seen.len());
         let Some(m) = reader.poll(Duration::from_millis(200)) else { continue };
         let m = m.expect("a record");
-        // SAFETY: the message is alive while `m` is.
-        let fast = headerless::surely_none(unsafe { &*m.ptr() });
+        // SAFETY: a message librdkafka handed out, alive while `m` is.
+        let fast = unsafe { headerless::surely_none(&*m.ptr()) };
         let ours: Vec<(String, Vec<u8>)> = Consumed::of(&m)
             .headers()
             .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())

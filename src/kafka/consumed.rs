@@ -102,7 +102,8 @@ impl<'a> Consumed<'a> {
     /// A record without headers is told apart before that parse
     /// ([`headerless`](super::headerless)).
     pub fn headers(&self) -> Option<&'a ConsumedHeaders> {
-        if super::headerless::surely_none(self.raw()) {
+        // SAFETY: a consumed message, alive for 'a.
+        if unsafe { super::headerless::surely_none(self.raw()) } {
             return None;
         }
         let mut list = std::ptr::null_mut();

@@ -34,8 +34,10 @@ const KNOWN_RELEASE: i32 = 0x020c_01ff;
 const BINHDRS_LEN_AT: usize = 120;
 const BINHDRS_DATA_AT: usize = 128;
 
-/// Whether this process's librdkafka is the release the offsets are for.
-fn layout_known() -> bool {
+/// Whether the fast answer is on: this process's librdkafka is the release
+/// the offsets are for (false after an upgrade: the test that checks it
+/// then says the offsets need reading again).
+pub fn in_use() -> bool {
     static KNOWN: OnceLock<bool> = OnceLock::new();
     *KNOWN.get_or_init(|| {
         // SAFETY: a pure function of the linked library.
@@ -46,23 +48,22 @@ fn layout_known() -> bool {
     })
 }
 
-/// Whether the fast answer is on (false after a librdkafka upgrade: the
-/// test that checks it then says the offsets need reading again).
-pub fn in_use() -> bool {
-    layout_known()
-}
-
 /// True when `msg`, a record librdkafka consumed (no error), certainly has
 /// no headers; false when it may have some (then ask librdkafka).
-pub fn surely_none(msg: &rd::rd_kafka_message_t) -> bool {
-    if msg.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || msg.payload.is_null() || !layout_known() {
+///
+/// # Safety
+///
+/// `msg` is a message librdkafka handed out (and has not freed): the
+/// fields read lie past the public struct, in librdkafka's own record.
+pub unsafe fn surely_none(msg: &rd::rd_kafka_message_t) -> bool {
+    if msg.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || msg.payload.is_null() || !in_use() {
         return false;
     }
     let base = (msg as *const rd::rd_kafka_message_t).cast::<u8>();
-    // SAFETY: every message librdkafka hands out is the head of an
-    // `rd_kafka_msg_t` (`rd_kafka_message_get`: a fetch op's or an error
-    // op's), which `layout_known` says reaches past both fields; the reads
-    // are unaligned-tolerant and only read.
+    // SAFETY: every message librdkafka hands out (the caller's promise) is
+    // the head of an `rd_kafka_msg_t` (`rd_kafka_message_get`: a fetch op's
+    // or an error op's), which `in_use` says reaches past both fields; the
+    // reads are unaligned-tolerant and only read.
     let (len, data) = unsafe {
         (
             base.add(BINHDRS_LEN_AT).cast::<i32>().read_unaligned(),
