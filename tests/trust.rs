@@ -329,8 +329,11 @@ fn a_record_without_headers_is_told_apart_without_librdkafkas_parse() {
             .headers()
             .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
             .unwrap_or_default();
-        seen.push((m.offset(), fast, ours));
+        seen.push((m.key().map(|k| String::from_utf8_lossy(k).into_owned()), fast, ours));
     }
+    // In the order written: `seen[i]` is the i-th record above.
+    let keys: Vec<Option<String>> = seen.iter().map(|(k, _, _)| k.clone()).collect();
+    assert_eq!(keys, (0..5).map(|i| Some(format!("k{i}"))).collect::<Vec<_>>());
     let names = |got: &[(String, Vec<u8>)]| got.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
     assert!(seen[0].1, "a record without headers is told apart");
     assert!(seen[0].2.is_empty());
