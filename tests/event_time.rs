@@ -379,6 +379,77 @@ fn a_router_joining_and_leaving_while_records_flow() {
     assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
 }
 
+/// A partition announced idle that changes hands while records come to it
+/// is waited for: its old router says, as it lets it go, that it is not
+/// idle, so the slices hold until the new owner reads it. One partition
+/// gets a record every 1.2 s (idle most of the time, lateness 0.5 s), the
+/// other one every 40 ms; a second router joins and leaves cleanly, again
+/// and again, taking one of the two each time. No record may be late.
+#[test]
+fn an_idle_partition_changing_hands_is_waited_for() {
+    let _one = serial();
+    let input = unique("idle-hands");
+    create_topic(&input, 2);
+    let app = unique("idle-hands");
+    let mut env = app_env(&app, &input, "repartition", 2);
+    env.push(("DEDUPD__INPUT__LATENESS".into(), "500ms".into()));
+    env.push(("DEDUPD__OUTPUT__LATE_TOPIC".into(), format!("{app}.late")));
+    let mut first = Daemon::start("idle-hands-a", &env);
+    first.wait_ready(Duration::from_secs(60));
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producing = {
+        let (input, stop) = (input.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let producer = support::counting_producer();
+            let started = Instant::now();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let ts = BASE_TS as u64 + started.elapsed().as_millis() as u64;
+                let p = if n % 30 == 29 { 1 } else { 0 };
+                let payload = format!("{{\"id\":\"h{n}\",\"ts\":{ts},\"seq\":{n}}}");
+                let record = BaseRecord::<[u8], [u8]>::to(&input).partition(p).payload(payload.as_bytes());
+                producer.send(record).map_err(|(e, _)| e).expect("produce");
+                producer.poll(Duration::ZERO);
+                n += 1;
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            producer.flush(Duration::from_secs(30)).expect("flush");
+            producer.context().assert_none_failed(&input);
+            n
+        })
+    };
+
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    while t0.elapsed() < Duration::from_secs(24) {
+        let mut second = Daemon::start("idle-hands-b", &env);
+        eprintln!("round {rounds}: started at {:?}", t0.elapsed());
+        wait_for("the second process owns slices", Duration::from_secs(60), || {
+            second.slices().and_then(|s| s.as_array().map(|a| !a.is_empty())).unwrap_or(false)
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        eprintln!("round {rounds}: owns slices at {:?}", t0.elapsed());
+        assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+        eprintln!("round {rounds}: stopped at {:?}", t0.elapsed());
+        rounds += 1;
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let total = producing.join().unwrap();
+    wait_judged(&[&first], &["distinct", "duplicates", "invalid"], total, Duration::from_secs(60));
+    let late = slice_total(&[&first], &["late"]);
+    eprintln!("idle hands: {total} records, {rounds} rounds, {late} late");
+    for r in read_all(&format!("{app}.late"), Duration::from_secs(3)).values().flatten().take(10) {
+        let late_by = r.header("dedupd.late_by_ms").map(String::from_utf8_lossy);
+        eprintln!("late by {late_by:?} ms: {}", r.value_str());
+    }
+    assert!(rounds >= 3, "the second router joined only {rounds} times");
+    assert_eq!(late, 0, "records judged late");
+    assert_eq!(slice_total(&[&first], &["distinct"]), total, "every record is distinct");
+    assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
+}
+
 /// A repartition-mode daemon (2 slices, 2 input partitions) on a broker of
 /// its own behind a proxy in `mode`, and `burst(from, n)`, which produces
 /// clicks `from..from + n`: 300 keys, each sent again and again 10 ms

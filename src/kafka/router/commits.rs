@@ -45,6 +45,9 @@ pub(super) struct CommitBook {
     pub(super) revoked: Vec<PartitionId>,
     /// Partitions assigned since the loop last looked.
     pub(super) assigned: Vec<PartitionId>,
+    /// Every partition of the input topics, as the loop last learned them:
+    /// the rebalance callbacks name them all ([`super::progress::hold`]).
+    pub(super) input_partitions: Vec<PartitionId>,
 }
 
 /// Flushes the producer, then commits synchronously every routed offset (of

@@ -1,5 +1,7 @@
-//! The router consumer's context: before partitions are revoked, everything
-//! routed from them is delivered and committed; the loop learns of
+//! The router consumer's context: in every rebalance the slices are told
+//! to wait for this router's partitions (see [`super::progress::hold`]),
+//! and before partitions are revoked everything routed from them is
+//! delivered and committed; the loop learns of
 //! assignments and revocations through [`CommitBook`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,6 +13,7 @@ use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, TopicPartitionList};
 
 use super::commits::{CommitBook, commit_all};
+use super::progress::hold;
 use super::setup::{PartitionId, RouterSetup};
 use crate::kafka::clients;
 use crate::kafka::consumed::{BatchQueue, ForwardTarget};
@@ -57,6 +60,11 @@ impl ConsumerContext for RouterContext {
             // Hand over cleanly: everything routed so far is delivered and committed.
             let revoked: Vec<PartitionId> =
                 tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+            // Not when the group has already given them away (this member
+            // was fenced): their new owner may have spoken of them already.
+            if !consumer.assignment_lost() {
+                self.hold_owned(consumer, &revoked);
+            }
             if let Err(e) = commit_all(&self.setup, consumer, &self.book, Some(&revoked)) {
                 log::warn!("router: committing before a rebalance: {e}");
             }
@@ -80,6 +88,7 @@ impl ConsumerContext for RouterContext {
             self.join.assigned(&named);
             self.forward_records(consumer, &named);
             let assigned: Vec<PartitionId> = named.iter().map(|(t, p)| (t.to_string(), *p)).collect();
+            self.hold_owned(consumer, &assigned);
             self.book.lock().expect("router lock").assigned.extend(assigned);
             self.rebalanced.store(true, Ordering::Relaxed);
         }
@@ -93,6 +102,20 @@ impl ConsumerContext for RouterContext {
 }
 
 impl RouterContext {
+    /// Holds the slices for every partition this router owns, with `named`
+    /// (those the callback names) if its assignment cannot be had: see
+    /// [`hold`].
+    fn hold_owned(&self, consumer: &BaseConsumer<Self>, named: &[PartitionId]) {
+        let owned: Vec<PartitionId> = match consumer.assignment() {
+            Ok(tpl) => tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect(),
+            Err(_) => named.to_vec(),
+        };
+        let all = self.book.lock().expect("router lock").input_partitions.clone();
+        if let Err(e) = hold(&self.setup, &owned, &all) {
+            log::warn!("router: announcing {owned:?} held for a rebalance: {e}");
+        }
+    }
+
     /// Forwards the records of the input partitions just assigned to the
     /// router loop's records queue, if there is one: read there a batch at
     /// a time (see [`BatchQueue::forward`]).

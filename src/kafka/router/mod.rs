@@ -39,7 +39,10 @@
 //! slices hold their watermark at the slowest partition not idle, so when
 //! this router dies, its partitions' records, resumed by another router
 //! once the group notices, still arrive in order (per-input watermarks, as
-//! Flink's; deterministic because they travel in the slice log).
+//! Flink's; deterministic because they travel in the slice log). In a
+//! rebalance every partition the router owns is announced not idle first
+//! (`progress::hold`): records written to one while librdkafka pauses it,
+//! or before its new owner reads it, are waited for.
 //!
 //! Buffered records are the consumer's own messages, held until routed (no
 //! copy); a partition is paused (which drops librdkafka's prefetched records
@@ -47,10 +50,10 @@
 //!
 //! Files of this folder, from the bottom up (a file imports only files
 //! above it in this list): `setup.rs` ([`RouterSetup`]), `commits.rs` (the
-//! offsets committed once acknowledged), `context.rs` (the consumer's
-//! rebalance callbacks), `lanes.rs` (one buffer per input partition),
-//! `route.rs` (reading and routing a record), `progress.rs` (the progress
-//! records). This file holds the loop: poll, buffer each record in its
+//! offsets committed once acknowledged), `lanes.rs` (one buffer per input
+//! partition), `route.rs` (reading and routing a record), `progress.rs`
+//! (the progress records), `context.rs` (the consumer's rebalance
+//! callbacks). This file holds the loop: poll, buffer each record in its
 //! lane, announce progress, route what is ready, commit what is acknowledged.
 
 mod commits;
@@ -157,6 +160,7 @@ pub fn run(setup: Arc<RouterSetup>, stop: Arc<AtomicBool>) -> Result<(), KafkaLa
     let mut records = BatchQueue::new(consumer.client());
     *consumer.context().records_to.lock().expect("router lock") = Some(records.target());
     let mut router = Router::new(&setup, &consumer);
+    book.lock().expect("router lock").input_partitions.clone_from(&router.all_partitions);
     let result = loop {
         if stop.load(Ordering::Relaxed) {
             break Ok(());
@@ -340,6 +344,8 @@ impl<'c> Router<'c> {
         // assigned now start from their committed offsets), to resume
         // after the last record taken off the records queue: a record not
         // handed out yet counts, so it decides before the lane's last.
+        // Records may have come while it was paused: its end is known again
+        // only from the end of partition librdkafka reports after a pause.
         for ((topic, partition), lane) in self.lanes.iter_mut() {
             let handed_out = lane.end_offset.take();
             let end = match records.last_left_of(topic, *partition) {
@@ -349,17 +355,25 @@ impl<'c> Router<'c> {
             if let Some(end) = end {
                 resume_at_end(consumer, (topic, *partition), end);
             }
+            lane.at_end = false;
         }
+        // An end taken before the pause is not one now (the pin above has its offset).
+        records.discard_where(|r| end_of_partition(r).is_some());
         for new in assigned {
             self.lanes.entry(new).or_insert_with(Lane::new);
         }
         if changed {
-            // Partitions may have been added; and the new owner says what
-            // it knows before it routes anything.
+            // Partitions may have been added.
             let names: Vec<&str> = self.topics.iter().map(String::as_str).collect();
             self.all_partitions = input_partitions(consumer, &names, &self.all_partitions);
-            self.last_progress = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
+            book.lock().expect("router lock").input_partitions.clone_from(&self.all_partitions);
         }
+        // The callback announced every partition held (`progress::hold`):
+        // what was announced before says nothing of what the slices know.
+        // Said again now, as a new owner says what it knows before it
+        // routes anything.
+        self.announced.clear();
+        self.last_progress = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
     }
 
     /// Takes a consumer error; the end of a partition marks its lane. An

@@ -20,7 +20,8 @@ pub(super) const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 /// back (an idle or empty partition would otherwise keep every slice's
 /// watermark where it stopped). Not shorter than the lateness: a slice
 /// flushes only after that much silence anyway, and a partition announced
-/// idle that receives records while its router is gone is not held for.
+/// idle that receives records while its router is killed is not held for
+/// (in a rebalance it is: [`hold`]).
 pub(super) const IDLE_AFTER: Duration = Duration::from_millis(500);
 
 /// What was announced of a partition: time, idle, owned, and how many
@@ -69,11 +70,40 @@ pub(super) fn announce(
             owned: *owned,
         })
         .collect();
-    let payload = Progress::encode(&entries);
+    send(setup, &entries)?;
+    *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
+    Ok(())
+}
+
+/// Announces `owned` (this router's partitions, in a rebalance callback)
+/// not idle — at time 0: a slice keeps the largest time it knows — and
+/// every other partition of `all` as only existing. librdkafka pauses
+/// every assigned partition while a rebalance waits for its callbacks, and
+/// hands those revoked to another router: records written meanwhile to a
+/// partition announced idle, which holds nobody back, would come behind a
+/// watermark the other partitions moved on. Held now, such a partition
+/// holds the slices until it is announced idle again: after its next end
+/// of partition (one comes after every pause), by this router or its new
+/// owner. Sent inside the callback (a revocation's before its flush): in
+/// every slice's log it comes before anything a new owner writes.
+pub(super) fn hold(setup: &RouterSetup, owned: &[PartitionId], all: &[PartitionId]) -> Result<(), KafkaLayerError> {
+    let others = all.iter().filter(|id| !owned.contains(id));
+    let entries: Vec<Progress<'_>> = owned
+        .iter()
+        .map(|id| (id, true))
+        .chain(others.map(|id| (id, false)))
+        .map(|((topic, partition), owned)| Progress { topic, partition: *partition, time_ms: 0, idle: false, owned })
+        .collect();
+    send(setup, &entries)
+}
+
+/// Writes a progress record of `entries` to every slice partition.
+fn send(setup: &RouterSetup, entries: &[Progress<'_>]) -> Result<(), KafkaLayerError> {
+    let payload = Progress::encode(entries);
+    log::debug!("router: progress announced: {:?}", String::from_utf8_lossy(&payload));
     for slice in 0..setup.slices {
         produce_control(&setup.producer, &setup.slice_topic, slice as i32, headers::PROGRESS, &payload)?;
     }
-    *announced = current.into_iter().map(|(id, p)| (id.clone(), p)).collect();
     Ok(())
 }
 
