@@ -379,12 +379,13 @@ fn a_router_joining_and_leaving_while_records_flow() {
     assert!(first.terminate(Duration::from_secs(30)).success(), "{}", first.log_text());
 }
 
-/// A partition announced idle that changes hands while records come to it
-/// is waited for: its old router says, as it lets it go, that it is not
-/// idle, so the slices hold until the new owner reads it. One partition
-/// gets a record every 1.2 s (idle most of the time, lateness 0.5 s), the
-/// other one every 40 ms; a second router joins and leaves cleanly, again
-/// and again, taking one of the two each time. No record may be late.
+/// A partition announced idle is waited for while a rebalance pauses it or
+/// hands it over: in every rebalance each router announces the partitions
+/// it owns not idle, so the slices hold until one is read to its end again.
+/// One partition gets a record every 1.2 s (idle most of the time, lateness
+/// 0.5 s), the other one every 40 ms; a second router joins and leaves
+/// cleanly, again and again, taking one of the two each time. No record
+/// may be late.
 #[test]
 fn an_idle_partition_changing_hands_is_waited_for() {
     let _one = serial();
@@ -429,7 +430,7 @@ fn an_idle_partition_changing_hands_is_waited_for() {
             second.slices().and_then(|s| s.as_array().map(|a| !a.is_empty())).unwrap_or(false)
         });
         std::thread::sleep(Duration::from_millis(1500));
-        eprintln!("round {rounds}: owns slices at {:?}", t0.elapsed());
+        eprintln!("round {rounds}: leaves at {:?}", t0.elapsed());
         assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
         eprintln!("round {rounds}: stopped at {:?}", t0.elapsed());
         rounds += 1;
