@@ -58,8 +58,7 @@ impl ConsumerContext for RouterContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             // Hand over cleanly: everything routed so far is delivered and committed.
-            let revoked: Vec<PartitionId> =
-                tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+            let revoked = partition_ids(tpl);
             // Not when the group has already given them away (this member
             // was fenced): their new owner may have spoken of them already.
             if !consumer.assignment_lost() {
@@ -107,7 +106,7 @@ impl RouterContext {
     /// [`hold`].
     fn hold_owned(&self, consumer: &BaseConsumer<Self>, named: &[PartitionId]) {
         let owned: Vec<PartitionId> = match consumer.assignment() {
-            Ok(tpl) => tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect(),
+            Ok(tpl) => partition_ids(&tpl),
             Err(_) => named.to_vec(),
         };
         let all = self.book.lock().expect("router lock").input_partitions.clone();
@@ -124,4 +123,9 @@ impl RouterContext {
         // SAFETY: `run` clears `records_to` before the queue goes.
         unsafe { BatchQueue::forward(target, consumer.client(), partitions.iter().copied()) };
     }
+}
+
+/// The partitions `tpl` names.
+fn partition_ids(tpl: &TopicPartitionList) -> Vec<PartitionId> {
+    tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect()
 }

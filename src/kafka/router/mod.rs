@@ -331,15 +331,12 @@ impl<'c> Router<'c> {
         }
         let mut s = book.lock().expect("router lock");
         let changed = !s.revoked.is_empty() || !s.assigned.is_empty();
-        if !s.revoked.is_empty() {
-            let revoked = &s.revoked;
-            records.discard_where(|r| revoked.iter().any(|(t, p)| r.is_of(t, *p)));
-        }
-        for gone in s.revoked.drain(..) {
-            self.lanes.remove(&gone);
-        }
+        let revoked: Vec<PartitionId> = s.revoked.drain(..).collect();
         let assigned: Vec<PartitionId> = s.assigned.drain(..).collect();
         drop(s);
+        for gone in &revoked {
+            self.lanes.remove(gone);
+        }
         // Every partition kept was paused by librdkafka meanwhile (those
         // assigned now start from their committed offsets), to resume
         // after the last record taken off the records queue: a record not
@@ -357,8 +354,9 @@ impl<'c> Router<'c> {
             }
             lane.at_end = false;
         }
-        // An end taken before the pause is not one now (the pin above has its offset).
-        records.discard_where(|r| end_of_partition(r).is_some());
+        // Records taken of a partition revoked go; and an end taken before
+        // the pause is not one now (the pin above has its offset).
+        records.discard_where(|r| end_of_partition(r).is_some() || revoked.iter().any(|(t, p)| r.is_of(t, *p)));
         for new in assigned {
             self.lanes.entry(new).or_insert_with(Lane::new);
         }
