@@ -242,6 +242,23 @@ fn two_routers_with_partitions_a_second_apart() {
     }
 }
 
+/// A second process `name` joins, owns slices for `stay`, and leaves: by
+/// SIGTERM (a clean hand-over, which must succeed) or, with `kill`, by
+/// SIGKILL. Returns it, gone, for its log.
+fn join_and_leave(name: &str, env: &[(String, String)], stay: Duration, kill: bool) -> Daemon {
+    let mut second = Daemon::start(name, env);
+    wait_for("the second process owns slices", Duration::from_secs(60), || {
+        second.slices().and_then(|s| s.as_array().map(|a| !a.is_empty())).unwrap_or(false)
+    });
+    std::thread::sleep(stay);
+    if kill {
+        second.kill();
+    } else {
+        assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+    }
+    second
+}
+
 /// A second router joins and leaves, cleanly and by SIGKILL, again and
 /// again while live records flow (partitions a quarter of a second apart in
 /// event time): no record is held for good or lost when the groups move
@@ -331,17 +348,8 @@ fn a_router_joining_and_leaving_while_records_flow() {
     let t0 = Instant::now();
     let mut gone = Vec::new();
     while !stop.load(std::sync::atomic::Ordering::Relaxed) && !producing.is_finished() {
-        let mut second = Daemon::start("join-leave-b", &env);
-        eprintln!("round {round}: started at {:?}", t0.elapsed());
-        wait_for("the second process owns slices", Duration::from_secs(60), || {
-            second.slices().and_then(|s| s.as_array().map(|a| !a.is_empty())).unwrap_or(false)
-        });
-        std::thread::sleep(Duration::from_secs(2));
-        if round % 2 == 0 {
-            assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
-        } else {
-            second.kill();
-        }
+        eprintln!("round {round}: starts at {:?}", t0.elapsed());
+        let second = join_and_leave("join-leave-b", &env, Duration::from_secs(2), round % 2 == 1);
         eprintln!(
             "round {round}: the second process {} at {:?}",
             if round % 2 == 0 { "stopped" } else { "killed" },
@@ -424,14 +432,8 @@ fn an_idle_partition_changing_hands_is_waited_for() {
     let t0 = Instant::now();
     let mut rounds = 0;
     while t0.elapsed() < Duration::from_secs(24) {
-        let mut second = Daemon::start("idle-hands-b", &env);
-        eprintln!("round {rounds}: started at {:?}", t0.elapsed());
-        wait_for("the second process owns slices", Duration::from_secs(60), || {
-            second.slices().and_then(|s| s.as_array().map(|a| !a.is_empty())).unwrap_or(false)
-        });
-        std::thread::sleep(Duration::from_millis(1500));
-        eprintln!("round {rounds}: leaves at {:?}", t0.elapsed());
-        assert!(second.terminate(Duration::from_secs(30)).success(), "{}", second.log_text());
+        eprintln!("round {rounds}: starts at {:?}", t0.elapsed());
+        join_and_leave("idle-hands-b", &env, Duration::from_millis(1500), false);
         eprintln!("round {rounds}: stopped at {:?}", t0.elapsed());
         rounds += 1;
         std::thread::sleep(Duration::from_millis(1500));
