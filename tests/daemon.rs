@@ -321,6 +321,15 @@ fn repartition_external_client_resends_and_bad_input() {
     ] {
         assert!(metrics.contains(needle), "/metrics lacks {needle}:\n{metrics}");
     }
+    // The outputs this process had acknowledged are timed (those of the
+    // processes killed before it are not in its metrics), and so are the
+    // slice-log records its router wrote.
+    let count = |series: &str| {
+        metrics.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse::<usize>().ok()).unwrap_or(0)
+    };
+    let timed = count("dedupd_end_to_end_latency_seconds_count");
+    assert!(timed > 0 && timed <= out.values().map(Vec::len).sum(), "{timed} outputs timed:\n{metrics}");
+    assert!(count("dedupd_stage_latency_seconds_count{stage=\"router_acked\"}") > 0, "{metrics}");
     let slices_json = daemon.slices().unwrap();
     let owned: HashSet<u64> = slices_json.as_array().unwrap().iter().map(|s| s["slice"].as_u64().unwrap()).collect();
     assert_eq!(owned.len(), slices as usize);

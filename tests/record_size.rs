@@ -181,6 +181,9 @@ fn a_limit_lowered_after_start_up_stops_the_daemon_with_a_clear_error_then_a_res
     let line =
         log.lines().find(|l| l.contains(&format!("delivery to {out}/0 failed"))).unwrap_or_else(|| panic!("{log}"));
     assert!(line.contains("its limit read at start-up was 1048588 bytes"), "{line}");
+    // The refused record's size, read from its delivery report: its 6000-byte value and a little.
+    let about: u64 = line.split("a record of about ").nth(1).and_then(|r| r.split(' ').next()?.parse().ok()).unwrap();
+    assert!((6_000..7_000).contains(&about), "{line}");
     assert!(line.contains("max.message.bytes"), "{line}");
 
     let mut daemon = Daemon::start("size-low", &env);

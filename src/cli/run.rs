@@ -341,7 +341,7 @@ fn worker_setup(
         producer: producer::output_producer(
             cfg,
             "output",
-            Some((cfg.settings.output.topic.clone(), metrics.output.end_to_end_latency.clone())),
+            Some(metrics.output.end_to_end_latency.clone()),
             output_topics(cfg),
             started.slice_count as usize,
             Some(&started.limits),
@@ -400,7 +400,7 @@ fn start_router(
             producer: producer::output_producer(
                 &cfg,
                 "router",
-                Some((cfg.slice_topic(), metrics.stage("router_acked"))),
+                Some(metrics.stage("router_acked")),
                 vec![cfg.slice_topic(), cfg.settings.output.dead_letter_topic.clone()],
                 slice_count as usize,
                 Some(&limits),

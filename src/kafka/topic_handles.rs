@@ -14,7 +14,7 @@ use std::ptr::{self, NonNull};
 use rdkafka::bindings as rd;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{OwnedHeaders, ToBytes};
-use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 
 /// One handle per topic, in the order of the names given. Dropped before
 /// the client they were made of (librdkafka's topic handles must not
@@ -31,7 +31,7 @@ impl TopicHandles {
     /// Handles of `topics` made of `producer`'s client; none at all when
     /// librdkafka refuses a name (one with a NUL byte cannot be written
     /// anyway): records are then sent by name.
-    pub fn new<C: ProducerContext>(producer: &ThreadedProducer<C>, topics: &[String]) -> Self {
+    pub fn new<C: ProducerContext>(producer: &BaseProducer<C>, topics: &[String]) -> Self {
         let rk = producer.client().native_ptr();
         let handles = topics
             .iter()
@@ -49,6 +49,12 @@ impl TopicHandles {
                 TopicHandles(Vec::new())
             }
         }
+    }
+
+    /// The handles' addresses, in the order of the names given: librdkafka
+    /// reports a record sent through one with its address.
+    pub fn addresses(&self) -> Vec<usize> {
+        self.0.iter().map(|h| h.as_ptr() as usize).collect()
     }
 
     /// The handle of the `i`th topic given.
@@ -78,7 +84,7 @@ impl Drop for TopicHandles {
 // queue has room, as from rust-rdkafka's `send`.
 #[allow(clippy::result_large_err)]
 pub fn send_to<'a, C, K, P>(
-    producer: &ThreadedProducer<C>,
+    producer: &BaseProducer<C>,
     handle: NonNull<rd::rd_kafka_topic_t>,
     mut record: BaseRecord<'a, K, P, ()>,
 ) -> Result<(), (KafkaError, BaseRecord<'a, K, P, ()>)>

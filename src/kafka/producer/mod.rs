@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, Timestamp};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
+
+use self::poll_thread::PollThread;
 
 use super::out_record::OutRecord;
 use super::size_limits::{self, RecordLimits};
@@ -29,12 +31,14 @@ use super::topic_handles::{self, TopicHandles};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
+mod poll_thread;
+
 /// Records delivery failures (the worker loop turns the first into a stop)
 /// and the end-to-end latency of acknowledged outputs.
 pub struct DeliveryWatch {
     failure: Mutex<Option<String>>,
-    /// The output topic and the histogram of record timestamp → acknowledged.
-    latency: Option<(String, prometheus::Histogram)>,
+    /// The histogram of record timestamp → acknowledged, of the first topic counted.
+    latency: Option<prometheus::Histogram>,
     counts: DeliveryCounts,
     /// The limits read at start-up, named when the broker refuses a record for its size.
     limits: RecordLimits,
@@ -49,6 +53,30 @@ impl DeliveryWatch {
     /// Records sent and acknowledged per partition.
     pub fn counts(&self) -> &DeliveryCounts {
         &self.counts
+    }
+
+    /// An acknowledged record of the `topic`th topic counted (`None`: a
+    /// topic not counted), read at `now_ms`: counted, and timed when of the
+    /// first. A report comes after any failure of an earlier record of its
+    /// partition (reports come in send order), so a count never passes a
+    /// failure.
+    fn acknowledged(&self, topic: Option<usize>, partition: i32, offset: i64, timestamp: Timestamp, now_ms: i64) {
+        let Some(t) = topic else { return };
+        if t == 0
+            && let Some(histogram) = &self.latency
+        {
+            crate::metrics::observe_since(histogram, timestamp.to_millis(), now_ms);
+        }
+        self.counts.acked_at(t, partition, offset);
+    }
+
+    /// A record of `topic`/`partition` that was not delivered (`size`: its
+    /// size, asked for a refusal for size): the first failure is kept.
+    fn failed(&self, e: &KafkaError, topic: &str, partition: i32, size: impl FnOnce() -> u64) {
+        let mut f = self.failure.lock().expect("failure lock");
+        if f.is_none() {
+            *f = Some(failure_text(e, topic, partition, size, &self.limits));
+        }
     }
 }
 
@@ -107,8 +135,8 @@ impl DeliveryCounts {
         }
     }
 
-    fn acked(&self, topic: &str, partition: i32, offset: i64) {
-        if let Some((t, p)) = self.slot(topic, partition) {
+    fn acked_at(&self, t: usize, partition: i32, offset: i64) {
+        if let Some((t, p)) = self.slot_at(t, partition) {
             // Before the count: whoever sees the count sees the end too.
             self.ends[t][p].fetch_max(u64::try_from(offset + 1).unwrap_or(0), Ordering::Relaxed);
             self.acked[t][p].fetch_add(1, Ordering::Release);
@@ -160,27 +188,17 @@ impl ClientContext for DeliveryWatch {
 
 impl ProducerContext for DeliveryWatch {
     type DeliveryOpaque = ();
+    /// Reports served by rust-rdkafka's own poll (`flush`, the purge at
+    /// drop); the poll thread serves the others ([`poll_thread`]).
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
             Ok(m) => {
-                // Read once: librdkafka looks the name up, and Rust checks its UTF-8, on each ask.
-                let topic = m.topic();
-                if let Some((timed, histogram)) = &self.latency
-                    && topic == timed
-                    && let Some(ts) = m.timestamp().to_millis()
-                {
-                    crate::metrics::observe_since(histogram, Some(ts), crate::metrics::now_ms());
-                }
-                // Counted after the failure check below could see an earlier
-                // failure of the same partition: reports come in send order.
-                self.counts.acked(topic, m.partition(), m.offset())
+                let topic = self.counts.topic_index(m.topic());
+                self.acknowledged(topic, m.partition(), m.offset(), m.timestamp(), crate::metrics::now_ms())
             }
-            Err((e, m)) => {
-                let mut f = self.failure.lock().expect("failure lock");
-                if f.is_none() {
-                    *f = Some(failure_text(e, m, &self.limits));
-                }
-            }
+            Err((e, m)) => self.failed(e, m.topic(), m.partition(), || {
+                size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS
+            }),
         }
     }
 }
@@ -189,17 +207,21 @@ impl ProducerContext for DeliveryWatch {
 type OutBaseRecord<'a> = BaseRecord<'a, [u8], [u8], ()>;
 
 /// The daemon's producer, with librdkafka handles of the topics it counts
-/// ([`TopicHandles`]: their records are sent without naming the topic).
+/// ([`TopicHandles`]: their records are sent without naming the topic) and
+/// the thread serving its delivery reports ([`poll_thread`]).
 pub struct OutputProducer {
+    /// Declared before `topics` and `producer`: it stops before they drop.
+    _poll_thread: PollThread,
     /// Declared before `producer`: dropped before the client they were made of.
     topics: TopicHandles,
-    producer: ThreadedProducer<DeliveryWatch>,
+    producer: BaseProducer<DeliveryWatch>,
 }
 
 impl OutputProducer {
-    fn new(producer: ThreadedProducer<DeliveryWatch>) -> Self {
+    fn new(producer: BaseProducer<DeliveryWatch>) -> std::io::Result<Self> {
         let topics = TopicHandles::new(&producer, &producer.context().counts.topics);
-        OutputProducer { topics, producer }
+        let poll_thread = PollThread::start(&producer, topics.addresses())?;
+        Ok(OutputProducer { _poll_thread: poll_thread, topics, producer })
     }
 
     /// The position of `topic` among the topics counted (and their handles).
@@ -224,7 +246,7 @@ impl OutputProducer {
 }
 
 impl std::ops::Deref for OutputProducer {
-    type Target = ThreadedProducer<DeliveryWatch>;
+    type Target = BaseProducer<DeliveryWatch>;
 
     fn deref(&self) -> &Self::Target {
         &self.producer
@@ -235,12 +257,16 @@ impl std::ops::Deref for OutputProducer {
 /// the topic's limit as read at start-up: the record path dead-letters what
 /// exceeds that, so the broker's limit is lower now (or was not reported and
 /// is below Kafka's default), and a restart reads it again.
-fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limits: &RecordLimits) -> String {
-    let topic = m.topic();
-    let mut text = format!("delivery to {topic}/{} failed: {e}", m.partition());
+fn failure_text(
+    e: &KafkaError,
+    topic: &str,
+    partition: i32,
+    size: impl FnOnce() -> u64,
+    limits: &RecordLimits,
+) -> String {
+    let mut text = format!("delivery to {topic}/{partition} failed: {e}");
     if e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge) {
-        let size =
-            size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS;
+        let size = size();
         let known = limits.of_topic(topic).map_or_else(
             || "dedupd does not check it".to_string(),
             |l| format!("its limit read at start-up was {} bytes", l.bytes),
@@ -256,14 +282,14 @@ fn failure_text(e: &KafkaError, m: &rdkafka::message::BorrowedMessage<'_>, limit
     text
 }
 
-/// Creates a producer; with `latency`, acknowledged records of that topic
-/// are timed from their timestamps. Records sent to partitions
+/// Creates a producer; with `latency`, acknowledged records of the first of
+/// the `counted` topics are timed from their timestamps. Records sent to partitions
 /// `0..partitions` of `counted` topics are counted ([`DeliveryCounts`]).
 /// With `limits` (the topics it writes), its batches fit the smallest of them.
 pub fn output_producer(
     cfg: &Resolved,
     name: &str,
-    latency: Option<(String, prometheus::Histogram)>,
+    latency: Option<prometheus::Histogram>,
     counted: Vec<String>,
     partitions: usize,
     limits: Option<&RecordLimits>,
@@ -282,7 +308,8 @@ pub fn output_producer(
     let producer = config
         .create_with_context(DeliveryWatch { failure: Mutex::new(None), latency, counts, limits })
         .context(|| format!("creating the {name} producer"))?;
-    Ok(OutputProducer::new(producer))
+    OutputProducer::new(producer)
+        .map_err(|e| KafkaLayerError::Internal(format!("starting the {name} producer's poll thread: {e}")))
 }
 
 /// What the outputs' replay bounds need of their producer, unless `[kafka]`
