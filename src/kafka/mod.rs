@@ -18,7 +18,8 @@
 //!   record's size as the broker counts it.
 //! - [`held_record`]: an input record a slice holds for the watermark, owned.
 //! - [`out_record`]: a record as a judgment's copies see it, borrowed or held.
-//! - [`producer`]: delivery watching and copying records between topics.
+//! - [`producer`]: delivery watching (a poll thread of its own serves the
+//!   delivery reports) and copying records between topics.
 //! - [`topic_handles`]: librdkafka handles of the topics a producer writes,
 //!   made once, and a send through one.
 //! - [`checkpoint`]: chunked slice snapshots and their manifests in the

@@ -11,6 +11,9 @@
 //! commits input offsets and the slice workers write snapshots on that
 //! condition, without stopping the pipeline for a flush of everything in
 //! flight.
+//!
+//! The reports are served by a thread of our own ([`poll_thread`]), an
+//! event of reports at a time.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,7 +34,7 @@ use super::topic_handles::{self, TopicHandles};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
 
-mod poll_thread;
+pub mod poll_thread;
 
 /// Records delivery failures (the worker loop turns the first into a stop)
 /// and the end-to-end latency of acknowledged outputs.

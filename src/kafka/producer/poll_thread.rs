@@ -1,4 +1,4 @@
-//! The output producer's poll thread ([`PollThread`]): it serves
+//! The output producer's poll thread (`PollThread`): it serves
 //! librdkafka's events, a delivery-report event at a time.
 //!
 //! Why not rust-rdkafka's `ThreadedProducer`: its thread reads the clock
@@ -8,15 +8,15 @@
 //! topic up by name. The reports of one event were acknowledged together,
 //! so one clock read times them all, and a report's topic is told by its
 //! librdkafka handle: the producer sends the topics it counts through
-//! handles of its own ([`super::TopicHandles`]), and librdkafka reports a
-//! record with the handle it was sent through. A profile of
-//! input-partitions mode had those reads and lookups at about a third of
-//! this thread (docs/dev/profiles.md).
+//! handles of its own ([`crate::kafka::topic_handles::TopicHandles`]), and
+//! librdkafka reports a record with the handle it was sent through. A
+//! profile of input-partitions mode had those reads and lookups at about a
+//! third of this thread (docs/dev/profiles.md).
 //!
 //! rust-rdkafka's own poll still serves the producer where it polls by
 //! itself (`flush`, and the purge when it is dropped), through the
 //! context's `delivery`; both count and time a report the same way
-//! ([`DeliveryWatch::acknowledged`], [`DeliveryWatch::failed`]).
+//! (`DeliveryWatch::acknowledged`, `DeliveryWatch::failed`).
 
 use std::ffi::{CStr, c_char, c_void};
 use std::ptr::{self, NonNull};
