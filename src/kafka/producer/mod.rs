@@ -33,6 +33,7 @@ use super::size_limits::{self, RecordLimits};
 use super::topic_handles::{self, TopicHandles};
 use super::{Context, KafkaLayerError, clients, headers};
 use crate::config::Resolved;
+use crate::metrics::Observer;
 
 pub mod poll_thread;
 
@@ -59,14 +60,22 @@ impl DeliveryWatch {
     }
 
     /// An acknowledged record of the `topic`th topic counted (`None`: a
-    /// topic not counted), read at `now_ms`: counted, and timed when of the
+    /// topic not counted), read at `now_ms`: counted, and timed into
+    /// `latency` (this watch's histogram or a local copy of it) when of the
     /// first. A report comes after any failure of an earlier record of its
     /// partition (reports come in send order), so a count never passes a
     /// failure.
-    fn acknowledged(&self, topic: Option<usize>, partition: i32, offset: i64, timestamp: Timestamp, now_ms: i64) {
+    fn acknowledged(
+        &self,
+        topic: Option<usize>,
+        partition: i32,
+        offset: i64,
+        (timestamp, now_ms): (Timestamp, i64),
+        latency: Option<&impl Observer>,
+    ) {
         let Some(t) = topic else { return };
         if t == 0
-            && let Some(histogram) = &self.latency
+            && let Some(histogram) = latency
         {
             crate::metrics::observe_since(histogram, timestamp.to_millis(), now_ms);
         }
@@ -196,8 +205,8 @@ impl ProducerContext for DeliveryWatch {
     fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
         match result {
             Ok(m) => {
-                let topic = self.counts.topic_index(m.topic());
-                self.acknowledged(topic, m.partition(), m.offset(), m.timestamp(), crate::metrics::now_ms())
+                let (topic, times) = (self.counts.topic_index(m.topic()), (m.timestamp(), crate::metrics::now_ms()));
+                self.acknowledged(topic, m.partition(), m.offset(), times, self.latency.as_ref())
             }
             Err((e, m)) => self.failed(e, m.topic(), m.partition(), || {
                 size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS

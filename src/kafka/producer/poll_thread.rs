@@ -24,6 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
+use prometheus::Histogram;
+use prometheus::local::LocalHistogram;
 use rdkafka::ClientContext;
 use rdkafka::bindings as rd;
 use rdkafka::config::RDKafkaLogLevel;
@@ -58,9 +60,11 @@ impl PollThread {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new().name(NAME.to_string()).spawn(move || {
+            // Observed without an atomic operation per record; flushed after each event.
+            let latency = watch.latency.as_ref().map(Histogram::local);
             while !stopped.load(Ordering::Relaxed) {
                 if let Some(event) = queue.poll(WAIT_MS) {
-                    serve(event, &watch, &handles);
+                    serve(event, &watch, &handles, latency.as_ref());
                     // SAFETY: an event returned to us, released once; its reports go with it.
                     unsafe { rd::rd_kafka_event_destroy(event.as_ptr()) };
                 }
@@ -104,7 +108,12 @@ impl Drop for MainQueue {
 /// One event of the main queue: delivery reports, a log line or an error.
 /// Statistics are never asked for, and token refreshes are not taken by
 /// this context (rust-rdkafka passes both over likewise).
-fn serve(event: NonNull<rd::rd_kafka_event_t>, watch: &DeliveryWatch, handles: &[usize]) {
+fn serve(
+    event: NonNull<rd::rd_kafka_event_t>,
+    watch: &DeliveryWatch,
+    handles: &[usize],
+    latency: Option<&LocalHistogram>,
+) {
     let ev = event.as_ptr();
     // SAFETY (every call below): `ev` is a live event of this client.
     match unsafe { rd::rd_kafka_event_type(ev) } {
@@ -112,7 +121,10 @@ fn serve(event: NonNull<rd::rd_kafka_event_t>, watch: &DeliveryWatch, handles: &
             let now_ms = crate::metrics::now_ms();
             while let Some(report) = NonNull::new(unsafe { rd::rd_kafka_event_message_next(ev) }.cast_mut()) {
                 // SAFETY: a report of the event, alive until it is destroyed.
-                reported(unsafe { report.as_ref() }, watch, handles, now_ms);
+                reported(unsafe { report.as_ref() }, watch, handles, now_ms, latency);
+            }
+            if let Some(latency) = latency {
+                latency.flush();
             }
         }
         rd::RD_KAFKA_EVENT_LOG => {
@@ -130,7 +142,13 @@ fn serve(event: NonNull<rd::rd_kafka_event_t>, watch: &DeliveryWatch, handles: &
 }
 
 /// One delivery report: counted (and timed) when acknowledged, a failure otherwise.
-fn reported(m: &rd::rd_kafka_message_t, watch: &DeliveryWatch, handles: &[usize], now_ms: i64) {
+fn reported(
+    m: &rd::rd_kafka_message_t,
+    watch: &DeliveryWatch,
+    handles: &[usize],
+    now_ms: i64,
+    latency: Option<&LocalHistogram>,
+) {
     let topic = || c_text(unsafe { rd::rd_kafka_topic_name(m.rkt) });
     if m.err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
         let error = KafkaError::MessageProduction(RDKafkaErrorCode::from(m.err));
@@ -139,7 +157,7 @@ fn reported(m: &rd::rd_kafka_message_t, watch: &DeliveryWatch, handles: &[usize]
     }
     // By its handle; by name when it was sent to a topic without one.
     let counted = handles.iter().position(|&h| h == m.rkt as usize).or_else(|| watch.counts.topic_index(&topic()));
-    watch.acknowledged(counted, m.partition, m.offset, timestamp(m), now_ms);
+    watch.acknowledged(counted, m.partition, m.offset, (timestamp(m), now_ms), latency);
 }
 
 /// A report's record size as [`size_limits::record_size`] counts it, less
