@@ -46,7 +46,7 @@ impl<'a> Consumed<'a> {
 /// The slice a pointer and a length name, `None` for a null pointer.
 ///
 /// SAFETY: a non-null `ptr` points at `len` bytes that live, unchanged, for 'a.
-unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Option<&'a [u8]> {
+pub(crate) unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Option<&'a [u8]> {
     (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
 }
 
@@ -87,15 +87,8 @@ impl<'a> Consumed<'a> {
     }
 
     pub fn timestamp(&self) -> Timestamp {
-        let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
-        // SAFETY: the message is alive; librdkafka only reads it.
-        let ms = unsafe { rd::rd_kafka_message_timestamp(self.msg.as_ptr(), &mut kind) };
-        match kind {
-            _ if ms == -1 => Timestamp::NotAvailable,
-            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => Timestamp::NotAvailable,
-            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => Timestamp::CreateTime(ms),
-            rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Timestamp::LogAppendTime(ms),
-        }
+        // SAFETY: the message is alive for 'a.
+        unsafe { timestamp_of(self.msg.as_ptr()) }
     }
 
     /// librdkafka parses the header bytes on every ask: ask once per record.
@@ -106,18 +99,43 @@ impl<'a> Consumed<'a> {
         if unsafe { super::headerless::surely_none(self.raw()) } {
             return None;
         }
-        let mut list = std::ptr::null_mut();
-        // SAFETY: the message is alive; the list it returns is the message's own.
-        let err = unsafe { rd::rd_kafka_message_headers(self.msg.as_ptr(), &mut list) };
-        match RDKafkaErrorCode::from(err) {
-            RDKafkaErrorCode::NoError if !list.is_null() => {
-                // SAFETY: `ConsumedHeaders` is zero-sized with alignment 1,
-                // so a reference to it at any non-null address is valid; its
-                // address is the list's, which lives as long as the message.
-                Some(unsafe { &*list.cast::<ConsumedHeaders>() })
-            }
-            _ => None,
+        // SAFETY: as above.
+        unsafe { headers_of(self.msg.as_ptr()) }
+    }
+}
+
+/// The timestamp of librdkafka's message `msg` (a consumed record's, or a
+/// delivery report's).
+///
+/// SAFETY: `msg` is a live message.
+pub(crate) unsafe fn timestamp_of(msg: *const rd::rd_kafka_message_t) -> Timestamp {
+    let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+    // SAFETY: the caller's; librdkafka only reads it.
+    let ms = unsafe { rd::rd_kafka_message_timestamp(msg, &mut kind) };
+    match kind {
+        _ if ms == -1 => Timestamp::NotAvailable,
+        rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => Timestamp::NotAvailable,
+        rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME => Timestamp::CreateTime(ms),
+        rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME => Timestamp::LogAppendTime(ms),
+    }
+}
+
+/// The headers of librdkafka's message `msg` (a consumed record's, or a
+/// delivery report's), through librdkafka's parse; `None` without any.
+///
+/// SAFETY: `msg` is a live message, which outlives 'a.
+pub(crate) unsafe fn headers_of<'a>(msg: *const rd::rd_kafka_message_t) -> Option<&'a ConsumedHeaders> {
+    let mut list = std::ptr::null_mut();
+    // SAFETY: the caller's; the list it returns is the message's own.
+    let err = unsafe { rd::rd_kafka_message_headers(msg, &mut list) };
+    match RDKafkaErrorCode::from(err) {
+        RDKafkaErrorCode::NoError if !list.is_null() => {
+            // SAFETY: `ConsumedHeaders` is zero-sized with alignment 1,
+            // so a reference to it at any non-null address is valid; its
+            // address is the list's, which lives as long as the message.
+            Some(unsafe { &*list.cast::<ConsumedHeaders>() })
         }
+        _ => None,
     }
 }
 
@@ -191,9 +209,9 @@ impl Drop for KeptRecord<'_> {
     }
 }
 
-/// A consumed record's headers: a reference to this zero-sized type is
-/// librdkafka's header list itself (its address), as rust-rdkafka's
-/// `BorrowedHeaders` is.
+/// A consumed record's (or a delivery report's) headers: a reference to
+/// this zero-sized type is librdkafka's header list itself (its address),
+/// as rust-rdkafka's `BorrowedHeaders` is.
 pub struct ConsumedHeaders {
     _list: [u8; 0],
 }

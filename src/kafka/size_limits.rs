@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Headers;
 
 use super::clients::{self, PlainContext, Reader};
 use super::replay::Destination;
@@ -57,9 +57,9 @@ pub fn record_size(key: Option<&[u8]>, value: Option<&[u8]>, headers: impl Itera
     BATCH_HEADER + RECORD_FRAMING + len(key) + len(value) + headers + OWN_HEADERS
 }
 
-/// The (name, value) lengths of `m`'s headers.
-pub fn headers_of<M: Message>(m: &M) -> impl Iterator<Item = (usize, usize)> + '_ {
-    m.headers().into_iter().flat_map(|h| h.iter().map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))))
+/// The (name, value) lengths of `headers` (a record's, if it has any).
+pub fn header_lens<H: Headers>(headers: Option<&H>) -> impl Iterator<Item = (usize, usize)> + '_ {
+    headers.into_iter().flat_map(|h| h.iter().map(|h| (h.key.len(), h.value.map_or(0, <[u8]>::len))))
 }
 
 /// Where a topic's limit came from.

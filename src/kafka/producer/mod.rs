@@ -209,7 +209,8 @@ impl ProducerContext for DeliveryWatch {
                 self.acknowledged(topic, m.partition(), m.offset(), times, self.latency.as_ref())
             }
             Err((e, m)) => self.failed(e, m.topic(), m.partition(), || {
-                size_limits::record_size(m.key(), m.payload(), size_limits::headers_of(m)) - size_limits::OWN_HEADERS
+                size_limits::record_size(m.key(), m.payload(), size_limits::header_lens(m.headers()))
+                    - size_limits::OWN_HEADERS
             }),
         }
     }

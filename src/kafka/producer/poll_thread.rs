@@ -18,7 +18,7 @@
 //! context's `delivery`; both count and time a report the same way
 //! (`DeliveryWatch::acknowledged`, `DeliveryWatch::failed`).
 
-use std::ffi::{CStr, c_char, c_void};
+use std::ffi::{CStr, c_char};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,12 +30,11 @@ use rdkafka::ClientContext;
 use rdkafka::bindings as rd;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::message::Timestamp;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::DeliveryWatch;
-use crate::kafka::size_limits;
+use crate::kafka::{consumed, size_limits};
 
 /// rust-rdkafka's name for its thread (the profiles' `comm`).
 const NAME: &str = "producer polling thread";
@@ -157,41 +156,18 @@ fn reported(
     }
     // By its handle; by name when it was sent to a topic without one.
     let counted = handles.iter().position(|&h| h == m.rkt as usize).or_else(|| watch.counts.topic_index(&topic()));
-    watch.acknowledged(counted, m.partition, m.offset, (timestamp(m), now_ms), latency);
+    // SAFETY: a live report.
+    let timestamp = unsafe { consumed::timestamp_of(m) };
+    watch.acknowledged(counted, m.partition, m.offset, (timestamp, now_ms), latency);
 }
 
 /// A report's record size as [`size_limits::record_size`] counts it, less
 /// dedupd's own headers (as they are counted on top).
 fn reported_size(m: &rd::rd_kafka_message_t) -> u64 {
-    // SAFETY: a report's key, value and headers, owned by its event.
-    let bytes = |p: *const c_void, len: usize| {
-        (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
-    };
-    let mut list = ptr::null_mut();
-    let mut lens = Vec::new();
-    if unsafe { rd::rd_kafka_message_headers(m, &mut list) } == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
-        for i in 0..unsafe { rd::rd_kafka_header_cnt(list) } {
-            let (mut name, mut value, mut size) = (ptr::null(), ptr::null(), 0);
-            if unsafe { rd::rd_kafka_header_get_all(list, i, &mut name, &mut value, &mut size) }
-                == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
-            {
-                lens.push((c_text(name).len(), size));
-            }
-        }
-    }
-    size_limits::record_size(bytes(m.key, m.key_len), bytes(m.payload, m.len), lens.into_iter())
-        .saturating_sub(size_limits::OWN_HEADERS)
-}
-
-fn timestamp(m: &rd::rd_kafka_message_t) -> Timestamp {
-    let mut kind = rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
-    // SAFETY: a live report; librdkafka only reads it.
-    let ms = unsafe { rd::rd_kafka_message_timestamp(m, &mut kind) };
-    match kind {
-        rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_CREATE_TIME if ms != -1 => Timestamp::CreateTime(ms),
-        rd::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_LOG_APPEND_TIME if ms != -1 => Timestamp::LogAppendTime(ms),
-        _ => Timestamp::NotAvailable,
-    }
+    // SAFETY: a live report: its key, value and header list are its own, alive with its event.
+    let (key, value, headers) =
+        unsafe { (consumed::bytes(m.key, m.key_len), consumed::bytes(m.payload, m.len), consumed::headers_of(m)) };
+    size_limits::record_size(key, value, size_limits::header_lens(headers)) - size_limits::OWN_HEADERS
 }
 
 /// A C string of librdkafka's, lossily (empty for a null pointer).
