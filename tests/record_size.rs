@@ -45,12 +45,6 @@ fn padded(seq: u64, pad: usize) -> Rec {
     r
 }
 
-/// A series of `/metrics`, 0 if absent.
-fn metric(d: &Daemon, series: &str) -> u64 {
-    let (_, text) = http_get(d.admin_port, "/metrics").expect("/metrics answers");
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok())).map_or(0, |v| v as u64)
-}
-
 fn header_text(r: &Rec, name: &str) -> String {
     String::from_utf8_lossy(r.header(name).unwrap_or_else(|| panic!("no {name} header"))).into_owned()
 }
@@ -114,7 +108,7 @@ fn a_record_larger_than_the_output_topic_takes_is_dead_lettered_and_the_daemon_g
     assert_eq!(header_text(bare, "dedupd.source"), format!("{input}/0/150"));
     let note = header_text(bare, "dedupd.value_dropped");
     assert!(note.starts_with("value left out: ") && note.contains(&format!("{dlq} takes at most 8192")), "{note}");
-    assert_eq!(metric(&daemon, "dedupd_dead_letters_total{reason=\"too_large_for_topic\"}"), 2);
+    assert_eq!(daemon.metric("dedupd_dead_letters_total{reason=\"too_large_for_topic\"}"), 2);
     let log = daemon.log_text();
     let limits = log.lines().find(|l| l.contains("record-size limits: ")).expect("the limits are logged");
     assert!(limits.contains(&format!("output {out} 4096 bytes (its max.message.bytes 4096)")), "{limits}");

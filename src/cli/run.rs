@@ -19,6 +19,7 @@ use crate::admin::{Admin, Status};
 use crate::config::{KeyEndpoints, Settings, SettingsFile, SlicingMode, Tier};
 use crate::engine::Extractor;
 use crate::features::limits::stage::counting;
+use crate::features::shared::handoff::Handoff;
 use crate::features::tiers::io as tier;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::size_limits::RecordLimits;
@@ -208,7 +209,8 @@ async fn daemon(cfg: crate::config::Resolved) -> anyhow::Result<()> {
         time: cfg.time.clone(),
         max_record_bytes: cfg.settings.input.max_record_bytes,
     };
-    let started = Started { extractor, slice_count, limits, seed: params.seed };
+    let handoff = crate::features::shared::handoff::of(&cfg);
+    let started = Started { extractor, slice_count, limits, seed: params.seed, handoff };
     let setup = worker_setup(&cfg, &filter, &started, &metrics, &status)?;
     let worker_stop = Arc::new(AtomicBool::new(false));
     // A sparse leaf has no slices: its loop takes the workers' place (and the router's).
@@ -315,12 +317,14 @@ async fn start_admin(
 }
 
 /// What start-up found: the record reader, the slice count (the topics'
-/// partitions) and the record-size limits, and the filter's hash seed.
+/// partitions) and the record-size limits, and the filter's hash seed;
+/// in shared mode, the handoff between the router and the slice.
 struct Started {
     extractor: Extractor,
     slice_count: u32,
     limits: RecordLimits,
     seed: u64,
+    handoff: Option<Arc<Handoff>>,
 }
 
 /// The slice workers' setup: their producer, checkpoint store and restore
@@ -360,6 +364,7 @@ fn worker_setup(
         stages: cfg.stages.clone(),
         routes_by_dedup_key: counting(&cfg.stages).is_none_or(|c| c.count_key.is_none()),
         path: worker::RecordPath::of(cfg, crate::features::output_header(cfg), crate::features::while_restoring(cfg)),
+        handoff: started.handoff.clone(),
         cfg: cfg.clone(),
     }))
 }
@@ -374,6 +379,7 @@ fn start_router(
 ) -> Task {
     let (extractor, slice_count, limits, seed) =
         (started.extractor.clone(), started.slice_count, started.limits.clone(), started.seed);
+    let handoff = started.handoff.clone();
     // With a separate count key the router routes by it: every record
     // of a count key reaches one slice, so its counts, limit and flags
     // are the whole stream's (copies of a dedup key carry the same count
@@ -406,6 +412,7 @@ fn start_router(
                 Some(&limits),
             )?,
             metrics: metrics.clone(),
+            handoff: handoff.clone(),
         }))
     };
     tokio::task::spawn_blocking(move || router::run_restarting(make_setup, stop))

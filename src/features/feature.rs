@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::lookups::KeyLookup;
+use super::shared::handoff::Handoff;
 use crate::admin::status::{KeyActionFn, Status};
 use crate::config::{AvailabilityPolicy, ConfigError, Resolved, Settings, SlicingMode, Tier};
 use crate::engine::slice::stage::StageSetup;
@@ -70,11 +71,13 @@ pub trait Feature: Sync {
     }
 
     /// The reader of the input records its slice log's read orders name
-    /// (a slice worker makes one; `missing` counts records found gone).
+    /// (a slice worker makes one; `missing` counts records found gone;
+    /// `handoff` brings those the router of the process hands over).
     fn named_records(
         &self,
         _cfg: &Resolved,
         _missing: &prometheus::IntCounter,
+        _handoff: Option<&Arc<Handoff>>,
     ) -> Result<Option<Box<dyn NamedRecords>>, KafkaLayerError> {
         Ok(None)
     }

@@ -53,6 +53,7 @@ use crate::kafka::restore::Decision;
 use crate::kafka::slice_log::read_order::NamedRecords;
 use feature::{CoreSettings, Feature, KeyAction, OnDistinct, WorkerView};
 use lookups::KeyLookup;
+use shared::handoff::Handoff;
 
 /// Every feature, in the order the slices run their stages: the counting
 /// stage before provenance, because a limit may turn a record into a
@@ -108,13 +109,14 @@ pub fn on_distinct(cfg: &Resolved, seed: u64) -> Result<Option<Box<dyn OnDistinc
 }
 
 /// The reader of the input records the slice log's read orders name, if
-/// the settings put read orders there.
+/// the settings put read orders there (taking the pages `handoff` brings).
 pub fn named_records(
     cfg: &Resolved,
     missing: &prometheus::IntCounter,
+    handoff: Option<&Arc<Handoff>>,
 ) -> Result<Option<Box<dyn NamedRecords>>, KafkaLayerError> {
     for feature in FEATURES {
-        if let Some(reader) = feature.named_records(cfg, missing)? {
+        if let Some(reader) = feature.named_records(cfg, missing, handoff)? {
             return Ok(Some(reader));
         }
     }

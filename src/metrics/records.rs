@@ -11,6 +11,9 @@ pub struct InputMetrics {
     pub input_records: IntCounterVec,
     /// Shared mode: named input records gone from the input.
     pub input_missing: IntCounter,
+    /// Shared mode: named input records the slice took from the router of
+    /// its own process (`features/shared/handoff.rs`).
+    pub input_handed: IntCounter,
     /// Per input partition this member reads (`kafka::statistics`).
     pub input_lag: IntGaugeVec,
     /// The same partitions' lag in seconds of record time (`kafka::lag_seconds`).
@@ -29,6 +32,14 @@ impl InputMetrics {
                     "dedupd_input_missing_records_total",
                     "Shared mode: input records named by a read-order record that are gone from the input \
                      (retention) when the slice reads them; not judged.",
+                )
+                .expect("valid metric"),
+            ),
+            input_handed: b.register(
+                IntCounter::new(
+                    "dedupd_input_handed_records_total",
+                    "Shared mode: input records the slice took from the router of its own process instead of \
+                     reading them from the input again.",
                 )
                 .expect("valid metric"),
             ),

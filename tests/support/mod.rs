@@ -559,6 +559,13 @@ impl Daemon {
         }
     }
 
+    /// A series of its `/metrics` (name and labels, as rendered), 0 if absent.
+    pub fn metric(&self, series: &str) -> u64 {
+        let (_, text) = http_get(self.admin_port, "/metrics").expect("/metrics answers");
+        let value = text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()));
+        value.map_or(0, |v| v as u64)
+    }
+
     /// The per-slice status, or None if the endpoint does not answer.
     pub fn slices(&self) -> Option<serde_json::Value> {
         let (code, body) = http_get(self.admin_port, "/v1/slices")?;

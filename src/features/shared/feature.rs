@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::handoff::Handoff;
 use super::reader::InputReader;
 use crate::config::{ConfigError, Resolved, Settings, SlicingMode};
 use crate::engine::slice::stage::StageSetup;
@@ -27,10 +28,11 @@ impl Feature for SharedFeature {
         &self,
         cfg: &Resolved,
         missing: &prometheus::IntCounter,
+        handoff: Option<&Arc<Handoff>>,
     ) -> Result<Option<Box<dyn NamedRecords>>, KafkaLayerError> {
         if cfg.slicing != SlicingMode::Shared {
             return Ok(None);
         }
-        Ok(Some(Box::new(InputReader::new(cfg, missing.clone())?)))
+        Ok(Some(Box::new(InputReader::new(cfg, missing.clone(), handoff.cloned())?)))
     }
 }

@@ -15,6 +15,7 @@
 //! again) or far ahead of it (a restore) is sought.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::Offset;
@@ -22,6 +23,7 @@ use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 
+use super::handoff::Handoff;
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext};
 use crate::kafka::consumed::{BatchQueue, error_of};
@@ -52,18 +54,30 @@ pub struct InputReader {
     consumer: BaseConsumer<PlainContext>,
     /// Named records that could not be read (gone by retention): logged and counted.
     missing: prometheus::IntCounter,
+    /// The pages of named records the router of this process hands over.
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl InputReader {
-    /// A reader counting the named records it finds gone in `missing`.
-    pub fn new(cfg: &Resolved, missing: prometheus::IntCounter) -> Result<Self, KafkaLayerError> {
+    /// A reader counting the named records it finds gone in `missing`,
+    /// taking those `handoff` brings first.
+    pub fn new(
+        cfg: &Resolved,
+        missing: prometheus::IntCounter,
+        handoff: Option<Arc<Handoff>>,
+    ) -> Result<Self, KafkaLayerError> {
         let mut config = clients::input_reader(cfg, &format!("{}-shared-input", cfg.settings.app.id));
         if config.get("queued.min.messages").is_none() {
             config.set("queued.min.messages", PREFETCH);
         }
+        if handoff.is_some() {
+            // The handoff's pages take the other half of the prefetch.
+            let kbytes = Handoff::reader_prefetch(cfg.budget.consumer_queue) / 1024;
+            config.set("queued.max.messages.kbytes", kbytes.max(1).to_string());
+        }
         let consumer: BaseConsumer<PlainContext> =
             config.create_with_context(PlainContext).context(|| "creating the shared input reader".into())?;
-        Ok(InputReader { partitions: HashMap::new(), consumer, missing })
+        Ok(InputReader { partitions: HashMap::new(), consumer, missing, handoff })
     }
 
     /// Hands `sink` the records at offsets `first..first + count` of
@@ -169,6 +183,10 @@ impl InputReader {
 }
 
 impl NamedRecords for InputReader {
+    fn handed(&mut self, read_order: &[u8]) -> Option<Vec<u8>> {
+        self.handoff.as_ref()?.take(read_order)
+    }
+
     fn read_run(
         &mut self,
         topic: &str,

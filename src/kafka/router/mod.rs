@@ -76,6 +76,7 @@ use rdkafka::producer::Producer;
 use super::join::JoinWatch;
 use super::{Context, KafkaLayerError, clients};
 use crate::engine::shrink_target;
+use crate::features::shared::handoff::Handing;
 use crate::kafka::consumed::{BatchQueue, Consumed, KeptRecord, end_of_partition, error_of};
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::statistics::InputLag;
@@ -273,9 +274,16 @@ impl<'c> Router<'c> {
         book: &Mutex<CommitBook>,
     ) -> Result<(), KafkaLayerError> {
         let mut polled = consumer.poll(Duration::ZERO);
+        // Shared mode: while the slice of this process has not caught up
+        // with the records handed to it, none is taken from the consumer
+        // (`features/shared/handoff.rs`).
+        let waiting = self.setup.handoff.clone().filter(|h| h.handing(Instant::now()) == Handing::Wait);
         if polled.is_none() {
             self.take_rebalance(consumer, records, book, Instant::now());
-            records.ready(RECORDS_WAIT);
+            match &waiting {
+                Some(handoff) => handoff.wait(RECORDS_WAIT),
+                None => _ = records.ready(RECORDS_WAIT),
+            }
         }
         let now = Instant::now();
         let wall_ms = now_ms();
@@ -297,7 +305,7 @@ impl<'c> Router<'c> {
                 polled = consumer.poll(Duration::ZERO);
             }
         }
-        while taken < POLL_BATCH {
+        while waiting.is_none() && taken < POLL_BATCH {
             let Some(msg) = records.next_kept(consumer) else { break };
             match error_of(&msg.get()) {
                 None => self.take(consumer, records, msg, now, wall_ms),

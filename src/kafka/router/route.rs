@@ -14,6 +14,7 @@ use super::lanes::{Lane, Read, set_paused};
 use super::setup::{PartitionId, RouterSetup};
 use crate::engine::slice::frame_into;
 use crate::engine::{InvalidReason, InvalidRecord, Reading, RecordView, STAMP_BYTES, SourceRef};
+use crate::features::shared::handoff::{Handing, PageBuilder};
 use crate::filter::KeyHash;
 use crate::kafka::consumed::Consumed;
 use crate::kafka::out_record::OutHeaders;
@@ -24,7 +25,7 @@ use crate::kafka::slice_log::read_order::ReadOrderBuilder;
 use crate::kafka::{KafkaLayerError, headers};
 use crate::metrics::observe_since;
 
-/// CommitBook mode: input records one read-order record names at most (each
+/// Shared mode: input records one read-order record names at most (each
 /// turn of the router writes one; a larger turn, several). Well below
 /// [`crate::kafka::slice_log::read_order::MAX_RECORDS`], so a record stays about 100 KB
 /// (24 bytes of reading per record named).
@@ -52,9 +53,13 @@ pub(super) fn route_ready<C: ConsumerContext>(
     let tolerance = i64::try_from(setup.cfg.order_tolerance_ms).unwrap_or(i64::MAX);
     let max_bytes = super::lanes::lane_share(setup.cfg.budget.router, lanes.len());
     let mut frame = Vec::new();
-    // CommitBook mode: the records routed are named, not copied (see `write_read_order`).
+    // Shared mode: the records routed are named, not copied (see `write_read_order`).
     let holds = Holds::of(setup.cfg.slicing, setup.cfg.slice_log_format);
     let mut named = (holds == Holds::ReadOrders).then(|| ReadOrderBuilder::at(0));
+    let mut page = None;
+    if !start_page(setup, now, &mut page) {
+        return Ok(());
+    }
     // Batch form: the records routed are packed per slice (see `add_to_batch`).
     let mut batches = (holds == Holds::Batches).then(BTreeMap::new);
     let result = loop {
@@ -66,7 +71,14 @@ pub(super) fn route_ready<C: ConsumerContext>(
             break Ok(());
         }
         let (id, lane) = lanes.iter_mut().nth(index).expect("lane exists");
-        let Read { msg: kept, target, order, has_headers, .. } = lane.pop().expect("non-empty lane");
+        if let Some(names) = named.as_mut() {
+            match make_room(setup, names, &mut page, lane.records.front().expect("non-empty lane"), now) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()), // the slice catches up first
+                Err(e) => break Err(e),
+            }
+        }
+        let Read { msg: kept, target, order, has_headers, bytes } = lane.pop().expect("non-empty lane");
         let msg = kept.get();
         if target.is_ok() {
             lane.routed += 1;
@@ -82,7 +94,11 @@ pub(super) fn route_ready<C: ConsumerContext>(
         let done = match (named.as_mut(), batches.as_mut(), target) {
             (Some(names), _, Ok((_, reading))) => {
                 names.push(&id.0, msg.partition(), msg.offset(), reading);
-                if names.next_position() >= READ_ORDER_RECORDS { write_read_order(setup, names) } else { Ok(()) }
+                if let Some(page) = page.as_mut() {
+                    let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
+                    page.push(&msg, &id.0, headers, bytes);
+                }
+                Ok(())
             }
             (_, Some(batches), Ok((slice, reading))) => {
                 let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
@@ -101,7 +117,7 @@ pub(super) fn route_ready<C: ConsumerContext>(
     };
     // Written before the offsets become pending: a commit waits for its acknowledgement.
     let result = match (result, named.as_mut(), batches.as_mut()) {
-        (Ok(()), Some(names), _) => write_read_order(setup, names),
+        (Ok(()), Some(names), _) => write_read_order(setup, names, &mut page, now),
         (Ok(()), _, Some(batches)) => batches.iter_mut().try_for_each(|(&slice, b)| write_batch(setup, slice, b)),
         (result, ..) => result,
     };
@@ -116,17 +132,65 @@ pub(super) fn route_ready<C: ConsumerContext>(
     }
     result
 }
-/// CommitBook mode: writes what `names` gathered as one read-order record to
+/// Shared mode: before the lane's next record `next` is named, writes the
+/// read-order record so far (with its page) when it names as many as one
+/// may or when its page has no room for `next`, and starts the next ones.
+/// False when the pages handed over fill their part of the budget: the
+/// router routes nothing more this turn (`next` stays in its lane).
+fn make_room(
+    setup: &RouterSetup,
+    names: &mut ReadOrderBuilder,
+    page: &mut Option<PageBuilder>,
+    next: &Read<'_>,
+    now: Instant,
+) -> Result<bool, KafkaLayerError> {
+    let page_full = next.target.is_ok() && page.as_ref().is_some_and(|p| !p.fits(next.bytes));
+    if names.next_position() < READ_ORDER_RECORDS && !page_full {
+        return Ok(true);
+    }
+    write_read_order(setup, names, page, now)?;
+    Ok(start_page(setup, now, page))
+}
+
+/// Shared mode: starts `page`, the copy of the records named next for the
+/// slice of this process, if it takes them (`features/shared/handoff.rs`).
+/// False while the pages handed over fill their part of the budget: the
+/// router routes nothing until the slice has caught up.
+fn start_page(setup: &RouterSetup, now: Instant, page: &mut Option<PageBuilder>) -> bool {
+    *page = None;
+    match setup.handoff.as_ref().map(|h| h.handing(now)) {
+        Some(Handing::Wait) => false,
+        Some(Handing::Room(room)) => {
+            *page = Some(PageBuilder::new(room));
+            true
+        }
+        Some(Handing::Off) | None => true,
+    }
+}
+
+/// Shared mode: writes what `names` gathered as one read-order record to
 /// the slice log (partition 0, the one slice), by the producer that writes
 /// the router's progress after it, and starts a new one. The slice judges
 /// the records it names, in its order, re-reading them from the input: the
-/// records themselves are not copied.
-fn write_read_order(setup: &RouterSetup, names: &mut ReadOrderBuilder) -> Result<(), KafkaLayerError> {
+/// records themselves are not copied, except into the `page` handed to the
+/// slice of this process first (`features/shared/handoff.rs`), if one is made.
+fn write_read_order(
+    setup: &RouterSetup,
+    names: &mut ReadOrderBuilder,
+    page: &mut Option<PageBuilder>,
+    now: Instant,
+) -> Result<(), KafkaLayerError> {
     let record = std::mem::replace(names, ReadOrderBuilder::at(0)).take();
     if record.is_empty() {
         return Ok(());
     }
-    produce_control(&setup.producer, &setup.slice_topic, 0, headers::READ_ORDER, &record.encode())
+    let encoded = record.encode();
+    if let (Some(handoff), Some(page)) = (&setup.handoff, page.as_mut())
+        && let Some(batch) = page.finish(record.len())
+    {
+        handoff.hand_over(&encoded, batch, now);
+    }
+    produce_control(&setup.producer, &setup.slice_topic, 0, headers::READ_ORDER, &encoded)
 }
 
 /// Batch form: adds an input record `msg` (with its headers, asked once)

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::config::Resolved;
 use crate::engine::Extractor;
+use crate::features::shared::handoff::Handoff;
 use crate::kafka::producer::OutputProducer;
 use crate::metrics::Metrics;
 
@@ -26,6 +27,9 @@ pub struct RouterSetup {
     /// Counts the slice topic and the dead-letter topic, partitions `0..slices`.
     pub producer: OutputProducer,
     pub metrics: Arc<Metrics>,
+    /// Shared mode: the pages of the records it names, for the slice of
+    /// this process (`features/shared/handoff.rs`).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// An input partition: topic and partition.

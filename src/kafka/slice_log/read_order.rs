@@ -46,6 +46,13 @@ use crate::kafka::KafkaLayerError;
 /// Reads the input records a read order names, for the slice that judges
 /// them (the slicing mode whose slice log holds read orders provides it).
 pub trait NamedRecords: Send {
+    /// The records the read-order record `read_order` (its bytes) names,
+    /// if they came another way than the input: a slice-log batch of them,
+    /// to be checked against the record before use.
+    fn handed(&mut self, _read_order: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+
     /// Hands `sink` the records at offsets `first..first + count` of
     /// `topic`/`partition`, in offset order.
     fn read_run(

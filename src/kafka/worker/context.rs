@@ -156,6 +156,14 @@ impl WorkerContext {
                 );
             }
         }
+        // Shared mode: whether the router of this process hands its records
+        // to the slice (one slice: this process holds it or another does).
+        if let Some(handoff) = &self.setup.handoff {
+            match worker_state.restoring.is_empty() && worker_state.slices.is_empty() {
+                true => handoff.detach(),
+                false => handoff.attach(),
+            }
+        }
         let waiting = restoring_list(topic, worker_state);
         if !cooperative
             && waiting.count() > 0
@@ -179,6 +187,7 @@ impl WorkerContext {
     ) {
         self.setup.metrics.slices.rebalances.with_label_values(&["revoke"]).inc();
         let lost = consumer.assignment_lost();
+        let revoked_any = !partitions.is_empty();
         // What the consumer gives up: not the partitions it never took.
         let mut taken = TopicPartitionList::new();
         worker_state.stale.extend(&partitions);
@@ -205,6 +214,11 @@ impl WorkerContext {
                 self.setup.status.slices.lock().expect("status lock").remove(&slice);
                 self.setup.metrics.forget_slice(slice);
             }
+        }
+        if let Some(handoff) = &self.setup.handoff
+            && revoked_any
+        {
+            handoff.detach(); // shared mode: one slice, revoked
         }
         let result = if cooperative { consumer.incremental_unassign(&taken) } else { consumer.unassign() };
         if let Err(e) = result {

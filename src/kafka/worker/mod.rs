@@ -274,7 +274,8 @@ impl Loop {
         worker_state: Arc<Mutex<WorkerState>>,
         high_offsets: Arc<Mutex<BTreeMap<u32, i64>>>,
     ) -> Result<Self, KafkaLayerError> {
-        let input = crate::features::named_records(&setup.cfg, &setup.metrics.input.input_missing)?;
+        let input =
+            crate::features::named_records(&setup.cfg, &setup.metrics.input.input_missing, setup.handoff.as_ref())?;
         let received = setup.metrics.stage("slice_received").local();
         let now = Instant::now();
         Ok(Loop {

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::kafka::consumed::Consumed;
 
-use super::records::{apply_logged_flushes, judge, taken};
+use super::records::{apply_logged_flushes, judge, judge_entry, taken};
 use super::setup::WorkerSetup;
 use super::snapshots::{COPY_STEP_BYTES, copy_some};
 use super::state::WorkerState;
@@ -15,6 +15,7 @@ use crate::engine::slice::Unframed;
 use crate::engine::{Reading, SourceRef};
 use crate::kafka::KafkaLayerError;
 use crate::kafka::out_record::OutHeaders;
+use crate::kafka::slice_log::batch::{Batch, BatchEntry};
 use crate::kafka::slice_log::read_order::{self, NamedReadings, NamedRecords, ReadOrder, RunSink};
 use crate::kafka::slice_log::{Kind, LogRecord};
 
@@ -54,6 +55,11 @@ pub(super) fn handle_read_order(
     order.first_position = read_order::position(msg.offset() as u64, 0);
     let readings = order.readings.as_ref();
     let mut dispatch = Dispatch { setup, worker_state, guard: None, under_lock: 0, slice, now, run: None, readings };
+    if let Some(page) = input.handed(msg.payload().unwrap_or_default())
+        && judge_page(&mut dispatch, &order, &page, next)?
+    {
+        return Ok(());
+    }
     let mut run_start = order.first_position;
     for run in &order.runs {
         let skip = next.saturating_sub(run_start);
@@ -66,6 +72,48 @@ pub(super) fn handle_read_order(
         run_start += u64::from(run.count);
     }
     Ok(())
+}
+
+/// Judges the records `order` names from `page`, the copy of them the
+/// router of this process handed over (`features/shared/handoff.rs`), from
+/// virtual position `next` on. False, and nothing judged, when the page is
+/// not exactly those records in that order: the slice reads them from the
+/// input then.
+fn judge_page(
+    dispatch: &mut Dispatch<'_, '_>,
+    order: &ReadOrder,
+    page: &[u8],
+    next: u64,
+) -> Result<bool, KafkaLayerError> {
+    let batch = match Batch::decode(page) {
+        Ok(batch) => batch,
+        Err(e) => {
+            log::warn!(
+                "slice {}: a handed-over page cannot be read ({e}); reading its records from the input",
+                dispatch.slice
+            );
+            return Ok(false);
+        }
+    };
+    let named = |((_, topic, partition, offset), entry): ((u64, &str, i32, i64), &BatchEntry<'_>)| {
+        entry.source == SourceRef { topic, partition, offset }
+    };
+    if batch.entries.len() as u64 != order.len() || !order.records().zip(&batch.entries).all(named) {
+        log::warn!(
+            "slice {}: a handed-over page does not hold the records its read order names; reading them from the input",
+            dispatch.slice
+        );
+        return Ok(false);
+    }
+    let mut handed = 0;
+    for ((position, ..), entry) in order.records().zip(&batch.entries) {
+        if position >= next {
+            dispatch.handed(position, entry)?;
+            handed += 1;
+        }
+    }
+    dispatch.setup.metrics.input.input_handed.inc_by(handed);
+    Ok(true)
 }
 
 /// Judges the records of the runs of one read-order record as the input
@@ -84,26 +132,44 @@ struct Dispatch<'a, 'r> {
     readings: Option<&'r NamedReadings>,
 }
 
+impl<'a> Dispatch<'a, '_> {
+    /// Judges `record`, named at `named`, under the worker lock (taken
+    /// again every [`RECORDS_PER_LOCK`] records), and copies a step of a
+    /// snapshot being taken.
+    fn judge(&mut self, named: &Named<'_>, record: Arrived<'_, '_>) -> Result<(), KafkaLayerError> {
+        if self.under_lock == RECORDS_PER_LOCK {
+            self.waiting(); // lets a lookup in between
+        }
+        let worker_state: &'a Mutex<WorkerState> = self.worker_state;
+        let guard = self.guard.get_or_insert_with(|| worker_state.lock().expect("worker lock"));
+        self.under_lock += 1;
+        handle_named(self.setup, guard, self.slice, named, record, self.now)?;
+        if let Err(e) = copy_some(self.setup, guard, COPY_STEP_BYTES) {
+            log::warn!("snapshot failed: {e}");
+        }
+        Ok(())
+    }
+
+    /// Judges the record at virtual position `position`, from a handed-over page.
+    fn handed(&mut self, position: u64, entry: &BatchEntry<'_>) -> Result<(), KafkaLayerError> {
+        let reading = self.reading(position);
+        self.judge(&Named { position, source: entry.source, reading }, Arrived::Handed(entry))
+    }
+
+    /// The router's reading of the record at `position`, if the read order carries one.
+    fn reading(&self, position: u64) -> Option<Reading> {
+        self.readings.and_then(|r| r.get(position % read_order::MAX_RECORDS))
+    }
+}
+
 impl RunSink for Dispatch<'_, '_> {
     fn record(&mut self, offset: i64, msg: &Consumed<'_>) -> Result<(), KafkaLayerError> {
         let Some((first, run_start)) = self.run else {
             return Err(KafkaLayerError::Internal("named input: a record handed over outside a run".into()));
         };
-        if self.under_lock == RECORDS_PER_LOCK {
-            self.waiting(); // lets a lookup in between
-        }
-        let worker_state = self.worker_state;
-        let guard = self.guard.get_or_insert_with(|| worker_state.lock().expect("worker lock"));
-        self.under_lock += 1;
         let position = run_start + (offset - first.offset) as u64;
-        let source = SourceRef { offset, ..first };
-        let reading = self.readings.and_then(|r| r.get(position % read_order::MAX_RECORDS));
-        let named = Named { position, source, reading };
-        handle_named(self.setup, guard, self.slice, &named, msg, self.now)?;
-        if let Err(e) = copy_some(self.setup, guard, COPY_STEP_BYTES) {
-            log::warn!("snapshot failed: {e}");
-        }
-        Ok(())
+        let named = Named { position, source: SourceRef { offset, ..first }, reading: self.reading(position) };
+        self.judge(&named, Arrived::Read(msg))
     }
 
     fn waiting(&mut self) {
@@ -122,13 +188,21 @@ struct Named<'r> {
     reading: Option<Reading>,
 }
 
-/// Judges one input record `msg` a read-order record names (`named`).
+/// A named input record as it came: read from the input, or copied into a
+/// page by the router of this process.
+#[derive(Clone, Copy)]
+enum Arrived<'r, 'm> {
+    Read(&'r Consumed<'m>),
+    Handed(&'r BatchEntry<'m>),
+}
+
+/// Judges one input record a read-order record names (`named`), as it came.
 fn handle_named(
     setup: &WorkerSetup,
     worker_state: &mut WorkerState,
     slice: u32,
     named: &Named<'_>,
-    msg: &Consumed<'_>,
+    record: Arrived<'_, '_>,
     now: Instant,
 ) -> Result<(), KafkaLayerError> {
     let offset = named.position;
@@ -141,12 +215,17 @@ fn handle_named(
     }
     apply_logged_flushes(setup, owned, judged)?;
     owned.last_arrival = now;
-    let out_headers = OutHeaders::of(msg);
     // The source makes a record named twice (by a router that re-read its
     // partitions after a crash) a re-sent copy, as the stamp of a routed copy does.
-    let framed = Unframed { source: Some(named.source), payload: msg.payload(), reading: named.reading };
-    let record = LogRecord { kind: Kind::Input, headers: out_headers.pairs(), out_headers, framed };
-    judged.clear();
-    judge(setup, owned, judged, offset, msg, &record)?;
+    match record {
+        Arrived::Read(msg) => {
+            let out_headers = OutHeaders::of(msg);
+            let framed = Unframed { source: Some(named.source), payload: msg.payload(), reading: named.reading };
+            let record = LogRecord { kind: Kind::Input, headers: out_headers.pairs(), out_headers, framed };
+            judged.clear();
+            judge(setup, owned, judged, offset, msg, &record)?;
+        }
+        Arrived::Handed(entry) => judge_entry(setup, owned, judged, offset, entry, named.reading)?,
+    }
     taken(setup, owned, judged)
 }

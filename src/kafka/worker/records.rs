@@ -24,7 +24,7 @@ use crate::filter::timer::sliding::PREFETCH_DISTANCE;
 use crate::kafka::held_record::HeldRecord;
 use crate::kafka::out_record::{Origin, OutRecord};
 use crate::kafka::restore::{LoggedFlush, PolicyRange, flush_record, range_of};
-use crate::kafka::slice_log::batch::Batch;
+use crate::kafka::slice_log::batch::{Batch, BatchEntry};
 use crate::kafka::slice_log::{Holds, Kind, LogRecord, broken_frame, read_order};
 use crate::kafka::{KafkaLayerError, headers};
 
@@ -196,22 +196,35 @@ fn take_batch(
         if prefetch {
             prefetch_ahead(&owned.state.filter, &batch, i);
         }
-        let header_list = entry.headers.pairs();
-        let out = OutRecord {
-            key: entry.key,
-            payload: entry.payload,
-            headers: entry.headers,
-            timestamp_ms: entry.timestamp_ms,
-            origin: Origin::Source(entry.source),
-        };
-        let value_len = entry.payload.map_or(0, <[u8]>::len);
-        let arrival =
-            Arrival { out, source: Some(entry.source), reading: entry.reading, header_list: &header_list, value_len };
-        judged.clear();
-        judge_arrival(setup, owned, judged, position, &arrival)?;
+        judge_entry(setup, owned, judged, position, entry, entry.reading)?;
         taken(setup, owned, judged)?;
     }
     Ok(())
+}
+
+/// Judges a batch's record `entry` (a slice-log batch's, or shared mode's
+/// handed-over page's) at virtual position `position`, with the router's
+/// reading of it if there is one.
+pub(super) fn judge_entry(
+    setup: &WorkerSetup,
+    owned: &mut OwnedSlice,
+    judged: &mut Vec<Judgment>,
+    position: u64,
+    entry: &BatchEntry<'_>,
+    reading: Option<Reading>,
+) -> Result<(), KafkaLayerError> {
+    let header_list = entry.headers.pairs();
+    let out = OutRecord {
+        key: entry.key,
+        payload: entry.payload,
+        headers: entry.headers,
+        timestamp_ms: entry.timestamp_ms,
+        origin: Origin::Source(entry.source),
+    };
+    let value_len = entry.payload.map_or(0, <[u8]>::len);
+    let arrival = Arrival { out, source: Some(entry.source), reading, header_list: &header_list, value_len };
+    judged.clear();
+    judge_arrival(setup, owned, judged, position, &arrival)
 }
 
 /// Starts fetching the filter memory of the batch's record

@@ -9,6 +9,7 @@ use crate::config::Resolved;
 use crate::engine::Extractor;
 use crate::engine::slice::stages::StageSetups;
 use crate::features::feature::{AppliedFn, OnDistinct};
+use crate::features::shared::handoff::Handoff;
 use crate::filter::FilterChoice;
 use crate::kafka::checkpoint::CheckpointStore;
 use crate::kafka::clients;
@@ -47,6 +48,9 @@ pub struct WorkerSetup {
     pub record_limits: crate::kafka::size_limits::RecordLimits,
     /// What the per-record path needs of the settings, chosen once.
     pub path: RecordPath,
+    /// Shared mode: the pages of input records the router of this process
+    /// hands over (`features/shared/handoff.rs`).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 /// What the per-record path (`records.rs`, `emit.rs`, `policy.rs`) needs
