@@ -288,6 +288,11 @@ impl<'c> Router<'c> {
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
+        if waiting.is_some() {
+            // Taking nothing, it cannot tell a quiet partition: none is
+            // announced idle for the time it waited.
+            self.lanes.values_mut().for_each(|lane| lane.last_arrival = now);
+        }
         let mut taken = 0;
         loop {
             // Before each polled event: the rebalance callbacks ran inside
