@@ -34,6 +34,7 @@
 //! everything before it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::kafka::consumed::Consumed;
 
@@ -107,7 +108,9 @@ const READINGS_AT_FIRST: usize = 512;
 /// Consecutive offsets of one input partition, handed over in offset order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Run {
-    pub topic: String,
+    /// Shared by the runs of one topic: with partitions interleaved there
+    /// is a run per record or so, and a name copied per run showed.
+    pub topic: Arc<str>,
     pub partition: i32,
     /// The first offset of the run.
     pub first: i64,
@@ -207,8 +210,7 @@ impl ReadOrder {
         self.runs.iter().flat_map(move |run| {
             let start = position;
             position += u64::from(run.count);
-            (0..run.count)
-                .map(move |i| (start + u64::from(i), run.topic.as_str(), run.partition, run.first + i64::from(i)))
+            (0..run.count).map(move |i| (start + u64::from(i), &*run.topic, run.partition, run.first + i64::from(i)))
         })
     }
 
@@ -217,7 +219,7 @@ impl ReadOrder {
         let mut at = position.checked_sub(self.first_position)?;
         for run in &self.runs {
             if at < u64::from(run.count) {
-                return Some((run.topic.as_str(), run.partition, run.first + at as i64));
+                return Some((&*run.topic, run.partition, run.first + at as i64));
             }
             at -= u64::from(run.count);
         }
@@ -236,7 +238,7 @@ impl ReadOrder {
             }
             let taken = (until - position).min(u64::from(run.count));
             let next = run.first + taken as i64;
-            let entry = cut.entry((run.topic.clone(), run.partition)).or_insert(next);
+            let entry = cut.entry((run.topic.to_string(), run.partition)).or_insert(next);
             *entry = (*entry).max(next);
             position += u64::from(run.count);
         }
@@ -255,8 +257,8 @@ impl ReadOrder {
             .runs
             .iter()
             .map(|run| {
-                let i = topics.iter().position(|t| *t == run.topic).unwrap_or_else(|| {
-                    topics.push(&run.topic);
+                let i = topics.iter().position(|t| *t == &*run.topic).unwrap_or_else(|| {
+                    topics.push(&*run.topic);
                     topics.len() - 1
                 });
                 u16::try_from(i).expect("fewer than 65 536 input topics")
@@ -309,7 +311,7 @@ impl ReadOrder {
                     name.len()
                 )));
             }
-            topics.push(name.to_string());
+            topics.push(Arc::<str>::from(name));
         }
         let run_count = r.u32()?;
         // Each run takes 18 bytes: a count that cannot fit is refused before allocating for it.
@@ -395,17 +397,22 @@ pub fn check_follows(end: Option<u64>, next: &ReadOrder) -> Result<(), ReadOrder
 #[derive(Debug)]
 pub struct ReadOrderBuilder {
     order: ReadOrder,
+    /// The topic names of the runs so far, one allocation each.
+    topics: Vec<Arc<str>>,
+    /// How many records `order` names: [`ReadOrder::len`] walks the runs,
+    /// and with partitions interleaved there is a run per record or so.
+    len: u64,
 }
 
 impl ReadOrderBuilder {
     /// A builder whose first record will have virtual position `first_position`.
     pub fn at(first_position: u64) -> Self {
-        ReadOrderBuilder { order: ReadOrder { first_position, ..ReadOrder::default() } }
+        ReadOrderBuilder { order: ReadOrder { first_position, ..ReadOrder::default() }, topics: Vec::new(), len: 0 }
     }
 
     /// The virtual position the next record handed over gets.
     pub fn next_position(&self) -> u64 {
-        self.order.end_position()
+        self.order.first_position + self.len
     }
 
     /// Notes the next record handed to the filter, read as `reading` (one
@@ -420,13 +427,26 @@ impl ReadOrderBuilder {
             .get_or_insert_with(|| NamedReadings { seed: reading.seed, of: Vec::with_capacity(READINGS_AT_FIRST) });
         debug_assert_eq!(readings.seed, reading.seed, "one seed per read order");
         readings.of.push((reading.hash, reading.time_ms));
+        self.len += 1;
         match self.order.runs.last_mut() {
             Some(run)
-                if run.partition == partition && run.end() == offset && run.topic == topic && run.count < u32::MAX =>
+                if run.partition == partition
+                    && run.end() == offset
+                    && *run.topic == *topic
+                    && run.count < u32::MAX =>
             {
                 run.count += 1
             }
-            _ => self.order.runs.push(Run { topic: topic.to_string(), partition, first: offset, count: 1 }),
+            _ => {
+                let topic = match self.topics.iter().find(|t| ***t == *topic) {
+                    Some(known) => Arc::clone(known),
+                    None => {
+                        self.topics.push(Arc::from(topic));
+                        Arc::clone(self.topics.last().expect("just pushed"))
+                    }
+                };
+                self.order.runs.push(Run { topic, partition, first: offset, count: 1 })
+            }
         }
         position
     }
@@ -435,6 +455,7 @@ impl ReadOrderBuilder {
     /// builder goes on from its end.
     pub fn take(&mut self) -> ReadOrder {
         let next = ReadOrder { first_position: self.next_position(), ..ReadOrder::default() };
+        self.len = 0;
         std::mem::replace(&mut self.order, next)
     }
 }

@@ -36,7 +36,7 @@ fn positions_follow_the_slice_log_and_index_its_records() {
 fn the_builder_makes_runs_of_consecutive_offsets() {
     let order = sample();
     let runs: Vec<(&str, i32, i64, u32)> =
-        order.runs.iter().map(|r| (r.topic.as_str(), r.partition, r.first, r.count)).collect();
+        order.runs.iter().map(|r| (&*r.topic, r.partition, r.first, r.count)).collect();
     // Offset 8 does not follow 6 (7 was not handed over): a new run.
     assert_eq!(runs, [("clicks", 0, 5, 2), ("clicks", 2, 40, 1), ("views", 0, 7, 1), ("clicks", 0, 8, 1)]);
     assert_eq!((order.first_position, order.len(), order.end_position()), (1000, 5, 1005));
