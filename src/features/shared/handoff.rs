@@ -38,7 +38,7 @@ use crate::config::{Resolved, SlicingMode};
 use crate::engine::SourceRef;
 use crate::kafka::consumed::Consumed;
 use crate::kafka::out_record::OutHeaders;
-use crate::kafka::slice_log::batch::{BatchBuilder, BatchEntry};
+use crate::kafka::slice_log::batch::{BatchBuilder, BatchEntry, BatchParts};
 
 /// A page not taken this long after it came is dropped (the slice passed
 /// its read-order record, or the record was never written; or the slice is
@@ -92,11 +92,12 @@ struct Pages {
     holder: Holder,
 }
 
-/// A read-order record's records, copied (a sealed slice-log batch).
+/// A read-order record's records, copied (a slice-log batch's parts, not
+/// encoded: it stays in the process).
 struct Page {
     /// The read-order record's checksum (its last eight bytes).
     key: u64,
-    batch: Vec<u8>,
+    batch: BatchParts,
     came: Instant,
 }
 
@@ -162,13 +163,13 @@ impl Handoff {
     /// Hands over `page` for the read-order record `encoded` (the router
     /// calls this before it writes the record). Dropped if the slice is no
     /// longer this process's or the page does not fit.
-    pub fn hand_over(&self, encoded: &[u8], page: Vec<u8>, now: Instant) {
+    pub fn hand_over(&self, encoded: &[u8], page: BatchParts, now: Instant) {
         let Some(key) = key_of(encoded) else { return };
         let mut pages = self.pages.lock().expect("handoff lock");
-        if pages.holder != Holder::Here || pages.bytes + page.len() > self.capacity {
+        if pages.holder != Holder::Here || pages.bytes + page.bytes() > self.capacity {
             return;
         }
-        pages.bytes += page.len();
+        pages.bytes += page.bytes();
         pages.queue.push_back(Page { key, batch: page, came: now });
     }
 
@@ -177,13 +178,13 @@ impl Handoff {
     /// checked against the record before use. The pages handed over before
     /// it go (the slice reads the slice log in order, so it has passed
     /// their records).
-    pub fn take(&self, encoded: &[u8]) -> Option<Vec<u8>> {
+    pub fn take(&self, encoded: &[u8]) -> Option<BatchParts> {
         let key = key_of(encoded)?;
         let mut pages = self.pages.lock().expect("handoff lock");
         let at = pages.queue.iter().position(|p| p.key == key)?;
-        let older: usize = pages.queue.drain(..at).map(|p| p.batch.len()).sum();
+        let older: usize = pages.queue.drain(..at).map(|p| p.batch.bytes()).sum();
         let page = pages.queue.pop_front().expect("found above");
-        pages.bytes -= older + page.batch.len();
+        pages.bytes -= older + page.batch.bytes();
         self.changed.notify_all();
         Some(page.batch)
     }
@@ -220,7 +221,7 @@ impl Pages {
         while let Some(page) = self.queue.front()
             && now.saturating_duration_since(page.came) >= STALE_AFTER
         {
-            self.bytes -= page.batch.len();
+            self.bytes -= page.batch.bytes();
             self.queue.pop_front();
         }
     }
@@ -245,15 +246,19 @@ pub struct PageBuilder {
     /// What its records take, as [`Self::fits`] counts them.
     counted: usize,
     max_bytes: usize,
+    /// Records it is expected to hold, at most.
+    records: usize,
     /// A record could not be copied: the page cannot stand for its
     /// read-order record, which the slice then reads from the input.
     broken: bool,
 }
 
 impl PageBuilder {
-    /// A page of about `max_bytes` at most ([`Handing::Room`]).
-    pub fn new(max_bytes: usize) -> Self {
-        PageBuilder { batch: BatchBuilder::new(u32::MAX, usize::MAX), counted: 0, max_bytes, broken: false }
+    /// A page of about `max_bytes` at most ([`Handing::Room`]), of about
+    /// `records` records (room for them is made at the first, by its size).
+    pub fn new(max_bytes: usize, records: usize) -> Self {
+        let batch = BatchBuilder::new(u32::MAX, usize::MAX);
+        PageBuilder { batch, counted: 0, max_bytes, records, broken: false }
     }
 
     /// Whether a record whose key, value and headers take `record_bytes`
@@ -274,14 +279,18 @@ impl PageBuilder {
             headers,
             payload: msg.payload(),
         };
+        if self.batch.is_empty() {
+            // Grown by doubling, a page of a megabyte was copied over and over.
+            self.batch.reserve(self.max_bytes.min((record_bytes + ENTRY_BYTES).saturating_mul(self.records)));
+        }
         self.counted += record_bytes + ENTRY_BYTES;
         self.broken |= self.batch.push(&entry, |_| true).is_none();
     }
 
     /// The page for a read-order record naming `named` records, if it holds them all.
-    pub fn finish(&mut self, named: u64) -> Option<Vec<u8>> {
+    pub fn finish(&mut self, named: u64) -> Option<BatchParts> {
         let whole = !self.broken && u64::from(self.batch.len()) == named && !self.batch.is_empty();
-        let page = self.batch.finish();
+        let page = self.batch.take_parts();
         self.broken = false;
         self.counted = 0;
         whole.then_some(page)
@@ -291,6 +300,10 @@ impl PageBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn page(fill: u8, bytes: usize) -> BatchParts {
+        BatchParts::raw(vec![fill; bytes], 1)
+    }
 
     fn encoded(key: u64) -> Vec<u8> {
         let mut e = b"read order".to_vec();
@@ -304,11 +317,11 @@ mod tests {
         let now = Instant::now();
         assert_eq!(h.handing(now), Handing::Wait, "undecided");
         assert_eq!(h.handing(now + UNDECIDED_FOR), Handing::Off, "undecided for too long: no pages");
-        h.hand_over(&encoded(1), vec![0; 10], now);
+        h.hand_over(&encoded(1), page(0, 10), now);
         assert_eq!(h.bytes(), 0, "undecided: no page kept");
         h.detach();
         assert_eq!(h.handing(now), Handing::Off, "another process's slice");
-        h.hand_over(&encoded(1), vec![0; 10], now);
+        h.hand_over(&encoded(1), page(0, 10), now);
         assert_eq!((h.bytes(), h.take(&encoded(1))), (0, None));
         h.attach();
         assert_eq!(h.handing(now), Handing::Room(100), "this process's slice");
@@ -319,15 +332,15 @@ mod tests {
         let h = Handoff::new(100);
         let now = Instant::now();
         h.attach();
-        h.hand_over(&encoded(1), vec![1; 10], now);
-        h.hand_over(&encoded(2), vec![2; 20], now);
-        h.hand_over(&encoded(3), vec![3; 30], now);
+        h.hand_over(&encoded(1), page(1, 10), now);
+        h.hand_over(&encoded(2), page(2, 20), now);
+        h.hand_over(&encoded(3), page(3, 30), now);
         assert_eq!((h.bytes(), h.handing(now)), (60, Handing::Room(40)));
         assert_eq!(h.take(&encoded(9)), None, "another router's record");
-        assert_eq!(h.take(&encoded(2)), Some(vec![2; 20]), "its own page");
+        assert_eq!(h.take(&encoded(2)), Some(page(2, 20)), "its own page");
         assert_eq!(h.bytes(), 30, "the page before it went with it");
         assert_eq!(h.take(&encoded(1)), None);
-        assert_eq!(h.take(&encoded(3)), Some(vec![3; 30]));
+        assert_eq!(h.take(&encoded(3)), Some(page(3, 30)));
         assert_eq!(h.bytes(), 0);
         assert_eq!(h.take(b"short"), None, "no checksum, no page");
     }
@@ -337,16 +350,16 @@ mod tests {
         let h = Handoff::new(50);
         let now = Instant::now();
         h.attach();
-        h.hand_over(&encoded(1), vec![1; 30], now);
-        h.hand_over(&encoded(2), vec![2; 30], now);
+        h.hand_over(&encoded(1), page(1, 30), now);
+        h.hand_over(&encoded(2), page(2, 30), now);
         assert_eq!(h.bytes(), 30, "a page over the capacity is not kept");
-        h.hand_over(&encoded(3), vec![3; 8], now + STALE_AFTER / 2);
+        h.hand_over(&encoded(3), page(3, 8), now + STALE_AFTER / 2);
         assert_eq!(h.handing(now), Handing::Room(12), "a quarter free");
-        h.hand_over(&encoded(5), vec![5; 1], now + STALE_AFTER / 2);
+        h.hand_over(&encoded(5), page(5, 1), now + STALE_AFTER / 2);
         assert_eq!(h.handing(now), Handing::Wait, "less than a quarter free");
         assert_eq!(h.handing(now + STALE_AFTER), Handing::Room(50 - 9), "the page not taken in time went");
-        assert_eq!(h.take(&encoded(3)), Some(vec![3; 8]));
-        h.hand_over(&encoded(4), vec![4; 49], now);
+        assert_eq!(h.take(&encoded(3)), Some(page(3, 8)));
+        h.hand_over(&encoded(4), page(4, 49), now);
         assert_eq!(h.handing(now), Handing::Wait);
         h.detach();
         assert_eq!((h.handing(now), h.bytes()), (Handing::Off, 0), "detached: the pages went");
@@ -357,7 +370,7 @@ mod tests {
     fn a_waiting_router_goes_on_when_a_page_is_taken() {
         let h = Arc::new(Handoff::new(10));
         h.attach();
-        h.hand_over(&encoded(1), vec![1; 10], Instant::now());
+        h.hand_over(&encoded(1), page(1, 10), Instant::now());
         let taker = {
             let h = h.clone();
             std::thread::spawn(move || {
@@ -370,7 +383,7 @@ mod tests {
             h.wait(Duration::from_secs(10));
         }
         assert!(waited.elapsed() < Duration::from_secs(5), "woken by the take, not the timeout");
-        assert_eq!(taker.join().unwrap(), Some(vec![1; 10]));
+        assert_eq!(taker.join().unwrap(), Some(page(1, 10)));
     }
 
     #[test]

@@ -27,6 +27,7 @@ use super::handoff::Handoff;
 use crate::config::Resolved;
 use crate::kafka::clients::{self, PlainContext};
 use crate::kafka::consumed::{BatchQueue, error_of};
+use crate::kafka::slice_log::batch::BatchParts;
 use crate::kafka::slice_log::read_order::{NamedRecords, RunSink};
 use crate::kafka::{Context, KafkaLayerError};
 
@@ -183,7 +184,7 @@ impl InputReader {
 }
 
 impl NamedRecords for InputReader {
-    fn handed(&mut self, read_order: &[u8]) -> Option<Vec<u8>> {
+    fn handed(&mut self, read_order: &[u8]) -> Option<BatchParts> {
         self.handoff.as_ref()?.take(read_order)
     }
 

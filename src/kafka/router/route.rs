@@ -161,7 +161,7 @@ fn start_page(setup: &RouterSetup, now: Instant, page: &mut Option<PageBuilder>)
     match setup.handoff.as_ref().map(|h| h.handing(now)) {
         Some(Handing::Wait) => false,
         Some(Handing::Room(room)) => {
-            *page = Some(PageBuilder::new(room));
+            *page = Some(PageBuilder::new(room, READ_ORDER_RECORDS as usize));
             true
         }
         Some(Handing::Off) | None => true,

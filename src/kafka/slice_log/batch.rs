@@ -112,16 +112,28 @@ impl<'a> Batch<'a> {
         if u64::from(count) * 17 > bytes.len() as u64 {
             return Err(BatchError::Malformed(format!("{count} records cannot fit in {} bytes", bytes.len())));
         }
-        let mut entries = Vec::with_capacity(count as usize);
-        for i in 0..count {
-            entries.push(read_entry(&mut r, &topics).map_err(|e| match e {
-                BatchError::Malformed(what) => BatchError::Malformed(format!("record {i}: {what}")),
-                other => other,
-            })?);
-        }
-        r.finish()?;
-        Ok(Batch { entries })
+        read_entries(r, &topics, count)
     }
+
+    /// The records of a batch kept in memory ([`BatchParts`]), read and
+    /// checked as [`Self::decode`] reads an encoded one's.
+    pub fn of_parts(parts: &'a BatchParts) -> Result<Self, BatchError> {
+        let topics: Vec<&str> = parts.topics.iter().map(String::as_str).collect();
+        read_entries(Reader::over(&parts.body), &topics, parts.count)
+    }
+}
+
+/// Reads `count` records from `r`, which they must fill.
+fn read_entries<'a>(mut r: Reader<'a>, topics: &[&'a str], count: u32) -> Result<Batch<'a>, BatchError> {
+    let mut entries = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        entries.push(read_entry(&mut r, topics).map_err(|e| match e {
+            BatchError::Malformed(what) => BatchError::Malformed(format!("record {i}: {what}")),
+            other => other,
+        })?);
+    }
+    r.finish()?;
+    Ok(Batch { entries })
 }
 
 fn read_entry<'a>(r: &mut Reader<'a>, topics: &[&'a str]) -> Result<BatchEntry<'a>, BatchError> {
@@ -157,6 +169,29 @@ fn read_entry<'a>(r: &mut Reader<'a>, topics: &[&'a str]) -> Result<BatchEntry<'
 fn sized<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], BatchError> {
     let len = r.u32()?;
     Ok(r.take(len as usize)?)
+}
+
+/// A batch's records as a [`BatchBuilder`] gathered them, not encoded: a
+/// batch that never leaves the process (shared mode's handed-over page)
+/// needs no envelope, no copy into one and no checksum.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BatchParts {
+    topics: Vec<String>,
+    body: Vec<u8>,
+    count: u32,
+}
+
+impl BatchParts {
+    /// Bytes it takes (its records and topic names).
+    pub fn bytes(&self) -> usize {
+        self.body.len() + self.topics.iter().map(String::len).sum::<usize>()
+    }
+
+    /// Parts of `body` alone, `count` records (a test's stand-in for a page).
+    #[cfg(test)]
+    pub fn raw(body: Vec<u8>, count: u32) -> Self {
+        BatchParts { topics: Vec::new(), body, count }
+    }
 }
 
 /// Gathers the records one router turn routes to one slice into a batch,
@@ -255,6 +290,24 @@ impl BatchBuilder {
     }
 
     /// The batch's value, sealed; the builder starts a new batch.
+    /// Makes room for `bytes` more of records (a builder whose size is
+    /// known ahead grows once instead of doubling its way there).
+    pub fn reserve(&mut self, bytes: usize) {
+        self.body.reserve(bytes);
+    }
+
+    /// What the builder gathered, not encoded (no envelope, no checksum:
+    /// for a batch that stays in memory), and a new one started.
+    pub fn take_parts(&mut self) -> BatchParts {
+        let parts = BatchParts {
+            topics: std::mem::take(&mut self.topics),
+            body: std::mem::take(&mut self.body),
+            count: self.count,
+        };
+        self.count = 0;
+        parts
+    }
+
     pub fn finish(&mut self) -> Vec<u8> {
         let mut w = begin(MAGIC, VERSION, self.encoded_len());
         w.extend_from_slice(&(self.topics.len() as u16).to_le_bytes());

@@ -43,14 +43,15 @@ use crate::engine::slice::MAX_TOPIC_BYTES;
 use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
 use crate::filter::{KeyHash, SnapshotError};
 use crate::kafka::KafkaLayerError;
+use crate::kafka::slice_log::batch::BatchParts;
 
 /// Reads the input records a read order names, for the slice that judges
 /// them (the slicing mode whose slice log holds read orders provides it).
 pub trait NamedRecords: Send {
     /// The records the read-order record `read_order` (its bytes) names,
-    /// if they came another way than the input: a slice-log batch of them,
-    /// to be checked against the record before use.
-    fn handed(&mut self, _read_order: &[u8]) -> Option<Vec<u8>> {
+    /// if they came another way than the input: a slice-log batch of them
+    /// (its parts), to be checked against the record before use.
+    fn handed(&mut self, _read_order: &[u8]) -> Option<BatchParts> {
         None
     }
 

@@ -15,7 +15,7 @@ use crate::engine::slice::Unframed;
 use crate::engine::{Reading, SourceRef};
 use crate::kafka::KafkaLayerError;
 use crate::kafka::out_record::OutHeaders;
-use crate::kafka::slice_log::batch::{Batch, BatchEntry};
+use crate::kafka::slice_log::batch::{Batch, BatchEntry, BatchParts};
 use crate::kafka::slice_log::read_order::{self, NamedReadings, NamedRecords, ReadOrder, RunSink};
 use crate::kafka::slice_log::{Kind, LogRecord};
 
@@ -82,10 +82,10 @@ pub(super) fn handle_read_order(
 fn judge_page(
     dispatch: &mut Dispatch<'_, '_>,
     order: &ReadOrder,
-    page: &[u8],
+    page: &BatchParts,
     next: u64,
 ) -> Result<bool, KafkaLayerError> {
-    let batch = match Batch::decode(page) {
+    let batch = match Batch::of_parts(page) {
         Ok(batch) => batch,
         Err(e) => {
             log::warn!(

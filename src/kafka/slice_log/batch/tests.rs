@@ -47,6 +47,32 @@ fn a_batch_reads_back_as_written() {
     assert_eq!(Batch::decode(&builder.finish()).expect("reads").entries, []);
 }
 
+/// A batch kept in memory (its parts, as shared mode's pages are) reads
+/// back as the same batch encoded does, and takes what its records take.
+#[test]
+fn a_batch_in_parts_reads_back_as_the_same_batch_encoded() {
+    let entries = [
+        entry("clicks", 41, Some(b"k1"), Some(b"{\"id\":1}")),
+        entry("views", 0, None, None),
+        entry("clicks", 42, Some(b""), Some(b"")),
+    ];
+    let (mut in_parts, mut encoded) = (BatchBuilder::new(100, 1 << 20), BatchBuilder::new(100, 1 << 20));
+    in_parts.reserve(4096);
+    for e in &entries {
+        in_parts.push(e, |_| true).expect("pushed");
+        encoded.push(e, |_| true).expect("pushed");
+    }
+    let value = encoded.finish();
+    let parts = in_parts.take_parts();
+    assert!(in_parts.is_empty() && in_parts.take_parts() == BatchParts::default(), "the builder starts again");
+    assert_eq!(Batch::of_parts(&parts).expect("reads"), Batch::decode(&value).expect("reads"));
+    // The envelope (magic, version, count, checksum and the topic table's lengths) is all the difference.
+    assert_eq!(parts.bytes(), value.len() - ENVELOPE_BYTES - 2 * 2);
+    let short = BatchParts { body: parts.body[..parts.body.len() - 1].to_vec(), topics: parts.topics.clone(), count: 3 };
+    let err = Batch::of_parts(&short).expect_err("records cut short are refused");
+    assert!(err.to_string().contains("record 2") && err.to_string().contains("runs past the end"), "{err}");
+}
+
 /// Cut anywhere, a byte changed anywhere, another magic or version: a
 /// clear error, never a panic nor a record taken from damaged bytes.
 #[test]
