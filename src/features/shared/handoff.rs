@@ -35,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::{Resolved, SlicingMode};
-use crate::engine::SourceRef;
+use crate::engine::{Reading, SourceRef};
 use crate::kafka::consumed::Consumed;
 use crate::kafka::out_record::OutHeaders;
 use crate::kafka::slice_log::batch::{BatchBuilder, BatchEntry, BatchParts};
@@ -235,12 +235,15 @@ fn key_of(encoded: &[u8]) -> Option<u64> {
 }
 
 /// What a page's record takes beside its key, value and headers: its
-/// stamp, lengths and timestamp, and a header's length fields (a few).
-const ENTRY_BYTES: usize = 64;
+/// stamp (14 bytes), reading (32), timestamp, lengths and a header's length
+/// fields (a few), at least.
+const ENTRY_BYTES: usize = 96;
 
 /// A page being filled by the router, alongside its read-order record: the
-/// records it names, as they are (headers included), without readings
-/// (the read-order record carries them).
+/// records it names, as they are (headers included), with the router's
+/// readings of them (key hash and event time), which the read-order record
+/// then leaves out: a slice that reads those records from the input instead
+/// reads their key and time itself, as it does a version 1 record's.
 pub struct PageBuilder {
     batch: BatchBuilder,
     /// What its records take, as [`Self::fits`] counts them.
@@ -269,11 +272,18 @@ impl PageBuilder {
     }
 
     /// Copies the next record named, `msg` of `topic` with its headers, its
-    /// key, value and headers taking `record_bytes`.
-    pub fn push(&mut self, msg: &Consumed<'_>, topic: &str, headers: OutHeaders<'_>, record_bytes: usize) {
+    /// key, value and headers taking `record_bytes`, read as `reading`.
+    pub fn push(
+        &mut self,
+        msg: &Consumed<'_>,
+        topic: &str,
+        headers: OutHeaders<'_>,
+        record_bytes: usize,
+        reading: Reading,
+    ) {
         let entry = BatchEntry {
             source: SourceRef { topic, partition: msg.partition(), offset: msg.offset() },
-            reading: None,
+            reading: Some(reading),
             timestamp_ms: msg.timestamp().to_millis(),
             key: msg.key(),
             headers,

@@ -277,10 +277,10 @@ impl<'c> Router<'c> {
         // Shared mode: while the slice of this process has not caught up
         // with the records handed to it, none is taken from the consumer
         // (`features/shared/handoff.rs`).
-        let waiting = self.setup.handoff.clone().filter(|h| h.handing(Instant::now()) == Handing::Wait);
+        let waiting = self.setup.handoff.as_ref().is_some_and(|h| h.handing(Instant::now()) == Handing::Wait);
         if polled.is_none() {
             self.take_rebalance(consumer, records, book, Instant::now());
-            match &waiting {
+            match self.setup.handoff.as_ref().filter(|_| waiting) {
                 Some(handoff) => handoff.wait(RECORDS_WAIT),
                 None => _ = records.ready(RECORDS_WAIT),
             }
@@ -288,7 +288,7 @@ impl<'c> Router<'c> {
         let now = Instant::now();
         let wall_ms = now_ms();
         consumer.context().join.tick(now);
-        if waiting.is_some() {
+        if waiting {
             // Taking nothing, it cannot tell a quiet partition: none is
             // announced idle for the time it waited.
             self.lanes.values_mut().for_each(|lane| lane.last_arrival = now);
@@ -310,7 +310,7 @@ impl<'c> Router<'c> {
                 polled = consumer.poll(Duration::ZERO);
             }
         }
-        while waiting.is_none() && taken < POLL_BATCH {
+        while !waiting && taken < POLL_BATCH {
             let Some(msg) = records.next_kept(consumer) else { break };
             match error_of(&msg.get()) {
                 None => self.take(consumer, records, msg, now, wall_ms),

@@ -93,10 +93,11 @@ pub(super) fn route_ready<C: ConsumerContext>(
         }
         let done = match (named.as_mut(), batches.as_mut(), target) {
             (Some(names), _, Ok((_, reading))) => {
-                names.push(&id.0, msg.partition(), msg.offset(), reading);
+                // A page carries its records' readings: its read order need not.
+                names.push(&id.0, msg.partition(), msg.offset(), page.is_none().then_some(reading));
                 if let Some(page) = page.as_mut() {
                     let headers = if has_headers { OutHeaders::of(&msg) } else { OutHeaders::None };
-                    page.push(&msg, &id.0, headers, bytes);
+                    page.push(&msg, &id.0, headers, bytes, reading);
                 }
                 Ok(())
             }

@@ -417,17 +417,22 @@ impl ReadOrderBuilder {
     }
 
     /// Notes the next record handed to the filter, read as `reading` (one
-    /// seed for every record: the slice's); returns its virtual position.
-    pub fn push(&mut self, topic: &str, partition: i32, offset: i64, reading: Reading) -> u64 {
+    /// seed for every record: the slice's; `None` when its reading travels
+    /// another way, a handed-over page: the same for every record of one
+    /// read order); returns its virtual position.
+    pub fn push(&mut self, topic: &str, partition: i32, offset: i64, reading: Option<Reading>) -> u64 {
         let position = self.next_position();
-        // Room for a router turn's records at once: growing a record's
-        // readings one doubling at a time showed in the router's profile.
-        let readings = self
-            .order
-            .readings
-            .get_or_insert_with(|| NamedReadings { seed: reading.seed, of: Vec::with_capacity(READINGS_AT_FIRST) });
-        debug_assert_eq!(readings.seed, reading.seed, "one seed per read order");
-        readings.of.push((reading.hash, reading.time_ms));
+        debug_assert!(self.len == 0 || reading.is_some() == self.order.readings.is_some(), "all readings or none");
+        if let Some(reading) = reading {
+            // Room for a router turn's records at once: growing a record's
+            // readings one doubling at a time showed in the router's profile.
+            let readings = self
+                .order
+                .readings
+                .get_or_insert_with(|| NamedReadings { seed: reading.seed, of: Vec::with_capacity(READINGS_AT_FIRST) });
+            debug_assert_eq!(readings.seed, reading.seed, "one seed per read order");
+            readings.of.push((reading.hash, reading.time_ms));
+        }
         self.len += 1;
         match self.order.runs.last_mut() {
             Some(run)

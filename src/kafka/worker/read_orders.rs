@@ -152,7 +152,8 @@ impl<'a> Dispatch<'a, '_> {
 
     /// Judges the record at virtual position `position`, from a handed-over page.
     fn handed(&mut self, position: u64, entry: &BatchEntry<'_>) -> Result<(), KafkaLayerError> {
-        let reading = self.reading(position);
+        // The page carries the readings its read order leaves out.
+        let reading = self.reading(position).or(entry.reading);
         self.judge(&Named { position, source: entry.source, reading }, Arrived::Handed(entry))
     }
 

@@ -68,7 +68,8 @@ fn a_batch_in_parts_reads_back_as_the_same_batch_encoded() {
     assert_eq!(Batch::of_parts(&parts).expect("reads"), Batch::decode(&value).expect("reads"));
     // The envelope (magic, version, count, checksum and the topic table's lengths) is all the difference.
     assert_eq!(parts.bytes(), value.len() - ENVELOPE_BYTES - 2 * 2);
-    let short = BatchParts { body: parts.body[..parts.body.len() - 1].to_vec(), topics: parts.topics.clone(), count: 3 };
+    let short =
+        BatchParts { body: parts.body[..parts.body.len() - 1].to_vec(), topics: parts.topics.clone(), count: 3 };
     let err = Batch::of_parts(&short).expect_err("records cut short are refused");
     assert!(err.to_string().contains("record 2") && err.to_string().contains("runs past the end"), "{err}");
 }

@@ -13,7 +13,7 @@ fn reading(offset: i64) -> Reading {
 fn sample() -> ReadOrder {
     let mut b = ReadOrderBuilder::at(1000);
     for (t, p, o) in [("clicks", 0, 5), ("clicks", 0, 6), ("clicks", 2, 40), ("views", 0, 7), ("clicks", 0, 8)] {
-        b.push(t, p, o, reading(o));
+        b.push(t, p, o, Some(reading(o)));
     }
     b.take()
 }
@@ -54,9 +54,9 @@ fn the_builder_makes_runs_of_consecutive_offsets() {
 #[test]
 fn take_continues_from_the_end() {
     let mut b = ReadOrderBuilder::at(0);
-    b.push("a", 0, 0, reading(0));
+    b.push("a", 0, 0, Some(reading(0)));
     let first = b.take();
-    assert_eq!(b.push("a", 0, 1, reading(1)), 1);
+    assert_eq!(b.push("a", 0, 1, Some(reading(1))), 1);
     let second = b.take();
     assert_eq!(check_follows(Some(first.end_position()), &second), Ok(()));
     assert_eq!(check_follows(Some(5), &second), Err(ReadOrderError::Gap { expected: 5, got: 1 }));
