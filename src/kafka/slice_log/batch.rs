@@ -21,6 +21,7 @@ use crate::engine::slice::{MAX_TOPIC_BYTES, Reading};
 use crate::filter::envelope::{Reader, begin, open_any, put_u32, put_u64, seal};
 use crate::filter::{KeyHash, SnapshotError};
 use crate::kafka::out_record::{FramedHeaders, OutHeaders};
+pub use crate::kafka::slice_log::batch_parts::BatchParts;
 use crate::kafka::slice_log::read_order;
 
 /// The first bytes of a batch.
@@ -169,29 +170,6 @@ fn read_entry<'a>(r: &mut Reader<'a>, topics: &[&'a str]) -> Result<BatchEntry<'
 fn sized<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], BatchError> {
     let len = r.u32()?;
     Ok(r.take(len as usize)?)
-}
-
-/// A batch's records as a [`BatchBuilder`] gathered them, not encoded: a
-/// batch that never leaves the process (shared mode's handed-over page)
-/// needs no envelope, no copy into one and no checksum.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct BatchParts {
-    topics: Vec<String>,
-    body: Vec<u8>,
-    count: u32,
-}
-
-impl BatchParts {
-    /// Bytes it takes (its records and topic names).
-    pub fn bytes(&self) -> usize {
-        self.body.len() + self.topics.iter().map(String::len).sum::<usize>()
-    }
-
-    /// Parts of `body` alone, `count` records (a test's stand-in for a page).
-    #[cfg(test)]
-    pub fn raw(body: Vec<u8>, count: u32) -> Self {
-        BatchParts { topics: Vec::new(), body, count }
-    }
 }
 
 /// Gathers the records one router turn routes to one slice into a batch,

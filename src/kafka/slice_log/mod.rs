@@ -4,6 +4,7 @@
 //! the slice worker and by the restore's replay.
 
 pub mod batch;
+pub mod batch_parts;
 pub mod read_order;
 
 use rdkafka::message::{Headers, Message};

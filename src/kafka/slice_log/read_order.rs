@@ -43,7 +43,7 @@ use crate::engine::slice::MAX_TOPIC_BYTES;
 use crate::filter::envelope::{begin, open_any, put_u32, put_u64, seal};
 use crate::filter::{KeyHash, SnapshotError};
 use crate::kafka::KafkaLayerError;
-use crate::kafka::slice_log::batch::BatchParts;
+use crate::kafka::slice_log::batch_parts::BatchParts;
 
 /// Reads the input records a read order names, for the slice that judges
 /// them (the slicing mode whose slice log holds read orders provides it).

@@ -1,0 +1,27 @@
+//! A slice-log batch's records kept in memory, not encoded: what shared
+//! mode's router hands its own slice (`features/shared/handoff.rs`). Its
+//! own module so that the read orders' reader of named records can name it
+//! without the batch format, which builds on the read orders' positions.
+
+/// A batch's records as a [`super::batch::BatchBuilder`] gathered them, not encoded: a
+/// batch that never leaves the process (shared mode's handed-over page)
+/// needs no envelope, no copy into one and no checksum.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BatchParts {
+    pub(super) topics: Vec<String>,
+    pub(super) body: Vec<u8>,
+    pub(super) count: u32,
+}
+
+impl BatchParts {
+    /// Bytes it takes (its records and topic names).
+    pub fn bytes(&self) -> usize {
+        self.body.len() + self.topics.iter().map(String::len).sum::<usize>()
+    }
+
+    /// Parts of `body` alone, `count` records (a test's stand-in for a page).
+    #[cfg(test)]
+    pub fn raw(body: Vec<u8>, count: u32) -> Self {
+        BatchParts { topics: Vec::new(), body, count }
+    }
+}
