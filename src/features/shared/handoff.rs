@@ -239,6 +239,10 @@ fn key_of(encoded: &[u8]) -> Option<u64> {
 /// fields (a few), at least.
 const ENTRY_BYTES: usize = 96;
 
+/// Room a page makes for its records at its first, at most (a page of
+/// 4 096 records of a few hundred bytes takes one or two megabytes).
+const RESERVE_AT_MOST: usize = 4 << 20;
+
 /// A page being filled by the router, alongside its read-order record: the
 /// records it names, as they are (headers included), with the router's
 /// readings of them (key hash and event time), which the read-order record
@@ -290,8 +294,11 @@ impl PageBuilder {
             payload: msg.payload(),
         };
         if self.batch.is_empty() {
-            // Grown by doubling, a page of a megabyte was copied over and over.
-            self.batch.reserve(self.max_bytes.min((record_bytes + ENTRY_BYTES).saturating_mul(self.records)));
+            // Grown by doubling, a page of a megabyte was copied over and
+            // over. Not more than RESERVE_AT_MOST on a guess from one record:
+            // room made and not filled would sit in the handoff uncounted.
+            let expected = (record_bytes + ENTRY_BYTES).saturating_mul(self.records);
+            self.batch.reserve(expected.min(self.max_bytes).min(RESERVE_AT_MOST));
         }
         self.counted += record_bytes + ENTRY_BYTES;
         self.broken |= self.batch.push(&entry, |_| true).is_none();

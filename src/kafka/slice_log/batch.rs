@@ -267,7 +267,6 @@ impl BatchBuilder {
         Some(())
     }
 
-    /// The batch's value, sealed; the builder starts a new batch.
     /// Makes room for `bytes` more of records (a builder whose size is
     /// known ahead grows once instead of doubling its way there).
     pub fn reserve(&mut self, bytes: usize) {
@@ -286,6 +285,7 @@ impl BatchBuilder {
         parts
     }
 
+    /// The batch's value, sealed; the builder starts a new batch.
     pub fn finish(&mut self) -> Vec<u8> {
         let mut w = begin(MAGIC, VERSION, self.encoded_len());
         w.extend_from_slice(&(self.topics.len() as u16).to_le_bytes());
