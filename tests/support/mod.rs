@@ -717,25 +717,38 @@ pub fn wait_judged(daemons: &[&Daemon], fields: &[&str], total: u64, stall: Dura
         if now > last.0 {
             last = (now, Instant::now());
         } else if last.1.elapsed() >= stall {
-            for d in daemons {
-                let log = d.log_text();
-                let tail: Vec<&str> = log.lines().rev().take(30).collect();
-                eprintln!("{}: slices {}", d.log.display(), serde_json::to_string(&d.slices()).unwrap_or_default());
-                for line in tail.iter().rev() {
-                    eprintln!("  {line}");
-                }
-            }
+            print_slices_and_log_tails(daemons);
             panic!("{} of {total} records judged, none more for {stall:?}", last.0);
         }
     }
     eprintln!("all {total} records judged {:.1} s after the wait began", started.elapsed().as_secs_f64());
 }
 
-/// Waits until the daemons have judged `total` records (by `/v1/slices`).
+/// What each daemon's slices hold and the end of its log: what a stuck
+/// record waits for.
+fn print_slices_and_log_tails(daemons: &[&Daemon]) {
+    for d in daemons {
+        let log = d.log_text();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        eprintln!("{}: slices {}", d.log.display(), serde_json::to_string(&d.slices()).unwrap_or_default());
+        for line in tail.iter().rev() {
+            eprintln!("  {line}");
+        }
+    }
+}
+
+/// Waits until the daemons have judged `total` records (by `/v1/slices`);
+/// on a timeout, prints their slices and log tails before failing.
 pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
-    wait_for(&format!("{total} records processed"), within, || {
-        slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total
-    });
+    let deadline = Instant::now() + within;
+    let fields = ["distinct", "duplicates", "invalid"];
+    while slice_total(daemons, &fields) < total {
+        if Instant::now() >= deadline {
+            print_slices_and_log_tails(daemons);
+            panic!("timed out after {within:?}: {} of {total} records processed", slice_total(daemons, &fields));
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// Settings for a test app: topics named after `app`.

@@ -295,8 +295,8 @@ impl PageBuilder {
         };
         if self.batch.is_empty() {
             // Grown by doubling, a page of a megabyte was copied over and
-            // over. Not more than RESERVE_AT_MOST on a guess from one record:
-            // room made and not filled would sit in the handoff uncounted.
+            // over. Not more than RESERVE_AT_MOST on a guess from one
+            // record; room left unfilled is given back at `finish`.
             let expected = (record_bytes + ENTRY_BYTES).saturating_mul(self.records);
             self.batch.reserve(expected.min(self.max_bytes).min(RESERVE_AT_MOST));
         }
@@ -307,7 +307,8 @@ impl PageBuilder {
     /// The page for a read-order record naming `named` records, if it holds them all.
     pub fn finish(&mut self, named: u64) -> Option<BatchParts> {
         let whole = !self.broken && u64::from(self.batch.len()) == named && !self.batch.is_empty();
-        let page = self.batch.take_parts();
+        let mut page = self.batch.take_parts();
+        page.fit();
         self.broken = false;
         self.counted = 0;
         whole.then_some(page)

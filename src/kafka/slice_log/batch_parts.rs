@@ -14,9 +14,19 @@ pub struct BatchParts {
 }
 
 impl BatchParts {
-    /// Bytes it takes (its records and topic names).
+    /// Bytes it holds in memory (the room made for its records, and its
+    /// topic names): what a handoff counts against its budget.
     pub fn bytes(&self) -> usize {
-        self.body.len() + self.topics.iter().map(String::len).sum::<usize>()
+        self.body.capacity() + self.topics.iter().map(String::len).sum::<usize>()
+    }
+
+    /// Gives back the room made for records that never came, when it is
+    /// more than the records take: a page is reserved at its first record
+    /// for a full read order, and a quiet stream fills it with a few.
+    pub fn fit(&mut self) {
+        if self.body.capacity() > 2 * self.body.len() {
+            self.body.shrink_to_fit();
+        }
     }
 
     /// Parts of `body` alone, `count` records (a test's stand-in for a page).

@@ -63,11 +63,14 @@ fn a_batch_in_parts_reads_back_as_the_same_batch_encoded() {
         encoded.push(e, |_| true).expect("pushed");
     }
     let value = encoded.finish();
-    let parts = in_parts.take_parts();
+    let mut parts = in_parts.take_parts();
     assert!(in_parts.is_empty() && in_parts.take_parts() == BatchParts::default(), "the builder starts again");
     assert_eq!(Batch::of_parts(&parts).expect("reads"), Batch::decode(&value).expect("reads"));
+    assert!(parts.bytes() >= 4096, "the room reserved counts: {}", parts.bytes());
+    parts.fit();
     // The envelope (magic, version, count, checksum and the topic table's lengths) is all the difference.
-    assert_eq!(parts.bytes(), value.len() - ENVELOPE_BYTES - 2 * 2);
+    assert_eq!(parts.bytes(), value.len() - ENVELOPE_BYTES - 2 * 2, "the room not filled was given back");
+    assert_eq!(Batch::of_parts(&parts).expect("reads"), Batch::decode(&value).expect("reads"));
     let short =
         BatchParts { body: parts.body[..parts.body.len() - 1].to_vec(), topics: parts.topics.clone(), count: 3 };
     let err = Batch::of_parts(&short).expect_err("records cut short are refused");
