@@ -20,9 +20,10 @@ impl BatchParts {
         self.body.capacity() + self.topics.iter().map(String::len).sum::<usize>()
     }
 
-    /// Gives back the room made for records that never came, when it is
-    /// more than the records take: a page is reserved at its first record
-    /// for a full read order, and a quiet stream fills it with a few.
+    /// Gives back the room made for records that never came, when the
+    /// room is over twice what its records take: a page is reserved at its
+    /// first record for a full read order, and a quiet stream fills it
+    /// with a few.
     pub fn fit(&mut self) {
         if self.body.capacity() > 2 * self.body.len() {
             self.body.shrink_to_fit();
