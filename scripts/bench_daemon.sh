@@ -24,8 +24,8 @@
 #               (a final snapshot) and a restart that restores every slice: time to ready and
 #               dedupd_restore_duration_seconds
 #   sidebyside  dedupd's added latency (issue 14): per slicing mode (SIDE_MODES, default
-#               "input-partitions repartition"; shared runs 1 slice), first the mode's maximum rate on a backlog of
-#               SIDE_N (2000000) records, then a producer paced at half of it (or at each of SIDE_RATES, ROUNDS times)
+#               "input-partitions repartition"; shared runs 1 slice), first the mode's maximum
+#               rate on a backlog of SIDE_N (2000000) records, then a producer paced at half of it (or at each of SIDE_RATES, ROUNDS times)
 #               with real-time timestamps for SIDE_SECONDS (60) into an input topic read at
 #               the same time by dedupd and by a bare relay (daemon_bench relay: consume →
 #               produce, dedupd's client settings, no filter): record timestamp → consumed

@@ -684,7 +684,6 @@ pub fn slice_total(daemons: &[&Daemon], fields: &[&str]) -> u64 {
     total
 }
 
-/// Waits until `done()` holds, polling.
 /// Waits until a background producer has written more than `n` records
 /// (`produced` counts them), however slow the broker's produce path is
 /// (the tests' producers open a producer per batch): a kill storm then
@@ -695,10 +694,20 @@ pub fn wait_produced(produced: &AtomicU64, n: u64) {
     });
 }
 
-pub fn wait_for(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
+/// Waits until `done()` holds, polling; fails after `within`.
+pub fn wait_for(what: &str, within: Duration, done: impl FnMut() -> bool) {
+    wait_for_else(what, within, done, || {});
+}
+
+/// [`wait_for`], calling `report` before it fails on a timeout (to print
+/// what the test waited on).
+fn wait_for_else(what: &str, within: Duration, mut done: impl FnMut() -> bool, report: impl FnOnce()) {
     let deadline = Instant::now() + within;
     while !done() {
-        assert!(Instant::now() < deadline, "timed out after {within:?} waiting for {what}");
+        if Instant::now() >= deadline {
+            report();
+            panic!("timed out after {within:?} waiting for {what}");
+        }
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -740,15 +749,12 @@ fn print_slices_and_log_tails(daemons: &[&Daemon]) {
 /// Waits until the daemons have judged `total` records (by `/v1/slices`);
 /// on a timeout, prints their slices and log tails before failing.
 pub fn wait_processed(daemons: &[&Daemon], total: u64, within: Duration) {
-    let deadline = Instant::now() + within;
-    let fields = ["distinct", "duplicates", "invalid"];
-    while slice_total(daemons, &fields) < total {
-        if Instant::now() >= deadline {
-            print_slices_and_log_tails(daemons);
-            panic!("timed out after {within:?}: {} of {total} records processed", slice_total(daemons, &fields));
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_for_else(
+        &format!("{total} records processed"),
+        within,
+        || slice_total(daemons, &["distinct", "duplicates", "invalid"]) >= total,
+        || print_slices_and_log_tails(daemons),
+    );
 }
 
 /// Settings for a test app: topics named after `app`.
